@@ -1,0 +1,1 @@
+"""One module per checklist item; each check is ``fn(setup) -> list[Row]``."""

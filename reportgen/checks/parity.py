@@ -1,0 +1,56 @@
+"""Fixed-input parity: loss, outputs, input gradient and every trainable parameter's gradient.
+
+Twins from one state_dict, cloned inputs, one shared function
+(:func:`reportgen.setup.forward_backward`) — the pattern of torchtitan's
+``test_activation_checkpoint.py``.
+"""
+from __future__ import annotations
+
+import warnings
+
+from ..config import GRADIENT_PARITY
+from ..results import INFO, Row
+from ..setup import Setup, forward_backward
+from .common import run_twin, tensor_row
+
+
+def _pair(setup: Setup, input_grad: bool):
+    """Run both twins; return ``(plain, recompute, error_rows, warnings)``."""
+    plain_model, recompute_model = setup.twins()
+    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)  # noqa: E731
+    plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(plain_model))
+    if rows:
+        return None, None, rows, []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recompute, rows = run_twin(GRADIENT_PARITY, "recompute", lambda: run(recompute_model))
+    return plain, recompute, rows, sorted({str(w.message).splitlines()[0] for w in caught})
+
+
+def gradient_parity(setup: Setup) -> list[Row]:
+    """Compare loss, output, parameter gradients (training-like inputs) and the input gradient.
+
+    The input gradient comes from a second pair of runs whose floating input requires grad:
+    that changes what the reentrant implementation records, so it is kept out of the
+    training-like comparison.
+
+    Returns:
+        One row per tensor (metric ``max_abs_err``; ``max_rel_err``, ``bitwise_equal``,
+        ``atol``, ``rtol`` as extra columns), plus INFO rows for warnings torch raised.
+    """
+    rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
+    plain, recompute, rows, caught = _pair(setup, input_grad=False)
+    if rows:
+        return rows
+    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol),
+           tensor_row(GRADIENT_PARITY, "output", plain.output, recompute.output, rtol, atol)]
+    for name in sorted(set(plain.grads) | set(recompute.grads)):
+        out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol, atol))
+    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO) for w in caught]
+    if not setup.batch[0].is_floating_point():
+        return out + [Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO,
+                          detail=f"input is {setup.batch[0].dtype}: it has no gradient")]
+    plain, recompute, rows, _ = _pair(setup, input_grad=True)
+    if rows:
+        return out + rows
+    return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain.input_grad, recompute.input_grad, rtol, atol)]

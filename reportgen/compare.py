@@ -1,0 +1,66 @@
+"""Measure how far two tensors are apart; judge against assert_close-style tolerances.
+
+Measuring and judging are separate (as deepchecks separates checks from conditions):
+:func:`measure` returns numbers, :func:`judge` turns them into a status.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+#: torch.testing.assert_close defaults ``(rtol, atol)`` per dtype, from its documentation
+#: (https://pytorch.org/docs/stable/testing.html#torch.testing.assert_close).
+DEFAULT_TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+
+
+def tolerances(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
+    """``(rtol, atol)``: configured values, else assert_close's defaults for ``dtype`` (0, 0 for
+    integer and bool tensors, which must match exactly)."""
+    default = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
+
+
+@dataclass
+class Distance:
+    """How two tensors differ.
+
+    Attributes:
+        max_abs_err: ``max |a - b|`` (inf when shapes differ, 0 for two empty tensors).
+        max_rel_err: ``max |a - b| / |b|`` over elements with ``b != 0``.
+        bitwise_equal: every element identical (NaN equal to NaN).
+        worst_excess: ``max(|a - b| - (atol + rtol |b|))``; <= 0 means within tolerance.
+    """
+
+    max_abs_err: float
+    max_rel_err: float
+    bitwise_equal: bool
+    worst_excess: float
+
+
+def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
+    """Distance of ``a`` (recompute) from ``b`` (plain), with assert_close's closeness rule
+    ``|a - b| <= atol + rtol * |b|``, computed in float64."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return Distance(float("inf"), float("inf"), False, float("inf"))
+    if a.numel() == 0:
+        return Distance(0.0, 0.0, True, 0.0)
+    a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+    both_nan = a64.isnan() & b64.isnan()
+    diff = (a64 - b64).abs().masked_fill(both_nan, 0.0).nan_to_num(nan=float("inf"))
+    nonzero = b64 != 0
+    rel = (diff[nonzero] / b64[nonzero].abs()).max().item() if nonzero.any() else (0.0 if diff.max() == 0 else float("inf"))
+    excess = (diff - (atol + rtol * b64.abs().nan_to_num(0.0))).max().item()
+    bitwise = bool(((a64 == b64) | both_nan).all())
+    return Distance(diff.max().item(), rel, bitwise, excess)
+
+
+def judge(distance: Distance) -> bool:
+    """True when every element is within tolerance (assert_close's rule)."""
+    return distance.worst_excess <= 0.0

@@ -1,0 +1,160 @@
+"""Structured-config schemas, validated by Hydra at compose time.
+
+The schemas follow Hydra's structured-config tutorial: each group is a dataclass stored in
+the ConfigStore, so a typo such as ``parity.rtlo=1e-3`` or ``recompute.mode=reentrnt``
+fails while composing, before any model is built. ``model`` and ``task`` stay free-form
+(``Any``): they are ``_target_`` nodes that point at the user's own code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+#: Names of the checks, as they appear in the ``check`` column and in ``verdict.required``.
+GRADIENT_PARITY = "gradient parity"
+STEP_PARITY = "optimizer-step parity"
+STATE_PARITY = "state parity"
+MEMORY = "warm-step memory"
+TIME = "warm-step time"
+TASK_METRICS = "task metrics"
+LARGER_BATCH = "larger-batch experiment"
+
+
+class RecomputeMode(Enum):
+    """How recomputation is applied (torch.utils.checkpoint implementations)."""
+
+    non_reentrant = "non_reentrant"  #: ``use_reentrant=False`` (torch's recommended default)
+    reentrant = "reentrant"  #: ``use_reentrant=True`` (legacy autograd.Function path)
+    selective = "selective"  #: non-reentrant + ``create_selective_checkpoint_contexts``
+
+
+@dataclass
+class RecomputeConfig:
+    """What is recomputed and how; every field is printed in the report."""
+
+    mode: RecomputeMode = RecomputeMode.non_reentrant
+    #: Class names (``Block``) or module-path globs (``blocks.*``); zero matches is an error.
+    targets: List[str] = field(default_factory=list)
+    #: torch.utils.checkpoint ``preserve_rng_state``: replay the forward RNG in recompute.
+    preserve_rng_state: bool = True
+    #: torch.utils.checkpoint ``determinism_check`` ("default" compares shapes/dtypes, or "none").
+    determinism_check: str = "default"
+    #: Selective mode only: ops whose outputs are saved, e.g. ``aten.mm`` or ``aten.mm.default``.
+    save_ops: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ParityConfig:
+    """Fixed-input and one-optimizer-step parity."""
+
+    #: Relative tolerance; null = torch.testing.assert_close's default for the dtype.
+    rtol: Optional[float] = None
+    #: Absolute tolerance; null = torch.testing.assert_close's default for the dtype.
+    atol: Optional[float] = None
+    #: Examples in the fixed batch.
+    batch_size: int = 16
+    #: Optimizer for the one-step parity, a ``_target_`` node called with ``params=``.
+    optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
+
+
+@dataclass
+class MemoryConfig:
+    """Warm-step memory: saved activations everywhere, allocator peaks on CUDA."""
+
+    enabled: bool = True
+    #: Steps run before the measured step (optimizer state initialised, caches warm).
+    warm_steps: int = 3
+    #: WARN when recompute saves less than this share of the plain run's saved bytes.
+    negligible_saving_share: float = 0.05
+    #: GPU-free estimate at a target scale: model/task keyword overrides (empty = off).
+    estimate: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TimingConfig:
+    """Warm-step time of plain vs recompute, interleaved."""
+
+    enabled: bool = True
+    warmup_steps: int = 3  #: excluded from timing
+    measured_steps: int = 20  #: per variant, interleaved plain/recompute
+    bootstrap_samples: int = 2000  #: resamples for the 95% CI of the overhead ratio
+    #: Deadline: maximum recompute/plain median step-time ratio (null = no deadline).
+    max_overhead_ratio: Optional[float] = None
+    #: Deadline: maximum recompute median step time in ms (null = no deadline).
+    max_step_time_ms: Optional[float] = None
+
+
+@dataclass
+class BudgetConfig:
+    """Equal accepted-example budget training and task metrics."""
+
+    enabled: bool = True
+    examples: int = 2048  #: accepted examples per run
+    batch_size: int = 32  #: examples per step
+    seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
+    #: Largest allowed |plain - recompute| difference of the task metric, per seed.
+    metric_tolerance: float = 1e-4
+    eval_every: int = 256  #: accepted examples between learning-curve points
+    #: Optimizer for training, a ``_target_`` node called with ``params=``.
+    optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
+
+
+@dataclass
+class LargerBatchConfig:
+    """The flagged larger-batch experiment (never part of the verdict)."""
+
+    enabled: bool = True
+    max_batch_size: int = 4096  #: search ceiling, examples
+    #: Learning-rate scaling rule for the larger batch: "none", "linear" or "sqrt".
+    lr_scaling: str = "none"
+
+
+@dataclass
+class ReportConfig:
+    """Rendering and signing."""
+
+    title: str = "Activation recomputation report"
+    pdf: bool = True
+    sign: bool = True
+    #: Private key (PEM). Null = $REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem.
+    key_path: Optional[str] = None
+
+
+@dataclass
+class VerdictConfig:
+    """Which checks the claim needs; ERROR/NOT_RUN in a required check fails the claim."""
+
+    required: List[str] = field(
+        default_factory=lambda: [GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, MEMORY, TIME, TASK_METRICS]
+    )
+
+
+@dataclass
+class Config:
+    """The primary config. ``model`` and ``task`` come from ``+model=x``."""
+
+    model: Any = None
+    task: Any = None
+    recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
+    seed: int = 0  #: seeds the weights of both twins
+    #: ``torch.manual_seed`` before every forward of every run (null = do not reseed).
+    forward_seed: Optional[int] = 0
+    dtype: str = "float32"  #: float32 | float64 | bfloat16 | float16
+    device: str = "auto"  #: auto = cuda when available, else cpu
+    parity: ParityConfig = field(default_factory=ParityConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    larger_batch: LargerBatchConfig = field(default_factory=LargerBatchConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore (``reportgen_schema`` and ``recompute/base``)."""
+    cs = ConfigStore.instance()
+    cs.store(name="reportgen_schema", node=Config)
+    cs.store(group="recompute", name="base_recompute", node=RecomputeConfig)

@@ -1,0 +1,1 @@
+"""Built-in models: ``ffn`` (tutorial block), ``mlp`` (digits) and ``gpt`` (character LM)."""

@@ -1,0 +1,149 @@
+"""Apply activation recomputation to target submodules with torch's own wrapper.
+
+Follows torchtitan's ``activation_checkpoint.py``: find the target blocks, wrap each with
+``torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper`` (which
+calls ``torch.utils.checkpoint.checkpoint``), and return exactly which modules were wrapped.
+Zero matches is an error, never a silent no-op.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    _CHECKPOINT_PREFIX,
+    CheckpointImpl,
+    CheckpointWrapper,
+    checkpoint_wrapper,
+)
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from .config import RecomputeMode
+
+
+class RecomputeConfigError(ValueError):
+    """The recompute settings cannot be applied to this model (a usage error, exit 2)."""
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """One wrapped module: its path in the model (``blocks.0``) and class name."""
+
+    path: str
+    cls: str
+
+
+def matches(path: str, module: nn.Module, pattern: str) -> bool:
+    """True when ``pattern`` names the module's class or glob-matches its path.
+
+    ``Block`` matches every ``Block`` instance; ``blocks.*`` or ``layers.[0-3]`` match paths
+    with :func:`fnmatch.fnmatchcase`; a plain path such as ``head`` matches that path.
+    """
+    return type(module).__name__ == pattern or fnmatchcase(path, pattern)
+
+
+def find_targets(model: nn.Module, targets: list[str]) -> list[Wrapped]:
+    """Modules of ``model`` that a target matches, outermost only (a match inside a match
+    is already recomputed by its ancestor).
+
+    Raises:
+        RecomputeConfigError: no targets given, the root matched, or nothing matched; the
+            message lists the module classes present so the user can fix ``recompute.targets``.
+    """
+    if not targets:
+        raise RecomputeConfigError("recompute.targets is empty: name module classes or path globs to recompute")
+    found: list[Wrapped] = []
+    for path, module in model.named_modules():
+        if not any(matches(path, module, t) for t in targets):
+            continue
+        if path == "":
+            raise RecomputeConfigError("a recompute target matched the whole model; target its submodules instead")
+        if any(path.startswith(w.path + ".") for w in found):
+            continue
+        found.append(Wrapped(path, type(module).__name__))
+    if not found:
+        classes = sorted({type(m).__name__ for _, m in model.named_modules()})
+        raise RecomputeConfigError(
+            f"recompute.targets={list(targets)} matched no module. Classes in this model: {', '.join(classes)}. "
+            "Set recompute.targets to class names or module-path globs (e.g. 'blocks.*')."
+        )
+    return found
+
+
+def resolve_ops(names: list[str]) -> list[torch._ops.OpOverload]:
+    """Resolve op names to concrete overloads for a selective policy.
+
+    ``aten.mm`` is an op *packet*; the policy is called with overloads (``aten.mm.default``),
+    so a packet would silently match nothing. Packets are expanded to all their overloads.
+
+    Raises:
+        RecomputeConfigError: a name does not resolve to an op.
+    """
+    ops = []
+    for name in names:
+        namespace, _, rest = name.partition(".")
+        target = getattr(torch.ops, namespace, None)
+        for part in rest.split("."):
+            target = getattr(target, part, None) if target is not None and part else None
+        if isinstance(target, torch._ops.OpOverloadPacket):
+            ops.extend(getattr(target, o) for o in target.overloads())
+        elif isinstance(target, torch._ops.OpOverload):
+            ops.append(target)
+        else:
+            raise RecomputeConfigError(f"recompute.save_ops: {name!r} is not an op; write e.g. 'aten.mm' or 'aten.mm.default'")
+    return ops
+
+
+def _save_listed(ops: frozenset, ctx, func, *args, **kwargs) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if func in ops else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def checkpoint_kwargs(rc) -> tuple[CheckpointImpl, dict]:
+    """Translate ``cfg.recompute`` into checkpoint_wrapper's implementation and kwargs."""
+    mode = RecomputeMode(rc.mode) if not isinstance(rc.mode, RecomputeMode) else rc.mode
+    kwargs = {"preserve_rng_state": bool(rc.preserve_rng_state), "determinism_check": str(rc.determinism_check)}
+    if mode is RecomputeMode.reentrant:
+        return CheckpointImpl.REENTRANT, {"preserve_rng_state": kwargs["preserve_rng_state"]}
+    if mode is RecomputeMode.selective:
+        if not rc.save_ops:
+            raise RecomputeConfigError("recompute.mode=selective needs recompute.save_ops, e.g. ['aten.mm']")
+        policy = functools.partial(_save_listed, frozenset(resolve_ops(list(rc.save_ops))))
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
+    elif rc.save_ops:
+        raise RecomputeConfigError("recompute.save_ops is only used with recompute=selective")
+    return CheckpointImpl.NO_REENTRANT, kwargs
+
+
+def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
+    """Wrap each target submodule of ``model`` in place; return what was wrapped.
+
+    Args:
+        model: the recompute twin (modified in place).
+        rc: ``cfg.recompute`` (mode, targets, preserve_rng_state, determinism_check, save_ops).
+
+    Raises:
+        RecomputeConfigError: see :func:`find_targets` and :func:`resolve_ops`.
+    """
+    impl, kwargs = checkpoint_kwargs(rc)
+    wrapped = find_targets(model, list(rc.targets))
+    for w in wrapped:
+        parent_path, _, name = w.path.rpartition(".")
+        parent = model.get_submodule(parent_path)
+        setattr(parent, name, checkpoint_wrapper(parent.get_submodule(name), checkpoint_impl=impl, **kwargs))
+    return wrapped
+
+
+def plain_name(name: str) -> str:
+    """A recompute-twin parameter/module name with the wrapper's segment removed, so it
+    equals the plain twin's name (``blocks.0._checkpoint_wrapped_module.lin`` → ``blocks.0.lin``)."""
+    return name.replace(_CHECKPOINT_PREFIX, "").replace("." + _CHECKPOINT_PREFIX.rstrip("."), "")
+
+
+def named_inner_modules(model: nn.Module):
+    """``(plain_name, module)`` for every module except the wrappers themselves."""
+    for name, module in model.named_modules():
+        if not isinstance(module, CheckpointWrapper):
+            yield plain_name(name), module

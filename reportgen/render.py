@@ -1,0 +1,93 @@
+"""Frame + metadata → view model → ``templates/report.html.j2`` → report.html → report.pdf.
+
+Markup lives only in templates (autoescape on, StrictUndefined); this module shapes data.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from .paths import templates_dir
+from .results import SEVERITY, atomic_write, check_summary
+
+#: Section order and the sentence that introduces each check in the report.
+SECTION_INTRO = {
+    "gradient parity": "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first.",
+    "optimizer-step parity": "One step of the configured optimizer on each twin: parameters and optimizer state after it.",
+    "state parity": "Buffers, plain Python attributes of modules, and the global RNG state after backward.",
+}
+
+
+def fmt_num(value: Any) -> str:
+    """Numbers for people: 3 significant digits, ``—`` for missing, ``inf`` spelled out."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if math.isinf(value):
+            return "inf"
+        return f"{value:.3g}" if value != int(value) or abs(value) >= 1e6 else f"{int(value)}"
+    return str(value)
+
+
+def fmt_bytes(value: Any) -> str:
+    """Bytes in binary units (KiB, MiB, GiB)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    value = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value} TiB"
+
+
+def environment() -> Environment:
+    """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters."""
+    env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=fmt_num, bytes=fmt_bytes)
+    return env
+
+
+def _records(group: pd.DataFrame) -> list[dict]:
+    """Rows of one check, worst status first, then largest value first."""
+    order = {s: i for i, s in enumerate(SEVERITY)}
+    group = group.assign(_sev=group.status.map(order), _val=pd.to_numeric(group.value, errors="coerce").fillna(-1))
+    group = group.sort_values(["_sev", "_val"], ascending=[True, False], kind="stable")
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in group.drop(columns=["_sev", "_val"]).to_dict("records")]
+
+
+def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str]) -> dict:
+    """What the templates read: metadata, verdict, per-check summary and sections."""
+    summary = check_summary(frame, required)
+    sections = []
+    for check in summary.check:
+        group = frame[frame.check == check]
+        status = summary.loc[summary.check == check, "status"].iloc[0]
+        sections.append({"check": check, "status": status, "intro": SECTION_INTRO.get(check, ""),
+                         "rows": _records(group), "anchor": check.replace(" ", "-")})
+    return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections}
+
+
+def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True,
+                  required: list[str] | None = None) -> dict[str, Path]:
+    """Write report.html (and report.pdf with WeasyPrint) into ``out_dir``.
+
+    Returns:
+        ``{"html": path, "pdf": path}`` of what was written.
+    """
+    required = list(required or [])
+    html = environment().get_template("report.html.j2").render(**view_model(frame, meta, verdict, required))
+    paths = {"html": atomic_write(out_dir / "report.html", html)}
+    if pdf:
+        from weasyprint import HTML
+
+        paths["pdf"] = atomic_write(out_dir / "report.pdf", HTML(string=html, base_url=str(templates_dir())).write_pdf())
+    return paths

@@ -1,0 +1,160 @@
+"""Everything the checks share: the task, seeded twins from one state_dict, the fixed batch.
+
+Every check asks for fresh twins, so one check's side effects (counters, running stats,
+RNG draws) never leak into the next one's measurements.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hydra.utils import get_method, instantiate
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from .recompute import Wrapped, apply_recompute, plain_name
+from .tasks import Batch, batch_to
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class SetupError(ValueError):
+    """The model, task or precision in the config cannot be built (a usage error, exit 2)."""
+
+
+@dataclass
+class Setup:
+    """The run's shared inputs.
+
+    Attributes:
+        cfg: the composed config.
+        task: the instantiated task (see :class:`reportgen.tasks.Task`).
+        device: where both twins run.
+        dtype: precision of both twins.
+        state: the one initial ``state_dict`` both twins load.
+        wrapped: modules the recompute twin wraps (path and class).
+        batch: the fixed parity batch ``(inputs, targets)`` on ``device``.
+    """
+
+    cfg: DictConfig
+    task: Any
+    device: torch.device
+    dtype: torch.dtype
+    state: dict[str, Tensor]
+    wrapped: list[Wrapped]
+    batch: Batch
+    model_classes: list[str] = field(default_factory=list)
+
+    def build(self, recompute: bool) -> nn.Module:
+        """A fresh twin with the shared initial weights; ``recompute`` wraps the targets."""
+        model = _instantiate_model(self.cfg, self.task, self.device, self.dtype)
+        model.load_state_dict(self.state)
+        if recompute:
+            apply_recompute(model, self.cfg.recompute)
+        return model.train()
+
+    def twins(self) -> tuple[nn.Module, nn.Module]:
+        """``(plain, recompute)`` twins built from the same ``state_dict``."""
+        return self.build(False), self.build(True)
+
+    def make_batch(self, batch_size: int, seed: int) -> Batch:
+        """A task batch of ``batch_size`` examples drawn with ``seed``, on device."""
+        generator = torch.Generator().manual_seed(seed)
+        return batch_to(self.task.make_batch(generator, batch_size), self.device, self.dtype)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → cuda when available, else cpu.
+
+    Raises:
+        SetupError: cuda asked for where there is none.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SetupError("device=cuda but torch sees no CUDA device; use device=cpu or device=auto")
+    return torch.device(name)
+
+
+def _instantiate_model(cfg: DictConfig, task: Any, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    factory = get_method(cfg.model._target_)
+    params = inspect.signature(factory).parameters
+    extra = {"task": task} if "task" in params else {}
+    torch.manual_seed(cfg.seed)
+    model = instantiate(cfg.model, **extra)
+    if not isinstance(model, nn.Module):
+        raise SetupError(f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module")
+    return model.to(device=device, dtype=dtype)
+
+
+def build_setup(cfg: DictConfig) -> Setup:
+    """Instantiate the task and model, validate the recompute targets, draw the fixed batch.
+
+    Raises:
+        SetupError: model/task cannot be imported or built, or bad dtype/device.
+        reportgen.recompute.RecomputeConfigError: targets match nothing, bad save_ops, ...
+    """
+    if cfg.dtype not in DTYPES:
+        raise SetupError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    try:
+        task = instantiate(cfg.task)
+        model = _instantiate_model(cfg, task, device, dtype)
+    except SetupError:
+        raise
+    except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
+        raise SetupError(f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
+                         "and that your code is importable (PYTHONPATH).") from exc
+    probe = copy.deepcopy(model)
+    wrapped = apply_recompute(probe, cfg.recompute)
+    classes = sorted({type(m).__name__ for m in model.modules()})
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    setup = Setup(cfg, task, device, dtype, state, wrapped, batch=(), model_classes=classes)
+    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    return setup
+
+
+@dataclass
+class StepOutput:
+    """What one forward/backward produced.
+
+    Attributes:
+        loss: scalar loss (detached).
+        output: model output (detached).
+        input_grad: gradient w.r.t. the floating input, or None when not asked / integer input.
+        grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
+    """
+
+    loss: Tensor
+    output: Tensor
+    input_grad: Tensor | None
+    grads: dict[str, Tensor | None]
+
+
+def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
+                     input_grad: bool = False) -> StepOutput:
+    """One forward and backward on a clone of ``batch`` (the shared parity function).
+
+    Args:
+        model: a twin in train mode.
+        batch: ``(inputs, targets)``; inputs are cloned, never modified.
+        loss_fn: ``fn(output, target) -> scalar``.
+        forward_seed: ``torch.manual_seed`` right before the forward (None = leave RNG alone).
+        input_grad: make a floating input require grad and return its gradient. Off for the
+            training-like runs: a leaf that requires grad changes what the reentrant
+            implementation does, so it is measured in a separate run.
+    """
+    x, y = (t.clone() for t in batch)
+    if input_grad and x.is_floating_point():
+        x.requires_grad_(True)
+    if forward_seed is not None:
+        torch.manual_seed(forward_seed)
+    output = model(x)
+    loss = loss_fn(output, y)
+    loss.backward()
+    grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+             for n, p in model.named_parameters() if p.requires_grad}
+    return StepOutput(loss.detach(), output.detach(), x.grad if x.requires_grad else None, grads)
