@@ -27,6 +27,8 @@ def usage() -> str:
 
 def run_job(cfg: DictConfig, out_dir: str) -> int:
     """One Hydra job: check that a model was chosen, then run the pipeline."""
+    for noisy in ("fontTools", "weasyprint", "matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     if cfg.get("model") is None or cfg.get("task") is None:
         print(usage())
         return 2
@@ -42,12 +44,13 @@ def record(code: int) -> None:
 
 def exit_code(app: Callable[[], None]) -> int:
     """Run the Hydra app and turn what happened into the process exit code."""
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     try:
         app()
     except SystemExit as exc:
         if not _codes and exc.code not in (0, None):
-            print(usage())
+            models = ", ".join(builtin_models())
+            print(f"reportgen: cannot start: fix the config error above. Built-in models: {models}; "
+                  f"e.g. python -m reportgen +model={builtin_models()[0]}")
             return 2
         raise
     return max(_codes) if _codes else 0

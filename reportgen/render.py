@@ -12,6 +12,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from .paths import templates_dir
+from .plots import section_plots
 from .results import SEVERITY, atomic_write, check_summary
 
 #: Section order and the sentence that introduces each check in the report.
@@ -71,8 +72,12 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     for check in summary.check:
         group = frame[frame.check == check]
         status = summary.loc[summary.check == check, "status"].iloc[0]
+        anchor = check.replace(" ", "-")
+        own = templates_dir() / "sections" / f"{anchor}.html.j2"
         sections.append({"check": check, "status": status, "intro": SECTION_INTRO.get(check, ""),
-                         "rows": _records(group), "anchor": check.replace(" ", "-")})
+                         "rows": _records(group), "anchor": anchor,
+                         "template": f"sections/{anchor}.html.j2" if own.exists() else "sections/rows.html.j2",
+                         "plots": section_plots(check, group)})
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections}
 
 

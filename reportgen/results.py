@@ -16,8 +16,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
-#: Worst first: the status of a check is the first of these that any of its rows has.
-SEVERITY = [ERROR, FAIL, NOT_RUN, WARN, PASS, FLAGGED, INFO]
+#: Worst first: the status of a check is the first of these that any of its rows has. A
+#: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
+SEVERITY = [FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
 COLUMNS = ["check", "item", "variant", "metric", "value", "threshold", "comparator", "status", "detail", "seconds"]
 
 

@@ -62,3 +62,11 @@ def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[R
         return fn(), []
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row
         return None, [error_row(check, exc, where, time.perf_counter() - start)]
+
+
+def tagged_input_grad(row: Row) -> Row:
+    """Mark a row measured in the fallback run whose input requires grad (used when the
+    training-like recompute run raised, e.g. reentrant with no input requiring grad)."""
+    row.item += " [input requires grad]"
+    row.detail += "; measured with the input requiring grad, since the training-like run raised"
+    return row

@@ -11,7 +11,7 @@ import warnings
 from ..config import GRADIENT_PARITY
 from ..results import INFO, Row
 from ..setup import Setup, forward_backward
-from .common import run_twin, tensor_row
+from .common import run_twin, tagged_input_grad, tensor_row
 
 
 def _pair(setup: Setup, input_grad: bool):
@@ -39,18 +39,26 @@ def gradient_parity(setup: Setup) -> list[Row]:
         ``atol``, ``rtol`` as extra columns), plus INFO rows for warnings torch raised.
     """
     rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
-    plain, recompute, rows, caught = _pair(setup, input_grad=False)
-    if rows:
-        return rows
+    plain, recompute, out, caught = _pair(setup, input_grad=False)
+    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO) for w in caught]
+    if plain is None:  # the plain run raised: nothing to compare against
+        return out
+    if recompute is not None:
+        out += _tensor_rows(plain, recompute, rtol, atol)
+    if not setup.batch[0].is_floating_point():
+        return out + [Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO,
+                          detail=f"input is {setup.batch[0].dtype}: it has no gradient")]
+    plain_g, recompute_g, errors, _ = _pair(setup, input_grad=True)
+    if errors:
+        return out + errors
+    if recompute is None:  # the training-like recompute run raised: show what differs where it can run
+        out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, rtol, atol)]
+    return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain_g.input_grad, recompute_g.input_grad, rtol, atol)]
+
+
+def _tensor_rows(plain, recompute, rtol, atol) -> list[Row]:
     out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol),
            tensor_row(GRADIENT_PARITY, "output", plain.output, recompute.output, rtol, atol)]
     for name in sorted(set(plain.grads) | set(recompute.grads)):
         out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol, atol))
-    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO) for w in caught]
-    if not setup.batch[0].is_floating_point():
-        return out + [Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO,
-                          detail=f"input is {setup.batch[0].dtype}: it has no gradient")]
-    plain, recompute, rows, _ = _pair(setup, input_grad=True)
-    if rows:
-        return out + rows
-    return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain.input_grad, recompute.input_grad, rtol, atol)]
+    return out

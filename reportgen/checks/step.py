@@ -11,9 +11,9 @@ from torch import nn
 
 from ..config import STATE_PARITY, STEP_PARITY
 from ..recompute import named_inner_modules, plain_name
-from ..results import Row
+from ..results import ERROR, Row
 from ..setup import Setup, forward_backward
-from .common import run_twin, tensor_row, value_row
+from .common import run_twin, tagged_input_grad, tensor_row, value_row
 
 _SCALARS = (bool, int, float, str)
 _SIZED = (list, tuple, dict, set)
@@ -54,11 +54,11 @@ def rng_state() -> dict[str, torch.Tensor]:
     return states
 
 
-def one_step(model: nn.Module, setup: Setup) -> AfterStep:
+def one_step(model: nn.Module, setup: Setup, input_grad: bool = False) -> AfterStep:
     """Forward, backward, read the RNG, one step of ``cfg.parity.optimizer``; snapshot everything."""
     names = {p: plain_name(n) for n, p in model.named_parameters()}
     optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
-    forward_backward(model, setup.batch, setup.task.loss, setup.cfg.forward_seed)
+    forward_backward(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)
     rng = {k: v.clone() for k, v in rng_state().items()}
     optimizer.step()
     opt_state = {f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
@@ -83,11 +83,19 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
         ``state parity`` rows (each buffer, each plain attribute, each RNG state; an RNG state
         is compared bitwise: any difference means later random draws differ).
     """
+    rows = _compare_step(setup, input_grad=False)
+    recompute_raised = any(r.status == ERROR and r.item == "recompute" for r in rows)
+    if recompute_raised and setup.batch[0].is_floating_point():
+        rows += [tagged_input_grad(r) for r in _compare_step(setup, input_grad=True)]
+    return rows
+
+
+def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
     plain_model, recompute_model = setup.twins()
-    plain, rows = run_twin(STEP_PARITY, "plain", lambda: one_step(plain_model, setup))
+    plain, rows = run_twin(STEP_PARITY, "plain", lambda: one_step(plain_model, setup, input_grad))
     if rows:
         return rows
-    recompute, rows = run_twin(STEP_PARITY, "recompute", lambda: one_step(recompute_model, setup))
+    recompute, rows = run_twin(STEP_PARITY, "recompute", lambda: one_step(recompute_model, setup, input_grad))
     if rows:
         return rows
     out = _tensor_rows(STEP_PARITY, "param ", plain.params, recompute.params, setup)

@@ -1,0 +1,72 @@
+"""Each handed fault case, reproduced in tests/user_models, reaches the verdict its table states.
+
+Run as a user model: composed from a config directory outside the package (tests/user_conf).
+"""
+import pytest
+
+from reportgen.checks.parity import gradient_parity
+from reportgen.checks.step import step_and_state_parity
+from reportgen.results import check_summary, to_frame
+from reportgen.setup import build_setup
+
+from conftest import compose_config
+
+
+def parity_status(*overrides):
+    """``{check: status}`` and the frame, for the parity checks of a composed user config."""
+    setup = build_setup(compose_config(*overrides, user_conf=True))
+    frame = to_frame(gradient_parity(setup) + step_and_state_parity(setup))
+    summary = check_summary(frame, [])
+    return dict(zip(summary.check, summary.status)), frame
+
+
+def test_dropout_without_rng_preservation_fails_gradients_but_not_loss():
+    status, frame = parity_status("+model=dropout_rng", "recompute.preserve_rng_state=false")
+    assert status["gradient parity"] == "FAIL"
+    assert status["optimizer-step parity"] == "FAIL"
+    loss = frame[(frame.check == "gradient parity") & (frame["item"] == "loss")].iloc[0]
+    assert loss.status == "PASS" and loss.bitwise_equal
+    rng = frame[frame["item"].str.startswith("RNG torch.get_rng_state()")].iloc[0]
+    assert rng.status == "FAIL"
+
+
+def test_dropout_with_rng_preservation_is_bitwise_equal():
+    status, frame = parity_status("+model=dropout_rng", "recompute.preserve_rng_state=true")
+    assert set(status.values()) <= {"PASS", "INFO"}
+    grads = frame[(frame.check == "gradient parity") & frame["item"].str.endswith(".grad")]
+    assert len(grads) == 9 and grads.bitwise_equal.all()  # 8 parameters + input.grad
+
+
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
+def test_batchnorm_state_fails_gradients_pass(mode):
+    status, frame = parity_status("+model=batchnorm_stats", f"recompute={mode}")
+    assert status["state parity"] == "FAIL"
+    assert status["gradient parity"] == "PASS"
+    tracked = frame[frame["item"] == "buffer blocks.0.bn.num_batches_tracked"].iloc[0]
+    assert tracked.status == "FAIL" and tracked.value == 1.0  # 2 batches tracked vs 1
+
+
+def test_frozen_input_reentrant_loses_block_gradients():
+    status, frame = parity_status("+model=frozen_input", "recompute=reentrant")
+    assert status["gradient parity"] == "FAIL"
+    lost = frame[(frame.check == "gradient parity") & (frame.status == "FAIL")]
+    assert set(lost["item"]) == {f"adapters.{i}.proj.{p}.grad" for i in (0, 1) for p in ("weight", "bias")}
+    assert lost.detail.str.contains("None in the recompute run").all()
+
+
+def test_frozen_input_non_reentrant_passes():
+    status, _ = parity_status("+model=frozen_input", "recompute=non_reentrant")
+    assert set(status.values()) <= {"PASS", "INFO"}
+
+
+def test_forward_counter_reentrant_fails_gradients_and_state():
+    status, frame = parity_status("+model=forward_counter", "recompute=reentrant")
+    assert status["gradient parity"] == "FAIL" and status["state parity"] == "FAIL"
+
+
+def test_forward_counter_non_reentrant_fails_state_and_names_the_attribute():
+    status, frame = parity_status("+model=forward_counter", "recompute=non_reentrant")
+    assert status["gradient parity"] == "PASS" and status["state parity"] == "FAIL"
+    bad = frame[(frame.check == "state parity") & (frame.status == "FAIL")]
+    assert set(bad["item"]) == {"attribute 0.steps", "attribute 1.steps"}
+    assert "plain=1, recompute=2" in bad.detail.iloc[0]
