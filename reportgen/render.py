@@ -13,7 +13,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .paths import templates_dir
 from .plots import section_plots
-from .results import SEVERITY, atomic_write, check_summary
+from .results import ERROR, FAIL, NOT_RUN, SEVERITY, WARN, atomic_write, check_summary
 
 #: Section order and the sentence that introduces each check in the report.
 SECTION_INTRO = {
@@ -21,6 +21,11 @@ SECTION_INTRO = {
     "optimizer-step parity": "One step of the configured optimizer on each twin: parameters and optimizer state after it.",
     "state parity": "Buffers, plain Python attributes of modules, and the global RNG state after backward.",
 }
+
+
+#: Rows shown per section in the report; the rest (all passing when the table is sorted worst
+#: first and no more fail) are summarised in one line and stay in results.csv.
+SHOWN_ROWS = 30
 
 
 def fmt_num(value: Any) -> str:
@@ -74,8 +79,9 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
         status = summary.loc[summary.check == check, "status"].iloc[0]
         anchor = check.replace(" ", "-")
         own = templates_dir() / "sections" / f"{anchor}.html.j2"
+        not_passing = int(group.status.isin([FAIL, ERROR, NOT_RUN, WARN]).sum())
         sections.append({"check": check, "status": status, "intro": SECTION_INTRO.get(check, ""),
-                         "rows": _records(group), "anchor": anchor,
+                         "rows": _records(group), "anchor": anchor, "shown": max(SHOWN_ROWS, not_passing),
                          "template": f"sections/{anchor}.html.j2" if own.exists() else "sections/rows.html.j2",
                          "plots": section_plots(check, group)})
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections}

@@ -1,0 +1,74 @@
+"""The Hydra entry point as a user runs it: exit codes, messages, outputs (slow: subprocesses)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import TESTS
+
+REPO = TESTS.parent
+pytestmark = pytest.mark.slow
+
+
+def reportgen(tmp_path: Path, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
+    """Run ``python -m reportgen ARGS`` in ``tmp_path`` (outputs land there)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
+    return subprocess.run([sys.executable, "-m", "reportgen", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def run_dirs(tmp_path: Path) -> list[Path]:
+    return sorted(p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir())
+
+
+def test_no_model_exits_2_with_usage_and_no_traceback(tmp_path):
+    proc = reportgen(tmp_path)
+    assert proc.returncode == 2
+    assert "+model=ffn" in proc.stdout and "ffn, gpt, mlp" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_unknown_model_exits_2_listing_models(tmp_path):
+    proc = reportgen(tmp_path, "+model=nope")
+    assert proc.returncode == 2
+    out = proc.stdout + proc.stderr
+    assert "ffn, gpt, mlp" in out and "Traceback" not in out
+
+
+def test_targets_matching_nothing_exit_2_naming_classes(tmp_path):
+    proc = reportgen(tmp_path, "+model=ffn", "recompute.targets=[Nothing]", "report.sign=false")
+    assert proc.returncode == 2
+    assert "FeedForwardBlock" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_ffn_without_rng_preservation_fails_gradients_but_loss_passes(tmp_path):
+    proc = reportgen(tmp_path, "+model=ffn", "recompute.preserve_rng_state=false", "report.sign=false")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (run,) = run_dirs(tmp_path)
+    frame = pd.read_csv(run / "results.csv")
+    status = frame.groupby("check").status.agg(set)
+    assert "FAIL" in status["gradient parity"] and "FAIL" in status["optimizer-step parity"]
+    assert frame[(frame.check == "gradient parity") & (frame["item"] == "loss")].status.item() == "PASS"
+    for name in ("report.html", "report.pdf", "results.json"):
+        assert (run / name).stat().st_size > 0
+    assert json.loads((run / "results.json").read_text())[0]["check"] == "gradient parity"
+
+
+def test_two_runs_never_share_an_output_folder(tmp_path):
+    for _ in range(2):
+        reportgen(tmp_path, "+model=ffn", "report.sign=false", "report.pdf=false")
+    assert len(run_dirs(tmp_path)) == 2
+
+
+def test_user_model_from_own_config_dir(tmp_path):
+    proc = reportgen(tmp_path, "--config-dir", str(TESTS / "user_conf"), "+model=frozen_input", "recompute=reentrant",
+                     "report.sign=false", "report.pdf=false", pythonpath=str(TESTS))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (run,) = run_dirs(tmp_path)
+    frame = pd.read_csv(run / "results.csv")
+    lost = frame[(frame.check == "gradient parity") & (frame.status == "FAIL")]
+    assert lost["detail"].str.contains("None in the recompute run").all() and len(lost) == 4

@@ -1,0 +1,52 @@
+"""Measuring tensor distances and judging them against assert_close's rule."""
+import math
+
+import torch
+
+from reportgen.checks.common import tensor_row
+from reportgen.compare import judge, measure, tolerances
+
+
+def test_defaults_are_assert_close_defaults():
+    assert tolerances(torch.float32) == (1.3e-6, 1e-5)
+    assert tolerances(torch.float64) == (1e-7, 1e-7)
+    assert tolerances(torch.bfloat16) == (1.6e-2, 1e-5)
+    assert tolerances(torch.int64) == (0.0, 0.0)
+    assert tolerances(torch.float32, rtol=1e-3) == (1e-3, 1e-5)
+
+
+def test_measure_matches_hand_computed_errors():
+    b = torch.tensor([1.0, -2.0, 0.0, 4.0])
+    a = torch.tensor([1.0, -2.5, 1e-6, 4.0])
+    d = measure(a, b, rtol=0.0, atol=1e-3)
+    assert d.max_abs_err == 0.5
+    assert math.isclose(d.max_rel_err, 0.25)
+    assert not d.bitwise_equal and not judge(d)
+    assert judge(measure(a, b, rtol=0.3, atol=1e-5))
+
+
+def test_assert_close_agrees_with_judge():
+    torch.manual_seed(0)
+    b = torch.randn(100)
+    for scale in (1e-7, 1e-6, 1e-5, 1e-4):
+        a = b + scale * torch.randn(100)
+        rtol, atol = tolerances(torch.float32)
+        try:
+            torch.testing.assert_close(a, b)
+            expected = True
+        except AssertionError:
+            expected = False
+        assert judge(measure(a, b, rtol, atol)) is expected
+
+
+def test_none_in_one_run_is_fail_none_in_both_is_pass():
+    t = torch.ones(3)
+    assert tensor_row("gradient parity", "w.grad", t, None, None, None).status == "FAIL"
+    assert tensor_row("gradient parity", "w.grad", None, t, None, None).status == "FAIL"
+    assert tensor_row("gradient parity", "w.grad", None, None, None, None).status == "PASS"
+
+
+def test_nan_equal_to_nan_but_not_to_number():
+    a = torch.tensor([float("nan"), 1.0])
+    assert measure(a, a.clone(), 0, 0).bitwise_equal
+    assert not judge(measure(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), 0, 1.0))

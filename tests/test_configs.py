@@ -1,0 +1,50 @@
+"""Every shipped config composes and instantiates; schema typos fail at compose time."""
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from reportgen.paths import builtin_models, conf_dir
+from reportgen.setup import build_setup
+
+from conftest import compose_config
+
+
+def test_builtin_models_are_the_three_documented():
+    assert builtin_models() == ["ffn", "gpt", "mlp"]
+
+
+@pytest.mark.parametrize("name", ["ffn", "mlp", "gpt"])
+def test_model_config_composes_and_builds(name):
+    setup = build_setup(compose_config(f"+model={name}"))
+    assert setup.wrapped, "every built-in model has recompute targets"
+    first_line = (conf_dir() / "model" / f"{name}.yaml").read_text().splitlines()[1]
+    assert first_line == f"# python -m reportgen +model={name}"
+
+
+def test_ffn_is_the_tutorial_block():
+    setup = build_setup(compose_config("+model=ffn"))
+    model = setup.build(recompute=False)
+    layers = [type(m).__name__ for m in model[0].net]
+    assert layers == ["Linear", "ReLU", "Dropout", "Linear"]
+    assert (model[0].net[0].in_features, model[0].net[0].out_features, model[0].net[2].p) == (12, 24, 0.2)
+    assert tuple(setup.batch[0].shape) == (3, 12)
+    assert (setup.cfg.seed, setup.cfg.forward_seed) == (47, 71)
+
+
+def test_gpt_uses_python_docs_text_and_mlp_uses_digits():
+    gpt = build_setup(compose_config("+model=gpt"))
+    assert gpt.task.vocab_size > 90 and len(gpt.task.train) > 400_000
+    mlp = build_setup(compose_config("+model=mlp"))
+    assert len(mlp.task.x_train) + len(mlp.task.x_val) == 1797
+
+
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant", "selective"])
+def test_recompute_modes_compose(mode):
+    cfg = compose_config("+model=mlp", f"recompute={mode}")
+    assert cfg.recompute.mode.value == mode and list(cfg.recompute.targets) == ["ResidualMLPBlock"]
+
+
+@pytest.mark.parametrize("override", ["parity.rtlo=1e-3", "recompute.mode=reentrnt", "timing.measured_steps=many"])
+def test_schema_typos_fail_before_any_model_is_built(override):
+    with pytest.raises((ConfigCompositionException, ConfigKeyError, ValidationError)):
+        compose_config("+model=ffn", override)
