@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from .checks.common import error_row
 from .checks.parity import gradient_parity
+from .checks.policy import SELECTIVE_POLICY, selective_policy
 from .checks.step import step_and_state_parity
 from .config import GRADIENT_PARITY, STEP_PARITY
 from .metadata import run_metadata
@@ -28,6 +29,7 @@ log = logging.getLogger("reportgen")
 CHECKS: list[tuple[str, Callable[[Setup], list[Row]]]] = [
     (GRADIENT_PARITY, gradient_parity),
     (STEP_PARITY + " / state parity", step_and_state_parity),
+    (SELECTIVE_POLICY, selective_policy),
 ]
 
 EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE = 0, 1, 2

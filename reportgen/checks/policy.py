@@ -1,0 +1,73 @@
+"""Selective recompute: does each op in ``recompute.save_ops`` actually run in the wrapped regions?
+
+A save list that names an op the wrapped forward never calls (``aten.mm`` where ``nn.Linear``
+on 2-D input calls ``aten.addmm``) makes the selective policy match nothing: every activation
+is recomputed at full cost with no warning from torch. This check makes that visible.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..config import RecomputeMode
+from ..recompute import resolve_ops
+from ..results import PASS, WARN, Row
+from ..setup import Setup
+
+SELECTIVE_POLICY = "selective policy"
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts aten overloads dispatched while ``active[0]`` > 0 (inside a wrapped module)."""
+
+    def __init__(self, active: list[int]):
+        super().__init__()
+        self.active, self.seen = active, Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.active[0]:
+            self.seen[func] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_in_wrapped_forward(setup: Setup) -> Counter:
+    """``{OpOverload: calls}`` dispatched inside the target modules during one forward of the
+    plain twin on the fixed batch (the recompute twin runs the same ops)."""
+    model = setup.build(recompute=False)
+    active = [0]
+    handles = []
+    for w in setup.wrapped:
+        module = model.get_submodule(w.path)
+        handles.append(module.register_forward_pre_hook(lambda *_: active.__setitem__(0, active[0] + 1)))
+        handles.append(module.register_forward_hook(lambda *_: active.__setitem__(0, active[0] - 1)))
+    try:
+        with _OpCounter(active) as counter:
+            if setup.cfg.forward_seed is not None:
+                torch.manual_seed(setup.cfg.forward_seed)
+            model(setup.batch[0].clone())
+    finally:
+        for handle in handles:
+            handle.remove()
+    return counter.seen
+
+
+def selective_policy(setup: Setup) -> list[Row]:
+    """One row per ``save_ops`` entry: calls it matched in the wrapped forward (selective mode
+    only; no rows otherwise). Zero calls is WARN: the entry saves nothing."""
+    rc = setup.cfg.recompute
+    if RecomputeMode(getattr(rc.mode, "value", rc.mode)) is not RecomputeMode.selective:
+        return []
+    seen = ops_in_wrapped_forward(setup)
+    listing = ", ".join(f"{op} ×{n}" for op, n in seen.most_common(8))
+    rows = []
+    for name in rc.save_ops:
+        calls = sum(seen[op] for op in resolve_ops([name]))
+        ok = calls > 0
+        detail = (f"saved, not recomputed: {calls} call(s) of {name} per forward" if ok else
+                  f"{name} is never called inside the wrapped modules, so it saves nothing and everything is "
+                  f"recomputed. Ops that do run there: {listing}")
+        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(calls), "> 0", ">",
+                        PASS if ok else WARN, detail))
+    return rows
