@@ -4,6 +4,8 @@ Markup lives only in templates (autoescape on, StrictUndefined); this module sha
 """
 from __future__ import annotations
 
+import datetime as dt
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -13,13 +15,19 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .paths import templates_dir
 from .plots import section_plots
-from .results import ERROR, FAIL, NOT_RUN, SEVERITY, WARN, atomic_write, check_summary
+from .results import ERROR, FAIL, NOT_RUN, SEVERITY, WARN, atomic_write, check_summary, frame_to_json
 
 #: Section order and the sentence that introduces each check in the report.
 SECTION_INTRO = {
     "gradient parity": "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first.",
     "optimizer-step parity": "One step of the configured optimizer on each twin: parameters and optimizer state after it.",
     "state parity": "Buffers, plain Python attributes of modules, and the global RNG state after backward.",
+    "task metrics": "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins "
+                    "are trained from the same initial weights on the same data order and seeds until each has accepted "
+                    "the same number of examples, then evaluated on held-out data.",
+    "larger-batch experiment": "The batch that the memory saving buys, trained to the same example budget. A larger batch "
+                               "changes the optimisation, so this is a second experiment, not a parity test: it is "
+                               "FLAGGED and never changes the verdict.",
 }
 
 
@@ -84,21 +92,70 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
                          "rows": _records(group), "anchor": anchor, "shown": max(SHOWN_ROWS, not_passing),
                          "template": f"sections/{anchor}.html.j2" if own.exists() else "sections/rows.html.j2",
                          "plots": section_plots(check, group)})
-    return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections}
+    plain_failed = bool(((frame.status == ERROR) & (frame["item"] == "plain")).any())
+    return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
+            "plain_failed": plain_failed}
+
+
+#: PDF flavour of report.pdf: PDF/A-3b (ISO 19005-3, level B) is archival PDF that may carry
+#: attached files (results.json, the signed statement) with a stated relationship.
+PDF_VARIANT = "pdf/a-3b"
+
+
+def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = ()) -> bytes:
+    """Lay out ``html`` with WeasyPrint and return a PDF/A-3b file with ``attachments``.
+
+    The bytes depend only on the arguments (and the installed fonts and WeasyPrint
+    version): every date in the file (Info /CreationDate and /ModDate, XMP dates, each
+    attachment's /Params dates) is ``created``, the trailer /ID is pydyf's MD5 of the
+    objects, and font subset tags are MD5s of font descriptions. So with
+    ``SOURCE_DATE_EPOCH`` fixed (which fixes ``created``, see ``metadata.report_time``),
+    two renders of the same frame are byte-identical.
+
+    Args:
+        html: the rendered report.html.
+        created: ISO 8601 time of the run, e.g. ``2024-01-01T00:00:00+00:00``.
+        attachments: ``(file name, data, AFRelationship, description)`` per file; the
+            relationship is a PDF/A-3 one: ``Data``, ``Source``, ``Supplement``, ...
+
+    Returns:
+        The PDF file, bytes.
+
+    Raises:
+        ValueError: ``created`` is not an ISO 8601 time.
+    """
+    from weasyprint import HTML, Attachment
+
+    when = dt.datetime.fromisoformat(created).astimezone(dt.timezone.utc)
+    document = HTML(string=html, base_url=str(templates_dir())).render(pdf_variant=PDF_VARIANT)
+    document.metadata.created = document.metadata.modified = when.isoformat()
+    files = [Attachment(file_obj=io.BytesIO(data), name=name, description=description, relationship=relationship,
+                        created=when, modified=when) for name, data, relationship, description in attachments]
+    return document.write_pdf(pdf_variant=PDF_VARIANT, attachments=files)
+
+
+def render_html(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> str:
+    """report.html as text: the view model through ``templates/report.html.j2``."""
+    return environment().get_template("report.html.j2").render(**view_model(frame, meta, verdict, list(required or [])))
 
 
 def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True,
                   required: list[str] | None = None) -> dict[str, Path]:
-    """Write report.html (and report.pdf with WeasyPrint) into ``out_dir``.
+    """Write report.html (and report.pdf, PDF/A-3b with results.json attached) into ``out_dir``.
+
+    The PDF is unsigned here; ``signing.sign_run`` signs it afterwards when signing is on.
+    With ``SOURCE_DATE_EPOCH`` fixed, the same frame and metadata give byte-identical files.
 
     Returns:
         ``{"html": path, "pdf": path}`` of what was written.
+
+    Raises:
+        FileExistsError: a report exists already in ``out_dir``.
     """
-    required = list(required or [])
-    html = environment().get_template("report.html.j2").render(**view_model(frame, meta, verdict, required))
+    html = render_html(frame, meta, verdict, required)
     paths = {"html": atomic_write(out_dir / "report.html", html)}
     if pdf:
-        from weasyprint import HTML
-
-        paths["pdf"] = atomic_write(out_dir / "report.pdf", HTML(string=html, base_url=str(templates_dir())).write_pdf())
+        results = ("results.json", frame_to_json(frame).encode(), "Data",
+                   "The results frame this report was rendered from (reportgen.results.frame_to_json).")
+        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(html, meta["created"], [results]))
     return paths

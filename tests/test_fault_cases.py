@@ -70,3 +70,21 @@ def test_forward_counter_non_reentrant_fails_state_and_names_the_attribute():
     bad = frame[(frame.check == "state parity") & (frame.status == "FAIL")]
     assert set(bad["item"]) == {"attribute 0.steps", "attribute 1.steps"}
     assert "plain=1, recompute=2" in bad.detail.iloc[0]
+
+
+def test_checkpoint_error_in_recompute_run_is_an_error_row_with_the_message():
+    status, frame = parity_status("+model=dropout_rng", "model._target_=user_models.faults.build_shape_shifter",
+                                  "recompute.targets=[ShapeShifter]", "task.make_batch=user_models.faults.batch_small",
+                                  "task.loss=user_models.faults.loss_sum")
+    errors = frame[frame.status == "ERROR"]
+    assert status["gradient parity"] == "ERROR" and len(errors) >= 1
+    assert errors.detail.str.contains("CheckpointError: torch.utils.checkpoint: Recomputed values").all()
+    assert errors["item"].eq("recompute").all() and not errors.detail.str.contains("Tip:").any()
+
+
+def test_plain_run_failure_says_the_claim_cannot_be_tested():
+    status, frame = parity_status("+model=dropout_rng", "model._target_=user_models.faults.build_broken",
+                                  "recompute.targets=[Broken]", "task.make_batch=user_models.faults.batch_small")
+    assert set(status.values()) == {"ERROR"}
+    assert frame.detail.str.contains("claim cannot be tested").all()
+    assert frame.detail.str.contains("plain forward is broken").all()

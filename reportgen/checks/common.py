@@ -44,14 +44,28 @@ def value_row(check: str, item: str, plain: Any, recompute: Any) -> Row:
                PASS if same else FAIL, f"plain={plain!r}, recompute={recompute!r}")
 
 
+#: Characters of an exception message kept in a row's detail (the first paragraph, at most).
+MAX_MESSAGE = 600
+
+#: What torch raises when no input of the graph requires grad (reentrant recompute, frozen input).
+NO_GRAD_GRAPH = "does not require grad and does not have a grad_fn"
+
+
+def raised_for_lack_of_grad(rows: list[Row]) -> bool:
+    """True when the recompute run failed only because nothing upstream required grad."""
+    return any(r.status == ERROR and r.item == "recompute" and NO_GRAD_GRAPH in r.detail for r in rows)
+
+
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0) -> Row:
     """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check"."""
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+    message = str(exc).split("\n\n")[0]  # torch appends long tips after a blank line
+    message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " …"
     if where == "plain":
-        detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {exc}{at}"
+        detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:
-        detail = f"the {where} run raised {type(exc).__name__}: {exc}{at}"
+        detail = f"the {where} run raised {type(exc).__name__}: {message}{at}"
     return Row(check, where, "recompute", "exception", float("nan"), "", "", ERROR, detail, seconds)
 
 

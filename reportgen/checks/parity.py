@@ -11,7 +11,7 @@ import warnings
 from ..config import GRADIENT_PARITY
 from ..results import INFO, Row
 from ..setup import Setup, forward_backward
-from .common import run_twin, tagged_input_grad, tensor_row
+from .common import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
 
 
 def _pair(setup: Setup, input_grad: bool):
@@ -51,7 +51,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
     plain_g, recompute_g, errors, _ = _pair(setup, input_grad=True)
     if errors:
         return out + errors
-    if recompute is None:  # the training-like recompute run raised: show what differs where it can run
+    if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
         out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, rtol, atol)]
     return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain_g.input_grad, recompute_g.input_grad, rtol, atol)]
 

@@ -11,9 +11,9 @@ from torch import nn
 
 from ..config import STATE_PARITY, STEP_PARITY
 from ..recompute import named_inner_modules, plain_name
-from ..results import ERROR, Row
+from ..results import Row
 from ..setup import Setup, forward_backward
-from .common import run_twin, tagged_input_grad, tensor_row, value_row
+from .common import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row, value_row
 
 _SCALARS = (bool, int, float, str)
 _SIZED = (list, tuple, dict, set)
@@ -84,8 +84,7 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
         is compared bitwise: any difference means later random draws differ).
     """
     rows = _compare_step(setup, input_grad=False)
-    recompute_raised = any(r.status == ERROR and r.item == "recompute" for r in rows)
-    if recompute_raised and setup.batch[0].is_floating_point():
+    if raised_for_lack_of_grad(rows) and setup.batch[0].is_floating_point():
         rows += [tagged_input_grad(r) for r in _compare_step(setup, input_grad=True)]
     return rows
 

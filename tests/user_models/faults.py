@@ -156,3 +156,37 @@ def build_layers(depth: int = 3):
 def batch_seq(generator, batch_size=2, seq=32, width=16):
     x = torch.randn(batch_size, seq, width, generator=generator)
     return x, torch.zeros_like(x)
+
+
+# --- a forward whose recomputation differs in shape: torch raises CheckpointError -------------
+class ShapeShifter(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+        self.calls = 0
+
+    def forward(self, x):  # second call (the recomputation) drops one row
+        self.calls += 1
+        return torch.tanh(self.lin(x if self.calls % 2 else x[:-1]))
+
+
+def build_shape_shifter():
+    return nn.Sequential(nn.Linear(8, 8), ShapeShifter())
+
+
+def loss_sum(output, target):
+    return output.sum()
+
+
+# --- a model whose plain forward raises: the claim cannot be tested ---------------------------
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        raise RuntimeError("plain forward is broken")
+
+
+def build_broken():
+    return nn.Sequential(Broken())

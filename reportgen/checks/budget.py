@@ -1,0 +1,167 @@
+"""Task metrics after equal accepted-example budgets (DESIGN.md checklist item 5).
+
+Gradient parity on one batch is necessary, not sufficient: the release claim is about
+training. For each seed, the plain and the recompute twin are trained from the same initial
+weights, on the same data order with the same dropout seeds, until each has accepted
+``budget.examples`` examples (see :mod:`reportgen.train`); then the task metric is evaluated
+on held-out data. The check *measures* each seed's metric difference; the condition
+``|recompute - plain| <= budget.metric_tolerance`` *judges* it.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from typing import Any
+
+from ..config import TASK_METRICS
+from ..results import ERROR, FAIL, INFO, NOT_RUN, PASS, WARN, Row
+from ..train import TrainResult, trained
+
+log = logging.getLogger("reportgen")
+
+VARIANTS = (("plain", False), ("recompute", True))
+
+
+def describe_optimizer(node: Any) -> str:
+    """``AdamW(lr=0.001)`` from a ``_target_`` node, for the report."""
+    items = {k: v for k, v in dict(node).items() if k != "_target_"}
+    name = str(node.get("_target_", "?")).rsplit(".", 1)[-1]
+    return f"{name}({', '.join(f'{k}={v}' for k, v in items.items())})"
+
+
+def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str,
+             status: str = INFO) -> list[Row]:
+    """Rows of one training run: every held-out metric, accepted examples, skipped steps, and
+    learning-curve points (metric ``curve_<metric>``, column ``accepted_examples``).
+
+    Args:
+        check: check name for the ``check`` column.
+        variant: ``plain``, ``recompute`` or ``larger_batch``.
+        item: e.g. ``"seed 0"``.
+        seed: the run's seed (``seed`` column).
+        result: the finished run.
+        metric: the task's primary metric name (e.g. ``accuracy``).
+        status: status of every row (INFO here; FLAGGED in the larger-batch experiment).
+
+    Returns:
+        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns.
+    """
+    common = {"seed": seed, "batch_size": result.batch_size}
+    run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
+           "skipped_steps": result.skipped_steps, "lr": result.lr}
+    rows = [Row(check, item, variant, metric, result.metrics[metric], "", "", status,
+                f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
+                f"lr {result.lr:g}", result.seconds, extra=dict(run))]
+    rows += [Row(check, item, variant, name, value, "", "", status, "held-out, same data as the task metric",
+                 extra=dict(common)) for name, value in sorted(result.metrics.items()) if name != metric]
+    skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
+                   "or gradient; their examples are not accepted") if result.skipped_steps else "no step skipped"
+    rows.append(Row(check, item, variant, "accepted_examples", result.accepted_examples, "", "", status,
+                    f"examples whose update was applied; {result.steps} applied steps", extra=dict(common)))
+    rows.append(Row(check, item, variant, "skipped_steps", result.skipped_steps, "", "", status, skip_detail,
+                    extra={**common, "skipped_examples": result.skipped_examples}))
+    rows += [Row(check, item, variant, f"curve_{metric}", value, "", "", status, "learning-curve point",
+                 extra={**common, "accepted_examples": n}) for n, value in result.curve]
+    return rows
+
+
+def difference_detail(plain: float, recompute: float, metric: str, higher_is_better: bool) -> str:
+    """One sentence on what recompute did to the metric, e.g. ``recompute is worse by 0.012 (+3.1%)``."""
+    if plain == recompute:
+        return f"identical: {metric} {plain:.6g} in both runs"
+    delta = recompute - plain
+    better = (delta > 0) == bool(higher_is_better)
+    rel = f" ({delta / abs(plain):+.2%} of plain)" if plain else ""
+    return (f"plain {plain:.6g}, recompute {recompute:.6g}: recompute is {'better' if better else 'worse'} "
+            f"by {abs(delta):.3g}{rel}")
+
+
+def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size: int) -> tuple[TrainResult | None, list[Row]]:
+    """Train one twin; an exception or an incomplete budget becomes an ERROR row."""
+    item, start = f"seed {seed}", time.perf_counter()
+    try:
+        result = trained(setup, recompute, seed, batch_size)
+    except Exception as exc:  # noqa: BLE001 - failures are data
+        log.exception("task metrics: %s run, seed %d, raised", variant, seed)
+        return None, [Row(TASK_METRICS, item, variant, "exception", math.nan, "", "", ERROR,
+                          f"the {variant} training run raised {type(exc).__name__}: {exc}", time.perf_counter() - start,
+                          extra={"seed": seed})]
+    if not result.complete:
+        cap = result.steps + result.skipped_steps
+        return None, [Row(TASK_METRICS, item, variant, "accepted_examples", result.accepted_examples,
+                          str(setup.cfg.budget.examples), ">=", ERROR,
+                          f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
+                          f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
+                          "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
+                          result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
+                                                 "batch_size": batch_size})]
+    return result, []
+
+
+def task_metrics(setup) -> list[Row]:
+    """Train plain and recompute twins to equal accepted-example budgets; compare the task metric.
+
+    For each seed in ``cfg.budget.seeds``: both twins from the shared initial ``state_dict``,
+    same data order and dropout seeds, ``cfg.budget.examples`` accepted examples at
+    ``cfg.budget.batch_size``, optimizer ``cfg.budget.optimizer``.
+
+    Returns:
+        Per seed and variant: the task metric, the other held-out metrics, accepted examples,
+        skipped steps and learning-curve points (INFO). Per seed: ``abs_diff_<metric>`` judged
+        against ``budget.metric_tolerance`` (PASS/FAIL). Per variant: ``mean_<metric>`` with a
+        ``std`` column (INFO). One ``worst_abs_diff_<metric>`` row (PASS/FAIL). A seed whose
+        twins skipped different numbers of steps gets a WARN row. NOT_RUN when disabled.
+    """
+    cfg, task = setup.cfg.budget, setup.task
+    metric, tol = task.metric, float(cfg.metric_tolerance)
+    if not cfg.enabled:
+        return [Row(TASK_METRICS, "budget", "recompute", f"abs_diff_{metric}", math.nan, "", "", NOT_RUN,
+                    "disabled by budget.enabled=false")]
+    bs = int(cfg.batch_size)
+    rows = [Row(TASK_METRICS, "budget", "recompute", "budget_examples", int(cfg.examples), "", "", INFO,
+                f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
+                f"seeds {', '.join(str(s) for s in cfg.seeds)}; learning-curve point every {cfg.eval_every} accepted "
+                f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
+                f"tolerance |recompute - plain| <= {tol:g}",
+                extra={"batch_size": bs})]
+    finals: dict[str, list[float]] = {"plain": [], "recompute": []}
+    diffs: list[tuple[int, float]] = []
+    for seed in cfg.seeds:
+        seed = int(seed)
+        results: dict[str, TrainResult] = {}
+        for variant, recompute in VARIANTS:
+            result, errors = _train_or_error(setup, variant, recompute, seed, bs)
+            rows += errors
+            if result is not None:
+                results[variant] = result
+                rows += run_rows(TASK_METRICS, variant, f"seed {seed}", seed, result, metric)
+                finals[variant].append(result.metrics[metric])
+        if len(results) < 2:
+            continue
+        p, r = results["plain"].metrics[metric], results["recompute"].metrics[metric]
+        diff = abs(r - p)
+        diffs.append((seed, diff))
+        ok = diff <= tol
+        rows.append(Row(TASK_METRICS, f"seed {seed}", "recompute", f"abs_diff_{metric}", diff, f"{tol:g}", "<=",
+                        PASS if ok else FAIL, difference_detail(p, r, metric, task.higher_is_better),
+                        extra={"seed": seed, "plain_value": p, "recompute_value": r}))
+        sp, sr = results["plain"].skipped_steps, results["recompute"].skipped_steps
+        if sp != sr:
+            rows.append(Row(TASK_METRICS, f"seed {seed}", "recompute", "skipped_steps_diff", sr - sp, "0", "==", WARN,
+                            f"the twins skipped different numbers of steps (plain {sp}, recompute {sr}): they did not "
+                            "see the same updates", extra={"seed": seed}))
+    for variant, values in finals.items():
+        if values:
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            rows.append(Row(TASK_METRICS, "all seeds", variant, f"mean_{metric}", statistics.fmean(values), "", "", INFO,
+                            f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
+                            extra={"std": std, "n_seeds": len(values)}))
+    if diffs:
+        seed, worst = max(diffs, key=lambda sd: sd[1])
+        rows.append(Row(TASK_METRICS, "all seeds", "recompute", f"worst_abs_diff_{metric}", worst, f"{tol:g}", "<=",
+                        PASS if worst <= tol else FAIL,
+                        f"largest per-seed |recompute - plain| {metric} (seed {seed}) over {len(diffs)} seeds",
+                        extra={"seed": seed}))
+    return rows

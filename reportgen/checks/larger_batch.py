@@ -1,0 +1,272 @@
+"""The flagged larger-batch experiment (DESIGN.md checklist item 6).
+
+Recomputation frees activation memory; this experiment finds the batch that the saving buys
+and trains the recompute twin at it to the same accepted-example budget. A larger batch
+changes the optimisation (fewer, larger steps), so this is a second experiment, never a
+parity test: every row is FLAGGED and never counts toward the verdict, whatever it shows.
+
+Fit criterion: "the recompute twin at batch B needs no more memory than the plain twin at the
+base batch (``budget.batch_size``)", measured as
+
+* on CUDA: peak allocated bytes of a warm training step (forward, backward, optimizer step),
+  ``torch.cuda.reset_peak_memory_stats`` right before it, synchronized, read with
+  ``torch.cuda.max_memory_allocated``; an out-of-memory is a measured boundary (does not fit);
+* elsewhere: bytes of the activations autograd saves for backward
+  (:func:`reportgen.measure.saved_activation_bytes`, exact on any device).
+
+Search: doubling from the base batch until a batch does not fit (or the ceiling
+``larger_batch.max_batch_size``, or the most examples the task can put in one batch), then
+bisection between the last fitting and the first failing batch, to one example.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from hydra.utils import instantiate
+
+from ..config import LARGER_BATCH
+from ..results import FLAGGED, Row
+from ..train import LR_SCALING, trained
+from .budget import run_rows
+
+log = logging.getLogger("reportgen")
+
+#: The plain sentence every larger-batch section carries.
+NOT_PARITY = ("A larger batch changes the optimisation (fewer, larger steps), so this is a second experiment, "
+              "not a parity test; it never changes the verdict.")
+
+
+@dataclass
+class Probe:
+    """One measured batch size in the search.
+
+    Attributes:
+        batch_size: examples asked for.
+        bytes: the criterion's bytes at this batch (NaN when it could not be measured), B.
+        fits: True when ``bytes`` is within the reference.
+        note: why it does not fit: ``""``, ``"over the reference"``, ``"out of memory"``,
+            ``"task gives at most N examples per batch"``.
+    """
+
+    batch_size: int
+    bytes: float
+    fits: bool
+    note: str = ""
+
+
+def largest_fitting_batch(probe: Callable[[int], Probe], base: int, ceiling: int) -> tuple[int | None, list[Probe]]:
+    """Doubling from ``base``, then bisection: the largest batch ``probe`` says fits.
+
+    Assumes memory grows with the batch (a batch that does not fit bounds every larger one).
+
+    Args:
+        probe: ``fn(batch_size) -> Probe``; must not raise for an out-of-memory (return
+            ``fits=False``).
+        base: the first batch tried, examples (the plain run's batch).
+        ceiling: the largest batch tried, examples.
+
+    Returns:
+        ``(largest fitting batch or None when even base does not fit, probes in order)``.
+    """
+    probes: list[Probe] = []
+
+    def fits(batch_size: int) -> bool:
+        probes.append(probe(batch_size))
+        return probes[-1].fits
+
+    if not fits(base):
+        return None, probes
+    lo, hi = base, None
+    while hi is None:
+        nxt = min(2 * lo, ceiling)
+        if nxt <= lo:
+            return lo, probes  # the ceiling fits
+        if fits(nxt):
+            lo = nxt
+        else:
+            hi = nxt
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, probes
+
+
+def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
+    """Saved-activation bytes of a fresh twin on a batch (any device).
+
+    Returns:
+        ``(total bytes, examples actually in the batch)``.
+    """
+    from ..measure import saved_activation_bytes
+
+    batch = setup.make_batch(batch_size, setup.cfg.seed)
+    model = setup.build(recompute)
+    paths = [w.path for w in setup.wrapped]
+    saved = saved_activation_bytes(model, batch, setup.task.loss, setup.cfg.forward_seed, paths)
+    return int(saved.total_bytes), int(batch[0].shape[0])
+
+
+def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
+    """Peak allocated CUDA bytes of a warm training step of a fresh twin.
+
+    One step first (optimizer state initialised, caches warm), then
+    ``torch.cuda.reset_peak_memory_stats``, one forward + backward + optimizer step,
+    synchronize, ``torch.cuda.max_memory_allocated``.
+
+    Returns:
+        ``(peak allocated bytes, examples actually in the batch)``.
+
+    Raises:
+        torch.cuda.OutOfMemoryError: the step does not fit on the device.
+    """
+    device = setup.device
+    _release(device)
+    model = setup.build(recompute)
+    optimizer = instantiate(setup.cfg.budget.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    x, y = setup.make_batch(batch_size, setup.cfg.seed)
+    try:
+        for measured in (False, True):
+            if measured:
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            optimizer.zero_grad(set_to_none=True)
+            if setup.cfg.forward_seed is not None:
+                torch.manual_seed(setup.cfg.forward_seed)
+            setup.task.loss(model(x), y).backward()
+            optimizer.step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device)), int(x.shape[0])
+    finally:
+        del model, optimizer, x, y
+        _release(device)
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def make_probe(measure: Callable[[int], tuple[int, int]], reference: int) -> Callable[[int], Probe]:
+    """A search probe from ``measure(batch) -> (bytes, examples drawn)`` and the reference bytes.
+
+    An out-of-memory is a measured boundary (``fits=False``); a task that returns fewer
+    examples than asked is the ceiling (``fits=False``).
+    """
+
+    def probe(batch_size: int) -> Probe:
+        try:
+            nbytes, drawn = measure(batch_size)
+        except torch.cuda.OutOfMemoryError:
+            log.info("larger batch: batch %d is out of memory (a measured boundary)", batch_size)
+            return Probe(batch_size, math.nan, False, "out of memory")
+        if drawn < batch_size:
+            return Probe(batch_size, float(nbytes), False, f"task gives at most {drawn} examples per batch")
+        fits = nbytes <= reference
+        log.info("larger batch: batch %d needs %d B (%s)", batch_size, nbytes, "fits" if fits else "over the reference")
+        return Probe(batch_size, float(nbytes), fits, "" if fits else "over the reference")
+
+    return probe
+
+
+def larger_batch_experiment(setup) -> list[Row]:
+    """Find the largest batch whose recompute memory fits the plain run's; train at it.
+
+    The learning rate is unchanged unless ``larger_batch.lr_scaling`` names a rule
+    (:data:`reportgen.train.LR_SCALING`); the rule and the lr used are in the rows.
+
+    Returns:
+        FLAGGED rows only (variant ``larger_batch``): the reference bytes, each search probe
+        (``batch_size``, ``fits`` columns), the batch found (metric ``batch_size``) and, per seed,
+        the larger-batch run (task metric, steps, accepted examples, skipped steps, curve) next
+        to the plain run at the base batch for comparison (``batch_size`` column tells them
+        apart). An error becomes a FLAGGED row whose detail says what went wrong.
+    """
+    start = time.perf_counter()
+    try:
+        return _experiment(setup)
+    except Exception as exc:  # noqa: BLE001 - the experiment never changes the verdict, even when it breaks
+        log.exception("larger-batch experiment raised")
+        return [Row(LARGER_BATCH, "experiment", "larger_batch", "exception", math.nan, "", "", FLAGGED,
+                    f"the experiment could not finish: {type(exc).__name__}: {exc}", time.perf_counter() - start)]
+
+
+def _experiment(setup) -> list[Row]:
+    cfg, budget, task = setup.cfg.larger_batch, setup.cfg.budget, setup.task
+    if not cfg.enabled:
+        return [Row(LARGER_BATCH, "experiment", "larger_batch", "batch_size", math.nan, "", "", FLAGGED,
+                    "not run: disabled by larger_batch.enabled=false")]
+    if cfg.lr_scaling not in LR_SCALING:
+        raise ValueError(f"larger_batch.lr_scaling={cfg.lr_scaling!r} is not one of {', '.join(LR_SCALING)}")
+    base, ceiling = int(budget.batch_size), int(cfg.max_batch_size)
+    cuda = setup.device.type == "cuda"
+    criterion = "cuda_peak_allocated_bytes" if cuda else "saved_activation_bytes"
+    measure = (lambda b, rc: cuda_peak_bytes(setup, rc, b)) if cuda else (lambda b, rc: saved_bytes(setup, rc, b))
+    what = ("peak allocated CUDA bytes of a warm training step" if cuda
+            else "bytes of activations saved for backward")
+    rows: list[Row] = []
+
+    t0 = time.perf_counter()
+    log.info("larger batch: measuring the plain twin at batch %d (%s)", base, criterion)
+    reference, _ = measure(base, False)
+    rows.append(Row(LARGER_BATCH, f"plain at batch {base}", "larger_batch", criterion, reference, "", "", FLAGGED,
+                    f"reference: {what} of the plain twin at the base batch", time.perf_counter() - t0,
+                    extra={"batch_size": base}))
+    t0 = time.perf_counter()
+    found, probes = largest_fitting_batch(make_probe(lambda b: measure(b, True), reference), base, ceiling)
+    for p in probes:
+        rows.append(Row(LARGER_BATCH, f"recompute at batch {p.batch_size}", "larger_batch", criterion, p.bytes,
+                        str(reference), "<=", FLAGGED, "fits" if p.fits else f"does not fit: {p.note}",
+                        extra={"batch_size": p.batch_size, "fits": p.fits}))
+    if found is None:
+        rows.append(Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", math.nan, "", "", FLAGGED,
+                        f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); "
+                        "no larger batch to try", time.perf_counter() - t0))
+        return rows
+    boundary = next((p for p in reversed(probes) if not p.fits and p.batch_size == found + 1), None)
+    why = (f"batch {found + 1} does not fit ({boundary.note})" if boundary
+           else f"the search ceiling larger_batch.max_batch_size={ceiling}" if found >= ceiling else "")
+    ratio = found / base
+    scale = LR_SCALING[cfg.lr_scaling](ratio)
+    rows.append(Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", found, "", "", FLAGGED,
+                    f"largest batch whose recompute {what} fit within the plain twin's at batch {base} "
+                    f"({found / base:.2f}x); doubling then bisection, {len(probes)} probes; limit: {why}; "
+                    f"learning rate {'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
+                    f"(larger_batch.lr_scaling={cfg.lr_scaling})", time.perf_counter() - t0,
+                    extra={"batch_size": found, "lr_scale": scale}))
+    seeds = [int(s) for s in (cfg.seeds if cfg.seeds is not None else budget.seeds)]
+    larger, plain = [], []
+    for seed in seeds:
+        for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
+            result = trained(setup, recompute, seed, batch_size, lr_scale)
+            if not result.complete:
+                rows.append(Row(LARGER_BATCH, f"seed {seed} batch {batch_size}", "larger_batch", "accepted_examples",
+                                result.accepted_examples, str(budget.examples), ">=", FLAGGED,
+                                f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or "
+                                "gradient before the step cap", result.seconds, extra={"seed": seed, "batch_size": batch_size}))
+                continue
+            role = "recompute at the larger batch" if recompute else "plain at the base batch, for comparison"
+            run = run_rows(LARGER_BATCH, "larger_batch", f"seed {seed} batch {batch_size}", seed, result, task.metric,
+                           FLAGGED)
+            run[0].detail = f"{role}: {run[0].detail}"
+            rows += run
+            (larger if recompute else plain).append(result.metrics[task.metric])
+    for name, values, batch_size in (("larger", larger, found), ("base", plain, base)):
+        if values:
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            rows.append(Row(LARGER_BATCH, f"all seeds batch {batch_size}", "larger_batch", f"mean_{task.metric}",
+                            statistics.fmean(values), "", "", FLAGGED,
+                            f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch: mean ± "
+                            f"sample std over {len(values)} seeds {statistics.fmean(values):.6g} ± {std:.3g}",
+                            extra={"batch_size": batch_size, "std": std, "n_seeds": len(values)}))
+    return rows
