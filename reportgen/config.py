@@ -79,8 +79,13 @@ class TimingConfig:
 
     enabled: bool = True
     warmup_steps: int = 3  #: excluded from timing
-    measured_steps: int = 20  #: per variant, interleaved plain/recompute
+    measured_steps: int = 20  #: per variant, interleaved plain/recompute (the minimum when adaptive)
     bootstrap_samples: int = 2000  #: resamples for the 95% CI of the overhead ratio
+    #: Keep measuring rounds past ``measured_steps`` until the 95% CI half-width of the
+    #: overhead ratio is at most this many percentage points (null = exactly measured_steps).
+    target_ci_half_width_pp: Optional[float] = 2.0
+    #: Time budget of the measured rounds, s; adaptive measuring stops when it is spent.
+    max_measure_seconds: float = 8.0
     #: Deadline: maximum recompute/plain median step-time ratio (null = no deadline).
     max_overhead_ratio: Optional[float] = None
     #: Deadline: maximum recompute median step time in ms (null = no deadline).
@@ -98,6 +103,9 @@ class BudgetConfig:
     #: Largest allowed |plain - recompute| difference of the task metric, per seed.
     metric_tolerance: float = 1e-4
     eval_every: int = 256  #: accepted examples between learning-curve points
+    #: Cap on drawn batches (applied + skipped) as a multiple of the steps the budget needs;
+    #: a run that hits it (too many non-finite steps) is an ERROR, not a result.
+    max_steps_factor: float = 4.0
     #: Optimizer for training, a ``_target_`` node called with ``params=``.
     optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
 
@@ -110,6 +118,8 @@ class LargerBatchConfig:
     max_batch_size: int = 4096  #: search ceiling, examples
     #: Learning-rate scaling rule for the larger batch: "none", "linear" or "sqrt".
     lr_scaling: str = "none"
+    #: Seeds trained at the larger batch; null = the same seeds as ``budget.seeds``.
+    seeds: Optional[List[int]] = None
 
 
 @dataclass

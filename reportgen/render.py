@@ -22,12 +22,16 @@ SECTION_INTRO = {
     "gradient parity": "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first.",
     "optimizer-step parity": "One step of the configured optimizer on each twin: parameters and optimizer state after it.",
     "state parity": "Buffers, plain Python attributes of modules, and the global RNG state after backward.",
+    "warm-step memory": "What recomputation saves, and whether the saving is real: bytes autograd keeps for backward "
+                        "(exact on any device, per wrapped module), CUDA allocator peaks where there is CUDA, and a "
+                        "GPU-free estimate at the target shape.",
+    "warm-step time": "What recomputation costs: warm training steps of both twins, interleaved; median, spread and a "
+                      "95% confidence interval of the overhead, beside the FLOP bound of one extra forward.",
     "task metrics": "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins "
                     "are trained from the same initial weights on the same data order and seeds until each has accepted "
                     "the same number of examples, then evaluated on held-out data.",
-    "larger-batch experiment": "The batch that the memory saving buys, trained to the same example budget. A larger batch "
-                               "changes the optimisation, so this is a second experiment, not a parity test: it is "
-                               "FLAGGED and never changes the verdict.",
+    "larger-batch experiment": "The batch that the memory saving buys, trained by the recompute twin to the same "
+                               "accepted-example budget.",
 }
 
 

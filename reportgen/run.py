@@ -12,16 +12,21 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from .checks.budget import task_metrics
 from .checks.common import error_row
+from .checks.larger_batch import larger_batch_experiment
+from .checks.memory import warm_step_memory
 from .checks.parity import gradient_parity
 from .checks.policy import SELECTIVE_POLICY, selective_policy
 from .checks.step import step_and_state_parity
-from .config import GRADIENT_PARITY, STEP_PARITY
+from .checks.timing import warm_step_time
+from .config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STEP_PARITY, TASK_METRICS, TIME
 from .metadata import run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
 from .results import PASS, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from .setup import Setup, SetupError, build_setup
+from .signing import SigningError, load_signing_key, sign_run, signature_label
 
 log = logging.getLogger("reportgen")
 
@@ -30,6 +35,10 @@ CHECKS: list[tuple[str, Callable[[Setup], list[Row]]]] = [
     (GRADIENT_PARITY, gradient_parity),
     (STEP_PARITY + " / state parity", step_and_state_parity),
     (SELECTIVE_POLICY, selective_policy),
+    (MEMORY, warm_step_memory),
+    (TIME, warm_step_time),
+    (TASK_METRICS, task_metrics),
+    (LARGER_BATCH, larger_batch_experiment),
 ]
 
 EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE = 0, 1, 2
@@ -42,17 +51,19 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         0 when the claim holds, 1 when it fails, 2 when the run could not start.
     """
     try:
+        key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = build_setup(cfg)
-    except (SetupError, RecomputeConfigError) as exc:
+    except (SigningError, SetupError, RecomputeConfigError) as exc:
         log.error("%s", exc)
         print(f"reportgen: cannot start: {exc}")
         return EXIT_USAGE
-    meta = run_metadata(cfg, setup, out_dir)
+    meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key)}
     rows = run_checks(setup, out_dir)
     frame = to_frame(rows)
     verdict = claim_verdict(frame, cfg.verdict.required)
     write_results(frame, out_dir)
     render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=list(cfg.verdict.required))
+    sign_run(frame, meta, verdict, out_dir, key, required=list(cfg.verdict.required))
     log.info("verdict %s; report in %s", verdict, out_dir)
     print(f"reportgen: claim {'HOLDS' if verdict == PASS else 'FAILS'} ({verdict}); report: {out_dir / 'report.html'}")
     return EXIT_HOLDS if verdict == PASS else EXIT_FAILS

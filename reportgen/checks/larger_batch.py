@@ -129,26 +129,21 @@ def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     Raises:
         torch.cuda.OutOfMemoryError: the step does not fit on the device.
     """
-    device = setup.device
-    _release(device)
+    _release(setup.device)  # also frees what an out-of-memory in the previous probe left behind
     model = setup.build(recompute)
     optimizer = instantiate(setup.cfg.budget.optimizer, params=[p for p in model.parameters() if p.requires_grad])
     x, y = setup.make_batch(batch_size, setup.cfg.seed)
-    try:
-        for measured in (False, True):
-            if measured:
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
-            optimizer.zero_grad(set_to_none=True)
-            if setup.cfg.forward_seed is not None:
-                torch.manual_seed(setup.cfg.forward_seed)
-            setup.task.loss(model(x), y).backward()
-            optimizer.step()
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device)), int(x.shape[0])
-    finally:
-        del model, optimizer, x, y
-        _release(device)
+    for measured in (False, True):
+        if measured:
+            torch.cuda.synchronize(setup.device)
+            torch.cuda.reset_peak_memory_stats(setup.device)
+        optimizer.zero_grad(set_to_none=True)
+        if setup.cfg.forward_seed is not None:
+            torch.manual_seed(setup.cfg.forward_seed)
+        setup.task.loss(model(x), y).backward()
+        optimizer.step()
+    torch.cuda.synchronize(setup.device)
+    return int(torch.cuda.max_memory_allocated(setup.device)), int(x.shape[0])
 
 
 def _release(device: torch.device) -> None:
@@ -239,9 +234,10 @@ def _experiment(setup) -> list[Row]:
     ratio = found / base
     scale = LR_SCALING[cfg.lr_scaling](ratio)
     rows.append(Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", found, "", "", FLAGGED,
-                    f"largest batch whose recompute {what} fit within the plain twin's at batch {base} "
-                    f"({found / base:.2f}x); doubling then bisection, {len(probes)} probes; limit: {why}; "
-                    f"learning rate {'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
+                    f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
+                    f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
+                    f"{len(probes)} probes; {why}; learning rate "
+                    f"{'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
                     f"(larger_batch.lr_scaling={cfg.lr_scaling})", time.perf_counter() - t0,
                     extra={"batch_size": found, "lr_scale": scale}))
     seeds = [int(s) for s in (cfg.seeds if cfg.seeds is not None else budget.seeds)]

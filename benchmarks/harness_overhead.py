@@ -1,0 +1,126 @@
+"""Harness overhead: wall time of one full report vs the bare model work it performs.
+
+Runs the whole pipeline once (``reportgen.run.run``, every check, HTML and PDF) and, in the
+same run, times the model work inside it: top-level module forwards (outside backward),
+``torch.autograd.backward`` calls (which include any recomputation) and optimizer steps,
+through global module hooks, a wrapper around ``torch.autograd.backward`` and global
+optimizer step hooks. The ratio wall / model work is what the harness costs on top of the
+training-like work it has to do. Also prints each check's wall time and, from the results
+frame, the timing check's overhead ratio and its 95% CI half-width.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/harness_overhead.py                 # +model=gpt
+    .venv/bin/python benchmarks/harness_overhead.py +model=mlp report.pdf=false
+
+The hooks themselves add a little to the model-work figure, so the ratio is a lower bound.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reportgen import run as pipeline  # noqa: E402
+from reportgen.config import TIME, register_configs  # noqa: E402
+from reportgen.paths import conf_dir  # noqa: E402
+from reportgen.results import frame_from_json  # noqa: E402
+
+
+class ModelWork:
+    """Seconds spent in top-level forwards, backward calls and optimizer steps."""
+
+    def __init__(self):
+        self.seconds = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+        self.calls = {"forward": 0, "backward": 0, "optimizer": 0}
+        self._depth = 0
+        self._in_backward = 0
+        self._start = {}
+
+    def pre_forward(self, module, args):
+        if self._in_backward:
+            return
+        if self._depth == 0:
+            self._start["forward"] = time.perf_counter()
+        self._depth += 1
+
+    def post_forward(self, module, args, output):
+        if self._in_backward:
+            return
+        self._depth -= 1
+        if self._depth == 0:
+            self._add("forward")
+
+    def _add(self, kind: str):
+        self.seconds[kind] += time.perf_counter() - self._start.pop(kind)
+        self.calls[kind] += 1
+
+    def wrap_backward(self, backward):
+        def timed_backward(*args, **kwargs):
+            self._in_backward += 1
+            start = time.perf_counter()
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                self._in_backward -= 1
+                self.seconds["backward"] += time.perf_counter() - start
+                self.calls["backward"] += 1
+        return timed_backward
+
+    def pre_step(self, optimizer, args, kwargs):
+        self._start["optimizer"] = time.perf_counter()
+
+    def post_step(self, optimizer, args, kwargs):
+        self._add("optimizer")
+
+
+def main(overrides: list[str]) -> dict:
+    """Run one report with ``overrides``; return the timings (also printed as JSON)."""
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        cfg = compose("config", overrides=overrides or ["+model=gpt", "report.sign=false"])
+    work = ModelWork()
+    handles = [register_module_forward_pre_hook(work.pre_forward),
+               register_module_forward_hook(work.post_forward, always_call=True),
+               register_optimizer_step_pre_hook(work.pre_step), register_optimizer_step_post_hook(work.post_step)]
+    original = torch.autograd.backward
+    torch.autograd.backward = work.wrap_backward(original)
+    out_dir = Path(tempfile.mkdtemp(prefix="reportgen-bench-"))
+    try:
+        start = time.perf_counter()
+        code = pipeline.run(cfg, out_dir)
+        wall = time.perf_counter() - start
+    finally:
+        torch.autograd.backward = original
+        for handle in handles:
+            handle.remove()
+    frame = frame_from_json((out_dir / "results.json").read_text())
+    per_check = frame.groupby("check", sort=False).seconds.sum().round(2).to_dict()
+    overhead = frame[(frame.check == TIME) & (frame.metric == "overhead_ratio")]
+    model_s = sum(work.seconds.values())
+    result = {
+        "overrides": overrides, "exit_code": code, "wall_s": round(wall, 2), "model_work_s": round(model_s, 2),
+        "wall_over_model_work": round(wall / model_s, 2) if model_s else None,
+        "model_work_parts_s": {k: round(v, 2) for k, v in work.seconds.items()}, "calls": work.calls,
+        "check_seconds_from_rows": per_check, "torch_threads": torch.get_num_threads(),
+        "overhead_ratio": None if overhead.empty else round(float(overhead.value.iloc[0]), 4),
+        "overhead_ci": None if overhead.empty else [round(float(overhead.ci_low.iloc[0]), 4),
+                                                   round(float(overhead.ci_high.iloc[0]), 4)],
+        "ci_half_width_pp": None if overhead.empty else round(float(overhead.ci_half_width_pp.iloc[0]), 2),
+        "out_dir": str(out_dir),
+    }
+    print(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

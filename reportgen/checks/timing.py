@@ -1,0 +1,226 @@
+"""Warm-step time (DESIGN.md checklist item 4): what recomputation costs, with a confidence interval.
+
+Following nanoGPT's ``bench.py``: a burn-in stage (``timing.warmup_steps`` steps of each
+twin, excluded), then ``timing.measured_steps`` steps of each twin, interleaved (the order
+of the pair alternates each round) so drift of clocks, caches and other load hits both.
+On CUDA, ``torch.cuda.synchronize`` runs on both sides of every timed step. A step is a
+full training step on the fixed batch: forward, loss, backward, optimizer step
+(``budget.optimizer``), ``zero_grad``; timed with ``time.perf_counter``.
+
+The overhead ratio is median(recompute) / median(plain) with a paired bootstrap 95%
+confidence interval (resampling rounds, so each resample keeps a round's plain and
+recompute steps together; numpy, seeded). Beside it: the expected ratio from FLOPs
+(:class:`torch.utils.flop_counter.FlopCounterMode`), recompute step FLOPs / plain step
+FLOPs, i.e. one more forward of the wrapped regions. Memory-bound ops (dropout, LayerNorm,
+softmax) are not in FLOP counts, so measured time may sit above it on a CPU.
+
+A deadline (``timing.max_overhead_ratio``, ``timing.max_step_time_ms``) turns the cost into a
+check: missed is FAIL and the row says by how much.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..config import TIME
+from ..results import FAIL, INFO, NOT_RUN, PASS, WARN, Row
+from ..setup import Setup
+from .memory import make_train_step, training_optimizer
+
+VARIANTS = ("plain", "recompute")
+
+
+def bootstrap_ratio_ci(plain_ms, recompute_ms, samples: int = 2000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float, float]:
+    """Median ratio recompute/plain and its paired percentile-bootstrap confidence interval.
+
+    Rounds are resampled with replacement (the same indices for both variants, since the
+    two steps of a round ran back to back and share drift).
+
+    Args:
+        plain_ms: step times of the plain twin, ``[rounds]``, ms.
+        recompute_ms: step times of the recompute twin, ``[rounds]``, ms (same rounds).
+        samples: bootstrap resamples.
+        seed: seed of ``numpy.random.default_rng``.
+        level: coverage of the interval (0.95 = 95%).
+
+    Returns:
+        ``(ratio, low, high)``, dimensionless.
+    """
+    p, r = np.asarray(plain_ms, dtype=float), np.asarray(recompute_ms, dtype=float)
+    if p.shape != r.shape or p.ndim != 1 or not len(p):
+        raise ValueError(f"need two equal-length 1-D samples, got {p.shape} and {r.shape}")
+    ratio = float(np.median(r) / np.median(p))
+    idx = np.random.default_rng(seed).integers(0, len(p), size=(samples, len(p)))
+    ratios = np.median(r[idx], axis=1) / np.median(p[idx], axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return ratio, float(low), float(high)
+
+
+def ci_half_width_pp(times: dict[str, list[float]], samples: int) -> float:
+    """Half-width of the 95% bootstrap CI of the overhead ratio, percentage points."""
+    _, low, high = bootstrap_ratio_ci(times["plain"], times["recompute"], samples)
+    return (high - low) / 2 * 100
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(step: Callable[[], None], device: torch.device) -> float:
+    """Wall time of one call of ``step``, ms, synchronized on both sides on CUDA."""
+    _synchronize(device)
+    start = time.perf_counter()
+    step()
+    _synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+
+def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measured: int, device: torch.device,
+                      enough: Callable[[dict[str, list[float]]], bool] | None = None,
+                      max_seconds: float = math.inf) -> tuple[dict[str, list[float]], str]:
+    """Run ``warmup`` untimed rounds, then at least ``measured`` timed rounds of every step.
+
+    The order inside a round alternates (plain first, then recompute first, ...) so that
+    neither variant always runs right after the other. With ``enough``, rounds continue past
+    ``measured`` until ``enough(times)`` is true (checked every 4 rounds) or the measured rounds
+    have taken ``max_seconds``.
+
+    Returns:
+        ``({variant: [ms per round]}, why it stopped)``.
+    """
+    names = list(steps)
+    for i in range(warmup):
+        for name in names if i % 2 == 0 else names[::-1]:
+            steps[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    start, rounds = time.perf_counter(), 0
+    while True:
+        for name in names if rounds % 2 == 0 else names[::-1]:
+            times[name].append(timed(steps[name], device))
+        rounds += 1
+        if rounds < measured:
+            continue
+        if enough is None:
+            return times, f"{measured} rounds configured"
+        if (rounds - measured) % 4 == 0 and enough(times):
+            return times, "confidence target reached"
+        if time.perf_counter() - start > max_seconds:
+            return times, f"time budget of {max_seconds:g} s spent"
+
+
+def step_flops(step: Callable[[], None]) -> int:
+    """FLOPs of one call of ``step`` counted by ``torch.utils.flop_counter.FlopCounterMode``
+    (matmuls, convolutions, attention; including those recomputed in backward)."""
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+def warm_step_time(setup: Setup) -> list[Row]:
+    """Time warm training steps of both twins, interleaved; judge the configured deadline.
+
+    Returns:
+        Rows of check ``warm-step time``: one ``step_time_ms`` row per measured step and
+        variant (item ``step k``), the median per variant (with spread), ``overhead_ratio``
+        with its 95% CI, and ``expected_overhead_ratio`` from FLOPs. Without a deadline the
+        overhead row is INFO, or WARN when its CI stays wider than
+        ``timing.target_ci_half_width_pp`` (too noisy to trust).
+    """
+    tc = setup.cfg.timing
+    if not tc.enabled:
+        return [Row(TIME, "warm-step time", "recompute", "overhead_ratio", status=NOT_RUN,
+                    detail="timing.enabled=false: no step time was measured")]
+    start = time.perf_counter()
+    models = dict(zip(VARIANTS, setup.twins()))
+    steps = {v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup)) for v, m in models.items()}
+    flops = {v: step_flops(s) for v, s in steps.items()}  # also the first warm-up step of each
+    enough = None
+    if tc.target_ci_half_width_pp is not None:
+        target = float(tc.target_ci_half_width_pp)
+        enough = lambda t: ci_half_width_pp(t, 500) <= target  # noqa: E731 - a cheaper bootstrap to decide when to stop
+    times, stopped = interleaved_times(steps, int(tc.warmup_steps), int(tc.measured_steps), setup.device, enough,
+                                       float(tc.max_measure_seconds))
+    seconds = time.perf_counter() - start
+    rows = [Row(TIME, f"step {k}", v, "step_time_ms", ms, status=INFO, detail="one measured step", extra={"step_index": k})
+            for v in VARIANTS for k, ms in enumerate(times[v])]
+    rows += median_rows(times, tc.max_step_time_ms, seconds)
+    overhead = overhead_row(times, int(tc.bootstrap_samples), tc.max_overhead_ratio)
+    overhead.extra.update({"rounds": len(times["plain"]), "stopped": stopped,
+                           "target_ci_half_width_pp": tc.target_ci_half_width_pp})
+    half = overhead.extra["ci_half_width_pp"]
+    if tc.target_ci_half_width_pp is not None and half > tc.target_ci_half_width_pp and overhead.status == INFO:
+        overhead.status = WARN
+        overhead.detail += (f"; too noisy to trust: the interval is wider than the ±{tc.target_ci_half_width_pp:g} pp "
+                            f"target after {len(times['plain'])} rounds ({stopped}); is the machine busy?")
+    rows.append(overhead)
+    rows.append(flops_row(flops))
+    return rows
+
+
+def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, seconds: float) -> list[Row]:
+    """``step_time_ms`` median per variant, spread as extra columns; recompute judged against
+    ``max_step_time_ms`` when set."""
+    rows = []
+    for variant in VARIANTS:
+        t = np.asarray(times[variant])
+        q25, med, q75 = np.quantile(t, [0.25, 0.5, 0.75])
+        extra = {"p25_ms": float(q25), "p75_ms": float(q75), "iqr_ms": float(q75 - q25), "min_ms": float(t.min()),
+                 "max_ms": float(t.max()), "measured_steps": len(t)}
+        status, threshold, comparator = INFO, "", ""
+        detail = f"median of {len(t)} steps; interquartile range {q25:.3g}–{q75:.3g} ms"
+        if variant == "recompute" and max_step_time_ms is not None:
+            threshold, comparator = f"{max_step_time_ms:g} ms", "<="
+            if med <= max_step_time_ms:
+                status, detail = PASS, detail + f"; within the deadline of {max_step_time_ms:g} ms"
+            else:
+                over = med - max_step_time_ms
+                status = FAIL
+                detail += (f"; deadline missed: {med:.3g} ms vs {max_step_time_ms:g} ms allowed, "
+                           f"{over:.3g} ms ({over / max_step_time_ms:.1%}) over")
+        rows.append(Row(TIME, "median step", variant, "step_time_ms", float(med), threshold, comparator, status,
+                        detail, seconds if variant == "plain" else 0.0, extra))
+    return rows
+
+
+def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float | None) -> Row:
+    """``overhead_ratio`` = median recompute / median plain with its 95% bootstrap CI.
+
+    With ``max_ratio`` set: PASS when the whole CI is within it, WARN when the median is
+    within it but the CI reaches past it (not conclusive), FAIL when the median misses it.
+    """
+    ratio, low, high = bootstrap_ratio_ci(times["plain"], times["recompute"], samples)
+    half_pp = (high - low) / 2 * 100
+    extra = {"ci_low": low, "ci_high": high, "ci_half_width_pp": half_pp, "bootstrap_samples": samples}
+    detail = f"recompute steps take {ratio - 1:+.1%} vs plain; 95% CI {low:.3f}–{high:.3f} (±{half_pp:.1f} pp)"
+    status, threshold, comparator = INFO, "", ""
+    if max_ratio is not None:
+        threshold, comparator = f"{max_ratio:g}", "<="
+        if ratio > max_ratio:
+            status = FAIL
+            detail += f"; deadline missed: ratio {ratio:.3f} vs {max_ratio:g} allowed, {ratio - max_ratio:.3f} over"
+        elif high > max_ratio:
+            status = WARN
+            detail += f"; median within {max_ratio:g} but the CI reaches {high:.3f}: not conclusive, measure more steps"
+        else:
+            status = PASS
+            detail += f"; within the deadline of {max_ratio:g}"
+    return Row(TIME, "overhead", "recompute", "overhead_ratio", ratio, threshold, comparator, status, detail, 0.0, extra)
+
+
+def flops_row(flops: dict[str, int]) -> Row:
+    """``expected_overhead_ratio`` = recompute step FLOPs / plain step FLOPs (one more forward
+    of the wrapped regions); NaN when the model has no counted ops."""
+    plain, rec = flops["plain"], flops["recompute"]
+    ratio = rec / plain if plain else float("nan")
+    extra = {"plain_step_flops": plain, "recompute_step_flops": rec, "wrapped_forward_flops": rec - plain}
+    return Row(TIME, "expected from FLOPs", "recompute", "expected_overhead_ratio", ratio, status=INFO, extra=extra,
+               detail=(f"the recomputed forward of the wrapped regions adds {rec - plain:.3g} FLOPs to a "
+                       f"{plain:.3g}-FLOP plain step (FlopCounterMode: matmul, convolution, attention)"))

@@ -1,0 +1,204 @@
+"""Count the bytes autograd keeps for backward (saved activations), on any device.
+
+Shared API: :func:`saved_activation_bytes` is used by the warm-step memory check, the
+GPU-free estimate (it runs unchanged on ``FakeTensorMode`` tensors) and the larger-batch
+search.
+
+What is counted, during one forward and the loss (no backward):
+
+* every tensor packed by :class:`torch.autograd.graph.saved_tensors_hooks`;
+* the tensor inputs of each recompute-wrapped region. Non-reentrant
+  ``torch.utils.checkpoint`` keeps its inputs alive in a closure, so saved-tensor hooks
+  never see them; a forward pre-hook on each ``CheckpointWrapper`` records them;
+* in selective mode, the op outputs the policy saved (``MUST_SAVE``/``PREFER_SAVE``), which
+  ``torch.utils.checkpoint``'s caching dispatch mode keeps in its own storage.
+
+Each storage is counted once (a view and its base, or ``q, k, v`` split from one ``qkv``,
+are one storage), with ``untyped_storage().nbytes()``; storages of parameters and buffers
+are excluded (weights are not activations). References are held until the count is done,
+so an address is never reused for another tensor during the measurement.
+
+Saved-tensor hooks bypass autograd's in-place checks and change what is stored, so callers
+measure memory in runs separate from the parity runs (DESIGN.md).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import Tensor, nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+from torch.utils._pytree import tree_leaves
+
+from .recompute import plain_name
+
+#: Key of :attr:`SavedActivations.per_module` for storages saved outside every listed module.
+REST = "(rest of model)"
+
+
+@dataclass
+class SavedActivations:
+    """What autograd keeps for backward after one forward and the loss.
+
+    Attributes:
+        total_bytes: bytes of unique storages kept for backward (parameters and buffers
+            excluded), B.
+        per_module: ``{module path: bytes}`` for each path asked for (recompute-wrapper
+            segments removed, so plain and recompute twins share keys), plus ``REST``
+            (``"(rest of model)"``) for storages saved outside all of them. Sums to
+            ``total_bytes``.
+        storages: number of unique storages counted.
+        per_module_storages: ``{module path: number of storages}``, same keys as ``per_module``.
+    """
+
+    total_bytes: int
+    per_module: dict[str, int]
+    storages: int = 0
+    per_module_storages: dict[str, int] = field(default_factory=dict)
+
+
+def _storage_key(t: Tensor) -> tuple[Any, ...]:
+    """A key equal for tensors sharing memory: ``(device, data_ptr)`` for real tensors, the
+    storage object's address for fake/meta tensors (their data pointer is 0)."""
+    storage = t.untyped_storage()
+    if not isinstance(t, torch._subclasses.FakeTensor) and t.device.type != "meta":
+        ptr = storage.data_ptr()
+        if ptr:
+            return (str(t.device), ptr)
+    return ("storage", storage._cdata)
+
+
+class _Ledger:
+    """Unique storages seen so far, each with the module it is attributed to."""
+
+    def __init__(self, excluded: set):
+        self.excluded = excluded
+        self.seen: dict[tuple, tuple[str, int]] = {}
+        self.refs: list[Any] = []  # keep storages alive: no address reuse while counting
+
+    def add(self, t: Any, owner: str) -> None:
+        if not isinstance(t, Tensor):
+            return
+        try:
+            storage = t.untyped_storage()
+            key, nbytes = _storage_key(t), int(storage.nbytes())
+            ref: Any = storage
+        except (RuntimeError, NotImplementedError):  # sparse, nested, ...: no plain storage
+            key, nbytes, ref = ("tensor", id(t)), t.numel() * t.element_size(), t
+        if key in self.excluded or key in self.seen:
+            return
+        self.seen[key] = (owner, nbytes)
+        self.refs.append(ref)
+
+
+def _weight_keys(model: nn.Module) -> set:
+    keys = set()
+    for t in (*model.parameters(), *model.buffers()):
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            keys.add(_storage_key(t))
+    return keys
+
+
+def _tracking_context_fn(original: Callable, contexts: list, owner: Callable[[], str]) -> Callable:
+    """Wrap a selective-recompute ``context_fn`` to remember each forward context's storage."""
+
+    def context_fn():
+        forward_ctx, recompute_ctx = original()
+        if hasattr(forward_ctx, "storage"):
+            contexts.append((owner(), forward_ctx.storage))
+        return forward_ctx, recompute_ctx
+
+    return context_fn
+
+
+def _selective_saved(storage: dict) -> Iterable[Tensor]:
+    """Tensors a selective policy kept: values of ``_CachingTorchDispatchMode.storage``."""
+    for per_index in storage.values():
+        values = per_index.values() if isinstance(per_index, dict) else per_index
+        for value in values:
+            for leaf in tree_leaves(value):
+                leaf = getattr(leaf, "val", leaf)  # _VersionWrapper(detached tensor)
+                if isinstance(leaf, Tensor):
+                    yield leaf
+
+
+def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, Tensor], Tensor],
+                           forward_seed: int | None, module_paths: list[str]) -> SavedActivations:
+    """Bytes of the tensors autograd keeps for backward after ``loss_fn(model(x), y)``.
+
+    Runs one forward and the loss on clones of ``batch`` (no backward; the graph is dropped
+    on return). Works on real tensors of any device and on ``FakeTensorMode`` tensors
+    (call it inside the same fake mode that built ``model`` and ``batch``).
+
+    Args:
+        model: a plain or recompute twin, in the mode to measure (``train()`` for training).
+        batch: ``(inputs, targets)``, e.g. inputs ``[batch, seq]`` ids or ``[batch, features]``.
+        loss_fn: ``fn(output, target) -> scalar``; what it saves counts (it is kept for backward).
+        forward_seed: ``torch.manual_seed`` right before the forward (None = leave RNG alone).
+        module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
+            usually the wrapped modules' paths. Each storage goes to the innermost listed
+            module running when it was saved (or, for a recompute region's inputs, to that
+            region), else to ``"(rest of model)"``.
+
+    Returns:
+        :class:`SavedActivations` with total and per-module bytes (B) and storage counts.
+    """
+    paths = set(module_paths)
+    ledger = _Ledger(_weight_keys(model))
+    stack: list[str] = []
+    owner = lambda: stack[-1] if stack else REST  # noqa: E731
+    handles, contexts, restore = [], [], []
+
+    def push(name: str):
+        return lambda module, args: stack.append(name)
+
+    def pop(module, args, output):
+        stack.pop()
+
+    def record_inputs(name: str):
+        def hook(module, args, kwargs):
+            for leaf in tree_leaves((args, kwargs)):
+                ledger.add(leaf, name if name in paths else owner())
+        return hook
+
+    for raw_name, module in model.named_modules():
+        name = plain_name(raw_name)
+        if isinstance(module, CheckpointWrapper):
+            handles.append(module.register_forward_pre_hook(record_inputs(name), with_kwargs=True))
+            fn = module.checkpoint_fn
+            if isinstance(fn, functools.partial) and fn.keywords.get("context_fn") is not None:
+                restore.append((module, fn))
+                module.checkpoint_fn = functools.partial(
+                    fn.func, *fn.args, **{**fn.keywords, "context_fn": _tracking_context_fn(fn.keywords["context_fn"], contexts, owner)})
+        if name in paths:
+            handles.append(module.register_forward_pre_hook(push(name)))
+            handles.append(module.register_forward_hook(pop, always_call=True))
+
+    def pack(t: Tensor) -> Tensor:
+        ledger.add(t, owner())
+        return t
+
+    x, y = (t.clone() for t in batch)
+    try:
+        if forward_seed is not None:
+            torch.manual_seed(forward_seed)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(model(x), y)
+        for name, storage in contexts:
+            for t in _selective_saved(storage):
+                ledger.add(t, name)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, fn in restore:
+            module.checkpoint_fn = fn
+    del loss
+    per_module = {p: 0 for p in module_paths} | {REST: 0}
+    counts = dict.fromkeys(per_module, 0)
+    for name, nbytes in ledger.seen.values():
+        per_module[name] += nbytes
+        counts[name] += 1
+    return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts)

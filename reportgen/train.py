@@ -1,0 +1,201 @@
+"""Training to an equal accepted-example budget (shared by the task-metrics and larger-batch checks).
+
+An *accepted* example is one whose update was applied. A step whose loss or any gradient is
+not finite is skipped (gradients zeroed, no optimizer step) and its examples do not count, so
+every run, whatever it skipped, has applied updates for exactly ``examples`` examples.
+
+Same data order, same dropout masks for both twins: batches come from a ``torch.Generator``
+seeded with the run's seed, and ``torch.manual_seed`` is called before every forward with a
+seed mixed from ``(forward_seed, seed, draw index)`` (identical for both twins).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from torch import nn
+from tqdm.auto import tqdm
+
+from .tasks import batch_to
+
+log = logging.getLogger("reportgen")
+
+#: Learning-rate scaling rules for a larger batch (``larger_batch.lr_scaling``): factor of
+#: ``new / base`` batch size. "linear": Goyal et al. 2017 ("Accurate, Large Minibatch SGD");
+#: "sqrt": Krizhevsky 2014 ("One weird trick"), Hoffer et al. 2017.
+LR_SCALING = {"none": lambda ratio: 1.0, "linear": lambda ratio: ratio, "sqrt": math.sqrt}
+
+
+class BudgetNotReached(RuntimeError):
+    """Too many steps were skipped: the step cap was hit before the budget was accepted."""
+
+
+@dataclass
+class TrainResult:
+    """One training run to an accepted-example budget.
+
+    Attributes:
+        metrics: ``task.evaluate`` on held-out data after training (includes the task metric).
+        accepted_examples: examples whose update was applied (== the budget when complete).
+        steps: applied optimizer steps.
+        skipped_steps: steps skipped for a non-finite loss or gradient.
+        skipped_examples: examples in those skipped steps (not accepted).
+        curve: ``[(accepted examples, task metric)]``, from 0 accepted to the end.
+        lr: learning rate used (first parameter group), after any scaling rule.
+        batch_size: examples per step (the last step may hold fewer, to land on the budget).
+        seconds: wall time of the run, s (evaluation included).
+        complete: False when the step cap stopped the run before the budget.
+    """
+
+    metrics: dict[str, float]
+    accepted_examples: int
+    steps: int
+    skipped_steps: int
+    skipped_examples: int
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    lr: float = math.nan
+    batch_size: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+
+
+def step_seed(forward_seed: int, seed: int, draw: int) -> int:
+    """The ``torch.manual_seed`` before forward number ``draw`` of the run with data seed ``seed``.
+
+    Mixed with numpy's ``SeedSequence`` (well-spread, no collisions between nearby tuples), so
+    each step and each seed gets its own dropout masks, identical for both twins.
+
+    Returns:
+        A seed in ``[0, 2**63)``.
+    """
+    state = np.random.SeedSequence([int(forward_seed), int(seed), int(draw)]).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1]))
+
+
+def evaluate(model: nn.Module, task: Any) -> dict[str, float]:
+    """``task.evaluate(model)`` in eval mode under ``torch.no_grad``; RNG state left as found.
+
+    Returns:
+        The task's held-out metrics, e.g. ``{"accuracy": 0.96, "loss": 0.12}``.
+    """
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    was_training = model.training
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        model.eval()
+        try:
+            return {k: float(v) for k, v in task.evaluate(model).items()}
+        finally:
+            model.train(was_training)
+
+
+def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
+    """True when ``loss`` and every existing gradient of ``params`` are finite (one host sync)."""
+    flags = [torch.isfinite(loss).all()] + [torch.isfinite(p.grad).all() for p in params if p.grad is not None]
+    return bool(torch.stack([f.to(loss.device) for f in flags]).all())
+
+
+def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: int, seed: int,
+                    forward_seed: int | None, optimizer: Any, device: torch.device, dtype: torch.dtype,
+                    eval_every: int, lr_scale: float = 1.0, max_steps: int | None = None,
+                    desc: str = "train") -> TrainResult:
+    """Train ``model`` in place until ``examples`` examples have been accepted.
+
+    Args:
+        model: a fresh twin in train mode (modified in place).
+        task: the task (``make_batch``, ``loss``, ``evaluate``, ``metric``).
+        examples: accepted-example budget, examples.
+        batch_size: examples per step; the last step draws only what the budget still needs.
+        seed: seeds the data generator (data order) and, with ``forward_seed``, the dropout masks.
+        forward_seed: ``cfg.forward_seed``; None = do not reseed per step (the global RNG is
+            seeded once with ``seed`` at the start instead, so both twins still start alike).
+        optimizer: ``_target_`` node called with ``params=`` (e.g. ``cfg.budget.optimizer``).
+        device: where batches go. dtype: floating batches are cast to it.
+        eval_every: accepted examples between learning-curve points (0 = start and end only).
+        lr_scale: factor applied to every parameter group's learning rate (larger-batch rule).
+        max_steps: cap on drawn batches (applied + skipped); default 4 × the steps the budget needs.
+        desc: progress-bar label (the bar only shows on a terminal).
+
+    Returns:
+        :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
+    """
+    start = time.perf_counter()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = instantiate(optimizer, params=params)
+    for group in opt.param_groups:
+        group["lr"] = group["lr"] * lr_scale
+    needed = math.ceil(examples / batch_size)
+    max_steps = max_steps if max_steps is not None else 4 * needed
+    generator = torch.Generator().manual_seed(seed)
+    if forward_seed is None:
+        torch.manual_seed(seed)
+    accepted = steps = skipped = skipped_examples = draws = 0
+    curve = [(0, evaluate(model, task)[task.metric])]
+    next_eval = eval_every if eval_every > 0 else examples
+    bar = tqdm(total=examples, desc=desc, unit="ex", leave=False, disable=not sys.stderr.isatty())
+    try:
+        while accepted < examples and draws < max_steps:
+            x, y = batch_to(task.make_batch(generator, min(batch_size, examples - accepted)), device, dtype)
+            if forward_seed is not None:
+                torch.manual_seed(step_seed(forward_seed, seed, draws))
+            draws += 1
+            opt.zero_grad(set_to_none=True)
+            loss = task.loss(model(x), y)
+            loss.backward()
+            if not all_finite(loss, params):
+                opt.zero_grad(set_to_none=True)
+                skipped, skipped_examples = skipped + 1, skipped_examples + len(x)
+                bar.set_postfix(skipped=skipped)
+                continue
+            opt.step()
+            steps, accepted = steps + 1, accepted + len(x)
+            bar.update(len(x))
+            if accepted >= next_eval and accepted < examples:
+                curve.append((accepted, evaluate(model, task)[task.metric]))
+                while next_eval <= accepted:
+                    next_eval += eval_every if eval_every > 0 else examples
+    finally:
+        bar.close()
+    opt.zero_grad(set_to_none=True)
+    metrics = evaluate(model, task)
+    curve.append((accepted, metrics[task.metric]))
+    return TrainResult(metrics, accepted, steps, skipped, skipped_examples, curve, float(opt.param_groups[0]["lr"]),
+                       batch_size, time.perf_counter() - start, complete=accepted >= examples)
+
+
+def trained(setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
+    """A twin trained to ``cfg.budget.examples`` accepted examples, memoised on ``setup``.
+
+    The task-metrics check and the larger-batch experiment both need the plain run at the base
+    batch; the memo (kept on the ``setup`` object, so it lives exactly as long as the run)
+    trains it once.
+
+    Args:
+        setup: the run's :class:`reportgen.setup.Setup`.
+        recompute: train the recompute twin (else the plain one).
+        seed: data-order and dropout seed of the run.
+        batch_size: examples per step.
+        lr_scale: learning-rate factor (1 = as configured).
+
+    Returns:
+        The :class:`TrainResult`.
+    """
+    budget = setup.cfg.budget
+    key = (recompute, seed, batch_size, int(budget.examples), float(lr_scale))
+    memo = vars(setup).setdefault("_budget_runs", {})
+    if key not in memo:
+        variant = "recompute" if recompute else "plain"
+        log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed, budget.examples, batch_size)
+        memo[key] = train_to_budget(
+            setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size), seed=int(seed),
+            forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device, dtype=setup.dtype,
+            eval_every=int(budget.eval_every), lr_scale=lr_scale,
+            max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
+            desc=f"{variant} seed {seed} batch {batch_size}")
+    return memo[key]
