@@ -85,7 +85,7 @@ class TimingConfig:
     #: overhead ratio is at most this many percentage points (null = exactly measured_steps).
     target_ci_half_width_pp: Optional[float] = 2.0
     #: Time budget of the measured rounds, s; adaptive measuring stops when it is spent.
-    max_measure_seconds: float = 8.0
+    max_measure_seconds: float = 10.0
     #: Deadline: maximum recompute/plain median step-time ratio (null = no deadline).
     max_overhead_ratio: Optional[float] = None
     #: Deadline: maximum recompute median step time in ms (null = no deadline).

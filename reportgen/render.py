@@ -98,7 +98,30 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
                          "plots": section_plots(check, group)})
     plain_failed = bool(((frame.status == ERROR) & (frame["item"] == "plain")).any())
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed}
+            "plain_failed": plain_failed, "costs": headline_costs(frame)}
+
+
+def _value(frame: pd.DataFrame, check: str, item: str, variant: str, metric: str) -> pd.Series | None:
+    hit = frame[(frame.check == check) & (frame["item"] == item) & (frame.variant == variant) & (frame.metric == metric)]
+    return hit.iloc[0] if len(hit) else None
+
+
+def headline_costs(frame: pd.DataFrame) -> dict:
+    """Page-1 figures of the claim's cost, read from the frame: saved-activation bytes plain vs
+    recompute (and the saving's share), and the step-time overhead ratio with its 95% CI.
+    Missing measurements are ``None`` (the template says "not measured")."""
+    plain = _value(frame, "warm-step memory", "saved activations (total)", "plain", "saved_activation_bytes")
+    rec = _value(frame, "warm-step memory", "saved activations (total)", "recompute", "saved_activation_bytes")
+    overhead = _value(frame, "warm-step time", "overhead", "recompute", "overhead_ratio")
+    memory = None
+    if plain is not None and rec is not None and plain.value > 0:
+        memory = {"plain": plain.value, "recompute": rec.value, "saved": plain.value - rec.value,
+                  "share": (plain.value - rec.value) / plain.value}
+    time = None
+    if overhead is not None and not pd.isna(overhead.value):
+        time = {"ratio": overhead.value, "low": overhead.get("ci_low"), "high": overhead.get("ci_high"),
+                "status": overhead.status}
+    return {"memory": memory, "time": time}
 
 
 #: PDF flavour of report.pdf: PDF/A-3b (ISO 19005-3, level B) is archival PDF that may carry

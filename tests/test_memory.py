@@ -12,7 +12,6 @@ keeps, per layer, counting [B, S, W] tensors ("units", B·S·W·4 bytes):
 * recompute per child (Mix, Feed, LayerNorm): the input of each child (4).
 * the loss keeps ``out - target`` for ``square`` (1), outside every layer.
 """
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +20,6 @@ from torch import nn
 from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, saved_rows, measure_saved, saving_status
 from reportgen.config import MEMORY
 from reportgen.measure import REST, saved_activation_bytes
-from reportgen.recompute import apply_recompute
 from reportgen.results import FAIL, INFO, PASS, WARN
 from reportgen.setup import build_setup
 
@@ -181,3 +179,69 @@ def test_saved_bytes_on_cuda_equal_the_cpu_count():
     """Per-layer recompute on CUDA keeps the same storages as on CPU (exact on any device)."""
     setup = granularity("device=cuda")
     assert measured(setup, recompute=True).total_bytes == (DEPTH + 1) * UNIT
+
+
+def _render_section(rows):
+    from reportgen.render import environment, view_model
+    from reportgen.results import to_frame
+
+    (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
+    return environment().get_template(section["template"]).render(section=section)
+
+
+def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
+    from reportgen.results import Row
+
+    setup = granularity()
+    rows = saved_rows(setup, *measure_saved(setup))
+    for variant, allocated, reserved in (("plain", 5 * 2**20, 8 * 2**20), ("recompute", 3 * 2**20, 8 * 2**20)):
+        extra = {"baseline_allocated_bytes": 2**20, "reserved_gap_bytes": reserved - allocated, "warm_steps": 3}
+        rows += [Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", allocated, extra=extra),
+                 Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", reserved, extra=extra)]
+    html = _render_section(rows)
+    assert "Peak allocated" in html and "5.00 MiB" in html and "caching allocator" in html
+    assert "3.00 MiB" in html and "not measured" not in html
+
+
+def test_memory_section_on_cpu_says_not_measured_and_shows_no_zero_peaks():
+    setup = granularity("device=cpu")
+    rows = saved_rows(setup, *measure_saved(setup)) + cuda_peak_rows(setup)
+    html = _render_section(rows)
+    assert "not measured: this run is on cpu" in html and "Peak allocated" not in html
+
+
+# --- every handed case: the recompute twin's saved bytes, derived by hand -------------------
+# B examples per batch (parity.batch_size); f32 = 4 bytes, int64 = 8 bytes. The cross-entropy
+# of these cases keeps log_softmax's output, the int64 targets and a 0-dim float total weight.
+def _xent(rows: int, classes: int) -> int:
+    return rows * classes * 4 + rows * 8 + 4
+
+
+HANDED = {
+    # FeedForward blocks (width 32) keep only their input [B, 32] each; the loss keeps out - target.
+    "dropout_rng": ([], lambda b: (3 + 1) * b * 32 * 4),
+    # ConvBlocks keep their input [B, 8, 8, 8]; the rest: the stem conv's input [B, 1, 8, 8], the head's
+    # input [B, 8] and the cross-entropy over [B, 10].
+    "batchnorm_stats": ([], lambda b: 2 * b * 8 * 64 * 4 + b * 64 * 4 + b * 8 * 4 + _xent(b, 10)),
+    # Blocks keep their input [B, 12, 16] (even though it needs no grad: recomputation needs it); the
+    # rest: the head's input [B, 12, 16] and the cross-entropy over [B·12, 50]; the frozen embedding keeps nothing.
+    "frozen_input_reentrant": ([], lambda b: 3 * b * 12 * 16 * 4 + _xent(b * 12, 50)),
+    # CountingBlocks keep their input [B, 16]; the loss keeps out - target.
+    "forward_counter": ([], lambda b: (2 + 1) * b * 16 * 4),
+    # Selective with aten.mm: nn.Linear on [B, 64] calls aten.addmm, so nothing is saved inside the
+    # blocks: each keeps its input [B, 64], the loss keeps out - target ...
+    "sac_packet": ([], lambda b: (3 + 1) * b * 64 * 4),
+}
+# ... and naming aten.addmm saves a's output [B, 256] and b's output [B, 64] in each of the 3 blocks.
+HANDED["sac_packet_addmm"] = (["recompute.save_ops=[aten.addmm]"], lambda b: (3 * (1 + 4 + 1) + 1) * b * 64 * 4)
+
+
+@pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases not present")
+@pytest.mark.parametrize("case", sorted(HANDED))
+def test_handed_case_recompute_saved_bytes_match_the_derivation(case, monkeypatch):
+    monkeypatch.syspath_prepend(str(SHARED_CASES))
+    overrides, expected = HANDED[case]
+    batch = 6
+    setup = build_setup(compose_config(f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]",
+                                       f"+model={case.removesuffix('_addmm')}", f"parity.batch_size={batch}", *overrides))
+    assert measured(setup, recompute=True).total_bytes == expected(batch)
