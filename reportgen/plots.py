@@ -37,6 +37,16 @@ def to_svg(fig) -> str:
 PLOTTERS: dict[str, Callable[[pd.DataFrame], list[Plot]]] = {}
 
 
+def finish_axes(fig, ax, xlabel: str, ylabel: str) -> None:
+    """The house style of every plot: 8-pt labels, 7-pt ticks and legend, light grid, tight layout."""
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+
+
 def section_plots(check: str, rows: pd.DataFrame) -> list[dict]:
     """Plots for one check's section as ``[{"svg": ..., "caption": ...}]`` (empty when none).
 
@@ -101,12 +111,7 @@ def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
         ax = fig.subplots()
         for seed, d in diffs:
             ax.plot(d.index, d.values, marker="o", ms=3, label=f"seed {int(seed)}")
-        ax.set_xlabel("accepted examples", fontsize=8)
-        ax.set_ylabel(f"|recompute − plain| {metric}", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        finish_axes(fig, ax, "accepted examples", f"|recompute − plain| {metric}")
         plots.append(Plot(to_svg(fig), f"How far the twins drift apart: |recompute − plain| held-out {metric} at each "
                                        "learning-curve point, per seed."))
     return plots
@@ -139,12 +144,7 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
         if not found.empty and pd.notna(found.value.iloc[0]):
             ax.axvline(float(found.value.iloc[0]), color="#5a2a7a", ls=":", lw=1.2, label="batch found")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size, examples (recompute twin)", fontsize=8)
-        ax.set_ylabel(f"{probes.metric.iloc[0]}, MiB", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        finish_axes(fig, ax, "batch size, examples (recompute twin)", f"{probes.metric.iloc[0]}, MiB")
         plots.append(Plot(to_svg(fig), "Batch search: memory of the recompute twin at each probed batch (doubling, then "
                                        "bisection) against the plain twin's at the base batch."))
     curves = _curves(rows)
@@ -159,12 +159,7 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
                 part = part.sort_values("accepted_examples")
                 ax.plot(part.accepted_examples, part.value, color=colors[i % len(colors)], alpha=0.85, lw=1.3,
                         label=f"batch {int(batch)}" if j == 0 else None)
-        ax.set_xlabel("accepted examples", fontsize=8)
-        ax.set_ylabel(f"held-out {metric}", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        finish_axes(fig, ax, "accepted examples", f"held-out {metric}")
         plots.append(Plot(to_svg(fig), f"Held-out {metric} vs accepted examples, one line per seed: the larger batch "
                                        "(recompute twin) against the plain twin at the base batch. A second experiment, "
                                        "not a parity test."))

@@ -72,7 +72,7 @@ class FunctionTask:
         device, dtype = _device_dtype(model)
         total = 0.0
         for _ in range(self.eval_batches):
-            x, y = _to(self.make_batch(generator, self.eval_batch_size), device, dtype)
+            x, y = batch_to(self.make_batch(generator, self.eval_batch_size), device, dtype)
             total += float(self.loss(model(x), y))
         return {"loss": total / self.eval_batches}
 
@@ -197,10 +197,6 @@ def _device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     return p.device, p.dtype
 
 
-def _to(batch: Batch, device: torch.device, dtype: torch.dtype) -> Batch:
-    return tuple(t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in batch)
-
-
 def batch_to(batch: Batch, device: torch.device | str, dtype: torch.dtype) -> Batch:
     """Move a batch to ``device``; floating tensors are cast to ``dtype``, integer ones kept."""
-    return _to(batch, torch.device(device), dtype)
+    return tuple(t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in batch)
