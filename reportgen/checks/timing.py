@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from typing import Callable
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from tqdm.auto import tqdm
 
 from ..config import TIME
 from ..results import FAIL, INFO, NOT_RUN, PASS, WARN, Row
@@ -110,18 +112,24 @@ def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measure
             steps[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     start, rounds = time.perf_counter(), 0
+    bar = tqdm(desc="timing rounds", unit="round", leave=False, disable=not sys.stderr.isatty())
     while True:
         for name in names if rounds % 2 == 0 else names[::-1]:
             times[name].append(timed(steps[name], device))
         rounds += 1
+        bar.update(1)
         if rounds < measured:
             continue
         if enough is None:
-            return times, f"{measured} rounds configured"
-        if (rounds - measured) % 4 == 0 and enough(times):
-            return times, "confidence target reached"
-        if time.perf_counter() - start > max_seconds:
-            return times, f"time budget of {max_seconds:g} s spent"
+            why = f"{measured} rounds configured"
+        elif (rounds - measured) % 4 == 0 and enough(times):
+            why = "confidence target reached"
+        elif time.perf_counter() - start > max_seconds:
+            why = f"time budget of {max_seconds:g} s spent"
+        else:
+            continue
+        bar.close()
+        return times, why
 
 
 def step_flops(step: Callable[[], None]) -> int:
