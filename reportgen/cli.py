@@ -49,8 +49,8 @@ def exit_code(app: Callable[[], None]) -> int:
     except SystemExit as exc:
         if not _codes and exc.code not in (0, None):
             models = ", ".join(builtin_models())
-            print(f"reportgen: cannot start: fix the config error above. Built-in models: {models}; "
-                  f"e.g. python -m reportgen +model={builtin_models()[0]}")
+            print(f"reportgen: cannot start: fix the config error above (settings and their types: "
+                  f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}.")
             return 2
         raise
     return max(_codes) if _codes else 0

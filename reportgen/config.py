@@ -164,7 +164,6 @@ class Config:
 
 
 def register_configs() -> None:
-    """Store the schemas in Hydra's ConfigStore (``reportgen_schema`` and ``recompute/base``)."""
+    """Store the primary schema in Hydra's ConfigStore as ``reportgen_schema``."""
     cs = ConfigStore.instance()
     cs.store(name="reportgen_schema", node=Config)
-    cs.store(group="recompute", name="base_recompute", node=RecomputeConfig)

@@ -24,7 +24,7 @@ from .config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STEP_PARITY, TASK_MET
 from .metadata import run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
-from .results import PASS, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from .results import NOT_RUN, PASS, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from .setup import Setup, SetupError, build_setup
 from .signing import SigningError, load_signing_key, sign_run, signature_label
 
@@ -42,23 +42,32 @@ CHECKS: list[tuple[str, Callable[[Setup], list[Row]]]] = [
 ]
 
 EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  #: the shell's code for SIGINT; the partial frame stays on disk
+
+
+class Interrupted(Exception):
+    """Ctrl-C during the checks, after the partial frame (with NOT_RUN rows) was written."""
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
     """Run the checklist on ``cfg.model`` and write results and the report into ``out_dir``.
 
     Returns:
-        0 when the claim holds, 1 when it fails, 2 when the run could not start.
+        0 when the claim holds, 1 when it fails, 2 when the run could not start, 130 when
+        it was interrupted during the checks (``results.partial.json`` keeps what was measured).
     """
     try:
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = build_setup(cfg)
     except (SigningError, SetupError, RecomputeConfigError) as exc:
-        log.error("%s", exc)
         print(f"reportgen: cannot start: {exc}")
         return EXIT_USAGE
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key)}
-    rows = run_checks(setup, out_dir)
+    try:
+        rows = run_checks(setup, out_dir)
+    except Interrupted:
+        print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
+        return EXIT_INTERRUPTED
     frame = to_frame(rows)
     verdict = claim_verdict(frame, cfg.verdict.required)
     write_results(frame, out_dir)
@@ -78,6 +87,12 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         start = time.perf_counter()
         try:
             rows += check(setup)
+        except KeyboardInterrupt:
+            rows += [Row(n.split(" / ")[0], "interrupted", "recompute", "not_run", status=NOT_RUN,
+                         detail="the run was interrupted (Ctrl-C) before this check finished")
+                     for n, _ in CHECKS[[c for c, _ in CHECKS].index(name):]]
+            replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
+            raise Interrupted from None
         except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
             log.exception("check %s raised", name)
             rows.append(error_row(name.split(" / ")[0], exc, "check", time.perf_counter() - start))

@@ -90,6 +90,27 @@ def _instantiate_model(cfg: DictConfig, task: Any, device: torch.device, dtype: 
     return model.to(device=device, dtype=dtype)
 
 
+def validate(cfg: DictConfig) -> None:
+    """Range checks the schema's types cannot express; run before any model work.
+
+    Raises:
+        SetupError: every problem found, each naming the setting and its allowed range.
+    """
+    problems = [f"{name}={value} must be {rule}" for name, value, ok, rule in [
+        ("parity.batch_size", cfg.parity.batch_size, cfg.parity.batch_size >= 1, ">= 1 example"),
+        ("budget.examples", cfg.budget.examples, cfg.budget.examples >= 1, ">= 1 accepted example"),
+        ("budget.batch_size", cfg.budget.batch_size, cfg.budget.batch_size >= 1, ">= 1 example"),
+        ("budget.seeds", list(cfg.budget.seeds), len(cfg.budget.seeds) >= 1, "a non-empty list"),
+        ("timing.measured_steps", cfg.timing.measured_steps, cfg.timing.measured_steps >= 1, ">= 1 round"),
+        ("timing.warmup_steps", cfg.timing.warmup_steps, cfg.timing.warmup_steps >= 0, ">= 0"),
+        ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
+        ("memory.negligible_saving_share", cfg.memory.negligible_saving_share,
+         0 <= cfg.memory.negligible_saving_share <= 1, "between 0 and 1"),
+    ] if not ok]
+    if problems:
+        raise SetupError("; ".join(problems))
+
+
 def build_setup(cfg: DictConfig) -> Setup:
     """Instantiate the task and model, validate the recompute targets, draw the fixed batch.
 
@@ -97,6 +118,7 @@ def build_setup(cfg: DictConfig) -> Setup:
         SetupError: model/task cannot be imported or built, or bad dtype/device.
         reportgen.recompute.RecomputeConfigError: targets match nothing, bad save_ops, ...
     """
+    validate(cfg)
     if cfg.dtype not in DTYPES:
         raise SetupError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]

@@ -48,3 +48,14 @@ def test_recompute_modes_compose(mode):
 def test_schema_typos_fail_before_any_model_is_built(override):
     with pytest.raises((ConfigCompositionException, ConfigKeyError, ValidationError)):
         compose_config("+model=ffn", override)
+
+
+@pytest.mark.parametrize("override,named", [("parity.batch_size=0", "parity.batch_size"),
+                                            ("budget.examples=-5", "budget.examples"),
+                                            ("timing.measured_steps=0", "timing.measured_steps"),
+                                            ("budget.seeds=[]", "budget.seeds")])
+def test_out_of_range_settings_stop_before_any_model_work(override, named):
+    from reportgen.setup import SetupError
+
+    with pytest.raises(SetupError, match=named):
+        build_setup(compose_config("+model=ffn", override))
