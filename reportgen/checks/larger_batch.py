@@ -20,7 +20,6 @@ bisection between the last fitting and the first failing batch, to one example.
 """
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import statistics
@@ -29,7 +28,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from hydra.utils import instantiate
 
 from ..config import LARGER_BATCH
 from ..results import FLAGGED, Row
@@ -117,11 +115,8 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
 
 
 def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
-    """Peak allocated CUDA bytes of a warm training step of a fresh twin.
-
-    One step first (optimizer state initialised, caches warm), then
-    ``torch.cuda.reset_peak_memory_stats``, one forward + backward + optimizer step,
-    synchronize, ``torch.cuda.max_memory_allocated``.
+    """Peak allocated CUDA bytes of a warm training step of a fresh twin on a probe batch
+    (one warm step first; see :func:`reportgen.checks.memory.cuda_step_peaks`).
 
     Returns:
         ``(peak allocated bytes, examples actually in the batch)``.
@@ -129,27 +124,11 @@ def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     Raises:
         torch.cuda.OutOfMemoryError: the step does not fit on the device.
     """
-    _release(setup.device)  # also frees what an out-of-memory in the previous probe left behind
-    model = setup.build(recompute)
-    optimizer = instantiate(setup.cfg.budget.optimizer, params=[p for p in model.parameters() if p.requires_grad])
-    x, y = setup.make_batch(batch_size, setup.cfg.seed)
-    for measured in (False, True):
-        if measured:
-            torch.cuda.synchronize(setup.device)
-            torch.cuda.reset_peak_memory_stats(setup.device)
-        optimizer.zero_grad(set_to_none=True)
-        if setup.cfg.forward_seed is not None:
-            torch.manual_seed(setup.cfg.forward_seed)
-        setup.task.loss(model(x), y).backward()
-        optimizer.step()
-    torch.cuda.synchronize(setup.device)
-    return int(torch.cuda.max_memory_allocated(setup.device)), int(x.shape[0])
+    from .memory import cuda_step_peaks
 
-
-def _release(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    batch = setup.make_batch(batch_size, setup.cfg.seed)
+    peaks = cuda_step_peaks(setup, recompute, warm_steps=1, batch=batch)
+    return int(peaks["peak_allocated_bytes"]), int(batch[0].shape[0])
 
 
 def make_probe(measure: Callable[[int], tuple[int, int]], reference: int) -> Callable[[int], Probe]:

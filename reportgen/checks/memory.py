@@ -180,8 +180,9 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
                 FAIL if lost else PASS, detail, time.perf_counter() - start)]
 
 
-def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int) -> dict[str, int]:
-    """Allocator peaks of one warm training step of a fresh twin on CUDA.
+def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch | None = None) -> dict[str, int]:
+    """Allocator peaks of one warm training step of a fresh twin on CUDA, on ``batch``
+    (default: the fixed batch; the larger-batch search passes its probe batch).
 
     ``warm_steps`` steps first (optimizer state initialised, allocator caches warm, same batch
     shape), then ``torch.cuda.reset_peak_memory_stats`` immediately before the measured step,
@@ -193,14 +194,15 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int) -> dict[str,
 
     Raises:
         RuntimeError: the setup's device is not CUDA.
+        torch.cuda.OutOfMemoryError: the step does not fit; the next call frees what it left.
     """
     device = setup.device
     if device.type != "cuda":
         raise RuntimeError(f"CUDA peaks need a CUDA device, this run is on {device}")
     gc.collect()
-    torch.cuda.empty_cache()  # the previous twin's cached blocks must not count as this one's reserve
+    torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
     model = setup.build(recompute)
-    step = make_train_step(model, setup.batch, setup.task.loss, training_optimizer(setup))
+    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup))
     for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
         step()
     torch.cuda.synchronize(device)
