@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from .keys import KeyFileError, fingerprint, load_public_key
@@ -98,11 +97,6 @@ def _require(condition: bool, message: str) -> None:
 def _sha256(data: bytes) -> str:
     """SHA-256 of bytes, hex."""
     return hashlib.sha256(data).hexdigest()
-
-
-def _spki(public_key) -> bytes:
-    """DER SubjectPublicKeyInfo of a cryptography public key."""
-    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 # --------------------------------------------------------------------------- the PDF
@@ -289,8 +283,8 @@ def check_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> PdfEvidence
         from cryptography import x509
 
         cert = x509.load_der_x509_certificate(signature.signer_cert.dump())
-        _require(_spki(cert.public_key()) == _spki(public_key),
-                 f"signed with key {_short(fingerprint(cert.public_key()))}, not the given key")
+        signed_by = fingerprint(cert.public_key())  # SHA-256 of the DER SubjectPublicKeyInfo
+        _require(signed_by == fingerprint(public_key), f"signed with key {_short(signed_by)}, not the given key")
         return f"certificate key is the given key {_short(fingerprint(public_key))}"
 
     checks.append(_attempt("PDF signature", pades))
