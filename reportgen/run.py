@@ -82,7 +82,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     """Run every check; after each, rewrite ``results.partial.json`` so a run that stops early
     still leaves the frame of what it measured."""
     rows: list[Row] = []
-    for name, check in CHECKS:
+    for index, (name, check) in enumerate(CHECKS):
         log.info("check: %s", name)
         start = time.perf_counter()
         try:
@@ -90,7 +90,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         except KeyboardInterrupt:
             rows += [Row(n.split(" / ")[0], "interrupted", "recompute", "not_run", status=NOT_RUN,
                          detail="the run was interrupted (Ctrl-C) before this check finished")
-                     for n, _ in CHECKS[[c for c, _ in CHECKS].index(name):]]
+                     for n, _ in CHECKS[index:]]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
             raise Interrupted from None
         except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
