@@ -15,7 +15,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from . import __version__
-from .compare import tolerances
+from .distance import tolerances
 from .setup import Setup
 
 

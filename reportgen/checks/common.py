@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from torch import Tensor
 
-from ..compare import judge, measure, tolerances
+from ..distance import judge, measure, tolerances
 from ..results import ERROR, FAIL, PASS, Row
 
 

@@ -4,7 +4,7 @@ import math
 import torch
 
 from reportgen.checks.common import tensor_row
-from reportgen.compare import judge, measure, tolerances
+from reportgen.distance import judge, measure, tolerances
 
 
 def test_defaults_are_assert_close_defaults():
