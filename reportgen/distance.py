@@ -1,7 +1,7 @@
 """Measure how far two tensors are apart; judge against assert_close-style tolerances.
 
 Measuring and judging are separate (as deepchecks separates checks from conditions):
-:func:`measure` returns numbers, :func:`judge` turns them into a status.
+:func:`measure` returns numbers; :func:`reportgen.results.judge` turns them into a status.
 """
 from __future__ import annotations
 
@@ -59,8 +59,3 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     excess = (diff - (atol + rtol * b64.abs().nan_to_num(0.0))).max().item()
     bitwise = bool(((a64 == b64) | both_nan).all())
     return Distance(diff.max().item(), rel, bitwise, excess)
-
-
-def judge(distance: Distance) -> bool:
-    """True when every element is within tolerance (assert_close's rule)."""
-    return distance.worst_excess <= 0.0

@@ -226,3 +226,22 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             del model
         inputs = f"{list(batch[0].shape)} {str(batch[0].dtype).removeprefix('torch.')}"
     return Estimate(inputs, over, saved[False], saved[True], shape, dtype_name, paths)
+
+
+def dropout_mask_bytes(device: torch.device, element_bytes: int) -> int:
+    """Bytes per value of a dropout mask kept for backward on ``device``.
+
+    On CUDA, ``nn.Dropout`` uses the fused ``native_dropout`` kernel, whose mask is ``bool``
+    (1 byte, as Korthikanti et al. assume). On CPU, ``at::dropout`` multiplies by a noise
+    tensor of the activation's dtype, so the mask costs ``element_bytes`` per value.
+    """
+    return 1 if device.type == "cuda" else element_bytes
+
+
+def layernorm_stat_bytes(device: torch.device, element_bytes: int) -> int:
+    """Bytes per value of the mean and reciprocal std LayerNorm keeps for backward.
+
+    On CUDA they are kept in the accumulation type (float32 for 16-bit inputs); on CPU in the
+    input's dtype (measured with torch 2.13).
+    """
+    return max(4, element_bytes) if device.type == "cuda" else element_bytes

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .recompute import Wrapped, apply_recompute, plain_name
 from .tasks import Batch, batch_to
+from .train import BudgetRuns
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,6 +38,7 @@ class Setup:
         state: the one initial ``state_dict`` both twins load.
         wrapped: modules the recompute twin wraps (path and class).
         batch: the fixed parity batch ``(inputs, targets)`` on ``device``.
+        budget_runs: the run's cache of budget training runs (:class:`reportgen.train.BudgetRuns`).
     """
 
     cfg: DictConfig
@@ -46,7 +48,7 @@ class Setup:
     state: dict[str, Tensor]
     wrapped: list[Wrapped]
     batch: Batch
-    model_classes: list[str] = field(default_factory=list)
+    budget_runs: BudgetRuns = field(default_factory=BudgetRuns)
 
     def build(self, recompute: bool) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` wraps the targets."""
@@ -132,9 +134,8 @@ def build_setup(cfg: DictConfig) -> Setup:
                          "and that your code is importable (PYTHONPATH).") from exc
     probe = copy.deepcopy(model)
     wrapped = apply_recompute(probe, cfg.recompute)
-    classes = sorted({type(m).__name__ for m in model.modules()})
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    setup = Setup(cfg, task, device, dtype, state, wrapped, batch=(), model_classes=classes)
+    setup = Setup(cfg, task, device, dtype, state, wrapped, batch=())
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
     return setup
 

@@ -1,4 +1,5 @@
-"""Training to an equal accepted-example budget (shared by the task-metrics and larger-batch checks).
+"""Training to an equal accepted-example budget, and the rows of one training run (shared by the
+task-metrics and larger-batch checks).
 
 An *accepted* example is one whose update was applied. A step whose loss or any gradient is
 not finite is skipped (gradients zeroed, no optimizer step) and its examples do not count, so
@@ -23,6 +24,7 @@ from hydra.utils import instantiate
 from torch import nn
 from tqdm.auto import tqdm
 
+from .results import INFO, Role, Row
 from .tasks import batch_to
 
 log = logging.getLogger("reportgen")
@@ -31,10 +33,6 @@ log = logging.getLogger("reportgen")
 #: ``new / base`` batch size. "linear": Goyal et al. 2017 ("Accurate, Large Minibatch SGD");
 #: "sqrt": Krizhevsky 2014 ("One weird trick"), Hoffer et al. 2017.
 LR_SCALING = {"none": lambda ratio: 1.0, "linear": lambda ratio: ratio, "sqrt": math.sqrt}
-
-
-class BudgetNotReached(RuntimeError):
-    """Too many steps were skipped: the step cap was hit before the budget was accepted."""
 
 
 @dataclass
@@ -169,33 +167,80 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
                        batch_size, time.perf_counter() - start, complete=accepted >= examples)
 
 
-def trained(setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
-    """A twin trained to ``cfg.budget.examples`` accepted examples, memoised on ``setup``.
+class BudgetRuns:
+    """The run's cache of training runs to the accepted-example budget.
 
-    The task-metrics check and the larger-batch experiment both need the plain run at the base
-    batch; the memo (kept on the ``setup`` object, so it lives exactly as long as the run)
-    trains it once.
+    The task-metrics check and the larger-batch experiment both need the plain twin trained at
+    the base batch; this cache (one per run, held by :class:`reportgen.setup.Setup` as
+    ``setup.budget_runs``) trains each ``(twin, seed, batch, budget, lr scale)`` once.
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, TrainResult] = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
+        """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
+
+        Args:
+            setup: the run's :class:`reportgen.setup.Setup`.
+            recompute: train the recompute twin (else the plain one).
+            seed: data-order and dropout seed of the run.
+            batch_size: examples per step.
+            lr_scale: learning-rate factor (1 = as configured).
+
+        Returns:
+            The :class:`TrainResult`.
+        """
+        budget = setup.cfg.budget
+        key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale))
+        if key not in self._runs:
+            variant = "recompute" if recompute else "plain"
+            log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed, budget.examples,
+                     batch_size)
+            self._runs[key] = train_to_budget(
+                setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size),
+                seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device,
+                dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
+                max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
+                desc=f"{variant} seed {seed} batch {batch_size}")
+        return self._runs[key]
+
+
+def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str,
+             status: str = INFO) -> list[Row]:
+    """Rows of one training run: every held-out metric, accepted examples, skipped steps, and
+    learning-curve points (metric ``curve_<metric>``, column ``accepted_examples``).
 
     Args:
-        setup: the run's :class:`reportgen.setup.Setup`.
-        recompute: train the recompute twin (else the plain one).
-        seed: data-order and dropout seed of the run.
-        batch_size: examples per step.
-        lr_scale: learning-rate factor (1 = as configured).
+        check: check name for the ``check`` column.
+        variant: ``plain``, ``recompute`` or ``larger_batch``.
+        item: e.g. ``"seed 0"``.
+        seed: the run's seed (``seed`` column).
+        result: the finished run.
+        metric: the task's primary metric name (e.g. ``accuracy``).
+        status: status of every row (INFO here; FLAGGED in the larger-batch experiment).
 
     Returns:
-        The :class:`TrainResult`.
+        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns.
     """
-    budget = setup.cfg.budget
-    key = (recompute, seed, batch_size, int(budget.examples), float(lr_scale))
-    memo = vars(setup).setdefault("_budget_runs", {})
-    if key not in memo:
-        variant = "recompute" if recompute else "plain"
-        log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed, budget.examples, batch_size)
-        memo[key] = train_to_budget(
-            setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size), seed=int(seed),
-            forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device, dtype=setup.dtype,
-            eval_every=int(budget.eval_every), lr_scale=lr_scale,
-            max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-            desc=f"{variant} seed {seed} batch {batch_size}")
-    return memo[key]
+    common = {"seed": seed, "batch_size": result.batch_size}
+    run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
+           "skipped_steps": result.skipped_steps, "lr": result.lr}
+    rows = [Row(check, item, variant, metric, result.metrics[metric], "", "", status,
+                f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
+                f"lr {result.lr:g}", result.seconds, extra=dict(run), role=Role.RUN)]
+    rows += [Row(check, item, variant, name, value, "", "", status, "held-out, same data as the task metric",
+                 extra=dict(common), role=Role.HELD_OUT) for name, value in sorted(result.metrics.items()) if name != metric]
+    skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
+                   "or gradient; their examples are not accepted") if result.skipped_steps else "no step skipped"
+    rows.append(Row(check, item, variant, "accepted_examples", result.accepted_examples, "", "", status,
+                    f"examples whose update was applied; {result.steps} applied steps", extra=dict(common),
+                    role=Role.ACCEPTED, unit="examples"))
+    rows.append(Row(check, item, variant, "skipped_steps", result.skipped_steps, "", "", status, skip_detail,
+                    extra={**common, "skipped_examples": result.skipped_examples}, role=Role.SKIPPED, unit="steps"))
+    rows += [Row(check, item, variant, f"curve_{metric}", value, "", "", status, "learning-curve point",
+                 extra={**common, "accepted_examples": n}, role=Role.CURVE) for n, value in result.curve]
+    return rows

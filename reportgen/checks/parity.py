@@ -9,9 +9,10 @@ from __future__ import annotations
 import warnings
 
 from ..config import GRADIENT_PARITY
-from ..results import INFO, Row
+from ..results import INFO, Role, Row
+from ..rows import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
 from ..setup import Setup, forward_backward
-from .common import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
+from . import Check, Section
 
 
 def _pair(setup: Setup, input_grad: bool):
@@ -40,25 +41,32 @@ def gradient_parity(setup: Setup) -> list[Row]:
     """
     rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
     plain, recompute, out, caught = _pair(setup, input_grad=False)
-    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO) for w in caught]
+    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO, role=Role.WARNING)
+            for w in caught]
     if plain is None:  # the plain run raised: nothing to compare against
         return out
     if recompute is not None:
         out += _tensor_rows(plain, recompute, rtol, atol)
     if not setup.batch[0].is_floating_point():
-        return out + [Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO,
+        return out + [Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO, role=Role.INPUT_GRAD,
                           detail=f"input is {setup.batch[0].dtype}: it has no gradient")]
     plain_g, recompute_g, errors, _ = _pair(setup, input_grad=True)
     if errors:
         return out + errors
     if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
         out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, rtol, atol)]
-    return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain_g.input_grad, recompute_g.input_grad, rtol, atol)]
+    return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain_g.input_grad, recompute_g.input_grad, rtol, atol,
+                             Role.INPUT_GRAD)]
 
 
 def _tensor_rows(plain, recompute, rtol, atol) -> list[Row]:
-    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol),
-           tensor_row(GRADIENT_PARITY, "output", plain.output, recompute.output, rtol, atol)]
+    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS),
+           tensor_row(GRADIENT_PARITY, "output", plain.output, recompute.output, rtol, atol, Role.OUTPUT)]
     for name in sorted(set(plain.grads) | set(recompute.grads)):
-        out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol, atol))
+        out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol,
+                              atol, Role.PARAM_GRAD))
     return out
+
+
+CHECK = Check(gradient_parity, (Section(
+    GRADIENT_PARITY, "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first."),))

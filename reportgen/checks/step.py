@@ -11,9 +11,10 @@ from torch import nn
 
 from ..config import STATE_PARITY, STEP_PARITY
 from ..recompute import named_inner_modules, plain_name
-from ..results import Row
+from ..results import Role, Row
+from ..rows import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row, value_row
 from ..setup import Setup, forward_backward
-from .common import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row, value_row
+from . import Check, Section
 
 _SCALARS = (bool, int, float, str)
 _SIZED = (list, tuple, dict, set)
@@ -69,9 +70,9 @@ def one_step(model: nn.Module, setup: Setup, input_grad: bool = False) -> AfterS
                      module_attributes(model), rng)
 
 
-def _tensor_rows(check: str, prefix: str, plain: dict, recompute: dict, setup: Setup) -> list[Row]:
+def _tensor_rows(check: str, prefix: str, plain: dict, recompute: dict, setup: Setup, role: str) -> list[Row]:
     rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
-    return [tensor_row(check, f"{prefix}{k}", plain.get(k), recompute.get(k), rtol, atol)
+    return [tensor_row(check, f"{prefix}{k}", plain.get(k), recompute.get(k), rtol, atol, role)
             for k in sorted(set(plain) | set(recompute))]
 
 
@@ -97,11 +98,20 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
     recompute, rows = run_twin(STEP_PARITY, "recompute", lambda: one_step(recompute_model, setup, input_grad))
     if rows:
         return rows
-    out = _tensor_rows(STEP_PARITY, "param ", plain.params, recompute.params, setup)
-    out += _tensor_rows(STEP_PARITY, "optimizer ", plain.optimizer_state, recompute.optimizer_state, setup)
-    out += _tensor_rows(STATE_PARITY, "buffer ", plain.buffers, recompute.buffers, setup)
+    out = _tensor_rows(STEP_PARITY, "param ", plain.params, recompute.params, setup, Role.PARAM)
+    out += _tensor_rows(STEP_PARITY, "optimizer ", plain.optimizer_state, recompute.optimizer_state, setup,
+                        Role.OPTIMIZER_STATE)
+    out += _tensor_rows(STATE_PARITY, "buffer ", plain.buffers, recompute.buffers, setup, Role.BUFFER)
     for key in sorted(set(plain.attributes) | set(recompute.attributes)):
-        out.append(value_row(STATE_PARITY, f"attribute {key}", plain.attributes.get(key), recompute.attributes.get(key)))
+        out.append(value_row(STATE_PARITY, f"attribute {key}", plain.attributes.get(key), recompute.attributes.get(key),
+                             Role.ATTRIBUTE))
     for key in plain.rng:
-        out.append(tensor_row(STATE_PARITY, f"RNG {key} after backward", plain.rng[key], recompute.rng.get(key), 0.0, 0.0))
+        out.append(tensor_row(STATE_PARITY, f"RNG {key} after backward", plain.rng[key], recompute.rng.get(key), 0.0, 0.0,
+                              Role.RNG))
     return out
+
+
+CHECK = Check(step_and_state_parity, (
+    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it."),
+    Section(STATE_PARITY, "Buffers, plain Python attributes of modules, and the global RNG state after backward."),
+))

@@ -1,4 +1,5 @@
-"""Row builders shared by the parity checks."""
+"""Row builders shared by the checks: compare a tensor or a value between the twins, turn an
+exception into an ERROR row. Checks never import each other; what they share lives here."""
 from __future__ import annotations
 
 import time
@@ -7,41 +8,46 @@ from typing import Any, Callable
 
 from torch import Tensor
 
-from ..distance import judge, measure, tolerances
-from ..results import ERROR, FAIL, PASS, Row
+from .distance import measure, tolerances
+from .results import ERROR, Role, Row
 
 
 def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | None, rtol: float | None,
-               atol: float | None) -> Row:
-    """Compare one tensor of the recompute run with the plain run's.
+               atol: float | None, role: str = "") -> Row:
+    """Measure how far one tensor of the recompute run is from the plain run's.
 
-    ``None`` in one run and a tensor in the other is FAIL (a gradient that silently
-    vanished); ``None`` in both is PASS with a note.
+    The row is judged by :func:`reportgen.results.judge` with comparator ``allclose`` on the
+    ``excess`` column (``max(|a - b| - (atol + rtol |b|))``, <= 0 passes). ``None`` in one run
+    and a tensor in the other has excess inf (a gradient that silently vanished); ``None`` in
+    both has excess 0, with a note.
     """
     if plain is None or recompute is None:
         if plain is None and recompute is None:
-            return Row(check, item, "recompute", "max_abs_err", 0.0, "", "allclose", PASS, "None in both runs")
+            return Row(check, item, "recompute", "max_abs_err", 0.0, "", "allclose", detail="None in both runs",
+                       role=role, extra={"excess": 0.0})
         missing = "recompute" if recompute is None else "plain"
-        return Row(check, item, "recompute", "max_abs_err", float("inf"), "", "allclose", FAIL,
-                   f"None in the {missing} run, a tensor in the other: this parameter would not train the same")
+        return Row(check, item, "recompute", "max_abs_err", float("inf"), "", "allclose", role=role,
+                   detail=f"None in the {missing} run, a tensor in the other: it would not train the same",
+                   extra={"excess": float("inf")})
     rt, at = tolerances(plain.dtype, rtol, atol)
     d = measure(recompute, plain, rt, at)
-    ok = judge(d)
-    detail = "bitwise equal" if d.bitwise_equal else ("within tolerance" if ok else f"exceeds tolerance by {d.worst_excess:.3g}")
+    detail = ("bitwise equal" if d.bitwise_equal else
+              "within tolerance" if d.worst_excess <= 0 else f"exceeds tolerance by {d.worst_excess:.3g}")
     if recompute.shape != plain.shape:
         detail = f"shape {tuple(recompute.shape)} vs plain {tuple(plain.shape)}"
     return Row(check, item, "recompute", "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", "allclose",
-               PASS if ok else FAIL, detail,
-               extra={"max_rel_err": d.max_rel_err, "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt})
+               detail=detail, role=role,
+               extra={"max_rel_err": d.max_rel_err, "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt,
+                      "excess": d.worst_excess})
 
 
-def value_row(check: str, item: str, plain: Any, recompute: Any) -> Row:
-    """Compare a plain Python value (number, bool, string, length) between the twins."""
-    same = plain == recompute
-    numeric = all(isinstance(v, (int, float)) for v in (plain, recompute))
-    value = abs(float(recompute) - float(plain)) if numeric else (0.0 if same else float("nan"))
-    return Row(check, item, "recompute", "abs_diff" if numeric else "equal", value, "0" if numeric else "", "==",
-               PASS if same else FAIL, f"plain={plain!r}, recompute={recompute!r}")
+def value_row(check: str, item: str, plain: Any, recompute: Any, role: str = "") -> Row:
+    """Compare a plain Python value (number, bool, string, length) between the twins: numbers
+    by ``abs_diff == 0``, anything else by ``mismatch == 0`` (1 when they differ)."""
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (plain, recompute))
+    value = abs(float(recompute) - float(plain)) if numeric else float(plain != recompute)
+    return Row(check, item, "recompute", "abs_diff" if numeric else "mismatch", value, "0", "==",
+               detail=f"plain={plain!r}, recompute={recompute!r}", role=role, threshold_value=0.0)
 
 
 #: Characters of an exception message kept in a row's detail (the first paragraph, at most).
@@ -66,7 +72,7 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0) 
         detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:
         detail = f"the {where} run raised {type(exc).__name__}: {message}{at}"
-    return Row(check, where, "recompute", "exception", float("nan"), "", "", ERROR, detail, seconds)
+    return Row(check, where, "recompute", "exception", float("nan"), "", "", ERROR, detail, seconds, role=Role.EXCEPTION)
 
 
 def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[Row]]:
