@@ -10,7 +10,7 @@ from reportgen.metadata import report_time
 from reportgen.render import render_report
 from reportgen.results import claim_verdict, frame_to_json
 
-from test_signing import REQUIRED, tiny_frame, tiny_meta
+from conftest import REQUIRED, tiny_frame, tiny_meta
 
 EPOCH = "1704164645"  # 2024-01-02T03:04:05Z
 
