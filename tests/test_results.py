@@ -1,4 +1,4 @@
-"""Verdict rules of the claim (DESIGN.md) and the frame contract."""
+"""Verdict rules of the claim (docs/architecture.md) and the frame contract."""
 import pytest
 
 from reportgen.results import Row, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame

@@ -1,4 +1,4 @@
-"""Task metrics after equal accepted-example budgets (DESIGN.md checklist item 5).
+"""Task metrics after equal accepted-example budgets (checklist item 5, docs/architecture.md).
 
 Gradient parity on one batch is necessary, not sufficient: the release claim is about
 training. For each seed, the plain and the recompute twin are trained from the same initial

@@ -1,4 +1,4 @@
-"""The flagged larger-batch experiment (DESIGN.md checklist item 6).
+"""The flagged larger-batch experiment (checklist item 6, docs/architecture.md).
 
 Recomputation frees activation memory; this experiment finds the batch that the saving buys
 and trains the recompute twin at it to the same accepted-example budget. A larger batch

@@ -1,4 +1,4 @@
-"""Warm-step memory (DESIGN.md checklist item 3): what recomputation saves, and whether it is real.
+"""Warm-step memory (checklist item 3, docs/architecture.md): what recomputation saves, and whether it is real.
 
 Four measurements, each in runs of their own (saved-tensor hooks change what autograd
 stores, so nothing here shares a run with the parity checks):

@@ -1,4 +1,4 @@
-"""Warm-step time (DESIGN.md checklist item 4): what recomputation costs, with a confidence interval.
+"""Warm-step time (checklist item 4, docs/architecture.md): what recomputation costs, with a confidence interval.
 
 Following nanoGPT's ``bench.py``: a burn-in stage (``timing.warmup_steps`` steps of each
 twin, excluded), then ``timing.measured_steps`` steps of each twin, interleaved (the order
