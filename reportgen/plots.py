@@ -32,7 +32,10 @@ def to_svg(fig) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "path"}):
+    # Text as <text> in the report's own font (WeasyPrint draws it like the page's text);
+    # glyphs as paths cost WeasyPrint a path per character.
+    with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "none",
+                                "font.family": ["DejaVu Sans"], "savefig.dpi": 150}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": "reportgen"})
     text = buf.getvalue()
     return text[text.index("<svg"):]

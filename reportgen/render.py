@@ -198,7 +198,20 @@ def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, 
 
 def render_html(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> str:
     """report.html as text: the view model through ``templates/report.html.j2``."""
-    return environment().get_template("report.html.j2").render(**view_model(frame, meta, verdict, list(required or [])))
+    return render_pages(frame, meta, verdict, required)[0]
+
+
+def render_pages(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> tuple[str, str]:
+    """``(report.html, the HTML the PDF is laid out from)``, from one view model (plots drawn once).
+
+    The two differ only in what a page cannot hold: the PDF's HTML leaves out the
+    ``<details>`` blocks that repeat every row of a collapsed table (they are in results.csv
+    and results.json, attached to the PDF, and in report.html), which also spares WeasyPrint
+    the styles and layout of hundreds of hidden rows.
+    """
+    template = environment().get_template("report.html.j2")
+    model = view_model(frame, meta, verdict, list(required or []))
+    return template.render(**model, medium="html"), template.render(**model, medium="pdf")
 
 
 def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True,
@@ -214,10 +227,10 @@ def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, 
     Raises:
         FileExistsError: a report exists already in ``out_dir``.
     """
-    html = render_html(frame, meta, verdict, required)
+    html, pdf_html = render_pages(frame, meta, verdict, required)
     paths = {"html": atomic_write(out_dir / "report.html", html)}
     if pdf:
         results = ("results.json", frame_to_json(frame).encode(), "Data",
                    "The results frame this report was rendered from (reportgen.results.frame_to_json).")
-        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(html, meta["created"], [results]))
+        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(pdf_html, meta["created"], [results]))
     return paths
