@@ -17,6 +17,7 @@ from hydra.core.config_store import ConfigStore
 #: (each check's record in reportgen/checks/__init__.py says how it is shown and judged).
 GRADIENT_PARITY = "gradient parity"
 STEP_PARITY = "optimizer-step parity"
+TRAJECTORY = "trajectory parity"
 STATE_PARITY = "state parity"
 MEMORY = "warm-step memory"
 TIME = "warm-step time"
@@ -56,8 +57,11 @@ class ParityConfig:
     rtol: Optional[float] = None
     #: Absolute tolerance; null = torch.testing.assert_close's default for the dtype.
     atol: Optional[float] = None
-    #: Examples in the fixed batch.
+    #: Examples in the fixed batch (and in each batch of the trajectory).
     batch_size: int = 16
+    #: Optimizer steps of the trajectory check on the training stream (plain, A/A, recompute),
+    #: compared after every step; faults that leave step 1 equal show from step 2 on.
+    steps: int = 8
     #: Optimizer for the one-step parity, a ``_target_`` node called with ``params=``.
     optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
 

@@ -39,6 +39,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils._pytree import tree_leaves
 
 from .recompute import plain_name
+from .rng import seeded
 from .tasks import Batch
 
 if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
@@ -146,7 +147,8 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         model: a plain or recompute twin, in the mode to measure (``train()`` for training).
         batch: ``(inputs, targets)``, e.g. inputs ``[batch, seq]`` ids or ``[batch, features]``.
         loss_fn: ``fn(output, target) -> scalar``; what it saves counts (it is kept for backward).
-        forward_seed: ``torch.manual_seed`` right before the forward (None = leave RNG alone).
+        forward_seed: seeds every generator (:func:`reportgen.rng.seeded`) for the forward
+            (None = leave them alone).
         module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
             usually the wrapped modules' paths. Each storage goes to the innermost listed
             module running when it was saved (or, for a recompute region's inputs, to that
@@ -192,9 +194,7 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
 
     x, y = (t.clone() for t in batch)
     try:
-        if forward_seed is not None:
-            torch.manual_seed(forward_seed)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             loss = loss_fn(model(x), y)
         for name, storage in contexts:
             for t in _selective_saved(storage):
@@ -213,7 +213,8 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
     return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts)
 
 
-def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any) -> Callable[[], None]:
+def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any,
+                    forward_seed: int | None = None) -> Callable[[], None]:
     """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
 
     Gradients are freed at the end of each step, so between steps only weights and optimizer
@@ -224,12 +225,15 @@ def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer
         batch: ``(inputs, targets)``, used as is (never modified).
         loss_fn: ``fn(output, target) -> scalar``.
         optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
+        forward_seed: seeds every generator before each forward and backward
+            (:func:`reportgen.rng.seeded`; None = leave them alone).
     """
     optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
     x, y = batch
 
     def step() -> None:
-        loss_fn(model(x), y).backward()
+        with seeded(forward_seed):
+            loss_fn(model(x), y).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -263,7 +267,8 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
     gc.collect()
     torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
     model = setup.build(recompute)
-    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup))
+    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup),
+                           setup.cfg.forward_seed)
     for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
         step()
     torch.cuda.synchronize(device)

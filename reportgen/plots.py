@@ -247,3 +247,27 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
                               "steps in the order they ran, plain and recompute interleaved.")]
 
 
+def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
+    """Largest difference from the plain twin after each step: recompute (largest relative
+    error over every compared item) and the A/A control (largest absolute error of the items
+    the second plain twin did not reproduce; 0 when it reproduced everything), on one log axis.
+
+    Reads the ``trajectory`` rows (columns ``step``, ``variant``, ``value``).
+    """
+    from matplotlib.figure import Figure
+
+    steps = rows[rows.role == Role.TRAJECTORY].copy()
+    if steps.empty:
+        return []
+    steps["step"] = pd.to_numeric(steps.step, errors="coerce")
+    steps["value"] = pd.to_numeric(steps.value, errors="coerce")
+    fig = Figure(figsize=(7.5, 2.3))
+    ax = fig.subplots()
+    floor = 1e-18  # zero differences drawn at the floor of the log axis
+    for variant, color, label in (("recompute", _RECOMPUTE, "recompute vs plain"), ("aa", _PLAIN, "plain vs plain (A/A)")):
+        part = steps[steps.variant == variant].sort_values("step")
+        ax.plot(part.step, part.value.clip(lower=floor), marker="o", ms=3, lw=1.2, color=color, label=label)
+    ax.set_yscale("log")
+    finish_axes(fig, ax, "optimizer step", "largest difference from plain")
+    return [Plot(to_svg(fig), f"After each step, the largest difference from the plain twin (values at {floor:g} are "
+                              "exactly equal). A recompute line above the A/A line is a difference recomputation made.")]

@@ -52,6 +52,8 @@ class Role:
     BUDGET, RUN, HELD_OUT, ACCEPTED, SKIPPED, CURVE = "budget", "run", "held_out", "accepted", "skipped", "curve"
     METRIC_DIFF, SKIPPED_DIFF, MEAN, WORST = "metric_diff", "skipped_diff", "mean", "worst"
     REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
+    AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
+    FINAL_PARAMS, DIAGNOSIS = "final_params", "diagnosis"
 
 
 @dataclass

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from .recompute import Wrapped, apply_recompute, plain_name
+from .rng import fingerprint, seeded
 from .tasks import Batch, batch_to
 from .train import BudgetRuns
 
@@ -149,12 +150,14 @@ class StepOutput:
         output: model output (detached).
         input_grad: gradient w.r.t. the floating input, or None when not asked / integer input.
         grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
+        rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
     """
 
     loss: Tensor
     output: Tensor
     input_grad: Tensor | None
     grads: dict[str, Tensor | None]
+    rng: dict[str, Tensor] = field(default_factory=dict)
 
 
 def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
@@ -165,7 +168,8 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
         model: a twin in train mode.
         batch: ``(inputs, targets)``; inputs are cloned, never modified.
         loss_fn: ``fn(output, target) -> scalar``.
-        forward_seed: ``torch.manual_seed`` right before the forward (None = leave RNG alone).
+        forward_seed: seeds every generator (:mod:`reportgen.rng`) right before the forward;
+            the caller's generator states are restored afterwards (None = leave them alone).
         input_grad: make a floating input require grad and return its gradient. Off for the
             training-like runs: a leaf that requires grad changes what the reentrant
             implementation does, so it is measured in a separate run.
@@ -173,11 +177,11 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
     x, y = (t.clone() for t in batch)
     if input_grad and x.is_floating_point():
         x.requires_grad_(True)
-    if forward_seed is not None:
-        torch.manual_seed(forward_seed)
-    output = model(x)
-    loss = loss_fn(output, y)
-    loss.backward()
+    with seeded(forward_seed):
+        output = model(x)
+        loss = loss_fn(output, y)
+        loss.backward()
+        rng = fingerprint()
     grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
              for n, p in model.named_parameters() if p.requires_grad}
-    return StepOutput(loss.detach(), output.detach(), x.grad if x.requires_grad else None, grads)
+    return StepOutput(loss.detach(), output.detach(), x.grad if x.requires_grad else None, grads, rng)

@@ -6,8 +6,8 @@ not finite is skipped (gradients zeroed, no optimizer step) and its examples do 
 every run, whatever it skipped, has applied updates for exactly ``examples`` examples.
 
 Same data order, same dropout masks for both twins: batches come from a ``torch.Generator``
-seeded with the run's seed, and ``torch.manual_seed`` is called before every forward with a
-seed mixed from ``(forward_seed, seed, draw index)`` (identical for both twins).
+seeded with the run's seed, and every random generator (:mod:`reportgen.rng`) is seeded before
+every forward with a seed mixed from ``(forward_seed, seed, draw index)`` (identical for both twins).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .results import INFO, Role, Row
+from .rng import seed_all, seeded
 from .tasks import batch_to
 
 log = logging.getLogger("reportgen")
@@ -65,7 +66,7 @@ class TrainResult:
 
 
 def step_seed(forward_seed: int, seed: int, draw: int) -> int:
-    """The ``torch.manual_seed`` before forward number ``draw`` of the run with data seed ``seed``.
+    """The seed of every generator before forward number ``draw`` of the run with data seed ``seed``.
 
     Mixed with numpy's ``SeedSequence`` (well-spread, no collisions between nearby tuples), so
     each step and each seed gets its own dropout masks, identical for both twins.
@@ -132,7 +133,7 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     max_steps = max_steps if max_steps is not None else 4 * needed
     generator = torch.Generator().manual_seed(seed)
     if forward_seed is None:
-        torch.manual_seed(seed)
+        seed_all(seed)
     accepted = steps = skipped = skipped_examples = draws = 0
     curve = [(0, evaluate(model, task)[task.metric])]
     next_eval = eval_every if eval_every > 0 else examples
@@ -140,12 +141,12 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     try:
         while accepted < examples and draws < max_steps:
             x, y = batch_to(task.make_batch(generator, min(batch_size, examples - accepted)), device, dtype)
-            if forward_seed is not None:
-                torch.manual_seed(step_seed(forward_seed, seed, draws))
+            step_rng = None if forward_seed is None else step_seed(forward_seed, seed, draws)
             draws += 1
             opt.zero_grad(set_to_none=True)
-            loss = task.loss(model(x), y)
-            loss.backward()
+            with seeded(step_rng):
+                loss = task.loss(model(x), y)
+                loss.backward()
             if not all_finite(loss, params):
                 opt.zero_grad(set_to_none=True)
                 skipped, skipped_examples = skipped + 1, skipped_examples + len(x)

@@ -52,7 +52,11 @@ def test_none_in_one_run_is_fail_none_in_both_is_pass():
     assert tensor_row("gradient parity", "w.grad", None, None, None, None).status == "PASS"
 
 
-def test_nan_equal_to_nan_but_not_to_number():
+def test_nan_and_inf_are_never_equal_even_to_themselves():
     a = torch.tensor([float("nan"), 1.0])
-    assert measure(a, a.clone(), 0, 0).bitwise_equal
+    both = measure(a, a.clone(), 0, 0)
+    assert not both.bitwise_equal and not within(both) and both.nonfinite_a == both.nonfinite_b == 1
+    inf = torch.tensor([float("inf"), 1.0])
+    assert not within(measure(inf, inf.clone(), 1.0, 1.0))
     assert not within(measure(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), 0, 1.0))
+    assert within(measure(torch.tensor([2.0, 1.0]), torch.tensor([2.0, 1.0]), 0, 0))

@@ -60,9 +60,10 @@ class Check:
 
 
 def _registry() -> list[Check]:
-    from . import budget, larger_batch, memory, parity, policy, step, timing
+    from . import budget, larger_batch, memory, parity, policy, step, timing, trajectory
 
-    return [parity.CHECK, step.CHECK, policy.CHECK, memory.CHECK, timing.CHECK, budget.CHECK, larger_batch.CHECK]
+    return [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK, budget.CHECK,
+            larger_batch.CHECK]
 
 
 #: Every check, in checklist (and report) order.

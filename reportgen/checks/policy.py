@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..config import SELECTIVE_POLICY, RecomputeMode
 from ..recompute import resolve_ops
+from ..rng import seeded
 from ..results import WARN, Role, Row
 from ..setup import Setup
 from . import Check, Section
@@ -44,9 +45,8 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
         handles.append(module.register_forward_hook(lambda *_: active.__setitem__(0, active[0] - 1)))
     try:
         with _OpCounter(active) as counter:
-            if setup.cfg.forward_seed is not None:
-                torch.manual_seed(setup.cfg.forward_seed)
-            model(setup.batch[0].clone())
+            with seeded(setup.cfg.forward_seed):
+                model(setup.batch[0].clone())
     finally:
         for handle in handles:
             handle.remove()

@@ -158,7 +158,8 @@ def warm_step_time(setup: Setup) -> list[Row]:
                     detail="timing.enabled=false: no step time was measured")]
     start = time.perf_counter()
     models = dict(zip(VARIANTS, setup.twins()))
-    steps = {v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup)) for v, m in models.items()}
+    steps = {v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.cfg.forward_seed)
+             for v, m in models.items()}
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each
     enough = None
     if tc.target_ci_half_width_pp is not None:
