@@ -106,8 +106,11 @@ class BudgetConfig:
     examples: int = 2048  #: accepted examples per run
     batch_size: int = 32  #: examples per step
     seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
-    #: Largest allowed |plain - recompute| difference of the task metric, per seed.
+    #: Largest allowed |plain - recompute| difference of the task metric, per seed (absolute).
     metric_tolerance: float = 1e-4
+    #: Relative part of the metric tolerance: allowed |plain - recompute| is
+    #: ``metric_tolerance + metric_rtol * |plain|`` (assert_close's form; 0 = absolute only).
+    metric_rtol: float = 0.0
     eval_every: int = 256  #: accepted examples between learning-curve points
     #: Cap on drawn batches (applied + skipped) as a multiple of the steps the budget needs;
     #: a run that hits it (too many non-finite steps) is an ERROR, not a result.

@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from torch import nn
 from tqdm.auto import tqdm
 
+from .recompute import plain_name
 from .results import INFO, Role, Row
 from .rng import seed_all, seeded
 from .tasks import batch_to
@@ -51,6 +52,8 @@ class TrainResult:
         batch_size: examples per step (the last step may hold fewer, to land on the budget).
         seconds: wall time of the run, s (evaluation included).
         complete: False when the step cap stopped the run before the budget.
+        final_params: ``{plain parameter name: tensor}`` after training (CPU copies), to
+            compare the trained twins themselves, not only their metric.
     """
 
     metrics: dict[str, float]
@@ -63,6 +66,7 @@ class TrainResult:
     batch_size: int = 0
     seconds: float = 0.0
     complete: bool = True
+    final_params: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def step_seed(forward_seed: int, seed: int, draw: int) -> int:
@@ -164,8 +168,9 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     opt.zero_grad(set_to_none=True)
     metrics = evaluate(model, task)
     curve.append((accepted, metrics[task.metric]))
+    final = {plain_name(n): p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
     return TrainResult(metrics, accepted, steps, skipped, skipped_examples, curve, float(opt.param_groups[0]["lr"]),
-                       batch_size, time.perf_counter() - start, complete=accepted >= examples)
+                       batch_size, time.perf_counter() - start, complete=accepted >= examples, final_params=final)
 
 
 class BudgetRuns:
