@@ -16,7 +16,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from .paths import templates_dir
 from .checks import ROWS_TEMPLATE, section as registered_section
 from .plots import section_plots
-from .results import ERROR, FAIL, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary, frame_to_json
+from .results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
+                      frame_to_json)
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
 ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD: "parameter gradients",
@@ -123,9 +124,57 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
                          "anchor": check.replace(" ", "-"), "shown": max(SHOWN_ROWS, not_passing),
                          "template": spec.template if spec else ROWS_TEMPLATE,
                          "plots": section_plots(spec.plotter if spec else None, group)})
-    plain_failed = bool(((frame.status == ERROR) & (frame["item"] == "plain")).any())
+    plain_failed = bool(((frame.role == Role.EXCEPTION) & (frame["item"] == "plain")).any())
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed, "costs": headline_costs(frame)}
+            "plain_failed": plain_failed, "costs": headline_costs(frame), "why": why_it_fails(frame, required)}
+
+
+#: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.
+WHY_ORDER = [Role.EXCEPTION, Role.NONFINITE, Role.AA, Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD,
+             Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.PARAM, Role.OPTIMIZER_STATE, Role.TRAJECTORY]
+
+
+def _both(row: dict) -> tuple[str, str]:
+    """The plain and recompute values of a failing row, for people."""
+    for plain_key, rec_key, fmt in (("plain_value", "recompute_value", "{}"), ("plain_norm", "recompute_norm", "‖·‖ = {}")):
+        plain, rec = row.get(plain_key), row.get(rec_key)
+        if plain is not None or rec is not None:
+            show = lambda v: fmt.format(fmt_num(v) if isinstance(v, (int, float)) else v)  # noqa: E731
+            return show(plain), show(rec)
+    return "—", "—"
+
+
+def why_it_fails(frame: pd.DataFrame, required: list[str], limit: int = 3) -> list[dict]:
+    """Page 1's "Why it fails": the ``limit`` most important FAIL/ERROR/INCONCLUSIVE rows of the
+    required checks, each with both twins' values and its check's diagnosis (cause, fix).
+
+    Order: INCONCLUSIVE first, then by :data:`WHY_ORDER` role, then by check order; one row
+    per check so three different problems are shown before three tensors of one.
+    """
+    bad = frame[frame.status.isin([FAIL, ERROR, INCONCLUSIVE]) & frame.check.isin(required)]
+    if bad.empty:
+        return []
+    diagnosis = frame[frame.role == Role.DIAGNOSIS].set_index("check")
+    checks = list(dict.fromkeys(frame.check))
+    rank = lambda r: (r["status"] != INCONCLUSIVE, WHY_ORDER.index(r["role"]) if r["role"] in WHY_ORDER else 99,  # noqa: E731
+                      checks.index(r["check"]))
+    out, seen = [], set()
+    for row in sorted((_clean(r) for r in bad.to_dict("records")), key=rank):
+        if row["check"] in seen:
+            continue
+        seen.add(row["check"])
+        plain, recompute = _both(row)
+        why = diagnosis.loc[row["check"]] if row["check"] in diagnosis.index else None
+        out.append({"check": row["check"], "item": row["item"], "status": row["status"], "detail": row["detail"],
+                    "plain": plain, "recompute": recompute,
+                    "cause": None if why is None else why["cause"], "fix": None if why is None else why["fix"]})
+        if len(out) == limit:
+            break
+    return out
+
+
+def _clean(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
 def _role_row(frame: pd.DataFrame, role: str, variant: str = "recompute") -> pd.Series | None:

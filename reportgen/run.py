@@ -13,7 +13,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from .checks import REGISTRY, required_names
-from .metadata import run_metadata
+from .diagnose import diagnose
+from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
 from .results import INCONCLUSIVE, NOT_RUN, PASS, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
@@ -54,6 +55,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except Interrupted:
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_INTERRUPTED
+    rows += diagnose(rows, recompute_settings(cfg))
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
