@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_leaves
 
 from .recompute import plain_name
 from .rng import seeded
+from .structure import call_model, clone_inputs
 from .tasks import Batch
 
 if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
@@ -192,10 +193,10 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         ledger.add(t, owner())
         return t
 
-    x, y = (t.clone() for t in batch)
+    x, y = clone_inputs(batch[0]), batch[1]
     try:
         with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(call_model(model, x), y)
         for name, storage in contexts:
             for t in _selective_saved(storage):
                 ledger.add(t, name)
@@ -233,7 +234,7 @@ def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer
 
     def step() -> None:
         with seeded(forward_seed):
-            loss_fn(model(x), y).backward()
+            loss_fn(call_model(model, x), y).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .recompute import Wrapped, apply_recompute, plain_name
 from .rng import fingerprint, seeded
+from .structure import call_model, clone_inputs, named_tensors
 from .tasks import Batch, batch_to
 from .train import BudgetRuns
 
@@ -147,15 +148,17 @@ class StepOutput:
 
     Attributes:
         loss: scalar loss (detached).
-        output: model output (detached).
-        input_grad: gradient w.r.t. the floating input, or None when not asked / integer input.
+        output: ``{path: tensor}`` of every tensor leaf of the model output (detached), e.g.
+            ``{"output": ...}`` or ``{"output.logits": ..., "output.past_key_values[0][0]": ...}``.
+        input_grad: ``{input path: gradient}`` of the floating input leaves (empty when not
+            asked or when no input is floating).
         grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
         rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
     """
 
     loss: Tensor
-    output: Tensor
-    input_grad: Tensor | None
+    output: dict[str, Tensor]
+    input_grad: dict[str, Tensor | None]
     grads: dict[str, Tensor | None]
     rng: dict[str, Tensor] = field(default_factory=dict)
 
@@ -166,7 +169,7 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
 
     Args:
         model: a twin in train mode.
-        batch: ``(inputs, targets)``; inputs are cloned, never modified.
+        batch: ``(inputs, targets)`` of any structure; inputs are cloned, never modified.
         loss_fn: ``fn(output, target) -> scalar``.
         forward_seed: seeds every generator (:mod:`reportgen.rng`) right before the forward;
             the caller's generator states are restored afterwards (None = leave them alone).
@@ -174,14 +177,14 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
             training-like runs: a leaf that requires grad changes what the reentrant
             implementation does, so it is measured in a separate run.
     """
-    x, y = (t.clone() for t in batch)
-    if input_grad and x.is_floating_point():
-        x.requires_grad_(True)
+    x, y = clone_inputs(batch[0], requires_grad=input_grad), batch[1]
     with seeded(forward_seed):
-        output = model(x)
+        output = call_model(model, x)
         loss = loss_fn(output, y)
         loss.backward()
         rng = fingerprint()
     grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
              for n, p in model.named_parameters() if p.requires_grad}
-    return StepOutput(loss.detach(), output.detach(), x.grad if x.requires_grad else None, grads, rng)
+    outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
+    inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
+    return StepOutput(loss.detach(), outputs, inputs, grads, rng)

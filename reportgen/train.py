@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from .recompute import plain_name
 from .results import INFO, Role, Row
 from .rng import seed_all, seeded
+from .structure import batch_size_of, call_model
 from .tasks import batch_to
 
 log = logging.getLogger("reportgen")
@@ -149,16 +150,16 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
             draws += 1
             opt.zero_grad(set_to_none=True)
             with seeded(step_rng):
-                loss = task.loss(model(x), y)
+                loss = task.loss(call_model(model, x), y)
                 loss.backward()
             if not all_finite(loss, params):
                 opt.zero_grad(set_to_none=True)
-                skipped, skipped_examples = skipped + 1, skipped_examples + len(x)
+                skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
                 bar.set_postfix(skipped=skipped)
                 continue
             opt.step()
-            steps, accepted = steps + 1, accepted + len(x)
-            bar.update(len(x))
+            steps, accepted = steps + 1, accepted + batch_size_of(x)
+            bar.update(batch_size_of(x))
             if accepted >= next_eval and accepted < examples:
                 curve.append((accepted, evaluate(model, task)[task.metric]))
                 while next_eval <= accepted:

@@ -33,6 +33,7 @@ from ..config import LARGER_BATCH
 from ..measure import cuda_step_peaks, saved_activation_bytes
 from ..plots import larger_batch_plots
 from ..results import FLAGGED, Role, Row
+from ..structure import batch_size_of
 from ..train import LR_SCALING, run_rows
 from . import Check, Section
 
@@ -108,7 +109,7 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     model = setup.build(recompute)
     paths = [w.path for w in setup.wrapped]
     saved = saved_activation_bytes(model, batch, setup.task.loss, setup.cfg.forward_seed, paths)
-    return int(saved.total_bytes), int(batch[0].shape[0])
+    return int(saved.total_bytes), batch_size_of(batch[0])
 
 
 def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
@@ -123,7 +124,7 @@ def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     """
     batch = setup.make_batch(batch_size, setup.cfg.seed)
     peaks = cuda_step_peaks(setup, recompute, warm_steps=1, batch=batch)
-    return int(peaks["peak_allocated_bytes"]), int(batch[0].shape[0])
+    return int(peaks["peak_allocated_bytes"]), batch_size_of(batch[0])
 
 
 def make_probe(measure: Callable[[int], tuple[int, int]], reference: int) -> Callable[[int], Probe]:

@@ -33,6 +33,7 @@ from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_
 from ..plots import memory_plots
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup, forward_backward
+from ..structure import describe
 from . import Check, Section
 
 VARIANTS = (("plain", False), ("recompute", True))
@@ -103,7 +104,7 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
     share_min = float(setup.cfg.memory.negligible_saving_share)
     plain, rec = saved["plain"], saved["recompute"]
     share = saving_share(plain.total_bytes, rec.total_bytes)
-    shape = f"batch {list(setup.batch[0].shape)} {str(setup.batch[0].dtype).removeprefix('torch.')}"
+    shape = f"batch {describe(setup.batch[0])}"
     if share >= share_min:
         sentence = f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
     else:

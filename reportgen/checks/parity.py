@@ -15,6 +15,7 @@ from ..config import GRADIENT_PARITY
 from ..results import INFO, Role, Row
 from ..rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
 from ..setup import Setup, StepOutput, forward_backward
+from ..structure import describe, has_floating
 from . import Check, Section
 
 
@@ -55,23 +56,26 @@ def gradient_parity(setup: Setup) -> list[Row]:
     out.append(nonfinite_row(GRADIENT_PARITY, {"loss": plain.loss, **{f"{n}.grad": g for n, g in plain.grads.items()}}))
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
-    if not setup.batch[0].is_floating_point():
+    if not has_floating(setup.batch[0]):
         out.append(Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO, role=Role.INPUT_GRAD,
-                       detail=f"input is {setup.batch[0].dtype}: it has no gradient"))
+                       detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient"))
         return out + [aa_row(GRADIENT_PARITY, out)]
     plain_g, aa_g, recompute_g, errors, _ = _runs(setup, input_grad=True)
     if errors:
         return out + errors + [aa_row(GRADIENT_PARITY, out)]
     if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
         out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, aa_g, rtol, atol)]
-    out.append(tensor_row(GRADIENT_PARITY, "input.grad", plain_g.input_grad, recompute_g.input_grad, rtol, atol,
-                          Role.INPUT_GRAD, aa=aa_g.input_grad))
+    for name in sorted(set(plain_g.input_grad) | set(recompute_g.input_grad)):
+        out.append(tensor_row(GRADIENT_PARITY, name, plain_g.input_grad.get(name), recompute_g.input_grad.get(name), rtol,
+                              atol, Role.INPUT_GRAD, aa=aa_g.input_grad.get(name)))
     return out + [aa_row(GRADIENT_PARITY, out)]
 
 
 def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
-    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss),
-           tensor_row(GRADIENT_PARITY, "output", plain.output, recompute.output, rtol, atol, Role.OUTPUT, aa=aa.output)]
+    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
+    for name in list(dict.fromkeys([*plain.output, *recompute.output])):  # every tensor leaf, in output order
+        out.append(tensor_row(GRADIENT_PARITY, name, plain.output.get(name), recompute.output.get(name), rtol, atol,
+                              Role.OUTPUT, aa=aa.output.get(name)))
     for name in sorted(set(plain.grads) | set(recompute.grads)):
         out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol,
                               atol, Role.PARAM_GRAD, aa=aa.grads.get(name)))

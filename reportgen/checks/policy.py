@@ -16,6 +16,7 @@ from ..recompute import resolve_ops
 from ..rng import seeded
 from ..results import WARN, Role, Row
 from ..setup import Setup
+from ..structure import call_model, clone_inputs
 from . import Check, Section
 
 
@@ -46,7 +47,7 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
     try:
         with _OpCounter(active) as counter:
             with seeded(setup.cfg.forward_seed):
-                model(setup.batch[0].clone())
+                call_model(model, clone_inputs(setup.batch[0]))
     finally:
         for handle in handles:
             handle.remove()

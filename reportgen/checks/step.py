@@ -11,6 +11,7 @@ from ..results import Row
 from ..rows import aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from ..setup import Setup, forward_backward
 from ..snapshot import Snapshot, snapshot_rows, take
+from ..structure import has_floating
 from . import Check, Section
 
 
@@ -32,7 +33,7 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
         is compared bitwise: any difference means later random draws differ).
     """
     rows = _compare_step(setup, input_grad=False)
-    if raised_for_lack_of_grad(rows) and setup.batch[0].is_floating_point():
+    if raised_for_lack_of_grad(rows) and has_floating(setup.batch[0]):
         rows += [tagged_input_grad(r) for r in _compare_step(setup, input_grad=True)]
     return rows
 

@@ -22,6 +22,7 @@ from ..rng import fingerprint, seeded
 from ..rows import run_twin
 from ..setup import Setup
 from ..snapshot import Snapshot, snapshot_rows, take
+from ..structure import call_model
 from ..tasks import batch_to
 from ..train import step_seed
 from . import Check, Section
@@ -43,7 +44,7 @@ def trajectory(setup: Setup, recompute: bool) -> list[Snapshot]:
         x, y = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
         optimizer.zero_grad(set_to_none=True)
         with seeded(None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)):
-            loss = setup.task.loss(model(x), y)
+            loss = setup.task.loss(call_model(model, x), y)
             loss.backward()
             rng = fingerprint()
         optimizer.step()
