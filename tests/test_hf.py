@@ -221,6 +221,14 @@ def test_enable_passes_preserve_rng_state_through(task):
 
 
 @pytest.mark.hf
+def test_enable_selective_mode_passes_the_save_policy(task):
+    model = build("gpt2", task)
+    assert hf.enable(model, recompute_cfg("selective", save_ops=["aten.mm"])) is False
+    kwargs = model.transformer.h[0]._gradient_checkpointing_func.keywords
+    assert kwargs["use_reentrant"] is False and callable(kwargs["context_fn"])
+
+
+@pytest.mark.hf
 def test_enable_refuses_a_model_without_the_switch():
     pytest.importorskip("transformers")
     with pytest.raises(SetupError, match="recompute.method=wrap"):
