@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .config import RecomputeMethod
 from .measure import SavedActivations, saved_activation_bytes
 from .recompute import apply_recompute, find_targets
 from .setup import DTYPES, Setup, autocast_forward
@@ -225,7 +226,8 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             if setup.autocast_dtype is not None:  # the same precision as the measured twins
                 model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
             else:  # the target shape may have another depth: find the wrapped paths on this model
-                paths = [w.path for w in find_targets(model, list(cfg.recompute.targets))]
+                paths = ([w.path for w in setup.wrapped] if cfg.recompute.method == RecomputeMethod.model_switch
+                         else [w.path for w in find_targets(model, list(cfg.recompute.targets))])
                 shape = transformer_shape(model, batch[0], paths, dtype)
             saved[recompute] = saved_activation_bytes(model.train(), batch, task.loss, cfg.forward_seed, paths)
             del model

@@ -172,6 +172,8 @@ def build_setup(cfg: DictConfig) -> Setup:
     except SetupError:
         raise
     except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
+        if isinstance(exc.__cause__, SetupError):  # Hydra wraps what a factory raises; ours says the fix
+            raise exc.__cause__ from None
         raise SetupError(f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
                          "and that your code is importable (PYTHONPATH).") from exc
     probe = copy.deepcopy(model)
