@@ -24,6 +24,14 @@ REPO = TESTS.parent
 USER_CONF = TESTS / "user_conf"
 
 
+#: Small budgets for end-to-end runs whose subject is not training length or timing: one seed,
+#: 32 accepted examples, 3 timing rounds, 3 trajectory steps, no larger-batch search, no PDF.
+SMALL = ("budget.examples=32", "budget.batch_size=8", "budget.seeds=[0]", "budget.eval_every=16",
+         "larger_batch.enabled=false", "timing.measured_steps=3", "timing.warmup_steps=1",
+         "timing.target_ci_half_width_pp=null", "timing.max_measure_seconds=1", "parity.steps=3",
+         "report.sign=false", "report.pdf=false")
+
+
 def compose_config(*overrides: str, user_conf: bool = False):
     """Compose ``conf/config.yaml`` with ``overrides``; ``user_conf`` adds tests/user_conf to
     the search path, as a user's ``--config-dir`` would."""
@@ -31,6 +39,30 @@ def compose_config(*overrides: str, user_conf: bool = False):
     extra = [f"hydra.searchpath=[file://{USER_CONF}]"] if user_conf else []
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
         return compose("config", overrides=[*extra, *overrides])
+
+
+def small_setup(*overrides: str, user_conf: bool = False):
+    """A :class:`reportgen.setup.Setup` from the real config with :data:`SMALL` budgets."""
+    from reportgen.setup import build_setup
+
+    return build_setup(compose_config(*SMALL, *overrides, user_conf=user_conf))
+
+
+@pytest.fixture
+def setup():
+    """``setup(*overrides, user_conf=False) -> Setup`` with small budgets (:func:`small_setup`)."""
+    return small_setup
+
+
+def run_pipeline(out_dir: Path, *overrides: str, user_conf: bool = False):
+    """``(exit code, results frame)`` of the whole pipeline (``reportgen.run.run``) with
+    :data:`SMALL` budgets and ``overrides``, written into ``out_dir``."""
+    from reportgen import run as pipeline
+    from reportgen.results import frame_from_json
+
+    code = pipeline.run(compose_config(*SMALL, *overrides, user_conf=user_conf), out_dir)
+    results = out_dir / "results.json"
+    return code, frame_from_json(results.read_text()) if results.exists() else None
 
 
 @pytest.fixture

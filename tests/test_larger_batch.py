@@ -11,7 +11,7 @@ from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
 from reportgen.results import FLAGGED, PASS, Role, Row, check_summary, claim_verdict, to_frame
 from reportgen.setup import build_setup
 
-from conftest import compose_config
+from conftest import SMALL, compose_config
 
 
 def threshold_probe(limit, log=None):
@@ -118,7 +118,8 @@ def test_larger_batch_result_never_changes_the_verdict(required):
 
 
 def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeypatch, tmp_path, use_checks):
-    cfg = compose_config("+model=ffn", "report.pdf=false", "report.sign=false", f"verdict.required=[{GRADIENT_PARITY}]")
+    cfg = compose_config("+model=ffn", *SMALL, "larger_batch.enabled=true", "larger_batch.max_batch_size=64",
+                         f"verdict.required=[{GRADIENT_PARITY}]")
     codes = []
     broken = lambda setup: (_ for _ in ()).throw(RuntimeError("search failed"))  # noqa: E731
     for i, larger in enumerate([fake_larger(FLAGGED, 64), fake_larger(FLAGGED, 4096), lb.larger_batch_experiment]):

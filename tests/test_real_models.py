@@ -11,18 +11,13 @@ from reportgen.recompute import RecomputeConfigError, find_targets
 from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role, frame_from_json
 from reportgen.structure import batch_size_of, call_model, describe, named_tensors
 
-from conftest import compose_config
+from conftest import SMALL, compose_config, run_pipeline
 from user_models import real
 
-FAST = ("report.sign=false", "report.pdf=false", "budget.examples=32", "budget.batch_size=8", "budget.seeds=[0]",
-        "larger_batch.enabled=false", "timing.measured_steps=3", "timing.warmup_steps=1",
-        "timing.target_ci_half_width_pp=null")
-
-
 def run_model(tmp_path, *overrides):
-    """``(exit code, frame)`` of a full pipeline run on a tests/user_conf model."""
-    code = pipeline.run(compose_config(*FAST, *overrides, user_conf=True), tmp_path)
-    return code, frame_from_json((tmp_path / "results.json").read_text())
+    """``(exit code, frame)`` of a full pipeline run on a tests/user_conf model, small budgets."""
+    code, frame = run_pipeline(tmp_path, *overrides, user_conf=True)
+    return code, frame
 
 
 def test_structure_names_every_leaf_and_calls_with_keywords():

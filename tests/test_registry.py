@@ -15,7 +15,7 @@ from reportgen.render import headline_costs, render_html
 from reportgen.results import FAIL, PASS, WARN, Role, Row, frame_from_json, judge, to_frame
 from reportgen.setup import build_setup
 
-from conftest import compose_config, tiny_meta
+from conftest import SMALL, compose_config, tiny_meta
 
 DUMMY = "dummy check"
 
@@ -31,7 +31,7 @@ def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp
     monkeypatch.setattr(checks, "REGISTRY", [*checks.REGISTRY[:1], record])
     monkeypatch.setattr(pipeline, "REGISTRY", checks.REGISTRY)
     assert DUMMY in default_required()
-    cfg = compose_config("+model=ffn", "report.sign=false")
+    cfg = compose_config("+model=ffn", *SMALL, "report.pdf=true")
     code = pipeline.run(cfg, tmp_path)
     frame = frame_from_json((tmp_path / "results.json").read_text())
     dummy = frame[frame.check == DUMMY].set_index("item").status.to_dict()
@@ -67,13 +67,13 @@ def test_a_row_states_no_pass_or_fail_of_its_own():
 
 
 def test_registry_defaults():
-    assert default_required() == [GRADIENT_PARITY, "optimizer-step parity", STATE_PARITY, MEMORY, TIME, "task metrics"]
+    assert default_required() == [GRADIENT_PARITY, "optimizer-step parity", STATE_PARITY, "trajectory parity", MEMORY,
+                                  TIME, "task metrics"]
     assert flagged_names() == {LARGER_BATCH}
 
 
 def test_page_one_costs_come_from_a_real_frame():
-    setup = build_setup(compose_config("+model=ffn", "timing.measured_steps=4", "timing.target_ci_half_width_pp=null",
-                                       "timing.warmup_steps=1"))
+    setup = build_setup(compose_config("+model=ffn", *SMALL))
     frame = to_frame(warm_step_memory(setup) + warm_step_time(setup))
     costs = headline_costs(frame)
     saving = frame[frame.role == Role.SAVING].iloc[0]

@@ -14,18 +14,12 @@ from reportgen.diagnose import diagnose
 from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role, frame_from_json
 from reportgen.rng import fingerprint, seeded
 
-from conftest import compose_config
+from conftest import SMALL, compose_config, run_pipeline
 
 #: Small budgets: these tests are about parity, not about training length or timing.
-FAST = ("report.sign=false", "report.pdf=false", "budget.examples=32", "budget.batch_size=8", "budget.seeds=[0]",
-        "larger_batch.enabled=false", "timing.measured_steps=3", "timing.warmup_steps=1",
-        "timing.target_ci_half_width_pp=null")
-
-
 def run_model(tmp_path, *overrides):
-    """``(exit code, frame, {check: status})`` of a full pipeline run on a tests/user_conf model."""
-    code = pipeline.run(compose_config(*FAST, *overrides, user_conf=True), tmp_path)
-    frame = frame_from_json((tmp_path / "results.json").read_text())
+    """``(exit code, frame, {check: statuses})`` of a full pipeline run on a tests/user_conf model."""
+    code, frame = run_pipeline(tmp_path, *overrides, user_conf=True)
     status = {c: sorted(set(g.status)) for c, g in frame.groupby("check", sort=False)}
     return code, frame, status
 
@@ -61,7 +55,7 @@ def test_without_python_seeding_layerdrop_would_differ(monkeypatch):
     from reportgen.checks.parity import gradient_parity
     from reportgen.setup import build_setup
 
-    rows = gradient_parity(build_setup(compose_config("+model=layerdrop", *FAST, user_conf=True)))
+    rows = gradient_parity(build_setup(compose_config("+model=layerdrop", *SMALL, user_conf=True)))
     assert any(r.status != PASS for r in rows if r.role in (Role.LOSS, Role.PARAM_GRAD, Role.AA))
 
 
