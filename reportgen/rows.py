@@ -75,7 +75,8 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
                detail=detail, role=role,
                extra={"max_rel_err": d.max_rel_err, "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt,
                       "excess": d.worst_excess, "nonfinite_plain": d.nonfinite_b, "nonfinite_recompute": d.nonfinite_a,
-                      **(_both_values(plain, recompute) if recompute.shape == plain.shape else {}),
+                      **(_both_values(plain, recompute) if recompute.shape == plain.shape and not d.bitwise_equal
+                         else {}),
                       **_aa_extra(plain, aa, rt, at)})
 
 
