@@ -1,0 +1,92 @@
+"""Values the schema's types cannot refuse: enums, finite ranges, known check names.
+
+The dataclass schema (``reportgen.config``) refuses wrong types while Hydra composes; this
+module refuses wrong *values* right after composing, before any folder is written or model
+built (``rundir.RunFolderGuard.on_run_start``; ``cli.run_job`` again for each sweep job).
+NaN is refused everywhere: it compares false with every bound, so a NaN deadline would
+otherwise pass "within the deadline of nan".
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from omegaconf import DictConfig
+
+from .config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STATE_PARITY, STEP_PARITY, TASK_METRICS, TIME
+
+#: Names ``verdict.required`` may use: the checks' names (``check`` column of results.csv).
+CHECK_NAMES = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, "selective policy", MEMORY, TIME, TASK_METRICS)
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+DETERMINISM_CHECKS = ("default", "none")  #: torch.utils.checkpoint's determinism_check values
+LR_SCALINGS = ("none", "linear", "sqrt")
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+DEVICES = "auto, cpu, cuda, cuda:N"
+
+#: ``(setting, lower bound, bound included, may be null)``: finite numbers with a lower bound.
+BOUNDED = [
+    ("parity.rtol", 0.0, True, True),
+    ("parity.atol", 0.0, True, True),
+    ("budget.metric_tolerance", 0.0, True, False),
+    ("timing.max_overhead_ratio", 0.0, False, True),
+    ("timing.max_step_time_ms", 0.0, False, True),
+    ("timing.target_ci_half_width_pp", 0.0, False, True),
+    ("timing.max_measure_seconds", 0.0, False, False),
+    ("budget.max_steps_factor", 1.0, True, False),
+]
+
+
+def _number_problem(name: str, value: Any, low: float, inclusive: bool, nullable: bool) -> str | None:
+    """The problem with one bounded setting, or None when it is fine."""
+    if value is None:
+        return None if nullable else f"{name} must be set (a finite number)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name}={value!r} must be a number"
+    rule = f"{'>=' if inclusive else '>'} {low:g}"
+    if not math.isfinite(value):
+        return f"{name}={value} must be a finite number {rule}" + (" (or null for none)" if nullable else "")
+    if value < low or (value == low and not inclusive):
+        return f"{name}={value:g} must be {rule}"
+    return None
+
+
+def config_problems(cfg: DictConfig) -> str:
+    """Every bad value in a composed config, as one paragraph naming each setting and its rule.
+
+    Args:
+        cfg: the composed config (the job's; ``hydra`` node optional).
+
+    Returns:
+        ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
+    """
+    problems = [p for name, low, inclusive, nullable in BOUNDED
+                if (p := _number_problem(name, _select(cfg, name), low, inclusive, nullable))]
+    enums = [("dtype", _select(cfg, "dtype"), DTYPES), ("recompute.determinism_check",
+             _select(cfg, "recompute.determinism_check"), DETERMINISM_CHECKS),
+             ("larger_batch.lr_scaling", _select(cfg, "larger_batch.lr_scaling"), LR_SCALINGS)]
+    problems += [f"{name}={value!r} must be one of {', '.join(allowed)}" for name, value, allowed in enums
+                 if value not in allowed]
+    device = _select(cfg, "device")
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        problems.append(f"device={device!r} must be one of {DEVICES}")
+    required = _select(cfg, "verdict.required") or []
+    unknown = [name for name in required if name not in CHECK_NAMES]
+    if LARGER_BATCH in unknown:
+        problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
+                        "verdict (it changes the optimisation); remove it")
+        unknown.remove(LARGER_BATCH)
+    if unknown:
+        problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))}; "
+                        f"the checks are: {', '.join(CHECK_NAMES)}")
+    if not problems:
+        return ""
+    return "; ".join(problems) + ". Fix these settings (reportgen/config.py documents each; README 'Settings')."
+
+
+def _select(cfg: DictConfig, dotted: str) -> Any:
+    """``cfg.a.b`` for ``"a.b"``; None when a level is missing."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if node is not None and hasattr(node, "get") else None
+    return node
