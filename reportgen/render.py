@@ -153,8 +153,11 @@ def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, 
     """
     from weasyprint import HTML, Attachment
 
+    from .fetcher import LocalOnlyFetcher
+
     when = dt.datetime.fromisoformat(created).astimezone(dt.timezone.utc)
-    document = HTML(string=html, base_url=str(templates_dir())).render(pdf_variant=PDF_VARIANT)
+    fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own (item 11)
+    document = HTML(string=html, base_url=str(templates_dir()), url_fetcher=fetcher).render(pdf_variant=PDF_VARIANT)
     document.metadata.created = document.metadata.modified = when.isoformat()
     files = [Attachment(file_obj=io.BytesIO(data), name=name, description=description, relationship=relationship,
                         created=when, modified=when) for name, data, relationship, description in attachments]

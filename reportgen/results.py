@@ -15,6 +15,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from .rundir import output_file_mode
+
 PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
@@ -109,6 +111,7 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, output_file_mode())  # mkstemp makes 0600; outputs follow the umask (rundir)
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
         os.replace(tmp, path)

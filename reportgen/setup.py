@@ -135,6 +135,8 @@ def build_setup(cfg: DictConfig) -> Setup:
     classes = sorted({type(m).__name__ for m in model.modules()})
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     setup = Setup(cfg, task, device, dtype, state, wrapped, batch=(), model_classes=classes)
+    from .contract import check_task_contract  # the task contract, before any batch is used (exit 2)
+    check_task_contract(setup)
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
     return setup
 
