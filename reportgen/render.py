@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .paths import templates_dir
 from .plots import section_plots
+from .render_guard import guard_costs, guard_sections
 from .results import ERROR, FAIL, NOT_RUN, SEVERITY, WARN, atomic_write, check_summary, frame_to_json
 
 #: Section order and the sentence that introduces each check in the report.
@@ -97,8 +98,9 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
                          "template": f"sections/{anchor}.html.j2" if own.exists() else "sections/rows.html.j2",
                          "plots": section_plots(check, group)})
     plain_failed = bool(((frame.status == ERROR) & (frame["item"] == "plain")).any())
+    sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed, "costs": headline_costs(frame)}
+            "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame)}
 
 
 def _value(frame: pd.DataFrame, check: str, item: str, variant: str, metric: str) -> pd.Series | None:
