@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Callable, Iterator
@@ -133,7 +134,7 @@ def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     if problems:
         print(f"reportgen: cannot start: {problems}")
         return EXIT_USAGE
-    log_path = job_log_path()
+    log_path = job_log_path(Path(out_dir))
     one_line_console(log_path)
     code = _guarded_run(cfg, Path(out_dir), log_path)
     if multirun and code in (EXIT_SIGINT, EXIT_SIGTERM):

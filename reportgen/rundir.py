@@ -87,6 +87,8 @@ class FolderLock:
             raise StartRefused(f"cannot create the output folder {self.folder}: {exc.strerror}. Choose another "
                                "with hydra.run.dir=...") from None
         found = run_markers(self.folder, depth)
+        if found == [LOCK_NAME] and lock_is_held(self.path):
+            raise StartRefused(another_run_is_writing(self.folder))
         if found:
             raise StartRefused(already_holds_a_run(self.folder, found))
         try:
@@ -96,9 +98,7 @@ class FolderLock:
             if self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
-            raise StartRefused(f"another reportgen run is writing into {self.folder} right now ({LOCK_NAME}); "
-                               "two runs never share a folder. Leave hydra.run.dir at its default "
-                               "(a new timestamped folder per run) or choose an empty folder.") from None
+            raise StartRefused(another_run_is_writing(self.folder)) from None
         os.write(self.fd, f"{os.getpid()}\n".encode())
         atexit.register(self.release)
 
@@ -109,6 +109,27 @@ class FolderLock:
         self.path.unlink(missing_ok=True)
         os.close(self.fd)  # closing the descriptor releases the flock
         self.fd = None
+
+
+def lock_is_held(path: Path) -> bool:
+    """Whether a live process holds the ``flock`` on a lock file (False for a stale one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe's own lock
+    return False
+
+
+def another_run_is_writing(folder: Path) -> str:
+    """The refusal for a folder whose lock another live run holds."""
+    return (f"another reportgen run is writing into {folder} right now ({LOCK_NAME}); two runs never share a "
+            "folder. Leave hydra.run.dir at its default (a new timestamped folder per run) or choose an empty folder.")
 
 
 def already_holds_a_run(folder: Path, found: list[str]) -> str:
@@ -180,9 +201,13 @@ def output_file_mode() -> int:
     return 0o666 & ~current_umask()
 
 
-def job_log_path() -> Path | None:
-    """The file Hydra's job logging writes to (``<run dir>/<job name>.log``), or None."""
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            return Path(handler.baseFilename)
-    return None
+def job_log_path(run_dir: Path | None = None) -> Path | None:
+    """The file Hydra's job logging writes to (``<run dir>/<job name>.log``), or None.
+
+    Args:
+        run_dir: prefer a log file inside this folder (the run's own log).
+    """
+    files = [Path(h.baseFilename) for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    files = [f for f in files if str(f) != os.devnull]
+    inside = [f for f in files if run_dir is not None and f.is_relative_to(Path(run_dir).absolute())]
+    return (inside or files or [None])[0]

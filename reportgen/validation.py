@@ -74,14 +74,14 @@ def config_problems(cfg: DictConfig) -> str:
     unknown = [name for name in required if name not in CHECK_NAMES]
     if LARGER_BATCH in unknown:
         problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
-                        "verdict (it changes the optimisation); remove it")
+                        "verdict (it changes the optimisation), so remove it")
         unknown.remove(LARGER_BATCH)
     if unknown:
-        problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))}; "
-                        f"the checks are: {', '.join(CHECK_NAMES)}")
+        problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
+                        f"(the checks: {', '.join(CHECK_NAMES)})")
     if not problems:
         return ""
-    return "; ".join(problems) + ". Fix these settings (reportgen/config.py documents each; README 'Settings')."
+    return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
 
 
 def _select(cfg: DictConfig, dotted: str) -> Any:
