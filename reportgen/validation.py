@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from .config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STATE_PARITY, STEP_PARITY, TASK_METRICS, TIME
 
@@ -60,17 +61,24 @@ def config_problems(cfg: DictConfig) -> str:
     Returns:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
-    problems = [p for name, low, inclusive, nullable in BOUNDED
-                if (p := _number_problem(name, _select(cfg, name), low, inclusive, nullable))]
-    enums = [("dtype", _select(cfg, "dtype"), DTYPES), ("recompute.determinism_check",
-             _select(cfg, "recompute.determinism_check"), DETERMINISM_CHECKS),
-             ("larger_batch.lr_scaling", _select(cfg, "larger_batch.lr_scaling"), LR_SCALINGS)]
-    problems += [f"{name}={value!r} must be one of {', '.join(allowed)}" for name, value, allowed in enums
-                 if value not in allowed]
-    device = _select(cfg, "device")
+    names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
+                                              "device", "verdict.required"]
+    values, problems = {}, []
+    for name in names:
+        try:
+            values[name] = _select(cfg, name)
+        except OmegaConfBaseException as exc:  # e.g. an interpolation ${...} to a key that does not exist
+            problems.append(f"{name} cannot be resolved ({str(exc).splitlines()[0]})")
+    problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
+                 and (p := _number_problem(name, values[name], low, inclusive, nullable))]
+    enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
+             ("larger_batch.lr_scaling", LR_SCALINGS)]
+    problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
+                 if name in values and values[name] not in allowed]
+    device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
-    required = _select(cfg, "verdict.required") or []
+    required = values.get("verdict.required") or []
     unknown = [name for name in required if name not in CHECK_NAMES]
     if LARGER_BATCH in unknown:
         problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
@@ -85,7 +93,11 @@ def config_problems(cfg: DictConfig) -> str:
 
 
 def _select(cfg: DictConfig, dotted: str) -> Any:
-    """``cfg.a.b`` for ``"a.b"``; None when a level is missing."""
+    """``cfg.a.b`` for ``"a.b"``; None when a level is missing.
+
+    Raises:
+        omegaconf.errors.OmegaConfBaseException: the value is an interpolation that cannot resolve.
+    """
     node: Any = cfg
     for part in dotted.split("."):
         node = node.get(part) if node is not None and hasattr(node, "get") else None
