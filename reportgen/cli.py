@@ -57,9 +57,10 @@ def _on_sigterm(signum, frame) -> None:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) in the main thread."""
-    global _terminated
-    _terminated = False
+    """While inside, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) in the main thread.
+
+    The previous handler is restored on exit; ``_terminated`` records that SIGTERM arrived.
+    """
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield
@@ -147,6 +148,8 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
     """``run.run`` with SIGTERM handled as Ctrl-C and any escaping exception as reportgen's bug (70)."""
     from .run import run
 
+    global _terminated
+    _terminated = False
     with sigterm_as_interrupt():
         try:
             code = run(cfg, out_dir)
@@ -184,11 +187,12 @@ def record(code: int) -> None:
 def exit_code(app: Callable[[], None]) -> int:
     """Run the Hydra app and turn what happened into the process exit code (module docstring)."""
     try:
-        app()
+        with sigterm_as_interrupt():  # SIGTERM before the job starts: one line, and the folder lock is released
+            app()
     except StartRefused as exc:  # printed its one paragraph already
         return int(exc.code)
     except KeyboardInterrupt:
-        print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}) before the run started", flush=True)
+        print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}) before any check ran", flush=True)
         return max(_codes + [EXIT_SIGTERM if _terminated else EXIT_SIGINT])
     except SystemExit as exc:
         if _codes:

@@ -38,10 +38,14 @@ EXIT_USAGE = 2
 
 
 class StartRefused(SystemExit):
-    """The run must not start; the reason was printed already. Exits 2 through Hydra untouched.
+    """The run must not start: prints ``reportgen: cannot start: MESSAGE`` when made, exits 2.
 
     A ``SystemExit`` subclass because Hydra's ``run_and_report`` catches every ``Exception``
-    and turns it into exit 1 with a traceback-like print.
+    and turns it into exit 1 with a traceback-like print; this one passes through Hydra
+    untouched to ``cli.exit_code``.
+
+    Args:
+        message: one paragraph naming the problem and the fix.
     """
 
     def __init__(self, message: str):
