@@ -46,10 +46,11 @@ class StartRefused(SystemExit):
 
     Args:
         message: one paragraph naming the problem and the fix.
+        headline: prefix ``reportgen: cannot start:`` (off for a message that has its own).
     """
 
-    def __init__(self, message: str):
-        print(f"reportgen: cannot start: {message}", flush=True)
+    def __init__(self, message: str, headline: bool = True):
+        print(f"reportgen: cannot start: {message}" if headline else message, flush=True)
         super().__init__(EXIT_USAGE)
 
 
@@ -152,12 +153,14 @@ class RunFolderGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single run: refuse bad settings, then a folder that holds a run; lock ``hydra.run.dir``."""
+        from .cli import usage
         from .validation import config_problems
 
-        if config.get("model") is not None:
-            problems = config_problems(config)
-            if problems:
-                raise StartRefused(problems)
+        if config.get("model") is None or config.get("task") is None:
+            raise StartRefused(usage(), headline=False)  # no model chosen: write no folder at all
+        problems = config_problems(config)
+        if problems:
+            raise StartRefused(problems)
         self.lock = FolderLock(Path(str(config.hydra.run.dir)))
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:

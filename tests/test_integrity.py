@@ -498,3 +498,10 @@ def test_bad_value_exits_2_before_the_folder_exists(tmp_path):
 def test_help_lists_the_exit_codes(tmp_path):
     proc = run_cli(tmp_path, "--help")
     assert proc.returncode == 0 and "70 reportgen's own bug" in proc.stdout and "143 SIGTERM" in proc.stdout
+
+
+@pytest.mark.slow
+def test_no_model_prints_usage_and_writes_no_folder(tmp_path):
+    proc = run_cli(tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and "python -m reportgen +model=ffn" in proc.stdout
+    assert not (tmp_path / "run").exists() and not (tmp_path / "outputs").exists()
