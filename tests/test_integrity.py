@@ -223,7 +223,7 @@ def contract_setup():
 
 @pytest.mark.parametrize("make_batch, loss, expected", [
     ("make_batch_global_rng", "loss", "make_batch ignores its generator"),
-    ("make_batch_ints", "loss", "the plain model raised RuntimeError on inputs from make_batch (a torch.int64"),
+    ("make_batch_ints", "loss", "the plain model raised RuntimeError on the integer inputs from make_batch (a torch.int64"),
     ("make_batch_fixed_size", "loss", "shape [3, 8], whose leading size is not the batch size 2"),
     ("make_batch", "loss_per_example", "returned a torch.float32 tensor of shape [2], not a scalar floating tensor"),
 ])
