@@ -175,7 +175,7 @@ def _log_to_file(exc: BaseException) -> None:
     record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "reportgen failed", (), (type(exc), exc,
                                                                                          exc.__traceback__))
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
+        if isinstance(handler, logging.FileHandler) and handler.baseFilename != os.devnull:
             handler.handle(record)
 
 
