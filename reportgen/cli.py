@@ -1,20 +1,71 @@
-"""Exit codes around Hydra: 0 claim holds, 1 claim fails, 2 the run could not start.
+"""Exit codes around Hydra (DESIGN.md "Exit code"), and what the console shows.
+
+=====  =====================================================================================
+code   meaning
+=====  =====================================================================================
+0      the claim holds
+1      the claim fails
+2      the run could not start: config, usage, an output folder that holds a run, the task
+       contract; the message names the fix
+3      the claim cannot be judged (INCONCLUSIVE)
+70     reportgen itself failed (a bug); the message gives the run's log file with the traceback
+130    interrupted by SIGINT (Ctrl-C); the partial frame keeps NOT_RUN rows for what did not run
+143    interrupted by SIGTERM (CI timeout, SLURM, ``docker stop``); same as 130
+=====  =====================================================================================
 
 Hydra reports a compose error (unknown ``+model=nope``, a typo in a schema field) by
 printing it and calling ``sys.exit(1)`` before any job starts; that is a usage error here,
-so it becomes exit 2 with a line naming the fix. In a multirun, the worst job code wins.
+so it becomes exit 2 with a line naming the fix. In a multirun, the worst job code wins; an
+interrupted sweep stops at the interrupted job.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from omegaconf import DictConfig
 
 from .paths import builtin_models
+from .rundir import StartRefused, job_log_path
 
+EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = 0, 1, 2, 3, 70
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  #: 128 + the signal number, as shells report it
+EXIT_CODES_HELP = ("exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
+                   "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "
+                   "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)")
+
+log = logging.getLogger("reportgen")
 _codes: list[int] = []
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept)."""
+
+
+_terminated = False
+
+
+def _on_sigterm(signum, frame) -> None:
+    global _terminated
+    _terminated = True
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) in the main thread.
+
+    The previous handler is restored on exit; ``_terminated`` records that SIGTERM arrived.
+    """
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def usage() -> str:
@@ -22,19 +73,110 @@ def usage() -> str:
     models = builtin_models()
     return (f"reportgen: choose a model. Built-in models: {', '.join(models)}.\n"
             f"  python -m reportgen +model={models[0]}\n"
-            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see README, 'Your own model').")
+            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see README, 'Your own model').\n"
+            f"  ({EXIT_CODES_HELP})")
 
 
-def run_job(cfg: DictConfig, out_dir: str) -> int:
-    """One Hydra job: check that a model was chosen, then run the pipeline."""
+class OneLineExceptions(logging.Formatter):
+    """Console formatter: a record with a traceback becomes one line naming the log file.
+
+    The run's log file (Hydra's file handler) keeps the full traceback; the record itself is
+    not changed, so handlers after this one still see ``exc_info``.
+    """
+
+    def __init__(self, inner: logging.Formatter | None, log_path: Path | None):
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+        self.log_path = log_path
+
+    def format(self, record: logging.LogRecord) -> str:
+        """See :class:`logging.Formatter`; ``message: Type: first line (traceback in LOG)``."""
+        if not record.exc_info:
+            return self.inner.format(record)
+        exc = record.exc_info[1]
+        first = (str(exc).strip().splitlines() or [""])[0]
+        where = f"full traceback in {self.log_path}" if self.log_path else "full traceback in the run's log"
+        short = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None,
+                                       "msg": f"{record.getMessage()}: {type(exc).__name__}: {first} ({where})",
+                                       "args": ()})
+        return self.inner.format(short)
+
+
+def one_line_console(log_path: Path | None) -> None:
+    """Give every console handler of the root logger a :class:`OneLineExceptions` formatter."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
+                and not isinstance(handler.formatter, OneLineExceptions):
+            handler.setFormatter(OneLineExceptions(handler.formatter, log_path))
+
+
+def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
+    """One Hydra job: check the model and the settings, then run the pipeline.
+
+    Args:
+        cfg: the composed job config.
+        out_dir: the job's output folder (Hydra's ``runtime.output_dir``).
+        multirun: part of a sweep; an interrupt then stops the whole sweep.
+
+    Returns:
+        The job's exit code (module docstring).
+
+    Raises:
+        SystemExit: an interrupted sweep job (after recording its code), to stop the sweep.
+    """
+    from .validation import config_problems
+
     for noisy in ("fontTools", "weasyprint", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     if cfg.get("model") is None or cfg.get("task") is None:
         print(usage())
-        return 2
+        return EXIT_USAGE
+    problems = config_problems(cfg)
+    if problems:
+        print(f"reportgen: cannot start: {problems}")
+        return EXIT_USAGE
+    log_path = job_log_path(Path(out_dir))
+    one_line_console(log_path)
+    code = _guarded_run(cfg, Path(out_dir), log_path)
+    if multirun and code in (EXIT_SIGINT, EXIT_SIGTERM):
+        record(code)
+        raise SystemExit(code)
+    return code
+
+
+def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
+    """``run.run`` with SIGTERM handled as Ctrl-C and any escaping exception as reportgen's bug (70)."""
     from .run import run
 
-    return run(cfg, Path(out_dir))
+    global _terminated
+    _terminated = False
+    with sigterm_as_interrupt():
+        try:
+            code = run(cfg, out_dir)
+        except KeyboardInterrupt:
+            partial = out_dir / "results.partial.json"
+            kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
+            print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
+            code = EXIT_SIGINT
+        except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
+            _log_to_file(exc)
+            kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
+            first = (str(exc).strip().splitlines() or [""])[0]
+            print(f"reportgen: internal error, a bug in reportgen, not in your config: {type(exc).__name__}: "
+                  f"{first}. Full traceback: {log_path or 'the run log'}."
+                  + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else "")
+                  + " Please report it with that log.", flush=True)
+            return EXIT_BUG
+    return EXIT_SIGTERM if code == EXIT_SIGINT and _terminated else code
+
+
+def _log_to_file(exc: BaseException) -> None:
+    """The full traceback into the run's log file only (never the console)."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "reportgen failed", (), (type(exc), exc,
+                                                                                         exc.__traceback__))
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and handler.baseFilename != os.devnull:
+            handler.handle(record)
 
 
 def record(code: int) -> None:
@@ -43,14 +185,22 @@ def record(code: int) -> None:
 
 
 def exit_code(app: Callable[[], None]) -> int:
-    """Run the Hydra app and turn what happened into the process exit code."""
+    """Run the Hydra app and turn what happened into the process exit code (module docstring)."""
     try:
-        app()
+        with sigterm_as_interrupt():  # SIGTERM before the job starts: one line, and the folder lock is released
+            app()
+    except StartRefused as exc:  # printed its one paragraph already
+        return int(exc.code)
+    except KeyboardInterrupt:
+        print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}) before any check ran", flush=True)
+        return max(_codes + [EXIT_SIGTERM if _terminated else EXIT_SIGINT])
     except SystemExit as exc:
-        if not _codes and exc.code not in (0, None):
+        if _codes:
+            return max(_codes)
+        if exc.code not in (0, None):
             models = ", ".join(builtin_models())
             print(f"reportgen: cannot start: fix the config error above (settings and their types: "
                   f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}.")
-            return 2
+            return EXIT_USAGE
         raise
-    return max(_codes) if _codes else 0
+    return max(_codes) if _codes else EXIT_HOLDS

@@ -97,8 +97,8 @@ def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
         The ECDSA P-256 private key.
 
     Raises:
-        KeyFileError: the file is missing, unreadable, encrypted, not a PEM private key, or
-            not ECDSA P-256.
+        KeyFileError: the file is missing, unreadable, encrypted, not a PEM private key,
+            readable or writable by group or others (mode & 0o077), or not ECDSA P-256.
     """
     path = Path(path)
     data = _read(path)
@@ -109,7 +109,22 @@ def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
                            "(protect it with file permissions, mode 0600)") from None
     except ValueError:
         raise KeyFileError(f"{path}: not a PEM private key") from None
-    return _check_supported(key, path)
+    key = _check_supported(key, path)
+    _check_private_mode(path)
+    return key
+
+
+def _check_private_mode(path: Path) -> None:
+    """Refuse a private key file that group or others may read or write, as ssh does.
+
+    Raises:
+        KeyFileError: the mode has any of the 0o077 bits; the message gives the ``chmod``.
+    """
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise KeyFileError(f"{path}: the private key is accessible by others (mode {mode:04o}); anyone who can "
+                           f"read it can sign reports as you. Run `chmod 600 {path}` (and make a new key with "
+                           f"`{GENERATE_COMMAND}` if others may have read it)")
 
 
 def load_public_key(path: str | os.PathLike) -> ec.EllipticCurvePublicKey:

@@ -18,6 +18,7 @@ from .checks import ROWS_TEMPLATE, section as registered_section
 from .plots import section_plots
 from .results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
                       frame_to_json)
+from .render_guard import guard_costs, guard_sections
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
 ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD: "parameter gradients",
@@ -125,8 +126,9 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
                          "template": spec.template if spec else ROWS_TEMPLATE,
                          "plots": section_plots(spec.plotter if spec else None, group)})
     plain_failed = bool(((frame.role == Role.EXCEPTION) & (frame["item"] == "plain")).any())
+    sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed, "costs": headline_costs(frame), "why": why_it_fails(frame, required)}
+            "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required)}
 
 
 #: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.
@@ -237,8 +239,11 @@ def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, 
     """
     from weasyprint import HTML, Attachment
 
+    from .fetcher import LocalOnlyFetcher
+
     when = dt.datetime.fromisoformat(created).astimezone(dt.timezone.utc)
-    document = HTML(string=html, base_url=str(templates_dir())).render(pdf_variant=PDF_VARIANT)
+    fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own (item 11)
+    document = HTML(string=html, base_url=str(templates_dir()), url_fetcher=fetcher).render(pdf_variant=PDF_VARIANT)
     document.metadata.created = document.metadata.modified = when.isoformat()
     files = [Attachment(file_obj=io.BytesIO(data), name=name, description=description, relationship=relationship,
                         created=when, modified=when) for name, data, relationship, description in attachments]

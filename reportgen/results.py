@@ -19,6 +19,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from .rundir import output_file_mode
+
 PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
 #: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
 #: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
@@ -218,6 +220,7 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, output_file_mode())  # mkstemp makes 0600; outputs follow the umask (rundir)
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
         os.replace(tmp, path)

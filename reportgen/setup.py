@@ -180,6 +180,8 @@ def build_setup(cfg: DictConfig) -> Setup:
     wrapped = apply_recompute(probe, cfg.recompute)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     setup = Setup(cfg, task, device, dtype, state, wrapped, batch=())
+    from .contract import check_task_contract  # the task contract, before any batch is used (exit 2)
+    check_task_contract(setup)
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
     observe_twins(setup)
     return setup

@@ -27,7 +27,8 @@ Checks, for a lone report.pdf (everything comes from inside the PDF):
 
 For a run folder, additionally: statement.dsse.json on disk is the envelope attached in
 report.pdf, and every subject of the statement exists with its digest. Files of the
-folder that the statement does not list are named in ``NOTE`` lines: nothing vouches for them.
+folder that the statement does not list are named in ``NOTE`` lines, logs, dotfiles and
+symbolic links included: nothing vouches for them.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ from .results import FAIL as ROW_FAIL
 from .results import FLAGGED, PASS as ROW_PASS
 from .results import claim_verdict, frame_from_json, judge_record
 from .signing import (ENVELOPE_NAME, PAYLOAD_TYPE, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, STATEMENT_TYPE,
-                      UNSIGNED_PDF_NAME, decode_b64, envelope_file_bytes, run_files, sslib_public_key)
+                      UNSIGNED_PDF_NAME, decode_b64, envelope_file_bytes, sslib_public_key)
 
 EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE = 0, 1, 2
 PASS, FAIL, NOTE = "PASS", "FAIL", "NOTE"
@@ -532,10 +533,36 @@ def verify_run_dir(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> list
         results = run_dir / RESULTS_NAME
         checks.append(check_verdict(statement, results.read_bytes()) if results.is_file() and RESULTS_NAME in digests
                       else Check(FAIL, "verdict", "not checked: no signed results.json"))
-    for name in run_files(run_dir):
-        if name not in digests:
-            checks.append(Check(NOTE, f"not covered: {name}", "not in the statement; nothing vouches for it"))
+    for name, kind in unlisted_files(run_dir, digests):
+        checks.append(Check(NOTE, f"not covered: {name}", f"{kind}not in the statement; nothing vouches for it"))
     return checks
+
+
+def unlisted_files(run_dir: Path, listed) -> list[tuple[str, str]]:
+    """Everything in a run folder that the statement does not list, logs and dotfiles included.
+
+    The signed outputs themselves (report.pdf, statement.dsse.json) are checked on their own
+    and left out. Symbolic links are named and never followed.
+
+    Args:
+        run_dir: the run folder.
+        listed: the statement's subject names.
+
+    Returns:
+        ``(relative POSIX path, kind prefix)`` pairs, sorted; the prefix is ``""`` for a
+        regular file, else e.g. ``"a symbolic link, "``.
+    """
+    out = []
+    for dirpath, dirnames, filenames in os.walk(run_dir, followlinks=False):
+        base = Path(dirpath)
+        for name in [*filenames, *(d for d in dirnames if (base / d).is_symlink())]:
+            path = base / name
+            relative = path.relative_to(run_dir).as_posix()
+            if relative in listed or relative in (PDF_NAME, ENVELOPE_NAME):
+                continue
+            kind = "a symbolic link, " if path.is_symlink() else ("" if path.is_file() else "not a regular file, ")
+            out.append((relative, kind))
+    return sorted(out)
 
 
 def verify(target: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:

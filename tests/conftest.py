@@ -93,9 +93,7 @@ def use_checks(monkeypatch):
 # --------------------------------------------------------------------------- the command line
 def reportgen(tmp_path: Path, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
     """Run ``python -m reportgen ARGS`` in ``tmp_path`` (outputs land there)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
-    return subprocess.run([sys.executable, "-m", "reportgen", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return run_cli(tmp_path, *args, pythonpath=pythonpath)
 
 
 def run_dirs(tmp_path: Path) -> list[Path]:
@@ -192,3 +190,34 @@ def pytest_collection_modifyitems(config, items):
             for item in items:
                 if marker in item.keywords:
                     item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# --- end-to-end runs through the command line (tests/test_integrity.py, test_overrides_property.py)
+#: Overrides that make a built-in ffn run take seconds, not minutes (the checks all still run).
+SMALL_RUN = ("+model=ffn", *(o for o in SMALL if not o.startswith("report.")))
+#: Every exit code README and DESIGN.md document for ``python -m reportgen``.
+DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 70, 130, 143}
+
+
+def cli_env(pythonpath: str = "") -> dict:
+    """The environment of a ``python -m reportgen`` subprocess: this checkout first on PYTHONPATH."""
+    import os
+
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
+
+
+def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = "", timeout: float = 600):
+    """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(pythonpath),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def signing_key_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """``(private, public)`` key files made by ``reportgen.keys.generate_key`` (private mode 0600)."""
+    from reportgen.keys import generate_key
+
+    return generate_key(tmp_path_factory.mktemp("keys") / "signing-key.pem")

@@ -1,0 +1,110 @@
+"""Values the schema's types cannot refuse: enums, finite ranges, known check names.
+
+The dataclass schema (``reportgen.config``) refuses wrong types while Hydra composes; this
+module refuses wrong *values* right after composing, before any folder is written or model
+built (``rundir.RunFolderGuard.on_run_start``; ``cli.run_job`` again for each sweep job).
+NaN is refused everywhere: it compares false with every bound, so a NaN deadline would
+otherwise pass "within the deadline of nan".
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from .config import LARGER_BATCH
+
+def check_names() -> tuple[str, ...]:
+    """Names ``verdict.required`` may use: every registered check's name except the flagged
+    experiments (reportgen/checks/__init__.py)."""
+    from .checks import flagged_names, sections
+
+    return tuple(s.name for s in sections() if s.name not in flagged_names())
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+DETERMINISM_CHECKS = ("default", "none")  #: torch.utils.checkpoint's determinism_check values
+LR_SCALINGS = ("none", "linear", "sqrt")
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+DEVICES = "auto, cpu, cuda, cuda:N"
+
+#: ``(setting, lower bound, bound included, may be null)``: finite numbers with a lower bound.
+BOUNDED = [
+    ("parity.rtol", 0.0, True, True),
+    ("parity.atol", 0.0, True, True),
+    ("budget.metric_tolerance", 0.0, True, False),
+    ("timing.max_overhead_ratio", 0.0, False, True),
+    ("timing.max_step_time_ms", 0.0, False, True),
+    ("timing.target_ci_half_width_pp", 0.0, False, True),
+    ("timing.max_measure_seconds", 0.0, False, False),
+    ("budget.max_steps_factor", 1.0, True, False),
+]
+
+
+def _number_problem(name: str, value: Any, low: float, inclusive: bool, nullable: bool) -> str | None:
+    """The problem with one bounded setting, or None when it is fine."""
+    if value is None:
+        return None if nullable else f"{name} must be set (a finite number)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name}={value!r} must be a number"
+    rule = f"{'>=' if inclusive else '>'} {low:g}"
+    if not math.isfinite(value):
+        return f"{name}={value} must be a finite number {rule}" + (" (or null for none)" if nullable else "")
+    if value < low or (value == low and not inclusive):
+        return f"{name}={value:g} must be {rule}"
+    return None
+
+
+def config_problems(cfg: DictConfig) -> str:
+    """Every bad value in a composed config, as one paragraph naming each setting and its rule.
+
+    Args:
+        cfg: the composed config (the job's; ``hydra`` node optional).
+
+    Returns:
+        ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
+    """
+    names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
+                                              "device", "verdict.required"]
+    values, problems = {}, []
+    for name in names:
+        try:
+            values[name] = _select(cfg, name)
+        except OmegaConfBaseException as exc:  # e.g. an interpolation ${...} to a key that does not exist
+            problems.append(f"{name} cannot be resolved ({str(exc).splitlines()[0]})")
+    problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
+                 and (p := _number_problem(name, values[name], low, inclusive, nullable))]
+    enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
+             ("larger_batch.lr_scaling", LR_SCALINGS)]
+    problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
+                 if name in values and values[name] not in allowed]
+    device = values.get("device", "auto")
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        problems.append(f"device={device!r} must be one of {DEVICES}")
+    required = values.get("verdict.required") or []
+    names = check_names()
+    unknown = [name for name in required if name not in names]
+    if LARGER_BATCH in unknown:
+        problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
+                        "verdict (it changes the optimisation), so remove it")
+        unknown.remove(LARGER_BATCH)
+    if unknown:
+        problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
+                        f"(the checks: {', '.join(names)})")
+    if not problems:
+        return ""
+    return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+
+
+def _select(cfg: DictConfig, dotted: str) -> Any:
+    """``cfg.a.b`` for ``"a.b"``; None when a level is missing.
+
+    Raises:
+        omegaconf.errors.OmegaConfBaseException: the value is an interpolation that cannot resolve.
+    """
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if node is not None and hasattr(node, "get") else None
+    return node
