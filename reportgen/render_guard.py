@@ -40,7 +40,7 @@ def guard_sections(env: Environment, sections: list[dict]) -> list[dict]:
         if section["template"] == GENERIC_SECTION:
             continue
         try:
-            env.get_template(section["template"]).render(section=section)
+            env.get_template(section["template"]).render(section=section, medium="pdf")
         except Exception as exc:  # noqa: BLE001 - any template failure falls back to the table
             log.warning("section %s: its layout failed on these rows (%s: %s); showing the rows table",
                         section["check"], type(exc).__name__, exc)

@@ -98,3 +98,15 @@ def test_compiled_twins_run_against_a_compiled_baseline(tmp_path):
     parity = frame[frame.check == "gradient parity"]
     assert code == 0 and set(parity.status) <= {PASS, "INFO"}, parity.detail.tolist()
     assert "the baseline is the compiled plain twin" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["hf_gpt2", "hf_llama"])
+def test_hugging_face_models_through_their_own_switch_hold(tmp_path, model):
+    code, frame = run_pipeline(tmp_path, f"+model={model}", "budget.examples=32", "budget.seeds=[0]")
+    assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
+    html = (tmp_path / "report.html").read_text()
+    assert "use_reentrant=False" in html and "reportgen.hf.enable" in html
+    assert set(frame[frame.role == Role.IGNORED].status) == {"INFO"}
+    assert frame[frame.role == Role.BASELINE].value.item() == 0
