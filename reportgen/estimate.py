@@ -223,12 +223,12 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             model = fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
             if recompute:
                 apply_recompute(model, cfg.recompute)
-            if setup.autocast_dtype is not None:  # the same precision as the measured twins
-                model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
             else:  # the target shape may have another depth: find the wrapped paths on this model
                 paths = ([w.path for w in setup.wrapped] if cfg.recompute.method == RecomputeMethod.model_switch
                          else [w.path for w in find_targets(model, list(cfg.recompute.targets))])
                 shape = transformer_shape(model, batch[0], paths, dtype)
+            if setup.autocast_dtype is not None:  # the same precision as the measured twins
+                model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
             saved[recompute] = saved_activation_bytes(model.train(), batch, task.loss, cfg.forward_seed, paths)
             del model
         inputs = describe(batch[0])
