@@ -88,11 +88,13 @@ def batch_size_of(inputs: Any) -> int:
 
 
 def clone_inputs(inputs: Any, requires_grad: bool = False) -> Any:
-    """A detached copy of every tensor leaf; floating leaves require grad when asked (to get an
+    """A copy of every tensor leaf (``clone``: an input that requires grad still does); with
+    ``requires_grad`` every floating leaf becomes a fresh leaf that requires grad (to read its
     input gradient)."""
     def copy(t: Tensor) -> Tensor:
-        c = t.detach().clone()
-        return c.requires_grad_(True) if requires_grad and c.is_floating_point() else c
+        if requires_grad and t.is_floating_point():
+            return t.detach().clone().requires_grad_(True)
+        return t.clone()
     return map_tensors(copy, inputs)
 
 
