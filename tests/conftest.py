@@ -19,6 +19,11 @@ from reportgen.results import Role, Row, claim_verdict, to_frame
 from reportgen.run import write_results
 from reportgen.signing import load_signing_key, sign_run, signature_label
 
+#: One intra-op thread in tests: the models here are tiny, and on a shared 2-core machine torch's
+#: OpenMP threads wait for each other at every op (measured: the same 8-step training took 4.6 s
+#: with 2 threads under load and 0.05 s with 1). Subprocesses get OMP_NUM_THREADS=1 (cli_env).
+torch.set_num_threads(1)
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 USER_CONF = TESTS / "user_conf"
@@ -203,7 +208,8 @@ def cli_env(pythonpath: str = "") -> dict:
     """The environment of a ``python -m reportgen`` subprocess: this checkout first on PYTHONPATH."""
     import os
 
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
+    return {**os.environ, "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
 
 
 def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = "", timeout: float = 600):
