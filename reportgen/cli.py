@@ -26,7 +26,17 @@ def usage() -> str:
 
 
 def run_job(cfg: DictConfig, out_dir: str) -> int:
-    """One Hydra job: check that a model was chosen, then run the pipeline."""
+    """One Hydra job: check that a model was chosen, then run the pipeline.
+
+    The job's outcome (exit code, verdict, overrides, error) goes into ``out_dir/job.json``,
+    which a sweep's summary reads (``reportgen.sweep``), whichever launcher ran the job.
+    """
+    from .sweep import recorded_job
+
+    return recorded_job(out_dir, lambda: _run_job(cfg, out_dir))
+
+
+def _run_job(cfg: DictConfig, out_dir: str) -> int:
     for noisy in ("fontTools", "weasyprint", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     if cfg.get("model") is None or cfg.get("task") is None:
@@ -53,4 +63,7 @@ def exit_code(app: Callable[[], None]) -> int:
                   f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}.")
             return 2
         raise
-    return max(_codes) if _codes else 0
+    from .sweep import sweep_exit_code
+
+    swept = sweep_exit_code()  # a multirun: the worst code in the jobs' job.json files
+    return swept if swept is not None else (max(_codes) if _codes else 0)
