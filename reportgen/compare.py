@@ -32,7 +32,6 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from .config import VerdictConfig
 from .results import PASS, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json
 from .signing import ENVELOPE_NAME, RESULTS_NAME
 
@@ -139,8 +138,10 @@ def load_side(label: str, path: str | Path) -> Side:
         config = {"claim": predicate.get("claim", {}), "tolerances": {k: v for k, v in predicate.get("tolerances", {}).items()
                                                                       if k != "thresholds"},
                   "command": predicate.get("command")}
-    required = predicate.get("required") or OmegaConf.select(OmegaConf.create(config), "verdict.required",
-                                                             default=None) or VerdictConfig().required
+    from .checks import required_names
+
+    required = predicate.get("required") or required_names(OmegaConf.select(OmegaConf.create(config),
+                                                                            "verdict.required", default=None))
     return Side(label, path, frame_from_json(results), list(required), _flatten(config), statement,
                 hashlib.sha256(envelope).hexdigest() if envelope else None)
 

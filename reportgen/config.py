@@ -13,14 +13,17 @@ from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
-#: Names of the checks, as they appear in the ``check`` column and in ``verdict.required``.
+#: Names of the checks, as they appear in the ``check`` column and in ``verdict.required``
+#: (each check's record in reportgen/checks/__init__.py says how it is shown and judged).
 GRADIENT_PARITY = "gradient parity"
 STEP_PARITY = "optimizer-step parity"
+TRAJECTORY = "trajectory parity"
 STATE_PARITY = "state parity"
 MEMORY = "warm-step memory"
 TIME = "warm-step time"
 TASK_METRICS = "task metrics"
 LARGER_BATCH = "larger-batch experiment"
+SELECTIVE_POLICY = "selective policy"
 
 
 class RecomputeMode(Enum):
@@ -54,8 +57,11 @@ class ParityConfig:
     rtol: Optional[float] = None
     #: Absolute tolerance; null = torch.testing.assert_close's default for the dtype.
     atol: Optional[float] = None
-    #: Examples in the fixed batch.
+    #: Examples in the fixed batch (and in each batch of the trajectory).
     batch_size: int = 16
+    #: Optimizer steps of the trajectory check on the training stream (plain, A/A, recompute),
+    #: compared after every step; faults that leave step 1 equal show from step 2 on.
+    steps: int = 8
     #: Optimizer for the one-step parity, a ``_target_`` node called with ``params=``.
     optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
 
@@ -100,8 +106,11 @@ class BudgetConfig:
     examples: int = 2048  #: accepted examples per run
     batch_size: int = 32  #: examples per step
     seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
-    #: Largest allowed |plain - recompute| difference of the task metric, per seed.
+    #: Largest allowed |plain - recompute| difference of the task metric, per seed (absolute).
     metric_tolerance: float = 1e-4
+    #: Relative part of the metric tolerance: allowed |plain - recompute| is
+    #: ``metric_tolerance + metric_rtol * |plain|`` (assert_close's form; 0 = absolute only).
+    metric_rtol: float = 0.0
     eval_every: int = 256  #: accepted examples between learning-curve points
     #: Cap on drawn batches (applied + skipped) as a multiple of the steps the budget needs;
     #: a run that hits it (too many non-finite steps) is an ERROR, not a result.
@@ -137,9 +146,9 @@ class ReportConfig:
 class VerdictConfig:
     """Which checks the claim needs; ERROR/NOT_RUN in a required check fails the claim."""
 
-    required: List[str] = field(
-        default_factory=lambda: [GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, MEMORY, TIME, TASK_METRICS]
-    )
+    #: Check names; null = every check the registry (reportgen/checks/__init__.py) marks
+    #: required: all but the selective-policy check and the flagged larger-batch experiment.
+    required: Optional[List[str]] = None
 
 
 @dataclass

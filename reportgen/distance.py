@@ -1,7 +1,7 @@
 """Measure how far two tensors are apart; judge against assert_close-style tolerances.
 
 Measuring and judging are separate (as deepchecks separates checks from conditions):
-:func:`measure` returns numbers, :func:`judge` turns them into a status.
+:func:`measure` returns numbers; :func:`reportgen.results.judge` turns them into a status.
 """
 from __future__ import annotations
 
@@ -31,17 +31,30 @@ def tolerances(dtype: torch.dtype, rtol: float | None = None, atol: float | None
 class Distance:
     """How two tensors differ.
 
+    NaN and Inf are never "equal" (``torch.testing.assert_close`` defaults to
+    ``equal_nan=False``): a non-finite element in either tensor makes the distance infinite.
+
     Attributes:
-        max_abs_err: ``max |a - b|`` (inf when shapes differ, 0 for two empty tensors).
+        max_abs_err: ``max |a - b|`` (inf when shapes differ or any element is not finite,
+            0 for two empty tensors).
         max_rel_err: ``max |a - b| / |b|`` over elements with ``b != 0``.
-        bitwise_equal: every element identical (NaN equal to NaN).
+        bitwise_equal: every element identical and finite.
         worst_excess: ``max(|a - b| - (atol + rtol |b|))``; <= 0 means within tolerance.
+        nonfinite_a: NaN/Inf elements in ``a`` (the recompute tensor).
+        nonfinite_b: NaN/Inf elements in ``b`` (the plain tensor).
     """
 
     max_abs_err: float
     max_rel_err: float
     bitwise_equal: bool
     worst_excess: float
+    nonfinite_a: int = 0
+    nonfinite_b: int = 0
+
+
+def nonfinite_count(t: Tensor) -> int:
+    """Number of NaN or Inf elements (0 for integer and bool tensors)."""
+    return int((~torch.isfinite(t)).sum()) if t.is_floating_point() or t.is_complex() else 0
 
 
 def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
@@ -52,15 +65,11 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     if a.numel() == 0:
         return Distance(0.0, 0.0, True, 0.0)
     a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
-    both_nan = a64.isnan() & b64.isnan()
-    diff = (a64 - b64).abs().masked_fill(both_nan, 0.0).nan_to_num(nan=float("inf"))
+    bad_a, bad_b = nonfinite_count(a64), nonfinite_count(b64)
+    diff = (a64 - b64).abs().nan_to_num(nan=float("inf"), posinf=float("inf"))
+    diff = diff.masked_fill(~(torch.isfinite(a64) & torch.isfinite(b64)), float("inf"))
     nonzero = b64 != 0
     rel = (diff[nonzero] / b64[nonzero].abs()).max().item() if nonzero.any() else (0.0 if diff.max() == 0 else float("inf"))
-    excess = (diff - (atol + rtol * b64.abs().nan_to_num(0.0))).max().item()
-    bitwise = bool(((a64 == b64) | both_nan).all())
-    return Distance(diff.max().item(), rel, bitwise, excess)
-
-
-def judge(distance: Distance) -> bool:
-    """True when every element is within tolerance (assert_close's rule)."""
-    return distance.worst_excess <= 0.0
+    excess = (diff - (atol + rtol * b64.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0))).max().item()
+    bitwise = bool((a64 == b64).all()) and not (bad_a or bad_b)
+    return Distance(diff.max().item(), rel, bitwise, excess, bad_a, bad_b)

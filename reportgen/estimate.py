@@ -30,6 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .measure import SavedActivations, saved_activation_bytes
 from .recompute import apply_recompute, find_targets
 from .setup import DTYPES, Setup
+from .structure import describe, named_tensors
 from .tasks import batch_to
 
 #: Keys ``cfg.memory.estimate`` understands.
@@ -130,7 +131,7 @@ def validate_overrides(overrides: Any) -> dict[str, Any]:
     return plain
 
 
-def transformer_shape(model: nn.Module, inputs: torch.Tensor, wrapped_paths: list[str],
+def transformer_shape(model: nn.Module, inputs: Any, wrapped_paths: list[str],
                       dtype: torch.dtype) -> TransformerShape | None:
     """Korthikanti symbols when ``model`` looks like a transformer stack, else None.
 
@@ -138,8 +139,10 @@ def transformer_shape(model: nn.Module, inputs: torch.Tensor, wrapped_paths: lis
     module contains a module with an integer ``heads`` / ``num_heads`` / ``n_head`` attribute
     (``a``) and a LayerNorm (``h`` = its normalised width).
     """
-    if not wrapped_paths or inputs.dim() < 2:
+    first = next((t for _, t in named_tensors(inputs, "input")), None)
+    if not wrapped_paths or first is None or first.dim() < 2:
         return None
+    inputs = first
     try:
         layer = model.get_submodule(wrapped_paths[0])
     except AttributeError:
@@ -224,5 +227,24 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
                 shape = transformer_shape(model, batch[0], paths, dtype)
             saved[recompute] = saved_activation_bytes(model.train(), batch, task.loss, cfg.forward_seed, paths)
             del model
-        inputs = f"{list(batch[0].shape)} {str(batch[0].dtype).removeprefix('torch.')}"
+        inputs = describe(batch[0])
     return Estimate(inputs, over, saved[False], saved[True], shape, dtype_name, paths)
+
+
+def dropout_mask_bytes(device: torch.device, element_bytes: int) -> int:
+    """Bytes per value of a dropout mask kept for backward on ``device``.
+
+    On CUDA, ``nn.Dropout`` uses the fused ``native_dropout`` kernel, whose mask is ``bool``
+    (1 byte, as Korthikanti et al. assume). On CPU, ``at::dropout`` multiplies by a noise
+    tensor of the activation's dtype, so the mask costs ``element_bytes`` per value.
+    """
+    return 1 if device.type == "cuda" else element_bytes
+
+
+def layernorm_stat_bytes(device: torch.device, element_bytes: int) -> int:
+    """Bytes per value of the mean and reciprocal std LayerNorm keeps for backward.
+
+    On CUDA they are kept in the accumulation type (float32 for 16-bit inputs); on CPU in the
+    input's dtype (measured with torch 2.13).
+    """
+    return max(4, element_bytes) if device.type == "cuda" else element_bytes

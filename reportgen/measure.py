@@ -19,21 +19,32 @@ are excluded (weights are not activations). References are held until the count 
 so an address is never reused for another tensor during the measurement.
 
 Saved-tensor hooks bypass autograd's in-place checks and change what is stored, so callers
-measure memory in runs separate from the parity runs (DESIGN.md).
+measure memory in runs separate from the parity runs (docs/architecture.md).
+
+Also the training-step helpers every measuring check shares: :func:`make_train_step`,
+:func:`training_optimizer` and :func:`cuda_step_peaks`.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
+from hydra.utils import instantiate
 from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
 from .recompute import plain_name
+from .rng import seeded
+from .structure import call_model, clone_inputs
+from .tasks import Batch
+
+if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
+    from .setup import Setup
 
 #: Key of :attr:`SavedActivations.per_module` for storages saved outside every listed module.
 REST = "(rest of model)"
@@ -137,7 +148,8 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         model: a plain or recompute twin, in the mode to measure (``train()`` for training).
         batch: ``(inputs, targets)``, e.g. inputs ``[batch, seq]`` ids or ``[batch, features]``.
         loss_fn: ``fn(output, target) -> scalar``; what it saves counts (it is kept for backward).
-        forward_seed: ``torch.manual_seed`` right before the forward (None = leave RNG alone).
+        forward_seed: seeds every generator (:func:`reportgen.rng.seeded`) for the forward
+            (None = leave them alone).
         module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
             usually the wrapped modules' paths. Each storage goes to the innermost listed
             module running when it was saved (or, for a recompute region's inputs, to that
@@ -181,12 +193,10 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         ledger.add(t, owner())
         return t
 
-    x, y = (t.clone() for t in batch)
+    x, y = clone_inputs(batch[0]), batch[1]
     try:
-        if forward_seed is not None:
-            torch.manual_seed(forward_seed)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_fn(model(x), y)
+        with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(call_model(model, x), y)
         for name, storage in contexts:
             for t in _selective_saved(storage):
                 ledger.add(t, name)
@@ -202,3 +212,75 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         per_module[name] += nbytes
         counts[name] += 1
     return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts)
+
+
+def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any,
+                    forward_seed: int | None = None) -> Callable[[], None]:
+    """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
+
+    Gradients are freed at the end of each step, so between steps only weights and optimizer
+    state are allocated (the baseline of a step's peak).
+
+    Args:
+        model: a twin in train mode.
+        batch: ``(inputs, targets)``, used as is (never modified).
+        loss_fn: ``fn(output, target) -> scalar``.
+        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
+        forward_seed: seeds every generator before each forward and backward
+            (:func:`reportgen.rng.seeded`; None = leave them alone).
+    """
+    optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
+    x, y = batch
+
+    def step() -> None:
+        with seeded(forward_seed):
+            loss_fn(call_model(model, x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def training_optimizer(setup: Setup) -> Any:
+    """The optimizer node of a representative training step: ``budget.optimizer``."""
+    return setup.cfg.budget.optimizer
+
+
+def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch | None = None) -> dict[str, int]:
+    """Allocator peaks of one warm training step of a fresh twin on CUDA, on ``batch``
+    (default: the fixed batch; the larger-batch search passes its probe batch).
+
+    ``warm_steps`` steps first (optimizer state initialised, allocator caches warm, same batch
+    shape), then ``torch.cuda.reset_peak_memory_stats`` immediately before the measured step,
+    and ``torch.cuda.synchronize`` before each read (torch.cuda memory-statistics docs).
+
+    Returns:
+        ``{"peak_allocated_bytes", "peak_reserved_bytes", "baseline_allocated_bytes"}``, B;
+        the baseline is what is allocated right before the step (weights, optimizer state).
+
+    Raises:
+        RuntimeError: the setup's device is not CUDA.
+        torch.cuda.OutOfMemoryError: the step does not fit; the next call frees what it left.
+    """
+    device = setup.device
+    if device.type != "cuda":
+        raise RuntimeError(f"CUDA peaks need a CUDA device, this run is on {device}")
+    gc.collect()
+    torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
+    model = setup.build(recompute)
+    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup),
+                           setup.cfg.forward_seed)
+    for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
+        step()
+    torch.cuda.synchronize(device)
+    baseline = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    peaks = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+             "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
+             "baseline_allocated_bytes": baseline}
+    del model, step
+    gc.collect()
+    torch.cuda.empty_cache()
+    return peaks

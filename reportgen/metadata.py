@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import __version__
 from .distance import tolerances
+from .rng import GENERATORS
 from .setup import Setup
 
 
@@ -45,6 +46,12 @@ def rerun_command() -> str:
     return shlex.join(["python", "-m", "reportgen", *sys.argv[1:]])
 
 
+def recompute_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``."""
+    rc = cfg.recompute
+    return {"mode": getattr(rc.mode, "value", str(rc.mode)), "preserve_rng_state": bool(rc.preserve_rng_state)}
+
+
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:
     """Everything the report shows besides the frame.
 
@@ -71,6 +78,7 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "save_ops": list(rc.save_ops),
             "precision": cfg.dtype,
             "device": str(setup.device),
+            "generators": list(GENERATORS) if cfg.forward_seed is not None else [],
         },
         "tolerances": {"rtol": rtol, "atol": atol, "source": source},
         "environment": {

@@ -1,7 +1,9 @@
 """SVG plots built from the results frame (matplotlib's SVG backend, no pyplot).
 
-Each plot reads only rows of the frame, like the templates. ``PLOTTERS`` maps a check name
-to ``fn(rows_of_that_check) -> list[Plot]``; checks without an entry get no plot.
+Each plot reads only rows of the frame, like the templates, selected by ``role``. A check's
+registry record (reportgen/checks/__init__.py) names its plotter,
+``fn(rows_of_that_check) -> list[Plot]``. Point layers are rasterised (``rasterized=True``)
+so WeasyPrint does not draw them point by point; axes and text stay vector.
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
+
+from .results import Role
 
 
 @dataclass
@@ -28,13 +32,13 @@ def to_svg(fig) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "path"}):
+    # Text as <text> in the report's own font (WeasyPrint draws it like the page's text);
+    # glyphs as paths cost WeasyPrint a path per character.
+    with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "none",
+                                "font.family": ["DejaVu Sans"], "savefig.dpi": 150}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": "reportgen"})
     text = buf.getvalue()
     return text[text.index("<svg"):]
-
-
-PLOTTERS: dict[str, Callable[[pd.DataFrame], list[Plot]]] = {}
 
 
 def finish_axes(fig, ax, xlabel: str, ylabel: str) -> None:
@@ -47,12 +51,12 @@ def finish_axes(fig, ax, xlabel: str, ylabel: str) -> None:
     fig.tight_layout()
 
 
-def section_plots(check: str, rows: pd.DataFrame) -> list[dict]:
+def section_plots(plotter: Callable[[pd.DataFrame], list[Plot]] | None, rows: pd.DataFrame) -> list[dict]:
     """Plots for one check's section as ``[{"svg": ..., "caption": ...}]`` (empty when none).
 
-    A plot that fails to draw is skipped with its error as the caption: the report renders.
+    ``plotter`` comes from the check's registry record. A plot that fails to draw is skipped
+    with its error as the caption: the report renders.
     """
-    plotter = PLOTTERS.get(check)
     if plotter is None:
         return []
     try:
@@ -64,7 +68,7 @@ def section_plots(check: str, rows: pd.DataFrame) -> list[dict]:
 # --- task metrics and the larger-batch experiment ------------------------------------------
 def _curves(rows: pd.DataFrame) -> pd.DataFrame:
     """Learning-curve rows (metric ``curve_<metric>``) with numeric ``accepted_examples``."""
-    curves = rows[rows.metric.astype(str).str.startswith("curve_")].copy()
+    curves = rows[rows.role == Role.CURVE].copy()
     for col in ("value", "accepted_examples", "seed", "batch_size"):
         curves[col] = pd.to_numeric(curves[col], errors="coerce")
     return curves
@@ -92,7 +96,7 @@ def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
         lines = {}
         for variant, style in (("plain", dict(color="#1f5fa8", lw=2.2)), ("recompute", dict(color="#d0621b", lw=1.2, ls="--"))):
             part = per_seed[per_seed.variant == variant].sort_values("accepted_examples")
-            ax.plot(part.accepted_examples, part.value, label=variant, **style)
+            ax.plot(part.accepted_examples, part.value, label=variant, rasterized=True, **style)
             lines[variant] = part.set_index("accepted_examples").value
         if len(lines) == 2:
             joined = pd.concat(lines, axis=1).dropna()
@@ -128,19 +132,20 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
     from matplotlib.figure import Figure
 
     plots = []
-    probes = rows[rows["item"].astype(str).str.startswith("recompute at batch")].copy()
+    probes = rows[rows.role == Role.PROBE].copy()
     if not probes.empty:
         probes["batch_size"] = pd.to_numeric(probes.batch_size, errors="coerce")
         probes["value"] = pd.to_numeric(probes.value, errors="coerce")
         fits = probes.fits.astype(bool)
-        reference = float(probes.threshold.iloc[0])
-        found = rows[rows.metric == "batch_size"]
+        reference = float(probes.reference_bytes.iloc[0])
+        found = rows[rows.role == Role.BATCH_FOUND]
         fig = Figure(figsize=(7.5, 2.4))
         ax = fig.subplots()
         ax.axhline(reference / 2**20, color="#1f5fa8", lw=1.5, label="plain at the base batch (reference)")
-        ax.scatter(probes.batch_size[fits], probes.value[fits] / 2**20, color="#0a7d2e", marker="o", s=18, label="fits")
+        ax.scatter(probes.batch_size[fits], probes.value[fits] / 2**20, color="#0a7d2e", marker="o", s=18, label="fits",
+                   rasterized=True)
         ax.scatter(probes.batch_size[~fits], probes.value[~fits] / 2**20, color="#b01c1c", marker="x", s=22,
-                   label="does not fit")
+                   label="does not fit", rasterized=True)
         if not found.empty and pd.notna(found.value.iloc[0]):
             ax.axvline(float(found.value.iloc[0]), color="#5a2a7a", ls=":", lw=1.2, label="batch found")
         ax.set_xscale("log", base=2)
@@ -166,8 +171,6 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
     return plots
 
 
-PLOTTERS["task metrics"] = task_metric_plots
-PLOTTERS["larger-batch experiment"] = larger_batch_plots
 
 
 # --- warm-step memory and time ---------------------------------------------------------------
@@ -182,12 +185,12 @@ def memory_plots(rows: pd.DataFrame) -> list[Plot]:
     """
     from matplotlib.figure import Figure
 
-    saved = rows[rows.metric == "saved_activation_bytes"].copy()
+    saved = rows[rows.role.isin([Role.SAVED_TOTAL, Role.SAVED_MODULE])].copy()
     if saved.empty:
         return []
     saved["value"] = pd.to_numeric(saved.value, errors="coerce") / 2**20
-    per_module = saved[saved.get("module", pd.Series(index=saved.index, dtype=object)).notna()].copy()
-    totals = saved[saved["item"] == "saved activations (total)"].set_index("variant").value
+    per_module = saved[saved.role == Role.SAVED_MODULE].copy()
+    totals = saved[saved.role == Role.SAVED_TOTAL].set_index("variant").value
     modules = []
     if not per_module.empty:
         per_module["module_order"] = pd.to_numeric(per_module.module_order, errors="coerce")
@@ -219,7 +222,7 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
     """
     from matplotlib.figure import Figure
 
-    steps = rows[(rows.metric == "step_time_ms") & rows["item"].astype(str).str.startswith("step ")].copy()
+    steps = rows[rows.role == Role.STEP].copy()
     if steps.empty:
         return []
     steps["value"] = pd.to_numeric(steps.value, errors="coerce")
@@ -230,8 +233,9 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
     left.boxplot([d.value for d in data], tick_labels=["plain", "recompute"], widths=0.5, showfliers=False)
     for i, (d, color) in enumerate(zip(data, (_PLAIN, _RECOMPUTE)), start=1):
         jitter = [(k % 7 - 3) * 0.03 for k in range(len(d))]
-        left.scatter([i + j for j in jitter], d.value, s=8, color=color, alpha=0.7, zorder=3)
-        right.plot(d.step_index, d.value, marker="o", ms=2.5, lw=1, color=color, label=("plain", "recompute")[i - 1])
+        left.scatter([i + j for j in jitter], d.value, s=8, color=color, alpha=0.7, zorder=3, rasterized=True)
+        right.plot(d.step_index, d.value, marker="o", ms=2.5, lw=1, color=color, label=("plain", "recompute")[i - 1],
+                   rasterized=True)
     left.set_ylabel("step time, ms", fontsize=8)
     right.set_xlabel("measured round", fontsize=8)
     right.legend(fontsize=7)
@@ -243,5 +247,27 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
                               "steps in the order they ran, plain and recompute interleaved.")]
 
 
-PLOTTERS["warm-step memory"] = memory_plots
-PLOTTERS["warm-step time"] = timing_plots
+def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
+    """Largest difference from the plain twin after each step: recompute (largest relative
+    error over every compared item) and the A/A control (largest absolute error of the items
+    the second plain twin did not reproduce; 0 when it reproduced everything), on one log axis.
+
+    Reads the ``trajectory`` rows (columns ``step``, ``variant``, ``value``).
+    """
+    from matplotlib.figure import Figure
+
+    steps = rows[rows.role == Role.TRAJECTORY].copy()
+    if steps.empty:
+        return []
+    steps["step"] = pd.to_numeric(steps.step, errors="coerce")
+    steps["value"] = pd.to_numeric(steps.value, errors="coerce")
+    fig = Figure(figsize=(7.5, 2.3))
+    ax = fig.subplots()
+    floor = 1e-18  # zero differences drawn at the floor of the log axis
+    for variant, color, label in (("recompute", _RECOMPUTE, "recompute vs plain"), ("aa", _PLAIN, "plain vs plain (A/A)")):
+        part = steps[steps.variant == variant].sort_values("step")
+        ax.plot(part.step, part.value.clip(lower=floor), marker="o", ms=3, lw=1.2, color=color, label=label)
+    ax.set_yscale("log")
+    finish_axes(fig, ax, "optimizer step", "largest difference from plain")
+    return [Plot(to_svg(fig), f"After each step, the largest difference from the plain twin (values at {floor:g} are "
+                              "exactly equal). A recompute line above the A/A line is a difference recomputation made.")]

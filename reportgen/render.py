@@ -14,26 +14,17 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from .paths import templates_dir
+from .checks import ROWS_TEMPLATE, section as registered_section
 from .plots import section_plots
-from .results import ERROR, FAIL, NOT_RUN, SEVERITY, WARN, atomic_write, check_summary, frame_to_json
+from .results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
+                      frame_to_json)
 
-#: Section order and the sentence that introduces each check in the report.
-SECTION_INTRO = {
-    "gradient parity": "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first.",
-    "optimizer-step parity": "One step of the configured optimizer on each twin: parameters and optimizer state after it.",
-    "state parity": "Buffers, plain Python attributes of modules, and the global RNG state after backward.",
-    "warm-step memory": "What recomputation saves, and whether the saving is real: bytes autograd keeps for backward "
-                        "(exact on any device, per wrapped module), CUDA allocator peaks where there is CUDA, and a "
-                        "GPU-free estimate at the target shape.",
-    "warm-step time": "What recomputation costs: warm training steps of both twins, interleaved; median, spread and a "
-                      "95% confidence interval of the overhead, beside the FLOP bound of one extra forward.",
-    "task metrics": "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins "
-                    "are trained from the same initial weights on the same data order and seeds until each has accepted "
-                    "the same number of examples, then evaluated on held-out data.",
-    "larger-batch experiment": "The batch that the memory saving buys, trained by the recompute twin to the same "
-                               "accepted-example budget.",
-}
-
+#: How a group of rows (one role) is named when it collapses to one summary line.
+ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD: "parameter gradients",
+               Role.INPUT_GRAD: "input gradient", Role.PARAM: "parameters after the step",
+               Role.OPTIMIZER_STATE: "optimizer-state tensors", Role.BUFFER: "buffers",
+               Role.ATTRIBUTE: "plain module attributes", Role.RNG: "RNG states", Role.WARNING: "torch warnings",
+               Role.EXCEPTION: "errors", Role.SAVE_OP: "save_ops entries"}
 
 #: Rows shown per section in the report; the rest (all passing when the table is sorted worst
 #: first and no more fail) are summarised in one line and stay in results.csv.
@@ -65,11 +56,19 @@ def fmt_bytes(value: Any) -> str:
     return f"{value} TiB"
 
 
+def fmt_int(value: Any) -> str:
+    """An exact integer (e.g. bytes) with thousands separators, ``—`` for missing."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—" if value is None or math.isnan(value) else fmt_num(value)
+    return f"{int(value):,}"
+
+
 def environment() -> Environment:
     """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters."""
     env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=fmt_num, bytes=fmt_bytes)
+    env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int)
+    env.globals.update(R=Role)
     return env
 
 
@@ -82,46 +81,131 @@ def _records(group: pd.DataFrame) -> list[dict]:
             for r in group.drop(columns=["_sev", "_val"]).to_dict("records")]
 
 
+def row_groups(records: list[dict]) -> list[dict]:
+    """Rows of one section grouped by ``role`` (first-seen order), for the generic rows table.
+
+    A group whose rows all PASS (or are INFO) and that has more than one row collapses to one
+    summary line with its worst value; the full rows stay in results.csv/json and, in the
+    HTML, behind a ``<details>`` (print CSS hides it in the PDF).
+
+    Returns:
+        ``[{"role", "label", "rows", "collapsed", "worst", "statuses"}]``; ``worst`` is the
+        row with the largest value.
+    """
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(record.get("role") or "", []).append(record)
+    out = []
+    for role, rows in groups.items():
+        statuses = sorted({r["status"] for r in rows}, key=SEVERITY.index)
+        values = [r for r in rows if isinstance(r.get("value"), (int, float))]
+        worst = max(values, key=lambda r: r["value"]) if values else rows[0]
+        out.append({"role": role, "label": ROLE_LABELS.get(role, role or "rows"), "rows": rows, "worst": worst,
+                    "statuses": statuses, "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO}})
+    return out
+
+
 def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str]) -> dict:
-    """What the templates read: metadata, verdict, per-check summary and sections."""
+    """What the templates read: metadata, verdict, per-check summary and sections.
+
+    Each section's intro, template and plotter come from the check registry
+    (reportgen/checks/__init__.py); a check name the registry does not know (e.g. rows of a
+    removed check) gets the generic rows table.
+    """
     summary = check_summary(frame, required)
     sections = []
     for check in summary.check:
         group = frame[frame.check == check]
-        status = summary.loc[summary.check == check, "status"].iloc[0]
-        anchor = check.replace(" ", "-")
-        own = templates_dir() / "sections" / f"{anchor}.html.j2"
+        spec = registered_section(check)
+        records = _records(group)
         not_passing = int(group.status.isin([FAIL, ERROR, NOT_RUN, WARN]).sum())
-        sections.append({"check": check, "status": status, "intro": SECTION_INTRO.get(check, ""),
-                         "rows": _records(group), "anchor": anchor, "shown": max(SHOWN_ROWS, not_passing),
-                         "template": f"sections/{anchor}.html.j2" if own.exists() else "sections/rows.html.j2",
-                         "plots": section_plots(check, group)})
-    plain_failed = bool(((frame.status == ERROR) & (frame["item"] == "plain")).any())
+        sections.append({"check": check, "status": summary.loc[summary.check == check, "status"].iloc[0],
+                         "intro": spec.intro if spec else "", "rows": records, "groups": row_groups(records),
+                         "anchor": check.replace(" ", "-"), "shown": max(SHOWN_ROWS, not_passing),
+                         "template": spec.template if spec else ROWS_TEMPLATE,
+                         "plots": section_plots(spec.plotter if spec else None, group)})
+    plain_failed = bool(((frame.role == Role.EXCEPTION) & (frame["item"] == "plain")).any())
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed, "costs": headline_costs(frame)}
+            "plain_failed": plain_failed, "costs": headline_costs(frame), "why": why_it_fails(frame, required)}
 
 
-def _value(frame: pd.DataFrame, check: str, item: str, variant: str, metric: str) -> pd.Series | None:
-    hit = frame[(frame.check == check) & (frame["item"] == item) & (frame.variant == variant) & (frame.metric == metric)]
+#: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.
+WHY_ORDER = [Role.EXCEPTION, Role.NONFINITE, Role.AA, Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD,
+             Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.PARAM, Role.OPTIMIZER_STATE, Role.TRAJECTORY]
+
+
+def _both(row: dict) -> tuple[str, str]:
+    """The plain and recompute values of a failing row, for people."""
+    for plain_key, rec_key, fmt in (("plain_value", "recompute_value", "{}"), ("plain_norm", "recompute_norm", "‖·‖ = {}")):
+        plain, rec = row.get(plain_key), row.get(rec_key)
+        if plain is not None or rec is not None:
+            show = lambda v: fmt.format(fmt_num(v) if isinstance(v, (int, float)) else v)  # noqa: E731
+            return show(plain), show(rec)
+    return "—", "—"
+
+
+def why_it_fails(frame: pd.DataFrame, required: list[str], limit: int = 3) -> list[dict]:
+    """Page 1's "Why it fails": the ``limit`` most important FAIL/ERROR/INCONCLUSIVE rows of the
+    required checks, each with both twins' values and its check's diagnosis (cause, fix).
+
+    Order: INCONCLUSIVE first, then by :data:`WHY_ORDER` role, then by check order; one row
+    per check so three different problems are shown before three tensors of one.
+    """
+    bad = frame[frame.status.isin([FAIL, ERROR, INCONCLUSIVE]) & frame.check.isin(required)]
+    if bad.empty:
+        return []
+    diagnosis = frame[frame.role == Role.DIAGNOSIS].set_index("check")
+    checks = list(dict.fromkeys(frame.check))
+    rank = lambda r: (r["status"] != INCONCLUSIVE, WHY_ORDER.index(r["role"]) if r["role"] in WHY_ORDER else 99,  # noqa: E731
+                      checks.index(r["check"]))
+    out, seen = [], set()
+    for row in sorted((_clean(r) for r in bad.to_dict("records")), key=rank):
+        if row["check"] in seen:
+            continue
+        seen.add(row["check"])
+        plain, recompute = _both(row)
+        why = diagnosis.loc[row["check"]] if row["check"] in diagnosis.index else None
+        out.append({"check": row["check"], "item": row["item"], "status": row["status"], "detail": row["detail"],
+                    "plain": plain, "recompute": recompute,
+                    "cause": None if why is None else why["cause"], "fix": None if why is None else why["fix"]})
+        if len(out) == limit:
+            break
+    return out
+
+
+def _clean(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+
+
+def _role_row(frame: pd.DataFrame, role: str, variant: str = "recompute") -> pd.Series | None:
+    hit = frame[(frame.role == role) & (frame.variant == variant)]
     return hit.iloc[0] if len(hit) else None
 
 
 def headline_costs(frame: pd.DataFrame) -> dict:
-    """Page-1 figures of the claim's cost, read from the frame: saved-activation bytes plain vs
-    recompute (and the saving's share), and the step-time overhead ratio with its 95% CI.
-    Missing measurements are ``None`` (the template says "not measured")."""
-    plain = _value(frame, "warm-step memory", "saved activations (total)", "plain", "saved_activation_bytes")
-    rec = _value(frame, "warm-step memory", "saved activations (total)", "recompute", "saved_activation_bytes")
-    overhead = _value(frame, "warm-step time", "overhead", "recompute", "overhead_ratio")
+    """Page-1 figures of the claim's cost, read from the frame by role: saved-activation bytes
+    plain vs recompute and the saving's share (the ``saving`` row), and the step-time overhead
+    ratio with its 95% CI (the ``overhead`` row).
+
+    Returns:
+        ``{"memory": {"plain", "recompute", "saved" (B), "share", "status"} | None,
+        "time": {"ratio", "low", "high", "status"} | None}``; None = not measured (the
+        template says so).
+    """
+    saving, overhead = _role_row(frame, Role.SAVING), _role_row(frame, Role.OVERHEAD)
     memory = None
-    if plain is not None and rec is not None and plain.value > 0:
-        memory = {"plain": plain.value, "recompute": rec.value, "saved": plain.value - rec.value,
-                  "share": (plain.value - rec.value) / plain.value}
+    if saving is not None and pd.notna(saving.value) and pd.notna(saving.get("plain_bytes")):
+        memory = {"plain": saving["plain_bytes"], "recompute": saving["recompute_bytes"],
+                  "saved": saving["saving_bytes"], "share": saving.value, "status": saving.status}
     time = None
-    if overhead is not None and not pd.isna(overhead.value):
-        time = {"ratio": overhead.value, "low": overhead.get("ci_low"), "high": overhead.get("ci_high"),
-                "status": overhead.status}
+    if overhead is not None and pd.notna(overhead.value):
+        time = {"ratio": overhead.value, "low": _optional(overhead.get("ci_low")),
+                "high": _optional(overhead.get("ci_high")), "status": overhead.status}
     return {"memory": memory, "time": time}
+
+
+def _optional(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
 #: PDF flavour of report.pdf: PDF/A-3b (ISO 19005-3, level B) is archival PDF that may carry
@@ -163,7 +247,20 @@ def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, 
 
 def render_html(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> str:
     """report.html as text: the view model through ``templates/report.html.j2``."""
-    return environment().get_template("report.html.j2").render(**view_model(frame, meta, verdict, list(required or [])))
+    return render_pages(frame, meta, verdict, required)[0]
+
+
+def render_pages(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> tuple[str, str]:
+    """``(report.html, the HTML the PDF is laid out from)``, from one view model (plots drawn once).
+
+    The two differ only in what a page cannot hold: the PDF's HTML leaves out the
+    ``<details>`` blocks that repeat every row of a collapsed table (they are in results.csv
+    and results.json, attached to the PDF, and in report.html), which also spares WeasyPrint
+    the styles and layout of hundreds of hidden rows.
+    """
+    template = environment().get_template("report.html.j2")
+    model = view_model(frame, meta, verdict, list(required or []))
+    return template.render(**model, medium="html"), template.render(**model, medium="pdf")
 
 
 def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True,
@@ -179,10 +276,10 @@ def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, 
     Raises:
         FileExistsError: a report exists already in ``out_dir``.
     """
-    html = render_html(frame, meta, verdict, required)
+    html, pdf_html = render_pages(frame, meta, verdict, required)
     paths = {"html": atomic_write(out_dir / "report.html", html)}
     if pdf:
         results = ("results.json", frame_to_json(frame).encode(), "Data",
                    "The results frame this report was rendered from (reportgen.results.frame_to_json).")
-        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(html, meta["created"], [results]))
+        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(pdf_html, meta["created"], [results]))
     return paths

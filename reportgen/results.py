@@ -1,7 +1,11 @@
-"""Result rows, the tidy results frame, and the claim verdict.
+"""Result rows, the one judge, the tidy results frame, and the claim verdict.
 
 The frame is the single source of truth: results.csv / results.json are written from it
 before anything is rendered, and the templates read nothing else but run metadata.
+
+Checks *measure*: a row carries a value, a numeric threshold and a comparator. Only
+:func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
+``reportgen.verify`` can recompute every status from the signed values with the same code.
 """
 from __future__ import annotations
 
@@ -11,33 +15,73 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
 PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
+#: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
+#: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
+INCONCLUSIVE = "INCONCLUSIVE"
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
-SEVERITY = [FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
-COLUMNS = ["check", "item", "variant", "metric", "value", "threshold", "comparator", "status", "detail", "seconds"]
+SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
+#: Statuses that state a fact rather than a comparison: a row with one of these and no
+#: comparator keeps it. PASS and FAIL always come from :func:`judge`.
+FACT_STATUSES = (ERROR, NOT_RUN, INFO, WARN, FLAGGED, INCONCLUSIVE)
+COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value", "comparator",
+           "on_miss", "status", "detail", "seconds"]
+
+#: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
+#: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
+#: ``ci<=``: value <= threshold, and the upper end of its confidence interval (``ci_high``)
+#: too; value within but ``ci_high`` past it is WARN (not conclusive).
+COMPARATORS = ("<=", "<", ">=", ">", "==", "allclose", "ci<=")
+
+
+class Role:
+    """What a row is, for templates and plots (never look rows up by their prose ``item``)."""
+
+    LOSS, OUTPUT, PARAM_GRAD, INPUT_GRAD = "loss", "output", "param_grad", "input_grad"
+    PARAM, OPTIMIZER_STATE, BUFFER, ATTRIBUTE, RNG = "param", "optimizer_state", "buffer", "attribute", "rng"
+    WARNING, EXCEPTION, DISABLED, NOTE = "warning", "exception", "disabled", "note"
+    SAVE_OP = "save_op"
+    SAVED_TOTAL, SAVING, SAVED_MODULE, LOST_GRADIENTS = "saved_total", "saving", "saved_module", "lost_gradients"
+    CUDA_PEAK, ESTIMATE_MEASURED, ESTIMATE_TARGET, PER_LAYER = "cuda_peak", "estimate_measured", "estimate_target", "per_layer"
+    STEP, MEDIAN, OVERHEAD, OVERHEAD_CI, FLOPS, LOAD = "step", "median", "overhead", "overhead_ci", "flops", "load"
+    BUDGET, RUN, HELD_OUT, ACCEPTED, SKIPPED, CURVE = "budget", "run", "held_out", "accepted", "skipped", "curve"
+    METRIC_DIFF, SKIPPED_DIFF, MEAN, WORST = "metric_diff", "skipped_diff", "mean", "worst"
+    REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
+    AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
+    FINAL_PARAMS, DIAGNOSIS = "final_params", "diagnosis"
 
 
 @dataclass
 class Row:
-    """One measured fact (DESIGN.md row contract).
+    """One measured fact (the row contract in docs/architecture.md).
+
+    A row with a ``comparator`` is judged when it is made: ``status`` is set by :func:`judge`
+    from ``value``, ``threshold_value`` and ``on_miss`` (any status passed in is replaced).
+    A row without one keeps the status it states, which must be a fact (INFO, WARN, ERROR,
+    NOT_RUN, FLAGGED), never PASS or FAIL.
 
     Attributes:
         check: checklist item, e.g. ``"gradient parity"``.
-        item: what was measured, e.g. a tensor name ``"blocks.0.lin.weight.grad"``.
-        variant: ``"plain"``, ``"recompute"`` (compared with plain) or ``"larger_batch"``.
+        item: what was measured, for people, e.g. ``"blocks.0.lin.weight.grad"``.
+        variant: the twin measured: ``"plain"``, ``"recompute"`` (compared with plain),
+            ``"aa"`` (a second, independent plain twin) or ``"larger_batch"``.
+        role: what kind of row it is (a :class:`Role` constant); templates select on it.
         metric: name with its unit, e.g. ``max_abs_err``, ``saved_activation_bytes``.
+        unit: unit of ``value``: ``"B"``, ``"ms"``, ``"examples"``, ``"ratio"``, ``""``.
         value: the measurement (float; NaN when there is none).
-        threshold: the tolerance or threshold it is judged against, as text ("" if none).
-        comparator: how value meets threshold, e.g. ``"allclose"``, ``"<="``, ``"=="``.
-        status: one of PASS/WARN/FAIL/ERROR/NOT_RUN/INFO/FLAGGED.
+        threshold: the threshold for people, e.g. ``"atol=1e-05 rtol=1.3e-06"`` ("" if none).
+        threshold_value: the threshold :func:`judge` uses (NaN for ``allclose`` and for none).
+        comparator: one of :data:`COMPARATORS`, or "" (not judged).
+        on_miss: status when the comparison fails: FAIL (required) or WARN (advisory).
+        status: PASS/WARN/FAIL/ERROR/NOT_RUN/INFO/FLAGGED/INCONCLUSIVE.
         detail: one human sentence; an ERROR row carries the exception message.
         seconds: wall time the measurement took, s.
-        extra: further named columns (e.g. ``max_rel_err``, ``bitwise_equal``).
+        extra: further named columns (e.g. ``max_rel_err``, ``excess``, ``ci_high``).
     """
 
     check: str
@@ -51,16 +95,77 @@ class Row:
     detail: str = ""
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    role: str = ""
+    unit: str = ""
+    threshold_value: float = math.nan
+    on_miss: str = FAIL
+
+    def __post_init__(self) -> None:
+        if self.comparator:
+            self.status = judge_record(self.record())
+
+    def record(self) -> dict[str, Any]:
+        """The row as one flat record: fixed columns, then ``extra``'s keys."""
+        record = asdict(self)
+        record.update(record.pop("extra"))
+        return record
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def judge(value: float, comparator: str, threshold_value: float, on_miss: str = FAIL, *,
+          excess: float | None = None, ci_high: float | None = None) -> str:
+    """Turn a measurement into a status: the only place a PASS or FAIL is decided.
+
+    Args:
+        value: the measurement. NaN or a missing threshold never meets a comparison.
+        comparator: one of :data:`COMPARATORS`.
+        threshold_value: what ``value`` is compared with (unused by ``allclose``).
+        on_miss: the status of a missed comparison (FAIL, or WARN for advisory rows).
+        excess: ``allclose`` only: ``max(|a - b| - (atol + rtol |b|))``; <= 0 passes.
+        ci_high: ``ci<=`` only: the upper end of the value's confidence interval.
+
+    Returns:
+        PASS, WARN or ``on_miss``.
+
+    Raises:
+        ValueError: an unknown comparator.
+    """
+    value, threshold_value = _number(value), _number(threshold_value)
+    if comparator == "allclose":
+        excess = _number(excess)
+        return PASS if math.isfinite(excess) and excess <= 0 else on_miss
+    if comparator not in COMPARATORS:
+        raise ValueError(f"unknown comparator {comparator!r}; known: {', '.join(COMPARATORS)}")
+    if math.isnan(value) or math.isnan(threshold_value):
+        return on_miss
+    if comparator == "ci<=":
+        if value > threshold_value:
+            return on_miss
+        return WARN if _number(ci_high) > threshold_value or math.isnan(_number(ci_high)) else PASS
+    met = {"<=": value <= threshold_value, "<": value < threshold_value, ">=": value >= threshold_value,
+           ">": value > threshold_value, "==": value == threshold_value}[comparator]
+    return PASS if met else on_miss
+
+
+def judge_record(record: Mapping[str, Any]) -> str:
+    """:func:`judge` on one row record (a :meth:`Row.record` or a results.json record); a
+    record without a comparator keeps its stated status."""
+    comparator = record.get("comparator") or ""
+    if not comparator:
+        return record.get("status", INFO)
+    return judge(record.get("value"), comparator, record.get("threshold_value"), record.get("on_miss") or FAIL,
+                 excess=record.get("excess"), ci_high=record.get("ci_high"))
 
 
 def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
     """Rows → one tidy DataFrame, fixed columns first, ``extra`` keys as further columns."""
-    records = []
-    for row in rows:
-        record = asdict(row)
-        record.update(record.pop("extra"))
-        records.append(record)
-    frame = pd.DataFrame.from_records(records)
+    frame = pd.DataFrame.from_records([row.record() for row in rows])
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)
     extras = [c for c in frame.columns if c not in COLUMNS]
@@ -87,11 +192,15 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
 
 
 def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
-    """PASS only when every required check passes (DESIGN.md "Claim verdict").
+    """PASS only when every required check passes (docs/architecture.md, "Claim verdict").
 
-    A required check fails the claim when it has any FAIL, ERROR or NOT_RUN row, or no rows
-    at all. WARN and INFO rows do not fail it; FLAGGED rows never count, whatever the check.
+    INCONCLUSIVE when any row says the claim cannot be judged (e.g. the plain twin is not
+    reproducible against itself); it outranks everything else. Otherwise a required check
+    fails the claim when it has any FAIL, ERROR or NOT_RUN row, or no rows at all. WARN and
+    INFO rows do not fail it; FLAGGED rows never count, whatever the check.
     """
+    if (frame.status == INCONCLUSIVE).any():
+        return INCONCLUSIVE
     summary = check_summary(frame[frame.status != FLAGGED], required)
     bad = summary[summary.required & summary.status.isin([FAIL, ERROR, NOT_RUN])]
     return FAIL if len(bad) else PASS
@@ -124,13 +233,35 @@ def replace_write(path: Path, data: bytes | str) -> Path:
     return atomic_write(path, data)
 
 
+def _plain_value(value: Any) -> Any:
+    """numpy scalars → Python; NaN/None → None (dropped from the record)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
 def frame_to_json(frame: pd.DataFrame) -> str:
-    """The frame as JSON records (NaN → null), stable key order; the attached results.json."""
-    records = json.loads(frame.to_json(orient="records", double_precision=15))
-    return json.dumps(records, indent=1, sort_keys=False) + "\n"
+    """The frame as compact, lossless JSON records: the attached, signed results.json.
+
+    One record per line; keys in column order; a record leaves out its empty (NaN/None)
+    columns, which :func:`frame_from_json` restores as NaN. Floats are written with Python's
+    shortest round-trip repr (exact for float64); +-inf as ``Infinity`` (Python's json).
+    """
+    columns = list(frame.columns)
+    lines = []
+    for values in frame.itertuples(index=False, name=None):
+        record = {c: v for c, v in ((c, _plain_value(v)) for c, v in zip(columns, values)) if v is not None}
+        lines.append(json.dumps(record, separators=(",", ":")))
+    return "[\n" + ",\n".join(lines) + "\n]\n"
 
 
 def frame_from_json(text: str) -> pd.DataFrame:
-    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``)."""
+    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``); fixed columns first."""
     frame = pd.DataFrame.from_records(json.loads(text))
-    return frame if not frame.empty else pd.DataFrame(columns=COLUMNS)
+    for column in COLUMNS:
+        if column not in frame.columns:
+            frame[column] = math.nan
+    extras = [c for c in frame.columns if c not in COLUMNS]
+    return frame[COLUMNS + extras]

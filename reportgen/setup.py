@@ -16,7 +16,10 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from .recompute import Wrapped, apply_recompute, plain_name
+from .rng import fingerprint, seeded
+from .structure import call_model, clone_inputs, named_tensors
 from .tasks import Batch, batch_to
+from .train import BudgetRuns
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,6 +40,7 @@ class Setup:
         state: the one initial ``state_dict`` both twins load.
         wrapped: modules the recompute twin wraps (path and class).
         batch: the fixed parity batch ``(inputs, targets)`` on ``device``.
+        budget_runs: the run's cache of budget training runs (:class:`reportgen.train.BudgetRuns`).
     """
 
     cfg: DictConfig
@@ -46,7 +50,7 @@ class Setup:
     state: dict[str, Tensor]
     wrapped: list[Wrapped]
     batch: Batch
-    model_classes: list[str] = field(default_factory=list)
+    budget_runs: BudgetRuns = field(default_factory=BudgetRuns)
 
     def build(self, recompute: bool) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` wraps the targets."""
@@ -132,9 +136,8 @@ def build_setup(cfg: DictConfig) -> Setup:
                          "and that your code is importable (PYTHONPATH).") from exc
     probe = copy.deepcopy(model)
     wrapped = apply_recompute(probe, cfg.recompute)
-    classes = sorted({type(m).__name__ for m in model.modules()})
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    setup = Setup(cfg, task, device, dtype, state, wrapped, batch=(), model_classes=classes)
+    setup = Setup(cfg, task, device, dtype, state, wrapped, batch=())
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
     return setup
 
@@ -145,15 +148,19 @@ class StepOutput:
 
     Attributes:
         loss: scalar loss (detached).
-        output: model output (detached).
-        input_grad: gradient w.r.t. the floating input, or None when not asked / integer input.
+        output: ``{path: tensor}`` of every tensor leaf of the model output (detached), e.g.
+            ``{"output": ...}`` or ``{"output.logits": ..., "output.past_key_values[0][0]": ...}``.
+        input_grad: ``{input path: gradient}`` of the floating input leaves (empty when not
+            asked or when no input is floating).
         grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
+        rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
     """
 
     loss: Tensor
-    output: Tensor
-    input_grad: Tensor | None
+    output: dict[str, Tensor]
+    input_grad: dict[str, Tensor | None]
     grads: dict[str, Tensor | None]
+    rng: dict[str, Tensor] = field(default_factory=dict)
 
 
 def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
@@ -162,21 +169,22 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
 
     Args:
         model: a twin in train mode.
-        batch: ``(inputs, targets)``; inputs are cloned, never modified.
+        batch: ``(inputs, targets)`` of any structure; inputs are cloned, never modified.
         loss_fn: ``fn(output, target) -> scalar``.
-        forward_seed: ``torch.manual_seed`` right before the forward (None = leave RNG alone).
+        forward_seed: seeds every generator (:mod:`reportgen.rng`) right before the forward;
+            the caller's generator states are restored afterwards (None = leave them alone).
         input_grad: make a floating input require grad and return its gradient. Off for the
             training-like runs: a leaf that requires grad changes what the reentrant
             implementation does, so it is measured in a separate run.
     """
-    x, y = (t.clone() for t in batch)
-    if input_grad and x.is_floating_point():
-        x.requires_grad_(True)
-    if forward_seed is not None:
-        torch.manual_seed(forward_seed)
-    output = model(x)
-    loss = loss_fn(output, y)
-    loss.backward()
+    x, y = clone_inputs(batch[0], requires_grad=input_grad), batch[1]
+    with seeded(forward_seed):
+        output = call_model(model, x)
+        loss = loss_fn(output, y)
+        loss.backward()
+        rng = fingerprint()
     grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
              for n, p in model.named_parameters() if p.requires_grad}
-    return StepOutput(loss.detach(), output.detach(), x.grad if x.requires_grad else None, grads)
+    outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
+    inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
+    return StepOutput(loss.detach(), outputs, inputs, grads, rng)

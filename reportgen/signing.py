@@ -36,9 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from .config import MEMORY, TIME
 from .keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
-from .results import atomic_write, check_summary
+from .results import Role, atomic_write, check_summary
 
 #: File names in a signed run folder.
 ENVELOPE_NAME = "statement.dsse.json"
@@ -180,6 +179,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Rows whose values the statement repeats as the claim's costs (memory and time).
+COST_ROLES = (Role.SAVED_TOTAL, Role.SAVING, Role.CUDA_PEAK, Role.MEDIAN, Role.OVERHEAD, Role.FLOPS)
+
+
 def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str]) -> dict:
     """The statement's predicate: what the report claims, with every number as a decimal string.
 
@@ -205,7 +208,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
     tol = meta["tolerances"]
     costs = [{"check": r["check"], "item": r["item"], "variant": r["variant"], "metric": r["metric"],
               "value": decimal_string(r["value"]), "status": r["status"]}
-             for r in frame[frame.check.isin([MEMORY, TIME])].to_dict("records")]
+             for r in frame[frame.role.isin(COST_ROLES)].to_dict("records")]
     return {
         "verdict": verdict,
         "required": required,

@@ -175,7 +175,9 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         required: list[str] = []
         if (hydra_dir / "config.yaml").exists():
             job_cfg = OmegaConf.load(hydra_dir / "config.yaml")
-            required = list(OmegaConf.select(job_cfg, "verdict.required", default=[]) or [])
+            from .checks import required_names
+
+            required = required_names(OmegaConf.select(job_cfg, "verdict.required", default=None))
         frame = None
         for name in ("results.json", "results.partial.json"):
             if (folder / name).exists():

@@ -7,14 +7,18 @@ digits images and the documentation text inside Python (``pydoc_data.topics``).
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from hydra.utils import get_method
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-Batch = tuple[Tensor, Tensor]
+from .structure import call_model, to_device
+
+#: ``(inputs, targets)``: inputs a Tensor, a tuple/list or a dict of tensors (see
+#: :mod:`reportgen.structure`); targets any nesting of tensors the task's loss understands.
+Batch = tuple[Any, Any]
 
 
 class Task(Protocol):
@@ -73,7 +77,7 @@ class FunctionTask:
         total = 0.0
         for _ in range(self.eval_batches):
             x, y = batch_to(self.make_batch(generator, self.eval_batch_size), device, dtype)
-            total += float(self.loss(model(x), y))
+            total += float(self.loss(call_model(model, x), y))
         return {"loss": total / self.eval_batches}
 
 
@@ -198,5 +202,7 @@ def _device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
 
 
 def batch_to(batch: Batch, device: torch.device | str, dtype: torch.dtype) -> Batch:
-    """Move a batch to ``device``; floating tensors are cast to ``dtype``, integer ones kept."""
-    return tuple(t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in batch)
+    """Move a batch (any structure) to ``device``; floating tensors are cast to ``dtype``,
+    integer ones kept."""
+    inputs, targets = batch
+    return to_device(inputs, device, dtype), to_device(targets, device, dtype)

@@ -1,12 +1,13 @@
-"""Training to an equal accepted-example budget (shared by the task-metrics and larger-batch checks).
+"""Training to an equal accepted-example budget, and the rows of one training run (shared by the
+task-metrics and larger-batch checks).
 
 An *accepted* example is one whose update was applied. A step whose loss or any gradient is
 not finite is skipped (gradients zeroed, no optimizer step) and its examples do not count, so
 every run, whatever it skipped, has applied updates for exactly ``examples`` examples.
 
 Same data order, same dropout masks for both twins: batches come from a ``torch.Generator``
-seeded with the run's seed, and ``torch.manual_seed`` is called before every forward with a
-seed mixed from ``(forward_seed, seed, draw index)`` (identical for both twins).
+seeded with the run's seed, and every random generator (:mod:`reportgen.rng`) is seeded before
+every forward with a seed mixed from ``(forward_seed, seed, draw index)`` (identical for both twins).
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from hydra.utils import instantiate
 from torch import nn
 from tqdm.auto import tqdm
 
+from .recompute import plain_name
+from .results import INFO, Role, Row
+from .rng import seed_all, seeded
+from .structure import batch_size_of, call_model
 from .tasks import batch_to
 
 log = logging.getLogger("reportgen")
@@ -31,10 +36,6 @@ log = logging.getLogger("reportgen")
 #: ``new / base`` batch size. "linear": Goyal et al. 2017 ("Accurate, Large Minibatch SGD");
 #: "sqrt": Krizhevsky 2014 ("One weird trick"), Hoffer et al. 2017.
 LR_SCALING = {"none": lambda ratio: 1.0, "linear": lambda ratio: ratio, "sqrt": math.sqrt}
-
-
-class BudgetNotReached(RuntimeError):
-    """Too many steps were skipped: the step cap was hit before the budget was accepted."""
 
 
 @dataclass
@@ -52,6 +53,8 @@ class TrainResult:
         batch_size: examples per step (the last step may hold fewer, to land on the budget).
         seconds: wall time of the run, s (evaluation included).
         complete: False when the step cap stopped the run before the budget.
+        final_params: ``{plain parameter name: tensor}`` after training (CPU copies), to
+            compare the trained twins themselves, not only their metric.
     """
 
     metrics: dict[str, float]
@@ -64,10 +67,11 @@ class TrainResult:
     batch_size: int = 0
     seconds: float = 0.0
     complete: bool = True
+    final_params: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def step_seed(forward_seed: int, seed: int, draw: int) -> int:
-    """The ``torch.manual_seed`` before forward number ``draw`` of the run with data seed ``seed``.
+    """The seed of every generator before forward number ``draw`` of the run with data seed ``seed``.
 
     Mixed with numpy's ``SeedSequence`` (well-spread, no collisions between nearby tuples), so
     each step and each seed gets its own dropout masks, identical for both twins.
@@ -134,7 +138,7 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     max_steps = max_steps if max_steps is not None else 4 * needed
     generator = torch.Generator().manual_seed(seed)
     if forward_seed is None:
-        torch.manual_seed(seed)
+        seed_all(seed)
     accepted = steps = skipped = skipped_examples = draws = 0
     curve = [(0, evaluate(model, task)[task.metric])]
     next_eval = eval_every if eval_every > 0 else examples
@@ -142,20 +146,20 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     try:
         while accepted < examples and draws < max_steps:
             x, y = batch_to(task.make_batch(generator, min(batch_size, examples - accepted)), device, dtype)
-            if forward_seed is not None:
-                torch.manual_seed(step_seed(forward_seed, seed, draws))
+            step_rng = None if forward_seed is None else step_seed(forward_seed, seed, draws)
             draws += 1
             opt.zero_grad(set_to_none=True)
-            loss = task.loss(model(x), y)
-            loss.backward()
+            with seeded(step_rng):
+                loss = task.loss(call_model(model, x), y)
+                loss.backward()
             if not all_finite(loss, params):
                 opt.zero_grad(set_to_none=True)
-                skipped, skipped_examples = skipped + 1, skipped_examples + len(x)
+                skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
                 bar.set_postfix(skipped=skipped)
                 continue
             opt.step()
-            steps, accepted = steps + 1, accepted + len(x)
-            bar.update(len(x))
+            steps, accepted = steps + 1, accepted + batch_size_of(x)
+            bar.update(batch_size_of(x))
             if accepted >= next_eval and accepted < examples:
                 curve.append((accepted, evaluate(model, task)[task.metric]))
                 while next_eval <= accepted:
@@ -165,37 +169,85 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     opt.zero_grad(set_to_none=True)
     metrics = evaluate(model, task)
     curve.append((accepted, metrics[task.metric]))
+    final = {plain_name(n): p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
     return TrainResult(metrics, accepted, steps, skipped, skipped_examples, curve, float(opt.param_groups[0]["lr"]),
-                       batch_size, time.perf_counter() - start, complete=accepted >= examples)
+                       batch_size, time.perf_counter() - start, complete=accepted >= examples, final_params=final)
 
 
-def trained(setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
-    """A twin trained to ``cfg.budget.examples`` accepted examples, memoised on ``setup``.
+class BudgetRuns:
+    """The run's cache of training runs to the accepted-example budget.
 
-    The task-metrics check and the larger-batch experiment both need the plain run at the base
-    batch; the memo (kept on the ``setup`` object, so it lives exactly as long as the run)
-    trains it once.
+    The task-metrics check and the larger-batch experiment both need the plain twin trained at
+    the base batch; this cache (one per run, held by :class:`reportgen.setup.Setup` as
+    ``setup.budget_runs``) trains each ``(twin, seed, batch, budget, lr scale)`` once.
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, TrainResult] = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
+        """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
+
+        Args:
+            setup: the run's :class:`reportgen.setup.Setup`.
+            recompute: train the recompute twin (else the plain one).
+            seed: data-order and dropout seed of the run.
+            batch_size: examples per step.
+            lr_scale: learning-rate factor (1 = as configured).
+
+        Returns:
+            The :class:`TrainResult`.
+        """
+        budget = setup.cfg.budget
+        key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale))
+        if key not in self._runs:
+            variant = "recompute" if recompute else "plain"
+            log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed, budget.examples,
+                     batch_size)
+            self._runs[key] = train_to_budget(
+                setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size),
+                seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device,
+                dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
+                max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
+                desc=f"{variant} seed {seed} batch {batch_size}")
+        return self._runs[key]
+
+
+def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str,
+             status: str = INFO) -> list[Row]:
+    """Rows of one training run: every held-out metric, accepted examples, skipped steps, and
+    learning-curve points (metric ``curve_<metric>``, column ``accepted_examples``).
 
     Args:
-        setup: the run's :class:`reportgen.setup.Setup`.
-        recompute: train the recompute twin (else the plain one).
-        seed: data-order and dropout seed of the run.
-        batch_size: examples per step.
-        lr_scale: learning-rate factor (1 = as configured).
+        check: check name for the ``check`` column.
+        variant: ``plain``, ``recompute`` or ``larger_batch``.
+        item: e.g. ``"seed 0"``.
+        seed: the run's seed (``seed`` column).
+        result: the finished run.
+        metric: the task's primary metric name (e.g. ``accuracy``).
+        status: status of every row (INFO here; FLAGGED in the larger-batch experiment).
 
     Returns:
-        The :class:`TrainResult`.
+        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns.
     """
-    budget = setup.cfg.budget
-    key = (recompute, seed, batch_size, int(budget.examples), float(lr_scale))
-    memo = vars(setup).setdefault("_budget_runs", {})
-    if key not in memo:
-        variant = "recompute" if recompute else "plain"
-        log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed, budget.examples, batch_size)
-        memo[key] = train_to_budget(
-            setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size), seed=int(seed),
-            forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device, dtype=setup.dtype,
-            eval_every=int(budget.eval_every), lr_scale=lr_scale,
-            max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-            desc=f"{variant} seed {seed} batch {batch_size}")
-    return memo[key]
+    common = {"seed": seed, "batch_size": result.batch_size}
+    run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
+           "skipped_steps": result.skipped_steps, "lr": result.lr}
+    rows = [Row(check, item, variant, metric, result.metrics[metric], "", "", status,
+                f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
+                f"lr {result.lr:g}", result.seconds, extra=dict(run), role=Role.RUN)]
+    rows += [Row(check, item, variant, name, value, "", "", status, "held-out, same data as the task metric",
+                 extra=dict(common), role=Role.HELD_OUT) for name, value in sorted(result.metrics.items()) if name != metric]
+    skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
+                   "or gradient; their examples are not accepted") if result.skipped_steps else "no step skipped"
+    rows.append(Row(check, item, variant, "accepted_examples", result.accepted_examples, "", "", status,
+                    f"examples whose update was applied; {result.steps} applied steps", extra=dict(common),
+                    role=Role.ACCEPTED, unit="examples"))
+    rows.append(Row(check, item, variant, "skipped_steps", result.skipped_steps, "", "", status, skip_detail,
+                    extra={**common, "skipped_examples": result.skipped_examples}, role=Role.SKIPPED, unit="steps"))
+    rows += [Row(check, item, variant, f"curve_{metric}", value, "", "", status, "learning-curve point",
+                 extra={**common, "accepted_examples": n}, role=Role.CURVE) for n, value in result.curve]
+    return rows

@@ -19,8 +19,11 @@ Checks, for a lone report.pdf (everything comes from inside the PDF):
 6. the attached results.json has the digest the statement gives it;
 7. the PDF's first revision (the rendered pages before signing) has the digest of the
    statement's ``report.unsigned.pdf`` subject;
-8. the verdict recomputed from the attached results.json (``results.claim_verdict`` with
-   the statement's required checks) equals the statement's verdict.
+8. every row's status recomputed from its signed value, threshold and comparator
+   (``results.judge_record``) equals the status it states; PASS and FAIL only come from a
+   comparison, FLAGGED only in a flagged experiment; then the verdict recomputed from those
+   statuses (``results.claim_verdict`` with the statement's required checks) equals the
+   statement's verdict.
 
 For a run folder, additionally: statement.dsse.json on disk is the envelope attached in
 report.pdf, and every subject of the statement exists with its digest. Files of the
@@ -44,7 +47,10 @@ from typing import Callable
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from .keys import KeyFileError, fingerprint, load_public_key
-from .results import claim_verdict, frame_from_json
+from .checks import flagged_names
+from .results import FAIL as ROW_FAIL
+from .results import FLAGGED, PASS as ROW_PASS
+from .results import claim_verdict, frame_from_json, judge_record
 from .signing import (ENVELOPE_NAME, PAYLOAD_TYPE, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, STATEMENT_TYPE,
                       UNSIGNED_PDF_NAME, decode_b64, envelope_file_bytes, run_files, sslib_public_key)
 
@@ -378,15 +384,45 @@ def _subject_digests(statement: dict) -> dict[str, str]:
     return {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
 
 
+def status_mismatches(frame) -> list[str]:
+    """Rows whose stated status is not the one their values give, one line each (empty = all agree).
+
+    A row with a comparator must carry ``judge_record``'s status; a row without one may state
+    only a fact (never PASS or FAIL); FLAGGED belongs to flagged experiments only.
+    """
+    flagged = flagged_names()
+    problems = []
+    for record in frame.to_dict("records"):
+        record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}
+        stated, name = record.get("status"), (f"{record.get('check')} / {record.get('item')} / "
+                                              f"{record.get('variant')} / {record.get('metric')}")
+        if record.get("comparator"):
+            expected = judge_record(record)
+            if expected != stated:
+                problems.append(f"row {name} says {stated}, its value {record.get('value')!r} "
+                                f"{record.get('comparator')} {record.get('threshold_value', record.get('threshold'))!r} "
+                                f"gives {expected}")
+        elif stated in (ROW_PASS, ROW_FAIL):
+            problems.append(f"row {name} says {stated} without a comparison to derive it from")
+        if (stated == FLAGGED) != (record.get("check") in flagged):
+            problems.append(f"row {name} says {stated}, but only the flagged experiments "
+                            f"({', '.join(sorted(flagged))}) are FLAGGED, and all their rows")
+    return problems
+
+
 def check_verdict(statement: dict, results: bytes) -> Check:
-    """Check 8: the statement's verdict is the one its numbers give (``results.claim_verdict``)."""
+    """Check 8: every row's status follows from its signed numbers, and the statement's verdict
+    follows from those statuses (``results.claim_verdict``)."""
     def recompute() -> str:
         predicate = statement["predicate"]
-        recomputed = claim_verdict(frame_from_json(results.decode()), predicate["required"])
+        frame = frame_from_json(results.decode())
+        wrong = status_mismatches(frame)
+        _require(not wrong, "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more rows)" if len(wrong) > 3 else ""))
+        recomputed = claim_verdict(frame, predicate["required"])
         _require(recomputed == predicate["verdict"],
                  f"the statement says {predicate['verdict']}, results.json gives {recomputed}")
-        return f"statement {predicate['verdict']} = recomputed from results.json with required checks " \
-               f"{', '.join(predicate['required']) or '(none)'}"
+        return f"statement {predicate['verdict']} = recomputed from the {len(frame)} row statuses of results.json " \
+               f"(each recomputed from its value) with required checks {', '.join(predicate['required']) or '(none)'}"
 
     return _attempt("verdict", recompute)
 

@@ -1,16 +1,25 @@
 """Fixtures that compose the real config with small overrides (lightning-hydra-template style)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from reportgen.config import register_configs
+from reportgen import keys
+from reportgen.config import MEMORY, TIME, register_configs
 from reportgen.paths import conf_dir
+from reportgen.render import render_report
+from reportgen.results import Role, Row, claim_verdict, to_frame
+from reportgen.run import write_results
+from reportgen.signing import load_signing_key, sign_run, signature_label
 
 TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 USER_CONF = TESTS / "user_conf"
 
 
@@ -27,6 +36,117 @@ def compose_config(*overrides: str, user_conf: bool = False):
 def compose_cfg():
     """``compose_cfg(*overrides, user_conf=False) -> DictConfig``."""
     return compose_config
+
+
+def checks_of(*pairs):
+    """A check registry from ``(name, fn)`` pairs: one :class:`reportgen.checks.Check` each,
+    shown with the generic rows table (its real record when the name is a registered one)."""
+    from reportgen.checks import Check, Section, section
+
+    return [Check(fn, (section(name) or Section(name, f"{name} (test check)"),)) for name, fn in pairs]
+
+
+@pytest.fixture
+def use_checks(monkeypatch):
+    """``use_checks((name, fn), ...)``: the pipeline runs exactly these checks in this test."""
+    from reportgen import run as pipeline
+
+    def use(*pairs):
+        monkeypatch.setattr(pipeline, "REGISTRY", checks_of(*pairs))
+
+    return use
+
+
+# --------------------------------------------------------------------------- the command line
+def reportgen(tmp_path: Path, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
+    """Run ``python -m reportgen ARGS`` in ``tmp_path`` (outputs land there)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
+    return subprocess.run([sys.executable, "-m", "reportgen", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def run_dirs(tmp_path: Path) -> list[Path]:
+    return sorted(p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir())
+
+
+# --------------------------------------------------------------------------- tiny signed runs
+REQUIRED = ["gradient parity", "state parity"]
+
+
+def tiny_frame(failing: bool = False):
+    """A results frame as the parity checks would write it (checks with no section template of
+    their own, so the test does not depend on how other sections render)."""
+    rows = [
+        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0, "atol=1e-05, rtol=1.3e-06", "allclose",
+            detail="bitwise equal", seconds=0.01, role=Role.LOSS,
+            extra={"max_rel_err": 0.0, "bitwise_equal": True, "excess": -1e-5}),
+        Row("gradient parity", "blocks.0.lin.weight.grad", "recompute", "max_abs_err", 3e-7 if not failing else 0.5,
+            "atol=1e-05, rtol=1.3e-06", "allclose", seconds=0.01, role=Role.PARAM_GRAD,
+            extra={"max_rel_err": 1e-6, "bitwise_equal": False, "excess": -9.7e-6 if not failing else 0.49}),
+        Row("state parity", "RNG torch.get_rng_state()", "recompute", "bytes_differing", 0, "0", "==",
+            role=Role.RNG, threshold_value=0.0, extra={"max_rel_err": 0.0, "bitwise_equal": True}),
+    ]
+    return to_frame(rows)
+
+
+def cost_rows():
+    """Rows of the memory and time checks, as the predicate's ``costs`` reads them."""
+    return [
+        Row(MEMORY, "saved activations (total)", "plain", "saved_activation_bytes", 4 * 2**20, seconds=0.2,
+            role=Role.SAVED_TOTAL),
+        Row(MEMORY, "saved activations (total)", "recompute", "saved_activation_bytes", 2**20, seconds=0.2,
+            role=Role.SAVED_TOTAL),
+        Row(MEMORY, "saving", "recompute", "saving_share", 0.75, ">= 0.05 of plain", ">=", threshold_value=0.05,
+            on_miss="WARN", role=Role.SAVING, detail="saves 75%",
+            extra={"plain_bytes": 4 * 2**20, "recompute_bytes": 2**20, "saving_bytes": 3 * 2**20}),
+        Row(TIME, "overhead", "recompute", "overhead_ratio", 1.27, seconds=1.5, role=Role.OVERHEAD,
+            extra={"ci_low": 1.2, "ci_high": 1.3}),
+    ]
+
+
+def tiny_meta(out_dir: Path, signature: str = "") -> dict:
+    """Run metadata with the keys the template reads (what ``run_metadata`` returns)."""
+    return {
+        "title": "Activation recomputation report", "created": "2024-01-02T03:04:05+00:00",
+        "claim": {"model": "tests.tiny.build", "task": "tests.tiny.task", "mode": "non_reentrant", "targets": ["Block"],
+                  "wrapped": [{"path": "blocks.0", "cls": "Block"}], "preserve_rng_state": True,
+                  "determinism_check": "default", "save_ops": [], "precision": "float32", "device": "cpu"},
+        "tolerances": {"rtol": 1.3e-6, "atol": 1e-5, "source": "torch.testing.assert_close defaults for float32"},
+        "environment": {"python": "3.11", "torch": "2.x", "reportgen": "0.1.0", "platform": "test", "device": "cpu",
+                        "seed": 0, "forward_seed": 0, "user_code_commit": "abc123"},
+        "command": "python -m reportgen +model=tiny", "config_yaml": "seed: 0\n", "out_dir": str(out_dir),
+        "signature": signature,
+    }
+
+
+def make_key(folder: Path, name: str = "signing-key.pem") -> tuple[Path, Path]:
+    """A fresh key pair in ``folder``."""
+    return keys.generate_key(folder / name)
+
+
+def signed_run(out_dir: Path, key_path: Path | None, failing: bool = False, verdict: str | None = None,
+               pdf: bool = True, frame=None) -> Path:
+    """A complete run folder: Hydra's files, results, report, then the signing stage.
+
+    ``verdict`` overrides the computed verdict (to sign a statement that lies); ``frame``
+    replaces :func:`tiny_frame` (e.g. a frame whose statuses lie).
+    """
+    out_dir.mkdir(parents=True)
+    (out_dir / ".hydra").mkdir()
+    (out_dir / ".hydra" / "config.yaml").write_text("seed: 0\nreport:\n  sign: true\n")
+    (out_dir / ".hydra" / "overrides.yaml").write_text("- +model=tiny\n")
+    (out_dir / "__main__.log").write_text("[reportgen][INFO] - check: gradient parity\n")
+    (out_dir / "plots").mkdir()
+    (out_dir / "plots" / "memory.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>\n")
+    key = load_signing_key(key_path is not None, str(key_path) if key_path else None)
+    frame = tiny_frame(failing) if frame is None else frame
+    meta = tiny_meta(out_dir, signature_label(key))
+    verdict = verdict or claim_verdict(frame, REQUIRED)
+    write_results(frame, out_dir)
+    render_report(frame, meta, verdict, out_dir, pdf=pdf, required=REQUIRED)
+    sign_run(frame, meta, verdict, out_dir, key, required=REQUIRED)
+    return out_dir
+
 
 
 def pytest_collection_modifyitems(config, items):
@@ -57,23 +177,25 @@ def reportgen_cli(cwd: Path, *args: str, module: str = "reportgen", env: dict | 
                           text=True, timeout=900)
 
 
-def cost_rows(plain_bytes: float = 1000.0, recompute_bytes: float = 250.0, ratio: float = 1.3,
-              ci: tuple[float, float] = (1.2, 1.4), metric_diff: float = 0.0, parity: str = "PASS",
-              metric: str = "accuracy") -> list:
-    """Result rows of one job whose headline costs are known: saved-activation bytes plain vs
-    recompute, the overhead ratio with its CI, the per-seed task-metric difference, and a
-    gradient-parity row with status ``parity``."""
-    from reportgen.results import Row
-
+def job_cost_rows(plain_bytes: float = 1000.0, recompute_bytes: float = 250.0, ratio: float = 1.3,
+                  ci: tuple[float, float] = (1.2, 1.4), metric_diff: float = 0.0, parity: str = "PASS",
+                  metric: str = "accuracy") -> list:
+    """Result rows of one job whose headline costs are known, tagged with the roles that
+    ``reportgen.render.headline_costs`` reads: the saving (plain vs recompute saved-activation
+    bytes), the overhead ratio with its CI, the per-seed task-metric difference, and a
+    gradient-parity row that passes or fails as ``parity`` says (judged, like a real row)."""
+    share = (plain_bytes - recompute_bytes) / plain_bytes
     return [
-        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0, "atol=1e-05 rtol=1.3e-06", "allclose", parity),
-        Row("warm-step memory", "saved activations (total)", "plain", "saved_activation_bytes", plain_bytes, status="INFO"),
-        Row("warm-step memory", "saved activations (total)", "recompute", "saved_activation_bytes", recompute_bytes,
-            status="PASS"),
-        Row("warm-step time", "overhead", "recompute", "overhead_ratio", ratio, status="INFO",
+        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0 if parity == "PASS" else 1.0, "1e-05", "<=",
+            threshold_value=1e-5, role=Role.LOSS),
+        Row(MEMORY, "saving", "recompute", "saving_share", share, ">= 0.05 of plain", ">=", threshold_value=0.05,
+            on_miss="WARN", role=Role.SAVING, unit="share",
+            extra={"saving_bytes": plain_bytes - recompute_bytes, "plain_bytes": plain_bytes,
+                   "recompute_bytes": recompute_bytes}),
+        Row(TIME, "overhead", "recompute", "overhead_ratio", ratio, "", "", "INFO", role=Role.OVERHEAD, unit="ratio",
             extra={"ci_low": ci[0], "ci_high": ci[1]}),
         Row("task metrics", "seed 0", "recompute", f"abs_diff_{metric}", metric_diff, "0.0001", "<=",
-            "PASS" if metric_diff <= 1e-4 else "FAIL"),
+            threshold_value=1e-4, role=Role.METRIC_DIFF),
     ]
 
 

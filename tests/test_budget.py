@@ -135,7 +135,7 @@ def curve_frame(shift):
     rows = []
     for variant, delta in (("plain", 0.0), ("recompute", shift)):
         for n in (0, 100, 200):
-            rows.append({"check": "task metrics", "item": "seed 0", "variant": variant, "metric": "curve_loss",
+            rows.append({"check": "task metrics", "item": "seed 0", "variant": variant, "metric": "curve_loss", "role": "curve",
                          "value": 1.0 / (1 + n) + delta * n, "seed": 0, "accepted_examples": n, "batch_size": 10})
     return pd.DataFrame(rows)
 

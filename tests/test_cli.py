@@ -8,21 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import TESTS
-
-REPO = TESTS.parent
+from conftest import TESTS, reportgen, run_dirs
 pytestmark = pytest.mark.slow
-
-
-def reportgen(tmp_path: Path, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
-    """Run ``python -m reportgen ARGS`` in ``tmp_path`` (outputs land there)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
-    return subprocess.run([sys.executable, "-m", "reportgen", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-def run_dirs(tmp_path: Path) -> list[Path]:
-    return sorted(p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir())
 
 
 def test_no_model_exits_2_with_usage_and_no_traceback(tmp_path):

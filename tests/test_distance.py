@@ -3,8 +3,14 @@ import math
 
 import torch
 
-from reportgen.checks.common import tensor_row
-from reportgen.distance import judge, measure, tolerances
+from reportgen.distance import measure, tolerances
+from reportgen.results import PASS, judge
+from reportgen.rows import tensor_row
+
+
+def within(d):
+    """The status judge() gives a distance: the allclose rule on its worst excess."""
+    return judge(d.max_abs_err, "allclose", float("nan"), excess=d.worst_excess) == PASS
 
 
 def test_defaults_are_assert_close_defaults():
@@ -21,8 +27,8 @@ def test_measure_matches_hand_computed_errors():
     d = measure(a, b, rtol=0.0, atol=1e-3)
     assert d.max_abs_err == 0.5
     assert math.isclose(d.max_rel_err, 0.25)
-    assert not d.bitwise_equal and not judge(d)
-    assert judge(measure(a, b, rtol=0.3, atol=1e-5))
+    assert not d.bitwise_equal and not within(d)
+    assert within(measure(a, b, rtol=0.3, atol=1e-5))
 
 
 def test_assert_close_agrees_with_judge():
@@ -36,7 +42,7 @@ def test_assert_close_agrees_with_judge():
             expected = True
         except AssertionError:
             expected = False
-        assert judge(measure(a, b, rtol, atol)) is expected
+        assert within(measure(a, b, rtol, atol)) is expected
 
 
 def test_none_in_one_run_is_fail_none_in_both_is_pass():
@@ -46,7 +52,11 @@ def test_none_in_one_run_is_fail_none_in_both_is_pass():
     assert tensor_row("gradient parity", "w.grad", None, None, None, None).status == "PASS"
 
 
-def test_nan_equal_to_nan_but_not_to_number():
+def test_nan_and_inf_are_never_equal_even_to_themselves():
     a = torch.tensor([float("nan"), 1.0])
-    assert measure(a, a.clone(), 0, 0).bitwise_equal
-    assert not judge(measure(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), 0, 1.0))
+    both = measure(a, a.clone(), 0, 0)
+    assert not both.bitwise_equal and not within(both) and both.nonfinite_a == both.nonfinite_b == 1
+    inf = torch.tensor([float("inf"), 1.0])
+    assert not within(measure(inf, inf.clone(), 1.0, 1.0))
+    assert not within(measure(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), 0, 1.0))
+    assert within(measure(torch.tensor([2.0, 1.0]), torch.tensor([2.0, 1.0]), 0, 0))

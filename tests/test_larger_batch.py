@@ -8,7 +8,7 @@ from reportgen import run as pipeline
 from reportgen.checks import larger_batch as lb
 from reportgen.checks.parity import gradient_parity
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
-from reportgen.results import FLAGGED, PASS, Row, check_summary, claim_verdict, to_frame
+from reportgen.results import FLAGGED, PASS, Role, Row, check_summary, claim_verdict, to_frame
 from reportgen.setup import build_setup
 
 from conftest import compose_config
@@ -100,12 +100,14 @@ def test_a_broken_experiment_is_still_only_flagged():
 
 
 def fake_larger(rows_status, value=1.0):
-    return lambda setup: [Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", value, "", "", rows_status)]
+    return lambda setup: [Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", value, "", "", rows_status,
+                              role=Role.BATCH_FOUND)]
 
 
 @pytest.mark.parametrize("required", [[TASK_METRICS], [TASK_METRICS, LARGER_BATCH]])
 def test_larger_batch_result_never_changes_the_verdict(required):
-    base = [Row(TASK_METRICS, "seed 0", "recompute", "abs_diff_accuracy", 0.0, "0.0001", "<=", PASS)]
+    base = [Row(TASK_METRICS, "seed 0", "recompute", "abs_diff_accuracy", 0.0, "0.0001", "<=", threshold_value=1e-4)]
+    assert base[0].status == PASS
     verdicts = set()
     for extra in ([], fake_larger(FLAGGED, 64)(None), fake_larger(FLAGGED, 4096)(None),
                   [Row(LARGER_BATCH, "experiment", "larger_batch", "exception", math.nan, "", "", FLAGGED, "boom")]):
@@ -115,17 +117,17 @@ def test_larger_batch_result_never_changes_the_verdict(required):
     assert summary.set_index("check").status[LARGER_BATCH] == FLAGGED
 
 
-def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeypatch, tmp_path):
+def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeypatch, tmp_path, use_checks):
     cfg = compose_config("+model=ffn", "report.pdf=false", "report.sign=false", f"verdict.required=[{GRADIENT_PARITY}]")
     codes = []
     broken = lambda setup: (_ for _ in ()).throw(RuntimeError("search failed"))  # noqa: E731
     for i, larger in enumerate([fake_larger(FLAGGED, 64), fake_larger(FLAGGED, 4096), lb.larger_batch_experiment]):
-        monkeypatch.setattr(pipeline, "CHECKS", [(GRADIENT_PARITY, gradient_parity), (LARGER_BATCH, larger)])
+        use_checks((GRADIENT_PARITY, gradient_parity), (LARGER_BATCH, larger))
         out = tmp_path / str(i)
         out.mkdir()
         codes.append(pipeline.run(cfg, out))
     monkeypatch.setattr(lb, "_experiment", broken)
-    monkeypatch.setattr(pipeline, "CHECKS", [(GRADIENT_PARITY, gradient_parity), (LARGER_BATCH, lb.larger_batch_experiment)])
+    use_checks((GRADIENT_PARITY, gradient_parity), (LARGER_BATCH, lb.larger_batch_experiment))
     (tmp_path / "broken").mkdir()
     codes.append(pipeline.run(cfg, tmp_path / "broken"))
     assert codes == [0, 0, 0, 0]
@@ -136,8 +138,8 @@ def test_cuda_search_uses_peak_allocated_bytes():
     setup = mlp_setup(device="cuda")
     frame = to_frame(lb.larger_batch_experiment(setup))
     assert set(frame.status) == {FLAGGED}
-    found = frame[frame["item"] == "batch found"].iloc[0]
-    reference = frame[frame["item"] == "plain at batch 64"].iloc[0]
+    found = frame[frame.role == Role.BATCH_FOUND].iloc[0]
+    reference = frame[frame.role == Role.REFERENCE].iloc[0]
     assert reference.metric == "cuda_peak_allocated_bytes" and reference.value > 0
     assert found.value >= 64
     peak, _ = lb.cuda_peak_bytes(setup, True, int(found.value))

@@ -17,7 +17,8 @@ import pytest
 import torch
 from torch import nn
 
-from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, saved_rows, measure_saved, saving_status
+from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, saved_rows, measure_saved, saving_share
+from reportgen.results import Role, judge
 from reportgen.config import MEMORY
 from reportgen.measure import REST, saved_activation_bytes
 from reportgen.results import FAIL, INFO, PASS, WARN
@@ -124,26 +125,26 @@ def test_a_tiny_target_gets_the_negligible_saving_warning():
     # Recomputing only the first LayerNorm drops just its mean and rstd: 2 * STATS bytes.
     setup = granularity("recompute.targets=[0.norm1]")
     rows = saved_rows(setup, *measure_saved(setup))
-    total = next(r for r in rows if r.item == "saved activations (total)" and r.variant == "recompute")
-    assert total.status == WARN and "negligible saving" in total.detail
-    assert total.extra["saving_bytes"] == 2 * STATS
-    assert total.extra["saving_share"] == pytest.approx(2 * STATS / (DEPTH * (8 * UNIT + 4 * STATS) + UNIT))
+    saving = next(r for r in rows if r.role == Role.SAVING)
+    assert saving.status == WARN and "negligible saving" in saving.detail
+    assert saving.extra["saving_bytes"] == 2 * STATS
+    assert saving.value == pytest.approx(2 * STATS / (DEPTH * (8 * UNIT + 4 * STATS) + UNIT))
 
 
 def test_a_whole_layer_target_passes_the_saving_threshold():
     setup = granularity()
     rows = saved_rows(setup, *measure_saved(setup))
-    total = next(r for r in rows if r.item == "saved activations (total)" and r.variant == "recompute")
-    assert total.status == PASS
+    saving = next(r for r in rows if r.role == Role.SAVING)
+    assert saving.status == PASS
     plain_total = DEPTH * (8 * UNIT + 4 * STATS) + UNIT
-    assert total.extra["saving_bytes"] == plain_total - (DEPTH + 1) * UNIT
+    assert saving.extra["saving_bytes"] == plain_total - (DEPTH + 1) * UNIT
     modules = {(r.item, r.variant): r.value for r in rows if r.item.startswith("module ")}
     assert modules[("module 2", "recompute")] == UNIT and modules[(f"module {REST}", "plain")] == UNIT
 
 
 @pytest.mark.parametrize("plain, recompute, status", [(100, 96, WARN), (100, 95, PASS), (100, 120, WARN), (0, 0, WARN)])
 def test_saving_status_threshold(plain, recompute, status):
-    assert saving_status(plain, recompute, 0.05)[0] == status
+    assert judge(saving_share(plain, recompute), ">=", 0.05, on_miss=WARN) == status
 
 
 def test_lost_gradients_make_the_saving_fail():
@@ -196,8 +197,8 @@ def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
     rows = saved_rows(setup, *measure_saved(setup))
     for variant, allocated, reserved in (("plain", 5 * 2**20, 8 * 2**20), ("recompute", 3 * 2**20, 8 * 2**20)):
         extra = {"baseline_allocated_bytes": 2**20, "reserved_gap_bytes": reserved - allocated, "warm_steps": 3}
-        rows += [Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", allocated, extra=extra),
-                 Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", reserved, extra=extra)]
+        rows += [Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", allocated, extra=extra, role=Role.CUDA_PEAK),
+                 Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", reserved, extra=extra, role=Role.CUDA_PEAK)]
     html = _render_section(rows)
     assert "Peak allocated" in html and "5.00 MiB" in html and "caching allocator" in html
     assert "3.00 MiB" in html and "not measured" not in html

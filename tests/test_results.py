@@ -1,4 +1,4 @@
-"""Verdict rules of the claim (DESIGN.md) and the frame contract."""
+"""Verdict rules of the claim (docs/architecture.md) and the frame contract."""
 import pytest
 
 from reportgen.results import Row, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
@@ -54,16 +54,16 @@ def test_atomic_write_never_overwrites(tmp_path):
     assert (tmp_path / "a.txt").read_text() == "one"
 
 
-def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, monkeypatch):
+def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     """Ctrl-C inside a check: the rows measured so far and NOT_RUN rows for the rest stay on disk."""
     from reportgen import run as pipeline
 
     def boom(setup):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "CHECKS", [("gradient parity", lambda s: [Row("gradient parity", "loss", "recompute",
-                                                                                "max_abs_err", 0.0, status="PASS")]),
-                                             ("warm-step time", boom), ("task metrics", boom)])
+    use_checks(("gradient parity", lambda s: [Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0,
+                                                  comparator="<=", threshold_value=0.0)]),
+               ("warm-step time", boom), ("task metrics", boom))
     with pytest.raises(pipeline.Interrupted):
         pipeline.run_checks(None, tmp_path)
     partial = frame_from_json((tmp_path / "results.partial.json").read_text())

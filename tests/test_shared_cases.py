@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from conftest import TESTS
-from test_cli import reportgen, run_dirs
+from conftest import reportgen, run_dirs
 
 CASES = TESTS.parent.parent / "shared" / "cases"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CASES.is_dir(), reason="no ../shared/cases here")]

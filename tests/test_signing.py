@@ -1,8 +1,7 @@
 """Keys, the signed statement and the signed PDF (issue 5), on a tiny run folder.
 
 The run folder is made from hand-written result rows rendered with ``render_report`` (no
-model is trained), so these tests take seconds. ``signed_run`` and friends are imported by
-tests/test_verify.py too.
+model is trained), so these tests take seconds. ``signed_run`` and friends live in conftest.py.
 """
 from __future__ import annotations
 
@@ -23,81 +22,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen import keys
 from reportgen.config import MEMORY, TIME
 from reportgen.render import render_report
-from reportgen.results import FAIL, PASS, Row, claim_verdict, frame_from_json, to_frame
-from reportgen.run import write_results
+from reportgen.results import FAIL, PASS, claim_verdict, frame_from_json, to_frame
 from reportgen.signing import (ENVELOPE_NAME, PREDICATE_TYPE, SigningError, claim_predicate, decimal_string,
                                load_signing_key, run_files, sign_run, signature_label)
 
-REQUIRED = ["gradient parity", "state parity"]
-
-
-def tiny_frame(failing: bool = False):
-    """A results frame as the parity checks would write it (checks with no section template of
-    their own, so the test does not depend on how other sections render)."""
-    rows = [
-        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0, "atol=1e-05, rtol=1.3e-06", "allclose", PASS,
-            "bitwise equal", 0.01, {"max_rel_err": 0.0, "bitwise_equal": True}),
-        Row("gradient parity", "blocks.0.lin.weight.grad", "recompute", "max_abs_err", 3e-7 if not failing else 0.5,
-            "atol=1e-05, rtol=1.3e-06", "allclose", FAIL if failing else PASS, "", 0.01,
-            {"max_rel_err": 1e-6, "bitwise_equal": False}),
-        Row("state parity", "RNG torch.get_rng_state()", "recompute", "bytes_differing", 0, "0", "==", PASS, "", 0.0,
-            {"max_rel_err": 0.0, "bitwise_equal": True}),
-    ]
-    return to_frame(rows)
-
-
-def cost_rows():
-    """Rows of the memory and time checks, as the predicate's ``costs`` reads them."""
-    return [
-        Row(MEMORY, "saved activations (total)", "plain", "saved_activation_bytes", 4 * 2**20, "", "", "INFO", "", 0.2),
-        Row(MEMORY, "saved activations (total)", "recompute", "saved_activation_bytes", 2**20, "< plain", "<", PASS,
-            "saves 75%", 0.2),
-        Row(TIME, "median step time", "recompute", "overhead_ratio", 1.27, "", "", "INFO", "", 1.5),
-    ]
-
-
-def tiny_meta(out_dir: Path, signature: str = "") -> dict:
-    """Run metadata with the keys the template reads (what ``run_metadata`` returns)."""
-    return {
-        "title": "Activation recomputation report", "created": "2024-01-02T03:04:05+00:00",
-        "claim": {"model": "tests.tiny.build", "task": "tests.tiny.task", "mode": "non_reentrant", "targets": ["Block"],
-                  "wrapped": [{"path": "blocks.0", "cls": "Block"}], "preserve_rng_state": True,
-                  "determinism_check": "default", "save_ops": [], "precision": "float32", "device": "cpu"},
-        "tolerances": {"rtol": 1.3e-6, "atol": 1e-5, "source": "torch.testing.assert_close defaults for float32"},
-        "environment": {"python": "3.11", "torch": "2.x", "reportgen": "0.1.0", "platform": "test", "device": "cpu",
-                        "seed": 0, "forward_seed": 0, "user_code_commit": "abc123"},
-        "command": "python -m reportgen +model=tiny", "config_yaml": "seed: 0\n", "out_dir": str(out_dir),
-        "signature": signature,
-    }
-
-
-def make_key(folder: Path, name: str = "signing-key.pem") -> tuple[Path, Path]:
-    """A fresh key pair in ``folder``."""
-    return keys.generate_key(folder / name)
-
-
-def signed_run(out_dir: Path, key_path: Path | None, failing: bool = False, verdict: str | None = None,
-               pdf: bool = True) -> Path:
-    """A complete run folder: Hydra's files, results, report, then the signing stage.
-
-    ``verdict`` overrides the computed verdict (to sign a statement that lies).
-    """
-    out_dir.mkdir(parents=True)
-    (out_dir / ".hydra").mkdir()
-    (out_dir / ".hydra" / "config.yaml").write_text("seed: 0\nreport:\n  sign: true\n")
-    (out_dir / ".hydra" / "overrides.yaml").write_text("- +model=tiny\n")
-    (out_dir / "__main__.log").write_text("[reportgen][INFO] - check: gradient parity\n")
-    (out_dir / "plots").mkdir()
-    (out_dir / "plots" / "memory.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>\n")
-    key = load_signing_key(key_path is not None, str(key_path) if key_path else None)
-    frame = tiny_frame(failing)
-    meta = tiny_meta(out_dir, signature_label(key))
-    verdict = verdict or claim_verdict(frame, REQUIRED)
-    write_results(frame, out_dir)
-    render_report(frame, meta, verdict, out_dir, pdf=pdf, required=REQUIRED)
-    sign_run(frame, meta, verdict, out_dir, key, required=REQUIRED)
-    return out_dir
-
+from conftest import REQUIRED, cost_rows, make_key, signed_run, tiny_frame, tiny_meta
 
 @pytest.fixture(scope="module")
 def key_pair(tmp_path_factory) -> tuple[Path, Path]:
@@ -241,6 +170,7 @@ def test_predicate_costs_are_the_memory_and_time_rows_as_decimal_strings(tmp_pat
     costs = {(c["check"], c["variant"], c["metric"]): c["value"] for c in predicate["costs"]}
     assert costs == {(MEMORY, "plain", "saved_activation_bytes"): "4194304",
                      (MEMORY, "recompute", "saved_activation_bytes"): "1048576",
+                     (MEMORY, "recompute", "saving_share"): "0.75",
                      (TIME, "recompute", "overhead_ratio"): "1.27"}
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY_JOB, cost_rows, reportgen_cli, write_job
+from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job
 from reportgen import sweep
 from reportgen.keys import generate_key, load_public_key
 
@@ -20,10 +20,10 @@ def fake_sweep(tmp_path) -> Path:
     2 fails gradient parity, 3 could not start (exit 2, no results), and a killed job 4."""
     root = tmp_path / "sweep"
     root.mkdir()
-    write_job(root / "0", 0, ["+model=mlp", "recompute=non_reentrant"], 0, cost_rows(1000, 250, 1.3, (1.2, 1.4)))
-    write_job(root / "1", 1, ["+model=mlp", "recompute=reentrant"], 0, cost_rows(1000, 500, 1.5, (1.4, 1.6)))
+    write_job(root / "0", 0, ["+model=mlp", "recompute=non_reentrant"], 0, job_cost_rows(1000, 250, 1.3, (1.2, 1.4)))
+    write_job(root / "1", 1, ["+model=mlp", "recompute=reentrant"], 0, job_cost_rows(1000, 500, 1.5, (1.4, 1.6)))
     write_job(root / "2", 2, ["+model=mlp", "recompute=selective"], 1,
-              cost_rows(1000, 100, 1.1, (1.0, 1.2), metric_diff=0.02, parity="FAIL"))
+              job_cost_rows(1000, 100, 1.1, (1.0, 1.2), metric_diff=0.02, parity="FAIL"))
     write_job(root / "3", 3, ["+model=mlp", "recompute=broken"], 2, None,
               error="recompute.targets ['Nothing'] match no module; the model has: Block, Linear")
     write_job(root / "4", 4, ["+model=mlp", "recompute=killed"], None, None)

@@ -17,7 +17,8 @@ from reportgen.signing import ENVELOPE_NAME
 from reportgen.verify import FAIL, NOTE, PASS, main, verify, verify_pdf
 
 from conftest import TESTS
-from test_signing import make_key, signed_run
+from conftest import REQUIRED, make_key, signed_run, tiny_frame
+from reportgen.results import claim_verdict
 
 #: Every file a signed run folder vouches for, and the two signed outputs themselves.
 SIGNED_ARTIFACTS = ["report.pdf", ENVELOPE_NAME, "report.unsigned.pdf", "results.json", "results.csv",
@@ -157,6 +158,29 @@ def test_a_signed_statement_whose_verdict_does_not_follow_from_its_numbers_fails
     for target in (lying, lying / "report.pdf"):
         lines = failed(verify(target, public))
         assert lines == ["FAIL verdict: the statement says PASS, results.json gives FAIL"]
+
+
+def test_a_signed_row_whose_status_contradicts_its_value_fails_naming_the_row(keys_and_run, tmp_path, public):
+    """Right key, consistent verdict, but one row says PASS where its own numbers give FAIL."""
+    frame = tiny_frame(failing=True)
+    lie = (frame["item"] == "blocks.0.lin.weight.grad")
+    frame.loc[lie, "status"] = "PASS"
+    assert claim_verdict(frame, REQUIRED) == "PASS"
+    lying = signed_run(tmp_path / "lying-row", keys_and_run[0], frame=frame)
+    for target in (lying, lying / "report.pdf"):
+        (line,) = failed(verify(target, public))
+        assert line.startswith("FAIL verdict: row gradient parity / blocks.0.lin.weight.grad / recompute / max_abs_err "
+                               "says PASS") and line.endswith("gives FAIL")
+
+
+def test_pass_without_a_comparison_or_flagged_outside_the_experiment_fails(keys_and_run, tmp_path, public):
+    frame = tiny_frame()
+    frame.loc[frame["item"] == "loss", ["comparator", "status"]] = ["", "PASS"]
+    frame.loc[frame["item"] == "RNG torch.get_rng_state()", "status"] = "FLAGGED"
+    frame.loc[frame["item"] == "RNG torch.get_rng_state()", "comparator"] = ""
+    lines = failed(verify(signed_run(tmp_path / "bare", keys_and_run[0], frame=frame), public))
+    assert len(lines) == 1 and "loss / recompute / max_abs_err says PASS without a comparison" in lines[0]
+    assert "RNG torch.get_rng_state() / recompute / bytes_differing says FLAGGED" in lines[0]
 
 
 def test_a_statement_from_another_run_fails(keys_and_run, run, tmp_path, public):

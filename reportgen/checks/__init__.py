@@ -1,1 +1,96 @@
-"""One module per checklist item; each check is ``fn(setup) -> list[Row]``."""
+"""The check registry: one record per check, read by the pipeline, the report, the plots,
+config validation and signing.
+
+A check is a module with a function ``fn(setup) -> list[Row]`` and a :class:`Check` record
+named ``CHECK``; adding one is that module plus one line in :data:`REGISTRY`. Checks never
+import each other: what they share (training steps, saved-activation counts, row builders)
+lives below them in ``reportgen.measure``, ``reportgen.train``, ``reportgen.estimate`` and
+``reportgen.rows``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from ..results import Row
+
+#: The generic rows template: one table, worst first, passing groups collapsed.
+ROWS_TEMPLATE = "sections/rows.html.j2"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One name a check writes into the ``check`` column, and how the report shows it.
+
+    Attributes:
+        name: the check name, e.g. ``"gradient parity"`` (also what ``verdict.required`` lists).
+        intro: the sentence that introduces the section in the report.
+        template: the section's template under ``templates/`` (reads only ``section``).
+        plotter: ``fn(rows of this check) -> list[reportgen.plots.Plot]``, or None.
+        required: part of the claim by default (``verdict.required`` when it is null).
+        flagged: a separate experiment: every row is FLAGGED and never counts.
+    """
+
+    name: str
+    intro: str
+    template: str = ROWS_TEMPLATE
+    plotter: Callable[[pd.DataFrame], list] | None = None
+    required: bool = True
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: the function that measures, and the sections (names) its rows go to.
+
+    Attributes:
+        run: ``fn(setup) -> list[Row]``; an exception becomes an ERROR row of ``sections[0]``.
+        sections: the names it produces, in report order.
+    """
+
+    run: Callable[..., list[Row]]
+    sections: tuple[Section, ...] = field(default_factory=tuple)
+
+    @property
+    def name(self) -> str:
+        """The first section's name: what the console says while it runs."""
+        return self.sections[0].name
+
+
+def _registry() -> list[Check]:
+    from . import budget, larger_batch, memory, parity, policy, step, timing, trajectory
+
+    return [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK, budget.CHECK,
+            larger_batch.CHECK]
+
+
+#: Every check, in checklist (and report) order.
+REGISTRY: list[Check] = _registry()
+
+
+def sections() -> list[Section]:
+    """Every section of every registered check, in report order."""
+    return [s for check in REGISTRY for s in check.sections]
+
+
+def section(name: str) -> Section | None:
+    """The registered section called ``name``, or None (e.g. a check name no check produces)."""
+    return next((s for s in sections() if s.name == name), None)
+
+
+def default_required() -> list[str]:
+    """Names of the sections that are required by default (every one but flagged experiments
+    and those marked ``required=False``)."""
+    return [s.name for s in sections() if s.required and not s.flagged]
+
+
+def required_names(configured: list[str] | None) -> list[str]:
+    """``verdict.required`` as a list: the configured names, or (null) :func:`default_required`."""
+    return default_required() if configured is None else [str(name) for name in configured]
+
+
+def flagged_names() -> set[str]:
+    """Names of the flagged experiments (their rows never count toward the verdict)."""
+    return {s.name for s in sections() if s.flagged}

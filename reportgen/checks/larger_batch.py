@@ -1,4 +1,4 @@
-"""The flagged larger-batch experiment (DESIGN.md checklist item 6).
+"""The flagged larger-batch experiment (checklist item 6, docs/architecture.md).
 
 Recomputation frees activation memory; this experiment finds the batch that the saving buys
 and trains the recompute twin at it to the same accepted-example budget. A larger batch
@@ -30,15 +30,15 @@ from typing import Callable
 import torch
 
 from ..config import LARGER_BATCH
-from ..results import FLAGGED, Row
-from ..train import LR_SCALING, trained
-from .budget import run_rows
+from ..measure import cuda_step_peaks, saved_activation_bytes
+from ..plots import larger_batch_plots
+from ..results import FLAGGED, Role, Row
+from ..structure import batch_size_of
+from ..train import LR_SCALING, run_rows
+from . import Check, Section
 
 log = logging.getLogger("reportgen")
 
-#: The plain sentence every larger-batch section carries.
-NOT_PARITY = ("A larger batch changes the optimisation (fewer, larger steps), so this is a second experiment, "
-              "not a parity test; it never changes the verdict.")
 
 
 @dataclass
@@ -105,18 +105,16 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     Returns:
         ``(total bytes, examples actually in the batch)``.
     """
-    from ..measure import saved_activation_bytes
-
     batch = setup.make_batch(batch_size, setup.cfg.seed)
     model = setup.build(recompute)
     paths = [w.path for w in setup.wrapped]
     saved = saved_activation_bytes(model, batch, setup.task.loss, setup.cfg.forward_seed, paths)
-    return int(saved.total_bytes), int(batch[0].shape[0])
+    return int(saved.total_bytes), batch_size_of(batch[0])
 
 
 def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     """Peak allocated CUDA bytes of a warm training step of a fresh twin on a probe batch
-    (one warm step first; see :func:`reportgen.checks.memory.cuda_step_peaks`).
+    (one warm step first; see :func:`reportgen.measure.cuda_step_peaks`).
 
     Returns:
         ``(peak allocated bytes, examples actually in the batch)``.
@@ -124,11 +122,9 @@ def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     Raises:
         torch.cuda.OutOfMemoryError: the step does not fit on the device.
     """
-    from .memory import cuda_step_peaks
-
     batch = setup.make_batch(batch_size, setup.cfg.seed)
     peaks = cuda_step_peaks(setup, recompute, warm_steps=1, batch=batch)
-    return int(peaks["peak_allocated_bytes"]), int(batch[0].shape[0])
+    return int(peaks["peak_allocated_bytes"]), batch_size_of(batch[0])
 
 
 def make_probe(measure: Callable[[int], tuple[int, int]], reference: int) -> Callable[[int], Probe]:
@@ -172,14 +168,15 @@ def larger_batch_experiment(setup) -> list[Row]:
     except Exception as exc:  # noqa: BLE001 - the experiment never changes the verdict, even when it breaks
         log.exception("larger-batch experiment raised")
         return [Row(LARGER_BATCH, "experiment", "larger_batch", "exception", math.nan, "", "", FLAGGED,
-                    f"the experiment could not finish: {type(exc).__name__}: {exc}", time.perf_counter() - start)]
+                    f"the experiment could not finish: {type(exc).__name__}: {exc}", time.perf_counter() - start,
+                    role=Role.EXCEPTION)]
 
 
 def _experiment(setup) -> list[Row]:
     cfg, budget, task = setup.cfg.larger_batch, setup.cfg.budget, setup.task
     if not cfg.enabled:
         return [Row(LARGER_BATCH, "experiment", "larger_batch", "batch_size", math.nan, "", "", FLAGGED,
-                    "not run: disabled by larger_batch.enabled=false")]
+                    "not run: disabled by larger_batch.enabled=false", role=Role.DISABLED)]
     if cfg.lr_scaling not in LR_SCALING:
         raise ValueError(f"larger_batch.lr_scaling={cfg.lr_scaling!r} is not one of {', '.join(LR_SCALING)}")
     base, ceiling = int(budget.batch_size), int(cfg.max_batch_size)
@@ -195,17 +192,18 @@ def _experiment(setup) -> list[Row]:
     reference, _ = measure(base, False)
     rows.append(Row(LARGER_BATCH, f"plain at batch {base}", "larger_batch", criterion, reference, "", "", FLAGGED,
                     f"reference: {what} of the plain twin at the base batch", time.perf_counter() - t0,
-                    extra={"batch_size": base}))
+                    extra={"batch_size": base}, role=Role.REFERENCE, unit="B"))
     t0 = time.perf_counter()
     found, probes = largest_fitting_batch(make_probe(lambda b: measure(b, True), reference), base, ceiling)
     for p in probes:
         rows.append(Row(LARGER_BATCH, f"recompute at batch {p.batch_size}", "larger_batch", criterion, p.bytes,
-                        str(reference), "<=", FLAGGED, "fits" if p.fits else f"does not fit: {p.note}",
-                        extra={"batch_size": p.batch_size, "fits": p.fits}))
+                        str(reference), "", FLAGGED, "fits" if p.fits else f"does not fit: {p.note}",
+                        extra={"batch_size": p.batch_size, "fits": p.fits, "reference_bytes": reference},
+                        role=Role.PROBE, unit="B"))
     if found is None:
         rows.append(Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", math.nan, "", "", FLAGGED,
                         f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); "
-                        "no larger batch to try", time.perf_counter() - t0))
+                        "no larger batch to try", time.perf_counter() - t0, role=Role.BATCH_FOUND, unit="examples"))
         return rows
     boundary = next((p for p in reversed(probes) if not p.fits and p.batch_size == found + 1), None)
     why = (f"batch {found + 1} does not fit ({boundary.note})" if boundary
@@ -218,22 +216,24 @@ def _experiment(setup) -> list[Row]:
                     f"{len(probes)} probes; {why}; learning rate "
                     f"{'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
                     f"(larger_batch.lr_scaling={cfg.lr_scaling})", time.perf_counter() - t0,
-                    extra={"batch_size": found, "lr_scale": scale}))
+                    extra={"batch_size": found, "lr_scale": scale}, role=Role.BATCH_FOUND, unit="examples"))
     seeds = [int(s) for s in (cfg.seeds if cfg.seeds is not None else budget.seeds)]
     larger, plain = [], []
     for seed in seeds:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
-            result = trained(setup, recompute, seed, batch_size, lr_scale)
+            result = setup.budget_runs.get(setup, recompute, seed, batch_size, lr_scale)
             if not result.complete:
                 rows.append(Row(LARGER_BATCH, f"seed {seed} batch {batch_size}", "larger_batch", "accepted_examples",
                                 result.accepted_examples, str(budget.examples), ">=", FLAGGED,
                                 f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or "
-                                "gradient before the step cap", result.seconds, extra={"seed": seed, "batch_size": batch_size}))
+                                "gradient before the step cap", result.seconds, extra={"seed": seed, "batch_size": batch_size},
+                                role=Role.ACCEPTED, unit="examples"))
                 continue
             role = "recompute at the larger batch" if recompute else "plain at the base batch, for comparison"
             run = run_rows(LARGER_BATCH, "larger_batch", f"seed {seed} batch {batch_size}", seed, result, task.metric,
                            FLAGGED)
             run[0].detail = f"{role}: {run[0].detail}"
+            run[0].extra["run_label"] = role
             rows += run
             (larger if recompute else plain).append(result.metrics[task.metric])
     for name, values, batch_size in (("larger", larger, found), ("base", plain, base)):
@@ -243,5 +243,13 @@ def _experiment(setup) -> list[Row]:
                             statistics.fmean(values), "", "", FLAGGED,
                             f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch: mean ± "
                             f"sample std over {len(values)} seeds {statistics.fmean(values):.6g} ± {std:.3g}",
-                            extra={"batch_size": batch_size, "std": std, "n_seeds": len(values)}))
+                            extra={"batch_size": batch_size, "std": std, "n_seeds": len(values),
+                                   "run_label": f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch"},
+                            role=Role.MEAN))
     return rows
+
+
+CHECK = Check(larger_batch_experiment, (Section(
+    LARGER_BATCH, "The batch that the memory saving buys, trained by the recompute twin to the same accepted-example "
+    "budget.", template="sections/larger-batch-experiment.html.j2", plotter=larger_batch_plots, required=False,
+    flagged=True),))

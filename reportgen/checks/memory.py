@@ -1,4 +1,4 @@
-"""Warm-step memory (DESIGN.md checklist item 3): what recomputation saves, and whether it is real.
+"""Warm-step memory (checklist item 3, docs/architecture.md): what recomputation saves, and whether it is real.
 
 Four measurements, each in runs of their own (saved-tensor hooks change what autograd
 stores, so nothing here shares a run with the parity checks):
@@ -23,50 +23,20 @@ stores, so nothing here shares a run with the parity checks):
 """
 from __future__ import annotations
 
-import gc
 import time
 import warnings
 from typing import Any, Callable
 
-import torch
-from hydra.utils import instantiate
-from torch import nn
-
 from ..config import MEMORY
-from ..estimate import Estimate, estimate_saved_activations
-from ..measure import REST, SavedActivations, saved_activation_bytes
-from ..results import ERROR, FAIL, INFO, NOT_RUN, PASS, WARN, Row
-from ..setup import Batch, Setup, forward_backward
+from ..estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
+from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes
+from ..plots import memory_plots
+from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from ..setup import Setup, forward_backward
+from ..structure import describe
+from . import Check, Section
 
 VARIANTS = (("plain", False), ("recompute", True))
-
-
-def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any) -> Callable[[], None]:
-    """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
-
-    Gradients are freed at the end of each step, so between steps only weights and optimizer
-    state are allocated (the baseline of a step's peak).
-
-    Args:
-        model: a twin in train mode.
-        batch: ``(inputs, targets)``, used as is (never modified).
-        loss_fn: ``fn(output, target) -> scalar``.
-        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
-    """
-    optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
-    x, y = batch
-
-    def step() -> None:
-        loss_fn(model(x), y).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
-
-
-def training_optimizer(setup: Setup) -> Any:
-    """The optimizer node of a representative training step: ``budget.optimizer``."""
-    return setup.cfg.budget.optimizer
 
 
 def warm_step_memory(setup: Setup) -> list[Row]:
@@ -79,7 +49,7 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     """
     mc = setup.cfg.memory
     if not mc.enabled:
-        return [Row(MEMORY, "warm-step memory", "recompute", "saved_activation_bytes", status=NOT_RUN,
+        return [Row(MEMORY, "warm-step memory", "recompute", "saved_activation_bytes", status=NOT_RUN, role=Role.DISABLED,
                     detail="memory.enabled=false: no memory figure was measured")]
     rows: list[Row] = []
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
@@ -100,6 +70,7 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
         return fn()
     except Exception as exc:  # noqa: BLE001 - failures are data
         rows.append(Row(MEMORY, item, "recompute", "exception", status=status, seconds=time.perf_counter() - start,
+                        role=Role.EXCEPTION,
                         detail=f"not measured: {type(exc).__name__}: {exc}"))
         return None
 
@@ -121,42 +92,41 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
     return saved, seconds
 
 
-def saving_status(plain_bytes: int, recompute_bytes: int, negligible_share: float) -> tuple[str, float, str]:
-    """Judge a saving: ``(status, share saved, sentence)``.
-
-    The share is ``(plain - recompute) / plain``; below ``negligible_share`` it is WARN.
-    """
-    share = (plain_bytes - recompute_bytes) / plain_bytes if plain_bytes else 0.0
-    if share < negligible_share:
-        if recompute_bytes > plain_bytes:
-            why = "recompute keeps more than the plain run"
-        else:
-            why = f"recompute saves only {share:.1%} of the plain run's saved activations"
-        return WARN, share, (f"negligible saving: {why} (threshold {negligible_share:.0%}); recomputation is applied "
-                             "but buys almost nothing, check recompute.targets")
-    return PASS, share, f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
+def saving_share(plain_bytes: int, recompute_bytes: int) -> float:
+    """Share of the plain run's saved-activation bytes that recomputation saves:
+    ``(plain - recompute) / plain`` (0 when plain saves nothing; negative when recompute keeps more)."""
+    return (plain_bytes - recompute_bytes) / plain_bytes if plain_bytes else 0.0
 
 
 def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[str, float]) -> list[Row]:
-    """Total and per-module ``saved_activation_bytes`` rows; the recompute total is judged."""
+    """Total and per-module ``saved_activation_bytes`` rows (INFO), and the ``saving_share`` row,
+    judged ``>= memory.negligible_saving_share`` (WARN when below: the saving is negligible)."""
     share_min = float(setup.cfg.memory.negligible_saving_share)
     plain, rec = saved["plain"], saved["recompute"]
-    status, share, sentence = saving_status(plain.total_bytes, rec.total_bytes, share_min)
-    shape = f"batch {list(setup.batch[0].shape)} {str(setup.batch[0].dtype).removeprefix('torch.')}"
+    share = saving_share(plain.total_bytes, rec.total_bytes)
+    shape = f"batch {describe(setup.batch[0])}"
+    if share >= share_min:
+        sentence = f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
+    else:
+        why = ("recompute keeps more than the plain run" if rec.total_bytes > plain.total_bytes
+               else f"recompute saves only {share:.1%} of the plain run's saved activations")
+        sentence = (f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
+                    "nothing, check recompute.targets")
     rows = [
-        Row(MEMORY, "saved activations (total)", "plain", "saved_activation_bytes", plain.total_bytes, status=INFO,
-            detail=f"{plain.storages} storages kept for backward after one forward and the loss, {shape}",
-            seconds=seconds["plain"], extra={"storages": plain.storages}),
-        Row(MEMORY, "saved activations (total)", "recompute", "saved_activation_bytes", rec.total_bytes,
-            threshold=f"saving >= {share_min:.0%} of plain", comparator=">=", status=status, detail=sentence,
-            seconds=seconds["recompute"],
-            extra={"storages": rec.storages, "saving_bytes": plain.total_bytes - rec.total_bytes, "saving_share": share}),
-    ]
+        Row(MEMORY, "saved activations (total)", variant, "saved_activation_bytes", s.total_bytes, status=INFO,
+            detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
+            seconds=seconds[variant], role=Role.SAVED_TOTAL, unit="B", extra={"storages": s.storages})
+        for variant, s in (("plain", plain), ("recompute", rec))]
+    rows.append(Row(MEMORY, "saving", "recompute", "saving_share", share, f">= {share_min:g} of plain", ">=",
+                    detail=sentence, role=Role.SAVING, unit="share", threshold_value=share_min, on_miss=WARN,
+                    extra={"saving_bytes": plain.total_bytes - rec.total_bytes, "plain_bytes": plain.total_bytes,
+                           "recompute_bytes": rec.total_bytes}))
     for order, path in enumerate(plain.per_module):
         for variant, s in (("plain", plain), ("recompute", rec)):
             what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
             rows.append(Row(MEMORY, f"module {path}", variant, "saved_activation_bytes", s.per_module[path], status=INFO,
-                            detail=what, extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0)}))
+                            detail=what, role=Role.SAVED_MODULE, unit="B",
+                            extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0)}))
     return rows
 
 
@@ -177,46 +147,8 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     else:
         detail = "every parameter with a gradient in the plain run has one under recompute"
     return [Row(MEMORY, "gradients behind the saving", "recompute", "lost_gradients", float(len(lost)), "0", "==",
-                FAIL if lost else PASS, detail, time.perf_counter() - start)]
-
-
-def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch | None = None) -> dict[str, int]:
-    """Allocator peaks of one warm training step of a fresh twin on CUDA, on ``batch``
-    (default: the fixed batch; the larger-batch search passes its probe batch).
-
-    ``warm_steps`` steps first (optimizer state initialised, allocator caches warm, same batch
-    shape), then ``torch.cuda.reset_peak_memory_stats`` immediately before the measured step,
-    and ``torch.cuda.synchronize`` before each read (torch.cuda memory-statistics docs).
-
-    Returns:
-        ``{"peak_allocated_bytes", "peak_reserved_bytes", "baseline_allocated_bytes"}``, B;
-        the baseline is what is allocated right before the step (weights, optimizer state).
-
-    Raises:
-        RuntimeError: the setup's device is not CUDA.
-        torch.cuda.OutOfMemoryError: the step does not fit; the next call frees what it left.
-    """
-    device = setup.device
-    if device.type != "cuda":
-        raise RuntimeError(f"CUDA peaks need a CUDA device, this run is on {device}")
-    gc.collect()
-    torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
-    model = setup.build(recompute)
-    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup))
-    for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
-        step()
-    torch.cuda.synchronize(device)
-    baseline = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    torch.cuda.synchronize(device)
-    peaks = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
-             "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
-             "baseline_allocated_bytes": baseline}
-    del model, step
-    gc.collect()
-    torch.cuda.empty_cache()
-    return peaks
+                detail=detail, seconds=time.perf_counter() - start, role=Role.LOST_GRADIENTS, unit="parameters",
+                threshold_value=0.0)]
 
 
 def cuda_peak_rows(setup: Setup) -> list[Row]:
@@ -224,6 +156,7 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
     INFO row that says they were not measured (value NaN, never 0)."""
     if setup.device.type != "cuda":
         return [Row(MEMORY, "CUDA allocator peaks", "plain", "peak_allocated_bytes", float("nan"), status=INFO,
+                    role=Role.NOTE,
                     detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
                            "The saved-activation bytes above are exact on every device.")]
     warm = int(setup.cfg.memory.warm_steps)
@@ -236,11 +169,11 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
                  "warm_steps": warm}
         seconds = time.perf_counter() - start
         rows.append(Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", peaks["peak_allocated_bytes"],
-                        status=INFO, seconds=seconds, extra=extra,
+                        status=INFO, seconds=seconds, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak of tensors allocated during the step after {warm} warm step(s); "
                                f"{peaks['baseline_allocated_bytes']} B were allocated before it (weights, optimizer state)"))
         rows.append(Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", peaks["peak_reserved_bytes"],
-                        status=INFO, extra=extra,
+                        status=INFO, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak held by the caching allocator, {gap} B above the allocated peak"))
     return rows
 
@@ -260,14 +193,15 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) ->
         if measured is None:
             rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
                             status=WARN, detail="no measurement to validate the estimator against", seconds=seconds,
+                            role=Role.ESTIMATE_MEASURED, unit="B",
                             extra={"estimate_inputs": here.inputs}))
             continue
         real = measured[variant].total_bytes
         ratio = est / real if real else float("nan")
-        ok = est == real
         rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
-                        threshold="= measured", comparator="==", status=PASS if ok else WARN, seconds=seconds,
-                        detail=("estimate (fake tensors, no allocation) equals the measurement" if ok else
+                        threshold="= measured", comparator="==", seconds=seconds, role=Role.ESTIMATE_MEASURED,
+                        unit="B", threshold_value=real, on_miss=WARN,
+                        detail=("estimate (fake tensors, no allocation) equals the measurement" if est == real else
                                 f"estimate differs from the measurement ({est} vs {real} B): do not trust the target-shape figure"),
                         extra={"measured_bytes": real, "estimate_to_measured_ratio": ratio, "estimate_inputs": here.inputs}))
     rows += korthikanti_rows(setup, here, "measured shape")
@@ -278,10 +212,10 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) ->
     far = estimate_saved_activations(setup, target)
     seconds = time.perf_counter() - start
     overrides = ", ".join(f"{k}={v}" for k, v in _flat(far.overrides))
-    _, share, _ = saving_status(far.plain.total_bytes, far.recompute.total_bytes, 0.0)
+    share = saving_share(far.plain.total_bytes, far.recompute.total_bytes)
     for variant in ("plain", "recompute"):
         rows.append(Row(MEMORY, "estimate at target shape", variant, "estimated_saved_activation_bytes",
-                        getattr(far, variant).total_bytes, status=INFO, seconds=seconds,
+                        getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
                         detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}",
                         extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
     return rows + korthikanti_rows(setup, far, "target shape")
@@ -296,25 +230,6 @@ def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((f"{prefix}{key}", value))
     return out
-
-
-def dropout_mask_bytes(device: torch.device, element_bytes: int) -> int:
-    """Bytes per value of a dropout mask kept for backward on ``device``.
-
-    On CUDA, ``nn.Dropout`` uses the fused ``native_dropout`` kernel, whose mask is ``bool``
-    (1 byte, as Korthikanti et al. assume). On CPU, ``at::dropout`` multiplies by a noise
-    tensor of the activation's dtype, so the mask costs ``element_bytes`` per value.
-    """
-    return 1 if device.type == "cuda" else element_bytes
-
-
-def layernorm_stat_bytes(device: torch.device, element_bytes: int) -> int:
-    """Bytes per value of the mean and reciprocal std LayerNorm keeps for backward.
-
-    On CUDA they are kept in the accumulation type (float32 for 16-bit inputs); on CPU in the
-    input's dtype (measured with torch 2.13).
-    """
-    return max(4, element_bytes) if device.type == "cuda" else element_bytes
 
 
 def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
@@ -335,6 +250,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
     plain = estimate.per_layer("plain")
     formula = shape.formula_bytes(e, m)
     rows = [Row(MEMORY, f"per layer, {where}", "plain", "estimated_saved_activation_bytes", plain, status=INFO,
+                role=Role.PER_LAYER, unit="B",
                 detail="median over wrapped modules; Korthikanti et al. 2022 eq. (1) beside it",
                 extra={**symbols, "korthikanti_16bit_bytes": shape.formula_bytes(2), "formula_bytes": formula,
                        "layernorm_stats_bytes": ln_stats, "residual_bytes": plain - formula - ln_stats,
@@ -342,8 +258,14 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
     rec = estimate.per_layer("recompute")
     full = shape.full_recompute_bytes(e)
     rows.append(Row(MEMORY, f"per layer, {where}", "recompute", "estimated_saved_activation_bytes", rec, status=INFO,
+                    role=Role.PER_LAYER, unit="B",
                     detail="median over wrapped modules; full recomputation keeps the layer input only (2sbh in 16-bit)",
                     extra={**symbols, "korthikanti_16bit_bytes": shape.full_recompute_bytes(2), "formula_bytes": full,
                            "layernorm_stats_bytes": 0, "residual_bytes": rec - full, "formula_ratio": rec / full}))
     return rows
 
+
+CHECK = Check(warm_step_memory, (Section(
+    MEMORY, "What recomputation saves, and whether the saving is real: bytes autograd keeps for backward (exact on any "
+    "device, per wrapped module), CUDA allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
+    template="sections/warm-step-memory.html.j2", plotter=memory_plots),))

@@ -2,63 +2,86 @@
 
 Twins from one state_dict, cloned inputs, one shared function
 (:func:`reportgen.setup.forward_backward`) — the pattern of torchtitan's
-``test_activation_checkpoint.py``.
+``test_activation_checkpoint.py``. A second plain twin, built independently, runs the same
+batch (the A/A control): every row shows how far it is from the plain twin beside the
+recompute difference, and a plain twin that does not reproduce itself makes the claim
+INCONCLUSIVE rather than blaming recomputation.
 """
 from __future__ import annotations
 
 import warnings
 
 from ..config import GRADIENT_PARITY
-from ..results import INFO, Row
-from ..setup import Setup, forward_backward
-from .common import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
+from ..results import INFO, Role, Row
+from ..rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
+from ..setup import Setup, StepOutput, forward_backward
+from ..structure import describe, has_floating
+from . import Check, Section
 
 
-def _pair(setup: Setup, input_grad: bool):
-    """Run both twins; return ``(plain, recompute, error_rows, warnings)``."""
-    plain_model, recompute_model = setup.twins()
+def _runs(setup: Setup, input_grad: bool):
+    """Run plain, A/A and recompute twins; return ``(plain, aa, recompute, error_rows, warnings)``."""
     run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)  # noqa: E731
-    plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(plain_model))
+    plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(setup.build(False)))
     if rows:
-        return None, None, rows, []
+        return None, None, None, rows, []
+    aa, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(setup.build(False)))
+    if rows:
+        return None, None, None, rows, []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        recompute, rows = run_twin(GRADIENT_PARITY, "recompute", lambda: run(recompute_model))
-    return plain, recompute, rows, sorted({str(w.message).splitlines()[0] for w in caught})
+        recompute, rows = run_twin(GRADIENT_PARITY, "recompute", lambda: run(setup.build(True)))
+    return plain, aa, recompute, rows, sorted({str(w.message).splitlines()[0] for w in caught})
 
 
 def gradient_parity(setup: Setup) -> list[Row]:
     """Compare loss, output, parameter gradients (training-like inputs) and the input gradient.
 
-    The input gradient comes from a second pair of runs whose floating input requires grad:
+    The input gradient comes from a second set of runs whose floating input requires grad:
     that changes what the reentrant implementation records, so it is kept out of the
     training-like comparison.
 
     Returns:
-        One row per tensor (metric ``max_abs_err``; ``max_rel_err``, ``bitwise_equal``,
-        ``atol``, ``rtol`` as extra columns), plus INFO rows for warnings torch raised.
+        One row per tensor (metric ``max_abs_err``, judged ``allclose``; ``max_rel_err``,
+        ``bitwise_equal``, both twins' values or norms, ``aa_max_abs_err``, ``aa_excess`` as
+        extra columns), the A/A control row, the plain-twin-finite row, and INFO rows for
+        warnings torch raised.
     """
     rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
-    plain, recompute, out, caught = _pair(setup, input_grad=False)
-    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO) for w in caught]
+    plain, aa, recompute, out, caught = _runs(setup, input_grad=False)
+    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO, role=Role.WARNING)
+            for w in caught]
     if plain is None:  # the plain run raised: nothing to compare against
         return out
+    out.append(nonfinite_row(GRADIENT_PARITY, {"loss": plain.loss, **{f"{n}.grad": g for n, g in plain.grads.items()}}))
     if recompute is not None:
-        out += _tensor_rows(plain, recompute, rtol, atol)
-    if not setup.batch[0].is_floating_point():
-        return out + [Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO,
-                          detail=f"input is {setup.batch[0].dtype}: it has no gradient")]
-    plain_g, recompute_g, errors, _ = _pair(setup, input_grad=True)
+        out += _tensor_rows(plain, recompute, aa, rtol, atol)
+    if not has_floating(setup.batch[0]):
+        out.append(Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO, role=Role.INPUT_GRAD,
+                       detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient"))
+        return out + [aa_row(GRADIENT_PARITY, out)]
+    plain_g, aa_g, recompute_g, errors, _ = _runs(setup, input_grad=True)
     if errors:
-        return out + errors
+        return out + errors + [aa_row(GRADIENT_PARITY, out)]
     if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
-        out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, rtol, atol)]
-    return out + [tensor_row(GRADIENT_PARITY, "input.grad", plain_g.input_grad, recompute_g.input_grad, rtol, atol)]
+        out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, aa_g, rtol, atol)]
+    for name in sorted(set(plain_g.input_grad) | set(recompute_g.input_grad)):
+        out.append(tensor_row(GRADIENT_PARITY, name, plain_g.input_grad.get(name), recompute_g.input_grad.get(name), rtol,
+                              atol, Role.INPUT_GRAD, aa=aa_g.input_grad.get(name)))
+    return out + [aa_row(GRADIENT_PARITY, out)]
 
 
-def _tensor_rows(plain, recompute, rtol, atol) -> list[Row]:
-    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol),
-           tensor_row(GRADIENT_PARITY, "output", plain.output, recompute.output, rtol, atol)]
+def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
+    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
+    for name in list(dict.fromkeys([*plain.output, *recompute.output])):  # every tensor leaf, in output order
+        out.append(tensor_row(GRADIENT_PARITY, name, plain.output.get(name), recompute.output.get(name), rtol, atol,
+                              Role.OUTPUT, aa=aa.output.get(name)))
     for name in sorted(set(plain.grads) | set(recompute.grads)):
-        out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol, atol))
+        out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol,
+                              atol, Role.PARAM_GRAD, aa=aa.grads.get(name)))
     return out
+
+
+CHECK = Check(gradient_parity, (Section(
+    GRADIENT_PARITY, "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first; "
+    "a second, independently built plain twin (A/A) shows the noise floor beside each difference."),))

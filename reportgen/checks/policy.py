@@ -11,12 +11,14 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..config import RecomputeMode
+from ..config import SELECTIVE_POLICY, RecomputeMode
 from ..recompute import resolve_ops
-from ..results import PASS, WARN, Row
+from ..rng import seeded
+from ..results import WARN, Role, Row
 from ..setup import Setup
+from ..structure import call_model, clone_inputs
+from . import Check, Section
 
-SELECTIVE_POLICY = "selective policy"
 
 
 class _OpCounter(TorchDispatchMode):
@@ -44,9 +46,8 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
         handles.append(module.register_forward_hook(lambda *_: active.__setitem__(0, active[0] - 1)))
     try:
         with _OpCounter(active) as counter:
-            if setup.cfg.forward_seed is not None:
-                torch.manual_seed(setup.cfg.forward_seed)
-            model(setup.batch[0].clone())
+            with seeded(setup.cfg.forward_seed):
+                call_model(model, clone_inputs(setup.batch[0]))
     finally:
         for handle in handles:
             handle.remove()
@@ -64,10 +65,14 @@ def selective_policy(setup: Setup) -> list[Row]:
     rows = []
     for name in rc.save_ops:
         calls = sum(seen[op] for op in resolve_ops([name]))
-        ok = calls > 0
-        detail = (f"saved, not recomputed: {calls} call(s) of {name} per forward" if ok else
+        detail = (f"saved, not recomputed: {calls} call(s) of {name} per forward" if calls > 0 else
                   f"{name} is never called inside the wrapped modules, so it saves nothing and everything is "
                   f"recomputed. Ops that do run there: {listing}")
-        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(calls), "> 0", ">",
-                        PASS if ok else WARN, detail))
+        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(calls), "> 0", ">", detail=detail,
+                        role=Role.SAVE_OP, unit="calls", threshold_value=0.0, on_miss=WARN))
     return rows
+
+
+CHECK = Check(selective_policy, (Section(
+    SELECTIVE_POLICY, "Selective recomputation saves the outputs of the ops in recompute.save_ops: each entry must "
+    "match calls inside the wrapped modules, or it saves nothing.", template="sections/selective-policy.html.j2", required=False),))

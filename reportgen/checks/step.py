@@ -1,78 +1,27 @@
 """One-optimizer-step parity (parameters, optimizer state) and state parity (buffers, plain
-Python attributes of modules, global RNG state after backward)."""
+Python attributes of modules, every random generator's state after backward), with the A/A
+control: a second, independently built plain twin takes the same step."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-import torch
 from hydra.utils import instantiate
 from torch import nn
 
 from ..config import STATE_PARITY, STEP_PARITY
-from ..recompute import named_inner_modules, plain_name
 from ..results import Row
+from ..rows import aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from ..setup import Setup, forward_backward
-from .common import raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row, value_row
-
-_SCALARS = (bool, int, float, str)
-_SIZED = (list, tuple, dict, set)
-
-
-@dataclass
-class AfterStep:
-    """A twin's state after one forward, backward and optimizer step."""
-
-    params: dict[str, torch.Tensor]
-    optimizer_state: dict[str, torch.Tensor]
-    buffers: dict[str, torch.Tensor]
-    attributes: dict[str, Any]
-    rng: dict[str, torch.Tensor]
+from ..snapshot import Snapshot, snapshot_rows, take
+from ..structure import has_floating
+from . import Check, Section
 
 
-def module_attributes(model: nn.Module) -> dict[str, Any]:
-    """Plain Python attributes of every module: numbers, bools and strings as they are,
-    lists/tuples/dicts/sets as ``len(...)``. Keys ``<module path>.<attr>``; private names skipped."""
-    out: dict[str, Any] = {}
-    for path, module in named_inner_modules(model):
-        for key, value in vars(module).items():
-            if key.startswith("_"):
-                continue
-            name = f"{path}.{key}" if path else key
-            if isinstance(value, _SCALARS):
-                out[name] = value
-            elif isinstance(value, _SIZED):
-                out[f"len({name})"] = len(value)
-    return out
-
-
-def rng_state() -> dict[str, torch.Tensor]:
-    """Global RNG states: ``torch.get_rng_state()`` and, on CUDA, each device's state."""
-    states = {"torch.get_rng_state()": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states.update({f"torch.cuda.get_rng_state({i})": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
-    return states
-
-
-def one_step(model: nn.Module, setup: Setup, input_grad: bool = False) -> AfterStep:
-    """Forward, backward, read the RNG, one step of ``cfg.parity.optimizer``; snapshot everything."""
-    names = {p: plain_name(n) for n, p in model.named_parameters()}
+def one_step(model: nn.Module, setup: Setup, input_grad: bool = False) -> Snapshot:
+    """Forward and backward on the fixed batch (generator states read right after backward),
+    then one step of ``cfg.parity.optimizer``; snapshot everything."""
     optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
-    forward_backward(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)
-    rng = {k: v.clone() for k, v in rng_state().items()}
+    out = forward_backward(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)
     optimizer.step()
-    opt_state = {f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
-                 for p, state in optimizer.state.items() for k, v in state.items()}
-    return AfterStep({names[p]: p.detach().clone() for p in names},
-                     opt_state,
-                     {plain_name(n): b.detach().clone() for n, b in model.named_buffers()},
-                     module_attributes(model), rng)
-
-
-def _tensor_rows(check: str, prefix: str, plain: dict, recompute: dict, setup: Setup) -> list[Row]:
-    rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
-    return [tensor_row(check, f"{prefix}{k}", plain.get(k), recompute.get(k), rtol, atol)
-            for k in sorted(set(plain) | set(recompute))]
+    return take(model, optimizer, out.rng, out.loss)
 
 
 def step_and_state_parity(setup: Setup) -> list[Row]:
@@ -84,24 +33,24 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
         is compared bitwise: any difference means later random draws differ).
     """
     rows = _compare_step(setup, input_grad=False)
-    if raised_for_lack_of_grad(rows) and setup.batch[0].is_floating_point():
+    if raised_for_lack_of_grad(rows) and has_floating(setup.batch[0]):
         rows += [tagged_input_grad(r) for r in _compare_step(setup, input_grad=True)]
     return rows
 
 
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
-    plain_model, recompute_model = setup.twins()
-    plain, rows = run_twin(STEP_PARITY, "plain", lambda: one_step(plain_model, setup, input_grad))
-    if rows:
-        return rows
-    recompute, rows = run_twin(STEP_PARITY, "recompute", lambda: one_step(recompute_model, setup, input_grad))
-    if rows:
-        return rows
-    out = _tensor_rows(STEP_PARITY, "param ", plain.params, recompute.params, setup)
-    out += _tensor_rows(STEP_PARITY, "optimizer ", plain.optimizer_state, recompute.optimizer_state, setup)
-    out += _tensor_rows(STATE_PARITY, "buffer ", plain.buffers, recompute.buffers, setup)
-    for key in sorted(set(plain.attributes) | set(recompute.attributes)):
-        out.append(value_row(STATE_PARITY, f"attribute {key}", plain.attributes.get(key), recompute.attributes.get(key)))
-    for key in plain.rng:
-        out.append(tensor_row(STATE_PARITY, f"RNG {key} after backward", plain.rng[key], recompute.rng.get(key), 0.0, 0.0))
-    return out
+    snaps = {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        snaps[name], rows = run_twin(STEP_PARITY, "plain" if name == "aa" else name,
+                                     lambda r=recompute: one_step(setup.build(r), setup, input_grad))
+        if rows:
+            return rows
+    out = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], setup.cfg.parity.rtol, setup.cfg.parity.atol)
+    return out + [aa_row(check, [r for r in out if r.check == check]) for check in (STEP_PARITY, STATE_PARITY)]
+
+
+CHECK = Check(step_and_state_parity, (
+    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it."),
+    Section(STATE_PARITY, "Buffers, plain Python attributes of modules, and the state of every random generator "
+                          "(torch, Python random, NumPy) after backward."),
+))

@@ -1,0 +1,135 @@
+"""Likely cause and fix of every failing or inconclusive check, chosen from the evidence.
+
+A stage of the pipeline after the checks: it reads the rows they produced (and the recompute
+settings) and adds one INFO row per failing or inconclusive check, role ``diagnosis``, whose
+detail says "Likely cause: ... Fix: ...". The rules are ordered; the first whose evidence is
+present wins, so a forward that already differs (the loss itself) is named before anything
+that follows from it. It is a diagnosis, stated as "likely": the rows hold the evidence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, Role, Row
+
+BAD = (FAIL, ERROR, INCONCLUSIVE)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One diagnosis: when ``applies(rows of the check, settings)`` holds, ``cause`` and ``fix``."""
+
+    name: str
+    applies: Callable[[list[Row], dict[str, Any]], bool]
+    cause: str
+    fix: str
+
+
+def _bad(rows: list[Row], role: str) -> list[Row]:
+    return [r for r in rows if r.role == role and r.status in BAD]
+
+
+def _raised(rows: list[Row], *words: str) -> bool:
+    return any(r.role == Role.EXCEPTION and r.status in BAD and any(w in r.detail for w in words) for r in rows)
+
+
+def _lost_grads(rows: list[Row], s: dict[str, Any]) -> bool:
+    return any(r.extra.get("recompute_value") == "None" for r in rows if r.status in BAD) or \
+        any(r.role == Role.LOST_GRADIENTS and r.status in BAD for r in rows) or \
+        _raised(rows, "does not require grad")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("plain twin raised", lambda rows, s: any(r.role == Role.EXCEPTION and r.item == "plain" for r in rows),
+         "the model or task raises without any recomputation, so there is no baseline to compare with",
+         "fix the model, task or config until a plain forward and backward run (the ERROR row has the message)"),
+    Rule("plain twin non-finite", lambda rows, s: bool(_bad(rows, Role.NONFINITE)),
+         "the plain twin itself computes NaN or Inf, and NaN is never equal to anything",
+         "fix the model, data or loss first (a log of 0, a division by 0, too high a learning rate)"),
+    Rule("plain twin not reproducible", lambda rows, s: any(r.variant == "aa" and r.status == INCONCLUSIVE for r in rows),
+         "the plain twin does not reproduce itself: the model or task uses randomness or state the run does not "
+         "control (os.urandom, the clock, a global counter, a nondeterministic kernel, a cache built at import)",
+         "make the model deterministic given the seeds (draw randomness from torch, random or numpy; on CUDA use "
+         "torch.use_deterministic_algorithms(True)), then rerun"),
+    Rule("different forward", lambda rows, s: bool(_bad(rows, Role.LOSS)),
+         "the twins ran different forwards: the loss itself differs, before any backward or recomputation; the forward "
+         "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
+         "seeded generators, data-dependent routing)",
+         "make the forward a function of its inputs, parameters and the seeded generators only"),
+    Rule("frozen input under reentrant", lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
+         "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
+         "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
+         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad"),
+    Rule("state changed before recompute", lambda rows, s: _raised(rows, "metadata", "CheckpointError", "recomput"),
+         "the forward depends on state that changes between the forward and its recomputation (a cache, a counter, "
+         "data-dependent routing), so the recomputed values do not match",
+         "make the recomputed region a pure function of its inputs, or leave that module out of recompute.targets"),
+    Rule("RNG not replayed", lambda rows, s: not s.get("preserve_rng_state", True) and
+         bool(_bad(rows, Role.PARAM_GRAD) or _bad(rows, Role.PARAM) or _bad(rows, Role.OUTPUT)),
+         "random ops (dropout) inside a recomputed region draw new numbers in the recomputation, because "
+         "preserve_rng_state=false does not replay the generator",
+         "set recompute.preserve_rng_state=true (torch's default)"),
+    Rule("generator drawn in region", lambda rows, s: any(r.role == Role.RNG and r.status in BAD and
+                                                          ("random." in r.item or "numpy" in r.item) for r in rows),
+         "a recomputed region draws from Python random or NumPy, which torch.utils.checkpoint does not replay: the "
+         "recomputation draws again and every later draw differs",
+         "draw randomness inside recomputed regions from torch's generator, or move the draw outside the region"),
+    Rule("running statistics", lambda rows, s: bool(_bad(rows, Role.BUFFER)),
+         "a module with running buffers (BatchNorm statistics, num_batches_tracked) sits inside a recomputed region "
+         "and updates them again in the recomputation",
+         "leave those modules out of recompute.targets, or freeze their statistics (eval mode) while recomputing"),
+    Rule("python state in forward", lambda rows, s: bool(_bad(rows, Role.ATTRIBUTE)),
+         "the forward writes Python state (a counter, a flag) that the recomputation writes again",
+         "move the update out of forward (e.g. into a hook after the optimizer step), or leave the module out of "
+         "recompute.targets"),
+    Rule("visible after a step", lambda rows, s: any(r.role == Role.FIRST_DIVERGENCE and r.value > 1 for r in rows)
+         or any(r.role == Role.TRAJECTORY and r.status in BAD and r.extra.get("step", 1) > 1 for r in rows),
+         "state read in the forward and updated after it (an observer, a running scale, a counter) is updated twice per "
+         "step under recomputation: step 1 is equal, later steps diverge",
+         "update such state outside the recomputed region (or once per step), or leave the module out of "
+         "recompute.targets"),
+    Rule("deadline", lambda rows, s: any(r.role in (Role.OVERHEAD, Role.MEDIAN) and r.status in BAD for r in rows),
+         "recomputation costs more step time than the configured deadline allows",
+         "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops"),
+    Rule("trained apart", lambda rows, s: any(r.role in (Role.FINAL_PARAMS, Role.METRIC_DIFF, Role.WORST) and
+                                              r.status in BAD for r in rows),
+         "the twins train apart over many steps although the checks on one batch agree: a small per-step difference "
+         "(nondeterministic kernels, state updated in forward) accumulates",
+         "look at the trajectory check's first diverging step; run with device=cpu or deterministic algorithms"),
+)
+
+
+def likely(rows: list[Row], settings: dict[str, Any]) -> Rule | None:
+    """The first rule whose evidence is in ``rows`` (one check's rows), or None."""
+    return next((rule for rule in RULES if rule.applies(rows, settings)), None)
+
+
+def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
+    """One diagnosis row per check that has a FAIL, ERROR or INCONCLUSIVE row.
+
+    Args:
+        rows: every row the checks produced.
+        settings: the recompute settings that matter to the rules: ``mode``,
+            ``preserve_rng_state``.
+
+    Returns:
+        INFO rows (check = the failing check, role ``diagnosis``): detail
+        ``"Likely cause: ... Fix: ..."``, columns ``cause``, ``fix``, ``rule``; a check no rule
+        explains gets a row that says so and points at its rows.
+    """
+    rows = list(rows)
+    by_check: dict[str, list[Row]] = {}
+    for row in rows:
+        by_check.setdefault(row.check, []).append(row)
+    out = []
+    for check, group in by_check.items():
+        if not any(r.status in BAD for r in group) or all(r.status == NOT_RUN for r in group):
+            continue
+        rule = likely(group, settings) or likely(rows, settings)
+        cause = rule.cause if rule else "no known pattern matches these rows"
+        fix = rule.fix if rule else "read the failing rows below: they name each tensor and both values"
+        out.append(Row(check, "why it fails", "recompute", "diagnosis", status=INFO, role=Role.DIAGNOSIS,
+                       detail=f"Likely cause: {cause}. Fix: {fix}.",
+                       extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""}))
+    return out

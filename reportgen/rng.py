@@ -1,0 +1,89 @@
+"""Every random generator a model may use, seeded identically before each forward of either twin.
+
+"Same training" (docs/architecture.md) means the twins draw the same random numbers. Seeding
+torch alone is not enough: a model that flips a Python ``random`` coin (LayerDrop) or draws
+from NumPy would take different paths in the two twins, and every difference would then be
+blamed on recomputation. :func:`seeded` seeds all of :data:`GENERATORS` and gives the caller
+its own states back afterwards, so nothing outside the forward is disturbed.
+
+``torch.utils.checkpoint``'s ``preserve_rng_state`` replays torch's CPU and CUDA generators
+in the recomputed forward, not Python's or NumPy's: a recomputed region that draws from them
+advances them twice, which :func:`fingerprint` makes visible in state parity.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+#: The generators :func:`seeded` controls, in the words the report uses.
+GENERATORS = ("torch CPU generator", "torch CUDA generator of every initialised device", "Python random",
+              "NumPy global generator (numpy.random)")
+
+
+def _cuda() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def seed_all(seed: int) -> None:
+    """Seed torch (CPU and every CUDA device), Python ``random`` and NumPy's global generator.
+
+    Args:
+        seed: any integer; NumPy takes it modulo 2**32 (its seed range).
+    """
+    torch.manual_seed(seed)  # also seeds every CUDA device (torch.manual_seed docs)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def capture() -> dict[str, Any]:
+    """The current states of every generator in :data:`GENERATORS` (for :func:`restore`)."""
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if _cuda() else None,
+            "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def restore(states: dict[str, Any]) -> None:
+    """Put back states taken by :func:`capture`."""
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] is not None:
+        torch.cuda.set_rng_state_all(states["cuda"])
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None) -> Iterator[None]:
+    """Seed every generator with ``seed`` for the body, then restore the caller's states.
+
+    Args:
+        seed: the seed; None leaves every generator alone (``forward_seed: null``).
+    """
+    if seed is None:
+        yield
+        return
+    states = capture()
+    seed_all(seed)
+    try:
+        yield
+    finally:
+        restore(states)
+
+
+def fingerprint() -> dict[str, torch.Tensor]:
+    """Every generator's state as a tensor, to compare bitwise between the twins.
+
+    Returns:
+        ``{"torch.get_rng_state()": uint8 [5056], "torch.cuda.get_rng_state(i)": ...,
+        "random.getstate()": int64 [625], "numpy.random.get_state()": int64 [625]}``; the
+        Python and NumPy entries hold the Mersenne Twister key and its position.
+    """
+    states = {"torch.get_rng_state()": torch.get_rng_state()}
+    if _cuda():
+        states.update({f"torch.cuda.get_rng_state({i})": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    states["random.getstate()"] = torch.tensor(random.getstate()[1], dtype=torch.int64)
+    _, keys, position, *_ = np.random.get_state()
+    states["numpy.random.get_state()"] = torch.tensor([*keys.tolist(), int(position)], dtype=torch.int64)
+    return states

@@ -1,0 +1,169 @@
+"""Row builders shared by the checks: compare a tensor or a value between the twins, turn an
+exception into an ERROR row. Checks never import each other; what they share lives here."""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable
+
+from torch import Tensor
+
+from .distance import measure, nonfinite_count, tolerances
+from .results import ERROR, INCONCLUSIVE, Role, Row
+
+
+#: Marker for "the A/A twin was not run" (``aa`` arguments default to it).
+NO_AA = object()
+
+
+def _both_values(plain: Tensor, recompute: Tensor) -> dict[str, Any]:
+    """Both twins' values for the report: the numbers of a scalar, else the L2 norms."""
+    if plain.numel() == 1 and recompute.numel() == 1:
+        return {"plain_value": float(plain.double()), "recompute_value": float(recompute.double())}
+    norm = lambda t: float(t.detach().double().norm()) if t.is_floating_point() else float("nan")  # noqa: E731
+    return {"plain_norm": norm(plain), "recompute_norm": norm(recompute)}
+
+
+def _aa_extra(plain: Tensor | None, aa: Any, rt: float, at: float) -> dict[str, Any]:
+    """A/A columns: how far a second, independent plain twin is from the plain twin."""
+    if aa is NO_AA:
+        return {}
+    if plain is None or aa is None:
+        same = plain is None and aa is None
+        return {"aa_max_abs_err": 0.0 if same else float("inf"), "aa_excess": 0.0 if same else float("inf")}
+    d = measure(aa, plain, rt, at)
+    return {"aa_max_abs_err": d.max_abs_err, "aa_excess": d.worst_excess}
+
+
+def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | None, rtol: float | None,
+               atol: float | None, role: str = "", aa: Any = NO_AA) -> Row:
+    """Measure how far one tensor of the recompute run is from the plain run's.
+
+    The row is judged by :func:`reportgen.results.judge` with comparator ``allclose`` on the
+    ``excess`` column (``max(|a - b| - (atol + rtol |b|))``, <= 0 passes). NaN or Inf in either
+    tensor is never equal (excess inf). ``None`` in one run and a tensor in the other has
+    excess inf (a gradient that silently vanished); ``None`` in both has excess 0, with a note.
+
+    Args:
+        aa: the same tensor from a second, independent plain twin (A/A control); its distance
+            from the plain tensor goes in ``aa_max_abs_err`` / ``aa_excess`` beside the row's.
+    """
+    if plain is None or recompute is None:
+        rt, at = tolerances((plain if plain is not None else recompute).dtype, rtol, atol) \
+            if (plain is not None or recompute is not None) else (0.0, 0.0)
+        extra = _aa_extra(plain, aa, rt, at)
+        if plain is None and recompute is None:
+            return Row(check, item, "recompute", "max_abs_err", 0.0, "", "allclose", detail="None in both runs",
+                       role=role, extra={"excess": 0.0, **extra})
+        missing = "recompute" if recompute is None else "plain"
+        return Row(check, item, "recompute", "max_abs_err", float("inf"), "", "allclose", role=role,
+                   detail=f"None in the {missing} run, a tensor in the other: it would not train the same",
+                   extra={"excess": float("inf"), "plain_value": "None" if plain is None else "tensor",
+                          "recompute_value": "None" if recompute is None else "tensor", **extra})
+    rt, at = tolerances(plain.dtype, rtol, atol)
+    d = measure(recompute, plain, rt, at)
+    if d.nonfinite_b:
+        detail = f"{d.nonfinite_b} non-finite value(s) (NaN/Inf) in the plain run: never equal"
+    elif d.nonfinite_a:
+        detail = f"{d.nonfinite_a} non-finite value(s) (NaN/Inf) in the recompute run only"
+    else:
+        detail = ("bitwise equal" if d.bitwise_equal else
+                  "within tolerance" if d.worst_excess <= 0 else f"exceeds tolerance by {d.worst_excess:.3g}")
+    if recompute.shape != plain.shape:
+        detail = f"shape {tuple(recompute.shape)} vs plain {tuple(plain.shape)}"
+    return Row(check, item, "recompute", "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", "allclose",
+               detail=detail, role=role,
+               extra={"max_rel_err": d.max_rel_err, "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt,
+                      "excess": d.worst_excess, "nonfinite_plain": d.nonfinite_b, "nonfinite_recompute": d.nonfinite_a,
+                      **(_both_values(plain, recompute) if recompute.shape == plain.shape else {}),
+                      **_aa_extra(plain, aa, rt, at)})
+
+
+def value_row(check: str, item: str, plain: Any, recompute: Any, role: str = "", aa: Any = NO_AA) -> Row:
+    """Compare a plain Python value (number, bool, string, length) between the twins: numbers
+    by ``abs_diff == 0``, anything else by ``mismatch == 0`` (1 when they differ). ``aa`` is the
+    value of a second plain twin (A/A control, column ``aa_excess``: 0 same, inf different)."""
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (plain, recompute))
+    value = abs(float(recompute) - float(plain)) if numeric else float(plain != recompute)
+    extra = {"plain_value": repr(plain), "recompute_value": repr(recompute),
+             "excess": 0.0 if plain == recompute else float("inf")}
+    if aa is not NO_AA:
+        extra["aa_excess"] = 0.0 if aa == plain else float("inf")
+    return Row(check, item, "recompute", "abs_diff" if numeric else "mismatch", value, "0", "==",
+               detail=f"plain={plain!r}, recompute={recompute!r}", role=role, threshold_value=0.0, extra=extra)
+
+
+def aa_row(check: str, rows: list[Row]) -> Row:
+    """The plain-vs-plain (A/A) control of ``rows``: how many compared items a second,
+    independent plain twin does not reproduce within the same tolerance.
+
+    Judged ``== 0`` with ``on_miss`` INCONCLUSIVE: when the plain twin does not even reproduce
+    itself, a difference under recompute cannot be blamed on recomputation.
+    """
+    measured = [r for r in rows if "aa_excess" in r.extra]
+    moved = [r for r in measured if not r.extra["aa_excess"] <= 0]
+    worst = max((r.extra.get("aa_max_abs_err", float("inf")) for r in moved), default=0.0)
+    names = ", ".join(r.item for r in moved[:4]) + (f" and {len(moved) - 4} more" if len(moved) > 4 else "")
+    detail = (f"a second, independently built plain twin reproduces all {len(measured)} items of the plain twin"
+              if not moved else
+              f"the plain twin is not reproducible against itself: {len(moved)} of {len(measured)} items moved between "
+              f"two plain runs ({names}); largest A/A difference {worst:.3g}. The claim cannot be judged")
+    return Row(check, "plain vs plain (A/A control)", "aa", "aa_items_outside_tolerance", float(len(moved)), "0", "==",
+               detail=detail, role=Role.AA, unit="items", threshold_value=0.0, on_miss=INCONCLUSIVE,
+               extra={"aa_items": len(measured), "aa_worst_abs_err": worst})
+
+
+def nonfinite_row(check: str, named: dict[str, Tensor | None]) -> Row:
+    """Non-finite values (NaN/Inf) in the plain twin's loss or gradients: ``== 0``, else the claim
+    is INCONCLUSIVE (the baseline itself is broken), naming the first such tensor."""
+    bad = [(name, nonfinite_count(t)) for name, t in named.items() if t is not None and nonfinite_count(t)]
+    detail = ("every plain loss and gradient is finite" if not bad else
+              f"the plain twin computes non-finite values (NaN/Inf), first in {bad[0][0]} ({bad[0][1]} element(s)); "
+              f"{len(bad)} tensor(s) in all. Nothing can be compared: fix the model, data or loss first")
+    return Row(check, "plain twin finite", "plain", "nonfinite_tensors", float(len(bad)), "0", "==", detail=detail,
+               role=Role.NONFINITE, unit="tensors", threshold_value=0.0, on_miss=INCONCLUSIVE,
+               extra={"first_nonfinite": bad[0][0] if bad else ""})
+
+
+#: Characters of an exception message kept in a row's detail (the first paragraph, at most).
+MAX_MESSAGE = 600
+
+#: What torch raises when no input of the graph requires grad (reentrant recompute, frozen input).
+NO_GRAD_GRAPH = "does not require grad and does not have a grad_fn"
+
+
+def raised_for_lack_of_grad(rows: list[Row]) -> bool:
+    """True when the recompute run failed only because nothing upstream required grad."""
+    return any(r.status == ERROR and r.item == "recompute" and NO_GRAD_GRAPH in r.detail for r in rows)
+
+
+def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0) -> Row:
+    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check"."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+    message = str(exc).split("\n\n")[0]  # torch appends long tips after a blank line
+    message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " …"
+    if where == "plain":
+        detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
+    else:
+        detail = f"the {where} run raised {type(exc).__name__}: {message}{at}"
+    status = INCONCLUSIVE if where == "plain" else ERROR  # no baseline, nothing to judge against
+    return Row(check, where, "recompute", "exception", float("nan"), "", "", status, detail, seconds,
+               role=Role.EXCEPTION, extra={"exception_type": type(exc).__name__})
+
+
+def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[Row]]:
+    """Call ``fn``; on an exception return ``(None, [ERROR row])`` so the check can stop cleanly."""
+    start = time.perf_counter()
+    try:
+        return fn(), []
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a row
+        return None, [error_row(check, exc, where, time.perf_counter() - start)]
+
+
+def tagged_input_grad(row: Row) -> Row:
+    """Mark a row measured in the fallback run whose input requires grad (used when the
+    training-like recompute run raised, e.g. reentrant with no input requiring grad)."""
+    row.item += " [input requires grad]"
+    row.detail += "; measured with the input requiring grad, since the training-like run raised"
+    return row

@@ -1,0 +1,115 @@
+"""Batches and outputs of any structure: tensors, tuples/lists, dicts, dataclasses, ``ModelOutput``.
+
+A task's ``make_batch`` returns ``(inputs, targets)``. ``inputs`` decides the call
+(:func:`call_model`): a Tensor → ``model(x)``, a tuple/list → ``model(*inputs)``, a dict →
+``model(**inputs)``. Targets and outputs may nest tuples, lists, dicts, dataclasses and
+Hugging Face ``ModelOutput`` s (an ordered dict); every tensor leaf is compared, named by its
+path (``output.logits``, ``output["hidden"]``, ``output[0]``). Containers are walked with
+``torch.utils._pytree`` (tuples, lists, dicts and the types it registers, ``ModelOutput``
+among them); dataclass instances it does not know are read field by field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+from torch.utils import _pytree as pytree
+
+
+def _children(obj: Any) -> list[tuple[str, Any]] | None:
+    """``[(path suffix, child)]`` of a container, or None for a leaf."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and not isinstance(obj, dict):
+        return [(f".{f.name}", getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+    if isinstance(obj, dict):  # dict, OrderedDict, ModelOutput: keys, insertion order
+        return [(f".{k}" if _is_attr_key(obj, k) else (f'["{k}"]' if isinstance(k, str) else f"[{k!r}]"), v)
+                for k, v in obj.items()]
+    if isinstance(obj, (tuple, list)):
+        return [(f"[{i}]", v) for i, v in enumerate(obj)]
+    return None
+
+
+def _is_attr_key(obj: dict, key: Any) -> bool:
+    """``ModelOutput`` fields read as attributes (``output.logits``); plain dict keys as ``["k"]``."""
+    return type(obj) not in (dict,) and isinstance(key, str) and hasattr(obj, key) and key.isidentifier()
+
+
+def named_tensors(obj: Any, prefix: str) -> Iterator[tuple[str, Tensor]]:
+    """Every tensor leaf of ``obj`` with its path, depth first, in container order.
+
+    Args:
+        obj: a tensor or any nesting of tuples, lists, dicts, dataclasses, ``ModelOutput`` s.
+        prefix: the name of ``obj`` itself, e.g. ``"output"``.
+
+    Yields:
+        ``(path, tensor)``, e.g. ``("output.logits", Tensor[b, t, vocab])``; non-tensor leaves
+        (None, numbers, strings) are skipped.
+    """
+    if isinstance(obj, Tensor):
+        yield prefix, obj
+        return
+    children = _children(obj)
+    for suffix, child in children or []:
+        yield from named_tensors(child, prefix + suffix)
+
+
+def map_tensors(fn: Callable[[Tensor], Tensor], obj: Any) -> Any:
+    """``obj`` with ``fn`` applied to every tensor leaf (same structure; via ``pytree.tree_map``
+    for the containers it knows, dataclasses rebuilt with ``dataclasses.replace``)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: map_tensors(fn, getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    return pytree.tree_map(lambda leaf: fn(leaf) if isinstance(leaf, Tensor) else
+                           (map_tensors(fn, leaf) if dataclasses.is_dataclass(leaf) else leaf), obj)
+
+
+def call_model(model: nn.Module, inputs: Any) -> Any:
+    """Call ``model`` with a batch's inputs: Tensor → ``model(x)``, tuple/list →
+    ``model(*inputs)``, dict → ``model(**inputs)``."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def batch_size_of(inputs: Any) -> int:
+    """Examples in a batch: the leading size of its first tensor leaf.
+
+    Raises:
+        ValueError: the inputs hold no tensor, or a tensor without a leading dimension.
+    """
+    for _, t in named_tensors(inputs, "input"):
+        if t.dim() == 0:
+            raise ValueError("a batch's tensors must have a leading batch dimension; got a 0-d tensor")
+        return int(t.shape[0])
+    raise ValueError("a batch's inputs hold no tensor")
+
+
+def clone_inputs(inputs: Any, requires_grad: bool = False) -> Any:
+    """A detached copy of every tensor leaf; floating leaves require grad when asked (to get an
+    input gradient)."""
+    def copy(t: Tensor) -> Tensor:
+        c = t.detach().clone()
+        return c.requires_grad_(True) if requires_grad and c.is_floating_point() else c
+    return map_tensors(copy, inputs)
+
+
+def has_floating(inputs: Any) -> bool:
+    """True when any tensor leaf of ``inputs`` is floating point (so it can have a gradient)."""
+    return any(t.is_floating_point() for _, t in named_tensors(inputs, "input"))
+
+
+def describe(inputs: Any) -> str:
+    """Shapes and dtypes for people: ``[16, 12] float32`` or ``input_ids [4, 32] int64, ...``."""
+    parts = []
+    for name, t in named_tensors(inputs, "input"):
+        label = name.removeprefix("input").strip('.[]"')
+        parts.append(f"{label} {list(t.shape)} {str(t.dtype).removeprefix('torch.')}".strip())
+    return ", ".join(parts)
+
+
+def to_device(obj: Any, device: torch.device | str, dtype: torch.dtype) -> Any:
+    """Move every tensor leaf to ``device``; floating ones are cast to ``dtype``, others kept."""
+    return map_tensors(lambda t: t.to(device, dtype) if t.is_floating_point() else t.to(device), obj)
