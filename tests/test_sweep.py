@@ -219,3 +219,75 @@ def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
     proc, folder = run_sweep(tmp_path, f"hydra/launcher={launcher}")
     assert proc.returncode == basic_sweep[0].returncode == 2, proc.stdout + proc.stderr
     pd.testing.assert_frame_equal(comparable(folder), comparable(basic_sweep[1]))
+
+
+# --------------------------------------------------------------------------- the plain twin's cache
+
+
+def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_path, monkeypatch, caplog):
+    from reportgen.setup import build_setup
+    from reportgen.train import BudgetRuns
+
+    monkeypatch.setenv("REPORTGEN_CACHE_DIR", str(tmp_path / "cache"))
+    setup = build_setup(compose_cfg("+model=ffn", "budget.examples=32", "report.sign=false"))
+    caplog.set_level("INFO", logger="reportgen")
+    first = BudgetRuns().get(setup, False, 0, 8)
+    assert "from cache" not in caplog.text and first.cache_key is None
+    second = BudgetRuns().get(setup, False, 0, 8)  # a later job: a fresh per-run cache
+    assert "from cache" in caplog.text and len(second.cache_key) == 64
+    assert second.metrics == first.metrics and second.curve == first.curve
+    assert second.accepted_examples == first.accepted_examples == 32
+    recompute = BudgetRuns().get(setup, True, 0, 8)  # the recompute twin is never cached
+    assert getattr(recompute, "cache_key", None) is None
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 1
+
+
+def test_cache_key_changes_with_every_input(compose_cfg, tmp_path, monkeypatch):
+    import sys
+
+    from reportgen import cache
+
+    package = tmp_path / "userpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("def build():\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_cfg("+model=ffn")
+    base = OmegaConf.merge(cfg, {"model": {"_target_": "userpkg.model.build"}})
+    key, material = cache.plain_run_key(base, "cpu", "torch.float32", 0, 8, 1.0)
+    assert any(name.endswith("userpkg/model.py") for name in material["sources"])
+    assert any(name.endswith("reportgen/train.py") for name in material["sources"])
+    variants = [cache.plain_run_key(base, "cpu", "torch.float32", 1, 8, 1.0)[0],  # seed
+                cache.plain_run_key(base, "cpu", "torch.float32", 0, 16, 1.0)[0],  # batch
+                cache.plain_run_key(base, "cuda:0", "torch.float32", 0, 8, 1.0)[0],  # device
+                cache.plain_run_key(base, "cpu", "torch.bfloat16", 0, 8, 1.0)[0],  # precision
+                cache.plain_run_key(OmegaConf.merge(base, {"budget": {"examples": 64}}), "cpu", "torch.float32", 0, 8,
+                                    1.0)[0]]
+    assert len({key, *variants}) == 6
+    same_recompute_change = OmegaConf.merge(base, {"recompute": {"mode": "reentrant"}})
+    assert cache.plain_run_key(same_recompute_change, "cpu", "torch.float32", 0, 8, 1.0)[0] == key
+    (package / "model.py").write_text("def build():\n    return 1\n")  # the user's code changed
+    assert cache.plain_run_key(base, "cpu", "torch.float32", 0, 8, 1.0)[0] != key
+    sys.modules.pop("userpkg", None)
+
+
+def test_an_entry_stored_for_other_inputs_is_a_miss(tmp_path):
+    from reportgen import cache
+
+    cache.store(tmp_path, "k", {"a": 1}, {"metrics": 1})
+    assert cache.load(tmp_path, "k", {"a": 1}) == {"metrics": 1}
+    assert cache.load(tmp_path, "k", {"a": 2}) is None
+    (tmp_path / "k.pt").write_bytes(b"garbage")
+    assert cache.load(tmp_path, "k", {"a": 1}) is None
+
+
+@pytest.mark.slow
+def test_sweep_over_recompute_settings_trains_the_plain_twin_once(tmp_path):
+    proc = reportgen_cli(tmp_path, "-m", *TINY_JOB, "recompute.preserve_rng_state=true,false",
+                         "recompute.determinism_check=default,none", "report.sign=false", "report.pdf=false",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"REPORTGEN_CACHE_DIR": ""})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert out.count("training plain twin") == 1  # job 0 trains it ...
+    assert out.count("plain twin, seed 0, batch") == 3 and out.count("from cache") == 3  # ... jobs 1-3 load it
+    assert len(list((tmp_path / "sweep" / ".reportgen-cache").glob("*.pt"))) == 1
