@@ -51,7 +51,14 @@ def make_sweep(root: Path, jobs: int, seed: int = 0) -> Path:
         varied = frame.copy()
         saved = (varied.metric == "saved_activation_bytes") & (varied.variant == "recompute") & \
                 (varied["item"] == "saved activations (total)")
-        varied.loc[saved, "value"] = varied.loc[saved, "value"] * rng.uniform(0.2, 1.0)
+        kept = rng.uniform(0.1, 0.9)  # recompute keeps this share of the plain twin's saved bytes
+        plain_bytes = float(varied.loc[(varied.metric == "saved_activation_bytes") & (varied.variant == "plain")
+                                       & (varied["item"] == "saved activations (total)"), "value"].iloc[0])
+        varied.loc[saved, "value"] = plain_bytes * kept
+        if "role" in varied.columns:  # the saving row that reportgen.render.headline_costs reads
+            saving = varied.role == "saving"
+            varied.loc[saving, ["value", "recompute_bytes", "saving_bytes"]] = [1 - kept, plain_bytes * kept,
+                                                                                plain_bytes * (1 - kept)]
         ratio = rng.uniform(1.0, 1.6)
         overhead = (varied.metric == "overhead_ratio") & (varied["item"] == "overhead")
         varied.loc[overhead, ["value", "ci_low", "ci_high"]] = [ratio, ratio - 0.05, ratio + 0.05]

@@ -366,7 +366,7 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
     holding = sum(1 for r in rows if r["verdict"] == PASS)
     return {"meta": meta, "jobs": rows, "checks": checks, "holding": holding,
             "failures": [r for r in rows if r["error"]], "scatter": scatter_svg(jobs, front),
-            "front": [r for r in rows if r["pareto"]]}
+            "front": sorted((r for r in rows if r["pareto"]), key=lambda r: r["saved_activation_share"])}
 
 
 def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = True) -> dict[str, Path]:
