@@ -22,6 +22,7 @@ What it writes into the sweep directory (``hydra.sweep.dir``):
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 import os
@@ -130,8 +131,6 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
         error = lines[-1].removeprefix("reportgen:").strip() if lines else f"exit code {code}"
     outcome = {**identity, "exit_code": int(code), "verdict": VERDICT_BY_CODE.get(code, "CRASHED"), "error": error,
                "seconds": round(time.perf_counter() - start, 3)}
-    import json
-
     atomic_write(Path(out_dir) / JOB_FILE, json.dumps(outcome, indent=1) + "\n")
     return code
 
@@ -159,8 +158,6 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         ``[{"job", "dir", "overrides", "exit_code", "verdict", "error", "frame", "required"}]``;
         ``frame`` is ``None`` when the job left no results.
     """
-    import json
-
     sweep_dir = Path(sweep_dir)
     jobs = []
     for folder in _job_dirs(sweep_dir):
