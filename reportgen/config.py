@@ -34,12 +34,25 @@ class RecomputeMode(Enum):
     selective = "selective"  #: non-reentrant + ``create_selective_checkpoint_contexts``
 
 
+class RecomputeMethod(Enum):
+    """Who turns recomputation on in the recompute twin."""
+
+    wrap = "wrap"  #: reportgen wraps ``recompute.targets`` with torch's checkpoint_wrapper
+    model_switch = "model_switch"  #: the model's own switch: ``recompute.enable(model, recompute_cfg)``
+
+
 @dataclass
 class RecomputeConfig:
     """What is recomputed and how; every field is printed in the report."""
 
     mode: RecomputeMode = RecomputeMode.non_reentrant
-    #: Class names (``Block``) or module-path globs (``blocks.*``); zero matches is an error.
+    #: ``wrap`` (reportgen wraps the targets) or ``model_switch`` (the model's own switch).
+    method: RecomputeMethod = RecomputeMethod.wrap
+    #: ``model_switch`` only: dotted path of ``fn(model, recompute_cfg)`` that turns recomputation
+    #: on, e.g. ``reportgen.hf.enable`` (Hugging Face ``gradient_checkpointing_enable``).
+    enable: Optional[str] = None
+    #: ``wrap`` only: class names (matching subclasses too) or module-path globs (``blocks.*``);
+    #: each must match at least one module.
     targets: List[str] = field(default_factory=list)
     #: torch.utils.checkpoint ``preserve_rng_state``: replay the forward RNG in recompute.
     preserve_rng_state: bool = True
@@ -132,6 +145,33 @@ class LargerBatchConfig:
 
 
 @dataclass
+class PrecisionConfig:
+    """Mixed precision of both twins (``dtype`` casts the whole model instead)."""
+
+    #: Run every forward under ``torch.autocast`` with this dtype: null (off), bf16 or fp16.
+    #: Parity tolerances then default to torch.testing's for that dtype.
+    autocast: Optional[str] = None
+
+
+@dataclass
+class CompileConfig:
+    """``torch.compile`` of both twins (the baseline is then the compiled plain twin)."""
+
+    enabled: bool = False
+    #: torch.compile backend: "inductor" (default), "aot_eager" (no code generation), ...
+    backend: str = "inductor"
+
+
+@dataclass
+class StateConfig:
+    """State parity settings."""
+
+    #: Module attributes that are not compared (glob patterns on ``<module path>.<attr>``),
+    #: e.g. the flags a model's own recompute switch sets; shown in the report as ignored.
+    ignore_attributes: List[str] = field(default_factory=list)
+
+
+@dataclass
 class ReportConfig:
     """Rendering and signing."""
 
@@ -168,6 +208,9 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     larger_batch: LargerBatchConfig = field(default_factory=LargerBatchConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
 

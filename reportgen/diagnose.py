@@ -44,6 +44,10 @@ RULES: tuple[Rule, ...] = (
     Rule("plain twin raised", lambda rows, s: any(r.role == Role.EXCEPTION and r.item == "plain" for r in rows),
          "the model or task raises without any recomputation, so there is no baseline to compare with",
          "fix the model, task or config until a plain forward and backward run (the ERROR row has the message)"),
+    Rule("baseline recomputes", lambda rows, s: bool(_bad(rows, Role.BASELINE)),
+         "the model factory (or its config) already turns recomputation on, so the plain twin is not plain",
+         "build the model without recomputation (e.g. do not call gradient_checkpointing_enable in the factory); "
+         "reportgen turns it on in the recompute twin only"),
     Rule("plain twin non-finite", lambda rows, s: bool(_bad(rows, Role.NONFINITE)),
          "the plain twin itself computes NaN or Inf, and NaN is never equal to anything",
          "fix the model, data or loss first (a log of 0, a division by 0, too high a learning rate)"),

@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .measure import SavedActivations, saved_activation_bytes
 from .recompute import apply_recompute, find_targets
-from .setup import DTYPES, Setup
+from .setup import DTYPES, Setup, autocast_forward
 from .structure import describe, named_tensors
 from .tasks import batch_to
 
@@ -222,6 +222,8 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             model = fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
             if recompute:
                 apply_recompute(model, cfg.recompute)
+            if setup.autocast_dtype is not None:  # the same precision as the measured twins
+                model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
             else:  # the target shape may have another depth: find the wrapped paths on this model
                 paths = [w.path for w in find_targets(model, list(cfg.recompute.targets))]
                 shape = transformer_shape(model, batch[0], paths, dtype)

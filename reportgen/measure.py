@@ -284,3 +284,43 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
     gc.collect()
     torch.cuda.empty_cache()
     return peaks
+
+
+def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward_seed: int | None) -> list[str]:
+    """Paths of the modules that actually recompute: whose forward runs again during backward.
+
+    Implementation-agnostic: a global forward pre-hook records every module whose forward
+    starts while autograd's engine is running a backward (``torch._C._current_graph_task_id()``
+    is not -1), which is what any recomputation (reentrant, non-reentrant, selective, a
+    model's own switch) does. Only the outermost such modules are returned (their children
+    run again because they do), with recompute-wrapper segments removed.
+
+    Args:
+        model: a twin in train mode (not modified; one forward and backward run on it).
+        batch: ``(inputs, targets)``.
+        loss_fn: ``fn(output, target) -> scalar``.
+        forward_seed: seeds every generator for the forward and backward.
+
+    Returns:
+        Module paths in the plain model's naming, in the order they recomputed; empty when
+        nothing recomputes.
+    """
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    names = {module: plain_name(name) for name, module in model.named_modules()
+             if not isinstance(module, CheckpointWrapper)}
+    again: list[str] = []
+
+    def record(module: nn.Module, args: Any) -> None:
+        if torch._C._current_graph_task_id() != -1 and module in names and names[module] not in again:
+            again.append(names[module])
+
+    handle = register_module_forward_pre_hook(record)
+    x, y = clone_inputs(batch[0]), batch[1]
+    try:
+        with seeded(forward_seed):
+            loss_fn(call_model(model, x), y).backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    return [p for p in again if not any(p.startswith(q + ".") or (q == "" and p) for q in again if q != p)]

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import __version__
 from .distance import tolerances
+from .recompute import use_reentrant
 from .rng import GENERATORS
 from .setup import Setup
 
@@ -61,9 +62,11 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
         ``config_yaml``, ``out_dir`` and ``created`` (ISO time).
     """
     rc = cfg.recompute
-    rtol, atol = tolerances(setup.dtype, cfg.parity.rtol, cfg.parity.atol)
+    configured = setup.tolerance()
+    rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *configured)
     source = "configured" if cfg.parity.rtol is not None or cfg.parity.atol is not None else \
-        f"torch.testing.assert_close defaults for {cfg.dtype}"
+        f"torch.testing.assert_close defaults for {cfg.dtype}" if setup.autocast_dtype is None else \
+        f"torch.testing.assert_close defaults for the autocast dtype {cfg.precision.autocast}"
     return {
         "title": cfg.report.title,
         "created": report_time(),
@@ -76,8 +79,15 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "preserve_rng_state": bool(rc.preserve_rng_state),
             "determinism_check": str(rc.determinism_check),
             "save_ops": list(rc.save_ops),
-            "precision": cfg.dtype,
+            "precision": cfg.dtype + (f", autocast {cfg.precision.autocast}" if cfg.precision.autocast else ""),
+            "compiled": (f"torch.compile (backend {cfg.compile.backend}) on both twins: the baseline is the compiled "
+                         "plain twin" if cfg.compile.enabled else None),
             "device": str(setup.device),
+            "method": getattr(rc.method, "value", str(rc.method)),
+            "enable": rc.get("enable"),
+            "use_reentrant": use_reentrant(rc),
+            "observed": list(setup.observed) if setup.observed is not None else None,
+            "ignored_attributes": list(cfg.state.ignore_attributes),
             "generators": list(GENERATORS) if cfg.forward_seed is not None else [],
         },
         "tolerances": {"rtol": rtol, "atol": atol, "source": source},

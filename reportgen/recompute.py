@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 import torch
+from hydra.utils import get_method
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     _CHECKPOINT_PREFIX,
@@ -21,7 +22,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from .config import RecomputeMode
+from .config import RecomputeMethod, RecomputeMode
 
 
 class RecomputeConfigError(ValueError):
@@ -37,12 +38,15 @@ class Wrapped:
 
 
 def matches(path: str, module: nn.Module, pattern: str) -> bool:
-    """True when ``pattern`` names the module's class or glob-matches its path.
+    """True when ``pattern`` names the module's class or one of its base classes, or
+    glob-matches its path.
 
-    ``Block`` matches every ``Block`` instance; ``blocks.*`` or ``layers.[0-3]`` match paths
-    with :func:`fnmatch.fnmatchcase`; a plain path such as ``head`` matches that path.
+    ``Block`` matches every ``Block`` instance and every instance of a subclass of a class
+    named ``Block`` (along the MRO, by name, like ``isinstance``); ``blocks.*`` or
+    ``layers.[0-3]`` match paths with :func:`fnmatch.fnmatchcase`; a plain path such as
+    ``head`` matches that path.
     """
-    return type(module).__name__ == pattern or fnmatchcase(path, pattern)
+    return any(cls.__name__ == pattern for cls in type(module).__mro__) or fnmatchcase(path, pattern)
 
 
 def find_targets(model: nn.Module, targets: list[str]) -> list[Wrapped]:
@@ -50,8 +54,9 @@ def find_targets(model: nn.Module, targets: list[str]) -> list[Wrapped]:
     is already recomputed by its ancestor).
 
     Raises:
-        RecomputeConfigError: no targets given, the root matched, or nothing matched; the
-            message lists the module classes present so the user can fix ``recompute.targets``.
+        RecomputeConfigError: no targets given, the root matched, or a target matched
+            nothing; the message names that target and lists the module classes present so
+            the user can fix ``recompute.targets``.
     """
     if not targets:
         raise RecomputeConfigError("recompute.targets is empty: name module classes or path globs to recompute")
@@ -64,11 +69,13 @@ def find_targets(model: nn.Module, targets: list[str]) -> list[Wrapped]:
         if any(path.startswith(w.path + ".") for w in found):
             continue
         found.append(Wrapped(path, type(module).__name__))
-    if not found:
+    unmatched = [t for t in targets if not any(matches(p, m, t) for p, m in model.named_modules() if p)]
+    if unmatched:
         classes = sorted({type(m).__name__ for _, m in model.named_modules()})
         raise RecomputeConfigError(
-            f"recompute.targets={list(targets)} matched no module. Classes in this model: {', '.join(classes)}. "
-            "Set recompute.targets to class names or module-path globs (e.g. 'blocks.*')."
+            f"recompute.targets: {', '.join(map(repr, unmatched))} matched no module. Classes in this model: "
+            f"{', '.join(classes)}. Set recompute.targets to class names (base classes match too) or module-path "
+            "globs (e.g. 'blocks.*')."
         )
     return found
 
@@ -124,9 +131,25 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
         model: the recompute twin (modified in place).
         rc: ``cfg.recompute`` (mode, targets, preserve_rng_state, determinism_check, save_ops).
 
+    With ``recompute.method=model_switch`` the model's own switch is called instead
+    (``recompute.enable``, e.g. :func:`reportgen.hf.enable`) and nothing is wrapped: the
+    modules that recompute are found by observing the twin
+    (:func:`reportgen.measure.observe_recompute`).
+
     Raises:
-        RecomputeConfigError: see :func:`find_targets` and :func:`resolve_ops`.
+        RecomputeConfigError: see :func:`find_targets` and :func:`resolve_ops`; a switch
+            without ``recompute.enable``, or one that cannot be imported.
     """
+    if _method(rc) is RecomputeMethod.model_switch:
+        if not rc.get("enable"):
+            raise RecomputeConfigError("recompute.method=model_switch needs recompute.enable: the dotted path of "
+                                       "fn(model, recompute_cfg), e.g. reportgen.hf.enable")
+        try:
+            enable = get_method(str(rc.enable))
+        except Exception as exc:  # noqa: BLE001 - an import error of user code, as a usage error
+            raise RecomputeConfigError(f"recompute.enable={rc.enable} cannot be imported: {exc}") from exc
+        enable(model, rc)
+        return []
     impl, kwargs = checkpoint_kwargs(rc)
     wrapped = find_targets(model, list(rc.targets))
     for w in wrapped:
@@ -134,6 +157,17 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
         parent = model.get_submodule(parent_path)
         setattr(parent, name, checkpoint_wrapper(parent.get_submodule(name), checkpoint_impl=impl, **kwargs))
     return wrapped
+
+
+def _method(rc) -> RecomputeMethod:
+    method = rc.get("method", RecomputeMethod.wrap) if hasattr(rc, "get") else getattr(rc, "method", "wrap")
+    return method if isinstance(method, RecomputeMethod) else RecomputeMethod(str(method))
+
+
+def use_reentrant(rc) -> bool:
+    """The ``use_reentrant`` value in force for ``recompute.mode`` (selective is non-reentrant)."""
+    mode = rc.mode if isinstance(rc.mode, RecomputeMode) else RecomputeMode(str(rc.mode))
+    return mode is RecomputeMode.reentrant
 
 
 def plain_name(name: str) -> str:

@@ -53,7 +53,7 @@ class Role:
     METRIC_DIFF, SKIPPED_DIFF, MEAN, WORST = "metric_diff", "skipped_diff", "mean", "worst"
     REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
     AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
-    FINAL_PARAMS, DIAGNOSIS = "final_params", "diagnosis"
+    FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
 
 
 @dataclass

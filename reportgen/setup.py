@@ -15,13 +15,16 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from .recompute import Wrapped, apply_recompute, plain_name
+from .distance import tolerances
+from .recompute import RecomputeConfigError, Wrapped, apply_recompute, plain_name
 from .rng import fingerprint, seeded
 from .structure import call_model, clone_inputs, named_tensors
 from .tasks import Batch, batch_to
 from .train import BudgetRuns
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: ``precision.autocast`` values and their dtypes.
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class SetupError(ValueError):
@@ -41,6 +44,8 @@ class Setup:
         wrapped: modules the recompute twin wraps (path and class).
         batch: the fixed parity batch ``(inputs, targets)`` on ``device``.
         budget_runs: the run's cache of budget training runs (:class:`reportgen.train.BudgetRuns`).
+        observed: modules seen recomputing in the recompute twin (None: not observed).
+        baseline_recomputes: modules seen recomputing in the plain twin (must be empty).
     """
 
     cfg: DictConfig
@@ -51,14 +56,38 @@ class Setup:
     wrapped: list[Wrapped]
     batch: Batch
     budget_runs: BudgetRuns = field(default_factory=BudgetRuns)
+    observed: list[str] | None = None
+    baseline_recomputes: list[str] = field(default_factory=list)
 
     def build(self, recompute: bool) -> nn.Module:
-        """A fresh twin with the shared initial weights; ``recompute`` wraps the targets."""
+        """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
+        (wraps the targets, or calls the model's own switch). Under ``precision.autocast`` every
+        forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
+        (``nn.Module.compile``, parameter names unchanged)."""
         model = _instantiate_model(self.cfg, self.task, self.device, self.dtype)
         model.load_state_dict(self.state)
         if recompute:
             apply_recompute(model, self.cfg.recompute)
+        if self.autocast_dtype is not None:
+            model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
+        if self.cfg.compile.enabled:
+            model.compile(backend=str(self.cfg.compile.backend))
         return model.train()
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The ``torch.autocast`` dtype of every forward, or None (``precision.autocast: null``)."""
+        name = self.cfg.precision.autocast
+        return None if name is None else AUTOCAST[str(name)]
+
+    def tolerance(self) -> tuple[float | None, float | None]:
+        """``(rtol, atol)`` for parity: configured values, else (under autocast) torch.testing's
+        defaults for the autocast dtype, else None (each tensor's own dtype decides)."""
+        rtol, atol = self.cfg.parity.rtol, self.cfg.parity.atol
+        if self.autocast_dtype is not None:
+            default = tolerances(self.autocast_dtype)
+            return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
+        return rtol, atol
 
     def twins(self) -> tuple[nn.Module, nn.Module]:
         """``(plain, recompute)`` twins built from the same ``state_dict``."""
@@ -68,6 +97,15 @@ class Setup:
         """A task batch of ``batch_size`` examples drawn with ``seed``, on device."""
         generator = torch.Generator().manual_seed(seed)
         return batch_to(self.task.make_batch(generator, batch_size), self.device, self.dtype)
+
+
+def autocast_forward(forward, device_type: str, dtype: torch.dtype):
+    """``forward`` run under ``torch.autocast(device_type, dtype)`` (recomputation replays the
+    autocast state it recorded, torch.utils.checkpoint docs)."""
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return forward(*args, **kwargs)
+    return autocast_forward
 
 
 def resolve_device(name: str) -> torch.device:
@@ -125,6 +163,8 @@ def build_setup(cfg: DictConfig) -> Setup:
     validate(cfg)
     if cfg.dtype not in DTYPES:
         raise SetupError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
+    if cfg.precision.autocast is not None and str(cfg.precision.autocast) not in AUTOCAST:
+        raise SetupError(f"precision.autocast={cfg.precision.autocast!r} is not one of null, {', '.join(AUTOCAST)}")
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     try:
         task = instantiate(cfg.task)
@@ -139,7 +179,39 @@ def build_setup(cfg: DictConfig) -> Setup:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     setup = Setup(cfg, task, device, dtype, state, wrapped, batch=())
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    observe_twins(setup)
     return setup
+
+
+def observe_twins(setup: Setup) -> None:
+    """Which modules recompute in each twin, observed (:func:`reportgen.measure.observe_recompute`).
+
+    Sets ``setup.observed`` (recompute twin) and ``setup.baseline_recomputes`` (plain twin;
+    a baseline that already recomputes cannot be compared). With the model's own switch the
+    observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
+    to the checks, which turn the exception into rows.
+
+    Raises:
+        reportgen.recompute.RecomputeConfigError: the model's switch ran but nothing recomputes.
+    """
+    from .measure import observe_recompute
+
+    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    try:
+        plain = setup.build(False)
+        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed)
+        if getattr(plain, "is_gradient_checkpointing", False):
+            setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
+        twin = setup.build(True)
+        setup.observed = observe_recompute(twin, setup.batch, loss, seed)
+    except Exception:  # noqa: BLE001 - the checks report a twin that cannot run
+        return
+    if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
+        classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
+        setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
+        if not setup.wrapped:
+            raise RecomputeConfigError(f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of the "
+                                       "recompute twin runs its forward again in backward: the switch turned nothing on")
 
 
 @dataclass

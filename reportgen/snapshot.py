@@ -7,6 +7,7 @@ modules (counters, flags) and every random generator's state after backward.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from torch import nn
 
 from .config import STATE_PARITY, STEP_PARITY
 from .recompute import named_inner_modules, plain_name
-from .results import Role, Row
+from .results import INFO, Role, Row
 from .rows import NO_AA, tensor_row, value_row
 
 _SCALARS = (bool, int, float, str)
@@ -78,8 +79,12 @@ def _tensor_rows(check: str, prefix: str, role: str, plain: dict, recompute: dic
 
 
 def snapshot_rows(plain: Snapshot, recompute: Snapshot, aa: Snapshot | None, rtol: float | None,
-                  atol: float | None) -> list[Row]:
+                  atol: float | None, ignore: list[str] = ()) -> list[Row]:
     """Rows comparing two snapshots (and the A/A twin's, when given) item by item.
+
+    Module attributes whose ``<module path>.<attr>`` matches a glob in ``ignore``
+    (``state.ignore_attributes``) are not compared: each gets an INFO row that shows both
+    values and says it was ignored, so nothing is skipped silently.
 
     Returns:
         ``optimizer-step parity`` rows (each parameter, each optimizer-state tensor) and
@@ -93,6 +98,12 @@ def snapshot_rows(plain: Snapshot, recompute: Snapshot, aa: Snapshot | None, rto
     out += _tensor_rows(STATE_PARITY, "buffer ", Role.BUFFER, plain.buffers, recompute.buffers, pick(aa, "buffers"),
                         rtol, atol)
     for key in sorted(set(plain.attributes) | set(recompute.attributes)):
+        pattern = next((p for p in ignore if fnmatchcase(key.removeprefix("len(").removesuffix(")"), p)), None)
+        if pattern is not None:
+            out.append(Row(STATE_PARITY, f"attribute {key}", "recompute", "ignored", status=INFO, role=Role.IGNORED,
+                           detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
+                                  f"recompute={recompute.attributes.get(key)!r}"))
+            continue
         out.append(value_row(STATE_PARITY, f"attribute {key}", plain.attributes.get(key), recompute.attributes.get(key),
                              Role.ATTRIBUTE, aa=NO_AA if aa is None else aa.attributes.get(key)))
     for key in plain.rng:

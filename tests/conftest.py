@@ -1,6 +1,7 @@
 """Fixtures that compose the real config with small overrides (lightning-hydra-template style)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -150,13 +151,15 @@ def signed_run(out_dir: Path, key_path: Path | None, failing: bool = False, verd
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``gpu``-marked tests where torch sees no CUDA device."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs CUDA")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    """Skip ``gpu``-marked tests where torch sees no CUDA device and ``hf``-marked tests where
+    transformers (the ``hf`` extra) is not installed."""
+    missing = {"gpu": None if torch.cuda.is_available() else "needs CUDA",
+               "hf": None if importlib.util.find_spec("transformers") else 'needs the hf extra: pip install -e ".[hf]"'}
+    for marker, reason in missing.items():
+        if reason:
+            for item in items:
+                if marker in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
 
 
 # --------------------------------------------------------------------------- sweeps and comparisons

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_no_model_exits_2_with_usage_and_no_traceback(tmp_path):
     proc = reportgen(tmp_path)
     assert proc.returncode == 2
-    assert "+model=ffn" in proc.stdout and "ffn, gpt, mlp" in proc.stdout
+    assert "+model=ffn" in proc.stdout and "ffn, gpt, hf_gpt2, hf_llama, mlp" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -23,7 +23,7 @@ def test_unknown_model_exits_2_listing_models(tmp_path):
     proc = reportgen(tmp_path, "+model=nope")
     assert proc.returncode == 2
     out = proc.stdout + proc.stderr
-    assert "ffn, gpt, mlp" in out and "Traceback" not in out
+    assert "ffn, gpt, hf_gpt2, hf_llama, mlp" in out and "Traceback" not in out
 
 
 def test_targets_matching_nothing_exit_2_naming_classes(tmp_path):

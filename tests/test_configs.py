@@ -9,8 +9,8 @@ from reportgen.setup import build_setup
 from conftest import compose_config
 
 
-def test_builtin_models_are_the_three_documented():
-    assert builtin_models() == ["ffn", "gpt", "mlp"]
+def test_builtin_models_are_the_documented_ones():
+    assert builtin_models() == ["ffn", "gpt", "hf_gpt2", "hf_llama", "mlp"]
 
 
 @pytest.mark.parametrize("name", ["ffn", "mlp", "gpt"])

@@ -49,7 +49,7 @@ def final_params_row(setup, seed: int, plain: TrainResult, recompute: TrainResul
     """The trained twins themselves: every final parameter of the recompute twin against the
     plain twin's, at the parity tolerances (``allclose`` on the worst excess). The held-out
     metric can agree within its tolerance while the weights have drifted apart."""
-    rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
+    rtol, atol = setup.tolerance()
     rows = [tensor_row(TASK_METRICS, name, plain.final_params.get(name), recompute.final_params.get(name), rtol, atol)
             for name in sorted(set(plain.final_params) | set(recompute.final_params))]
     worst = max(rows, key=lambda r: r.extra["excess"] if r.extra["excess"] == r.extra["excess"] else math.inf)

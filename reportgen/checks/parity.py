@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 
 from ..config import GRADIENT_PARITY
-from ..results import INFO, Role, Row
+from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
 from ..setup import Setup, StepOutput, forward_backward
 from ..structure import describe, has_floating
@@ -47,12 +47,13 @@ def gradient_parity(setup: Setup) -> list[Row]:
         extra columns), the A/A control row, the plain-twin-finite row, and INFO rows for
         warnings torch raised.
     """
-    rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
+    rtol, atol = setup.tolerance()
     plain, aa, recompute, out, caught = _runs(setup, input_grad=False)
     out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO, role=Role.WARNING)
             for w in caught]
     if plain is None:  # the plain run raised: nothing to compare against
         return out
+    out.append(baseline_row(setup))
     out.append(nonfinite_row(GRADIENT_PARITY, {"loss": plain.loss, **{f"{n}.grad": g for n, g in plain.grads.items()}}))
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
@@ -69,6 +70,19 @@ def gradient_parity(setup: Setup) -> list[Row]:
         out.append(tensor_row(GRADIENT_PARITY, name, plain_g.input_grad.get(name), recompute_g.input_grad.get(name), rtol,
                               atol, Role.INPUT_GRAD, aa=aa_g.input_grad.get(name)))
     return out + [aa_row(GRADIENT_PARITY, out)]
+
+
+def baseline_row(setup: Setup) -> Row:
+    """The plain twin must not recompute anything (observed in its backward): ``== 0`` modules,
+    else INCONCLUSIVE (a factory that already turns recomputation on compares recompute with
+    recompute)."""
+    found = list(setup.baseline_recomputes)
+    detail = ("the plain twin recomputes nothing in backward" if not found else
+              f"the plain twin already recomputes ({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): the "
+              "baseline is not plain, so the claim cannot be judged. Build the model without recomputation")
+    return Row(GRADIENT_PARITY, "plain twin is plain", "plain", "recomputing_modules", float(len(found)), "0", "==",
+               detail=detail, role=Role.BASELINE, unit="modules", threshold_value=0.0, on_miss=INCONCLUSIVE,
+               extra={"modules": ", ".join(found)})
 
 
 def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:

@@ -45,7 +45,8 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
                                      lambda r=recompute: one_step(setup.build(r), setup, input_grad))
         if rows:
             return rows
-    out = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], setup.cfg.parity.rtol, setup.cfg.parity.atol)
+    out = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(),
+                        list(setup.cfg.state.ignore_attributes))
     return out + [aa_row(check, [r for r in out if r.check == check]) for check in (STEP_PARITY, STATE_PARITY)]
 
 

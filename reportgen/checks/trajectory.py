@@ -87,11 +87,12 @@ def trajectory_parity(setup: Setup) -> list[Row]:
                                        lambda r=recompute: trajectory(setup, r))
         if errors:
             return errors
-    rtol, atol = setup.cfg.parity.rtol, setup.cfg.parity.atol
+    rtol, atol = setup.tolerance()
     out: list[Row] = []
     first, first_items = 0, []
     for k, (p, a, r) in enumerate(zip(snaps["plain"], snaps["aa"], snaps["recompute"]), start=1):
-        rows = snapshot_rows(p, r, a, rtol, atol)
+        rows = [x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
+                if x.role != Role.IGNORED]
         out += step_rows(k, rows)
         if not first and not out[-2].status == "PASS":
             first, first_items = k, [x.item for x in rows if not x.extra.get("excess", 0.0) <= 0]
