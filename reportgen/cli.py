@@ -111,6 +111,14 @@ def one_line_console(log_path: Path | None) -> None:
 
 
 def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
+    """One Hydra job (:func:`_run_job`), its outcome (exit code, verdict, overrides, error) recorded
+    in ``out_dir/job.json`` for a sweep's summary (``reportgen.sweep``), whichever launcher ran it."""
+    from .sweep import recorded_job
+
+    return recorded_job(out_dir, lambda: _run_job(cfg, out_dir, multirun))
+
+
+def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     """One Hydra job: check the model and the settings, then run the pipeline.
 
     Args:
@@ -203,4 +211,7 @@ def exit_code(app: Callable[[], None]) -> int:
                   f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}.")
             return EXIT_USAGE
         raise
-    return max(_codes) if _codes else EXIT_HOLDS
+    from .sweep import sweep_exit_code
+
+    swept = sweep_exit_code()  # a multirun: the worst code in the jobs' job.json files
+    return swept if swept is not None else (max(_codes) if _codes else EXIT_HOLDS)

@@ -459,3 +459,50 @@ def decode_b64(text: str) -> bytes:
     if base64.b64encode(raw).decode() != text:
         raise ValueError("base64 is not in canonical form")
     return raw
+
+
+# --------------------------------------------------------------------------- documents over runs
+
+
+def sign_document(out_dir: Path, stem: str, subjects: Iterable[str], predicate: dict, predicate_type: str,
+                  key: SigningKey | None, reason: str) -> dict[str, Path]:
+    """Sign a document made from several runs (a sweep summary, a comparison) like a run.
+
+    The same layout as :func:`sign_run`, with ``stem`` for ``report``: ``<stem>.pdf`` (as
+    rendered) becomes ``<stem>.unsigned.pdf``; ``<stem>.dsse.json`` is a DSSE envelope around
+    an in-toto Statement v1 over ``subjects`` (typically the document's own files plus every
+    job's ``statement.dsse.json``); ``<stem>.pdf`` is the unsigned PDF plus the attached
+    envelope and a PAdES signature. Does nothing when ``key`` is ``None``.
+
+    Args:
+        out_dir: folder the document and its subjects live in.
+        stem: file-name stem, e.g. ``"summary"``.
+        subjects: POSIX paths relative to ``out_dir``; missing ones are skipped.
+        predicate: the statement's predicate (strict JSON: no NaN).
+        predicate_type: URI naming what the predicate means.
+        key: from :func:`load_signing_key`.
+        reason: the PDF signature's /Reason.
+
+    Returns:
+        ``{"statement": path, "pdf": path}`` of what was written (``pdf`` only with a PDF).
+
+    Raises:
+        FileExistsError: a signed output exists already (outputs never overwrite a run).
+    """
+    if key is None:
+        return {}
+    out_dir = Path(out_dir)
+    pdf, unsigned = out_dir / f"{stem}.pdf", out_dir / f"{stem}.unsigned.pdf"
+    if pdf.exists():
+        if unsigned.exists():
+            raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
+        os.replace(pdf, unsigned)
+    names = sorted({*subjects, *([unsigned.name] if unsigned.exists() else [])})
+    statement = {"_type": STATEMENT_TYPE, "predicateType": predicate_type, "predicate": predicate,
+                 "subject": [{"name": n, "digest": {"sha256": sha256_file(out_dir / n)}}
+                             for n in names if (out_dir / n).is_file()]}
+    envelope = sign_statement(statement, key)
+    paths = {"statement": atomic_write(out_dir / f"{stem}.dsse.json", envelope)}
+    if unsigned.exists():
+        paths["pdf"] = atomic_write(pdf, sign_pdf(unsigned.read_bytes(), envelope, key, reason))
+    return paths

@@ -205,14 +205,20 @@ class BudgetRuns:
         key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale))
         if key not in self._runs:
             variant = "recompute" if recompute else "plain"
-            log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed, budget.examples,
-                     batch_size)
-            self._runs[key] = train_to_budget(
-                setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size),
-                seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device,
-                dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
-                max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-                desc=f"{variant} seed {seed} batch {batch_size}")
+
+            def train() -> TrainResult:
+                log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed,
+                         budget.examples, batch_size)
+                return train_to_budget(
+                    setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size),
+                    seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer,
+                    device=setup.device, dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
+                    max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
+                    desc=f"{variant} seed {seed} batch {batch_size}")
+
+            from .cache import plain_run  # the plain twin's runs are shared across a sweep's jobs
+
+            self._runs[key] = train() if recompute else plain_run(setup, int(seed), int(batch_size), lr_scale, train)
         return self._runs[key]
 
 

@@ -227,3 +227,67 @@ def signing_key_pair(tmp_path_factory) -> tuple[Path, Path]:
     from reportgen.keys import generate_key
 
     return generate_key(tmp_path_factory.mktemp("keys") / "signing-key.pem")
+
+# --------------------------------------------------------------------------- sweeps and comparisons
+
+#: A tiny job (+model=ffn, slow checks cut to the bone): a few seconds each on 2 cores.
+TINY_JOB = list(SMALL_RUN)
+
+
+def reportgen_cli(cwd: Path, *args: str, module: str = "reportgen", env: dict | None = None):
+    """Run ``python -m MODULE ARGS`` in ``cwd`` with the clone on PYTHONPATH; the CompletedProcess."""
+    import subprocess
+    import sys
+
+    full_env = {**cli_env(), **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def job_cost_rows(plain_bytes: float = 1000.0, recompute_bytes: float = 250.0, ratio: float = 1.3,
+                  ci: tuple[float, float] = (1.2, 1.4), metric_diff: float = 0.0, parity: str = "PASS",
+                  metric: str = "accuracy") -> list:
+    """Result rows of one job whose headline costs are known, tagged with the roles that
+    ``reportgen.render.headline_costs`` reads: the saving (plain vs recompute saved-activation
+    bytes), the overhead ratio with its CI, the per-seed task-metric difference, and a
+    gradient-parity row that passes or fails as ``parity`` says (judged, like a real row)."""
+    share = (plain_bytes - recompute_bytes) / plain_bytes
+    return [
+        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0 if parity == "PASS" else 1.0, "1e-05", "<=",
+            threshold_value=1e-5, role=Role.LOSS),
+        Row(MEMORY, "saving", "recompute", "saving_share", share, ">= 0.05 of plain", ">=", threshold_value=0.05,
+            on_miss="WARN", role=Role.SAVING, unit="share",
+            extra={"saving_bytes": plain_bytes - recompute_bytes, "plain_bytes": plain_bytes,
+                   "recompute_bytes": recompute_bytes}),
+        Row(TIME, "overhead", "recompute", "overhead_ratio", ratio, "", "", "INFO", role=Role.OVERHEAD, unit="ratio",
+            extra={"ci_low": ci[0], "ci_high": ci[1]}),
+        Row("task metrics", "seed 0", "recompute", f"abs_diff_{metric}", metric_diff, "0.0001", "<=",
+            threshold_value=1e-4, role=Role.METRIC_DIFF),
+    ]
+
+
+def write_job(folder: Path, job: int, overrides: list[str], exit_code: int | None, rows: list | None,
+              error: str | None = None, required: tuple[str, ...] = ("gradient parity", "warm-step memory",
+                                                                      "warm-step time", "task metrics")) -> Path:
+    """A job folder as a finished multirun job leaves it: ``job.json`` (unless ``exit_code`` is
+    None: a killed job), ``results.json`` (unless ``rows`` is None), ``.hydra/`` with the
+    overrides and ``verdict.required``, and a stub report.html when there are results."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from reportgen.results import frame_to_json, to_frame
+    from reportgen.sweep import VERDICT_BY_CODE
+
+    folder.mkdir(parents=True)
+    (folder / ".hydra").mkdir()
+    OmegaConf.save(OmegaConf.create(list(overrides)), folder / ".hydra" / "overrides.yaml")
+    OmegaConf.save(OmegaConf.create({"verdict": {"required": list(required)}}), folder / ".hydra" / "config.yaml")
+    if rows is not None:
+        (folder / "results.json").write_text(frame_to_json(to_frame(rows)))
+        (folder / "report.html").write_text("<html></html>")
+    if exit_code is not None:
+        record = {"job": job, "job_id": str(job), "overrides": list(overrides), "exit_code": exit_code,
+                  "verdict": VERDICT_BY_CODE.get(exit_code, "CRASHED"), "error": error, "seconds": 1.0}
+        (folder / "job.json").write_text(json.dumps(record))
+    return folder

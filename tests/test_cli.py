@@ -65,6 +65,6 @@ def test_user_model_from_own_config_dir(tmp_path):
 def test_multirun_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path):
     proc = reportgen(tmp_path, "-m", "+model=ffn", "recompute.preserve_rng_state=true,false", *SMALL)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    jobs = sorted(p.name for p in (tmp_path / "multirun").glob("*/*/*") if p.is_dir())
+    jobs = sorted(p.name for p in (tmp_path / "multirun").glob("*/*/*") if p.is_dir() and not p.name.startswith("."))
     assert jobs == ["0", "1"]
     assert proc.stdout.count("claim HOLDS") == 1 and proc.stdout.count("claim FAILS") == 1
