@@ -46,6 +46,7 @@ class Setup:
         budget_runs: the run's cache of budget training runs (:class:`reportgen.train.BudgetRuns`).
         observed: modules seen recomputing in the recompute twin (None: not observed).
         baseline_recomputes: modules seen recomputing in the plain twin (must be empty).
+        compile_error: why ``torch.compile`` could not run the twins (None when it could or is off).
     """
 
     cfg: DictConfig
@@ -58,19 +59,20 @@ class Setup:
     budget_runs: BudgetRuns = field(default_factory=BudgetRuns)
     observed: list[str] | None = None
     baseline_recomputes: list[str] = field(default_factory=list)
+    compile_error: str | None = None
 
-    def build(self, recompute: bool) -> nn.Module:
+    def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
         (wraps the targets, or calls the model's own switch). Under ``precision.autocast`` every
         forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
-        (``nn.Module.compile``, parameter names unchanged)."""
+        (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``."""
         model = _instantiate_model(self.cfg, self.task, self.device, self.dtype)
         model.load_state_dict(self.state)
         if recompute:
             apply_recompute(model, self.cfg.recompute)
         if self.autocast_dtype is not None:
             model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
-        if self.cfg.compile.enabled:
+        if self.cfg.compile.enabled and compiled:
             model.compile(backend=str(self.cfg.compile.backend))
         return model.train()
 
@@ -187,6 +189,17 @@ def build_setup(cfg: DictConfig) -> Setup:
     return setup
 
 
+def _runs_eagerly(setup: Setup) -> bool:
+    """True when an uncompiled plain twin runs a forward and backward on the fixed batch."""
+    from .measure import observe_recompute
+
+    try:
+        observe_recompute(setup.build(False, compiled=False), setup.batch, setup.task.loss, setup.cfg.forward_seed)
+    except Exception:  # noqa: BLE001 - the model itself is broken; the checks say so
+        return False
+    return True
+
+
 def observe_twins(setup: Setup) -> None:
     """Which modules recompute in each twin, observed (:func:`reportgen.measure.observe_recompute`).
 
@@ -208,7 +221,9 @@ def observe_twins(setup: Setup) -> None:
             setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
         twin = setup.build(True)
         setup.observed = observe_recompute(twin, setup.batch, loss, seed)
-    except Exception:  # noqa: BLE001 - the checks report a twin that cannot run
+    except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
+        if setup.cfg.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
+            setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
         return
     if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
         classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}

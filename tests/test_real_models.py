@@ -110,3 +110,10 @@ def test_hugging_face_models_through_their_own_switch_hold(tmp_path, model):
     assert "use_reentrant=False" in html and "reportgen.hf.enable" in html
     assert set(frame[frame.role == Role.IGNORED].status) == {"INFO"}
     assert frame[frame.role == Role.BASELINE].value.item() == 0
+
+
+def test_a_compile_that_cannot_run_makes_every_check_not_run_with_the_reason(tmp_path):
+    code, frame = run_pipeline(tmp_path, "+model=ffn", "compile.enabled=true", "compile.backend=no_such_backend")
+    assert code == 1 and set(frame.status) == {"NOT_RUN"}
+    assert frame.detail.str.contains("torch.compile could not run the twins").all()
+    assert (tmp_path / "report.html").exists()
