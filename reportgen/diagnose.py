@@ -87,8 +87,7 @@ RULES: tuple[Rule, ...] = (
          "the forward writes Python state (a counter, a flag) that the recomputation writes again",
          "move the update out of forward (e.g. into a hook after the optimizer step), or leave the module out of "
          "recompute.targets"),
-    Rule("visible after a step", lambda rows, s: any(r.role == Role.FIRST_DIVERGENCE and r.value > 1 for r in rows)
-         or any(r.role == Role.TRAJECTORY and r.status in BAD and r.extra.get("step", 1) > 1 for r in rows),
+    Rule("visible after a step", lambda rows, s: any(r.role == Role.FIRST_DIVERGENCE and r.value > 1 for r in rows),
          "state read in the forward and updated after it (an observer, a running scale, a counter) is updated twice per "
          "step under recomputation: step 1 is equal, later steps diverge",
          "update such state outside the recomputed region (or once per step), or leave the module out of "
@@ -100,8 +99,13 @@ RULES: tuple[Rule, ...] = (
                                               r.status in BAD for r in rows),
          "the twins train apart over many steps although the checks on one batch agree: a small per-step difference "
          "(nondeterministic kernels, state updated in forward) accumulates",
-         "look at the trajectory check's first diverging step; run with device=cpu or deterministic algorithms"),
+         "look at the trajectory check's first diverging step and the state parity rows; on CUDA, try "
+         "torch.use_deterministic_algorithms(True)"),
 )
+
+
+#: Rules that name a symptom rather than a cause: a specific rule from another check wins.
+GENERIC = ("trained apart",)
 
 
 def likely(rows: list[Row], settings: dict[str, Any]) -> Rule | None:
@@ -130,7 +134,9 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
     for check, group in by_check.items():
         if not any(r.status in BAD for r in group) or all(r.status == NOT_RUN for r in group):
             continue
-        rule = likely(group, settings) or likely(rows, settings)
+        rule = likely(group, settings)
+        if rule is None or rule.name in GENERIC:  # a specific cause seen in another check explains this one
+            rule = next((r for r in [likely(rows, settings)] if r is not None and r.name not in GENERIC), rule)
         cause = rule.cause if rule else "no known pattern matches these rows"
         fix = rule.fix if rule else "read the failing rows below: they name each tensor and both values"
         out.append(Row(check, "why it fails", "recompute", "diagnosis", status=INFO, role=Role.DIAGNOSIS,

@@ -136,13 +136,24 @@ WHY_ORDER = [Role.EXCEPTION, Role.NONFINITE, Role.AA, Role.LOSS, Role.OUTPUT, Ro
              Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.PARAM, Role.OPTIMIZER_STATE, Role.TRAJECTORY]
 
 
+def _distinct(a: Any, b: Any) -> tuple[str, str]:
+    """Two numbers with just enough significant digits that different values read differently."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)) or a == b:
+        return (fmt_num(a) if isinstance(a, (int, float)) else str(a)), (fmt_num(b) if isinstance(b, (int, float)) else str(b))
+    for digits in range(3, 18):
+        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if left != right:
+            return left, right
+    return repr(a), repr(b)
+
+
 def _both(row: dict) -> tuple[str, str]:
-    """The plain and recompute values of a failing row, for people."""
+    """The plain and recompute values of a failing row, for people (enough digits to differ)."""
     for plain_key, rec_key, fmt in (("plain_value", "recompute_value", "{}"), ("plain_norm", "recompute_norm", "‖·‖ = {}")):
         plain, rec = row.get(plain_key), row.get(rec_key)
         if plain is not None or rec is not None:
-            show = lambda v: fmt.format(fmt_num(v) if isinstance(v, (int, float)) else v)  # noqa: E731
-            return show(plain), show(rec)
+            left, right = _distinct(plain, rec)
+            return fmt.format(left), fmt.format(right)
     return "—", "—"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -17,8 +18,9 @@ from .diagnose import diagnose
 from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
-from .results import INCONCLUSIVE, NOT_RUN, PASS, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from .results import INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from .rows import error_row
+from .rundir import forget_unstarted_run
 from .setup import Setup, SetupError, build_setup
 from .signing import SigningError, load_signing_key, sign_run, signature_label
 
@@ -47,6 +49,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         setup = build_setup(cfg)
     except (SigningError, SetupError, RecomputeConfigError) as exc:
         print(f"reportgen: cannot start: {exc}")
+        forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
     required = required_names(cfg.verdict.required)
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key)}
@@ -63,6 +66,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     sign_run(frame, meta, verdict, out_dir, key, required=required)
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
+    for check, detail in frame.loc[frame.status == WARN, ["check", "detail"]].drop_duplicates("check").values[:4]:
+        print(f"reportgen: WARN {check}: {detail[:160]}{'…' if len(detail) > 160 else ''}")
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
 
@@ -80,7 +85,9 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
-            rows += check.run(setup)
+            with warnings.catch_warnings():  # the console stays readable; gradient parity records torch's
+                warnings.simplefilter("ignore", UserWarning)  # warnings as rows (its own catch_warnings)
+                rows += check.run(setup)
         except KeyboardInterrupt:
             rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C) before this check finished")

@@ -218,3 +218,18 @@ def job_log_path(run_dir: Path | None = None) -> Path | None:
     files = [f for f in files if str(f) != os.devnull]
     inside = [f for f in files if run_dir is not None and f.is_relative_to(Path(run_dir).absolute())]
     return (inside or files or [None])[0]
+
+
+def forget_unstarted_run(folder: Path) -> None:
+    """After a run that could not start (exit 2 before anything was measured), remove the
+    ``.hydra/`` Hydra wrote into its folder, so the corrected command can use the same folder.
+
+    Only when nothing else marks a run there (no results, report or statement): a folder that
+    holds a measured or signed run is never touched.
+    """
+    folder = Path(folder)
+    others = [m for m in run_markers(folder) if m not in (".hydra", LOCK_NAME)]
+    if not others and (folder / ".hydra").is_dir():
+        import shutil
+
+        shutil.rmtree(folder / ".hydra", ignore_errors=True)

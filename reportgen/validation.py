@@ -40,7 +40,18 @@ BOUNDED = [
     ("timing.target_ci_half_width_pp", 0.0, False, True),
     ("timing.max_measure_seconds", 0.0, False, False),
     ("budget.max_steps_factor", 1.0, True, False),
+    ("budget.metric_rtol", 0.0, True, False),
+    ("memory.negligible_saving_share", 0.0, True, False),
+    ("parity.batch_size", 1, True, False),
+    ("parity.steps", 1, True, False),
+    ("budget.examples", 1, True, False),
+    ("budget.batch_size", 1, True, False),
+    ("timing.measured_steps", 1, True, False),
+    ("timing.warmup_steps", 0, True, False),
+    ("memory.warm_steps", 0, True, False),
 ]
+#: ``precision.autocast`` values (null = off).
+AUTOCASTS = (None, "bf16", "fp16")
 
 
 def _number_problem(name: str, value: Any, low: float, inclusive: bool, nullable: bool) -> str | None:
@@ -67,7 +78,7 @@ def config_problems(cfg: DictConfig) -> str:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
-                                              "device", "verdict.required"]
+                                              "device", "verdict.required", "budget.seeds", "precision.autocast"]
     values, problems = {}, []
     for name in names:
         try:
@@ -80,6 +91,13 @@ def config_problems(cfg: DictConfig) -> str:
              ("larger_batch.lr_scaling", LR_SCALINGS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
+    if "budget.seeds" in values and values["budget.seeds"] is not None and len(values["budget.seeds"]) == 0:
+        problems.append("budget.seeds=[] must list at least one seed, e.g. budget.seeds=[0]")
+    if values.get("precision.autocast") not in AUTOCASTS:
+        problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
+    if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
+            and share > 1:
+        problems.append(f"memory.negligible_saving_share={share} must be between 0 and 1")
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
