@@ -128,7 +128,16 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     plain_failed = bool(((frame.role == Role.EXCEPTION) & (frame["item"] == "plain")).any())
     sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required)}
+            "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required),
+            "cached": cached_runs(frame)}
+
+
+def cached_runs(frame: pd.DataFrame) -> list[dict]:
+    """Training runs loaded from the plain-twin cache (``reportgen.cache``): ``[{"item", "key"}]``."""
+    if "cache_key" not in frame.columns:
+        return []
+    hits = frame[(frame.role == Role.RUN) & frame.cache_key.notna()]
+    return [{"item": f"{r['check']}, {r['item']}", "key": r["cache_key"]} for r in hits.to_dict("records")]
 
 
 #: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.

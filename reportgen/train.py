@@ -55,6 +55,8 @@ class TrainResult:
         complete: False when the step cap stopped the run before the budget.
         final_params: ``{plain parameter name: tensor}`` after training (CPU copies), to
             compare the trained twins themselves, not only their metric.
+        cache_key: hex SHA-256 of the plain-twin cache entry this run was loaded from
+            (:mod:`reportgen.cache`), None when it was trained in this run.
     """
 
     metrics: dict[str, float]
@@ -68,6 +70,7 @@ class TrainResult:
     seconds: float = 0.0
     complete: bool = True
     final_params: dict[str, torch.Tensor] = field(default_factory=dict)
+    cache_key: str | None = None
 
 
 def step_seed(forward_seed: int, seed: int, draw: int) -> int:
@@ -242,9 +245,11 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
     common = {"seed": seed, "batch_size": result.batch_size}
     run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
            "skipped_steps": result.skipped_steps, "lr": result.lr}
+    cached = f"; from the plain-twin cache (key sha256:{result.cache_key})" if result.cache_key else ""
     rows = [Row(check, item, variant, metric, result.metrics[metric], "", "", status,
                 f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
-                f"lr {result.lr:g}", result.seconds, extra=dict(run), role=Role.RUN)]
+                f"lr {result.lr:g}{cached}", result.seconds,
+                extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})}, role=Role.RUN)]
     rows += [Row(check, item, variant, name, value, "", "", status, "held-out, same data as the task metric",
                  extra=dict(common), role=Role.HELD_OUT) for name, value in sorted(result.metrics.items()) if name != metric]
     skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "

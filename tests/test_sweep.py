@@ -291,3 +291,6 @@ def test_sweep_over_recompute_settings_trains_the_plain_twin_once(tmp_path):
     assert out.count("training plain twin") == 1  # job 0 trains it ...
     assert out.count("plain twin, seed 0, batch") == 3 and out.count("from cache") == 3  # ... jobs 1-3 load it
     assert len(list((tmp_path / "sweep" / ".reportgen-cache").glob("*.pt"))) == 1
+    pages = {job: (tmp_path / "sweep" / job / "report.html").read_text() for job in ("0", "1")}
+    assert "From the plain-twin cache" not in pages["0"]  # job 0 trained it
+    assert "From the plain-twin cache" in pages["1"] and "task metrics, seed 0 (key <code>sha256:" in pages["1"]
