@@ -76,7 +76,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     """Run every registered check; after each, rewrite ``results.partial.json`` so a run that
     stops early still leaves the frame of what it measured."""
     rows: list[Row] = []
-    if setup.compile_error is not None:  # nothing can be measured on twins torch.compile cannot run
+    if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
         return [Row(s.name, "compile", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                     detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                            f"({setup.compile_error}); run with compile.enabled=false")
