@@ -31,6 +31,8 @@ def to_svg(fig) -> str:
     Build figures with ``matplotlib.figure.Figure`` (no pyplot state, no GUI backend)."""
     import matplotlib
 
+    for ax in fig.axes:  # data layers (lines z=2, patches and collections z=1) as one image; axes, grid, text vector
+        ax.set_rasterization_zorder(2.4)
     buf = io.StringIO()
     # Text as <text> in the report's own font (WeasyPrint draws it like the page's text);
     # glyphs as paths cost WeasyPrint a path per character.
@@ -203,7 +205,7 @@ def memory_plots(rows: pd.DataFrame) -> list[Plot]:
         values = [float(per_module[(per_module.module == m) & (per_module.variant == variant)].value.sum())
                   for m in modules] + [float(totals.get(variant, float("nan")))]
         ypos = [k + (i - 0.5) * 0.4 for k in range(len(labels))]
-        ax.barh(ypos, values, height=0.4, color=color, label=variant)
+        ax.barh(ypos, values, height=0.4, color=color, label=variant, rasterized=True)
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("saved activations, MiB", fontsize=8)
