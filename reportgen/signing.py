@@ -435,11 +435,7 @@ def sign_run(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, key: 
     if key is None:
         return {}
     out_dir = Path(out_dir)
-    pdf, unsigned = out_dir / PDF_NAME, out_dir / UNSIGNED_PDF_NAME
-    if pdf.exists():
-        if unsigned.exists():
-            raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
-        os.replace(pdf, unsigned)
+    pdf, unsigned = set_aside_unsigned(out_dir / PDF_NAME, out_dir / UNSIGNED_PDF_NAME)
     statement = build_statement(out_dir, claim_predicate(frame, meta, verdict, required))
     envelope = sign_statement(statement, key)
     paths = {"statement": atomic_write(out_dir / ENVELOPE_NAME, envelope)}
@@ -447,6 +443,22 @@ def sign_run(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, key: 
         reason = f"reportgen activation-recomputation report; claim verdict {verdict}"
         paths["pdf"] = atomic_write(pdf, sign_pdf(unsigned.read_bytes(), envelope, key, reason))
     return paths
+
+
+def set_aside_unsigned(pdf: Path, unsigned: Path) -> tuple[Path, Path]:
+    """Rename the rendered ``pdf`` to ``unsigned`` (a statement subject) before signing.
+
+    Returns:
+        ``(pdf, unsigned)``, for the signed PDF to be written at ``pdf``.
+
+    Raises:
+        FileExistsError: ``unsigned`` exists already (outputs never overwrite a run).
+    """
+    if pdf.exists():
+        if unsigned.exists():
+            raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
+        os.replace(pdf, unsigned)
+    return pdf, unsigned
 
 
 def decode_b64(text: str) -> bytes:
@@ -492,11 +504,7 @@ def sign_document(out_dir: Path, stem: str, subjects: Iterable[str], predicate: 
     if key is None:
         return {}
     out_dir = Path(out_dir)
-    pdf, unsigned = out_dir / f"{stem}.pdf", out_dir / f"{stem}.unsigned.pdf"
-    if pdf.exists():
-        if unsigned.exists():
-            raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
-        os.replace(pdf, unsigned)
+    pdf, unsigned = set_aside_unsigned(out_dir / f"{stem}.pdf", out_dir / f"{stem}.unsigned.pdf")
     names = sorted({*subjects, *([unsigned.name] if unsigned.exists() else [])})
     statement = {"_type": STATEMENT_TYPE, "predicateType": predicate_type, "predicate": predicate,
                  "subject": [{"name": n, "digest": {"sha256": sha256_file(out_dir / n)}}
