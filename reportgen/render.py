@@ -163,6 +163,8 @@ def _both(row: dict) -> tuple[str, str]:
         if plain is not None or rec is not None:
             left, right = _distinct(plain, rec)
             return fmt.format(left), fmt.format(right)
+    if row.get("worst_item"):  # an aggregate row (a trajectory step): where it differs most
+        return "—", f"worst: {row['worst_item']}"
     return "—", "—"
 
 
