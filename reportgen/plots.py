@@ -68,12 +68,19 @@ def section_plots(plotter: Callable[[pd.DataFrame], list[Plot]] | None, rows: pd
 
 
 # --- task metrics and the larger-batch experiment ------------------------------------------
+def role_rows(rows: pd.DataFrame, role: str, *numeric: str) -> pd.DataFrame:
+    """The rows of one ``role`` (a copy), with ``value`` and each column in ``numeric`` as numbers
+    (NaN where missing: a frame read back from results.json may hold None)."""
+    picked = rows[rows.role == role].copy()
+    for col in ("value", *numeric):
+        if col in picked.columns:
+            picked[col] = pd.to_numeric(picked[col], errors="coerce")
+    return picked
+
+
 def _curves(rows: pd.DataFrame) -> pd.DataFrame:
     """Learning-curve rows (metric ``curve_<metric>``) with numeric ``accepted_examples``."""
-    curves = rows[rows.role == Role.CURVE].copy()
-    for col in ("value", "accepted_examples", "seed", "batch_size"):
-        curves[col] = pd.to_numeric(curves[col], errors="coerce")
-    return curves
+    return role_rows(rows, Role.CURVE, "accepted_examples", "seed", "batch_size")
 
 
 def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
@@ -134,10 +141,8 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
     from matplotlib.figure import Figure
 
     plots = []
-    probes = rows[rows.role == Role.PROBE].copy()
+    probes = role_rows(rows, Role.PROBE, "batch_size")
     if not probes.empty:
-        probes["batch_size"] = pd.to_numeric(probes.batch_size, errors="coerce")
-        probes["value"] = pd.to_numeric(probes.value, errors="coerce")
         fits = probes.fits.astype(bool)
         reference = float(probes.reference_bytes.iloc[0])
         found = rows[rows.role == Role.BATCH_FOUND]
@@ -224,11 +229,9 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
     """
     from matplotlib.figure import Figure
 
-    steps = rows[rows.role == Role.STEP].copy()
+    steps = role_rows(rows, Role.STEP, "step_index")
     if steps.empty:
         return []
-    steps["value"] = pd.to_numeric(steps.value, errors="coerce")
-    steps["step_index"] = pd.to_numeric(steps.step_index, errors="coerce")
     fig = Figure(figsize=(7.5, 2.6))
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
     data = [steps[steps.variant == v].sort_values("step_index") for v in ("plain", "recompute")]
@@ -258,11 +261,9 @@ def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
     """
     from matplotlib.figure import Figure
 
-    steps = rows[rows.role == Role.TRAJECTORY].copy()
+    steps = role_rows(rows, Role.TRAJECTORY, "step")
     if steps.empty:
         return []
-    steps["step"] = pd.to_numeric(steps.step, errors="coerce")
-    steps["value"] = pd.to_numeric(steps.value, errors="coerce")
     fig = Figure(figsize=(7.5, 2.3))
     ax = fig.subplots()
     floor = 1e-18  # zero differences drawn at the floor of the log axis
