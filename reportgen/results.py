@@ -104,7 +104,8 @@ class Row:
 
     def __post_init__(self) -> None:
         if self.comparator:
-            self.status = judge_record(self.record())
+            self.status = judge(self.value, self.comparator, self.threshold_value, self.on_miss,
+                                excess=self.extra.get("excess"), ci_high=self.extra.get("ci_high"))
 
     def record(self) -> dict[str, Any]:
         """The row as one flat record: fixed columns, then ``extra``'s keys."""
