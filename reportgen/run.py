@@ -33,7 +33,7 @@ VERDICT_EXIT = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
 
 class Interrupted(Exception):
-    """Ctrl-C during the checks, after the partial frame (with NOT_RUN rows) was written."""
+    """Ctrl-C (or SIGTERM) during the checks, after the partial frame (with NOT_RUN rows) was written."""
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -90,7 +90,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                 rows += check.run(setup)
         except KeyboardInterrupt:
             rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
-                         detail="the run was interrupted (Ctrl-C) before this check finished")
+                         detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
                      for later in REGISTRY[index:] for s in later.sections]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
             raise Interrupted from None
