@@ -28,9 +28,6 @@ INCONCLUSIVE = "INCONCLUSIVE"
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
 SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
-#: Statuses that state a fact rather than a comparison: a row with one of these and no
-#: comparator keeps it. PASS and FAIL always come from :func:`judge`.
-FACT_STATUSES = (ERROR, NOT_RUN, INFO, WARN, FLAGGED, INCONCLUSIVE)
 COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value", "comparator",
            "on_miss", "status", "detail", "seconds"]
 
