@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 from jinja2 import Environment
 
+from .checks import ROWS_TEMPLATE  # the generic rows table: every value through ``num`` (— for None)
+
 log = logging.getLogger("reportgen")
 
-#: The generic rows table; it formats every value through the ``num`` filter (``—`` for None).
-GENERIC_SECTION = "sections/rows.html.j2"
 
 
 def _finite(value: Any) -> bool:
@@ -37,14 +37,14 @@ def guard_sections(env: Environment, sections: list[dict]) -> list[dict]:
         ``sections``.
     """
     for section in sections:
-        if section["template"] == GENERIC_SECTION:
+        if section["template"] == ROWS_TEMPLATE:
             continue
         try:
             env.get_template(section["template"]).render(section=section, medium="pdf")
         except Exception as exc:  # noqa: BLE001 - any template failure falls back to the table
             log.warning("section %s: its layout failed on these rows (%s: %s); showing the rows table",
                         section["check"], type(exc).__name__, exc)
-            section["template"] = GENERIC_SECTION
+            section["template"] = ROWS_TEMPLATE
             section["intro"] = (f"{section['intro']} This run left values empty that the usual layout of this "
                                 "section needs, so its rows are listed as they are (all in results.csv).").strip()
     return sections
