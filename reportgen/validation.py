@@ -15,13 +15,12 @@ from typing import Any
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from .checks import flagged_names, sections
 from .config import LARGER_BATCH
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
     experiments (reportgen/checks/__init__.py)."""
-    from .checks import flagged_names, sections
-
     return tuple(s.name for s in sections() if s.name not in flagged_names())
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")

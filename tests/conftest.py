@@ -48,9 +48,9 @@ def compose_config(*overrides: str, user_conf: bool = False):
 
 def small_setup(*overrides: str, user_conf: bool = False):
     """A :class:`reportgen.setup.Setup` from the real config with :data:`SMALL` budgets."""
-    from reportgen.setup import build_setup
+    from reportgen.run import prepare
 
-    return build_setup(compose_config(*SMALL, *overrides, user_conf=user_conf))
+    return prepare(compose_config(*SMALL, *overrides, user_conf=user_conf))
 
 
 @pytest.fixture

@@ -225,11 +225,11 @@ def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
 
 
 def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_path, monkeypatch, caplog):
-    from reportgen.setup import build_setup
+    from reportgen.run import prepare
     from reportgen.train import BudgetRuns
 
     monkeypatch.setenv("REPORTGEN_CACHE_DIR", str(tmp_path / "cache"))
-    setup = build_setup(compose_cfg("+model=ffn", "budget.examples=32", "report.sign=false"))
+    setup = prepare(compose_cfg("+model=ffn", "budget.examples=32", "report.sign=false"))
     caplog.set_level("INFO", logger="reportgen")
     first = BudgetRuns().get(setup, False, 0, 8)
     assert "from cache" not in caplog.text and first.cache_key is None
