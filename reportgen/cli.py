@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 from omegaconf import DictConfig
 
 from .errors import EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, usage  # noqa: F401
+from .files import OutputWriteError
 from .paths import builtin_models
 from .rundir import StartRefused, job_log_path
 
@@ -153,6 +154,11 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
             code = EXIT_SIGINT
+        except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug
+            kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
+            print(f"reportgen: cannot finish: {exc}."
+                  + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else ""), flush=True)
+            return EXIT_USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
             _log_to_file(exc)
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]

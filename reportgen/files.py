@@ -33,7 +33,9 @@ _WRITE_FIXES = {
 def write_failure(path: Path, exc: OSError) -> OutputWriteError:
     """The :class:`OutputWriteError` naming ``path``, the system's reason and the fix."""
     fix = _WRITE_FIXES.get(exc.errno or 0, "check that the folder exists and is writable")
-    return OutputWriteError(exc.errno or 0, f"could not write {path}: {exc.strerror or exc} ({fix})")
+    error = OutputWriteError(f"could not write {path}: {exc.strerror or exc} ({fix})")
+    error.errno = exc.errno
+    return error
 
 
 def current_umask() -> int:

@@ -19,6 +19,7 @@ is the one ``run_job`` then uses. :class:`RunFolderGuard` is registered in
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import logging
 import os
@@ -29,7 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from .errors import EXIT_USAGE, usage
-from .files import current_umask, output_file_mode  # noqa: F401 - re-exported for the run folder's callers
+from .files import current_umask, output_file_mode, write_failure  # noqa: F401 - re-exported for the run folder's callers
 from .validation import config_problems
 
 #: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
@@ -101,10 +102,12 @@ class FolderLock:
         try:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             if self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
+            if exc.errno != errno.EEXIST and not isinstance(exc, BlockingIOError):  # not another run: the folder
+                raise StartRefused(f"{write_failure(self.path, exc)}. Nothing was written.") from None
             raise StartRefused(another_run_is_writing(self.folder)) from None
         os.write(self.fd, f"{os.getpid()}\n".encode())
         atexit.register(self.release)

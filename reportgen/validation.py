@@ -16,7 +16,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from .checks import flagged_names, sections
-from .config import LARGER_BATCH
+from .config import GRADIENT_PARITY, LARGER_BATCH, STATE_PARITY, STEP_PARITY
+
+#: A claim must require at least one of these (DESIGN.md: no empty claims).
+PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
@@ -110,6 +113,10 @@ def config_problems(cfg: DictConfig) -> str:
     if unknown:
         problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
                         f"(the checks: {', '.join(names)})")
+    if values.get("verdict.required") is not None and not set(required) & set(PARITY_CHECKS):
+        problems.append(f"verdict.required={list(required)} names no parity check, so the claim would hold whatever "
+                        f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
+                        "leave verdict.required=null for the default")
     if not problems:
         return ""
     return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
