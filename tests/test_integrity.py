@@ -64,7 +64,7 @@ def test_bad_values_are_refused_naming_setting_and_rule(override, expected):
 def test_shipped_configs_and_good_edge_values_pass(model):
     assert config_problems(compose_config(f"+model={model}")) == ""
     assert config_problems(compose_config(f"+model={model}", "parity.rtol=0", "parity.atol=0", "device=cuda:1",
-                                          "timing.max_overhead_ratio=1.5", "verdict.required=[selective policy]",
+                                          "timing.max_overhead_ratio=1.5", "verdict.required=[gradient parity, selective policy]",
                                           "dtype=bfloat16", "larger_batch.lr_scaling=sqrt")) == ""
 
 
