@@ -204,8 +204,11 @@ def load(folder: Path, key: str) -> tuple[dict, dict] | None:
     if entry.get("key") != key or canonical_sha256(entry.get("material")) != key:
         raise Rejected(f"it was stored for other inputs (key sha256:{str(entry.get('key'))[:16]}…), "
                        "not for this run's")
-    stale = [path for path, digest in (entry.get("sources_loaded") or {}).items()
-             if digest_files([path])[path] != digest]
+    loaded = entry.get("sources_loaded") or {}
+    if not isinstance(loaded, dict):
+        raise Rejected("its list of loaded sources is not a {path: digest} map")
+    stale = [path for path, digest in loaded.items()
+             if not Path(path).is_file() or digest_files([path])[path] != digest]  # never a device or FIFO
     if stale:
         log.info("cache entry %s is stale (%s changed since it was trained); training instead", key, stale[0])
         return None
@@ -226,9 +229,24 @@ def load(folder: Path, key: str) -> tuple[dict, dict] | None:
                                                 for k, v in tensors.items()):
         raise Rejected("its tensor file does not hold a {name: tensor} dict")
     record = entry.get("record")
-    if not isinstance(record, dict) or set(record) != set(RECORD_FIELDS):
+    if not _valid_record(record):
         raise Rejected("its record does not hold the fields of a training run")
     return record, tensors
+
+
+def _valid_record(record: Any) -> bool:
+    """True when ``record`` has exactly :data:`RECORD_FIELDS` with the types a training run writes."""
+    if not isinstance(record, dict) or set(record) != set(RECORD_FIELDS):
+        return False
+    number = (int, float)
+    counts = ("accepted_examples", "steps", "skipped_steps", "skipped_examples", "batch_size")
+    return (isinstance(record["metrics"], dict) and all(isinstance(k, str) and isinstance(v, number)
+                                                        for k, v in record["metrics"].items())
+            and all(isinstance(record[k], int) and not isinstance(record[k], bool) for k in counts)
+            and isinstance(record["lr"], number) and isinstance(record["seconds"], number)
+            and isinstance(record["complete"], bool) and isinstance(record["curve"], list)
+            and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, number) for x in p)
+                    for p in record["curve"]))
 
 
 def _atomic_write(path: Path, write) -> None:

@@ -249,7 +249,12 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
     folder = cache.cache_dir(setup.cfg)
     if folder is None:
         return train()
-    key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
+    try:
+        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
+    except Exception:  # noqa: BLE001 - no key, no reuse: the run is trained as without a cache
+        log.warning("plain twin, seed %d, batch %d: no cache key could be computed; training without the cache",
+                    seed, batch_size, exc_info=True)
+        return train()
     rejected = None
     try:
         entry = cache.load(folder, key)
