@@ -21,10 +21,13 @@ On load the digest, the key material, the tensor file's digest and the tensors t
 checked; any failure is a :class:`Rejected` entry that the caller reports as a WARN row and
 replaces by a fresh training run, never a hit.
 
-The digest catches edited bytes, truncated files and entries moved between keys (the recompute
-twin's run stored under the plain twin's key). It is a plain SHA-256, not a keyed MAC: someone
-who can write the cache folder and recompute the digest can still forge an entry, so keep the
-folder writable only by you (see README, "The plain twin is trained once per sweep").
+The digest is an HMAC-SHA256 keyed with the user's cache secret (:func:`cache_secret`: 32
+random bytes in ``~/.config/reportgen/cache-secret``, mode 0600, made on first use; or the file
+``$REPORTGEN_CACHE_SECRET`` names). It catches edited bytes, truncated files, entries moved
+between keys (the recompute twin's run stored under the plain twin's key), and entries written
+by anyone who does not hold the secret, such as another user of a shared sweep folder: they are
+rejected, never used. Jobs that share a cache must share the secret (the same home folder, or
+``$REPORTGEN_CACHE_SECRET``).
 
 Where: nowhere when ``cache.enabled=false`` or ``$REPORTGEN_CACHE_DIR=off``; else
 ``$REPORTGEN_CACHE_DIR`` when set, else, in a Hydra multirun, ``<hydra.sweep.dir>/.reportgen-cache``;
@@ -33,12 +36,14 @@ a single run without the variable caches nothing.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib
 import importlib.metadata
 import json
 import logging
 import os
 import platform
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,10 @@ from .sources import canonical_sha256, digest_files, file_sha256, reportgen_sour
 log = logging.getLogger("reportgen")
 
 ENV = "REPORTGEN_CACHE_DIR"
+#: Names the file holding the cache secret (default ``~/.config/reportgen/cache-secret``).
+SECRET_ENV = "REPORTGEN_CACHE_SECRET"
+#: Bytes of a new cache secret; a shorter file is refused.
+SECRET_BYTES = 32
 #: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
 FORMAT = 2
 #: Config groups left out of the key: read only for the recompute twin or for the output.
@@ -173,16 +182,52 @@ def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_s
     return canonical_sha256(material), material
 
 
-def entry_digest(entry: dict) -> str:
-    """Hex SHA-256 of an entry's canonical JSON without its ``digest`` field (what ``digest`` holds)."""
-    return canonical_sha256({k: v for k, v in entry.items() if k != "digest"})
+def secret_path() -> Path:
+    """Where the cache secret is: ``$REPORTGEN_CACHE_SECRET``, else ``~/.config/reportgen/cache-secret``."""
+    configured = os.environ.get(SECRET_ENV, "").strip()
+    return Path(configured or "~/.config/reportgen/cache-secret").expanduser()
 
 
-def load(folder: Path, key: str) -> tuple[dict, dict] | None:
+def cache_secret() -> bytes:
+    """The key of every entry's HMAC: the bytes of :func:`secret_path`, made on first use
+    (:data:`SECRET_BYTES` random bytes, mode 0600; two jobs making it at once agree on one).
+
+    Raises:
+        OSError: the file cannot be read or made, or holds fewer than 16 bytes.
+    """
+    path = secret_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(SECRET_BYTES))
+            os.link(tmp, path)  # atomic: fails when another job made it first
+        except FileExistsError:
+            pass
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    data = path.read_bytes()
+    if len(data) < 16:
+        raise OSError(f"the cache secret {path} holds {len(data)} bytes (at least 16 needed); delete it and a new "
+                      "one is made")
+    return data
+
+
+def entry_digest(entry: dict, secret: bytes) -> str:
+    """Hex HMAC-SHA256, keyed with ``secret``, of an entry's canonical JSON without its ``digest``
+    field (what ``digest`` holds)."""
+    text = json.dumps({k: v for k, v in entry.items() if k != "digest"}, sort_keys=True, separators=(",", ":"),
+                      default=str)
+    return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
+
+
+def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
     """The entry under ``key``: ``(record, tensors)``, or None when there is none or it is stale.
 
     ``record`` holds :data:`RECORD_FIELDS`; ``tensors`` is ``{name: torch.Tensor}``. A stale
     entry (a user source loaded during that training run has changed since) is a miss.
+    ``secret`` is :func:`cache_secret`.
 
     Raises:
         Rejected: an entry exists but fails a check (its digest, its key material, its tensor
@@ -199,8 +244,9 @@ def load(folder: Path, key: str) -> tuple[dict, dict] | None:
         raise Rejected(f"its JSON is unreadable ({type(exc).__name__})") from None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or not isinstance(entry.get("digest"), str):
         raise Rejected(f"it is not a format-{FORMAT} entry")
-    if entry_digest(entry) != entry["digest"]:
-        raise Rejected("digest mismatch: the entry was edited after it was written")
+    if not hmac.compare_digest(entry_digest(entry, secret), entry["digest"]):
+        raise Rejected("digest mismatch: the entry was edited after it was written, or written by someone "
+                       "without your cache secret")
     if entry.get("key") != key or canonical_sha256(entry.get("material")) != key:
         raise Rejected(f"it was stored for other inputs (key sha256:{str(entry.get('key'))[:16]}…), "
                        "not for this run's")
@@ -261,7 +307,8 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, modules: dict | None = None) -> None:
+def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, secret: bytes,
+          modules: dict | None = None) -> None:
     """Write an entry under ``key`` (tensor file first, then the JSON that names it; each atomic,
     so two jobs storing the same key at once leave one whole entry).
 
@@ -270,6 +317,7 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, m
         key, material: from :func:`plain_run_key`.
         record: the run's numbers, :data:`RECORD_FIELDS` (JSON-able; NaN allowed).
         tensors: ``{name: torch.Tensor}`` (CPU).
+        secret: :func:`cache_secret`, the key of the entry's HMAC.
         modules: module table whose user sources are recorded as loaded by the end of
             training (default ``sys.modules``).
 
@@ -291,5 +339,5 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, m
              "record": json.loads(json.dumps({k: record[k] for k in RECORD_FIELDS})),
              "tensors": {"file": tensor_name, "sha256": file_sha256(folder / tensor_name)},
              "sources_loaded": user_source_digests(modules)}
-    entry["digest"] = entry_digest(entry)
+    entry["digest"] = entry_digest(entry, secret)
     _atomic_write(folder / f"{key}.json", lambda handle: handle.write(json.dumps(entry, sort_keys=True).encode()))

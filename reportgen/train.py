@@ -251,13 +251,14 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
         return train()
     try:
         key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
-    except Exception:  # noqa: BLE001 - no key, no reuse: the run is trained as without a cache
-        log.warning("plain twin, seed %d, batch %d: no cache key could be computed; training without the cache",
-                    seed, batch_size, exc_info=True)
+        secret = cache.cache_secret()
+    except Exception:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
+        log.warning("plain twin, seed %d, batch %d: no cache key or cache secret (%s); training without the cache",
+                    seed, batch_size, cache.secret_path(), exc_info=True)
         return train()
     rejected = None
     try:
-        entry = cache.load(folder, key)
+        entry = cache.load(folder, key, secret)
     except cache.Rejected as exc:
         log.warning("plain twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
                     seed, batch_size, key, folder, exc)
@@ -274,7 +275,7 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
     if result.complete:
         record = {name: getattr(result, name) for name in cache.RECORD_FIELDS}
         try:
-            cache.store(folder, key, material, record, result.final_params)
+            cache.store(folder, key, material, record, result.final_params, secret)
         except OSError as exc:
             log.warning("could not write the plain-twin cache entry into %s: %s", folder, exc)
     return result

@@ -108,8 +108,8 @@ def test_a_compile_change_is_a_miss(cache_folder):
     for override in ("compile.enabled=true", "compile.backend=aot_eager"):
         cfg = compose_config("+model=ffn", override)
         key = cache.plain_run_key(cfg, setup.device, setup.dtype, 0, 8, 1.0)[0]
-        assert cache.load(cache_folder, key) is None, override
-    assert cache.load(cache_folder, key_of(setup.cfg)) is not None
+        assert cache.load(cache_folder, key, cache.cache_secret()) is None, override
+    assert cache.load(cache_folder, key_of(setup.cfg), cache.cache_secret()) is not None
 
 
 def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkeypatch, forget_modules):
@@ -235,7 +235,8 @@ class _RunsCode:
 
 def test_a_pickled_entry_whose_unpickling_runs_code_is_never_unpickled(cache_folder, tmp_path):
     """The attack: a .pt entry whose unpickling ran code inside the process that signed the report.
-    Even with every digest redone by the attacker, weights_only loading refuses it: WARN, fresh run."""
+    Even with every digest redone by someone holding the cache secret, weights_only loading
+    refuses it: WARN, fresh run."""
     setup = small_setup("+model=ffn")
     first = plain_run(setup)
     marker = tmp_path / "the-entry-ran-code"
@@ -245,7 +246,7 @@ def test_a_pickled_entry_whose_unpickling_runs_code_is_never_unpickled(cache_fol
     torch.save({"0.net.0.weight": _RunsCode(marker)}, buffer)
     hostile.write_bytes(buffer.getvalue())
     entry["tensors"]["sha256"] = cache.file_sha256(hostile)
-    entry["digest"] = cache.entry_digest(entry)  # the attacker can redo a plain SHA-256
+    entry["digest"] = cache.entry_digest(entry, cache.cache_secret())  # an insider: every digest redone
     meta.write_text(json.dumps(entry))
 
     result = plain_run(small_setup("+model=ffn"))
@@ -259,6 +260,19 @@ def test_a_pickled_entry_whose_unpickling_runs_code_is_never_unpickled(cache_fol
     assert not marker.exists() and "format-2" in result.cache_rejected[1]
     pickle.loads(pickle.dumps(_RunsCode(marker)))  # control: the payload is real; unpickled, it runs
     assert marker.exists()
+
+
+def test_an_entry_written_without_your_cache_secret_is_a_warn(cache_folder, tmp_path, monkeypatch):
+    """Another user of a shared sweep folder (or an attacker who redoes a plain SHA-256) cannot
+    make an entry this user's runs trust: the digest is an HMAC keyed with the user's secret."""
+    first = plain_run(small_setup("+model=ffn"))
+    monkeypatch.setenv(cache.SECRET_ENV, str(tmp_path / "someone-else" / "cache-secret"))
+    result = plain_run(small_setup("+model=ffn"))
+    assert result.cache_key is None and "without your cache secret" in result.cache_rejected[1]
+    assert result.metrics == first.metrics
+    secret = tmp_path / "someone-else" / "cache-secret"
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == cache.SECRET_BYTES
+    assert plain_run(small_setup("+model=ffn")).cache_key is not None  # the entry was rewritten under this secret
 
 
 def test_cache_enabled_false_neither_reads_nor_writes(cache_folder):
