@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from . import cache
 from .recompute import plain_name
-from .results import INFO, WARN, Role, Row
+from .results import FLAGGED, INFO, WARN, Role, Row
 from .rng import seed_all, seeded
 from .structure import batch_size_of, call_model
 from .tasks import batch_to
@@ -296,7 +296,9 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
         status: status of every row (INFO here; FLAGGED in the larger-batch experiment).
 
     Returns:
-        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns.
+        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns. A plain
+        run trained because its cache entry was rejected adds a ``cache_entry_rejected`` row
+        (``Role.CACHE``; WARN, or FLAGGED inside the flagged experiment).
     """
     common = {"seed": seed, "batch_size": result.batch_size}
     run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
@@ -308,7 +310,8 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
                 extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})}, role=Role.RUN)]
     if result.cache_rejected:
         rejected_key, why = result.cache_rejected
-        rows.append(Row(check, item, variant, "cache_entry_rejected", math.nan, "", "", WARN,
+        rows.append(Row(check, item, variant, "cache_entry_rejected", math.nan, "", "",
+                        FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
                         f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
                         f"{why}; the plain twin was trained afresh in this run and the entry replaced",
                         extra={**common, "cache_key": rejected_key, "cache_problem": why}, role=Role.CACHE))

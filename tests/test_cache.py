@@ -295,3 +295,39 @@ def test_duplicate_seeds_are_refused_before_any_model_work(setting, tmp_path, ca
     out = capsys.readouterr().out
     assert out.startswith("reportgen: cannot start:") and out.count("repeats seed") == 1
     assert not any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- end to end: signed and verified
+def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_still_verifies(
+        cache_folder, tmp_path, monkeypatch, signing_key_pair):
+    """Task metrics and the flagged larger-batch experiment reuse one plain run; its poisoned entry
+    is rejected in both (WARN, and FLAGGED inside the experiment), the exit code is the honest
+    one, page 1 says so, and reportgen.verify accepts every row's status."""
+    from conftest import run_pipeline
+    from reportgen import run as pipeline
+    from reportgen.checks import REGISTRY
+    from reportgen.config import LARGER_BATCH, TASK_METRICS
+    from reportgen.keys import load_public_key
+    from reportgen.results import FLAGGED
+    from reportgen.verify import FAIL as VERIFY_FAIL, verify
+
+    monkeypatch.setattr(pipeline, "REGISTRY", [c for c in REGISTRY if c.name in (TASK_METRICS, LARGER_BATCH)])
+    private, public = signing_key_pair
+    overrides = ("+model=dropout_rng", "recompute.preserve_rng_state=false", "larger_batch.enabled=true",
+                 "larger_batch.max_batch_size=16", "report.sign=true", f"report.key_path={private}")
+    for name in ("honest", "poisoned"):
+        (tmp_path / name).mkdir()
+    honest_code, _ = run_pipeline(tmp_path / "honest", *overrides, user_conf=True)
+    meta, entry = _entry(cache_folder)
+    entry["record"]["metrics"] = {k: 0.0 for k in entry["record"]["metrics"]}
+    meta.write_text(json.dumps(entry))
+    code, frame = run_pipeline(tmp_path / "poisoned", *overrides, user_conf=True)
+    assert code == honest_code == 1
+    rejected = frame[frame.role == Role.CACHE]
+    assert set(rejected.check) == {TASK_METRICS, LARGER_BATCH}
+    assert set(rejected[rejected.check == TASK_METRICS].status) == {WARN}
+    assert set(rejected[rejected.check == LARGER_BATCH].status) == {FLAGGED}
+    html = (tmp_path / "poisoned" / "report.html").read_text()
+    assert "Cache entries rejected" in html and "digest mismatch" in html
+    checks = verify(tmp_path / "poisoned", load_public_key(public))
+    assert not [c.line for c in checks if c.status == VERIFY_FAIL]
