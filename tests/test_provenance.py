@@ -88,4 +88,4 @@ def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(use
     assert repo["dirty"] is True and repo["files"] == 1
     assert len(predicate["environment"]["reportgen_sources_sha256"]) == 64
     html = render_html(tiny_frame(), meta, "PASS", REQUIRED)
-    assert "DIRTY" in html and str(module) in html and "Rerun with" in html
+    assert "DIRTY" in html and str(module) in html and "Rerun with" in html and "reportgen's repository" in html
