@@ -128,15 +128,17 @@ def _import_targets(node: Any) -> None:
 
 
 def device_kind(device: Any) -> str:
-    """What the device is, beyond its index: the GPU's name and compute capability on CUDA,
-    the machine architecture otherwise (e.g. ``"NVIDIA H200 (sm 9.0)"``, ``"cpu x86_64"``)."""
+    """What the device is, beyond its index: the GPU's name and compute capability on CUDA; the
+    machine architecture and the vector instructions torch's CPU kernels dispatch to otherwise
+    (they round differently), e.g. ``"NVIDIA H200 (sm 9.0)"``, ``"cpu x86_64 AVX2"``."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(device)
         return f"{torch.cuda.get_device_name(device)} (sm {major}.{minor})"
-    return f"{device.type} {platform.machine()}"
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "")()
+    return f"{device.type} {platform.machine()} {capability}".strip()
 
 
 def _version(distribution: str) -> str | None:
@@ -263,11 +265,13 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
     if tensor_file.parent != Path(folder) or not tensor_file.is_file():
         raise Rejected("its tensor file is missing")
     try:
-        if file_sha256(tensor_file) != tensors_info.get("sha256"):
-            raise Rejected("digest mismatch: its tensor file was edited after it was written")
+        tensor_digest = file_sha256(tensor_file)
+    except OSError as exc:
+        raise Rejected(f"its tensor file is unreadable ({type(exc).__name__})") from None
+    if tensor_digest != tensors_info.get("sha256"):
+        raise Rejected("digest mismatch: its tensor file was edited after it was written")
+    try:
         tensors = torch.load(tensor_file, map_location="cpu", weights_only=True)
-    except Rejected:
-        raise
     except Exception as exc:  # noqa: BLE001 - torch.load's refusals vary by version
         raise Rejected(f"its tensor file was refused by torch.load(weights_only=True) ({type(exc).__name__}): "
                        "it holds something other than tensors, and was not unpickled") from None

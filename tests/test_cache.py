@@ -157,6 +157,17 @@ def test_an_edit_of_a_library_imported_from_another_folder_is_a_miss(tmp_path, c
     assert tanh.cache_key is None and tanh.metrics != gelu.metrics
 
 
+@pytest.mark.gpu
+def test_on_cuda_the_key_names_the_gpu_a_second_job_reuses_the_run_and_autocast_is_a_miss(cache_folder):
+    setup = small_setup("+model=ffn", "device=cuda")
+    first = plain_run(setup)
+    second = plain_run(small_setup("+model=ffn", "device=cuda"))
+    assert first.cache_key is None and second.cache_key is not None and second.metrics == first.metrics
+    kind = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, 0, 8, 1.0)[1]["device"]["kind"]
+    assert torch.cuda.get_device_name(setup.device) in kind
+    assert plain_run(small_setup("+model=ffn", "device=cuda", "precision.autocast=bf16")).cache_key is None
+
+
 # --------------------------------------------------------------------------- entries are checked on load
 def _entry(folder: Path) -> tuple[Path, dict]:
     (meta,) = folder.glob("*.json")
