@@ -252,9 +252,10 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
     try:
         key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
         secret = cache.cache_secret()
-    except Exception:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
-        log.warning("plain twin, seed %d, batch %d: no cache key or cache secret (%s); training without the cache",
-                    seed, batch_size, cache.secret_path(), exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
+        log.warning("plain twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
+                    "(%s: %s; the secret is %s, see README)", seed, batch_size, type(exc).__name__, exc,
+                    cache.secret_path())
         return train()
     rejected = None
     try:
