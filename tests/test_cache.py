@@ -286,6 +286,14 @@ def test_an_entry_written_without_your_cache_secret_is_a_warn(cache_folder, tmp_
     assert plain_run(small_setup("+model=ffn")).cache_key is not None  # the entry was rewritten under this secret
 
 
+def test_no_cache_secret_means_no_cache_not_a_failed_run(cache_folder, tmp_path, monkeypatch, caplog):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(cache.SECRET_ENV, str(tmp_path / "a-file" / "cache-secret"))  # cannot be made
+    result = plain_run(small_setup("+model=ffn"))
+    assert result.cache_key is None and result.cache_rejected is None and result.complete
+    assert not cache_folder.exists() and "training without the cache" in caplog.text
+
+
 def test_cache_enabled_false_neither_reads_nor_writes(cache_folder):
     setup = small_setup("+model=ffn", "cache.enabled=false")
     assert plain_run(setup).cache_key is None and plain_run(setup).cache_key is None
