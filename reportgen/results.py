@@ -51,6 +51,7 @@ class Role:
     REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
     AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
     FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
+    CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
 
 
 @dataclass

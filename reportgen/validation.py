@@ -80,7 +80,8 @@ def config_problems(cfg: DictConfig) -> str:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
-                                              "device", "verdict.required", "budget.seeds", "precision.autocast"]
+                                              "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
+                                              "precision.autocast"]
     values, problems = {}, []
     for name in names:
         try:
@@ -93,8 +94,7 @@ def config_problems(cfg: DictConfig) -> str:
              ("larger_batch.lr_scaling", LR_SCALINGS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
-    if "budget.seeds" in values and values["budget.seeds"] is not None and len(values["budget.seeds"]) == 0:
-        problems.append("budget.seeds=[] must list at least one seed, e.g. budget.seeds=[0]")
+    problems += [p for name in ("budget.seeds", "larger_batch.seeds") if (p := _seeds_problem(name, values.get(name)))]
     if values.get("precision.autocast") not in AUTOCASTS:
         problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
     if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
@@ -121,6 +121,23 @@ def config_problems(cfg: DictConfig) -> str:
     if not problems:
         return ""
     return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+
+
+def _seeds_problem(name: str, seeds: Any) -> str | None:
+    """The problem with a list of seeds, or None: it must be non-empty (``budget.seeds``) and
+    hold no seed twice (a repeated seed is the same run again, reported as if it were another)."""
+    if seeds is None:
+        return None
+    seeds = list(seeds)
+    if not seeds and name == "budget.seeds":
+        return f"{name}=[] must list at least one seed, e.g. {name}=[0]"
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+    if repeated:
+        unique = list(dict.fromkeys(seeds))
+        return (f"{name}={seeds} repeats seed(s) {', '.join(map(str, repeated))}: each seed must appear once "
+                f"(a repeated seed is the same training run again, not more evidence), e.g. "
+                f"{name}=[{','.join(map(str, unique))}]")
+    return None
 
 
 def _select(cfg: DictConfig, dotted: str) -> Any:

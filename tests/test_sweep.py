@@ -250,43 +250,7 @@ def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 1
 
 
-def test_cache_key_changes_with_every_input(compose_cfg, tmp_path, monkeypatch):
-    import sys
-
-    from reportgen import cache
-
-    package = tmp_path / "userpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "model.py").write_text("def build():\n    return None\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = compose_cfg("+model=ffn")
-    base = OmegaConf.merge(cfg, {"model": {"_target_": "userpkg.model.build"}})
-    key, material = cache.plain_run_key(base, "cpu", "torch.float32", 0, 8, 1.0)
-    assert any(name.endswith("userpkg/model.py") for name in material["sources"])
-    assert any(name.endswith("reportgen/train.py") for name in material["sources"])
-    variants = [cache.plain_run_key(base, "cpu", "torch.float32", 1, 8, 1.0)[0],  # seed
-                cache.plain_run_key(base, "cpu", "torch.float32", 0, 16, 1.0)[0],  # batch
-                cache.plain_run_key(base, "cuda:0", "torch.float32", 0, 8, 1.0)[0],  # device
-                cache.plain_run_key(base, "cpu", "torch.bfloat16", 0, 8, 1.0)[0],  # precision
-                cache.plain_run_key(OmegaConf.merge(base, {"budget": {"examples": 64}}), "cpu", "torch.float32", 0, 8,
-                                    1.0)[0]]
-    assert len({key, *variants}) == 6
-    same_recompute_change = OmegaConf.merge(base, {"recompute": {"mode": "reentrant"}})
-    assert cache.plain_run_key(same_recompute_change, "cpu", "torch.float32", 0, 8, 1.0)[0] == key
-    (package / "model.py").write_text("def build():\n    return 1\n")  # the user's code changed
-    assert cache.plain_run_key(base, "cpu", "torch.float32", 0, 8, 1.0)[0] != key
-    sys.modules.pop("userpkg", None)
-
-
-def test_an_entry_stored_for_other_inputs_is_a_miss(tmp_path):
-    from reportgen import cache
-
-    cache.store(tmp_path, "k", {"a": 1}, {"metrics": 1})
-    assert cache.load(tmp_path, "k", {"a": 1}) == {"metrics": 1}
-    assert cache.load(tmp_path, "k", {"a": 2}) is None
-    (tmp_path / "k.pt").write_bytes(b"garbage")
-    assert cache.load(tmp_path, "k", {"a": 1}) is None
+# the key's inputs, entry digests and the attacks on the cache: tests/test_cache.py
 
 
 @pytest.mark.slow
