@@ -22,25 +22,14 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from .files import sha256_file as file_sha256  # noqa: F401 - one file digest for the cache and the statement
+
 #: reportgen's own package folder (left out of the user sources; hashed as a whole).
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: Folder names whose files belong to installed libraries (versioned, not hashed).
 LIBRARY_FOLDER_NAMES = ("site-packages", "dist-packages")
 #: Seconds one git call may take before the repository's state is reported as unknown.
 GIT_TIMEOUT_S = 10
-
-
-def file_sha256(path: Path | str) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks.
-
-    Raises:
-        OSError: the file cannot be read.
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def canonical_sha256(value) -> str:
