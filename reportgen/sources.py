@@ -1,6 +1,6 @@
 """Which source files a run's code came from, their SHA-256, and the git state around them.
 
-The lowest layer for provenance (imports nothing from reportgen): the plain-twin cache
+The foundation layer for provenance (imports only reportgen.files): the plain-twin cache
 (:mod:`reportgen.cache`) keys its entries on these digests, and the run metadata
 (:mod:`reportgen.metadata`) signs them.
 
