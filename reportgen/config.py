@@ -182,6 +182,19 @@ class CacheConfig:
 
 
 @dataclass
+class ChecksConfig:
+    """Limits on each check (reportgen/limits.py): past either, the check ends as one ERROR row
+    naming the limit and the likely cause, and the run goes on with the next check."""
+
+    #: Wall-clock seconds one check may take (null = no deadline). 1800 s is several times the
+    #: slowest built-in check on a 2-core CPU (task metrics of ``gpt``).
+    timeout_s: Optional[float] = 1800.0
+    #: Resident memory the process may reach during a check, GiB (null = 90 % of the machine's
+    #: physical memory, ``reportgen.limits.default_max_rss_gib``).
+    max_rss_gib: Optional[float] = None
+
+
+@dataclass
 class ReportConfig:
     """Rendering and signing."""
 
@@ -222,6 +235,7 @@ class Config:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
 

@@ -17,11 +17,12 @@ from .checks import REGISTRY, required_names
 from .contract import check_task_contract
 from .diagnose import diagnose
 from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
+from .limits import CheckLimitExceeded, default_max_rss_gib, limited
 from .measure import observe_twins
 from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
-from .results import INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from .results import ERROR, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from .rows import error_row
 from .rundir import forget_unstarted_run
 from .setup import Setup, build_setup
@@ -85,8 +86,17 @@ def prepare(cfg: DictConfig) -> Setup:
     setup = build_setup(cfg)
     check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    observe_twins(setup)  # which modules recompute in each twin, and whether compile can run them
+    try:  # which modules recompute in each twin, and whether compile can run them; under the checks' limits
+        with limited("observing which modules recompute", *check_limits(cfg)):
+            observe_twins(setup)
+    except CheckLimitExceeded as exc:  # a region that never returns: the checks each end as an ERROR row
+        log.error("%s", exc.message)
     return setup
+
+
+def check_limits(cfg: DictConfig) -> tuple[float | None, float | None]:
+    """``(checks.timeout_s, checks.max_rss_gib)``, the ceiling defaulting to 90 % of physical memory."""
+    return cfg.checks.timeout_s, cfg.checks.max_rss_gib or default_max_rss_gib()
 
 
 def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
@@ -98,13 +108,19 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                     detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                            f"({setup.compile_error}); run with compile.enabled=false")
                 for check in REGISTRY for s in check.sections]
+    limits = check_limits(setup.cfg)
     for index, check in enumerate(REGISTRY):
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
-            with warnings.catch_warnings():  # the console stays readable; gradient parity records torch's
-                warnings.simplefilter("ignore", UserWarning)  # warnings as rows (its own catch_warnings)
-                rows += check.run(setup)
+            with warnings.catch_warnings(), limited(check.name, *limits):  # deadline and memory ceiling
+                warnings.simplefilter("ignore", UserWarning)  # the console stays readable; gradient parity
+                rows += check.run(setup)                      # records torch's warnings as rows itself
+        except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
+            log.error("check %s stopped: %s", check.name, exc.message)
+            rows.append(Row(check.name, f"stopped at checks.{exc.limit}", "recompute", "exception", status=ERROR,
+                            detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
+                            extra={"exception_type": "CheckLimitExceeded"}))
         except KeyboardInterrupt:
             rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")

@@ -51,6 +51,8 @@ BOUNDED = [
     ("timing.measured_steps", 1, True, False),
     ("timing.warmup_steps", 0, True, False),
     ("memory.warm_steps", 0, True, False),
+    ("checks.timeout_s", 0.0, False, True),
+    ("checks.max_rss_gib", 0.0, False, True),
 ]
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reportgen"
 #: Lowest first. A new module must be placed here, in the layer its imports allow.
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rng", "structure", "keys",
-                    "fetcher", "cache", "attachments", "sources", "models", "models.ffn", "models.mlp", "models.gpt"}),
+                    "fetcher", "cache", "attachments", "sources", "limits", "models", "models.ffn", "models.mlp", "models.gpt"}),
     ("core", {"results", "recompute", "tasks"}),
     ("twins", {"setup", "train", "rows", "measure", "snapshot", "estimate", "hf", "contract", "plots", "diagnose"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
