@@ -1,0 +1,311 @@
+"""Peak live tensor memory of one warm training step, on any device, counted with torch's own tracker.
+
+What autograd keeps after the forward (:mod:`reportgen.measure`) is not what a step needs: a
+recompute region's activations are alive again while backward recomputes it, and gradients,
+optimizer state and backward temporaries come on top. A memory claim is about the step's
+**peak** (DESIGN.md, contracts), so this module counts the live tensor bytes through forward,
+backward and the optimizer step with ``torch.distributed._tools.mem_tracker.MemTracker``, a
+``TorchDispatchMode`` that sees every op's outputs and counts each storage once (a view and its
+base are one storage), categorised as parameters, buffers, gradients, activations,
+temporaries and optimizer state. :class:`StepTracker` extends it with what a report needs at
+the moment of the peak:
+
+* the **phase**: ``forward``, ``backward``, ``recompute`` (a region's forward running again
+  inside backward) or ``optimizer step``;
+* the **module** active then (innermost, in the plain model's naming) and, during a
+  recompute, the **region** being recomputed;
+* **saved activations** (forward activations autograd keeps for backward, and the inputs a
+  recompute region keeps) and **recomputed activations** split out of the tracker's
+  activations.
+
+It runs unchanged on ``FakeTensorMode`` tensors (MemTracker supports fake mode), and on CUDA the
+same step also reads ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` so the two
+counts can be compared: the allocator rounds every block up (512 B granularity) and keeps
+workspace (cuBLAS), so its allocated peak is at least the tracker's.
+
+Known limits (MemTracker's docstring): tensors created under ``no_dispatch`` and storages
+resized outside ``UntypedStorage.resize_`` are not seen; fragmentation and the caching
+allocator's reserve are not tensors and are never counted here.
+"""
+from __future__ import annotations
+
+import gc
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from hydra.utils import instantiate
+from torch import Tensor, nn
+from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+from torch.utils._pytree import tree_leaves
+
+from .recompute import plain_name
+from .rng import seeded
+from .structure import call_model
+from .tasks import Batch
+
+#: Phases of a training step, in order (``recompute`` happens inside backward).
+PHASES = ("forward", "backward", "recompute", "optimizer step")
+
+#: Categories of what is alive at the peak, in report order; they sum to the peak.
+CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "batch", "saved activations",
+              "recomputed activations", "other activations", "backward temporaries")
+
+#: Module name at a peak that happens outside every module (the loss, the optimizer).
+OUTSIDE = "(outside every module)"
+
+
+@dataclass
+class StepPeak:
+    """The peak of live tensor bytes during one warm training step of one twin.
+
+    Attributes:
+        peak_bytes: live tensor bytes at the peak, B (every category below, summed).
+        baseline_bytes: live tensor bytes when the step starts (weights, optimizer state, the
+            batch), B.
+        phase: one of :data:`PHASES`: what was running when the peak was reached.
+        module: innermost module running at the peak, plain-model path (``""`` = the root
+            module; :data:`OUTSIDE` when none ran, e.g. in the optimizer step).
+        region: during ``recompute``, the plain-model path of the region being recomputed
+            (else None).
+        recomputed_by_region: ``{region path: bytes}`` of recomputed activations alive at the
+            peak, per region that produced them (empty without recompute), B.
+        categories: ``{category: bytes}`` alive at the peak, keys :data:`CATEGORIES`, B.
+        device: the device counted (``"cpu"``, ``"cuda:0"``).
+        cuda: on CUDA, ``{"peak_allocated_bytes", "peak_reserved_bytes",
+            "baseline_allocated_bytes"}`` of the same step (``torch.cuda`` memory statistics,
+            reset right before it), B; None elsewhere.
+    """
+
+    peak_bytes: int
+    baseline_bytes: int
+    phase: str
+    module: str
+    region: str | None
+    categories: dict[str, int]
+    device: str
+    recomputed_by_region: dict[str, int] = field(default_factory=dict)
+    cuda: dict[str, int] | None = None
+
+    def largest_region(self) -> tuple[str, int] | None:
+        """``(region path, bytes)`` of the region with the most recomputed activations alive
+        at the peak, or None when none are."""
+        live = [(r, b) for r, b in self.recomputed_by_region.items() if b > 0]
+        return max(live, key=lambda item: item[1]) if live else None
+
+
+class StepTracker(MemTracker):
+    """``MemTracker`` that also records, at each new peak, the phase, the active module and
+    which activations are saved for backward or recomputed.
+
+    Use it like MemTracker: ``track_external(model, optimizer, batch tensors)`` before entering,
+    then run one step inside ``with tracker:``; read :meth:`step_peak` after.
+
+    Args:
+        model: the twin whose step is tracked (region names are read from its wrappers).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self._regions = {module: plain_name(name) for name, module in model.named_modules()
+                         if isinstance(module, CheckpointWrapper)}
+        self._root_name = type(model).__name__
+        self._live: dict[str, int] = {"saved": 0}  # bytes of live marked storages: "saved", "recomputed <region>"
+        self._marked: set[int] = set()  # id(storage object) of marked storages (each counted once)
+        self._handles: list[Any] = []
+        self._saved_hooks: Any = None
+        self._peak_where: dict[torch.device, tuple] = {}
+
+    # -- marking saved and recomputed storages -------------------------------------------
+    def _mark(self, kind: str, t: Any) -> None:
+        """Count ``t``'s storage as ``kind`` (``"saved"``, ``"recomputed <region>"``) while it
+        lives, once, and only if the tracker calls it an activation (weights and the batch keep
+        their category)."""
+        if not isinstance(t, Tensor):
+            return
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
+            return
+        winfo, _ = self._WINFO.get(storage, (None, None))
+        if winfo is None or winfo.reftype != _MemRefType.ACT or id(storage) in self._marked:
+            return
+        nbytes = int(winfo.mem_consumed)
+        self._marked.add(id(storage))
+        self._live[kind] = self._live.get(kind, 0) + nbytes
+        key = id(storage)
+
+        def release(live=self._live, marked=self._marked) -> None:
+            live[kind] -= nbytes
+            marked.discard(key)
+
+        weakref.finalize(storage, release)
+
+    def _pack(self, t: Tensor) -> Tensor:
+        """Saved-tensor pack hook: identity (what is stored is unchanged), marks the storage."""
+        self._mark("saved", t)
+        return t
+
+    def _region_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        """A region's inputs are kept for its recompute (non-reentrant keeps them in a closure)."""
+        if not self._mod_tracker.is_bw:
+            for leaf in tree_leaves((args, kwargs)):
+                self._mark("saved", leaf)
+
+    # -- MemTracker extension points -------------------------------------------------------
+    def __enter__(self) -> "StepTracker":
+        super().__enter__()
+        if self._depth == 1:
+            self._handles = [m.register_forward_pre_hook(self._region_inputs, with_kwargs=True) for m in self._regions]
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+            self._saved_hooks.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        if self._depth == 1:
+            self._saved_hooks.__exit__(*args)
+            for handle in self._handles:
+                handle.remove()
+        super().__exit__(*args)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105 - MemTracker's
+        res = super().__torch_dispatch__(func, types, args, kwargs)
+        if self._in_ac and self._mod_tracker.is_bw:
+            kind = f"recomputed {self._region() or '(unknown region)'}"
+            for leaf in tree_leaves(res):
+                self._mark(kind, leaf)
+        return res
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        before = dict(self._peak_mem)
+        super()._update_peak_stats(peak_state)
+        for dev, value in self._peak_mem.items():
+            if value > before.get(dev, 0):
+                self._peak_where[dev] = (self._phase(), self._innermost(), self._region(), dict(self._live))
+
+    # -- what is running ---------------------------------------------------------------------
+    def _phase(self) -> str:
+        if self._in_opt:
+            return "optimizer step"
+        if self._mod_tracker.is_bw:
+            return "recompute" if self._in_ac else "backward"
+        return "forward"
+
+    @staticmethod
+    def _plain_path(fqn: str) -> str:
+        """ModTracker's ``Root.a.b`` as the plain model's ``a.b`` (root: ``""``)."""
+        return plain_name(fqn.split(".", 1)[1] if "." in fqn else "")
+
+    def _innermost(self) -> str:
+        names = [n for n in self._mod_tracker.parents if n != "Global"]
+        if not names:
+            return OUTSIDE
+        return self._plain_path(max(names, key=lambda n: n.count(".")))
+
+    def _region(self) -> str | None:
+        """The region being recomputed: a wrapped module, or (a model's own switch) the
+        outermost module whose forward runs again inside backward."""
+        if not self._in_ac or self._ac_mod is None:
+            return None
+        module = self._ac_mod()
+        if module is None:
+            return None
+        if module in self._regions:
+            return self._regions[module]
+        fqn = self._mod_tracker.get_known_fqn(module)
+        return self._plain_path(fqn) if fqn is not None else None
+
+    # -- the result --------------------------------------------------------------------------
+    def step_peak(self, device: torch.device, baseline_bytes: int) -> StepPeak:
+        """The peak on ``device`` since entering, with its phase, module and categories.
+
+        Args:
+            device: the device of the twin.
+            baseline_bytes: live bytes before the step (:meth:`live_bytes` before entering).
+
+        Raises:
+            RuntimeError: nothing was counted on ``device`` (the step ran elsewhere).
+        """
+        snap = self.get_tracker_snapshot("peak").get(device)
+        if snap is None or device not in self._peak_where:
+            raise RuntimeError(f"the memory tracker counted no tensor on {device} during the step")
+        phase, module, region, live = self._peak_where[device]
+        activations = int(snap.get(_MemRefType.ACT, 0))
+        by_region = {k.removeprefix("recomputed "): v for k, v in live.items() if k.startswith("recomputed ")}
+        saved = min(live["saved"], activations)
+        recomputed = min(sum(by_region.values()), activations - saved)
+        categories = {
+            "parameters": int(snap.get(_MemRefType.PARAM, 0)), "buffers": int(snap.get(_MemRefType.BUFFER, 0)),
+            "gradients": int(snap.get(_MemRefType.GRAD, 0)), "optimizer state": int(snap.get(_MemRefType.OPT, 0)),
+            "batch": int(snap.get(_MemRefType.OTH, 0)), "saved activations": saved,
+            "recomputed activations": recomputed, "other activations": activations - saved - recomputed,
+            "backward temporaries": int(snap.get(_MemRefType.TEMP, 0))}
+        return StepPeak(int(self._peak_mem[device]), int(baseline_bytes), phase, module, region, categories,
+                        str(device), by_region)
+
+    def live_bytes(self, device: torch.device) -> int:
+        """Live tensor bytes the tracker counts on ``device`` now, B."""
+        return int(self.get_tracker_snapshot("current").get(device, {}).get(_TOTAL_KEY, 0))
+
+
+def _device_key(device: torch.device) -> torch.device:
+    """The device as MemTracker keys it (``cuda`` gets its index)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def warm_step_peak(model: nn.Module, batch: Batch, loss_fn: Callable[[Tensor, Tensor], Tensor], optimizer_cfg: Any,
+                   forward_seed: int | None, warm_steps: int = 1) -> StepPeak:
+    """Peak live tensor bytes of one warm training step of ``model``: forward, loss, backward,
+    optimizer step, ``zero_grad(set_to_none=True)``.
+
+    ``warm_steps`` steps (at least one, so the optimizer state exists) run first untracked;
+    then the model, optimizer and batch are registered with the tracker
+    (``MemTracker.track_external``) and one step runs inside it. On CUDA the allocator's
+    statistics are reset right before that step and read after ``torch.cuda.synchronize``
+    (torch.cuda memory-statistics docs), so both peaks describe the same step.
+
+    Args:
+        model: a twin in train mode (its weights change: a training step runs).
+        batch: ``(inputs, targets)``, e.g. ``[batch, features]`` and ``[batch]``, on the model's device.
+        loss_fn: ``fn(output, target) -> scalar``.
+        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
+        forward_seed: seeds every generator before each forward (None = leave them alone).
+        warm_steps: untracked steps first (values below 1 run one).
+
+    Returns:
+        :class:`StepPeak` (bytes, B).
+    """
+    optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
+    x, y = batch
+
+    def step() -> None:
+        with seeded(forward_seed):
+            loss_fn(call_model(model, x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(max(1, warm_steps)):
+        step()
+    device = _device_key(next(iter(model.parameters()), torch.empty(0)).device)
+    tracker = StepTracker(model)
+    tracker.track_external(model, optimizer, *(t for t in tree_leaves(batch) if isinstance(t, Tensor)))
+    baseline = tracker.live_bytes(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        gc.collect()
+        torch.cuda.synchronize(device)
+        allocated_before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    with tracker:
+        step()
+    peak = tracker.step_peak(device, baseline)
+    if cuda:
+        torch.cuda.synchronize(device)
+        peak.cuda = {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+                     "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+                     "baseline_allocated_bytes": int(allocated_before)}
+    return peak
