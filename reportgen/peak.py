@@ -57,6 +57,14 @@ CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "batch", 
 OUTSIDE = "(outside every module)"
 
 
+def format_bytes(n: float) -> str:
+    """``n`` bytes for a sentence, in binary units: ``"512 B"``, ``"42.75 KiB"``, ``"8.98 MiB"``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
 @dataclass
 class StepPeak:
     """The peak of live tensor bytes during one warm training step of one twin.

@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .paths import templates_dir
 from .checks import ROWS_TEMPLATE, section as registered_section
+from .peak import CATEGORIES
 from .plots import section_plots
 from .results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
                       frame_to_json)
@@ -69,7 +70,7 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int)
-    env.globals.update(R=Role)
+    env.globals.update(R=Role, CATEGORIES=CATEGORIES)
     return env
 
 

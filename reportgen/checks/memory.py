@@ -16,6 +16,14 @@ stores, so nothing here shares a run with the parity checks):
    the measured step, synchronize, then ``max_memory_allocated`` and ``max_memory_reserved``
    (reserved = held by the caching allocator, allocated or not). Elsewhere one row says they
    were not measured; there are never zeros.
+5. **Step peak, any device: the verdict.** Peak of live tensor bytes through one warm step
+   (forward, backward, optimizer step) of each twin, counted with torch's ``MemTracker``
+   (:mod:`reportgen.peak`), with the phase and module at the peak and what is alive then by
+   category; on CUDA the allocator's peaks of the same step beside it. The verdict row
+   (``peak_saving_share``) needs recompute to lower the peak by ``memory.min_peak_saving_share``
+   of the plain peak (``memory.peak_on_miss`` when it does not) and names the cause when it does
+   not: one region recomputed whole, a peak in the optimizer step, or an increase and the
+   wrapped modules that cause it.
 4. **GPU-free estimate.** The same counter on ``FakeTensorMode`` tensors
    (:mod:`reportgen.estimate`): at the measured shape, where it must equal the measurement,
    and at the target shape of ``memory.estimate``; transformer-shaped models also get the
@@ -29,7 +37,8 @@ from typing import Any, Callable
 
 from ..config import MEMORY
 from ..estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
-from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes
+from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
+from ..peak import CATEGORIES, StepPeak, format_bytes, warm_step_peak
 from ..plots import memory_plots
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup, forward_backward
@@ -44,7 +53,8 @@ def warm_step_memory(setup: Setup) -> list[Row]:
 
     Returns:
         Rows of check ``warm-step memory``: ``saved_activation_bytes`` (total and per module,
-        plain and recompute), ``lost_gradients``, ``peak_allocated_bytes`` /
+        plain and recompute), ``peak_live_bytes`` (per twin) and the verdict ``peak_saving_share``,
+        ``lost_gradients``, ``peak_allocated_bytes`` /
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
     mc = setup.cfg.memory
@@ -55,6 +65,10 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
         rows += saved_rows(setup, *measured)
+    on_miss = str(setup.cfg.memory.peak_on_miss)
+    peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
+    if peaks is not None:
+        rows += peak_rows(setup, *peaks, measured[0] if measured else None)
     _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
     _guarded(rows, "CUDA allocator peaks", ERROR, lambda: rows.extend(cuda_peak_rows(setup)))
     _guarded(rows, "estimate at measured shape", WARN,
@@ -107,6 +121,11 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
     shape = f"batch {describe(setup.batch[0])}"
     if share >= share_min:
         sentence = f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
+    elif rec.total_bytes > plain.total_bytes:
+        sentence = (f"{-share:+.1%}: recompute costs memory here: it keeps "
+                    f"{format_bytes(rec.total_bytes - plain.total_bytes)} more for backward than the plain run "
+                    f"({format_bytes(plain.total_bytes)} → {format_bytes(rec.total_bytes)}); "
+                    f"{increase_cause(plain, rec, _classes(setup))}")
     else:
         why = ("recompute keeps more than the plain run" if rec.total_bytes > plain.total_bytes
                else f"recompute saves only {share:.1%} of the plain run's saved activations")
@@ -126,8 +145,138 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
             rows.append(Row(MEMORY, f"module {path}", variant, "saved_activation_bytes", s.per_module[path], status=INFO,
                             detail=what, role=Role.SAVED_MODULE, unit="B",
-                            extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0)}))
+                            extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0),
+                                   "produced_saved_bytes": s.produced_by.get(path, 0)}))
     return rows
+
+
+def _classes(setup: Setup) -> dict[str, str]:
+    """``{wrapped module path: class name}``."""
+    return {w.path: w.cls for w in setup.wrapped}
+
+
+def increase_cause(plain: SavedActivations, rec: SavedActivations, classes: dict[str, str] | None = None) -> str:
+    """Which wrapped modules cause recompute to keep more than the plain run, for a detail sentence.
+
+    A module's cost is what is kept while it runs or as its inputs, plus its outputs kept by the
+    rest of the model (:meth:`reportgen.measure.SavedActivations.caused_by`), so a recomputed
+    ReLU whose output the next Linear still keeps is charged to the ReLU, not to "the rest".
+
+    Args:
+        plain, rec: saved activations of the two twins (same module paths).
+        classes: ``{path: class name}`` to name the modules by (optional).
+    """
+    classes = classes or {}
+    grown = sorted(((rec.caused_by(p) - plain.caused_by(p), p) for p in plain.per_module if p != REST),
+                   reverse=True)
+    grown = [(delta, p) for delta, p in grown if delta > 0]
+    if not grown:
+        return f"the increase is outside every wrapped module ({REST})"
+    names = ", ".join(f"{p} ({classes[p]})" if p in classes else p for _, p in grown[:4]) + (f" and {len(grown) - 4} more" if len(grown) > 4 else "")
+    outputs = sum(rec.produced_by.get(p, 0) for _, p in grown)
+    why = (": each region keeps its input for the recompute while the layer after it still keeps its output"
+           if outputs else "")
+    return (f"the increase ({format_bytes(sum(d for d, _ in grown))}) comes from the wrapped module(s) {names}{why}; "
+            "recompute larger blocks (e.g. whole layers) instead")
+
+
+def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
+    """Peak of live tensor bytes of one warm step of fresh plain and recompute twins on the
+    fixed batch (:func:`reportgen.peak.warm_step_peak`, ``memory.warm_steps`` steps first).
+
+    The twins are not compiled (``torch.compile`` would hide the ops from the tracker).
+
+    Returns:
+        ``({variant: StepPeak}, {variant: seconds})``.
+    """
+    peaks, seconds = {}, {}
+    for variant, recompute in VARIANTS:
+        start = time.perf_counter()
+        model = setup.build(recompute, compiled=False)
+        with warnings.catch_warnings():  # torch's warnings are reported by the parity checks
+            warnings.simplefilter("ignore")
+            peaks[variant] = warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup),
+                                            setup.cfg.forward_seed, int(setup.cfg.memory.warm_steps))
+        seconds[variant] = time.perf_counter() - start
+        del model
+    return peaks, seconds
+
+
+def where(peak: StepPeak) -> str:
+    """``"backward at blocks.3.mlp"``, ``"recompute of blocks.0 at blocks.0.attn"``, ``"optimizer step"``."""
+    if peak.phase == "optimizer step" or peak.module == "(outside every module)":
+        return peak.phase
+    at = peak.module or "the model's own forward"
+    return f"{peak.phase} of {peak.region} at {at}" if peak.region else f"{peak.phase} at {at}"
+
+
+def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float],
+              saved: dict[str, SavedActivations] | None) -> list[Row]:
+    """``peak_live_bytes`` per twin (INFO, with phase, module and categories at the peak) and
+    the memory verdict row ``peak_saving_share``, judged ``>= memory.min_peak_saving_share``
+    (``memory.peak_on_miss`` when missed), whose detail names the cause of a miss."""
+    mc = setup.cfg.memory
+    share_min, on_miss = float(mc.min_peak_saving_share), str(mc.peak_on_miss)
+    rows = []
+    for variant, peak in peaks.items():
+        extra: dict[str, Any] = {
+            "peak_phase": peak.phase, "peak_module": peak.module, "peak_region": peak.region or "",
+            "baseline_bytes": peak.baseline_bytes, "device": peak.device, "warm_steps": int(mc.warm_steps),
+            **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
+        detail = (f"peak of live tensor bytes in one warm step, reached in {where(peak)}; "
+                  f"{format_bytes(peak.baseline_bytes)} were alive before the step (weights, optimizer state, batch)")
+        if peak.cuda:
+            allocated = peak.cuda["peak_allocated_bytes"]
+            ratio = peak.peak_bytes / allocated if allocated else float("nan")
+            extra |= {"cuda_peak_allocated_bytes": allocated, "cuda_peak_reserved_bytes": peak.cuda["peak_reserved_bytes"],
+                      "cuda_baseline_allocated_bytes": peak.cuda["baseline_allocated_bytes"],
+                      "tracker_to_allocated_ratio": ratio}
+            detail += (f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
+                       f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
+                       f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}")
+        rows.append(Row(MEMORY, "step peak", variant, "peak_live_bytes", peak.peak_bytes, status=INFO,
+                        detail=detail, seconds=seconds[variant], role=Role.STEP_PEAK, unit="B", extra=extra))
+    plain, rec = peaks["plain"], peaks["recompute"]
+    share = saving_share(plain.peak_bytes, rec.peak_bytes)
+    rows.append(Row(MEMORY, "step peak saving", "recompute", "peak_saving_share", share,
+                    f">= {share_min:g} of the plain peak", ">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
+                    role=Role.PEAK_SAVING, unit="share", threshold_value=share_min, on_miss=on_miss,
+                    extra={"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes,
+                           "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes}))
+    return rows
+
+
+def peak_sentence(plain: StepPeak, rec: StepPeak, share: float, share_min: float,
+                  saved: dict[str, SavedActivations] | None, classes: dict[str, str] | None = None) -> str:
+    """The verdict row's detail: the peak saving, or the increase and who causes it, or why
+    recompute does not lower the peak and what to change."""
+    both = (f"{format_bytes(plain.peak_bytes)} plain ({where(plain)}) → {format_bytes(rec.peak_bytes)} recompute "
+            f"({where(rec)})")
+    if share >= share_min:
+        return f"recompute lowers the step's peak by {share:.1%} ({format_bytes(plain.peak_bytes - rec.peak_bytes)}): {both}"
+    if rec.peak_bytes > plain.peak_bytes:
+        cause = increase_cause(saved["plain"], saved["recompute"], classes) if saved else "the saved-bytes measurement failed"
+        return f"{-share:+.1%}: recompute costs memory here: the step's peak rises, {both}; {cause}"
+    head = f"recompute does not lower the step's peak (by {share:.1%}, threshold {share_min:g}): {both}"
+    region = rec.largest_region()
+    if region is not None and rec.phase in ("backward", "recompute"):
+        path, nbytes = region
+        held = saved["plain"].per_module.get(path) if saved else None
+        if held is not None and saved["plain"].total_bytes:
+            held_share = held / saved["plain"].total_bytes
+        else:  # a model's own switch: compare with the activations alive at the plain peak
+            acts = plain.categories["saved activations"] + plain.categories["other activations"]
+            held_share = nbytes / acts if acts else 1.0
+        return (f"{head}; one region ({path}) holds {held_share:.0%} of the activations and is recomputed at once, so "
+                f"backward brings {format_bytes(nbytes)} of them back together; split it (e.g. one region per layer)")
+    if plain.phase == "optimizer step" and rec.phase == "optimizer step":
+        fixed = sum(rec.categories[c] for c in ("parameters", "buffers", "gradients", "optimizer state"))
+        return (f"{head}; both peaks are in the optimizer step, where parameters, gradients and optimizer state "
+                f"({format_bytes(fixed)}) are alive and no activation is: recompute cannot lower it at this batch; "
+                "activations set the peak only at a larger batch or sequence")
+    acts = sum(rec.categories[c] for c in ("saved activations", "recomputed activations", "other activations"))
+    return (f"{head}; at the recompute peak {format_bytes(acts)} are activations and "
+            f"{format_bytes(rec.peak_bytes - acts)} weights, gradients, optimizer state, batch and backward temporaries")
 
 
 def lost_gradient_rows(setup: Setup) -> list[Row]:
