@@ -158,3 +158,18 @@ def test_memory_section_shows_both_peaks_and_the_verdict():
     html = environment().get_template(section["template"]).render(section=section)
     assert "Step peak" in html and "body.layers.5.ff" in html and "split it" in html
     assert html.count("backward") >= 2 and "saved activations" in html
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_allocator_peaks_of_the_same_step_sit_beside_the_tracker():
+    """The allocator rounds every block up and never holds less than the live tensors, so its
+    allocated peak is at least the tracker's, and reserved at least allocated."""
+    setup = build_setup(compose_config("+model=peak_stack", "device=cuda", "recompute.targets=[Layer]", user_conf=True))
+    peaks, rows = memory_rows(setup)
+    for variant, peak in peaks.items():
+        assert peak.device.startswith("cuda") and peak.cuda is not None
+        assert peak.cuda["peak_reserved_bytes"] >= peak.cuda["peak_allocated_bytes"] >= peak.peak_bytes
+        row = next(r for r in rows if r.role == Role.STEP_PEAK and r.variant == variant)
+        assert 0 < row.extra["tracker_to_allocated_ratio"] <= 1 and "max_memory_allocated" in row.detail
+    assert verdict_row(rows).status == PASS
+    assert peaks["recompute"].cuda["peak_allocated_bytes"] < peaks["plain"].cuda["peak_allocated_bytes"]
