@@ -212,8 +212,12 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     plain vs recompute and the saving's share (the ``saving`` row), and the step-time overhead
     ratio with its 95% CI (the ``overhead`` row).
 
+    Also the memory verdict: the step peak of both twins and its share saved (the
+    ``peak_saving`` row).
+
     Returns:
         ``{"memory": {"plain", "recompute", "saved" (B), "share", "status"} | None,
+        "peak": {"plain", "recompute", "saved" (B), "share", "status"} | None,
         "time": {"ratio", "low", "high", "status"} | None}``; None = not measured (the
         template says so).
     """
@@ -222,11 +226,15 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     if saving is not None and pd.notna(saving.value) and pd.notna(saving.get("plain_bytes")):
         memory = {"plain": saving["plain_bytes"], "recompute": saving["recompute_bytes"],
                   "saved": saving["saving_bytes"], "share": saving.value, "status": saving.status}
+    peak_row, peak = _role_row(frame, Role.PEAK_SAVING), None
+    if peak_row is not None and pd.notna(peak_row.value) and pd.notna(peak_row.get("plain_peak_bytes")):
+        peak = {"plain": peak_row["plain_peak_bytes"], "recompute": peak_row["recompute_peak_bytes"],
+                "saved": peak_row["peak_saving_bytes"], "share": peak_row.value, "status": peak_row.status}
     time = None
     if overhead is not None and pd.notna(overhead.value):
         time = {"ratio": overhead.value, "low": _optional(overhead.get("ci_low")),
                 "high": _optional(overhead.get("ci_high")), "status": overhead.status}
-    return {"memory": memory, "time": time}
+    return {"memory": memory, "peak": peak, "time": time}
 
 
 def _optional(value: Any) -> Any:
