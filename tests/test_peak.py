@@ -152,12 +152,17 @@ def test_memory_section_shows_both_peaks_and_the_verdict():
     from reportgen.render import environment, view_model
     from reportgen.results import to_frame
 
+    from reportgen.checks.memory import estimate_rows
+
     setup = stack()
-    rows = memory_rows(setup)[1]
+    peaks, rows = memory_rows(setup)
+    rows += estimate_rows(setup, None, peaks)
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", []) ["sections"] if s["check"] == MEMORY]
     html = environment().get_template(section["template"]).render(section=section)
     assert "Step peak" in html and "body.layers.5.ff" in html and "split it" in html
     assert html.count("backward") >= 2 and "saved activations" in html
+    assert "Step peak, estimated on fake tensors" in html and "measured shape" in html
+    assert f"estimated step peak {format_bytes(peaks['plain'].peak_bytes)}, measured" in html
 
 
 @pytest.mark.gpu
@@ -173,3 +178,35 @@ def test_on_cuda_the_allocator_peaks_of_the_same_step_sit_beside_the_tracker():
         assert 0 < row.extra["tracker_to_allocated_ratio"] <= 1 and "max_memory_allocated" in row.detail
     assert verdict_row(rows).status == PASS
     assert peaks["recompute"].cuda["peak_allocated_bytes"] < peaks["plain"].cuda["peak_allocated_bytes"]
+
+
+@pytest.mark.parametrize("model", ["ffn", "mlp"])
+def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(model):
+    """Fake tensors, the same tracker: the estimate may differ from the measurement only by shape."""
+    from reportgen.checks.memory import estimate_rows
+
+    setup = build_setup(compose_config(f"+model={model}", "device=cpu"))
+    peaks, _ = measure_peaks(setup)
+    rows = [r for r in estimate_rows(setup, None, peaks) if r.role == Role.ESTIMATE_PEAK]
+    checks = {r.variant: r for r in rows if r.metric == "estimated_peak_rel_diff"}
+    estimates = {r.variant: r for r in rows if r.metric == "estimated_peak_live_bytes"}
+    assert set(checks) == set(estimates) == {"plain", "recompute"}
+    for variant, row in checks.items():
+        assert row.status == PASS and row.value <= 0.01
+        assert abs(estimates[variant].value - peaks[variant].peak_bytes) <= 0.01 * peaks[variant].peak_bytes
+        assert estimates[variant].extra["peak_phase"] == peaks[variant].phase
+
+
+def test_the_target_shape_estimate_reports_the_peak_of_both_twins():
+    """peak_stack at batch 512 on fake tensors: one region per layer lowers the estimated peak."""
+    from reportgen.estimate import estimate_saved_activations
+
+    setup = stack("recompute.targets=[Layer]")
+    est = estimate_saved_activations(setup, {"batch_size": 512})
+    assert est.peak_error == "" and est.inputs == "[512, 8] float32"
+    assert est.recompute_peak.peak_bytes < est.plain_peak.peak_bytes
+    small = estimate_saved_activations(setup, {})
+    # activations grow 4x with the batch, weights and optimizer state do not
+    grown = est.plain_peak.categories["saved activations"]
+    assert grown == 4 * small.plain_peak.categories["saved activations"]
+    assert est.plain_peak.categories["parameters"] == small.plain_peak.categories["parameters"]

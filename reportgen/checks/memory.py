@@ -38,7 +38,7 @@ from typing import Any, Callable
 from ..config import MEMORY
 from ..estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
 from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
-from ..peak import CATEGORIES, StepPeak, format_bytes, warm_step_peak
+from ..peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from ..plots import memory_plots
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup, forward_backward
@@ -72,7 +72,7 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
     _guarded(rows, "CUDA allocator peaks", ERROR, lambda: rows.extend(cuda_peak_rows(setup)))
     _guarded(rows, "estimate at measured shape", WARN,
-             lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None)))
+             lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None, peaks[0] if peaks else None)))
     return rows
 
 
@@ -155,31 +155,6 @@ def _classes(setup: Setup) -> dict[str, str]:
     return {w.path: w.cls for w in setup.wrapped}
 
 
-def increase_cause(plain: SavedActivations, rec: SavedActivations, classes: dict[str, str] | None = None) -> str:
-    """Which wrapped modules cause recompute to keep more than the plain run, for a detail sentence.
-
-    A module's cost is what is kept while it runs or as its inputs, plus its outputs kept by the
-    rest of the model (:meth:`reportgen.measure.SavedActivations.caused_by`), so a recomputed
-    ReLU whose output the next Linear still keeps is charged to the ReLU, not to "the rest".
-
-    Args:
-        plain, rec: saved activations of the two twins (same module paths).
-        classes: ``{path: class name}`` to name the modules by (optional).
-    """
-    classes = classes or {}
-    grown = sorted(((rec.caused_by(p) - plain.caused_by(p), p) for p in plain.per_module if p != REST),
-                   reverse=True)
-    grown = [(delta, p) for delta, p in grown if delta > 0]
-    if not grown:
-        return f"the increase is outside every wrapped module ({REST})"
-    names = ", ".join(f"{p} ({classes[p]})" if p in classes else p for _, p in grown[:4]) + (f" and {len(grown) - 4} more" if len(grown) > 4 else "")
-    outputs = sum(rec.produced_by.get(p, 0) for _, p in grown)
-    why = (": each region keeps its input for the recompute while the layer after it still keeps its output"
-           if outputs else "")
-    return (f"the increase ({format_bytes(sum(d for d, _ in grown))}) comes from the wrapped module(s) {names}{why}; "
-            "recompute larger blocks (e.g. whole layers) instead")
-
-
 def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     """Peak of live tensor bytes of one warm step of fresh plain and recompute twins on the
     fixed batch (:func:`reportgen.peak.warm_step_peak`, ``memory.warm_steps`` steps first).
@@ -196,18 +171,10 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
         with warnings.catch_warnings():  # torch's warnings are reported by the parity checks
             warnings.simplefilter("ignore")
             peaks[variant] = warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup),
-                                            setup.cfg.forward_seed, int(setup.cfg.memory.warm_steps))
+                                            setup.cfg.forward_seed, max(1, int(setup.cfg.memory.warm_steps)))
         seconds[variant] = time.perf_counter() - start
         del model
     return peaks, seconds
-
-
-def where(peak: StepPeak) -> str:
-    """``"backward at blocks.3.mlp"``, ``"recompute of blocks.0 at blocks.0.attn"``, ``"optimizer step"``."""
-    if peak.phase == "optimizer step" or peak.module == "(outside every module)":
-        return peak.phase
-    at = peak.module or "the model's own forward"
-    return f"{peak.phase} of {peak.region} at {at}" if peak.region else f"{peak.phase} at {at}"
 
 
 def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float],
@@ -244,39 +211,6 @@ def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float
                     extra={"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes,
                            "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes}))
     return rows
-
-
-def peak_sentence(plain: StepPeak, rec: StepPeak, share: float, share_min: float,
-                  saved: dict[str, SavedActivations] | None, classes: dict[str, str] | None = None) -> str:
-    """The verdict row's detail: the peak saving, or the increase and who causes it, or why
-    recompute does not lower the peak and what to change."""
-    both = (f"{format_bytes(plain.peak_bytes)} plain ({where(plain)}) → {format_bytes(rec.peak_bytes)} recompute "
-            f"({where(rec)})")
-    if share >= share_min:
-        return f"recompute lowers the step's peak by {share:.1%} ({format_bytes(plain.peak_bytes - rec.peak_bytes)}): {both}"
-    if rec.peak_bytes > plain.peak_bytes:
-        cause = increase_cause(saved["plain"], saved["recompute"], classes) if saved else "the saved-bytes measurement failed"
-        return f"{-share:+.1%}: recompute costs memory here: the step's peak rises, {both}; {cause}"
-    head = f"recompute does not lower the step's peak (by {share:.1%}, threshold {share_min:g}): {both}"
-    region = rec.largest_region()
-    if region is not None and rec.phase in ("backward", "recompute"):
-        path, nbytes = region
-        held = saved["plain"].per_module.get(path) if saved else None
-        if held is not None and saved["plain"].total_bytes:
-            held_share = held / saved["plain"].total_bytes
-        else:  # a model's own switch: compare with the activations alive at the plain peak
-            acts = plain.categories["saved activations"] + plain.categories["other activations"]
-            held_share = nbytes / acts if acts else 1.0
-        return (f"{head}; one region ({path}) holds {held_share:.0%} of the activations and is recomputed at once, so "
-                f"backward brings {format_bytes(nbytes)} of them back together; split it (e.g. one region per layer)")
-    if plain.phase == "optimizer step" and rec.phase == "optimizer step":
-        fixed = sum(rec.categories[c] for c in ("parameters", "buffers", "gradients", "optimizer state"))
-        return (f"{head}; both peaks are in the optimizer step, where parameters, gradients and optimizer state "
-                f"({format_bytes(fixed)}) are alive and no activation is: recompute cannot lower it at this batch; "
-                "activations set the peak only at a larger batch or sequence")
-    acts = sum(rec.categories[c] for c in ("saved activations", "recomputed activations", "other activations"))
-    return (f"{head}; at the recompute peak {format_bytes(acts)} are activations and "
-            f"{format_bytes(rec.peak_bytes - acts)} weights, gradients, optimizer state, batch and backward temporaries")
 
 
 def lost_gradient_rows(setup: Setup) -> list[Row]:
@@ -327,8 +261,10 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
     return rows
 
 
-def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) -> list[Row]:
-    """The estimator at the measured shape (must equal the measurement) and at the target shape.
+def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
+                  measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
+    """The estimator at the measured shape (must equal the measurement) and at the target shape:
+    saved bytes, and the step peak (:func:`estimate_peak_rows`).
 
     At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted); an
     estimator that cannot run is a WARN too: the measured figures above stand on their own.
@@ -354,6 +290,7 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) ->
                                 f"estimate differs from the measurement ({est} vs {real} B): do not trust the target-shape figure"),
                         extra={"measured_bytes": real, "estimate_to_measured_ratio": ratio, "estimate_inputs": here.inputs}))
     rows += korthikanti_rows(setup, here, "measured shape")
+    rows += estimate_peak_rows(here, "measured shape", seconds, measured_peaks)
     target = setup.cfg.memory.estimate
     if not target:
         return rows
@@ -367,7 +304,46 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) ->
                         getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
                         detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}",
                         extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
-    return rows + korthikanti_rows(setup, far, "target shape")
+    return rows + korthikanti_rows(setup, far, "target shape") + estimate_peak_rows(far, "target shape", seconds)
+
+
+#: Largest relative difference of the estimated from the measured step peak at the measured
+#: shape (issue 15: "within 1 %"); both count the same tensors, so they agree exactly in practice.
+PEAK_ESTIMATE_TOLERANCE = 0.01
+
+
+def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
+                       measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
+    """``estimated_peak_live_bytes`` of both fake twins at one shape (INFO, with phase, module and
+    categories), and at the measured shape ``estimated_peak_rel_diff`` per twin, judged
+    ``<= PEAK_ESTIMATE_TOLERANCE`` (WARN when missed: do not trust the target-shape peak)."""
+    if estimate.plain_peak is None or estimate.recompute_peak is None:
+        return [Row(MEMORY, f"step peak estimate, {where_}", "recompute", "estimated_peak_live_bytes", status=WARN,
+                    role=Role.ESTIMATE_PEAK, unit="B", seconds=seconds,
+                    detail=f"the step peak could not be estimated on fake tensors ({estimate.peak_error})")]
+    rows = []
+    for variant in ("plain", "recompute"):
+        peak: StepPeak = getattr(estimate, f"{variant}_peak")
+        extra: dict[str, Any] = {"estimate_inputs": estimate.inputs, "estimate_shape": where_, "peak_phase": peak.phase,
+                                 "peak_module": peak.module, "peak_region": peak.region or "",
+                                 **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
+        rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_live_bytes", peak.peak_bytes,
+                        status=INFO, seconds=seconds, role=Role.ESTIMATE_PEAK, unit="B", extra=extra,
+                        detail=f"fake tensors, inputs {estimate.inputs}, {estimate.dtype}: reached in {where(peak)}; "
+                               "allocator fragmentation and caching, communication buffers and CUDA workspaces are "
+                               "not tensors and not counted"))
+        if measured_peaks is not None and variant in measured_peaks:
+            real = measured_peaks[variant].peak_bytes
+            diff = abs(peak.peak_bytes - real) / real if real else float("nan")
+            rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_rel_diff", diff,
+                            f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", "<=", role=Role.ESTIMATE_PEAK, unit="share",
+                            threshold_value=PEAK_ESTIMATE_TOLERANCE, on_miss=WARN,
+                            detail=(f"estimated step peak {format_bytes(peak.peak_bytes)}, measured {format_bytes(real)}"
+                                    + ("" if diff <= PEAK_ESTIMATE_TOLERANCE else
+                                       ": do not trust the target-shape peak")),
+                            extra={"estimate_shape": where_, "estimated_peak_bytes": peak.peak_bytes,
+                                   "measured_peak_bytes": real}))
+    return rows
 
 
 def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
