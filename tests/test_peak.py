@@ -197,6 +197,21 @@ def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(m
         assert estimates[variant].extra["peak_phase"] == peaks[variant].phase
 
 
+@pytest.mark.parametrize("model", ["gpt", pytest.param("hf_gpt2", marks=pytest.mark.hf),
+                                   pytest.param("hf_llama", marks=pytest.mark.hf)])
+def test_the_estimated_step_peak_of_transformers_equals_the_measurement(model):
+    from reportgen.estimate import estimate_saved_activations
+
+    setup = build_setup(compose_config(f"+model={model}", "device=cpu"))
+    peaks, _ = measure_peaks(setup)
+    est = estimate_saved_activations(setup, {})
+    for variant in ("plain", "recompute"):
+        estimated, measured = getattr(est, f"{variant}_peak"), peaks[variant]
+        assert abs(estimated.peak_bytes - measured.peak_bytes) <= 0.01 * measured.peak_bytes
+        assert (estimated.phase, estimated.module) == (measured.phase, measured.module)
+    assert est.recompute_peak.peak_bytes < est.plain_peak.peak_bytes
+
+
 def test_the_target_shape_estimate_reports_the_peak_of_both_twins():
     """peak_stack at batch 512 on fake tensors: one region per layer lowers the estimated peak."""
     from reportgen.estimate import estimate_saved_activations
