@@ -59,6 +59,10 @@ def test_peak_on_miss_fail_makes_the_whole_stack_region_fail_the_memory_check():
     row = verdict_row(memory_rows(setup)[1])
     assert row.status == FAIL
     assert judge_record(row.record()) == FAIL  # reportgen.verify re-judges it from its numbers
+    from reportgen.diagnose import diagnose
+
+    (why,) = diagnose([row], {})
+    assert why.extra["rule"] == "region recomputed whole" and "one region per layer" in why.detail
 
 
 def test_one_region_per_layer_lowers_the_peak_and_passes():
