@@ -355,8 +355,9 @@ def increase_cause(plain: SavedActivations, rec: SavedActivations, classes: dict
         classes: ``{path: class name}`` to name the modules by (optional).
     """
     classes = classes or {}
+    order = {p: i for i, p in enumerate(plain.per_module)}
     grown = sorted(((rec.caused_by(p) - plain.caused_by(p), p) for p in plain.per_module if p != REST),
-                   reverse=True)
+                   key=lambda item: (-item[0], order[item[1]]))  # largest first, then in model order
     grown = [(delta, p) for delta, p in grown if delta > 0]
     if not grown:
         return f"the increase is outside every wrapped module ({REST})"
@@ -379,7 +380,7 @@ def peak_sentence(plain: StepPeak, rec: StepPeak, share: float, share_min: float
     if rec.peak_bytes > plain.peak_bytes:
         cause = increase_cause(saved["plain"], saved["recompute"], classes) if saved else "the saved-bytes measurement failed"
         return f"{-share:+.1%}: recompute costs memory here: the step's peak rises, {both}; {cause}"
-    head = f"recompute does not lower the step's peak (by {share:.1%}, threshold {share_min:g}): {both}"
+    head = f"recompute does not lower the step's peak (by {share:.1%}, threshold {share_min:.1%}): {both}"
     region = rec.largest_region()
     if region is not None and rec.phase in ("backward", "recompute"):
         path, nbytes = region

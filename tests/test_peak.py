@@ -90,7 +90,7 @@ def test_relu_only_target_is_an_increase_charged_to_the_relus():
     row = verdict_row(rows)
     assert row.status == WARN and row.value == pytest.approx(-extra / peaks["plain"].peak_bytes)
     assert row.detail.startswith(f"+{extra / peaks['plain'].peak_bytes:.1%}: recompute costs memory here")
-    assert "9 (RecomputedReLU)" in row.detail and format_bytes(extra) in row.detail
+    assert "1 (RecomputedReLU), 3 (RecomputedReLU)" in row.detail and format_bytes(extra) in row.detail
     # per module: each ReLU's own count is unchanged; its output, kept by the next Linear, is charged to it
     modules = {(r.extra["module"], r.variant): r for r in rows if r.role == Role.SAVED_MODULE}
     assert modules[("1", "recompute")].extra["produced_saved_bytes"] == RELU_B * RELU_W * 4
