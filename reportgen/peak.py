@@ -50,7 +50,14 @@ from .tasks import Batch
 #: Phases of a training step, in order (``recompute`` happens inside backward).
 PHASES = ("forward", "backward", "recompute", "optimizer step")
 
-#: Categories of what is alive at the peak, in report order; they sum to the peak.
+#: Categories of what is alive at the peak, in report order; they sum to the peak. From
+#: MemTracker: parameters, buffers, gradients (of parameters), optimizer state (also the
+#: optimizer step's own temporaries: MemTracker files everything created in ``step()`` there),
+#: batch (the tensors passed to ``track_external``), backward temporaries (created in backward
+#: outside any recompute: activation gradients and the like). Its activations are split here:
+#: saved activations (forward outputs autograd keeps, and recompute regions' inputs),
+#: recomputed activations (created while a region's forward runs again in backward) and other
+#: activations (forward outputs nobody keeps for backward, e.g. the loss).
 CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "batch", "saved activations",
               "recomputed activations", "other activations", "backward temporaries")
 
@@ -120,7 +127,6 @@ class StepTracker(MemTracker):
         super().__init__()
         self._regions = {module: plain_name(name) for name, module in model.named_modules()
                          if isinstance(module, CheckpointWrapper)}
-        self._root_name = type(model).__name__
         self._live: dict[str, int] = {"saved": 0}  # bytes of live marked storages: "saved", "recomputed <region>"
         self._marked: set[int] = set()  # id(storage object) of marked storages (each counted once)
         self._handles: list[Any] = []
