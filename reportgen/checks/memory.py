@@ -1,6 +1,6 @@
 """Warm-step memory (checklist item 3, docs/architecture.md): what recomputation saves, and whether it is real.
 
-Four measurements, each in runs of their own (saved-tensor hooks change what autograd
+Five measurements, each in runs of their own (saved-tensor hooks change what autograd
 stores, so nothing here shares a run with the parity checks):
 
 1. **Saved activations, any device.** Bytes of the tensors autograd keeps for backward,
@@ -16,6 +16,10 @@ stores, so nothing here shares a run with the parity checks):
    the measured step, synchronize, then ``max_memory_allocated`` and ``max_memory_reserved``
    (reserved = held by the caching allocator, allocated or not). Elsewhere one row says they
    were not measured; there are never zeros.
+4. **GPU-free estimate.** The same counter on ``FakeTensorMode`` tensors
+   (:mod:`reportgen.estimate`): at the measured shape, where it must equal the measurement,
+   and at the target shape of ``memory.estimate``; transformer-shaped models also get the
+   per-layer Korthikanti et al. 2022 figure. Both shapes also give each fake twin's step peak.
 5. **Step peak, any device: the verdict.** Peak of live tensor bytes through one warm step
    (forward, backward, optimizer step) of each twin, counted with torch's ``MemTracker``
    (:mod:`reportgen.peak`), with the phase and module at the peak and what is alive then by
@@ -24,10 +28,6 @@ stores, so nothing here shares a run with the parity checks):
    of the plain peak (``memory.peak_on_miss`` when it does not) and names the cause when it does
    not: one region recomputed whole, a peak in the optimizer step, or an increase and the
    wrapped modules that cause it.
-4. **GPU-free estimate.** The same counter on ``FakeTensorMode`` tensors
-   (:mod:`reportgen.estimate`): at the measured shape, where it must equal the measurement,
-   and at the target shape of ``memory.estimate``; transformer-shaped models also get the
-   per-layer Korthikanti et al. 2022 figure.
 """
 from __future__ import annotations
 
@@ -391,6 +391,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
 
 
 CHECK = Check(warm_step_memory, (Section(
-    MEMORY, "What recomputation saves, and whether the saving is real: bytes autograd keeps for backward (exact on any "
-    "device, per wrapped module), CUDA allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
+    MEMORY, "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
+    "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
+    "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
     template="sections/warm-step-memory.html.j2", plotter=memory_plots),))
