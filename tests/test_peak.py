@@ -229,3 +229,29 @@ def test_the_target_shape_estimate_reports_the_peak_of_both_twins():
     grown = est.plain_peak.categories["saved activations"]
     assert grown == 4 * small.plain_peak.categories["saved activations"]
     assert est.plain_peak.categories["parameters"] == small.plain_peak.categories["parameters"]
+
+
+def test_the_cuda_figures_of_the_same_step_are_stated_beside_the_peak():
+    """The CUDA branch of the rows, on CPU: a StepPeak as warm_step_peak returns it on CUDA."""
+    import dataclasses
+
+    from reportgen.render import environment, view_model
+    from reportgen.results import to_frame
+
+    setup = stack("recompute.targets=[Layer]")
+    peaks, seconds = measure_peaks(setup)
+    cuda = {}
+    for variant, peak in peaks.items():
+        figures = {"peak_allocated_bytes": peak.peak_bytes + 4096, "peak_reserved_bytes": 4 * 2**20,
+                   "baseline_allocated_bytes": peak.baseline_bytes}
+        cuda[variant] = dataclasses.replace(peak, device="cuda:0", cuda=figures)
+    rows = peak_rows(setup, cuda, seconds, None)
+    for variant, row in ((r.variant, r) for r in rows if r.role == Role.STEP_PEAK):
+        allocated = cuda[variant].peak_bytes + 4096
+        assert row.extra["cuda_peak_allocated_bytes"] == allocated and row.extra["cuda_peak_reserved_bytes"] == 4 * 2**20
+        assert row.extra["tracker_to_allocated_ratio"] == pytest.approx(cuda[variant].peak_bytes / allocated)
+        assert f"max_memory_allocated in the same step: {format_bytes(allocated)}" in row.detail
+        assert f"tracker / allocator = {cuda[variant].peak_bytes / allocated:.3f}" in row.detail
+    (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
+    html = environment().get_template(section["template"]).render(section=section)
+    assert html.count("<code>max_memory_reserved</code> 4.00 MiB") == 2
