@@ -88,6 +88,13 @@ class MemoryConfig:
     warm_steps: int = 3
     #: WARN when recompute saves less than this share of the plain run's saved bytes.
     negligible_saving_share: float = 0.05
+    #: The memory verdict: recompute must lower the peak of live tensor bytes of a warm step
+    #: (forward, backward, optimizer step) by at least this share of the plain twin's peak
+    #: (a share in (0, 1]; 0.01 = 1 %). Saved bytes after the forward are evidence only.
+    min_peak_saving_share: float = 0.01
+    #: Status of a peak that recompute does not lower enough: "WARN" (the claim still holds,
+    #: the report names the cause) or "FAIL" (the memory check fails the claim).
+    peak_on_miss: str = "WARN"
     #: GPU-free estimate at a target scale: model/task keyword overrides (empty = off).
     estimate: Dict[str, Any] = field(default_factory=dict)
 

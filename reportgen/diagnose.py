@@ -92,6 +92,22 @@ RULES: tuple[Rule, ...] = (
          "step under recomputation: step 1 is equal, later steps diverge",
          "update such state outside the recomputed region (or once per step), or leave the module out of "
          "recompute.targets"),
+    Rule("region recomputed whole", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and
+                                                        "one region (" in r.detail for r in rows),
+         "one recompute region holds most of the activations and backward recomputes it at once, so they are all "
+         "alive together again and the step's peak does not move (the saved bytes after the forward drop all the same)",
+         "split it: one region per layer (recompute.targets=[<the layer class>])"),
+    Rule("recompute costs memory", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and r.value < 0
+                                                       for r in rows),
+         "recompute keeps more than it frees: each wrapped region keeps its input for the recompute while the layer "
+         "after it still keeps its output (e.g. only activation functions are recomputed)",
+         "recompute whole layers or blocks (recompute.targets), not single cheap ops"),
+    Rule("peak in the optimizer step", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and
+                                                           "in the optimizer step" in r.detail for r in rows),
+         "the step's peak is in the optimizer step, where parameters, gradients and optimizer state are alive and no "
+         "activation is, so recompute cannot lower it at this batch",
+         "make the memory claim at the batch and sequence length where activations set the peak, or claim no memory "
+         "saving"),
     Rule("deadline", lambda rows, s: any(r.role in (Role.OVERHEAD, Role.MEDIAN) and r.status in BAD for r in rows),
          "recomputation costs more step time than the configured deadline allows",
          "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops"),

@@ -149,6 +149,8 @@ def validate(cfg: DictConfig) -> None:
         ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
         ("memory.negligible_saving_share", cfg.memory.negligible_saving_share,
          0 <= cfg.memory.negligible_saving_share <= 1, "between 0 and 1"),
+        ("memory.min_peak_saving_share", cfg.memory.min_peak_saving_share,
+         0 < cfg.memory.min_peak_saving_share <= 1, "a share in (0, 1]"),
     ] if not ok]
     if problems:
         raise SetupError("; ".join(problems))

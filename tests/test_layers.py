@@ -14,7 +14,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rng", "structure", "keys",
                     "fetcher", "cache", "attachments", "sources", "limits", "models", "models.ffn", "models.mlp", "models.gpt"}),
     ("core", {"results", "recompute", "tasks"}),
-    ("twins", {"setup", "train", "rows", "measure", "snapshot", "estimate", "hf", "contract", "plots", "diagnose"}),
+    ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "contract", "plots", "diagnose"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),
