@@ -20,12 +20,24 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from reportgen.checks.memory import CHECK  # noqa: E402
 from reportgen.config import register_configs  # noqa: E402
 from reportgen.paths import conf_dir  # noqa: E402
-from reportgen.run import prepare  # noqa: E402
+from reportgen.contract import check_task_contract  # noqa: E402
+from reportgen.measure import observe_twins  # noqa: E402
+from reportgen.setup import build_setup  # noqa: E402
 
 DEV = os.environ.get("DEV", "cuda")
 CASES = [("mlp", ["+model=mlp"]), ("gpt", ["+model=gpt"]),
          ("stack, one region", ["+model=peak_stack", "recompute.targets=[Stack]"]),
          ("stack, per layer", ["+model=peak_stack", "recompute.targets=[Layer]"])]
+
+
+def prepare(cfg):
+    """``reportgen.run.prepare``'s stages, without importing the signing stack (a device image may
+    lack ``cryptography``)."""
+    setup = build_setup(cfg)
+    check_task_contract(setup)
+    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    observe_twins(setup)
+    return setup
 
 
 def main() -> int:

@@ -195,9 +195,16 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
     torch.manual_seed(seed)
     with torch.device(device), _default_dtype(dtype):
         model = instantiate(model_cfg, **extra)
-    if any(p.dtype != dtype or p.device != device for p in model.parameters() if p.is_floating_point()):
+    if any(p.dtype != dtype or not _same_device(p.device, device) for p in model.parameters() if p.is_floating_point()):
         model = model.to(device=device, dtype=dtype)
     return model
+
+
+def _same_device(actual: torch.device, wanted: torch.device) -> bool:
+    """``cuda:0`` is the ``cuda`` asked for (seen on an H200: comparing them as unequal sent fake
+    parameters through ``Module.to``, which cannot swap them)."""
+    wanted = torch.device(wanted)
+    return actual.type == wanted.type and (wanted.index is None or actual.index == wanted.index)
 
 
 def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
