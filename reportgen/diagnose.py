@@ -61,10 +61,18 @@ RULES: tuple[Rule, ...] = (
          "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
          "seeded generators, data-dependent routing)",
          "make the forward a function of its inputs, parameters and the seeded generators only"),
+    Rule("nothing recomputes", lambda rows, s: bool(_bad(rows, Role.OBSERVED)),
+         "the configured recompute never ran: no region of the recompute twin runs its forward again in backward. "
+         "Under reentrant recompute (use_reentrant=True, what gradient_checkpointing_enable() does by default) a "
+         "region whose inputs do not require grad (a frozen embedding, LoRA adapters on a frozen base) is never "
+         "recomputed and its parameters get no gradient",
+         "call model.enable_input_require_grads() before training (Hugging Face / PEFT), or use "
+         "use_reentrant=False (recompute=non_reentrant)"),
     Rule("frozen input under reentrant", lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
          "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
          "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
-         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad"),
+         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad (Hugging Face / "
+         "PEFT: model.enable_input_require_grads())"),
     Rule("state changed before recompute", lambda rows, s: _raised(rows, "metadata", "CheckpointError", "recomput"),
          "the forward depends on state that changes between the forward and its recomputation (a cache, a counter, "
          "data-dependent routing), so the recomputed values do not match",

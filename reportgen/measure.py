@@ -38,7 +38,9 @@ from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
-from .recompute import RecomputeConfigError, Wrapped, plain_name
+from .config import GRADIENT_PARITY
+from .recompute import Wrapped, plain_name
+from .results import Role, Row
 from .rng import seeded
 from .structure import call_model, clone_inputs
 from .tasks import Batch
@@ -371,8 +373,9 @@ def observe_twins(setup: Setup) -> None:
     observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
     to the checks, which turn the exception into rows.
 
-    Raises:
-        reportgen.recompute.RecomputeConfigError: the model's switch ran but nothing recomputes.
+    When the model's own switch ran and nothing recomputes, that is evidence, not a usage error
+    (a frozen base under reentrant recompute, e.g. LoRA without ``enable_input_require_grads()``):
+    ``setup.nothing_recomputes`` says so and :func:`observation_rows` makes it a FAIL row.
     """
     seed, loss = setup.cfg.forward_seed, setup.task.loss
     try:
@@ -390,5 +393,17 @@ def observe_twins(setup: Setup) -> None:
         classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
         setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
         if not setup.wrapped:
-            raise RecomputeConfigError(f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of the "
-                                       "recompute twin runs its forward again in backward: the switch turned nothing on")
+            setup.nothing_recomputes = (f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of "
+                                        "the recompute twin runs its forward again in backward: nothing recomputes, "
+                                        "so the configured recompute is not what trains")
+
+
+def observation_rows(setup: Setup) -> list[Row]:
+    """A FAIL row of gradient parity when the model's switch recomputes nothing (else none).
+
+    Judged like every row: ``recomputed_regions >= 1``, so ``reportgen.verify`` re-derives it.
+    """
+    if not setup.nothing_recomputes:
+        return []
+    return [Row(GRADIENT_PARITY, "regions recomputed", "recompute", "recomputed_regions", 0.0, ">= 1", ">=",
+                threshold_value=1.0, role=Role.OBSERVED, unit="regions", detail=setup.nothing_recomputes)]

@@ -52,6 +52,8 @@ class Role:
     REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
     AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
     FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
+    #: How many regions the recompute twin was seen recomputing (0: the configured recompute never ran).
+    OBSERVED = "observed"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
 
 

@@ -18,7 +18,7 @@ from .contract import check_task_contract
 from .diagnose import diagnose
 from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
 from .limits import CheckLimitExceeded, default_max_rss_gib, limited
-from .measure import observe_twins
+from .measure import observation_rows, observe_twins
 from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
@@ -61,6 +61,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except Interrupted:
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_INTERRUPTED
+    rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg))
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)

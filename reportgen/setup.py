@@ -44,6 +44,9 @@ class Setup:
         observed: modules seen recomputing in the recompute twin (None: not observed).
         baseline_recomputes: modules seen recomputing in the plain twin (must be empty).
         compile_error: why ``torch.compile`` could not run the twins (None when it could or is off).
+        nothing_recomputes: why the model's own switch is judged inert (it ran, and no module of the
+            recompute twin runs its forward again in backward); None when something recomputes. A
+            finding, not a usage error: the pipeline adds it as a FAIL row.
     """
 
     cfg: DictConfig
@@ -57,6 +60,7 @@ class Setup:
     observed: list[str] | None = None
     baseline_recomputes: list[str] = field(default_factory=list)
     compile_error: str | None = None
+    nothing_recomputes: str | None = None
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
