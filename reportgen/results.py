@@ -54,6 +54,8 @@ class Role:
     FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
     #: How many regions the recompute twin was seen recomputing (0: the configured recompute never ran).
     OBSERVED = "observed"
+    #: An output leaf that is not a tensor (None, a number, a cache object), or a cache tensor only one twin returned.
+    OUTPUT_OTHER = "output_other"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
 
 

@@ -19,7 +19,7 @@ from .distance import tolerances
 from .recompute import Wrapped, apply_recompute, plain_name
 from .errors import SetupError
 from .rng import fingerprint, seeded
-from .structure import call_model, clone_inputs, named_tensors
+from .structure import call_model, clone_inputs, named_tensors, other_leaves
 from .tasks import Batch, batch_to
 from .train import BudgetRuns
 
@@ -205,6 +205,9 @@ class StepOutput:
             asked or when no input is floating).
         grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
         rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
+        others: ``{path: description}`` of every output leaf that is not a tensor (None, numbers,
+            strings, unknown objects) and of every cache object
+            (:func:`reportgen.structure.other_leaves`), so no output goes unaccounted for.
     """
 
     loss: Tensor
@@ -212,6 +215,7 @@ class StepOutput:
     input_grad: dict[str, Tensor | None]
     grads: dict[str, Tensor | None]
     rng: dict[str, Tensor] = field(default_factory=dict)
+    others: dict[str, str] = field(default_factory=dict)
 
 
 def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
@@ -238,4 +242,4 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
              for n, p in model.named_parameters() if p.requires_grad}
     outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
     inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
-    return StepOutput(loss.detach(), outputs, inputs, grads, rng)
+    return StepOutput(loss.detach(), outputs, inputs, grads, rng, other_leaves(output, "output"))
