@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 from .paths import templates_dir
 from .checks import ROWS_TEMPLATE, section as registered_section
@@ -65,11 +66,23 @@ def fmt_int(value: Any) -> str:
     return f"{int(value):,}"
 
 
+def fmt_name(name: Any) -> Markup:
+    """A dotted name (``model.embed_tokens.weight.grad``) that may wrap after each dot, never mid-word.
+
+    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; the
+    ``code.name`` CSS rule keeps words whole (``overflow-wrap: normal``), so a PDF table cell
+    breaks it only at those points.
+    """
+    text = str(name)
+    parts = [escape(p) for p in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00")]
+    return Markup("<wbr>").join(parts)
+
+
 def environment() -> Environment:
     """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters."""
     env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int)
+    env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int, name=fmt_name)
     env.globals.update(R=Role, CATEGORIES=CATEGORIES)
     return env
 

@@ -1,6 +1,8 @@
 """Every output leaf is accounted for: cache objects, None, numbers (issue 16 item 2)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from reportgen.checks.parity import _tensor_rows
@@ -49,3 +51,12 @@ def test_python_scalars_are_compared_and_a_difference_fails():
     rows = rows_by_item((torch.ones(1), 3, None, "a"), (torch.ones(1), 4, None, "a"))
     assert rows["output[1]"].status == "FAIL" and "plain returned int 3, recompute returned int 4" in rows["output[1]"].detail
     assert rows["output[2]"].status == "INFO" and rows["output[3]"].status == "PASS"
+
+
+def test_names_wrap_after_dots_never_mid_word():
+    from reportgen.render import fmt_name
+
+    assert str(fmt_name("model.embed_tokens.weight.grad")) == "model.<wbr>embed_tokens.<wbr>weight.<wbr>grad"
+    assert str(fmt_name('output["<x>"]')) == "output<wbr>[&#34;&lt;x&gt;&#34;]"  # still escaped
+    css = (Path(__file__).resolve().parents[1] / "templates" / "report.css").read_text()
+    assert "code.name { overflow-wrap: normal; word-break: normal; }" in css
