@@ -185,6 +185,23 @@ class StepTracker(MemTracker):
                 handle.remove()
         super().__exit__(*args)
 
+    def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
+        """MemTracker's accounting of parameters and buffers, with gradient hooks on trainable
+        parameters only: torch's own registers one on every parameter and raises on a frozen one
+        ("cannot register a hook on a tensor that doesn't require gradient"), so a frozen
+        embedding or LoRA's frozen base could not be tracked."""
+        sizes = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+        if install_grad_hooks:
+            for param in module.parameters():
+                if param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
+                    def on_grad(grad: Tensor) -> None:
+                        self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+                    self._param_to_grad_hook_handles[param] = (
+                        param.register_hook(on_grad),
+                        param.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad)))
+        return sizes
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105 - MemTracker's
         res = super().__torch_dispatch__(func, types, args, kwargs)
         if self._in_ac and self._mod_tracker.is_bw:

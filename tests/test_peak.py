@@ -255,3 +255,19 @@ def test_the_cuda_figures_of_the_same_step_are_stated_beside_the_peak():
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
     html = environment().get_template(section["template"]).render(section=section)
     assert html.count("<code>max_memory_reserved</code> 4.00 MiB") == 2
+
+
+def test_frozen_parameters_are_tracked_without_gradient_hooks():
+    """torch's MemTracker registers a gradient hook on every parameter and raises on a frozen one;
+    a frozen embedding (or LoRA's frozen base) must still get a step peak."""
+    import torch
+    from torch import nn
+
+    from reportgen.peak import warm_step_peak
+
+    model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8))
+    model[0].requires_grad_(False)
+    ids = torch.randint(0, 10, (4, 3))
+    peak = warm_step_peak(model.train(), (ids, torch.zeros(4, 3, 8)), lambda out, y: (out - y).square().mean(),
+                          {"_target_": "torch.optim.SGD", "lr": 0.1}, 0, 1)
+    assert peak.peak_bytes > 0 and peak.categories["gradients"] <= 8 * 8 * 4 + 8 * 4  # the Linear's only
