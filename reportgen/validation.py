@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .checks import flagged_names, sections
 from .config import LARGER_BATCH
+from .threads import threads_problem
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
@@ -48,6 +49,7 @@ BOUNDED = [
     ("timing.measured_steps", 1, True, False),
     ("timing.warmup_steps", 0, True, False),
     ("memory.warm_steps", 0, True, False),
+    ("run.max_estimated_minutes", 0.0, False, True),
 ]
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")
@@ -77,7 +79,8 @@ def config_problems(cfg: DictConfig) -> str:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
-                                              "device", "verdict.required", "budget.seeds", "precision.autocast"]
+                                              "device", "verdict.required", "budget.seeds", "precision.autocast",
+                                              "threads"]
     values, problems = {}, []
     for name in names:
         try:
@@ -97,6 +100,9 @@ def config_problems(cfg: DictConfig) -> str:
     if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
             and share > 1:
         problems.append(f"memory.negligible_saving_share={share} must be between 0 and 1")
+    if "threads" in values and (problem := threads_problem(values["threads"] if values["threads"] is not None
+                                                            else "null")):
+        problems.append(problem)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
