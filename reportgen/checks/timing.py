@@ -124,8 +124,8 @@ def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measure
             steps[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     start, rounds, next_check = time.perf_counter(), 0, measured
-    budget = "" if enough is None or math.isinf(max_seconds) else f", at most {max_seconds:g} s"
-    bar = progress(f"timing rounds (at least {measured}{budget})", total=None if enough else measured, unit="round")
+    more = "" if enough is None else f", then until the CI target or {max_seconds:g} s of rounds"
+    bar = progress(f"timing rounds (at least {measured}{more})", total=None if enough else measured, unit="round")
     while True:
         for name in names if rounds % 2 == 0 else names[::-1]:
             times[name].append(timed(steps[name], device))

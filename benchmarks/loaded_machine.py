@@ -1,0 +1,113 @@
+"""A loaded machine vs an idle one: wall time of a small mlp report, default ``threads`` vs all cores.
+
+Runs ``python -m reportgen +model=mlp`` with small budgets (fixed work: no adaptive timing, one
+seed) four times, side by side in one run:
+
+- ``threads=auto`` (the default, reportgen/threads.py) on the machine as it is ("idle"), then
+  while one busy-looping process per CPU this process may use keeps every core busy ("loaded");
+- ``threads=<all CPUs>`` likewise.
+
+It prints each wall time, the loaded/idle ratio per setting (target with the default: ≤ 2×,
+issue 19), the PDF's page count of each run (it must not depend on load), and the load
+average before each run: on a shared machine "idle" means "without our busy loops", so
+quote the figures with that load.
+
+Usage (from the repository root; OMP_NUM_THREADS is removed from the runs' environment)::
+
+    .venv/bin/python benchmarks/loaded_machine.py
+    .venv/bin/python benchmarks/loaded_machine.py --timeout 900 budget.examples=1024   # more overrides
+
+A run that passes ``--timeout`` seconds is stopped and shown as ``>TIMEOUT``.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: Small, fixed work: the same steps however noisy the machine (no adaptive timing rounds).
+SMALL_MLP = ("+model=mlp", "budget.examples=512", "budget.seeds=[0]", "budget.eval_every=256",
+             "larger_batch.max_batch_size=256", "parity.steps=4", "timing.target_ci_half_width_pp=null",
+             "timing.measured_steps=20", "timing.warmup_steps=2", "report.sign=false")
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def cpus() -> int:
+    """CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def pdf_pages(path: Path) -> int | None:
+    """Pages of a PDF (pyhanko's reader, installed with reportgen), None when there is no PDF."""
+    if not path.exists():
+        return None
+    from pyhanko.pdf_utils.reader import PdfFileReader
+
+    with path.open("rb") as f:
+        return int(PdfFileReader(f).root["/Pages"]["/Count"])
+
+
+def one_run(threads: str, overrides: list[str], timeout: float) -> dict:
+    """Wall time (s), exit code and page count of one report in a fresh folder."""
+    out = Path(tempfile.mkdtemp(prefix="loaded-machine-"))
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["PYTHONPATH"] = str(REPO)
+    cmd = [sys.executable, "-m", "reportgen", *SMALL_MLP, f"threads={threads}", *overrides, f"hydra.run.dir={out}"]
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        code, seconds = done.returncode, time.perf_counter() - start
+    except subprocess.TimeoutExpired:
+        code, seconds = None, float("inf")
+    return {"seconds": seconds, "code": code, "pages": pdf_pages(out / "report.pdf"), "load_before": load, "dir": out}
+
+
+def main() -> None:
+    """Parse the arguments, run the four reports, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run before it is stopped")
+    parser.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
+    args = parser.parse_args()
+    n = cpus()
+    settings = [("auto", "default (auto)"), (str(n), f"all cores ({n})")]
+    results: dict[tuple[str, str], dict] = {}
+    print(f"{n} CPUs; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
+    for state in ("idle", "loaded"):
+        spinners = [mp.Process(target=_spin, daemon=True) for _ in range(n)] if state == "loaded" else []
+        for p in spinners:
+            p.start()
+        try:
+            time.sleep(2 if spinners else 0)
+            for threads, label in settings:
+                r = results[(threads, state)] = one_run(threads, args.overrides, args.timeout)
+                print(f"  {label:<16} {state:<7} {r['seconds']:8.1f} s  exit {r['code']}  pages {r['pages']}  "
+                      f"load before {r['load_before']:.2f}", flush=True)
+        finally:
+            for p in spinners:
+                p.terminate()
+            for p in spinners:
+                p.join()
+    print(f"\n{'threads':<16} {'idle s':>8} {'loaded s':>9} {'loaded/idle':>12} {'pages idle/loaded':>18}")
+    for threads, label in settings:
+        idle, loaded = results[(threads, "idle")], results[(threads, "loaded")]
+        ratio = loaded["seconds"] / idle["seconds"] if idle["seconds"] not in (0, float("inf")) else float("nan")
+        print(f"{label:<16} {idle['seconds']:>8.1f} {loaded['seconds']:>9.1f} {ratio:>11.2f}× "
+              f"{str(idle['pages']) + '/' + str(loaded['pages']):>18}")
+    auto_ratio = results[("auto", "loaded")]["seconds"] / results[("auto", "idle")]["seconds"]
+    print(f"\ntarget: loaded/idle ≤ 2× with the default threads: {'met' if auto_ratio <= 2 else 'MISSED'} "
+          f"({auto_ratio:.2f}×)")
+
+
+if __name__ == "__main__":
+    main()
