@@ -23,6 +23,7 @@ import torch
 from .errors import SetupError
 from .measure import make_train_step, training_optimizer
 from .setup import Setup
+from .train import evaluate
 
 log = logging.getLogger("reportgen")
 
@@ -98,12 +99,23 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
     return min(times[1:])
 
 
+def evaluation_seconds(setup: Setup) -> float:
+    """Wall time of one held-out evaluation (``task.evaluate`` on a fresh plain twin), s; RNG restored."""
+    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        model = setup.build(False, compiled=False)
+        start = time.perf_counter()
+        evaluate(model, setup.task)
+        return time.perf_counter() - start
+
+
 def estimate_run(setup: Setup) -> Estimate:
     """Estimate the trajectory, timing, task-metrics and larger-batch phases of ``setup.cfg``.
 
-    Phases that are disabled (``budget.enabled=false``, ...) are left out. The larger-batch
-    experiment is counted as one more plain training run per seed (same examples at a larger
-    batch cost about the same), its batch-size search is not counted.
+    Phases that are disabled (``budget.enabled=false``, ...) are left out. Training runs count
+    their steps and their held-out evaluations (``budget.eval_every``). The larger-batch
+    experiment is counted as one more recompute training run per seed (the same examples at a
+    larger batch cost about the same), its batch-size search is not counted.
 
     Returns:
         The :class:`Estimate`.
@@ -136,14 +148,18 @@ def estimate_run(setup: Setup) -> Estimate:
     bc = cfg.budget
     if bc.enabled:
         bb, examples, seeds = int(bc.batch_size), int(bc.examples), len(bc.seeds)
-        per_seed = math.ceil(examples / bb) * (step(False, bb) + step(True, bb))
+        steps_per_run = math.ceil(examples / bb)
+        evals = (math.ceil(examples / int(bc.eval_every)) if int(bc.eval_every) > 0 else 1) + 1
+        eval_s = evaluation_seconds(setup)
+        per_seed = steps_per_run * (step(False, bb) + step(True, bb)) + 2 * evals * eval_s
         est.phases["task metrics"] = seeds * per_seed
         est.drivers["task metrics"] = (f"budget.examples={examples} / budget.batch_size={bb} × {seeds} seeds × "
-                                       f"2 twins × {per_seed / math.ceil(examples / bb) / 2 * 1e3:.3g} ms")
+                                       f"2 twins × {(step(False, bb) + step(True, bb)) / 2 * 1e3:.3g} ms, "
+                                       f"and {evals} evaluations per run × {eval_s * 1e3:.3g} ms")
         lb = cfg.larger_batch
         if lb.enabled:
             lb_seeds = len(lb.seeds) if lb.seeds is not None else seeds
-            est.phases["larger-batch experiment"] = lb_seeds * math.ceil(examples / bb) * step(False, bb)
+            est.phases["larger-batch experiment"] = lb_seeds * (steps_per_run * step(True, bb) + evals * eval_s)
             est.drivers["larger-batch experiment"] = f"budget.examples={examples} × {lb_seeds} seeds"
     return est
 

@@ -99,10 +99,12 @@ def test_estimate_multiplies_the_timed_step_by_the_steps_the_settings_imply(setu
     s = setup("+model=ffn", "parity.steps=1000", "budget.examples=3200", "budget.batch_size=16", "budget.seeds=[0,1]",
               "larger_batch.enabled=true")
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.010 if recompute else 0.005)
+    monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.1)
     est = duration.estimate_run(s)
     assert est.phases["trajectory parity"] == pytest.approx(1000 * (2 * 0.005 + 0.010))
-    assert est.phases["task metrics"] == pytest.approx(2 * 200 * (0.005 + 0.010))
-    assert est.phases["larger-batch experiment"] == pytest.approx(2 * 200 * 0.005)
+    evals = 3200 // 16 + 1  # SMALL: budget.eval_every=16, and one more at the start
+    assert est.phases["task metrics"] == pytest.approx(2 * (200 * (0.005 + 0.010) + 2 * evals * 0.1))
+    assert est.phases["larger-batch experiment"] == pytest.approx(2 * (200 * 0.010 + evals * 0.1))
     assert est.phases["warm-step time"] == pytest.approx(4 * 0.015)  # SMALL: 1 warm-up + 3 measured rounds
     assert "parity.steps=1000" in est.drivers["trajectory parity"]
 
@@ -110,6 +112,7 @@ def test_estimate_multiplies_the_timed_step_by_the_steps_the_settings_imply(setu
 def test_settings_that_imply_hours_are_refused_with_the_estimate_and_the_override(setup, monkeypatch):
     s = setup("+model=ffn", "parity.steps=100000")
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.02)
+    monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.0)
     with pytest.raises(RunTooLong) as refused:
         refuse_long_runs(s)
     message = str(refused.value)
@@ -119,6 +122,7 @@ def test_settings_that_imply_hours_are_refused_with_the_estimate_and_the_overrid
 
 def test_the_pipeline_exits_2_before_any_check(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.02)
+    monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.0)
     assert run_pipeline(tmp_path, "+model=ffn", "budget.examples=1000000000000")[0] == EXIT_USAGE
     out = capsys.readouterr().out
     assert out.startswith("reportgen: cannot start: the settings imply a run of about") and "years" in out
