@@ -60,11 +60,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
     required = required_names(cfg.verdict.required)
-    meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe(),
-                                                  "threads_detail": {"intra_op": threads.intra_op,
-                                                                     "inter_op": threads.inter_op,
-                                                                     "setting": threads.setting,
-                                                                     "source": threads.source}}
+    meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
+    meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     try:
         rows = run_checks(setup, out_dir)
     except Interrupted:

@@ -62,6 +62,7 @@ def test_the_run_states_its_threads_on_page_1(tmp_path):
     assert code == 0
     html = (tmp_path / "report.html").read_text()
     assert "torch CPU threads: 1 intra-op" in html and "(threads=1)" in html
+    assert "<td>torch_threads</td><td>1 intra-op" in html  # the environment table, signed with the statement
 
 
 # --------------------------------------------------------------------------- progress
