@@ -54,11 +54,16 @@ class Estimate:
         """The whole estimate, minutes."""
         return sum(self.phases.values()) / 60
 
-    def describe(self) -> str:
-        """``"about 3.2 h: task metrics 3.1 h (budget.examples=...), trajectory parity 5 min (...)"``, longest first."""
+    def describe(self, share: float = 0.0) -> str:
+        """``"about 3.2 h: task metrics 3.1 h (budget.examples=...), trajectory parity 5 min (...)"``, longest first.
+
+        Args:
+            share: leave out phases below this share of the whole (0.1 = the phases that make it long).
+        """
+        total = sum(self.phases.values())
         parts = [f"{name} {format_duration(seconds)} ({self.drivers[name]})"
-                 for name, seconds in sorted(self.phases.items(), key=lambda kv: -kv[1])]
-        return f"about {format_duration(self.minutes * 60)}: " + ", ".join(parts)
+                 for name, seconds in sorted(self.phases.items(), key=lambda kv: -kv[1]) if seconds >= share * total]
+        return f"about {format_duration(total)}: " + ", ".join(parts)
 
 
 def format_duration(seconds: float) -> str:
@@ -181,7 +186,7 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
     log.info("estimated time of the long phases: %s", est.describe())
     if est.minutes > float(limit):
         allow = max(int(limit) + 1, math.ceil(est.minutes * 1.5))
-        raise RunTooLong(f"the settings imply a run of {est.describe()}; that is past run.max_estimated_minutes="
+        raise RunTooLong(f"the settings imply a run of {est.describe(share=0.1)}; that is past run.max_estimated_minutes="
                          f"{float(limit):g}. Lower the settings named, or allow it with "
                          f"run.max_estimated_minutes={allow} (or run.max_estimated_minutes=null for no limit)")
     return est
