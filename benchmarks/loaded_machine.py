@@ -1,7 +1,7 @@
 """A loaded machine vs an idle one: wall time of a small mlp report, default ``threads`` vs all cores.
 
 Runs ``python -m reportgen +model=mlp`` with small budgets (fixed work: no adaptive timing, one
-seed) four times, side by side in one run:
+seed), side by side in one run, an idle and a loaded run in turn (``--repeat`` pairs each):
 
 - ``threads=auto`` (the default, reportgen/threads.py) on the machine as it is ("idle"), then
   while one busy-looping process per CPU this process may use keeps every core busy ("loaded");
@@ -16,6 +16,7 @@ Usage (from the repository root; OMP_NUM_THREADS is removed from the runs' envir
 
     .venv/bin/python benchmarks/loaded_machine.py
     .venv/bin/python benchmarks/loaded_machine.py --timeout 900 budget.examples=1024   # more overrides
+    .venv/bin/python benchmarks/loaded_machine.py --repeat 3 --threads auto            # medians of 3 pairs
 
 A run that passes ``--timeout`` seconds is stopped and shown as ``>TIMEOUT``.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,39 +76,47 @@ def one_run(threads: str, overrides: list[str], timeout: float) -> dict:
 
 
 def main() -> None:
-    """Parse the arguments, run the four reports, print the table."""
+    """Parse the arguments, run the reports (idle and loaded alternating), print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run before it is stopped")
+    parser.add_argument("--repeat", type=int, default=1, help="idle/loaded pairs per setting; the table shows medians")
+    parser.add_argument("--threads", default="auto,all", help="settings to compare, comma-separated (all = every CPU)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = parser.parse_args()
     n = cpus()
-    settings = [("auto", "default (auto)"), (str(n), f"all cores ({n})")]
-    results: dict[tuple[str, str], dict] = {}
+    settings = [(str(n), f"all cores ({n})") if t == "all" else (t, "default (auto)" if t == "auto" else f"threads={t}")
+                for t in args.threads.split(",")]
+    results: dict[tuple[str, str], list[dict]] = {}
     print(f"{n} CPUs; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
-    for state in ("idle", "loaded"):
-        spinners = [mp.Process(target=_spin, daemon=True) for _ in range(n)] if state == "loaded" else []
-        for p in spinners:
-            p.start()
-        try:
-            time.sleep(2 if spinners else 0)
-            for threads, label in settings:
-                r = results[(threads, state)] = one_run(threads, args.overrides, args.timeout)
-                print(f"  {label:<16} {state:<7} {r['seconds']:8.1f} s  exit {r['code']}  pages {r['pages']}  "
-                      f"load before {r['load_before']:.2f}", flush=True)
-        finally:
-            for p in spinners:
-                p.terminate()
-            for p in spinners:
-                p.join()
-    print(f"\n{'threads':<16} {'idle s':>8} {'loaded s':>9} {'loaded/idle':>12} {'pages idle/loaded':>18}")
     for threads, label in settings:
-        idle, loaded = results[(threads, "idle")], results[(threads, "loaded")]
-        ratio = loaded["seconds"] / idle["seconds"] if idle["seconds"] not in (0, float("inf")) else float("nan")
-        print(f"{label:<16} {idle['seconds']:>8.1f} {loaded['seconds']:>9.1f} {ratio:>11.2f}× "
-              f"{str(idle['pages']) + '/' + str(loaded['pages']):>18}")
-    auto_ratio = results[("auto", "loaded")]["seconds"] / results[("auto", "idle")]["seconds"]
-    print(f"\ntarget: loaded/idle ≤ 2× with the default threads: {'met' if auto_ratio <= 2 else 'MISSED'} "
-          f"({auto_ratio:.2f}×)")
+        for _ in range(args.repeat):
+            for state in ("idle", "loaded"):
+                spinners = [mp.Process(target=_spin, daemon=True) for _ in range(n)] if state == "loaded" else []
+                for p in spinners:
+                    p.start()
+                try:
+                    time.sleep(2 if spinners else 0)
+                    r = one_run(threads, args.overrides, args.timeout)
+                    results.setdefault((threads, state), []).append(r)
+                    print(f"  {label:<16} {state:<7} {r['seconds']:8.1f} s  exit {r['code']}  pages {r['pages']}  "
+                          f"load before {r['load_before']:.2f}", flush=True)
+                finally:
+                    for p in spinners:
+                        p.terminate()
+                    for p in spinners:
+                        p.join()
+    print(f"\n{'threads':<16} {'idle s':>8} {'loaded s':>9} {'loaded/idle':>12} {'pages idle/loaded':>18}"
+          + ("   (medians)" if args.repeat > 1 else ""))
+    ratios = {}
+    for threads, label in settings:
+        idle = statistics.median(r["seconds"] for r in results[(threads, "idle")])
+        loaded = statistics.median(r["seconds"] for r in results[(threads, "loaded")])
+        ratios[threads] = loaded / idle if 0 < idle < float("inf") else float("nan")
+        pages = "/".join(",".join(str(r["pages"]) for r in results[(threads, s)]) for s in ("idle", "loaded"))
+        print(f"{label:<16} {idle:>8.1f} {loaded:>9.1f} {ratios[threads]:>11.2f}× {pages:>18}")
+    if "auto" in ratios:
+        print(f"\ntarget: loaded/idle ≤ 2× with the default threads: {'met' if ratios['auto'] <= 2 else 'MISSED'} "
+              f"({ratios['auto']:.2f}×)")
 
 
 if __name__ == "__main__":
