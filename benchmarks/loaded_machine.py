@@ -7,9 +7,11 @@ seed), side by side in one run, an idle and a loaded run in turn (``--repeat`` p
   while one busy-looping process per CPU this process may use keeps every core busy ("loaded");
 - ``threads=<all CPUs>`` likewise.
 
-It prints each wall time, the loaded/idle ratio per setting (target with the default: ≤ 2×,
-issue 19), the PDF's page count of each run (it must not depend on load), and the load
-average before each run: on a shared machine "idle" means "without our busy loops", so
+It prints each wall time and CPU time (user + system of the run's process: CPU time that grows
+under load is threads spinning or waiting at barriers, wall time that grows with the same CPU
+time is only the share of the cores the run got), the loaded/idle ratio per setting (target
+with the default: ≤ 2×, issue 19), the PDF's page count of each run (it must not depend on
+load), and the load average before each run: on a shared machine "idle" means "without our busy loops", so
 quote the figures with that load.
 
 Usage (from the repository root; OMP_NUM_THREADS is removed from the runs' environment)::
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,13 +69,17 @@ def one_run(threads: str, overrides: list[str], timeout: float) -> dict:
     env["PYTHONPATH"] = str(REPO)
     cmd = [sys.executable, "-m", "reportgen", *SMALL_MLP, f"threads={threads}", *overrides, f"hydra.run.dir={out}"]
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         code, seconds = done.returncode, time.perf_counter() - start
     except subprocess.TimeoutExpired:
         code, seconds = None, float("inf")
-    return {"seconds": seconds, "code": code, "pages": pdf_pages(out / "report.pdf"), "load_before": load, "dir": out}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"seconds": seconds, "cpu": cpu, "code": code, "pages": pdf_pages(out / "report.pdf"), "load_before": load,
+            "dir": out}
 
 
 def main() -> None:
@@ -98,8 +105,8 @@ def main() -> None:
                     time.sleep(2 if spinners else 0)
                     r = one_run(threads, args.overrides, args.timeout)
                     results.setdefault((threads, state), []).append(r)
-                    print(f"  {label:<16} {state:<7} {r['seconds']:8.1f} s  exit {r['code']}  pages {r['pages']}  "
-                          f"load before {r['load_before']:.2f}", flush=True)
+                    print(f"  {label:<16} {state:<7} {r['seconds']:8.1f} s wall  {r['cpu']:7.1f} s CPU  exit {r['code']}  "
+                          f"pages {r['pages']}  load before {r['load_before']:.2f}", flush=True)
                 finally:
                     for p in spinners:
                         p.terminate()

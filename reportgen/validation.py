@@ -100,8 +100,7 @@ def config_problems(cfg: DictConfig) -> str:
     if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
             and share > 1:
         problems.append(f"memory.negligible_saving_share={share} must be between 0 and 1")
-    if "threads" in values and (problem := threads_problem(values["threads"] if values["threads"] is not None
-                                                            else "null")):
+    if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
         problems.append(problem)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
