@@ -20,7 +20,21 @@ Usage (from the repository root; OMP_NUM_THREADS is removed from the runs' envir
     .venv/bin/python benchmarks/loaded_machine.py --timeout 900 budget.examples=1024   # more overrides
     .venv/bin/python benchmarks/loaded_machine.py --repeat 3 --threads auto            # medians of 3 pairs
 
-A run that passes ``--timeout`` seconds is stopped and shown as ``>TIMEOUT``.
+A run that passes ``--timeout`` seconds stops and shows as ``inf``.
+
+Measured on the 2-core machine it was written on, shared with other work (load average 3
+from others before the first line, 5-7 before the others; 2026-11-30)::
+
+    threads          idle s  loaded s  loaded/idle   CPU s idle/loaded
+    default (auto=1)   10.7      21.9        2.05×   10.5 / 10.9
+    all cores (2)      13.0     151.6       11.64×   14.6 / 61.1
+    default, load 5-7  20.7      67.7        3.26×   (median of 3 pairs)
+    all cores, 5-7     79.1     295.2        3.73×
+
+With one thread the run needs the same CPU time loaded or not: it only waits for its share of
+the cores (on a machine of its own, 2 busy loops on 2 cores leave it 2/3 of a core: 1.5×).
+With a thread per core the busy loops stall every op's barrier: 4× the CPU time, 11.6× the
+wall time. Every PDF had 8 pages.
 """
 from __future__ import annotations
 
