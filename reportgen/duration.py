@@ -173,7 +173,9 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
     """Estimate the run (:func:`estimate_run`) and refuse it past ``run.max_estimated_minutes``.
 
     Returns:
-        The estimate (also logged), or None when ``run.max_estimated_minutes`` is null (no estimate is made).
+        The estimate (also logged), or None when ``run.max_estimated_minutes`` is null (no estimate
+        is made) or a timed step or evaluation raised (the user's code: the checks that run it
+        turn the exception into ERROR rows, so the estimate never stops a run itself).
 
     Raises:
         RunTooLong: the estimate exceeds the limit; the message gives it, the settings behind it
@@ -182,7 +184,12 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
     limit = setup.cfg.get("run", {}).get("max_estimated_minutes", None)
     if limit is None:
         return None
-    est = estimate_run(setup)
+    try:
+        est = estimate_run(setup)
+    except Exception:  # noqa: BLE001 - the user's model or task raised: the checks record it as ERROR rows
+        log.info("no run-time estimate: a timed step or evaluation of the twins raised; the checks that run "
+                 "them show the error, once each")
+        return None
     log.info("estimated time of the long phases: %s", est.describe())
     if est.minutes > float(limit):
         allow = max(int(limit) + 1, math.ceil(est.minutes * 1.5))

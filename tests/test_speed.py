@@ -136,6 +136,18 @@ def test_no_limit_makes_no_estimate(setup, monkeypatch):
     assert refuse_long_runs(s) is None
 
 
+def test_user_code_that_raises_in_the_estimate_leaves_it_to_the_checks(setup, monkeypatch, caplog):
+    s = setup("+model=ffn")
+
+    def boom(*args):
+        raise ValueError("evaluation exploded")
+
+    monkeypatch.setattr(duration, "evaluation_seconds", boom)
+    with caplog.at_level(logging.INFO, logger="reportgen"):
+        assert refuse_long_runs(s) is None
+    assert "no run-time estimate" in caplog.text and "exploded" not in caplog.text  # the checks report it, once
+
+
 def test_estimate_describe_lists_the_longest_phase_first():
     est = Estimate({"a": 60.0, "b": 7200.0}, {"a": "x=1", "b": "y=2"})
     assert est.describe() == "about 2.0 h: b 2.0 h (y=2), a 60 s (x=1)" and est.minutes == pytest.approx(121)
