@@ -213,6 +213,16 @@ class ReportConfig:
 
 
 @dataclass
+class RunConfig:
+    """Limits of one run."""
+
+    #: Refuse to start (exit 2) when the settings imply a run longer than this many minutes,
+    #: estimated before any check from one timed training step of each twin
+    #: (reportgen/duration.py); the message gives the estimate and the override. Null = no limit.
+    max_estimated_minutes: Optional[float] = 60.0
+
+
+@dataclass
 class VerdictConfig:
     """Which checks the claim needs; ERROR/NOT_RUN in a required check fails the claim."""
 
@@ -233,6 +243,10 @@ class Config:
     forward_seed: Optional[int] = 0
     dtype: str = "float32"  #: float32 | float64 | bfloat16 | float16
     device: str = "auto"  #: auto = cuda when available, else cpu
+    #: torch intra- and inter-op CPU threads: ``auto`` = half the physical cores this process may
+    #: use (``os.sched_getaffinity``), at least 1, at most 4, or ``OMP_NUM_THREADS`` when set;
+    #: or a whole number (reportgen/threads.py). Stated on page 1 of the report.
+    threads: str = "auto"
     parity: ParityConfig = field(default_factory=ParityConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -244,6 +258,7 @@ class Config:
     cache: CacheConfig = field(default_factory=CacheConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    run: RunConfig = field(default_factory=RunConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
 
 

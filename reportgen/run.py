@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from .checks import REGISTRY, required_names
 from .contract import check_task_contract
 from .diagnose import diagnose
+from .duration import refuse_long_runs
 from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
 from .limits import CheckLimitExceeded, default_max_rss_gib, limited
 from .measure import observation_rows, observe_twins
@@ -27,6 +28,7 @@ from .rows import error_row
 from .rundir import forget_unstarted_run
 from .setup import Setup, build_setup
 from .signing import SigningError, load_signing_key, sign_run, signature_label
+from .threads import apply_threads
 
 log = logging.getLogger("reportgen")
 
@@ -43,19 +45,27 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     """Run the checklist on ``cfg.model`` and write results and the report into ``out_dir``.
 
     Returns:
-        0 when the claim holds, 1 when it fails, 2 when the run could not start, 3 when the
+        0 when the claim holds, 1 when it fails, 2 when the run could not start (including
+        settings estimated past ``run.max_estimated_minutes``, :mod:`reportgen.duration`), 3 when the
         claim cannot be judged (INCONCLUSIVE), 130 when it was interrupted during the checks
         (``results.partial.json`` keeps what was measured).
     """
+    threads = apply_threads(cfg.get("threads", "auto"))  # the one place: every twin and job of this process
+    log.info("torch threads: %s", threads.describe())
     try:
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = prepare(cfg)
+        with limited("estimating the run's duration", *check_limits(cfg)):
+            refuse_long_runs(setup)  # settings that imply hours: exit 2 with the estimate and the override
+    except CheckLimitExceeded as exc:  # a twin that never returns while timed: the checks say so, each as a row
+        log.error("%s", exc.message)
     except (SigningError, SetupError, RecomputeConfigError) as exc:
         print(f"reportgen: cannot start: {exc}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
     required = required_names(cfg.verdict.required)
-    meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key)}
+    meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
+    meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     try:
         rows = run_checks(setup, out_dir)
     except Interrupted:

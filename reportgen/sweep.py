@@ -25,7 +25,6 @@ import io
 import json
 import logging
 import math
-import os
 import sys
 import time
 import traceback
@@ -122,11 +121,6 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
     identity = _job_identity()
     if not identity:  # a single run: nothing to summarise, keep the old behaviour exactly
         return job()
-    threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:  # hydra.job.env_set of a parallel launcher (conf/hydra/launcher)
-        import torch
-
-        torch.set_num_threads(int(threads))
     start, tee, error = time.perf_counter(), _Tee(sys.stdout), None
     sys.stdout = tee
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +21,9 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 from torch import nn
-from tqdm.auto import tqdm
 
 from . import cache
+from .progress import progress
 from .recompute import plain_name
 from .results import FLAGGED, INFO, WARN, Role, Row
 from .rng import seed_all, seeded
@@ -132,7 +131,7 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
         eval_every: accepted examples between learning-curve points (0 = start and end only).
         lr_scale: factor applied to every parameter group's learning rate (larger-batch rule).
         max_steps: cap on drawn batches (applied + skipped); default 4 × the steps the budget needs.
-        desc: progress-bar label (the bar only shows on a terminal).
+        desc: progress label (a bar on a terminal, periodic log lines otherwise: :mod:`reportgen.progress`).
 
     Returns:
         :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
@@ -150,7 +149,7 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     accepted = steps = skipped = skipped_examples = draws = 0
     curve = [(0, evaluate(model, task)[task.metric])]
     next_eval = eval_every if eval_every > 0 else examples
-    bar = tqdm(total=examples, desc=desc, unit="ex", leave=False, disable=not sys.stderr.isatty())
+    bar = progress(desc, total=examples, unit="ex")
     try:
         while accepted < examples and draws < max_steps:
             x, y = batch_to(task.make_batch(generator, min(batch_size, examples - accepted)), device, dtype)

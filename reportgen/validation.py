@@ -20,6 +20,7 @@ from .config import GRADIENT_PARITY, LARGER_BATCH, STATE_PARITY, STEP_PARITY
 
 #: A claim must require at least one of these (DESIGN.md: no empty claims).
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
+from .threads import threads_problem
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
@@ -55,6 +56,7 @@ BOUNDED = [
     ("memory.warm_steps", 0, True, False),
     ("checks.timeout_s", 0.0, False, True),
     ("checks.max_rss_gib", 0.0, False, True),
+    ("run.max_estimated_minutes", 0.0, False, True),
 ]
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")
@@ -85,7 +87,7 @@ def config_problems(cfg: DictConfig) -> str:
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
                                               "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
-                                              "precision.autocast", "memory.peak_on_miss"]
+                                              "precision.autocast", "memory.peak_on_miss", "threads"]
     values, problems = {}, []
     for name in names:
         try:
@@ -104,6 +106,8 @@ def config_problems(cfg: DictConfig) -> str:
     for name in ("memory.negligible_saving_share", "memory.min_peak_saving_share"):
         if (share := values.get(name)) is not None and isinstance(share, (int, float)) and share > 1:
             problems.append(f"{name}={share} must be between 0 and 1 (a share of the plain figure)")
+    if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
+        problems.append(problem)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")

@@ -24,6 +24,7 @@ from reportgen.signing import load_signing_key, sign_run, signature_label
 #: OpenMP threads wait for each other at every op (measured: the same 8-step training took 4.6 s
 #: with 2 threads under load and 0.05 s with 1). Subprocesses get OMP_NUM_THREADS=1 (cli_env).
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # threads=auto reads it: in-process pipeline runs keep 1 thread too
 
 #: The plain-twin cache's HMAC secret for this session and its subprocesses (reportgen/cache.py),
 #: so that tests never make or read ~/.config/reportgen/cache-secret.

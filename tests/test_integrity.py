@@ -442,7 +442,7 @@ def test_sigterm_during_the_checks_keeps_not_run_rows_and_exits_143(tmp_path):
                             text=True)
     partial = run_dir / "results.partial.json"
     deadline = time.monotonic() + 300
-    while not partial.exists() or "task metrics" not in _tail_log(run_dir):
+    while not partial.exists() or "check: task metrics" not in _tail_log(run_dir):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)

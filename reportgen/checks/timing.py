@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from typing import Callable
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from tqdm.auto import tqdm
 
 from ..config import TIME
 from ..measure import make_train_step, training_optimizer
 from ..plots import timing_plots
+from ..progress import progress
 from ..results import INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup
 from .base import Check, Section
@@ -81,6 +80,16 @@ def ci_half_width_pp(times: dict[str, list[float]], samples: int) -> float:
     return (high - low) / 2 * 100
 
 
+def ci_target_reached(target_pp: float, samples: int) -> Callable[[dict[str, list[float]]], bool]:
+    """The stopping rule of adaptive timing: the 95% CI half-width is within ``target_pp`` pp.
+
+    It computes the interval exactly as the reported ``overhead`` row does (same bootstrap
+    samples and seed, :func:`bootstrap_ratio_ci`), so a run that stopped because the target
+    was reached always reports an interval within it (``ci_width_row`` PASS).
+    """
+    return lambda times: ci_half_width_pp(times, samples) <= target_pp
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -102,7 +111,8 @@ def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measure
 
     The order inside a round alternates (plain first, then recompute first, ...) so that
     neither variant always runs right after the other. With ``enough``, rounds continue past
-    ``measured`` until ``enough(times)`` is true (checked every 4 rounds) or the measured rounds
+    ``measured`` until ``enough(times)`` is true (checked every 4 rounds, every
+    ``rounds // 8`` past 32: the check's cost grows with the rounds) or the measured rounds
     have taken ``max_seconds``.
 
     Returns:
@@ -113,8 +123,9 @@ def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measure
         for name in names if i % 2 == 0 else names[::-1]:
             steps[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
-    start, rounds = time.perf_counter(), 0
-    bar = tqdm(desc="timing rounds", unit="round", leave=False, disable=not sys.stderr.isatty())
+    start, rounds, next_check = time.perf_counter(), 0, measured
+    more = "" if enough is None else f", then until the CI target or {max_seconds:g} s of rounds"
+    bar = progress(f"timing rounds (at least {measured}{more})", total=None if enough else measured, unit="round")
     while True:
         for name in names if rounds % 2 == 0 else names[::-1]:
             times[name].append(timed(steps[name], device))
@@ -124,11 +135,13 @@ def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measure
             continue
         if enough is None:
             why = f"{measured} rounds configured"
-        elif (rounds - measured) % 4 == 0 and enough(times):
+        elif rounds >= next_check and enough(times):
             why = "confidence target reached"
         elif time.perf_counter() - start > max_seconds:
             why = f"time budget of {max_seconds:g} s spent"
         else:
+            if rounds >= next_check:  # every 4 rounds, then every 1/8 of the rounds so far (the bootstrap grows)
+                next_check = rounds + max(4, rounds // 8)
             continue
         bar.close()
         return times, why
@@ -163,8 +176,7 @@ def warm_step_time(setup: Setup) -> list[Row]:
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each
     enough = None
     if tc.target_ci_half_width_pp is not None:
-        target = float(tc.target_ci_half_width_pp)
-        enough = lambda t: ci_half_width_pp(t, 500) <= target  # noqa: E731 - a cheaper bootstrap to decide when to stop
+        enough = ci_target_reached(float(tc.target_ci_half_width_pp), int(tc.bootstrap_samples))
     times, stopped = interleaved_times(steps, int(tc.warmup_steps), int(tc.measured_steps), setup.device, enough,
                                        float(tc.max_measure_seconds))
     seconds = time.perf_counter() - start
@@ -207,9 +219,12 @@ def ci_width_row(overhead: Row, target_pp: float, stopped: str) -> Row:
     when wider: too noisy, e.g. a busy machine)."""
     half = overhead.extra["ci_half_width_pp"]
     rounds = overhead.extra["rounds"]
-    detail = (f"95% CI half-width ±{half:.1f} pp after {rounds} rounds ({stopped})" if half <= target_pp else
-              f"too noisy to trust: the interval is wider than the ±{target_pp:g} pp target after {rounds} rounds "
-              f"({stopped}); is the machine busy?")
+    if half <= target_pp:
+        detail = f"95% CI half-width ±{half:.1f} pp after {rounds} rounds ({stopped})"
+    else:  # the stopping rule computes this same interval (ci_target_reached), so it never stopped on the target
+        why = "rounds ended" if "target reached" in stopped else stopped
+        detail = (f"too noisy to trust: ±{half:.1f} pp is wider than the ±{target_pp:g} pp target after {rounds} "
+                  f"rounds ({why}); is the machine busy? Rerun on an idle one, or give timing.max_measure_seconds more")
     return Row(TIME, "overhead confidence", "recompute", "ci_half_width_pp", half, f"<= {target_pp:g} pp", "<=",
                detail=detail, role=Role.OVERHEAD_CI, unit="pp", threshold_value=target_pp, on_miss=WARN)
 

@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 
 from ..config import TRAJECTORY
 from ..plots import trajectory_plots
+from ..progress import progress
 from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rng import fingerprint, seeded
 from ..rows import run_twin
@@ -40,15 +41,17 @@ def trajectory(setup: Setup, recompute: bool) -> list[Snapshot]:
     optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
     generator = torch.Generator().manual_seed(int(cfg.seed))
     snaps = []
-    for k in range(int(cfg.parity.steps)):
-        x, y = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
-        optimizer.zero_grad(set_to_none=True)
-        with seeded(None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)):
-            loss = setup.task.loss(call_model(model, x), y)
-            loss.backward()
-            rng = fingerprint()
-        optimizer.step()
-        snaps.append(take(model, optimizer, rng, loss))
+    with progress(f"trajectory {'recompute' if recompute else 'plain'}", total=int(cfg.parity.steps), unit="step") as bar:
+        for k in range(int(cfg.parity.steps)):
+            x, y = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
+            optimizer.zero_grad(set_to_none=True)
+            with seeded(None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)):
+                loss = setup.task.loss(call_model(model, x), y)
+                loss.backward()
+                rng = fingerprint()
+            optimizer.step()
+            snaps.append(take(model, optimizer, rng, loss))
+            bar.update(1)
     return snaps
 
 
