@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),
     ("outputs", {"render", "signing", "rundir"}),
-    ("verify", {"sweep", "comparison", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify",
+    ("verify", {"sweep", "comparison", "verify.outcome", "verify.pdf", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify",
                 "verify.__main__"}),
     ("pipeline", {"run", "compare"}),
     ("entry", {"cli", "__main__"}),

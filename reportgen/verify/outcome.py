@@ -1,0 +1,61 @@
+"""One verification line (:class:`Check`), and the helpers every verifier builds its lines with.
+
+The lowest module of ``reportgen.verify``: the PDF checks (``.pdf``), the statement and document
+checks (``.common``) and the run, sweep and comparison verifiers all speak in these lines.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+from ..attachments import AttachmentError
+
+PASS, FAIL, NOTE = "PASS", "FAIL", "NOTE"
+
+
+@dataclass
+class Check:
+    """One verification outcome: ``status`` is PASS, FAIL or NOTE (NOTE never fails)."""
+
+    status: str
+    name: str
+    detail: str = ""
+
+    @property
+    def line(self) -> str:
+        """``PASS name (detail)`` / ``FAIL name: detail`` on one line."""
+        detail = " ".join(self.detail.split())
+        if not detail:
+            return f"{self.status} {self.name}"
+        separator = f": {detail}" if self.status == FAIL else f" ({detail})"
+        return f"{self.status} {self.name}{separator}"
+
+
+def short_digest(hex_digest: str) -> str:
+    """``sha256:0123456789abcdef...``: enough digits to compare by eye."""
+    return f"sha256:{hex_digest[:16]}..."
+
+
+def attempt(name: str, fn: Callable[[], str]) -> Check:
+    """Run one check; its return value is the PASS detail, any exception a FAIL (one line, no traceback)."""
+    try:
+        return Check(PASS, name, fn())
+    except Exception as exc:  # noqa: BLE001 - tampered input raises anything; every one is a FAIL
+        message = str(exc) or type(exc).__name__
+        return Check(FAIL, name, message if isinstance(exc, (VerifyError, AttachmentError)) else f"{type(exc).__name__}: {message}")
+
+
+class VerifyError(Exception):
+    """A check found something wrong (its message is the FAIL detail)."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`VerifyError` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise VerifyError(message)
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of bytes, hex."""
+    return hashlib.sha256(data).hexdigest()
