@@ -49,7 +49,11 @@ BOUNDED = [
     ("timing.measured_steps", 1, True, False),
     ("timing.warmup_steps", 0, True, False),
     ("memory.warm_steps", 0, True, False),
+    ("distributed.world_size", 1, True, False),
+    ("distributed.timeout_s", 0.0, False, False),
 ]
+BACKENDS = ("auto", "gloo", "nccl")
+START_METHODS = ("spawn", "forkserver", "fork")
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")
 
@@ -78,7 +82,8 @@ def config_problems(cfg: DictConfig) -> str:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
-                                              "device", "verdict.required", "budget.seeds", "precision.autocast"]
+                                              "device", "verdict.required", "budget.seeds", "precision.autocast",
+                                              "distributed.backend", "distributed.start_method", "compile.enabled"]
     values, problems = {}, []
     for name in names:
         try:
@@ -88,7 +93,8 @@ def config_problems(cfg: DictConfig) -> str:
     problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
                  and (p := _number_problem(name, values[name], low, inclusive, nullable))]
     enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
-             ("larger_batch.lr_scaling", LR_SCALINGS)]
+             ("larger_batch.lr_scaling", LR_SCALINGS), ("distributed.backend", BACKENDS),
+             ("distributed.start_method", START_METHODS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
     if "budget.seeds" in values and values["budget.seeds"] is not None and len(values["budget.seeds"]) == 0:
@@ -98,6 +104,7 @@ def config_problems(cfg: DictConfig) -> str:
     if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
             and share > 1:
         problems.append(f"memory.negligible_saving_share={share} must be between 0 and 1")
+    problems += _distributed_problems(values)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
@@ -114,6 +121,23 @@ def config_problems(cfg: DictConfig) -> str:
     if not problems:
         return ""
     return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+
+
+def _distributed_problems(values: dict[str, Any]) -> list[str]:
+    """Settings a sharded run (``distributed.world_size > 1``) cannot use, each naming the fix."""
+    world = values.get("distributed.world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
+        return []
+    problems = []
+    batch = values.get("parity.batch_size")
+    if isinstance(batch, int) and batch % world:
+        problems.append(f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
+                        f"takes an equal share of the global batch), e.g. parity.batch_size={max(world, batch - batch % world)}")
+    if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
+        problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
+    if values.get("compile.enabled"):
+        problems.append("compile.enabled=true is not supported with distributed.world_size>1; set compile.enabled=false")
+    return problems
 
 
 def _select(cfg: DictConfig, dotted: str) -> Any:

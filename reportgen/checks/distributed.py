@@ -1,0 +1,328 @@
+"""The recompute claim under sharding (``distributed.world_size > 1``): DDP or FSDP2 twins.
+
+The method of PyTorch's own FSDP2 tests: every rank runs its equal share of the same global
+batch; gradients and parameters are compared as full tensors (``DTensor.full_tensor()`` under
+FSDP2, the all-reduced gradients under DDP), against
+
+(a) the distributed plain twin (recompute's own effect; required, an A/A distributed plain
+    twin beside it), and
+(b) a single-process plain reference on the same global batch (sharding's own effect;
+    advisory: reduction order may move the last bits).
+
+Each rank's own loss, outputs and generator states are compared per rank (a ``rank`` column),
+so a difference visible on one rank only is reported with its rank. Memory (saved activation
+bytes) and warm step time are measured per rank, with the maximum over ranks.
+
+With world_size 1 the check adds no rows. Otherwise reportgen starts the ranks with torch's
+elastic launcher (:func:`reportgen.distributed.launch`), or, inside a torchrun/srun launch,
+runs its part as one rank of that group; rank 0 gathers every rank's rows.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
+from ..distributed import (Group, RankFailure, all_gather_objects, distribute, full_grads, full_optimizer_state,
+                           full_params, gather_objects, join, launch, launched, leave, max_over_ranks, rank_config,
+                           resolve_backend, shard_batch, watchdog)
+from ..measure import make_train_step, saved_activation_bytes
+from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from ..rows import aa_row, error_row, tensor_row
+from ..setup import Setup, build_setup, forward_backward
+from . import Check, Section
+
+#: Roles of this check's rows that the generic roles do not name.
+ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
+ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
+ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
+ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
+ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
+ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: recompute/plain ratio of those medians
+
+SECTIONS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME)
+
+
+def distributed_checks(setup: Setup) -> list[Row]:
+    """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1).
+
+    Returns:
+        On rank 0 (or in the process that launched the ranks), the rows of every rank; on the
+        other ranks of a torchrun launch, nothing (rank 0 reports them). A rank that raised,
+        crashed or hung gives ERROR rows naming it, and the sections it stopped NOT_RUN rows.
+    """
+    dc = setup.cfg.distributed
+    if int(dc.world_size) <= 1:
+        return []
+    if launched():
+        return follow(setup) or []
+    try:
+        results = launch(rank_worker, (setup.cfg,), int(dc.world_size), str(dc.start_method))
+    except RankFailure as exc:
+        return failure_rows(exc.ranks)
+    return list(results[0])
+
+
+def follow(setup: Setup) -> list[Row] | None:
+    """This process's part as one rank of an existing group: join it, measure, gather to rank 0.
+
+    Returns:
+        Every rank's rows on rank 0, None on the other ranks.
+    """
+    dc = setup.cfg.distributed
+    group = join(resolve_backend(str(dc.backend), setup.device), float(dc.timeout_s), setup.device)
+    try:
+        rows = rank_rows(setup, group)
+        gathered = gather_objects(rows, group)
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot reach the others says so
+        return [_ranked(error_row(DIST_GRADIENT_PARITY, exc, f"rank {group.rank} gather"), group.rank)]
+    finally:
+        leave()
+    return None if gathered is None else [row for part in gathered for row in part]
+
+
+def rank_worker(cfg: DictConfig) -> list[Row] | None:
+    """The function each elastic-launched rank runs: build the setup (on this rank's device),
+    then :func:`follow`. Module level so that ``spawn`` can import it by name."""
+    return follow(build_setup(rank_config(cfg)))
+
+
+def rank_rows(setup: Setup, group: Group) -> list[Row]:
+    """Run every part on this rank, in order, each inside its own ``try`` and watchdog; after each
+    part the ranks agree (control group) on who failed, and later parts become NOT_RUN rows
+    naming those ranks (a failed collective leaves the default group unusable).
+
+    The watchdog (:func:`reportgen.distributed.watchdog`) allows ``1.5 × timeout_s + 10`` s per
+    part: longer than a collective's timeout, so a rank waiting for a failed one reports it first.
+    """
+    timeout = float(setup.cfg.distributed.timeout_s)
+    rows: list[Row] = []
+    failed: dict[int, str] = {}
+    for name, part in ((DIST_GRADIENT_PARITY, gradient_rows), (DIST_STEP_PARITY, step_rows),
+                       (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows)):
+        if failed:
+            if group.rank == 0:
+                rows.append(Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+                                detail=f"not run: {_ranks_said(failed)} failed in an earlier part"))
+            continue
+        start, said = time.perf_counter(), ""
+        with watchdog(1.5 * timeout + 10):
+            try:
+                rows += part(setup, group)
+            except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
+                row = _ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start), group.rank)
+                rows.append(row)
+                said = row.detail
+        failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
+    return rows
+
+
+def failure_rows(ranks: dict[int, str]) -> list[Row]:
+    """Rows for ranks that failed as processes (an elastic launch reported them): one ERROR row per
+    rank in the first section, NOT_RUN rows in the others, each naming the ranks."""
+    rows = [_ranked(Row(DIST_GRADIENT_PARITY, f"rank {r}", "recompute", "exception", status=ERROR,
+                        role=Role.EXCEPTION, detail=f"rank {r} failed: {message}"), r) for r, message in ranks.items()]
+    return rows + [Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+                       detail=f"not run: {_ranks_said(ranks)} failed") for name in SECTIONS[1:]]
+
+
+def _ranks_said(ranks: dict[int, Any]) -> str:
+    return "rank " + ", ".join(str(r) for r in ranks) if len(ranks) == 1 else \
+        "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def _ranked(row: Row, rank: int) -> Row:
+    """``row`` with a ``rank`` column, and the rank in its item."""
+    row.extra["rank"] = rank
+    if not row.item.startswith("rank "):
+        row.item = f"rank {rank}: {row.item}"
+    return row
+
+
+def _twin(setup: Setup, group: Group, recompute: bool):
+    """A fresh twin (shared initial weights), spread over the ranks by ``distributed.strategy``."""
+    strategy = getattr(setup.cfg.distributed.strategy, "value", str(setup.cfg.distributed.strategy))
+    return distribute(setup.build(recompute), strategy, [w.path for w in setup.wrapped], group)
+
+
+def _local(setup: Setup, group: Group) -> tuple:
+    return shard_batch(setup.batch, group.rank, group.world_size)
+
+
+def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
+    """The single-process plain reference on the same global batch: the plain twin's gradients on
+    each rank's share, with that rank's generator draws (every rank seeds ``forward_seed``), averaged
+    over the shares: what DDP/FSDP2 compute, without sharding. Returns ``(model, grads)``; the
+    model holds the averaged gradients (ready for one optimizer step)."""
+    model = setup.build(False)
+    total: dict[str, Any] = {}
+    for rank in range(world_size):
+        model.zero_grad(set_to_none=True)
+        out = forward_backward(model, shard_batch(setup.batch, rank, world_size), setup.task.loss,
+                               setup.cfg.forward_seed)
+        for name, grad in out.grads.items():
+            total[name] = None if grad is None else grad.double() if name not in total else \
+                (total[name] + grad.double() if total[name] is not None else None)
+    grads = {n: (None if g is None else (g / world_size).to(setup.dtype)) for n, g in total.items()}
+    for name, p in model.named_parameters():
+        p.grad = None if grads.get(name) is None else grads[name].clone()
+    return model, grads
+
+
+def _reference_rows(check: str, prefix: str, reference: dict, plain: dict, recompute: dict, rtol, atol) -> list[Row]:
+    """Advisory rows (WARN on a miss): each distributed twin vs the single-process reference."""
+    rows = []
+    for variant, twin in (("plain", plain), ("recompute", recompute)):
+        for name in sorted(set(reference) | set(twin)):
+            row = tensor_row(check, f"{prefix}{name} ({variant}, distributed vs single-process)", reference.get(name),
+                             twin.get(name), rtol, atol, ROLE_REFERENCE)
+            row.variant, row.on_miss = variant, WARN
+            row.__post_init__()  # judged again by results.judge with the advisory on_miss
+            rows.append(row)
+    return rows
+
+
+def gradient_rows(setup: Setup, group: Group) -> list[Row]:
+    """One forward and backward of the distributed plain, A/A and recompute twins on this rank's share.
+
+    Returns:
+        Per rank: loss and every output leaf (``rank`` column). On rank 0 also: every parameter's
+        full gradient (recompute vs plain, with the A/A twin), the A/A row, and (advisory) both
+        distributed twins vs the single-process reference.
+    """
+    rtol, atol = setup.tolerance()
+    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
+    runs = {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        model = _twin(setup, group, recompute)
+        out = forward_backward(model, local, loss, seed)
+        runs[name] = (out, full_grads(model))  # collective under FSDP2: every rank, same order
+    (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
+    rows = [_ranked(tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss),
+                    group.rank)]
+    rows += [_ranked(tensor_row(DIST_GRADIENT_PARITY, name, plain.output.get(name), rc.output.get(name), rtol, atol,
+                                Role.OUTPUT, aa=aa.output.get(name)), group.rank)
+             for name in dict.fromkeys([*plain.output, *rc.output])]
+    if group.rank != 0:
+        return rows
+    grads = [tensor_row(DIST_GRADIENT_PARITY, f"{name}.grad (full)", plain_g.get(name), rc_g.get(name), rtol, atol,
+                        Role.PARAM_GRAD, aa=aa_g.get(name)) for name in sorted(set(plain_g) | set(rc_g))]
+    _, reference = reference_grads(setup, group.world_size)
+    rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads)]
+    return rows + _reference_rows(DIST_GRADIENT_PARITY, "", {f"{n}.grad": g for n, g in reference.items()},
+                                  {f"{n}.grad": g for n, g in plain_g.items()},
+                                  {f"{n}.grad": g for n, g in rc_g.items()}, rtol, atol)
+
+
+def step_rows(setup: Setup, group: Group) -> list[Row]:
+    """One step of ``parity.optimizer`` on each distributed twin; full parameters and optimizer state
+    compared (rank 0), each rank's generator states after backward compared bitwise (per rank).
+    Also (advisory) the full parameters vs one step of the single-process reference."""
+    rtol, atol = setup.tolerance()
+    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
+    snaps = {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        model = _twin(setup, group, recompute)
+        optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+        out = forward_backward(model, local, loss, seed)
+        optimizer.step()
+        snaps[name] = (out.rng, full_params(model), full_optimizer_state(model, optimizer))
+    (p_rng, p_par, p_opt), (a_rng, a_par, a_opt), (r_rng, r_par, r_opt) = snaps["plain"], snaps["aa"], snaps["recompute"]
+    rows = [_ranked(tensor_row(DIST_STEP_PARITY, f"RNG {key} after backward", p_rng[key], r_rng.get(key), 0.0, 0.0,
+                               Role.RNG, aa=a_rng.get(key)), group.rank) for key in p_rng]
+    if group.rank != 0:
+        return rows
+    compared = [tensor_row(DIST_STEP_PARITY, f"param {n} (full)", p_par.get(n), r_par.get(n), rtol, atol, Role.PARAM,
+                           aa=a_par.get(n)) for n in sorted(set(p_par) | set(r_par))]
+    compared += [tensor_row(DIST_STEP_PARITY, f"optimizer {n} (full)", p_opt.get(n), r_opt.get(n), rtol, atol,
+                            Role.OPTIMIZER_STATE, aa=a_opt.get(n)) for n in sorted(set(p_opt) | set(r_opt))]
+    reference, _ = reference_grads(setup, group.world_size)
+    instantiate(setup.cfg.parity.optimizer, params=[p for p in reference.parameters() if p.requires_grad]).step()
+    ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    rows += compared + [aa_row(DIST_STEP_PARITY, rows + compared)]
+    return rows + _reference_rows(DIST_STEP_PARITY, "param ", ref_params, p_par, r_par, rtol, atol)
+
+
+def memory_rows(setup: Setup, group: Group) -> list[Row]:
+    """Bytes autograd saves for backward on each rank (forward and loss on the rank's share, in runs of
+    their own), and on rank 0 the maximum over ranks: recompute must save less (advisory, WARN)."""
+    local, paths = _local(setup, group), [w.path for w in setup.wrapped]
+    measured = {}
+    for variant, recompute in (("plain", False), ("recompute", True)):
+        model = _twin(setup, group, recompute)
+        measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
+                                                   paths).total_bytes
+    rows = [_ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
+                        float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
+                        detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
+            for variant, value in measured.items()]
+    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"])], group)
+    if group.rank != 0:
+        return rows
+    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (plain)", "plain", "saved_activation_bytes",
+                    worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
+                    detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
+    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (recompute)", "recompute", "saved_activation_bytes",
+                    worst[1], f"< {worst[0]:.0f} B (plain, max over ranks)", "<", role=ROLE_MAX_SAVED, unit="B",
+                    threshold_value=worst[0], on_miss=WARN,
+                    detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain"))
+    return rows
+
+
+def time_rows(setup: Setup, group: Group) -> list[Row]:
+    """Warm training steps of the distributed plain and recompute twins, interleaved; each step's time is
+    the maximum over ranks (the slowest rank sets the pace). Rows: each rank's median (per rank) and,
+    on rank 0, the medians of the per-step maxima and their ratio (judged against
+    ``timing.max_overhead_ratio`` when set)."""
+    tc, local = setup.cfg.timing, _local(setup, group)
+    steps: dict[str, Callable[[], None]] = {
+        variant: make_train_step(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
+                                 setup.cfg.forward_seed)
+        for variant, recompute in (("plain", False), ("recompute", True))}
+    sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {"plain": [], "recompute": []}
+    for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
+        for variant, step in steps.items():
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            if index >= int(tc.warmup_steps):
+                times[variant].append((time.perf_counter() - start) * 1e3)
+    rows = [_ranked(Row(DIST_TIME, f"median step ({variant})", variant, "step_time_ms", statistics.median(ms),
+                        unit="ms", role=ROLE_RANK_STEP, status=INFO,
+                        detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
+            for variant, ms in times.items()]
+    worst = {variant: max_over_ranks(ms, group) for variant, ms in times.items()}
+    if group.rank != 0:
+        return rows
+    plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
+    rows += [Row(DIST_TIME, f"median step, max over ranks ({variant})", variant, "step_time_ms", value, unit="ms",
+                 role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
+             for variant, value in (("plain", plain), ("recompute", recompute))]
+    ratio, bound = recompute / plain if plain > 0 else float("nan"), tc.max_overhead_ratio
+    detail = f"recompute/plain median step time, slowest rank per step, {group.world_size} ranks"
+    rows.append(Row(DIST_TIME, "overhead ratio (max over ranks)", "recompute", "overhead_ratio", ratio,
+                    f"<= {bound}" if bound is not None else "", "<=" if bound is not None else "",
+                    role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
+                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail))
+    return rows
+
+
+CHECK = Check(distributed_checks, (
+    Section(DIST_GRADIENT_PARITY, "Sharded twins (distributed.strategy) on every rank's share of the same global "
+            "batch: each rank's loss and outputs, then every parameter's full gradient, recompute vs the distributed "
+            "plain twin; sharding's own effect (vs a single-process reference) is shown apart and advisory.",
+            required=False, distributed=True),
+    Section(DIST_STEP_PARITY, "One optimizer step on the sharded twins: full parameters and optimizer state, and "
+            "each rank's generator states after backward.", required=False, distributed=True),
+    Section(DIST_MEMORY, "Bytes autograd keeps for backward on each rank, and the maximum over ranks.",
+            required=False, distributed=True),
+    Section(DIST_TIME, "Warm training steps of the sharded twins; each step's time is the slowest rank's.",
+            required=False, distributed=True),
+))
