@@ -1,0 +1,76 @@
+"""Sharded twins on 2 CPU ranks (gloo), started by torch's elastic launcher: DDP and FSDP2 parity,
+a broken recompute setting that must FAIL, and a rank that raises (an ERROR row naming it).
+
+Each test launches 2 ranks with ``distributed.start_method=fork`` (spawn re-imports torch in each rank,
+~15 s more per test on a loaded 2-core machine; the default stays spawn)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import small_setup
+from reportgen.checks.distributed import distributed_checks
+from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
+from reportgen.results import ERROR, FAIL, NOT_RUN, PASS, Role, to_frame
+from reportgen.validation import config_problems
+
+#: A tiny mlp (2 residual blocks of width 16), a global batch of 8 (4 per rank), 2 timed steps.
+TINY_MLP = ("+model=mlp", "model.depth=2", "model.width=16", "model.hidden=32", "parity.batch_size=8",
+            "timing.warmup_steps=1", "timing.measured_steps=2", *(SHARDED := ("distributed.world_size=2",
+            "distributed.timeout_s=20", "distributed.start_method=fork")))
+
+
+def sharded(*overrides: str, user_conf: bool = False):
+    """The frame of the sharded checks alone, on 2 ranks."""
+    return to_frame(distributed_checks(small_setup(*overrides, user_conf=user_conf)))
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy):
+    frame = sharded(*TINY_MLP, f"distributed.strategy={strategy}")
+    required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
+    assert set(required.status) == {PASS}, required[required.status != PASS][["item", "detail"]]
+    grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
+    assert len(grads) == 2 * 6 + 6 and grads.bitwise_equal.astype(bool).all()  # every parameter, full tensor
+    params = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.PARAM)]
+    assert len(params) == len(grads) and params.bitwise_equal.astype(bool).all()
+    # per-rank rows carry their rank: both ranks' losses, generators, saved bytes and step times
+    for check, role in ((DIST_GRADIENT_PARITY, Role.LOSS), (DIST_STEP_PARITY, Role.RNG),
+                        (DIST_MEMORY, "rank_saved_total"), (DIST_TIME, "rank_step")):
+        assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
+    worst = frame[(frame.check == DIST_MEMORY) & (frame.variant == "recompute") & frame["rank"].isna()].iloc[0]
+    assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
+
+
+def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
+    frame = sharded("+model=dropout_rng", "recompute.preserve_rng_state=false", "parity.batch_size=8",
+                    *SHARDED, "distributed.strategy=fsdp2",
+                    "timing.warmup_steps=0", "timing.measured_steps=1", user_conf=True)
+    grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
+    assert (grads.status == FAIL).any()
+    rng = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.RNG) & (frame.status == FAIL)]
+    assert set(rng["rank"].astype(int)) == {0, 1}  # each rank's generator advanced by the extra draws
+    assert all(item.startswith(f"rank {int(r)}:") for item, r in zip(rng.item, rng["rank"]))
+
+
+def test_a_rank_that_raises_gives_an_error_row_naming_it():
+    frame = sharded("+model=dropout_rng", "model._target_=user_models.sharded.build_raises_on_rank",
+                    "recompute.targets=[RankFault]", "task.make_batch=user_models.faults.batch_small",
+                    "parity.batch_size=4", "distributed.world_size=2", "distributed.timeout_s=5", "distributed.start_method=fork",
+                    user_conf=True)
+    errors = frame[frame.status == ERROR]
+    assert 1 in set(errors["rank"].astype(int))
+    raised = errors[errors["rank"] == 1].iloc[0]
+    assert raised.check == DIST_GRADIENT_PARITY and "rank 1" in raised["item"] and "deliberate fault on rank 1" in raised.detail
+    later = frame[frame.check.isin([DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME])]
+    assert set(later.status) == {NOT_RUN} and all("rank" in d for d in later.detail)
+
+
+def test_sharded_settings_are_refused_before_anything_runs(compose_cfg):
+    problems = config_problems(compose_cfg("+model=ffn", "distributed.world_size=2", "distributed.backend=mpi"))
+    assert "parity.batch_size=3 must be a multiple of distributed.world_size=2" in problems
+    assert "distributed.backend='mpi' must be one of auto, gloo, nccl" in problems
+    assert config_problems(compose_cfg("+model=ffn")) == ""
+
+
+def test_one_process_adds_no_sharded_rows(setup):
+    assert distributed_checks(setup("+model=ffn")) == []
