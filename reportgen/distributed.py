@@ -78,6 +78,38 @@ def launched() -> bool:
     return all(name in os.environ for name in LAUNCH_ENV)
 
 
+def adopt_slurm_env() -> bool:
+    """Inside a SLURM job step with several tasks (``srun``, or Hydra's submitit launcher with
+    ``tasks_per_node``/``nodes``), export what torch's ``env://`` rendezvous reads, unless a
+    launcher set it already: ``RANK`` = ``SLURM_PROCID``, ``WORLD_SIZE`` = ``SLURM_NTASKS``,
+    ``LOCAL_RANK`` = ``SLURM_LOCALID``, ``MASTER_ADDR`` = the job's first node, ``MASTER_PORT``
+    from the job id (submitit's ``TorchDistributedEnvironment`` when installed does the same).
+
+    Returns:
+        True when it exported them.
+    """
+    if launched() or int(os.environ.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_PROCID" not in os.environ:
+        return False
+    try:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        TorchDistributedEnvironment().export()
+        return True
+    except Exception:  # noqa: BLE001 - not installed, or not a submitit job: read SLURM's variables directly
+        pass
+    nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", "localhost")
+    if any(c in nodes for c in "[,"):
+        import subprocess
+
+        shown = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=30)
+        nodes = (shown.stdout.split() or ["localhost"])[0]
+    os.environ.setdefault("MASTER_ADDR", nodes)
+    os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = os.environ["SLURM_PROCID"], os.environ["SLURM_NTASKS"]
+    os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
+    return True
+
+
 def launch_rank() -> int:
     """This process's global rank under an existing launch (0 when not launched)."""
     return int(os.environ.get("RANK", "0")) if launched() else 0

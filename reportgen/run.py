@@ -97,8 +97,7 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     except (SetupError, RecomputeConfigError) as exc:
         print(f"reportgen: rank {launch_rank()} cannot start: {exc}")
         return EXIT_USAGE
-    follow(setup)
-    forget_unstarted_run(out_dir)  # rank 0's folder holds the run; this rank's stays empty
+    follow(setup)  # writes nothing: out_dir may be rank 0's own folder (srun tasks share one)
     log.info("rank %d: rows handed to rank 0", launch_rank())
     return EXIT_HOLDS
 

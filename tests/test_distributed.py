@@ -13,10 +13,11 @@ from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY
 from reportgen.results import ERROR, FAIL, NOT_RUN, PASS, Role, to_frame
 from reportgen.validation import config_problems
 
+#: 2 ranks; a test's collective gives up after 20 s.
+SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20", "distributed.start_method=fork")
 #: A tiny mlp (2 residual blocks of width 16), a global batch of 8 (4 per rank), 2 timed steps.
 TINY_MLP = ("+model=mlp", "model.depth=2", "model.width=16", "model.hidden=32", "parity.batch_size=8",
-            "timing.warmup_steps=1", "timing.measured_steps=2", *(SHARDED := ("distributed.world_size=2",
-            "distributed.timeout_s=20", "distributed.start_method=fork")))
+            "timing.warmup_steps=1", "timing.measured_steps=2", *SHARDED)
 
 
 def sharded(*overrides: str, user_conf: bool = False):
