@@ -196,8 +196,9 @@ class DistributedConfig:
     #: Seconds any collective (and a rank's whole distributed check) may wait for the other ranks;
     #: a rank that raises or hangs becomes an ERROR / NOT_RUN row naming it after at most this long.
     timeout_s: float = 300.0
-    #: How the elastic launcher starts ranks: ``spawn`` (safe default), ``forkserver`` or ``fork``.
-    start_method: str = "spawn"
+    #: How the elastic launcher starts local ranks: ``auto`` (``fork`` for CPU twins, ``spawn`` once
+    #: CUDA is in use), ``spawn``, ``forkserver`` or ``fork``.
+    start_method: str = "auto"
 
 
 @dataclass

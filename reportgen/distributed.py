@@ -310,6 +310,17 @@ def _failure_message(failure: Any) -> str:
     return message.splitlines()[0]
 
 
+def start_method(name: str, device: torch.device) -> str:
+    """How the elastic launcher starts local ranks. ``auto``: ``fork`` when the twins run on CPU and
+    this process has not initialised CUDA (a forked rank inherits the imported modules and the
+    setup: seconds instead of a fresh interpreter importing torch per rank), else ``spawn`` (CUDA
+    cannot be initialised again in a forked child, torch.multiprocessing docs)."""
+    if name != "auto":
+        return name
+    cuda_started = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return "fork" if device.type == "cpu" and not cuda_started else "spawn"
+
+
 def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: str) -> dict[int, Any]:
     """Run ``fn(*args)`` on ``world_size`` local ranks with torch's elastic launcher.
 

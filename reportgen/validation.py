@@ -53,7 +53,7 @@ BOUNDED = [
     ("distributed.timeout_s", 0.0, False, False),
 ]
 BACKENDS = ("auto", "gloo", "nccl")
-START_METHODS = ("spawn", "forkserver", "fork")
+START_METHODS = ("auto", "spawn", "forkserver", "fork")
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")
 

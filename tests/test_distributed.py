@@ -1,8 +1,7 @@
 """Sharded twins on 2 CPU ranks (gloo), started by torch's elastic launcher: DDP and FSDP2 parity,
 a broken recompute setting that must FAIL, and a rank that raises (an ERROR row naming it).
 
-Each test launches 2 ranks with ``distributed.start_method=fork`` (spawn re-imports torch in each rank,
-~15 s more per test on a loaded 2-core machine; the default stays spawn)."""
+Each test launches 2 ranks (``distributed.start_method=auto`` forks them on CPU; one test spawns)."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +13,7 @@ from reportgen.results import ERROR, FAIL, NOT_RUN, PASS, Role, to_frame
 from reportgen.validation import config_problems
 
 #: 2 ranks; a test's collective gives up after 20 s.
-SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20", "distributed.start_method=fork")
+SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20")
 #: A tiny mlp (2 residual blocks of width 16), a global batch of 8 (4 per rank), 2 timed steps.
 TINY_MLP = ("+model=mlp", "model.depth=2", "model.width=16", "model.hidden=32", "parity.batch_size=8",
             "timing.warmup_steps=1", "timing.measured_steps=2", *SHARDED)
@@ -25,9 +24,10 @@ def sharded(*overrides: str, user_conf: bool = False):
     return to_frame(distributed_checks(small_setup(*overrides, user_conf=user_conf)))
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy):
-    frame = sharded(*TINY_MLP, f"distributed.strategy={strategy}")
+@pytest.mark.parametrize("strategy, method", [("ddp", "auto"), ("fsdp2", "auto"), ("fsdp2", "spawn")])
+def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy, method):
+    """``spawn``: each rank is a fresh interpreter that builds its setup from the pickled config."""
+    frame = sharded(*TINY_MLP, f"distributed.strategy={strategy}", f"distributed.start_method={method}")
     required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
     assert set(required.status) == {PASS}, required[required.status != PASS][["item", "detail"]]
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
@@ -56,7 +56,7 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
 def test_a_rank_that_raises_gives_an_error_row_naming_it():
     frame = sharded("+model=dropout_rng", "model._target_=user_models.sharded.build_raises_on_rank",
                     "recompute.targets=[RankFault]", "task.make_batch=user_models.faults.batch_small",
-                    "parity.batch_size=4", "distributed.world_size=2", "distributed.timeout_s=5", "distributed.start_method=fork",
+                    "parity.batch_size=4", "distributed.world_size=2", "distributed.timeout_s=5",
                     user_conf=True)
     errors = frame[frame.status == ERROR]
     assert 1 in set(errors["rank"].astype(int))

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
 from ..distributed import (Group, RankFailure, all_gather_objects, distribute, full_grads, full_optimizer_state,
                            full_params, gather_objects, join, launch, launched, leave, max_over_ranks, rank_config,
-                           resolve_backend, shard_batch, watchdog)
+                           resolve_backend, shard_batch, start_method, watchdog)
 from ..measure import make_train_step, saved_activation_bytes
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
@@ -61,8 +61,9 @@ def distributed_checks(setup: Setup) -> list[Row]:
         return []
     if launched():
         return follow(setup) or []
-    try:
-        results = launch(rank_worker, (setup.cfg,), int(dc.world_size), str(dc.start_method))
+    method = start_method(str(dc.start_method), setup.device)
+    try:  # a forked rank inherits the twins' setup; a spawned one builds its own from the config
+        results = launch(rank_worker, (setup if method == "fork" else setup.cfg,), int(dc.world_size), method)
     except RankFailure as exc:
         return failure_rows(exc.ranks)
     return list(results[0])
@@ -86,10 +87,16 @@ def follow(setup: Setup) -> list[Row] | None:
     return None if gathered is None else [row for part in gathered for row in part]
 
 
-def rank_worker(cfg: DictConfig) -> list[Row] | None:
-    """The function each elastic-launched rank runs: build the setup (on this rank's device),
-    then :func:`follow`. Module level so that ``spawn`` can import it by name."""
-    return follow(build_setup(rank_config(cfg)))
+def rank_worker(given: Setup | DictConfig) -> list[Row] | None:
+    """The function each elastic-launched rank runs: the setup (inherited from the launching
+    process under ``fork``; built from the config, on this rank's device, otherwise), then
+    :func:`follow`. Module level so that ``spawn`` can import it by name. Building the setup runs
+    under the watchdog too, so a rank stuck there is stopped after ``1.5 × timeout_s + 10`` s."""
+    if isinstance(given, Setup):
+        return follow(given)
+    with watchdog(1.5 * float(given.distributed.timeout_s) + 10):
+        setup = build_setup(rank_config(given))
+    return follow(setup)
 
 
 def rank_rows(setup: Setup, group: Group) -> list[Row]:
@@ -113,7 +120,10 @@ def rank_rows(setup: Setup, group: Group) -> list[Row]:
         start, said = time.perf_counter(), ""
         with watchdog(1.5 * timeout + 10):
             try:
-                rows += part(setup, group)
+                measured = part(setup, group)
+                if measured:  # the part's wall time, once (seconds sum per check)
+                    measured[0].seconds = time.perf_counter() - start
+                rows += measured
             except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
                 row = _ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start), group.rank)
                 rows.append(row)
