@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import small_setup
+from conftest import run_pipeline, small_setup
+from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
 from reportgen.results import ERROR, FAIL, NOT_RUN, PASS, Role, to_frame
@@ -75,3 +76,16 @@ def test_sharded_settings_are_refused_before_anything_runs(compose_cfg):
 
 def test_one_process_adds_no_sharded_rows(setup):
     assert distributed_checks(setup("+model=ffn")) == []
+
+
+def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
+    """``run.run`` with 2 ranks: one frame (rank 0 gathered rank 1's rows), the sharded checks required,
+    and page 1 naming world size, strategy, backend and the commands that reproduce the run."""
+    code, frame = run_pipeline(tmp_path, *TINY_MLP, "distributed.strategy=fsdp2")
+    assert code == 0
+    sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME]
+    assert set(sharded_checks) <= set(frame.check) and set(frame["rank"].dropna().astype(int)) == {0, 1}
+    html = (tmp_path / "report.html").read_text()
+    assert "2 ranks · fsdp2 · backend gloo" in html and "torchrun --standalone --nproc-per-node=2" in html
+    assert set(sharded_checks) <= set(required_names(None, distributed=True))
+    assert not set(sharded_checks) & set(required_names(None))  # one process: not part of the claim
