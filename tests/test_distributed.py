@@ -4,6 +4,8 @@ a broken recompute setting that must FAIL, and a rank that raises (an ERROR row 
 Each test launches 2 ranks (``distributed.start_method=auto`` forks them on CPU; one test spawns)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conftest import run_pipeline, small_setup
@@ -55,10 +57,8 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
 
 
 def test_a_rank_that_raises_gives_an_error_row_naming_it():
-    frame = sharded("+model=dropout_rng", "model._target_=user_models.sharded.build_raises_on_rank",
-                    "recompute.targets=[RankFault]", "task.make_batch=user_models.faults.batch_small",
-                    "parity.batch_size=4", "distributed.world_size=2", "distributed.timeout_s=5",
-                    user_conf=True)
+    frame = sharded(*FAULT, "model._target_=user_models.sharded.build_raises_on_rank", "recompute.targets=[RankFault]",
+                    "distributed.world_size=2", "distributed.timeout_s=5", user_conf=True)
     errors = frame[frame.status == ERROR]
     assert 1 in set(errors["rank"].astype(int))
     raised = errors[errors["rank"] == 1].iloc[0]
@@ -89,3 +89,29 @@ def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
     assert "2 ranks · fsdp2 · backend gloo" in html and "torchrun --standalone --nproc-per-node=2" in html
     assert set(sharded_checks) <= set(required_names(None, distributed=True))
     assert not set(sharded_checks) & set(required_names(None))  # one process: not part of the claim
+
+
+#: The user fault models (tests/user_models/sharded.py) on the dense 8-wide batch of tests/user_conf.
+FAULT = ("+model=dropout_rng", "task.make_batch=user_models.faults.batch_small", "parity.batch_size=4")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_difference_on_one_rank_only_is_reported_with_its_rank(strategy):
+    frame = sharded(*FAULT, "model._target_=user_models.sharded.build_rank_branch", "recompute.targets=[RankBranch]",
+                    *SHARDED, f"distributed.strategy={strategy}", "timing.warmup_steps=0", "timing.measured_steps=1",
+                    user_conf=True)
+    local = frame[frame.role == "rank_local_grads"].set_index("rank")
+    assert local.loc[0].status == PASS and local.loc[1].status == FAIL and "rank 1" in local.loc[1]["item"]
+    grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
+    assert (grads.status == FAIL).any()  # the reduced full gradients differ too, without saying where
+
+
+def test_a_rank_that_hangs_is_named_within_the_timeout():
+    start = time.perf_counter()
+    frame = sharded(*FAULT, "model._target_=user_models.sharded.build_sleeps_on_rank",
+                    "recompute.targets=[SleepsOnRank]", "distributed.world_size=2", "distributed.timeout_s=3",
+                    user_conf=True)
+    assert time.perf_counter() - start < 40  # 1.5 x timeout_s + 10 s watchdog, plus start and stop
+    hung = frame[(frame.status == ERROR) & (frame["rank"] == 1)]
+    assert len(hung) == 1 and "rank 1" in hung.iloc[0].detail
+    assert set(frame[frame.check != DIST_GRADIENT_PARITY].status) == {NOT_RUN}

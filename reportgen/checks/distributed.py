@@ -39,6 +39,7 @@ from . import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
+ROLE_RANK_LOCAL = "rank_local_grads"  #: one rank's own gradients before reduction, recompute vs plain
 ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
 ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
 ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
@@ -218,6 +219,7 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
     rows += [_ranked(tensor_row(DIST_GRADIENT_PARITY, name, plain.output.get(name), rc.output.get(name), rtol, atol,
                                 Role.OUTPUT, aa=aa.output.get(name)), group.rank)
              for name in dict.fromkeys([*plain.output, *rc.output])]
+    rows.append(_ranked(local_gradients_row(setup, local, rtol, atol), group.rank))
     if group.rank != 0:
         return rows
     grads = [tensor_row(DIST_GRADIENT_PARITY, f"{name}.grad (full)", plain_g.get(name), rc_g.get(name), rtol, atol,
@@ -227,6 +229,30 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
     return rows + _reference_rows(DIST_GRADIENT_PARITY, "", {f"{n}.grad": g for n, g in reference.items()},
                                   {f"{n}.grad": g for n, g in plain_g.items()},
                                   {f"{n}.grad": g for n, g in rc_g.items()}, rtol, atol)
+
+
+def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
+    """This rank's own gradients before any reduction: the unsharded plain and recompute twins on
+    this rank's share (what DDP/FSDP2 compute locally before reducing). A fault that shows on one
+    rank only (a rank-dependent branch inside a recomputed block) is named by its rank here, while
+    the reduced full gradients only show that something differs.
+
+    Returns:
+        One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
+    """
+    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    plain = forward_backward(setup.build(False), local, loss, seed)
+    rc = forward_backward(setup.build(True), local, loss, seed)
+    compared = [tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
+                for n in sorted(set(plain.grads) | set(rc.grads))]
+    bad = sorted((r for r in compared if r.status != "PASS"), key=lambda r: -float(r.extra.get("excess", 0.0)))
+    equal = all(bool(r.extra.get("bitwise_equal")) for r in compared)
+    detail = (f"all {len(compared)} gradients of this rank's share {'bitwise equal' if equal else 'within tolerance'}"
+              if not bad else f"{len(bad)} of {len(compared)} gradients of this rank's share differ before reduction; "
+              f"worst {bad[0].item} (max abs err {bad[0].value:.3g}, {bad[0].detail})")
+    return Row(DIST_GRADIENT_PARITY, "local gradients before reduction", "recompute", "tensors_outside_tolerance",
+               float(len(bad)), "0", "==", detail=detail, role=ROLE_RANK_LOCAL, unit="tensors", threshold_value=0.0,
+               extra={"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""})
 
 
 def step_rows(setup: Setup, group: Group) -> list[Row]:
