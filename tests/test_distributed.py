@@ -115,3 +115,14 @@ def test_a_rank_that_hangs_is_named_within_the_timeout():
     hung = frame[(frame.status == ERROR) & (frame["rank"] == 1)]
     assert len(hung) == 1 and "rank 1" in hung.iloc[0].detail
     assert set(frame[frame.check != DIST_GRADIENT_PARITY].status) == {NOT_RUN}
+
+
+def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
+    """Reentrant recompute behind a frozen embedding: the blocks' gradients are None in the recompute
+    twin (torch.utils.checkpoint docs, use_reentrant=True), also after DDP's all-reduce."""
+    frame = sharded("+model=frozen_input", "recompute=reentrant", *SHARDED, "distributed.strategy=ddp",
+                    "timing.warmup_steps=0", "timing.measured_steps=1", user_conf=True)
+    grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD) & (frame.status == FAIL)]
+    assert grads.detail.str.contains("None in the recompute run").any()  # the adapters lost theirs
+    local = frame[frame.role == "rank_local_grads"]
+    assert set(local.status) == {FAIL} and set(local["rank"].astype(int)) == {0, 1}
