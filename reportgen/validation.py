@@ -132,7 +132,7 @@ def _distributed_problems(values: dict[str, Any]) -> list[str]:
     batch = values.get("parity.batch_size")
     if isinstance(batch, int) and batch % world:
         problems.append(f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
-                        f"takes an equal share of the global batch), e.g. parity.batch_size={max(world, batch - batch % world)}")
+                        f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}")
     if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
         problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
     if values.get("compile.enabled"):

@@ -4,6 +4,7 @@ a broken recompute setting that must FAIL, and a rank that raises (an ERROR row 
 Each test launches 2 ranks (``distributed.start_method=auto`` forks them on CPU; one test spawns)."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -126,3 +127,35 @@ def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
     assert grads.detail.str.contains("None in the recompute run").any()  # the adapters lost theirs
     local = frame[frame.role == "rank_local_grads"]
     assert set(local.status) == {FAIL} and set(local["rank"].astype(int)) == {0, 1}
+
+
+def test_slurm_tasks_become_ranks_and_a_mismatched_launch_is_refused(monkeypatch):
+    from reportgen.distributed import adopt_slurm_env, launch_problem, launch_rank, launched
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "")  # recorded, so what adopt_slurm_env exports is undone after the test
+        monkeypatch.delenv(name)
+    assert launch_problem(2) == "" and not launched()
+    for name, value in {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "node7",
+                        "SLURM_JOB_ID": "123"}.items():
+        monkeypatch.setenv(name, value)
+    assert adopt_slurm_env() and launched() and launch_rank() == 1
+    assert (os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("2", "1")
+    assert launch_problem(2) == ""
+    assert "set distributed.world_size=2" in launch_problem(1) and "set distributed.world_size=2" in launch_problem(4)
+
+
+def test_the_slurm_launcher_config_runs_one_two_task_job_per_point():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra import compose, initialize_config_dir
+
+    from reportgen.config import register_configs
+    from reportgen.paths import conf_dir
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        cfg = compose("config", overrides=["+model=mlp", "hydra/launcher=slurm_distributed", "distributed.world_size=2"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node * launcher.nodes == cfg.distributed.world_size
