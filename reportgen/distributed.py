@@ -130,6 +130,19 @@ def launch_problem(world_size: int) -> str:
     return ""
 
 
+def device_problem(world_size: int, device: torch.device) -> str:
+    """Why the ranks cannot each have their own GPU, or ``""``: on CUDA every local rank needs a
+    device of its own (NCCL refuses two ranks on one GPU)."""
+    if world_size <= 1 or device.type != "cuda":
+        return ""
+    needed = int(os.environ["LOCAL_RANK"]) + 1 if launched() else world_size
+    have = torch.cuda.device_count()
+    if needed <= have:
+        return ""
+    return (f"distributed.world_size={world_size} on CUDA needs {needed} GPUs on this node (one per rank) but torch "
+            f"sees {have}; lower distributed.world_size, or run the ranks on CPU with device=cpu (gloo)")
+
+
 def resolve_backend(name: str, device: torch.device) -> str:
     """``auto`` → ``nccl`` on CUDA, ``gloo`` on CPU; ``gloo``/``nccl`` as given."""
     if name == "auto":
@@ -144,7 +157,8 @@ def rank_device(device_name: str) -> str:
     if not wants_cuda:
         return device_name
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
+    if local < torch.cuda.device_count():  # else device_problem refuses the run (exit 2)
+        torch.cuda.set_device(local)
     return f"cuda:{local}"
 
 

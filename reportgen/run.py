@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from .checks import REGISTRY, required_names, run_order
 from .checks.distributed import follow
 from .diagnose import diagnose
-from .distributed import launch_commands, launch_problem, launch_rank, launched, rank_config, resolve_backend
+from .distributed import device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config, resolve_backend
 from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
@@ -46,7 +46,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         claim cannot be judged (INCONCLUSIVE), 130 when it was interrupted during the checks
         (``results.partial.json`` keeps what was measured).
     """
-    world = int(cfg.distributed.world_size)
+    world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
     if problem := launch_problem(world):
         print(f"reportgen: cannot start: {problem}")
         forget_unstarted_run(out_dir)
@@ -58,6 +58,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     try:
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = build_setup(cfg)
+        if problem := device_problem(world, setup.device):
+            raise SetupError(problem)
     except (SigningError, SetupError, RecomputeConfigError) as exc:
         print(f"reportgen: cannot start: {exc}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
@@ -94,6 +96,8 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     """
     try:
         setup = build_setup(cfg)
+        if problem := device_problem(int(cfg.distributed.world_size), setup.device):
+            raise SetupError(problem)
     except (SetupError, RecomputeConfigError) as exc:
         print(f"reportgen: rank {launch_rank()} cannot start: {exc}")
         return EXIT_USAGE

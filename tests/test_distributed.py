@@ -159,3 +159,15 @@ def test_the_slurm_launcher_config_runs_one_two_task_job_per_point():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node * launcher.nodes == cfg.distributed.world_size
+
+
+def test_ranks_on_cuda_need_a_gpu_each(monkeypatch):
+    import torch
+
+    from reportgen.distributed import device_problem
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert "needs 2 GPUs on this node (one per rank) but torch sees 1" in device_problem(2, torch.device("cuda:0"))
+    assert device_problem(2, torch.device("cpu")) == "" and device_problem(1, torch.device("cuda:0")) == ""

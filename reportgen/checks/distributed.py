@@ -32,7 +32,7 @@ from ..distributed import (Group, RankFailure, all_gather_objects, distribute, f
                            full_params, gather_objects, join, launch, launched, leave, max_over_ranks, rank_config,
                            resolve_backend, shard_batch, start_method, watchdog)
 from ..measure import make_train_step, saved_activation_bytes
-from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
 from ..setup import Setup, build_setup, forward_backward
 from . import Check, Section
@@ -245,7 +245,7 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     rc = forward_backward(setup.build(True), local, loss, seed)
     compared = [tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
                 for n in sorted(set(plain.grads) | set(rc.grads))]
-    bad = sorted((r for r in compared if r.status != "PASS"), key=lambda r: -float(r.extra.get("excess", 0.0)))
+    bad = sorted((r for r in compared if r.status != PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
     equal = all(bool(r.extra.get("bitwise_equal")) for r in compared)
     detail = (f"all {len(compared)} gradients of this rank's share {'bitwise equal' if equal else 'within tolerance'}"
               if not bad else f"{len(bad)} of {len(compared)} gradients of this rank's share differ before reduction; "
