@@ -171,3 +171,15 @@ def test_ranks_on_cuda_need_a_gpu_each(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     assert "needs 2 GPUs on this node (one per rank) but torch sees 1" in device_problem(2, torch.device("cuda:0"))
     assert device_problem(2, torch.device("cpu")) == "" and device_problem(1, torch.device("cuda:0")) == ""
+
+
+@pytest.mark.parametrize("model, strategy", [("ffn", "ddp"), ("gpt", "fsdp2"), ("hf_gpt2", "fsdp2"), ("hf_llama", "ddp")])
+def test_built_in_models_run_sharded_on_cpu(model, strategy):
+    if model.startswith("hf_"):
+        pytest.importorskip("transformers")
+    small = ("model.depth=2", "model.width=32") if model == "gpt" else ()
+    frame = sharded(f"+model={model}", *small, "parity.batch_size=4", *SHARDED, f"distributed.strategy={strategy}",
+                    "timing.warmup_steps=0", "timing.measured_steps=1")
+    parity = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
+    assert len(parity) and set(parity.status) == {PASS}
+    assert set(frame[frame.check == DIST_MEMORY].status) <= {PASS, "INFO"}
