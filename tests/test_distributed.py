@@ -13,7 +13,7 @@ from conftest import run_pipeline, small_setup
 from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
-from reportgen.results import ERROR, FAIL, NOT_RUN, PASS, Role, to_frame
+from reportgen.results import ERROR, FAIL, INFO, NOT_RUN, PASS, Role, to_frame
 from reportgen.validation import config_problems
 
 #: 2 ranks; a test's collective gives up after 20 s.
@@ -181,5 +181,5 @@ def test_built_in_models_run_sharded_on_cpu(model, strategy):
     frame = sharded(f"+model={model}", *small, "parity.batch_size=4", *SHARDED, f"distributed.strategy={strategy}",
                     "timing.warmup_steps=0", "timing.measured_steps=1")
     parity = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
-    assert len(parity) and set(parity.status) == {PASS}
-    assert set(frame[frame.check == DIST_MEMORY].status) <= {PASS, "INFO"}
+    assert len(parity) and set(parity.status) <= {PASS, INFO}  # INFO: attributes the HF switch sets, ignored
+    assert set(frame[frame.check == DIST_MEMORY].status) <= {PASS, INFO}

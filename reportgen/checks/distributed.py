@@ -28,13 +28,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
-from ..distributed import (Group, RankFailure, all_gather_objects, distribute, full_grads, full_optimizer_state,
-                           full_params, gather_objects, join, launch, launched, leave, max_over_ranks, rank_config,
-                           resolve_backend, shard_batch, start_method, watchdog)
+from ..distributed import (Group, RankFailure, all_gather_objects, dist_name, distribute, full, full_grads,
+                           full_optimizer_state, full_params, gather_objects, join, launch, launched, leave,
+                           max_over_ranks, rank_config, resolve_backend, shard_batch, start_method, watchdog)
 from ..measure import make_train_step, saved_activation_bytes
 from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
 from ..setup import Setup, build_setup, forward_backward
+from ..snapshot import Snapshot, module_attributes, snapshot_rows
 from . import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
@@ -255,10 +256,30 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
                extra={"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""})
 
 
+def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
+    """A distributed twin's state after its step, in full tensors and plain names: parameters and
+    optimizer state (collectives under FSDP2), buffers, plain module attributes (of the model inside
+    DDP's wrapper), this rank's generator states after backward."""
+    inner = getattr(model, "module", model) if hasattr(model, "no_sync") else model  # DDP keeps the model in .module
+    buffers = {dist_name(n): full(b) for n, b in inner.named_buffers()}
+    return Snapshot(full_params(model), full_optimizer_state(model, optimizer), buffers, module_attributes(inner),
+                    {k: v.clone() for k, v in rng.items()}, loss)
+
+
+#: Roles of the per-rank state rows (each rank's own buffers, attributes and generators).
+STATE_ROLES = {Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.IGNORED}
+
+
 def step_rows(setup: Setup, group: Group) -> list[Row]:
-    """One step of ``parity.optimizer`` on each distributed twin; full parameters and optimizer state
-    compared (rank 0), each rank's generator states after backward compared bitwise (per rank).
-    Also (advisory) the full parameters vs one step of the single-process reference."""
+    """One step of ``parity.optimizer`` on each distributed twin (plain, A/A, recompute).
+
+    Returns:
+        Per rank (``rank`` column): buffers, plain module attributes and generator states after
+        backward (bitwise), and that rank's A/A row. On rank 0 also: full parameters and optimizer
+        state, recompute vs plain, and (advisory) the full parameters vs one step of the
+        single-process reference. Compared by :func:`reportgen.snapshot.snapshot_rows`, with
+        ``state.ignore_attributes`` honoured.
+    """
     rtol, atol = setup.tolerance()
     local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
     snaps = {}
@@ -267,21 +288,25 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
         out = forward_backward(model, local, loss, seed)
         optimizer.step()
-        snaps[name] = (out.rng, full_params(model), full_optimizer_state(model, optimizer))
-    (p_rng, p_par, p_opt), (a_rng, a_par, a_opt), (r_rng, r_par, r_opt) = snaps["plain"], snaps["aa"], snaps["recompute"]
-    rows = [_ranked(tensor_row(DIST_STEP_PARITY, f"RNG {key} after backward", p_rng[key], r_rng.get(key), 0.0, 0.0,
-                               Role.RNG, aa=a_rng.get(key)), group.rank) for key in p_rng]
+        snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+    compared = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol,
+                             list(setup.cfg.state.ignore_attributes))
+    rows = []
+    for row in compared:
+        row.check = DIST_STEP_PARITY
+        if row.role in STATE_ROLES:
+            rows.append(_ranked(row, group.rank))
+        elif group.rank == 0:
+            row.item += " (full)"
+            rows.append(row)
+    rows.append(_ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
     if group.rank != 0:
         return rows
-    compared = [tensor_row(DIST_STEP_PARITY, f"param {n} (full)", p_par.get(n), r_par.get(n), rtol, atol, Role.PARAM,
-                           aa=a_par.get(n)) for n in sorted(set(p_par) | set(r_par))]
-    compared += [tensor_row(DIST_STEP_PARITY, f"optimizer {n} (full)", p_opt.get(n), r_opt.get(n), rtol, atol,
-                            Role.OPTIMIZER_STATE, aa=a_opt.get(n)) for n in sorted(set(p_opt) | set(r_opt))]
     reference, _ = reference_grads(setup, group.world_size)
     instantiate(setup.cfg.parity.optimizer, params=[p for p in reference.parameters() if p.requires_grad]).step()
     ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
-    rows += compared + [aa_row(DIST_STEP_PARITY, rows + compared)]
-    return rows + _reference_rows(DIST_STEP_PARITY, "param ", ref_params, p_par, r_par, rtol, atol)
+    return rows + _reference_rows(DIST_STEP_PARITY, "param ", ref_params, snaps["plain"].params,
+                                  snaps["recompute"].params, rtol, atol)
 
 
 def memory_rows(setup: Setup, group: Group) -> list[Row]:
