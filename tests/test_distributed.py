@@ -82,8 +82,10 @@ def test_one_process_adds_no_sharded_rows(setup):
 def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
     """``run.run`` with 2 ranks: one frame (rank 0 gathered rank 1's rows), the sharded checks required,
     and page 1 naming world size, strategy, backend and the commands that reproduce the run."""
-    code, frame = run_pipeline(tmp_path, *TINY_MLP, "distributed.strategy=fsdp2")
+    code, frame = run_pipeline(tmp_path, *TINY_MLP, "distributed.strategy=fsdp2", "timing.max_overhead_ratio=50")
     assert code == 0
+    overhead = frame[frame.role == "max_rank_overhead"].iloc[0]  # slowest rank per step, paired bootstrap CI
+    assert overhead.comparator == "ci<=" and overhead.status == PASS and overhead.ci_low <= overhead.value <= overhead.ci_high
     sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME]
     assert set(sharded_checks) <= set(frame.check) and set(frame["rank"].dropna().astype(int)) == {0, 1}
     html = (tmp_path / "report.html").read_text()

@@ -31,6 +31,7 @@ from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_T
 from ..distributed import (Group, RankFailure, all_gather_objects, dist_name, distribute, full, full_grads,
                            full_optimizer_state, full_params, gather_objects, join, launch, launched, leave,
                            max_over_ranks, rank_config, resolve_backend, shard_batch, start_method, watchdog)
+from ..bootstrap import bootstrap_ratio_ci
 from ..measure import make_train_step, saved_activation_bytes
 from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
@@ -45,7 +46,7 @@ ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
 ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
 ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
 ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
-ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: recompute/plain ratio of those medians
+ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
 
 SECTIONS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME)
 
@@ -338,8 +339,9 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
 def time_rows(setup: Setup, group: Group) -> list[Row]:
     """Warm training steps of the distributed plain and recompute twins, interleaved; each step's time is
     the maximum over ranks (the slowest rank sets the pace). Rows: each rank's median (per rank) and,
-    on rank 0, the medians of the per-step maxima and their ratio (judged against
-    ``timing.max_overhead_ratio`` when set)."""
+    on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
+    (:func:`reportgen.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
+    against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
     tc, local = setup.cfg.timing, _local(setup, group)
     steps: dict[str, Callable[[], None]] = {
         variant: make_train_step(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
@@ -366,12 +368,15 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     rows += [Row(DIST_TIME, f"median step, max over ranks ({variant})", variant, "step_time_ms", value, unit="ms",
                  role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
              for variant, value in (("plain", plain), ("recompute", recompute))]
-    ratio, bound = recompute / plain if plain > 0 else float("nan"), tc.max_overhead_ratio
-    detail = f"recompute/plain median step time, slowest rank per step, {group.world_size} ranks"
-    rows.append(Row(DIST_TIME, "overhead ratio (max over ranks)", "recompute", "overhead_ratio", ratio,
-                    f"<= {bound}" if bound is not None else "", "<=" if bound is not None else "",
+    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
+    bound = tc.max_overhead_ratio
+    detail = (f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
+              f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}")
+    rows.append(Row(DIST_TIME, "overhead ratio (slowest rank per step)", "recompute", "overhead_ratio", ratio,
+                    f"<= {bound}" if bound is not None else "", "ci<=" if bound is not None else "",
                     role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
-                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail))
+                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail,
+                    extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))
     return rows
 
 
