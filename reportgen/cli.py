@@ -29,14 +29,11 @@ from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from .errors import EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, usage  # noqa: F401
+from .files import OutputWriteError
 from .paths import builtin_models
 from .rundir import StartRefused, job_log_path
 
-EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = 0, 1, 2, 3, 70
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143  #: 128 + the signal number, as shells report it
-EXIT_CODES_HELP = ("exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
-                   "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "
-                   "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)")
 
 log = logging.getLogger("reportgen")
 _codes: list[int] = []
@@ -66,15 +63,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def usage() -> str:
-    """The short message printed when no usable model was given."""
-    models = builtin_models()
-    return (f"reportgen: choose a model. Built-in models: {', '.join(models)}.\n"
-            f"  python -m reportgen +model={models[0]}\n"
-            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see README, 'Your own model').\n"
-            f"  ({EXIT_CODES_HELP})")
 
 
 class OneLineExceptions(logging.Formatter):
@@ -171,6 +159,11 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
             code = EXIT_SIGINT
+        except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug
+            kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
+            print(f"reportgen: cannot finish: {exc}."
+                  + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else ""), flush=True)
+            return EXIT_USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
             _log_to_file(exc)
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]

@@ -202,6 +202,16 @@ class DistributedConfig:
 
 
 @dataclass
+class CacheConfig:
+    """The plain-twin cache shared by a sweep's jobs (reportgen/cache.py; README, "The plain twin
+    is trained once per sweep")."""
+
+    #: false = train the plain twin in every run, never read or write the cache (the folder is
+    #: ``$REPORTGEN_CACHE_DIR``, else ``<sweep dir>/.reportgen-cache`` in a multirun).
+    enabled: bool = True
+
+
+@dataclass
 class ReportConfig:
     """Rendering and signing."""
 
@@ -241,6 +251,7 @@ class Config:
     state: StateConfig = field(default_factory=StateConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)

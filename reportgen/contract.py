@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map
 
-from .setup import SetupError
+from .errors import SetupError
 
 #: Examples in the probe batch: small, and above 1 so a batch dimension cannot hide.
 PROBE_BATCH = 2

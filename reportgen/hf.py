@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .recompute import CheckpointImpl, checkpoint_kwargs
-from .setup import SetupError
+from .errors import SetupError
 from .tasks import CharTextTask, _device_dtype
 
 #: The command that adds the extra; every "transformers is missing" message names it.

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
-from .recompute import plain_name
+from .recompute import RecomputeConfigError, Wrapped, plain_name
 from .rng import seeded
 from .structure import call_model, clone_inputs
 from .tasks import Batch
@@ -324,3 +324,43 @@ def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward
         handle.remove()
         model.zero_grad(set_to_none=True)
     return [p for p in again if not any(p.startswith(q + ".") or (q == "" and p) for q in again if q != p)]
+
+
+def _runs_eagerly(setup: Setup) -> bool:
+    """True when an uncompiled plain twin runs a forward and backward on the fixed batch."""
+    try:
+        observe_recompute(setup.build(False, compiled=False), setup.batch, setup.task.loss, setup.cfg.forward_seed)
+    except Exception:  # noqa: BLE001 - the model itself is broken; the checks say so
+        return False
+    return True
+
+
+def observe_twins(setup: Setup) -> None:
+    """Which modules recompute in each twin, observed (:func:`reportgen.measure.observe_recompute`).
+
+    Sets ``setup.observed`` (recompute twin) and ``setup.baseline_recomputes`` (plain twin;
+    a baseline that already recomputes cannot be compared). With the model's own switch the
+    observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
+    to the checks, which turn the exception into rows.
+
+    Raises:
+        reportgen.recompute.RecomputeConfigError: the model's switch ran but nothing recomputes.
+    """
+    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    try:
+        plain = setup.build(False)
+        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed)
+        if getattr(plain, "is_gradient_checkpointing", False):
+            setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
+        twin = setup.build(True)
+        setup.observed = observe_recompute(twin, setup.batch, loss, seed)
+    except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
+        if setup.cfg.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
+            setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+        return
+    if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
+        classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
+        setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
+        if not setup.wrapped:
+            raise RecomputeConfigError(f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of the "
+                                       "recompute twin runs its forward again in backward: the switch turned nothing on")

@@ -19,6 +19,15 @@ from .distance import tolerances
 from .recompute import use_reentrant
 from .rng import GENERATORS
 from .setup import Setup
+from .sources import (PACKAGE_DIR, display_path, git_repositories, pythonpath_entries, reportgen_sources_sha256,
+                      user_source_digests)
+
+#: Hydra's options that name the primary config; they travel into the rerun command.
+CONFIG_OPTIONS = {"--config-dir": "--config-dir", "-cd": "--config-dir", "--config-path": "--config-path",
+                  "-cp": "--config-path", "--config-name": "--config-name", "-cn": "--config-name"}
+#: Options naming a folder relative to the working folder, shown relative to it where possible
+#: (``--config-path`` is relative to reportgen's entry module, so it is kept as given).
+FOLDER_OPTIONS = ("--config-dir",)
 
 
 def report_time() -> str:
@@ -42,9 +51,98 @@ def user_code_commit(target: str) -> str:
         return "unknown"
 
 
-def rerun_command() -> str:
-    """The exact command line to rerun this job (``python -m reportgen`` + the given arguments)."""
-    return shlex.join(["python", "-m", "reportgen", *sys.argv[1:]])
+def _split_argv(args: list[str]) -> tuple[list[tuple[str, str]], list[str], bool]:
+    """``(config options as (long name, value), other arguments, multirun flag)`` of Hydra's argv."""
+    options, rest, multirun, index = [], [], False, 0
+    while index < len(args):
+        arg = args[index]
+        name, eq, value = arg.partition("=")
+        if name in CONFIG_OPTIONS and eq:
+            options.append((CONFIG_OPTIONS[name], value))
+        elif arg in CONFIG_OPTIONS and index + 1 < len(args):
+            options.append((CONFIG_OPTIONS[arg], args[index + 1]))
+            index += 1
+        elif arg in ("-m", "--multirun"):
+            multirun = True
+        else:
+            rest.append(arg)
+        index += 1
+    return options, rest, multirun
+
+
+def rerun_command(argv: list[str] | None = None, environ: dict | None = None, cwd: Path | None = None,
+                  job_overrides: list[str] | None = None) -> str:
+    """The command line that reruns this job from the folder it ran in.
+
+    ``PYTHONPATH=...`` when the process had one (each folder relative to ``cwd`` when inside
+    it), then ``python -m reportgen``, the config options given (``--config-dir``,
+    ``--config-path``, ``--config-name``; folders relative where possible) and the overrides.
+    In a multirun job, ``job_overrides`` (Hydra's ``overrides.task`` of the job) replace the
+    sweep's comma lists and ``-m``, so each job's report says how to rerun that job alone; a
+    ``hydra.searchpath`` override is kept.
+
+    Args:
+        argv: the process's arguments (default ``sys.argv``).
+        environ: the environment (default ``os.environ``).
+        cwd: the working folder (default the current one).
+        job_overrides: the job's own overrides in a multirun, else None.
+
+    Returns:
+        One shell-quoted line, e.g. ``PYTHONPATH=my_project python -m reportgen --config-dir my_project/conf +model=mine``.
+    """
+    argv = sys.argv if argv is None else argv
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    options, overrides, multirun = _split_argv(list(argv[1:]))
+    if job_overrides is not None:
+        overrides = [o for o in overrides if o.startswith("hydra.searchpath")] + list(job_overrides)
+    elif multirun:
+        overrides = ["-m", *overrides]
+    parts = ["python", "-m", "reportgen"]
+    for name, value in options:
+        folder = display_path(cwd / value, cwd) if name in FOLDER_OPTIONS and not value.startswith("pkg://") else value
+        parts += [name, folder]
+    command = shlex.join(parts + overrides)
+    entries = pythonpath_entries(environ)
+    if entries:
+        command = f"PYTHONPATH={shlex.quote(os.pathsep.join(display_path(cwd / e, cwd) for e in entries))} {command}"
+    return command
+
+
+def _job_overrides() -> list[str] | None:
+    """The overrides of this multirun job (Hydra's ``overrides.task``), or None outside a multirun."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return list(HydraConfig.get().overrides.task)
+    except (ImportError, ValueError):
+        pass
+    return None
+
+
+def provenance(cwd: Path | None = None) -> dict[str, Any]:
+    """What the run's code was: the user's source files and the git state around them.
+
+    Read from ``sys.modules`` after the model and task were built (:mod:`reportgen.sources`):
+    every loaded module outside the standard library, site-packages and reportgen.
+
+    Returns:
+        ``{"user_sources": {path: hex SHA-256}, "user_repositories": [{"repository",
+        "commit", "dirty", "files"}], "reportgen_sources_sha256", "reportgen_repository"}``;
+        paths relative to ``cwd`` where inside it; ``dirty`` is None when git could not tell
+        (not installed, not a repository).
+    """
+    digests = user_source_digests()
+    repos = git_repositories(digests)
+    for repo in repos:
+        if repo["repository"] is not None:
+            repo["repository"] = display_path(repo["repository"], cwd)
+    own = git_repositories([PACKAGE_DIR / "__init__.py"])[0]
+    if own["repository"] is not None:
+        own["repository"] = display_path(own["repository"], cwd)
+    return {"user_sources": {display_path(p, cwd): d for p, d in digests.items()}, "user_repositories": repos,
+            "reportgen_sources_sha256": reportgen_sources_sha256(), "reportgen_repository": own}
 
 
 def recompute_settings(cfg: DictConfig) -> dict[str, Any]:
@@ -59,7 +157,9 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
     Returns:
         dict with ``claim`` (model, mode, targets, wrapped, precision, device, rng settings),
         ``tolerances`` (rtol/atol used and where they come from), ``environment``, ``command``,
-        ``config_yaml``, ``out_dir`` and ``created`` (ISO time).
+        ``config_yaml``, ``out_dir`` and ``created`` (ISO time). ``environment`` carries the
+        :func:`provenance` of the code (user source digests, their repositories' dirty flags),
+        which the signed statement repeats.
     """
     rc = cfg.recompute
     configured = setup.tolerance()
@@ -100,8 +200,9 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "seed": cfg.seed,
             "forward_seed": cfg.forward_seed,
             "user_code_commit": user_code_commit(cfg.model._target_),
+            **provenance(),
         },
-        "command": rerun_command(),
+        "command": rerun_command(job_overrides=_job_overrides()),
         "config_yaml": OmegaConf.to_yaml(cfg, resolve=True),
         "out_dir": str(out_dir),
     }

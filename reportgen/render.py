@@ -129,7 +129,7 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
             "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required),
-            "cached": cached_runs(frame)}
+            "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame)}
 
 
 def cached_runs(frame: pd.DataFrame) -> list[dict]:
@@ -138,6 +138,14 @@ def cached_runs(frame: pd.DataFrame) -> list[dict]:
         return []
     hits = frame[(frame.role == Role.RUN) & frame.cache_key.notna()]
     return [{"item": f"{r['check']}, {r['item']}", "key": r["cache_key"]} for r in hits.to_dict("records")]
+
+
+def rejected_cache_entries(frame: pd.DataFrame) -> list[dict]:
+    """Plain-twin cache entries that were not trusted (``Role.CACHE`` rows): ``[{"item", "key", "why"}]``."""
+    rows = frame[frame.role == Role.CACHE]
+    return [{"item": f"{r['check']}, {r['item']}", "key": r.get("cache_key"),
+             "why": r.get("cache_problem")}
+            for r in rows.to_dict("records")]
 
 
 #: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from .rundir import output_file_mode
+from .files import atomic_write, replace_write  # noqa: F401 - re-exported: the writers of a run's files
 
 PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
 #: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
@@ -53,6 +51,7 @@ class Role:
     REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
     AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
     FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
+    CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
 
 
 @dataclass
@@ -204,34 +203,6 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
     summary = check_summary(frame[frame.status != FLAGGED], required)
     bad = summary[summary.required & summary.status.isin([FAIL, ERROR, NOT_RUN])]
     return FAIL if len(bad) else PASS
-
-
-def atomic_write(path: Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (no torn files).
-
-    Raises:
-        FileExistsError: ``path`` exists already; outputs never overwrite an earlier run.
-    """
-    path = Path(path)
-    if path.exists():
-        raise FileExistsError(f"{path} exists already; reportgen never overwrites an earlier run")
-    raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, output_file_mode())  # mkstemp makes 0600; outputs follow the umask (rundir)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def replace_write(path: Path, data: bytes | str) -> Path:
-    """Atomically (re)write a file this run owns, e.g. the partial frame after each check."""
-    Path(path).unlink(missing_ok=True)
-    return atomic_write(path, data)
 
 
 def _plain_value(value: Any) -> Any:

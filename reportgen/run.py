@@ -15,21 +15,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from .checks import REGISTRY, required_names, run_order
 from .checks.distributed import follow
+from .contract import check_task_contract
 from .diagnose import diagnose
-from .distributed import device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config, resolve_backend
+from .distributed import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
+                          resolve_backend)
+from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
+from .measure import observe_twins
 from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
 from .results import INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from .rows import error_row
 from .rundir import forget_unstarted_run
-from .setup import Setup, SetupError, build_setup
+from .setup import Setup, build_setup
 from .signing import SigningError, load_signing_key, sign_run, signature_label
 
 log = logging.getLogger("reportgen")
 
-EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130  #: the shell's code for SIGINT; the partial frame stays on disk
+EXIT_INTERRUPTED = EXIT_SIGINT  #: the partial frame stays on disk
 #: Exit code per claim verdict.
 VERDICT_EXIT = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
@@ -57,7 +60,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             return run_rank(cfg, out_dir)
     try:
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
-        setup = build_setup(cfg)
+        setup = prepare(cfg)
         if problem := device_problem(world, setup.device):
             raise SetupError(problem)
     except (SigningError, SetupError, RecomputeConfigError) as exc:
@@ -87,6 +90,21 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
 
 
+def prepare(cfg: DictConfig) -> Setup:
+    """The stages before any check: build, probe the task contract, draw the batch, observe the twins.
+
+    Raises:
+        SetupError: the model or task cannot be built, or the task breaks its contract
+            (``reportgen.contract.TaskContractError``); the run exits 2.
+        RecomputeConfigError: the recompute settings cannot be applied to this model.
+    """
+    setup = build_setup(cfg)
+    check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
+    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    observe_twins(setup)  # which modules recompute in each twin, and whether compile can run them
+    return setup
+
+
 def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     """A rank other than 0 of a torchrun/srun launch: build the twins, take part in the sharded
     checks, hand the rows to rank 0 (which writes the one report) and write nothing.
@@ -95,7 +113,7 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
         0 when this rank took part, 2 when its setup could not start (the message says why).
     """
     try:
-        setup = build_setup(cfg)
+        setup = prepare(cfg)
         if problem := device_problem(int(cfg.distributed.world_size), setup.device):
             raise SetupError(problem)
     except (SetupError, RecomputeConfigError) as exc:

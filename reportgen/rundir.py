@@ -19,6 +19,7 @@ is the one ``run_job`` then uses. :class:`RunFolderGuard` is registered in
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import logging
 import os
@@ -28,13 +29,15 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from .errors import EXIT_USAGE, usage
+from .files import current_umask, output_file_mode, write_failure  # noqa: F401 - re-exported for the run folder's callers
+from .validation import config_problems
+
 #: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
 LOCK_NAME = ".reportgen.lock"
 #: Names whose presence means a folder holds a run (or a sweep) already.
 RUN_MARKERS = (".hydra", "results.csv", "results.json", "results.partial.json", "report.html", "report.pdf",
                "report.unsigned.pdf", "statement.dsse.json", "multirun.yaml", LOCK_NAME)
-#: The exit code of a run that could not start (DESIGN.md "Exit code").
-EXIT_USAGE = 2
 
 
 class StartRefused(SystemExit):
@@ -99,10 +102,12 @@ class FolderLock:
         try:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             if self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
+            if exc.errno != errno.EEXIST and not isinstance(exc, BlockingIOError):  # not another run: the folder
+                raise StartRefused(f"{write_failure(self.path, exc)}. Nothing was written.") from None
             raise StartRefused(another_run_is_writing(self.folder)) from None
         os.write(self.fd, f"{os.getpid()}\n".encode())
         atexit.register(self.release)
@@ -153,9 +158,6 @@ class RunFolderGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single run: refuse bad settings, then a folder that holds a run; lock ``hydra.run.dir``."""
-        from .cli import usage
-        from .validation import config_problems
-
         if config.get("model") is None or config.get("task") is None:
             raise StartRefused(usage(), headline=False)  # no model chosen: write no folder at all
         problems = config_problems(config)
@@ -179,33 +181,6 @@ class RunFolderGuard(Callback):
 
 
 # --------------------------------------------------------------------------- permissions
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where Linux allows (``/proc/self/status``).
-
-    Returns:
-        The umask bits, e.g. ``0o022``.
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # no getter elsewhere: set and restore at once
-    os.umask(mask)
-    return mask
-
-
-def output_file_mode() -> int:
-    """Mode of a new output file: ``0o666`` less the umask, as ``open()`` would create it.
-
-    ``tempfile.mkstemp`` (used for atomic writes) always creates mode 0600; outputs are
-    reports meant to be shared, so they get the mode the user's umask asks for, the same
-    as Hydra's ``.hydra/*.yaml`` beside them (0644 under the usual umask 022, 0600 under 077).
-    """
-    return 0o666 & ~current_umask()
 
 
 def job_log_path(run_dir: Path | None = None) -> Path | None:

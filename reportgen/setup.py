@@ -16,7 +16,8 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from .distance import tolerances
-from .recompute import RecomputeConfigError, Wrapped, apply_recompute, plain_name
+from .recompute import Wrapped, apply_recompute, plain_name
+from .errors import SetupError
 from .rng import fingerprint, seeded
 from .structure import call_model, clone_inputs, named_tensors
 from .tasks import Batch, batch_to
@@ -25,10 +26,6 @@ from .train import BudgetRuns
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: ``precision.autocast`` values and their dtypes.
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class SetupError(ValueError):
-    """The model, task or precision in the config cannot be built (a usage error, exit 2)."""
 
 
 @dataclass
@@ -145,6 +142,8 @@ def validate(cfg: DictConfig) -> None:
         ("budget.examples", cfg.budget.examples, cfg.budget.examples >= 1, ">= 1 accepted example"),
         ("budget.batch_size", cfg.budget.batch_size, cfg.budget.batch_size >= 1, ">= 1 example"),
         ("budget.seeds", list(cfg.budget.seeds), len(cfg.budget.seeds) >= 1, "a non-empty list"),
+        ("budget.seeds", list(cfg.budget.seeds), len(set(cfg.budget.seeds)) == len(cfg.budget.seeds),
+         "a list without repeated seeds"),
         ("timing.measured_steps", cfg.timing.measured_steps, cfg.timing.measured_steps >= 1, ">= 1 round"),
         ("timing.warmup_steps", cfg.timing.warmup_steps, cfg.timing.warmup_steps >= 0, ">= 0"),
         ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
@@ -156,7 +155,11 @@ def validate(cfg: DictConfig) -> None:
 
 
 def build_setup(cfg: DictConfig) -> Setup:
-    """Instantiate the task and model, validate the recompute targets, draw the fixed batch.
+    """Instantiate the task and model and validate the recompute targets (the first stage).
+
+    The fixed batch is drawn after the task contract is probed, and the twins are observed
+    after that: both are the pipeline's own stages (``reportgen.run.prepare``), so this module
+    never reaches up to the contract probe or the measurements.
 
     Raises:
         SetupError: model/task cannot be imported or built, or bad dtype/device.
@@ -181,56 +184,7 @@ def build_setup(cfg: DictConfig) -> Setup:
     probe = copy.deepcopy(model)
     wrapped = apply_recompute(probe, cfg.recompute)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    setup = Setup(cfg, task, device, dtype, state, wrapped, batch=())
-    from .contract import check_task_contract  # the task contract, before any batch is used (exit 2)
-    check_task_contract(setup)
-    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    observe_twins(setup)
-    return setup
-
-
-def _runs_eagerly(setup: Setup) -> bool:
-    """True when an uncompiled plain twin runs a forward and backward on the fixed batch."""
-    from .measure import observe_recompute
-
-    try:
-        observe_recompute(setup.build(False, compiled=False), setup.batch, setup.task.loss, setup.cfg.forward_seed)
-    except Exception:  # noqa: BLE001 - the model itself is broken; the checks say so
-        return False
-    return True
-
-
-def observe_twins(setup: Setup) -> None:
-    """Which modules recompute in each twin, observed (:func:`reportgen.measure.observe_recompute`).
-
-    Sets ``setup.observed`` (recompute twin) and ``setup.baseline_recomputes`` (plain twin;
-    a baseline that already recomputes cannot be compared). With the model's own switch the
-    observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
-    to the checks, which turn the exception into rows.
-
-    Raises:
-        reportgen.recompute.RecomputeConfigError: the model's switch ran but nothing recomputes.
-    """
-    from .measure import observe_recompute
-
-    seed, loss = setup.cfg.forward_seed, setup.task.loss
-    try:
-        plain = setup.build(False)
-        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed)
-        if getattr(plain, "is_gradient_checkpointing", False):
-            setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
-        twin = setup.build(True)
-        setup.observed = observe_recompute(twin, setup.batch, loss, seed)
-    except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
-        if setup.cfg.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
-            setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-        return
-    if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
-        classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
-        setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
-        if not setup.wrapped:
-            raise RecomputeConfigError(f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of the "
-                                       "recompute twin runs its forward again in backward: the switch turned nothing on")
+    return Setup(cfg, task, device, dtype, state, wrapped, batch=())
 
 
 @dataclass

@@ -37,7 +37,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from .keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
-from .results import Role, atomic_write, check_summary
+from .files import atomic_write, sha256_file
+from .results import Role, check_summary
 
 #: File names in a signed run folder.
 ENVELOPE_NAME = "statement.dsse.json"
@@ -112,19 +113,6 @@ def signature_label(key: SigningKey | None) -> str:
 
 
 # --------------------------------------------------------------------------- statement
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes, hex.
-
-    Raises:
-        OSError: the file cannot be read.
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_subject(relative: str) -> bool:

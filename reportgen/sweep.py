@@ -36,8 +36,14 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from .checks import required_names
 from .config import GRADIENT_PARITY, STATE_PARITY, STEP_PARITY
+from .files import OutputWriteError, sha256_file
+from .metadata import report_time, rerun_command
+from .plots import finish_axes, to_svg
+from .render import environment, headline_costs, write_pdf
 from .results import ERROR, FAIL, PASS, atomic_write, check_summary, frame_from_json, frame_to_json
+from .signing import ENVELOPE_NAME, SigningError, load_signing_key, sign_document, signature_label
 
 log = logging.getLogger("reportgen")
 
@@ -56,6 +62,12 @@ SWEEP_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-sweep/v1
 SUMMARY_COLUMNS = ["job", "overrides", "verdict", "exit_code", "error", "check", "status", "required",
                    "saved_activation_share", "overhead_ratio", "overhead_ci_low", "overhead_ci_high",
                    "metric", "metric_abs_diff", "report"]
+
+#: The summary's envelope, and the mark left while a summary is being written (a summary that
+#: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
+SUMMARY_ENVELOPE, INCOMPLETE_MARK = "summary.dsse.json", "summary.incomplete"
+#: Every file a summary consists of (removed before a summary is written again).
+SUMMARY_FILES = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "summary.unsigned.pdf", SUMMARY_ENVELOPE)
 
 _last_sweep: dict[str, Any] = {}
 
@@ -138,7 +150,7 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
 # --------------------------------------------------------------------------- reading the sweep
 
 
-def _job_dirs(sweep_dir: Path) -> list[Path]:
+def job_dirs(sweep_dir: Path) -> list[Path]:
     """Job folders of a sweep: those holding ``job.json`` or Hydra's ``.hydra/overrides.yaml``."""
     found = {p.parent for p in sweep_dir.rglob(JOB_FILE)}
     found |= {p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")}
@@ -160,7 +172,7 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """
     sweep_dir = Path(sweep_dir)
     jobs = []
-    for folder in _job_dirs(sweep_dir):
+    for folder in job_dirs(sweep_dir):
         record_path, hydra_dir = folder / JOB_FILE, folder / ".hydra"
         if record_path.exists():
             record = json.loads(record_path.read_text())
@@ -172,8 +184,6 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         required: list[str] = []
         if (hydra_dir / "config.yaml").exists():
             job_cfg = OmegaConf.load(hydra_dir / "config.yaml")
-            from .checks import required_names
-
             required = required_names(OmegaConf.select(job_cfg, "verdict.required", default=None))
         frame = None
         for name in ("results.json", "results.partial.json"):
@@ -217,8 +227,6 @@ def swept_keys(jobs: list[dict]) -> list[str]:
 def job_costs(frame: pd.DataFrame | None) -> dict[str, Any]:
     """Headline costs of one job: ``reportgen.render.headline_costs`` plus the largest
     per-seed |recompute - plain| held-out metric difference (``abs_diff_<metric>`` rows)."""
-    from .render import headline_costs
-
     out = {"saved_activation_share": None, "overhead_ratio": None, "overhead_ci_low": None,
            "overhead_ci_high": None, "metric": None, "metric_abs_diff": None}
     if frame is None or frame.empty:
@@ -306,7 +314,6 @@ def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
     fails and parity failures marked apart; the Pareto front of holding jobs as a step line."""
     from matplotlib.figure import Figure
 
-    from .plots import finish_axes, to_svg
 
     measured = jobs[jobs.saved_activation_share.notna() & jobs.overhead_ratio.notna()].copy()
     fig = Figure(figsize=(7.5, 3.4))
@@ -373,8 +380,6 @@ def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = T
     Raises:
         FileExistsError: a summary exists already in ``out_dir``.
     """
-    from .render import environment, write_pdf
-
     template = environment().get_template("summary.html.j2")
     out_dir = Path(out_dir)
     table = frame_to_json(frame)
@@ -403,7 +408,8 @@ def console_table(frame: pd.DataFrame, code: int, where: Path) -> str:
 
 
 def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = None, pdf: bool = True,
-              title: str = "Activation recomputation sweep", command: str = "") -> tuple[pd.DataFrame, int]:
+              title: str = "Activation recomputation sweep", command: str = "",
+              rewrite: bool = False) -> tuple[pd.DataFrame, int]:
     """Read a finished sweep folder and write its summary (and signature); the callback's work.
 
     Args:
@@ -412,18 +418,26 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
         pdf: ``report.pdf``: also write summary.pdf.
         title: heading of the summary.
         command: the sweep's command line, shown in the summary.
+        rewrite: remove an earlier (or interrupted) summary first; otherwise one that exists is
+            refused (``FileExistsError``), as outputs never overwrite.
+
+    While it writes, ``summary.incomplete`` marks the folder; it is removed last, so a summary
+    that was interrupted stays marked (``reportgen.verify`` fails it).
 
     Returns:
         ``(summary frame, worst job exit code)``.
 
     Raises:
         reportgen.signing.SigningError: signing is on and there is no usable key.
+        reportgen.files.OutputWriteError: a summary file could not be written (disk full, ...).
     """
-    from .metadata import report_time
-    from .signing import ENVELOPE_NAME, load_signing_key, sha256_file, sign_document, signature_label
-
     sweep_dir = Path(sweep_dir)
     key = load_signing_key(sign, key_path)
+    for name in (*SUMMARY_FILES, INCOMPLETE_MARK) if rewrite else ():
+        (sweep_dir / name).unlink(missing_ok=True)
+    mark = sweep_dir / INCOMPLETE_MARK
+    atomic_write(mark, f"this summary is being written or was interrupted; write it again with\n"
+                       f"  python -m reportgen.sweep summarize {sweep_dir}\n")
     jobs = load_jobs(sweep_dir)
     code = worst_code(jobs)
     frame = summary_frame(jobs)
@@ -443,6 +457,7 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
                     *[f"{j['dir']}/{JOB_FILE}" for j in jobs]]
         sign_document(sweep_dir, "summary", subjects, predicate, SWEEP_PREDICATE_TYPE, key,
                       f"reportgen sweep summary; worst job exit code {code}")
+    mark.unlink()
     return frame, code
 
 
@@ -457,8 +472,6 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Write the summary into ``hydra.sweep.dir``, print the console table, set the exit code."""
-        from .metadata import rerun_command
-
         sweep_dir = Path(str(config.hydra.sweep.dir))
         _last_sweep.clear()
         try:
@@ -467,12 +480,19 @@ class SweepSummary(Callback):
                                     command=rerun_command())
             _last_sweep["code"] = code
             print(console_table(frame, code, sweep_dir / "summary.html"))
+        except KeyboardInterrupt:
+            print(f"reportgen: the sweep summary was interrupted and is marked incomplete; write it again with "
+                  f"python -m reportgen.sweep summarize {sweep_dir}", flush=True)
+            raise
+        except (SigningError, OutputWriteError) as exc:
+            jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
+            _last_sweep["code"] = max(worst_code(jobs), 2)
+            print(f"reportgen: the sweep summary could not be written: {exc}; job folders are in {sweep_dir}; "
+                  f"write it again with python -m reportgen.sweep summarize {sweep_dir}")
         except Exception as exc:  # noqa: BLE001 - the jobs' codes must survive a broken summary
-            from .signing import SigningError
-
             log.exception("sweep summary failed")
             jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
-            _last_sweep["code"] = max(worst_code(jobs), 2 if isinstance(exc, SigningError) else EXIT_CRASHED)
+            _last_sweep["code"] = max(worst_code(jobs), EXIT_CRASHED)
             print(f"reportgen: the sweep summary could not be written ({type(exc).__name__}: {exc}); "
                   f"job folders are in {sweep_dir}")
 
@@ -481,3 +501,40 @@ def sweep_exit_code() -> int | None:
     """Exit code of the multirun that just ended in this process (from its jobs' ``job.json``),
     or ``None`` when no sweep ended here."""
     return _last_sweep.get("code")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reportgen.sweep summarize SWEEP_DIR``: write (again) and sign a sweep's summary.
+
+    Returns:
+        The worst job's exit code; 2 when the folder holds no sweep, the key is unusable or a
+        file cannot be written.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m reportgen.sweep",
+                                     description="Write a sweep's summary again (e.g. after an interrupted one).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    again = commands.add_parser("summarize", help="rewrite and sign the summary of a finished sweep folder")
+    again.add_argument("sweep_dir", help="the sweep folder (hydra.sweep.dir, e.g. multirun/DATE/TIME)")
+    again.add_argument("--key", help="signing key (default: as for a run)")
+    again.add_argument("--no-sign", action="store_true", help="write an UNSIGNED summary")
+    again.add_argument("--no-pdf", action="store_true", help="HTML, CSV and JSON only")
+    args = parser.parse_args(argv)
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir() or not job_dirs(sweep_dir):
+        print(f"reportgen.sweep: cannot start: {sweep_dir} holds no sweep jobs (pass hydra.sweep.dir, "
+              "e.g. multirun/DATE/TIME)", file=sys.stderr)
+        return 2
+    try:
+        frame, code = summarize(sweep_dir, sign=not args.no_sign, key_path=args.key, pdf=not args.no_pdf,
+                                command=f"python -m reportgen.sweep summarize {sweep_dir}", rewrite=True)
+    except (SigningError, OutputWriteError) as exc:
+        print(f"reportgen.sweep: cannot write the summary: {exc}", file=sys.stderr)
+        return 2
+    print(console_table(frame, code, sweep_dir / "summary.html"))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,8 +24,9 @@ from hydra.utils import instantiate
 from torch import nn
 from tqdm.auto import tqdm
 
+from . import cache
 from .recompute import plain_name
-from .results import INFO, Role, Row
+from .results import FLAGGED, INFO, WARN, Role, Row
 from .rng import seed_all, seeded
 from .structure import batch_size_of, call_model
 from .tasks import batch_to
@@ -57,6 +58,9 @@ class TrainResult:
             compare the trained twins themselves, not only their metric.
         cache_key: hex SHA-256 of the plain-twin cache entry this run was loaded from
             (:mod:`reportgen.cache`), None when it was trained in this run.
+        cache_rejected: ``(key, why)`` when an entry under this run's key existed but was not
+            trusted (digest mismatch, unreadable, refused by ``weights_only`` loading) and the
+            run was trained afresh instead; None otherwise.
     """
 
     metrics: dict[str, float]
@@ -71,6 +75,7 @@ class TrainResult:
     complete: bool = True
     final_params: dict[str, torch.Tensor] = field(default_factory=dict)
     cache_key: str | None = None
+    cache_rejected: tuple[str, str] | None = None
 
 
 def step_seed(forward_seed: int, seed: int, draw: int) -> int:
@@ -219,10 +224,62 @@ class BudgetRuns:
                     max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
                     desc=f"{variant} seed {seed} batch {batch_size}")
 
-            from .cache import plain_run  # the plain twin's runs are shared across a sweep's jobs
-
-            self._runs[key] = train() if recompute else plain_run(setup, int(seed), int(batch_size), lr_scale, train)
+            self._runs[key] = train() if recompute else cached_plain_run(setup, int(seed), int(batch_size),
+                                                                         lr_scale, train)
         return self._runs[key]
+
+
+def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train) -> TrainResult:
+    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.cache`.
+
+    A trusted entry under the run's key is a hit (logged ``from cache`` with the key; the
+    result carries ``cache_key``). A missing or stale entry is trained by ``train()`` and
+    stored (complete runs only). An entry that exists but fails a check is never used: the run
+    is trained afresh, carries ``cache_rejected`` (a WARN row in the report) and replaces it.
+    A cache folder that cannot be written is logged and the run goes on.
+
+    Args:
+        setup: the run's :class:`reportgen.setup.Setup` (config, device, dtype).
+        seed, batch_size, lr_scale: as for :meth:`BudgetRuns.get`.
+        train: trains the plain twin and returns its :class:`TrainResult`.
+
+    Returns:
+        The result, loaded or trained.
+    """
+    folder = cache.cache_dir(setup.cfg)
+    if folder is None:
+        return train()
+    try:
+        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
+        secret = cache.cache_secret()
+    except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
+        log.warning("plain twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
+                    "(%s: %s; the secret is %s, see README)", seed, batch_size, type(exc).__name__, exc,
+                    cache.secret_path())
+        return train()
+    rejected = None
+    try:
+        entry = cache.load(folder, key, secret)
+    except cache.Rejected as exc:
+        log.warning("plain twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
+                    seed, batch_size, key, folder, exc)
+        entry, rejected = None, (key, str(exc))
+    if entry is not None:
+        record, tensors = entry
+        log.info("plain twin, seed %d, batch %d: from cache (key sha256:%s in %s)", seed, batch_size, key, folder)
+        result = TrainResult(**{**record, "curve": [(int(n), float(v)) for n, v in record["curve"]]},
+                             final_params=tensors)
+        result.cache_key = key
+        return result
+    result = train()
+    result.cache_rejected = rejected
+    if result.complete:
+        record = {name: getattr(result, name) for name in cache.RECORD_FIELDS}
+        try:
+            cache.store(folder, key, material, record, result.final_params, secret)
+        except OSError as exc:
+            log.warning("could not write the plain-twin cache entry into %s: %s", folder, exc)
+    return result
 
 
 def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str,
@@ -240,7 +297,9 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
         status: status of every row (INFO here; FLAGGED in the larger-batch experiment).
 
     Returns:
-        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns.
+        Rows; the primary metric's row carries ``steps``, ``skipped_steps``, ``lr`` columns. A plain
+        run trained because its cache entry was rejected adds a ``cache_entry_rejected`` row
+        (``Role.CACHE``; WARN, or FLAGGED inside the flagged experiment).
     """
     common = {"seed": seed, "batch_size": result.batch_size}
     run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
@@ -250,6 +309,13 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
                 f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
                 f"lr {result.lr:g}{cached}", result.seconds,
                 extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})}, role=Role.RUN)]
+    if result.cache_rejected:
+        rejected_key, why = result.cache_rejected
+        rows.append(Row(check, item, variant, "cache_entry_rejected", math.nan, "", "",
+                        FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
+                        f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
+                        f"{why}; the plain twin was trained afresh in this run and the entry replaced",
+                        extra={**common, "cache_key": rejected_key, "cache_problem": why}, role=Role.CACHE))
     rows += [Row(check, item, variant, name, value, "", "", status, "held-out, same data as the task metric",
                  extra=dict(common), role=Role.HELD_OUT) for name, value in sorted(result.metrics.items()) if name != metric]
     skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "

@@ -15,13 +15,15 @@ from typing import Any
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from .config import LARGER_BATCH
+from .checks import flagged_names, sections
+from .config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, GRADIENT_PARITY, LARGER_BATCH, STATE_PARITY, STEP_PARITY
+
+#: A claim must require at least one of these (DESIGN.md: no empty claims).
+PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY)
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
     experiments (reportgen/checks/__init__.py)."""
-    from .checks import flagged_names, sections
-
     return tuple(s.name for s in sections() if s.name not in flagged_names())
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -82,8 +84,9 @@ def config_problems(cfg: DictConfig) -> str:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
-                                              "device", "verdict.required", "budget.seeds", "precision.autocast",
-                                              "distributed.backend", "distributed.start_method", "compile.enabled"]
+                                              "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
+                                              "precision.autocast", "distributed.backend", "distributed.start_method",
+                                              "compile.enabled"]
     values, problems = {}, []
     for name in names:
         try:
@@ -97,8 +100,7 @@ def config_problems(cfg: DictConfig) -> str:
              ("distributed.start_method", START_METHODS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
-    if "budget.seeds" in values and values["budget.seeds"] is not None and len(values["budget.seeds"]) == 0:
-        problems.append("budget.seeds=[] must list at least one seed, e.g. budget.seeds=[0]")
+    problems += [p for name in ("budget.seeds", "larger_batch.seeds") if (p := _seeds_problem(name, values.get(name)))]
     if values.get("precision.autocast") not in AUTOCASTS:
         problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
     if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
@@ -111,6 +113,7 @@ def config_problems(cfg: DictConfig) -> str:
     required = values.get("verdict.required") or []
     names = check_names()
     unknown = [name for name in required if name not in names]
+    named_badly = bool(unknown)  # one problem at a time for verdict.required: the names first
     if LARGER_BATCH in unknown:
         problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
                         "verdict (it changes the optimisation), so remove it")
@@ -118,6 +121,10 @@ def config_problems(cfg: DictConfig) -> str:
     if unknown:
         problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
                         f"(the checks: {', '.join(names)})")
+    if values.get("verdict.required") is not None and not named_badly and not set(required) & set(PARITY_CHECKS):
+        problems.append(f"verdict.required={list(required)} names no parity check, so the claim would hold whatever "
+                        f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
+                        "leave verdict.required=null for the default")
     if not problems:
         return ""
     return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
@@ -138,6 +145,23 @@ def _distributed_problems(values: dict[str, Any]) -> list[str]:
     if values.get("compile.enabled"):
         problems.append("compile.enabled=true is not supported with distributed.world_size>1; set compile.enabled=false")
     return problems
+
+
+def _seeds_problem(name: str, seeds: Any) -> str | None:
+    """The problem with a list of seeds, or None: it must be non-empty (``budget.seeds``) and
+    hold no seed twice (a repeated seed is the same run again, reported as if it were another)."""
+    if seeds is None:
+        return None
+    seeds = list(seeds)
+    if not seeds and name == "budget.seeds":
+        return f"{name}=[] must list at least one seed, e.g. {name}=[0]"
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+    if repeated:
+        unique = list(dict.fromkeys(seeds))
+        return (f"{name}={seeds} repeats seed(s) {', '.join(map(str, repeated))}: each seed must appear once "
+                f"(a repeated seed is the same training run again, not more evidence), e.g. "
+                f"{name}=[{','.join(map(str, unique))}]")
+    return None
 
 
 def _select(cfg: DictConfig, dotted: str) -> Any:

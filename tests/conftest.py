@@ -5,6 +5,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,10 @@ from reportgen.signing import load_signing_key, sign_run, signature_label
 #: OpenMP threads wait for each other at every op (measured: the same 8-step training took 4.6 s
 #: with 2 threads under load and 0.05 s with 1). Subprocesses get OMP_NUM_THREADS=1 (cli_env).
 torch.set_num_threads(1)
+
+#: The plain-twin cache's HMAC secret for this session and its subprocesses (reportgen/cache.py),
+#: so that tests never make or read ~/.config/reportgen/cache-secret.
+os.environ["REPORTGEN_CACHE_SECRET"] = str(Path(tempfile.mkdtemp(prefix="reportgen-tests-")) / "cache-secret")
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -48,9 +53,9 @@ def compose_config(*overrides: str, user_conf: bool = False):
 
 def small_setup(*overrides: str, user_conf: bool = False):
     """A :class:`reportgen.setup.Setup` from the real config with :data:`SMALL` budgets."""
-    from reportgen.setup import build_setup
+    from reportgen.run import prepare
 
-    return build_setup(compose_config(*SMALL, *overrides, user_conf=user_conf))
+    return prepare(compose_config(*SMALL, *overrides, user_conf=user_conf))
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from reportgen.checks.budget import task_metrics
 from reportgen.plots import task_metric_plots
 from reportgen.render import environment
 from reportgen.results import check_summary, to_frame
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 from reportgen.train import step_seed, train_to_budget
 from user_models.nonfinite import SometimesInfTask, build, is_poisoned
 
@@ -20,7 +20,7 @@ ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1e-3}
 
 def budget_frame(*overrides, user_conf=False):
     """The task-metrics rows of a composed config as a frame."""
-    setup = build_setup(compose_config(*overrides, user_conf=user_conf))
+    setup = prepare(compose_config(*overrides, user_conf=user_conf))
     return to_frame(task_metrics(setup)), setup
 
 

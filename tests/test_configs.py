@@ -4,7 +4,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from reportgen.paths import builtin_models, conf_dir
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import compose_config
 
@@ -15,14 +15,14 @@ def test_builtin_models_are_the_documented_ones():
 
 @pytest.mark.parametrize("name", ["ffn", "mlp", "gpt"])
 def test_model_config_composes_and_builds(name):
-    setup = build_setup(compose_config(f"+model={name}"))
+    setup = prepare(compose_config(f"+model={name}"))
     assert setup.wrapped, "every built-in model has recompute targets"
     first_line = (conf_dir() / "model" / f"{name}.yaml").read_text().splitlines()[1]
     assert first_line == f"# python -m reportgen +model={name}"
 
 
 def test_ffn_is_the_tutorial_block():
-    setup = build_setup(compose_config("+model=ffn"))
+    setup = prepare(compose_config("+model=ffn"))
     model = setup.build(recompute=False)
     layers = [type(m).__name__ for m in model[0].net]
     assert layers == ["Linear", "ReLU", "Dropout", "Linear"]
@@ -32,9 +32,9 @@ def test_ffn_is_the_tutorial_block():
 
 
 def test_gpt_uses_python_docs_text_and_mlp_uses_digits():
-    gpt = build_setup(compose_config("+model=gpt"))
+    gpt = prepare(compose_config("+model=gpt"))
     assert gpt.task.vocab_size > 90 and len(gpt.task.train) > 400_000
-    mlp = build_setup(compose_config("+model=mlp"))
+    mlp = prepare(compose_config("+model=mlp"))
     assert len(mlp.task.x_train) + len(mlp.task.x_val) == 1797
 
 
@@ -55,7 +55,7 @@ def test_schema_typos_fail_before_any_model_is_built(override):
                                             ("timing.measured_steps=0", "timing.measured_steps"),
                                             ("budget.seeds=[]", "budget.seeds")])
 def test_out_of_range_settings_stop_before_any_model_work(override, named):
-    from reportgen.setup import SetupError
+    from reportgen.errors import SetupError
 
     with pytest.raises(SetupError, match=named):
-        build_setup(compose_config("+model=ffn", override))
+        prepare(compose_config("+model=ffn", override))

@@ -8,13 +8,13 @@ from reportgen.checks.memory import estimate_rows, measure_saved
 from reportgen.estimate import EstimateConfigError, TransformerShape, estimate_saved_activations, validate_overrides
 from reportgen.measure import REST
 from reportgen.results import PASS
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import compose_config
 
 
 def test_estimate_equals_measurement_at_the_measured_shape_on_gpt():
-    setup = build_setup(compose_config("+model=gpt"))
+    setup = prepare(compose_config("+model=gpt"))
     saved, _ = measure_saved(setup)
     rows = [r for r in estimate_rows(setup, saved) if r.item == "estimate at measured shape"]
     assert {r.variant for r in rows} == {"plain", "recompute"}
@@ -25,7 +25,7 @@ def test_estimate_equals_measurement_at_the_measured_shape_on_gpt():
 
 def test_target_shape_of_the_granularity_stack_is_exact():
     """5 layers, batch [7, 32, 16]: per-layer recompute keeps 5 layer inputs + the loss difference."""
-    setup = build_setup(compose_config("+model=granularity", user_conf=True))
+    setup = prepare(compose_config("+model=granularity", user_conf=True))
     est = estimate_saved_activations(setup, {"model": {"depth": 5}, "batch_size": 7})
     unit = 7 * 32 * 16 * 4
     assert est.inputs == "[7, 32, 16] float32"
@@ -35,7 +35,7 @@ def test_target_shape_of_the_granularity_stack_is_exact():
 
 
 def _gpt_target(**shape):
-    setup = build_setup(compose_config("+model=gpt", "device=cpu"))
+    setup = prepare(compose_config("+model=gpt", "device=cpu"))
     over = {"model": {k: shape[k] for k in ("width", "depth", "heads")}, "task": {"block_size": shape["s"]},
             "batch_size": shape["b"]}
     return setup, estimate_saved_activations(setup, over)

@@ -7,14 +7,14 @@ import pytest
 from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
 from reportgen.results import check_summary, to_frame
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import compose_config
 
 
 def parity_status(*overrides):
     """``{check: status}`` and the frame, for the parity checks of a composed user config."""
-    setup = build_setup(compose_config(*overrides, user_conf=True))
+    setup = prepare(compose_config(*overrides, user_conf=True))
     frame = to_frame(gradient_parity(setup) + step_and_state_parity(setup))
     summary = check_summary(frame, [])
     return dict(zip(summary.check, summary.status)), frame

@@ -19,7 +19,8 @@ from torch.nn import functional as F
 from reportgen import hf
 from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.paths import conf_dir
-from reportgen.setup import SetupError, build_setup
+from reportgen.errors import SetupError
+from reportgen.run import prepare
 from reportgen.tasks import CharTextTask
 
 from conftest import REPO, compose_config
@@ -93,7 +94,7 @@ def test_factories_and_task_stop_with_the_install_line(no_transformers, call):
 def test_config_naming_the_task_stops_setup_with_the_install_line(no_transformers):
     cfg = compose_config("+model=gpt", "task._target_=reportgen.hf.CausalLMTask")
     with pytest.raises(SetupError, match=r'pip install -e "\.\[hf\]"'):
-        build_setup(cfg)
+        prepare(cfg)
 
 
 def test_importing_reportgen_hf_does_not_import_transformers():

@@ -64,7 +64,7 @@ def test_bad_values_are_refused_naming_setting_and_rule(override, expected):
 def test_shipped_configs_and_good_edge_values_pass(model):
     assert config_problems(compose_config(f"+model={model}")) == ""
     assert config_problems(compose_config(f"+model={model}", "parity.rtol=0", "parity.atol=0", "device=cuda:1",
-                                          "timing.max_overhead_ratio=1.5", "verdict.required=[selective policy]",
+                                          "timing.max_overhead_ratio=1.5", "verdict.required=[gradient parity, selective policy]",
                                           "dtype=bfloat16", "larger_batch.lr_scaling=sqrt")) == ""
 
 
@@ -217,9 +217,9 @@ def test_pdf_render_contacts_no_server_and_reads_no_outside_file(http_server, tm
 
 @pytest.fixture(scope="module")
 def contract_setup():
-    from reportgen.setup import build_setup
+    from reportgen.run import prepare
 
-    return build_setup(compose_config("+model=ffn"))
+    return prepare(compose_config("+model=ffn"))
 
 
 @pytest.mark.parametrize("make_batch, loss, expected", [
@@ -402,7 +402,7 @@ def test_rerun_into_a_folder_with_a_run_exits_2_and_the_earlier_run_still_verifi
 
 @pytest.mark.slow
 def test_outputs_have_the_modes_hydra_files_have(signed_run):
-    from reportgen.rundir import current_umask
+    from reportgen.files import current_umask
 
     run_dir, _ = signed_run
     expected = 0o666 & ~current_umask()  # the subprocess inherited this process's umask

@@ -9,7 +9,7 @@ from reportgen.checks import larger_batch as lb
 from reportgen.checks.parity import gradient_parity
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
 from reportgen.results import FLAGGED, PASS, Role, Row, check_summary, claim_verdict, to_frame
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import SMALL, compose_config
 
@@ -61,7 +61,7 @@ def test_a_task_that_cannot_fill_the_batch_is_the_ceiling():
 
 
 def mlp_setup(*overrides, device="cpu"):
-    return build_setup(compose_config("+model=mlp", "budget.examples=512", "budget.seeds=[0]", "budget.eval_every=256",
+    return prepare(compose_config("+model=mlp", "budget.examples=512", "budget.seeds=[0]", "budget.eval_every=256",
                                       f"device={device}", *overrides))
 
 

@@ -22,7 +22,7 @@ from reportgen.results import Role, judge
 from reportgen.config import MEMORY
 from reportgen.measure import REST, saved_activation_bytes
 from reportgen.results import FAIL, INFO, PASS, WARN
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import TESTS, compose_config
 
@@ -33,7 +33,7 @@ SHARED_CASES = TESTS.parent.parent / "shared" / "cases"
 
 
 def granularity(*overrides):
-    return build_setup(compose_config("+model=granularity", f"parity.batch_size={B}", *overrides, user_conf=True))
+    return prepare(compose_config("+model=granularity", f"parity.batch_size={B}", *overrides, user_conf=True))
 
 
 def measured(setup, recompute: bool):
@@ -84,7 +84,7 @@ def test_handed_granularity_case_saves_17_vs_5_activations(monkeypatch):
     unit = 4 * 128 * 64 * 4
     totals = {}
     for name, targets in {"per_layer": "[Layer]", "per_child": "[Mixer,MLP,LayerNorm]"}.items():
-        setup = build_setup(compose_config(conf, "+model=granularity", "parity.batch_size=4", f"recompute.targets={targets}"))
+        setup = prepare(compose_config(conf, "+model=granularity", "parity.batch_size=4", f"recompute.targets={targets}"))
         totals[name] = measured(setup, recompute=True).total_bytes
     assert totals == {"per_layer": 5 * unit, "per_child": 17 * unit}
     assert totals["per_child"] / totals["per_layer"] == pytest.approx(3.4)
@@ -149,10 +149,10 @@ def test_saving_status_threshold(plain, recompute, status):
 
 def test_lost_gradients_make_the_saving_fail():
     """Reentrant recompute behind a frozen embedding: the adapters' 4 parameters get no gradient."""
-    setup = build_setup(compose_config("+model=frozen_input", "recompute=reentrant", user_conf=True))
+    setup = prepare(compose_config("+model=frozen_input", "recompute=reentrant", user_conf=True))
     (row,) = lost_gradient_rows(setup)
     assert row.status == FAIL and row.value == 4.0 and "not real" in row.detail
-    setup = build_setup(compose_config("+model=frozen_input", "recompute=non_reentrant", user_conf=True))
+    setup = prepare(compose_config("+model=frozen_input", "recompute=non_reentrant", user_conf=True))
     assert lost_gradient_rows(setup)[0].status == PASS
 
 
@@ -165,7 +165,7 @@ def test_without_cuda_the_peaks_are_not_measured_never_zero():
 
 @pytest.mark.gpu
 def test_cuda_peaks_reserved_at_least_allocated_and_recompute_lower():
-    setup = build_setup(compose_config("+model=gpt", "device=cuda", "parity.batch_size=32"))
+    setup = prepare(compose_config("+model=gpt", "device=cuda", "parity.batch_size=32"))
     rows = cuda_peak_rows(setup)
     peak = {(r.variant, r.metric): r for r in rows}
     for variant in ("plain", "recompute"):
@@ -243,6 +243,6 @@ def test_handed_case_recompute_saved_bytes_match_the_derivation(case, monkeypatc
     monkeypatch.syspath_prepend(str(SHARED_CASES))
     overrides, expected = HANDED[case]
     batch = 6
-    setup = build_setup(compose_config(f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]",
+    setup = prepare(compose_config(f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]",
                                        f"+model={case.removesuffix('_addmm')}", f"parity.batch_size={batch}", *overrides))
     assert measured(setup, recompute=True).total_bytes == expected(batch)

@@ -8,7 +8,7 @@ from reportgen.checks.parity import gradient_parity
 from reportgen.config import register_configs
 from reportgen.paths import conf_dir
 from reportgen.results import check_summary, to_frame
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import TESTS
 
@@ -29,7 +29,7 @@ def test_readme_user_model_example_composes_and_passes_parity(tmp_path, monkeypa
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
         cfg = compose("config", overrides=[f"hydra.searchpath=[file://{project / 'conf'}]", "+model=mine"])
-    setup = build_setup(cfg)
+    setup = prepare(cfg)
     assert [w.path for w in setup.wrapped] == ["0", "1", "2", "3"]
     summary = check_summary(to_frame(gradient_parity(setup)), [])
     assert summary.status.tolist() == ["PASS"]

@@ -101,11 +101,11 @@ def test_selective_without_ops_is_refused():
 def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
     """The sac_packet fault: `aten.mm` listed, but nn.Linear on 2-D input calls aten.addmm."""
     from reportgen.checks.policy import selective_policy
-    from reportgen.setup import build_setup
+    from reportgen.run import prepare
 
     cfg = compose_cfg("+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm,aten.addmm]",
                       user_conf=True)
-    rows = {r.item: r for r in selective_policy(build_setup(cfg))}
+    rows = {r.item: r for r in selective_policy(prepare(cfg))}
     assert rows["aten.mm"].status == "WARN" and rows["aten.mm"].value == 0
     assert "aten.addmm.default" in rows["aten.mm"].detail
     assert rows["aten.addmm"].status == "PASS" and rows["aten.addmm"].value == 4  # 2 blocks × 2 Linear
@@ -113,6 +113,6 @@ def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
 
 def test_selective_policy_check_is_silent_in_other_modes(compose_cfg):
     from reportgen.checks.policy import selective_policy
-    from reportgen.setup import build_setup
+    from reportgen.run import prepare
 
-    assert selective_policy(build_setup(compose_cfg("+model=dropout_rng", user_conf=True))) == []
+    assert selective_policy(prepare(compose_cfg("+model=dropout_rng", user_conf=True))) == []

@@ -13,7 +13,7 @@ from reportgen.checks.timing import warm_step_time
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STATE_PARITY, TIME
 from reportgen.render import headline_costs, render_html
 from reportgen.results import FAIL, PASS, WARN, Role, Row, frame_from_json, judge, to_frame
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import SMALL, compose_config, tiny_meta
 
@@ -73,7 +73,7 @@ def test_registry_defaults():
 
 
 def test_page_one_costs_come_from_a_real_frame():
-    setup = build_setup(compose_config("+model=ffn", *SMALL))
+    setup = prepare(compose_config("+model=ffn", *SMALL))
     frame = to_frame(warm_step_memory(setup) + warm_step_time(setup))
     costs = headline_costs(frame)
     saving = frame[frame.role == Role.SAVING].iloc[0]

@@ -8,7 +8,7 @@ from reportgen.checks.timing import (bootstrap_ratio_ci, flops_row, interleaved_
 from reportgen.measure import make_train_step
 from reportgen.config import TIME
 from reportgen.results import FAIL, INFO, PASS, WARN, Role
-from reportgen.setup import build_setup
+from reportgen.run import prepare
 
 from conftest import compose_config
 
@@ -116,7 +116,7 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
     Recomputation adds at most one forward; non-reentrant recompute stops as soon as the last
     tensor backward needs (ReLU's output) is rebuilt, so the down-projection (8·B·S·W²) is not
     rerun: (54 + 10) / 54 = 32/27."""
-    setup = build_setup(compose_config("+model=granularity", "parity.batch_size=2", user_conf=True))
+    setup = prepare(compose_config("+model=granularity", "parity.batch_size=2", user_conf=True))
     plain, recompute = setup.twins()
     optimizer = {"_target_": "torch.optim.SGD", "lr": 0.0}
     flops = {v: step_flops(make_train_step(m, setup.batch, setup.task.loss, optimizer))
@@ -129,7 +129,7 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
 
 
 def test_warm_step_time_rows():
-    setup = build_setup(compose_config("+model=granularity", "timing.warmup_steps=1", "timing.measured_steps=5",
+    setup = prepare(compose_config("+model=granularity", "timing.warmup_steps=1", "timing.measured_steps=5",
                                        "timing.bootstrap_samples=100", "timing.max_overhead_ratio=100",
                                        "timing.target_ci_half_width_pp=null", user_conf=True))
     rows = warm_step_time(setup)
@@ -143,7 +143,7 @@ def test_warm_step_time_rows():
 
 
 def test_disabled_timing_is_not_run():
-    setup = build_setup(compose_config("+model=granularity", "timing.enabled=false", user_conf=True))
+    setup = prepare(compose_config("+model=granularity", "timing.enabled=false", user_conf=True))
     assert [r.status for r in warm_step_time(setup)] == ["NOT_RUN"]
 
 
@@ -155,7 +155,7 @@ def test_timed_synchronizes_on_cuda():
 
 
 def test_an_interval_wider_than_the_target_is_a_warning_not_a_figure_to_trust():
-    setup = build_setup(compose_config("+model=granularity", "timing.warmup_steps=0", "timing.measured_steps=4",
+    setup = prepare(compose_config("+model=granularity", "timing.warmup_steps=0", "timing.measured_steps=4",
                                        "timing.bootstrap_samples=100", "timing.target_ci_half_width_pp=0",
                                        "timing.max_measure_seconds=0", user_conf=True))
     rows = warm_step_time(setup)

@@ -9,68 +9,12 @@ lives below them in ``reportgen.measure``, ``reportgen.train``, ``reportgen.esti
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
-import pandas as pd
-
-from ..results import Row
-
-#: The generic rows template: one table, worst first, passing groups collapsed.
-ROWS_TEMPLATE = "sections/rows.html.j2"
-
-
-@dataclass(frozen=True)
-class Section:
-    """One name a check writes into the ``check`` column, and how the report shows it.
-
-    Attributes:
-        name: the check name, e.g. ``"gradient parity"`` (also what ``verdict.required`` lists).
-        intro: the sentence that introduces the section in the report.
-        template: the section's template under ``templates/`` (reads only ``section``).
-        plotter: ``fn(rows of this check) -> list[reportgen.plots.Plot]``, or None.
-        required: part of the claim by default (``verdict.required`` when it is null).
-        flagged: a separate experiment: every row is FLAGGED and never counts.
-        distributed: measured only with ``distributed.world_size > 1``, and then required by
-            default (the sharded claim); with one process it has no rows and is not required.
-    """
-
-    name: str
-    intro: str
-    template: str = ROWS_TEMPLATE
-    plotter: Callable[[pd.DataFrame], list] | None = None
-    required: bool = True
-    flagged: bool = False
-    distributed: bool = False
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check: the function that measures, and the sections (names) its rows go to.
-
-    Attributes:
-        run: ``fn(setup) -> list[Row]``; an exception becomes an ERROR row of ``sections[0]``.
-        sections: the names it produces, in report order.
-    """
-
-    run: Callable[..., list[Row]]
-    sections: tuple[Section, ...] = field(default_factory=tuple)
-
-    @property
-    def name(self) -> str:
-        """The first section's name: what the console says while it runs."""
-        return self.sections[0].name
-
-
-def _registry() -> list[Check]:
-    from . import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
-
-    return [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK, budget.CHECK,
-            larger_batch.CHECK, distributed.CHECK]
-
+from . import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
+from .base import ROWS_TEMPLATE, Check, Section  # noqa: F401 - the records, re-exported with the registry
 
 #: Every check, in checklist (and report) order.
-REGISTRY: list[Check] = _registry()
+REGISTRY: list[Check] = [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK,
+                         budget.CHECK, larger_batch.CHECK, distributed.CHECK]
 
 
 def sections() -> list[Section]:

@@ -20,7 +20,7 @@ from ..plots import task_metric_plots
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..rows import tensor_row
 from ..train import TrainResult, run_rows
-from . import Check, Section
+from .base import Check, Section
 
 log = logging.getLogger("reportgen")
 

@@ -32,12 +32,12 @@ from ..distributed import (Group, RankFailure, all_gather_objects, dist_name, di
                            full_optimizer_state, full_params, gather_objects, join, launch, launched, leave,
                            max_over_ranks, rank_config, resolve_backend, shard_batch, start_method, watchdog)
 from ..bootstrap import bootstrap_ratio_ci
-from ..measure import make_train_step, saved_activation_bytes
+from ..measure import make_train_step, observe_twins, saved_activation_bytes
 from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
 from ..setup import Setup, build_setup, forward_backward
 from ..snapshot import Snapshot, module_attributes, snapshot_rows
-from . import Check, Section
+from .base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
@@ -98,8 +98,17 @@ def rank_worker(given: Setup | DictConfig) -> list[Row] | None:
     if isinstance(given, Setup):
         return follow(given)
     with watchdog(1.5 * float(given.distributed.timeout_s) + 10):
-        setup = build_setup(rank_config(given))
+        setup = rank_setup(rank_config(given))
     return follow(setup)
+
+
+def rank_setup(cfg: DictConfig) -> Setup:
+    """A spawned rank's setup: what ``run.prepare`` builds (twins' weights, the fixed batch, the modules
+    seen recomputing), without the task-contract probe the launching process already passed."""
+    setup = build_setup(cfg)
+    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    observe_twins(setup)
+    return setup
 
 
 def rank_rows(setup: Setup, group: Group) -> list[Row]:

@@ -35,7 +35,7 @@ from ..plots import larger_batch_plots
 from ..results import FLAGGED, Role, Row
 from ..structure import batch_size_of
 from ..train import LR_SCALING, run_rows
-from . import Check, Section
+from .base import Check, Section
 
 log = logging.getLogger("reportgen")
 

@@ -34,7 +34,7 @@ from ..plots import memory_plots
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup, forward_backward
 from ..structure import describe
-from . import Check, Section
+from .base import Check, Section
 
 VARIANTS = (("plain", False), ("recompute", True))
 

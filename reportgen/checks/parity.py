@@ -16,7 +16,7 @@ from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
 from ..setup import Setup, StepOutput, forward_backward
 from ..structure import describe, has_floating
-from . import Check, Section
+from .base import Check, Section
 
 
 def _runs(setup: Setup, input_grad: bool):

@@ -17,7 +17,7 @@ from ..rng import seeded
 from ..results import WARN, Role, Row
 from ..setup import Setup
 from ..structure import call_model, clone_inputs
-from . import Check, Section
+from .base import Check, Section
 
 
 

@@ -12,7 +12,7 @@ from ..rows import aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from ..setup import Setup, forward_backward
 from ..snapshot import Snapshot, snapshot_rows, take
 from ..structure import has_floating
-from . import Check, Section
+from .base import Check, Section
 
 
 def one_step(model: nn.Module, setup: Setup, input_grad: bool = False) -> Snapshot:

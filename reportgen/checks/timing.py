@@ -38,7 +38,7 @@ from ..measure import make_train_step, training_optimizer
 from ..plots import timing_plots
 from ..results import INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup
-from . import Check, Section
+from .base import Check, Section
 
 VARIANTS = ("plain", "recompute")
 

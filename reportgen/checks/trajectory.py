@@ -25,7 +25,7 @@ from ..snapshot import Snapshot, snapshot_rows, take
 from ..structure import call_model
 from ..tasks import batch_to
 from ..train import step_seed
-from . import Check, Section
+from .base import Check, Section
 
 
 def trajectory(setup: Setup, recompute: bool) -> list[Snapshot]:

@@ -1,5 +1,11 @@
-"""The handed cases in ../shared/cases, run through the CLI as a user would (skipped in a clone
-without ../shared; tests/test_fault_cases.py asserts the same faults on our own fixtures)."""
+"""The handed cases in ../shared/cases, run through the CLI as a user would.
+
+Not part of the test suite (its name does not start with ``test_``): the suite depends on no
+file outside the repository, and tests/test_fault_cases.py, test_memory.py and test_recompute.py
+assert the same faults on our own fixtures. Run it by hand where ../shared exists:
+
+    python -m pytest tests/handed_cases.py
+"""
 import pandas as pd
 import pytest
 

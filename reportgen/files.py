@@ -1,0 +1,119 @@
+"""Output files, the lowest layer: file modes, atomic writes, digests, and write failures named.
+
+Every module that writes a run's files imports from here; this module imports nothing of
+reportgen's, so any layer may use it (docs/architecture.md, "Layers").
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+class OutputWriteError(OSError):
+    """A file could not be written (disk full, read-only folder, permission denied).
+
+    The message is one line, ``could not write PATH: REASON (the fix)``; the pipeline turns it
+    into exit 2, never "a bug in reportgen".
+    """
+
+
+#: The fix to name per errno of a failed write.
+_WRITE_FIXES = {
+    errno.ENOSPC: "the disk is full; free space or point hydra.run.dir at another disk",
+    errno.EDQUOT: "the disk quota is used up; free space or point hydra.run.dir at another disk",
+    errno.EROFS: "the file system is read-only; point hydra.run.dir at a writable folder",
+    errno.EACCES: "permission denied; point hydra.run.dir at a folder you can write to",
+    errno.EPERM: "permission denied; point hydra.run.dir at a folder you can write to",
+}
+
+
+def write_failure(path: Path, exc: OSError) -> OutputWriteError:
+    """The :class:`OutputWriteError` naming ``path``, the system's reason and the fix."""
+    fix = _WRITE_FIXES.get(exc.errno or 0, "check that the folder exists and is writable")
+    error = OutputWriteError(f"could not write {path}: {exc.strerror or exc} ({fix})")
+    error.errno = exc.errno
+    return error
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``).
+
+    Returns:
+        The umask bits, e.g. ``0o022``.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no getter elsewhere: set and restore at once
+    os.umask(mask)
+    return mask
+
+
+def output_file_mode() -> int:
+    """Mode of a new output file: ``0o666`` less the umask, as ``open()`` would create it.
+
+    ``tempfile.mkstemp`` (used for atomic writes) always creates mode 0600; outputs are
+    reports meant to be shared, so they get the mode the user's umask asks for, the same
+    as Hydra's ``.hydra/*.yaml`` beside them (0644 under the usual umask 022, 0600 under 077).
+    """
+    return 0o666 & ~current_umask()
+
+
+def atomic_write(path: Path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (no torn files).
+
+    Raises:
+        FileExistsError: ``path`` exists already; outputs never overwrite an earlier run.
+        OutputWriteError: the file system refused the write (disk full, read-only, permissions);
+            nothing is left half-written.
+    """
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists already; reportgen never overwrites an earlier run")
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise write_failure(path, exc) from exc
+    try:
+        os.fchmod(fd, output_file_mode())  # mkstemp makes 0600; outputs follow the umask
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise write_failure(path, exc) from exc
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def replace_write(path: Path, data: bytes | str) -> Path:
+    """Atomically (re)write a file this run owns, e.g. the partial frame after each check."""
+    Path(path).unlink(missing_ok=True)
+    return atomic_write(path, data)
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes, hex.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes | str) -> str:
+    """SHA-256 of bytes (a str is UTF-8 encoded first), hex."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()

@@ -1,0 +1,169 @@
+"""``python -m reportgen.verify TARGET --key PUB``: check anything reportgen signed, offline.
+
+TARGET is a run folder or its report.pdf, a sweep folder or its summary.pdf, or a comparison
+folder or its compare.pdf; the first line says which kind was found. One line per check,
+``PASS ...`` or ``FAIL ...`` (``NOTE`` lines inform and never fail); the last line says
+VERIFIED or NOT VERIFIED and what was verified.
+
+Exit codes: 0 verified; 1 not verified (a forgery, an edit, a missing or swapped file, another
+key); 2 the command cannot start (no such path, unusable key); 3 verified, and what it
+verifies is a run whose claim cannot be judged (INCONCLUSIVE), so that an honest INCONCLUSIVE
+run is told apart from a forgery.
+
+Checks, for a lone signed PDF (everything comes from inside the PDF; ``reportgen.verify.common``):
+
+1. the PDF signature: exactly one; pyHanko's validator (``validate_pdf_signature``, the
+   embedded certificate as the only trust root) finds it intact, valid and trusted; it
+   covers the entire file (/ByteRange from byte 0 to the last byte) and its /Contents is
+   exactly the hex that pyHanko writes (upper case, zero padding), so no byte of the file
+   can change unnoticed;
+2. the certificate that made it holds the ``--key`` public key;
+3. the attachments (the data file and statement.dsse.json) are present, once each;
+4. the DSSE envelope is in its one canonical layout and its signature verifies with
+   ``--key`` (securesystemslib);
+5. the statement is an in-toto Statement v1 with the predicate type of its kind;
+6. the attached data file has the digest the statement gives it;
+7. the PDF's first revision (the rendered pages before signing) has the digest of the
+   statement's unsigned-PDF subject;
+8. what the data states follows from what it is made of: for a run (``.run``), every row's
+   status recomputed from its signed value, threshold and comparator equals the status it
+   states, then the verdict recomputed from those statuses; for a sweep (``.sweep``), every
+   job verifies on its own and the summary re-derived from the jobs' signed files equals the
+   signed summary; for a comparison (``.comparison``), both runs verify and the comparison
+   re-derived from them equals the signed one.
+
+For a folder, additionally: the envelope on disk is the one attached in the PDF, and every
+subject of the statement exists with its digest. Files of a run folder that the statement
+does not list are named in ``NOTE`` lines: nothing vouches for them.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from ..keys import KeyFileError, fingerprint, load_public_key
+from ..results import INCONCLUSIVE
+from ..signing import ENVELOPE_NAME, PREDICATE_TYPE
+from .common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
+from .comparison import COMPARISON, verify_comparison_dir, verify_comparison_pdf
+from .run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_dir, verify_run_pdf  # noqa: F401
+from .sweep import SUMMARY, verify_summary_pdf, verify_sweep_dir
+
+EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+#: Each kind of signed document with its folder and PDF verifiers.
+KINDS = {RUN.predicate_type: (RUN, verify_run, verify_run_pdf),
+         SUMMARY.predicate_type: (SUMMARY, verify_sweep_dir, verify_summary_pdf),
+         COMPARISON.predicate_type: (COMPARISON, verify_comparison_dir, verify_comparison_pdf)}
+
+
+@dataclass
+class Outcome:
+    """What ``reportgen.verify`` found: the kind of document, its check lines, and the claim
+    verdict its statement gives (a run's; ``None`` for other kinds or when unverified)."""
+
+    kind: str
+    checks: list[Check]
+    verdict: str | None = None
+
+    @property
+    def verified(self) -> bool:
+        """True when no check failed."""
+        return not any(c.status == FAIL for c in self.checks)
+
+
+def kind_of(target: Path) -> Document:
+    """Which kind of document ``target`` holds, from its file names or its attached envelope.
+
+    The envelope's claimed type only chooses the verifier; that verifier then checks the
+    type under the signature. Unknown or unreadable: a run (its checks then say what is wrong).
+    """
+    if target.is_dir():
+        for doc in (SUMMARY, COMPARISON):
+            if (target / doc.envelope).is_file() or (target / doc.pdf).is_file():
+                return doc
+        return RUN
+    try:
+        import io
+
+        from pyhanko.pdf_utils.reader import PdfFileReader
+
+        envelope = embedded_files(PdfFileReader(io.BytesIO(target.read_bytes()), strict=False)).get(ENVELOPE_NAME, b"")
+    except Exception:  # noqa: BLE001 - an unreadable PDF: the run verifier names what is wrong
+        return RUN
+    return KINDS.get(peek_predicate_type(envelope) or PREDICATE_TYPE, KINDS[PREDICATE_TYPE])[0]
+
+
+def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey) -> Outcome:
+    """Verify a run, sweep or comparison, as a folder or a lone PDF.
+
+    Raises:
+        FileNotFoundError: ``target`` does not exist.
+    """
+    target = Path(target)
+    if not target.exists():
+        raise FileNotFoundError(f"{target}: no such file or folder")
+    doc = kind_of(target)
+    _, on_dir, on_pdf = KINDS[doc.predicate_type]
+    found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
+    checks = found if isinstance(found, list) else found.checks
+    verdict = None
+    if doc is RUN and found.statement is not None and not any(c.status == FAIL for c in checks):
+        verdict = found.statement["predicate"]["verdict"]
+    where = "folder" if target.is_dir() else "PDF"
+    return Outcome(f"{doc.label} {where}", checks, verdict)
+
+
+def verify(target: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
+    """Verify a run, sweep or comparison folder or PDF; one :class:`Check` per line.
+
+    Raises:
+        FileNotFoundError: ``target`` does not exist.
+    """
+    return verify_target(target, public_key).checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: what was found, one line per check, then a summary line.
+
+    Returns:
+        0 verified, 1 not verified, 2 usage error (no such path, unusable key), 3 verified and
+        the run's claim is INCONCLUSIVE.
+    """
+    parser = argparse.ArgumentParser(prog="python -m reportgen.verify",
+                                     description="Verify a signed reportgen run, sweep or comparison offline.")
+    parser.add_argument("target", help="a run folder (outputs/DATE/TIME) or report.pdf, a sweep folder or summary.pdf, "
+                                       "a comparison folder or compare.pdf")
+    parser.add_argument("--key", required=True, help="the signer's public key (PEM), e.g. signing-key.pub.pem")
+    args = parser.parse_args(argv)
+    for noisy in ("pyhanko", "pyhanko_certvalidator", "securesystemslib", "fontTools"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
+    try:
+        public_key = load_public_key(args.key)
+        outcome = verify_target(Path(args.target), public_key)
+    except (KeyFileError, FileNotFoundError) as exc:
+        print(f"reportgen.verify: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    checks = outcome.checks
+    failed = [c for c in checks if c.status == FAIL]
+    lines = [f"checking a {outcome.kind}: {args.target}", *(c.line for c in checks)]
+    if failed:
+        lines.append(f"NOT VERIFIED ({outcome.kind}): {len(failed)} of {sum(c.status != NOTE for c in checks)} "
+                     "checks failed")
+    else:
+        lines.append(f"VERIFIED ({outcome.kind}): all {len(checks) - sum(c.status == NOTE for c in checks)} checks hold "
+                     f"(key sha256:{fingerprint(public_key)})")
+        if outcome.verdict == INCONCLUSIVE:
+            lines.append("the signed claim is INCONCLUSIVE: it was honestly signed, and it cannot be judged (exit 3)")
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `... | head`: the verdict is the exit code
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if failed:
+        return EXIT_NOT_VERIFIED
+    return EXIT_INCONCLUSIVE if outcome.verdict == INCONCLUSIVE else EXIT_VERIFIED

@@ -1,0 +1,118 @@
+"""Verify one run: a run folder or its lone report.pdf (checks 1-8 of ``reportgen.verify``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from ..checks import flagged_names
+from ..results import FAIL as ROW_FAIL
+from ..results import FLAGGED, PASS as ROW_PASS
+from ..results import INCONCLUSIVE, claim_verdict, frame_from_json, judge_record
+from ..signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
+from .common import FAIL, Check, Document, Verified, attempt, require, verify_document_dir, verify_signed_pdf
+
+
+def status_mismatches(frame) -> list[str]:
+    """Rows whose stated status is not the one their values give, one line each (empty = all agree).
+
+    A row with a comparator must carry ``judge_record``'s status; a row without one may state
+    only a fact (never PASS or FAIL); FLAGGED belongs to flagged experiments only.
+    """
+    flagged = flagged_names()
+    problems = []
+    for record in frame.to_dict("records"):
+        record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}
+        stated, name = record.get("status"), (f"{record.get('check')} / {record.get('item')} / "
+                                              f"{record.get('variant')} / {record.get('metric')}")
+        if record.get("comparator"):
+            expected = judge_record(record)
+            if expected != stated:
+                problems.append(f"row {name} says {stated}, its value {record.get('value')!r} "
+                                f"{record.get('comparator')} {record.get('threshold_value', record.get('threshold'))!r} "
+                                f"gives {expected}")
+        elif stated in (ROW_PASS, ROW_FAIL):
+            problems.append(f"row {name} says {stated} without a comparison to derive it from")
+        if (stated == FLAGGED) != (record.get("check") in flagged):
+            problems.append(f"row {name} says {stated}, but only the flagged experiments "
+                            f"({', '.join(sorted(flagged))}) are FLAGGED, and all their rows")
+    return problems
+
+
+def check_verdict(statement: dict, results: bytes) -> Check:
+    """Check 8: every row's status follows from its signed numbers, and the statement's verdict
+    follows from those statuses (``results.claim_verdict``)."""
+    def recompute() -> str:
+        predicate = statement["predicate"]
+        frame = frame_from_json(results.decode())
+        wrong = status_mismatches(frame)
+        require(not wrong, "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more rows)" if len(wrong) > 3 else ""))
+        recomputed = claim_verdict(frame, predicate["required"])
+        require(recomputed == predicate["verdict"],
+                 f"the statement says {predicate['verdict']}, results.json gives {recomputed}")
+        return f"statement {predicate['verdict']} = recomputed from the {len(frame)} row statuses of results.json " \
+               f"(each recomputed from its value) with required checks {', '.join(predicate['required']) or '(none)'}"
+
+    return attempt("verdict", recompute)
+
+
+def check_run_predicate(predicate: dict) -> str:
+    """A run's predicate states a verdict (PASS, FAIL or INCONCLUSIVE) and a non-empty list of
+    required checks: a claim that requires nothing is empty and never verifies."""
+    require(predicate.get("verdict") in (ROW_PASS, ROW_FAIL, INCONCLUSIVE) and isinstance(predicate.get("required"), list),
+            "the predicate has no verdict or required checks")
+    require(len(predicate["required"]) > 0, "the claim requires no check (verdict.required=[]): an empty claim")
+    return f"claim verdict {predicate['verdict']}"
+
+
+#: A run: report.pdf over results.json (docs/architecture.md, "Outputs").
+RUN = Document("run", ENVELOPE_NAME, PDF_NAME, UNSIGNED_PDF_NAME, RESULTS_NAME, PREDICATE_TYPE, check_run_predicate)
+
+
+def _with_verdict(found: Verified) -> list[Check]:
+    """The document's checks plus check 8 on the results.json its statement vouches for."""
+    if found.statement is None:
+        return found.checks
+    if found.data is None:
+        return found.checks + [Check(FAIL, "verdict", "not checked: no signed results.json")]
+    return found.checks + [check_verdict(found.statement, found.data)]
+
+
+def verify_run_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verified:
+    """A lone report.pdf's checks (1-8) and what they vouch for (the statement, results.json)."""
+    found = verify_signed_pdf(data, public_key, RUN)[0]
+    found.checks = _with_verdict(found)
+    return found
+
+
+def verify_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
+    """All checks of a lone signed report.pdf (``reportgen.verify``, 1-8), from the PDF alone.
+
+    Args:
+        data: the PDF file.
+        public_key: the reviewer's ``--key``.
+
+    Returns:
+        One :class:`Check` per line printed.
+    """
+    return verify_run_pdf(data, public_key).checks
+
+
+def verify_run(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Verified:
+    """A run folder's checks and what they vouch for (the statement, results.json's bytes)."""
+    found = verify_document_dir(Path(run_dir), public_key, RUN)
+    found.checks = _with_verdict(found)
+    return found
+
+
+def verify_run_dir(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
+    """All checks of a run folder: the PDF's (when the run has one), the envelope on disk, every subject.
+
+    Args:
+        run_dir: the run's output folder.
+        public_key: the reviewer's ``--key``.
+
+    Returns:
+        One :class:`Check` per line printed.
+    """
+    return verify_run(run_dir, public_key).checks

@@ -1,0 +1,134 @@
+"""Verify a sweep: its signed summary, every job it lists, and that the summary follows from the jobs.
+
+A sweep's statement (``summary.dsse.json``, written by ``reportgen.sweep.summarize``) lists every
+job's folder, exit code, verdict and the digest of the job's own statement. Verifying the sweep
+folder checks, beyond the document itself (``reportgen.verify.common``):
+
+- each job folder verifies as a run with the same key, and its statement is the one listed;
+- each job's signed verdict agrees with the exit code and verdict the summary gives it;
+- a job that exits 0, 1 or 3 signed its run (signing was on for the sweep); one that did not
+  start or crashed is named in a NOTE;
+- no job folder is on disk that the summary does not list, and none it lists is missing;
+- the summary frame re-derived from the jobs' files (``reportgen.sweep.summary_frame``) equals
+  the signed summary.json, byte for byte;
+- the summary was not left incomplete by an interrupted write.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from ..results import frame_to_json
+from ..signing import ENVELOPE_NAME
+from ..sweep import (INCOMPLETE_MARK, SUMMARY_ENVELOPE, SWEEP_PREDICATE_TYPE, VERDICT_BY_CODE, job_dirs, load_jobs,
+                     summary_frame)
+from .common import (FAIL, NOTE, PASS, Check, Document, Verified, attempt, require, safe_relative, sha256_hex,
+                     verify_document_dir, verify_signed_pdf)
+from .run import verify_run
+
+#: Exit codes of jobs that ran their checks and therefore signed their run.
+SIGNED_CODES = (0, 1, 3)
+
+
+def check_sweep_predicate(predicate: dict) -> str:
+    """A sweep's predicate lists at least one job, each with folder, exit code, verdict and statement digest."""
+    jobs = predicate.get("jobs")
+    require(isinstance(jobs, list) and jobs, "the predicate lists no jobs")
+    for job in jobs:
+        require(isinstance(job, dict) and {"job", "dir", "exit_code", "verdict", "statement_sha256"} <= set(job),
+                f"malformed job entry {job!r}")
+        require(isinstance(job["dir"], str) and safe_relative(job["dir"]), f"job folder {job['dir']!r} is outside the sweep")
+    return f"sweep of {len(jobs)} jobs, worst exit code {predicate.get('exit_code')}"
+
+
+#: A sweep: summary.pdf over summary.json.
+SUMMARY = Document("sweep", SUMMARY_ENVELOPE, "summary.pdf", "summary.unsigned.pdf", "summary.json",
+                   SWEEP_PREDICATE_TYPE, check_sweep_predicate)
+
+
+def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey) -> Check:
+    """One line for one listed job: its run verifies, is the listed statement, and agrees with the summary."""
+    name = f"job {job['job']} ({job['dir']}/)"
+
+    def run() -> str:
+        folder = sweep_dir / job["dir"]
+        require(folder.is_dir(), "its folder is missing")
+        if job["statement_sha256"] is None:
+            require(job["exit_code"] not in SIGNED_CODES,
+                    f"exit code {job['exit_code']} means its checks ran, but the summary lists no signed statement")
+            return f"not signed: it did not run its checks (exit code {job['exit_code']}, {job['verdict']})"
+        found = verify_run(folder, public_key)
+        failed = [c for c in found.checks if c.status == FAIL]
+        require(not failed, f"its run does not verify: {failed[0].line if failed else ''}")
+        require(sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
+                "its statement is not the one the summary lists (a swapped or replaced job)")
+        signed = found.statement["predicate"]["verdict"]
+        expected = VERDICT_BY_CODE.get(job["exit_code"])
+        require(signed == job["verdict"] == expected,
+                f"the summary says {job['verdict']} (exit code {job['exit_code']}), its signed run says {signed}")
+        return f"run verifies ({sum(c.status != NOTE for c in found.checks)} checks), claim {signed}, exit code {job['exit_code']}"
+
+    return attempt(name, run)
+
+
+def _check_folders(sweep_dir: Path, jobs: list[dict]) -> Check:
+    """Every job folder on disk is listed in the signed summary (an added job would be unvouched for)."""
+    def folders() -> str:
+        listed = {job["dir"] for job in jobs}
+        on_disk = {p.relative_to(sweep_dir).as_posix() for p in job_dirs(sweep_dir)}
+        extra = sorted(on_disk - listed)
+        require(not extra, f"job folder(s) {', '.join(extra)} are not in the signed summary")
+        return f"{len(on_disk)} job folders, each listed"
+
+    return attempt("job folders", folders)
+
+
+def _check_rederived(sweep_dir: Path, summary: bytes | None) -> Check:
+    """The summary re-derived from the jobs' files equals the signed summary.json."""
+    def rederive() -> str:
+        require(summary is not None, "not checked: no signed summary.json")
+        derived = frame_to_json(summary_frame(load_jobs(sweep_dir))).encode()
+        require(derived == summary, "summary.json does not follow from the jobs' signed files "
+                                    "(a job's outcome or results differ from what the summary states)")
+        return "summary.json = re-derived from the jobs' files"
+
+    return attempt("summary from jobs", rederive)
+
+
+def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Verified:
+    """A sweep folder: the signed summary, every job, and the summary re-derived (module docstring)."""
+    sweep_dir = Path(sweep_dir)
+    found = verify_document_dir(sweep_dir, public_key, SUMMARY, note_unlisted=False)
+    if (sweep_dir / INCOMPLETE_MARK).exists():
+        found.checks.append(Check(FAIL, "summary complete", f"{INCOMPLETE_MARK} is present: the summary was "
+                                  f"interrupted; rewrite it with python -m reportgen.sweep summarize {sweep_dir}"))
+    if found.statement is None:
+        return found
+    jobs = found.statement["predicate"]["jobs"]
+    found.checks += [_check_job(sweep_dir, job, public_key) for job in jobs]
+    found.checks += [_check_folders(sweep_dir, jobs), _check_rederived(sweep_dir, found.data)]
+    return found
+
+
+def verify_sweep_dir(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
+    """All checks of a sweep folder; one :class:`Check` per line printed."""
+    return verify_sweep(sweep_dir, public_key).checks
+
+
+def verify_summary(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verified:
+    """A lone summary.pdf: the document's own checks; the jobs need the sweep folder (a NOTE says so)."""
+    found = verify_signed_pdf(data, public_key, SUMMARY)[0]
+    if found.statement is not None:
+        jobs = found.statement["predicate"]["jobs"]
+        found.checks.append(Check(NOTE, "jobs", f"{len(jobs)} jobs listed with their statements' digests; a lone "
+                                  "summary.pdf cannot show them: verify the sweep folder to check every job"))
+    return found
+
+
+def verify_summary_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
+    """All checks of a lone summary.pdf; one :class:`Check` per line printed."""
+    return verify_summary(data, public_key).checks
+
+
+__all__ = ["SUMMARY", "verify_sweep", "verify_sweep_dir", "verify_summary", "verify_summary_pdf", "PASS"]
