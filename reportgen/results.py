@@ -52,6 +52,7 @@ class Role:
     AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
     FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
+    RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
 
 
 @dataclass

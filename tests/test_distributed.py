@@ -185,3 +185,18 @@ def test_built_in_models_run_sharded_on_cpu(model, strategy):
     parity = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
     assert len(parity) and set(parity.status) <= {PASS, INFO}  # INFO: attributes the HF switch sets, ignored
     assert set(frame[frame.check == DIST_MEMORY].status) <= {PASS, INFO}
+
+
+def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
+    from reportgen.diagnose import diagnose
+    from reportgen.results import Row
+
+    local = [Row(DIST_GRADIENT_PARITY, f"rank {r}: local gradients before reduction", "recompute",
+                 "tensors_outside_tolerance", float(r), "0", "==", role=Role.RANK_LOCAL_GRADS, threshold_value=0.0,
+                 extra={"rank": r}) for r in (0, 1)]
+    (said,) = diagnose(local, {"mode": "non_reentrant", "preserve_rng_state": True})
+    assert said.extra["rule"] == "one rank only"
+    failed = Row(DIST_GRADIENT_PARITY, "rank 1", "recompute", "exception", status=ERROR, role=Role.EXCEPTION,
+                 detail="rank 1 failed: ValueError: boom", extra={"rank": 1})
+    (said,) = diagnose([failed], {"mode": "non_reentrant", "preserve_rng_state": True})
+    assert said.extra["rule"] == "a rank failed"

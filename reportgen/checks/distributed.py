@@ -41,7 +41,6 @@ from .base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
-ROLE_RANK_LOCAL = "rank_local_grads"  #: one rank's own gradients before reduction, recompute vs plain
 ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
 ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
 ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
@@ -262,7 +261,7 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
               if not bad else f"{len(bad)} of {len(compared)} gradients of this rank's share differ before reduction; "
               f"worst {bad[0].item} (max abs err {bad[0].value:.3g}, {bad[0].detail})")
     return Row(DIST_GRADIENT_PARITY, "local gradients before reduction", "recompute", "tensors_outside_tolerance",
-               float(len(bad)), "0", "==", detail=detail, role=ROLE_RANK_LOCAL, unit="tensors", threshold_value=0.0,
+               float(len(bad)), "0", "==", detail=detail, role=Role.RANK_LOCAL_GRADS, unit="tensors", threshold_value=0.0,
                extra={"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""})
 
 
