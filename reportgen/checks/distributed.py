@@ -9,9 +9,10 @@ FSDP2, the all-reduced gradients under DDP), against
 (b) a single-process plain reference on the same global batch (sharding's own effect;
     advisory: reduction order may move the last bits).
 
-Each rank's own loss, outputs and generator states are compared per rank (a ``rank`` column),
-so a difference visible on one rank only is reported with its rank. Memory (saved activation
-bytes) and warm step time are measured per rank, with the maximum over ranks.
+Each rank's own loss, outputs, gradients before reduction, buffers, module attributes and
+generator states are compared per rank (a ``rank`` column), so a difference visible on one rank
+only is reported with its rank. Memory (saved activation bytes) and warm step time are measured
+per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
 
 With world_size 1 the check adds no rows. Otherwise reportgen starts the ranks with torch's
 elastic launcher (:func:`reportgen.distributed.launch`), or, inside a torchrun/srun launch,
@@ -27,11 +28,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ..bootstrap import bootstrap_ratio_ci
 from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
 from ..distributed import (Group, RankFailure, all_gather_objects, dist_name, distribute, full, full_grads,
                            full_optimizer_state, full_params, gather_objects, join, launch, launched, leave,
                            max_over_ranks, rank_config, resolve_backend, shard_batch, start_method, watchdog)
-from ..bootstrap import bootstrap_ratio_ci
 from ..measure import make_train_step, observe_twins, saved_activation_bytes
 from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
@@ -180,16 +181,16 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
     each rank's share, with that rank's generator draws (every rank seeds ``forward_seed``), averaged
     over the shares: what DDP/FSDP2 compute, without sharding. Returns ``(model, grads)``; the
     model holds the averaged gradients (ready for one optimizer step)."""
-    model = setup.build(False)
-    total: dict[str, Any] = {}
+    model, per_rank = setup.build(False), []
     for rank in range(world_size):
         model.zero_grad(set_to_none=True)
-        out = forward_backward(model, shard_batch(setup.batch, rank, world_size), setup.task.loss,
-                               setup.cfg.forward_seed)
-        for name, grad in out.grads.items():
-            total[name] = None if grad is None else grad.double() if name not in total else \
-                (total[name] + grad.double() if total[name] is not None else None)
-    grads = {n: (None if g is None else (g / world_size).to(setup.dtype)) for n, g in total.items()}
+        per_rank.append(forward_backward(model, shard_batch(setup.batch, rank, world_size), setup.task.loss,
+                                         setup.cfg.forward_seed).grads)
+    grads = {}
+    for name in per_rank[0]:
+        parts = [g.get(name) for g in per_rank]  # None on any share: None (never skipped)
+        grads[name] = None if any(p is None for p in parts) else \
+            (sum(p.double() for p in parts) / world_size).to(parts[0].dtype)
     for name, p in model.named_parameters():
         p.grad = None if grads.get(name) is None else grads[name].clone()
     return model, grads
