@@ -27,6 +27,7 @@ SELECTIVE_POLICY = "selective policy"
 #: Checks of a sharded run (``distributed.world_size > 1``); required only then.
 DIST_GRADIENT_PARITY = "distributed gradient parity"
 DIST_STEP_PARITY = "distributed optimizer-step parity"
+DIST_TRAJECTORY = "distributed trajectory parity"
 DIST_MEMORY = "distributed memory per rank"
 DIST_TIME = "distributed step time"
 

@@ -16,10 +16,11 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from .checks import flagged_names, sections
-from .config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, GRADIENT_PARITY, LARGER_BATCH, STATE_PARITY, STEP_PARITY
+from .config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, GRADIENT_PARITY, LARGER_BATCH, STATE_PARITY, STEP_PARITY
 
 #: A claim must require at least one of these (DESIGN.md: no empty claims).
-PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY)
+PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY,
+                 DIST_TRAJECTORY)
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged

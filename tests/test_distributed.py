@@ -12,7 +12,7 @@ import pytest
 from conftest import run_pipeline, small_setup
 from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
-from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
+from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME, DIST_TRAJECTORY
 from reportgen.results import ERROR, FAIL, INFO, NOT_RUN, PASS, Role, to_frame
 from reportgen.validation import config_problems
 
@@ -32,7 +32,7 @@ def sharded(*overrides: str, user_conf: bool = False):
 def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy, method):
     """``spawn``: each rank is a fresh interpreter that builds its setup from the pickled config."""
     frame = sharded(*TINY_MLP, f"distributed.strategy={strategy}", f"distributed.start_method={method}")
-    required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
+    required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY])]
     assert set(required.status) == {PASS}, required[required.status != PASS][["item", "detail"]]
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
     assert len(grads) == 2 * 6 + 6 and grads.bitwise_equal.astype(bool).all()  # every parameter, full tensor
@@ -42,6 +42,8 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     for check, role in ((DIST_GRADIENT_PARITY, Role.LOSS), (DIST_STEP_PARITY, Role.RNG),
                         (DIST_MEMORY, "rank_saved_total"), (DIST_TIME, "rank_step")):
         assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
+    steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute")]
+    assert len(steps) == 2 * 3 and set(steps.step.astype(int)) == {1, 2, 3}  # parity.steps=3, on both ranks
     worst = frame[(frame.check == DIST_MEMORY) & (frame.variant == "recompute") & frame["rank"].isna()].iloc[0]
     assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
 
@@ -64,7 +66,7 @@ def test_a_rank_that_raises_gives_an_error_row_naming_it():
     assert 1 in set(errors["rank"].astype(int))
     raised = errors[errors["rank"] == 1].iloc[0]
     assert raised.check == DIST_GRADIENT_PARITY and "rank 1" in raised["item"] and "deliberate fault on rank 1" in raised.detail
-    later = frame[frame.check.isin([DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME])]
+    later = frame[frame.check.isin([DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME])]
     assert set(later.status) == {NOT_RUN} and all("rank" in d for d in later.detail)
 
 
@@ -82,11 +84,12 @@ def test_one_process_adds_no_sharded_rows(setup):
 def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
     """``run.run`` with 2 ranks: one frame (rank 0 gathered rank 1's rows), the sharded checks required,
     and page 1 naming world size, strategy, backend and the commands that reproduce the run."""
-    code, frame = run_pipeline(tmp_path, *TINY_MLP, "distributed.strategy=fsdp2", "timing.max_overhead_ratio=50")
+    code, frame = run_pipeline(tmp_path, *TINY_MLP, "distributed.strategy=fsdp2", "timing.max_overhead_ratio=1e6")
     assert code == 0
-    overhead = frame[frame.role == "max_rank_overhead"].iloc[0]  # slowest rank per step, paired bootstrap CI
+    overhead = frame[frame.role == "max_rank_overhead"].iloc[0]  # slowest rank per step, paired bootstrap CI (a
+    # deadline no step misses on a loaded machine: the subject is the comparator, not the figure)
     assert overhead.comparator == "ci<=" and overhead.status == PASS and overhead.ci_low <= overhead.value <= overhead.ci_high
-    sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME]
+    sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME]
     assert set(sharded_checks) <= set(frame.check) and set(frame["rank"].dropna().astype(int)) == {0, 1}
     html = (tmp_path / "report.html").read_text()
     assert "2 ranks · fsdp2 · backend gloo" in html and "torchrun --standalone --nproc-per-node=2" in html

@@ -20,6 +20,7 @@ runs its part as one rank of that group; rank 0 gathers every rank's rows.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any, Callable
@@ -29,15 +30,17 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ..bootstrap import bootstrap_ratio_ci
-from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME
+from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME, DIST_TRAJECTORY
 from ..distributed import (Group, RankFailure, all_gather_objects, dist_name, distribute, full, full_grads,
                            full_optimizer_state, full_params, gather_objects, join, launch, launched, leave,
                            max_over_ranks, rank_config, resolve_backend, shard_batch, start_method, watchdog)
 from ..measure import make_train_step, observe_twins, saved_activation_bytes
-from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
+from ..results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, WARN, Role, Row
 from ..rows import aa_row, error_row, tensor_row
 from ..setup import Setup, build_setup, forward_backward
 from ..snapshot import Snapshot, module_attributes, snapshot_rows
+from ..tasks import batch_to
+from ..train import step_seed
 from .base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
@@ -48,7 +51,7 @@ ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain
 ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
 ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
 
-SECTIONS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_MEMORY, DIST_TIME)
+SECTIONS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME)
 
 
 def distributed_checks(setup: Setup) -> list[Row]:
@@ -123,7 +126,7 @@ def rank_rows(setup: Setup, group: Group) -> list[Row]:
     rows: list[Row] = []
     failed: dict[int, str] = {}
     for name, part in ((DIST_GRADIENT_PARITY, gradient_rows), (DIST_STEP_PARITY, step_rows),
-                       (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows)):
+                       (DIST_TRAJECTORY, trajectory_rows), (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows)):
         if failed:
             if group.rank == 0:
                 rows.append(Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
@@ -319,6 +322,54 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
                                   snaps["recompute"].params, rtol, atol)
 
 
+def _trajectory(setup: Setup, group: Group, recompute: bool) -> list[Snapshot]:
+    """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
+    after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
+    by ``cfg.seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
+    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory."""
+    cfg = setup.cfg
+    model = _twin(setup, group, recompute)
+    optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    generator = torch.Generator().manual_seed(int(cfg.seed))
+    snaps = []
+    for k in range(int(cfg.parity.steps)):
+        batch = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
+        optimizer.zero_grad(set_to_none=True)
+        seed = None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)
+        out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task.loss, seed)
+        optimizer.step()
+        snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
+    return snaps
+
+
+def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
+    """The distributed plain, A/A and recompute twins, ``parity.steps`` steps each, compared after every step.
+
+    Returns:
+        Per step and rank: one ``recompute`` row (``allclose`` on the worst excess over every compared
+        item: on rank 0 the full parameters and optimizer state and its own state, on the other ranks
+        their own buffers, attributes and generators) and one ``aa`` row (INCONCLUSIVE when missed).
+    """
+    rtol, atol = setup.tolerance()
+    runs = {name: _trajectory(setup, group, recompute)
+            for name, recompute in (("plain", False), ("aa", False), ("recompute", True))}
+    rows = []
+    for k, (p, a, r) in enumerate(zip(runs["plain"], runs["aa"], runs["recompute"]), start=1):
+        compared = [x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
+                    if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)]
+        for variant, key, on_miss in (("recompute", "excess", FAIL), ("aa", "aa_excess", INCONCLUSIVE)):
+            excess = [(float(x.extra.get(key, math.inf)), x) for x in compared]
+            moved = [x.item for e, x in excess if not e <= 0]
+            worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)
+            detail = (f"all {len(compared)} items within tolerance" if not moved else
+                      f"{len(moved)} of {len(compared)} items outside tolerance, e.g. {', '.join(moved[:3])}")
+            rows.append(_ranked(Row(DIST_TRAJECTORY, f"step {k}", variant, "items_outside_tolerance",
+                                    float(len(moved)), "allclose per item", "allclose", detail=detail,
+                                    role=Role.TRAJECTORY, unit="items", on_miss=on_miss,
+                                    extra={"step": k, "excess": worst, "items": len(compared)}), group.rank))
+    return rows
+
+
 def memory_rows(setup: Setup, group: Group) -> list[Row]:
     """Bytes autograd saves for backward on each rank (forward and loss on the rank's share, in runs of
     their own), and on rank 0 the maximum over ranks: recompute must save less (advisory, WARN)."""
@@ -396,6 +447,9 @@ CHECK = Check(distributed_checks, (
             required=False, distributed=True),
     Section(DIST_STEP_PARITY, "One optimizer step on the sharded twins: full parameters and optimizer state, and "
             "each rank's generator states after backward.", required=False, distributed=True),
+    Section(DIST_TRAJECTORY, "Several optimizer steps of the sharded twins on the training stream, compared after "
+            "every step (full parameters and optimizer state; each rank's buffers, attributes and generators).",
+            required=False, distributed=True),
     Section(DIST_MEMORY, "Bytes autograd keeps for backward on each rank, and the maximum over ranks.",
             required=False, distributed=True),
     Section(DIST_TIME, "Warm training steps of the sharded twins; each step's time is the slowest rank's.",
