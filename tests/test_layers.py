@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                     "fetcher", "cache", "attachments", "sources", "bootstrap", "models", "models.ffn", "models.mlp", "models.gpt"}),
     ("core", {"results", "recompute", "tasks"}),
     ("twins", {"setup", "train", "rows", "measure", "snapshot", "estimate", "hf", "contract", "plots", "diagnose",
-              "distributed"}),
+              "distributed", "ranks"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),

@@ -14,9 +14,10 @@ generator states are compared per rank (a ``rank`` column), so a difference visi
 only is reported with its rank. Memory (saved activation bytes) and warm step time are measured
 per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
 
-With world_size 1 the check adds no rows. Otherwise reportgen starts the ranks with torch's
-elastic launcher (:func:`reportgen.distributed.launch`), or, inside a torchrun/srun launch,
-runs its part as one rank of that group; rank 0 gathers every rank's rows.
+With world_size 1 the check adds no rows. Otherwise :func:`reportgen.ranks.run_sharded` runs
+:data:`PARTS` on every rank: it starts the ranks with torch's elastic launcher, or, inside a
+torchrun/srun launch, runs this process's part as one rank of that group; rank 0 gathers every
+rank's rows.
 """
 from __future__ import annotations
 
@@ -27,17 +28,17 @@ from typing import Any, Callable
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
 
 from ..bootstrap import bootstrap_ratio_ci
 from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME, DIST_TRAJECTORY
-from ..distributed import (Group, RankFailure, all_gather_objects, dist_name, distribute, full, full_grads,
-                           full_optimizer_state, full_params, gather_objects, join, launch, launched, leave,
-                           max_over_ranks, rank_config, resolve_backend, shard_batch, start_method, watchdog)
-from ..measure import make_train_step, observe_twins, saved_activation_bytes
-from ..results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, WARN, Role, Row
-from ..rows import aa_row, error_row, tensor_row
-from ..setup import Setup, build_setup, forward_backward
+from ..distributed import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
+                           max_over_ranks, shard_batch)
+from ..ranks import follow as ranks_follow
+from ..ranks import ranked, run_sharded
+from ..measure import make_train_step, saved_activation_bytes
+from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
+from ..rows import aa_row, tensor_row
+from ..setup import Setup, forward_backward
 from ..snapshot import Snapshot, module_attributes, snapshot_rows
 from ..tasks import batch_to
 from ..train import step_seed
@@ -51,122 +52,19 @@ ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain
 ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
 ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
 
-SECTIONS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME)
 
 
 def distributed_checks(setup: Setup) -> list[Row]:
-    """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1).
-
-    Returns:
-        On rank 0 (or in the process that launched the ranks), the rows of every rank; on the
-        other ranks of a torchrun launch, nothing (rank 0 reports them). A rank that raised,
-        crashed or hung gives ERROR rows naming it, and the sections it stopped NOT_RUN rows.
-    """
-    dc = setup.cfg.distributed
-    if int(dc.world_size) <= 1:
-        return []
-    if launched():
-        return follow(setup) or []
-    method = start_method(str(dc.start_method), setup.device)
-    try:  # a forked rank inherits the twins' setup; a spawned one builds its own from the config
-        results = launch(rank_worker, (setup if method == "fork" else setup.cfg,), int(dc.world_size), method)
-    except RankFailure as exc:
-        return failure_rows(exc.ranks)
-    return list(results[0])
+    """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1), run by
+    :func:`reportgen.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
+    it, and the parts it stopped NOT_RUN rows."""
+    return run_sharded(setup, PARTS)
 
 
 def follow(setup: Setup) -> list[Row] | None:
-    """This process's part as one rank of an existing group: join it, measure, gather to rank 0.
-
-    Returns:
-        Every rank's rows on rank 0, None on the other ranks.
-    """
-    dc = setup.cfg.distributed
-    group = join(resolve_backend(str(dc.backend), setup.device), float(dc.timeout_s), setup.device)
-    try:
-        rows = rank_rows(setup, group)
-        gathered = gather_objects(rows, group)
-    except Exception as exc:  # noqa: BLE001 - a rank that cannot reach the others says so
-        return [_ranked(error_row(DIST_GRADIENT_PARITY, exc, f"rank {group.rank} gather"), group.rank)]
-    finally:
-        leave()
-    return None if gathered is None else [row for part in gathered for row in part]
-
-
-def rank_worker(given: Setup | DictConfig) -> list[Row] | None:
-    """The function each elastic-launched rank runs: the setup (inherited from the launching
-    process under ``fork``; built from the config, on this rank's device, otherwise), then
-    :func:`follow`. Module level so that ``spawn`` can import it by name. Building the setup runs
-    under the watchdog too, so a rank stuck there is stopped after ``1.5 × timeout_s + 10`` s."""
-    if isinstance(given, Setup):
-        return follow(given)
-    with watchdog(1.5 * float(given.distributed.timeout_s) + 10):
-        setup = rank_setup(rank_config(given))
-    return follow(setup)
-
-
-def rank_setup(cfg: DictConfig) -> Setup:
-    """A spawned rank's setup: what ``run.prepare`` builds (twins' weights, the fixed batch, the modules
-    seen recomputing), without the task-contract probe the launching process already passed."""
-    setup = build_setup(cfg)
-    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    observe_twins(setup)
-    return setup
-
-
-def rank_rows(setup: Setup, group: Group) -> list[Row]:
-    """Run every part on this rank, in order, each inside its own ``try`` and watchdog; after each
-    part the ranks agree (control group) on who failed, and later parts become NOT_RUN rows
-    naming those ranks (a failed collective leaves the default group unusable).
-
-    The watchdog (:func:`reportgen.distributed.watchdog`) allows ``1.5 × timeout_s + 10`` s per
-    part: longer than a collective's timeout, so a rank waiting for a failed one reports it first.
-    """
-    timeout = float(setup.cfg.distributed.timeout_s)
-    rows: list[Row] = []
-    failed: dict[int, str] = {}
-    for name, part in ((DIST_GRADIENT_PARITY, gradient_rows), (DIST_STEP_PARITY, step_rows),
-                       (DIST_TRAJECTORY, trajectory_rows), (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows)):
-        if failed:
-            if group.rank == 0:
-                rows.append(Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
-                                detail=f"not run: {_ranks_said(failed)} failed in an earlier part"))
-            continue
-        start, said = time.perf_counter(), ""
-        with watchdog(1.5 * timeout + 10):
-            try:
-                measured = part(setup, group)
-                if measured:  # the part's wall time, once (seconds sum per check)
-                    measured[0].seconds = time.perf_counter() - start
-                rows += measured
-            except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
-                row = _ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start), group.rank)
-                rows.append(row)
-                said = row.detail
-        failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
-    return rows
-
-
-def failure_rows(ranks: dict[int, str]) -> list[Row]:
-    """Rows for ranks that failed as processes (an elastic launch reported them): one ERROR row per
-    rank in the first section, NOT_RUN rows in the others, each naming the ranks."""
-    rows = [_ranked(Row(DIST_GRADIENT_PARITY, f"rank {r}", "recompute", "exception", status=ERROR,
-                        role=Role.EXCEPTION, detail=f"rank {r} failed: {message}"), r) for r, message in ranks.items()]
-    return rows + [Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
-                       detail=f"not run: {_ranks_said(ranks)} failed") for name in SECTIONS[1:]]
-
-
-def _ranks_said(ranks: dict[int, Any]) -> str:
-    return "rank " + ", ".join(str(r) for r in ranks) if len(ranks) == 1 else \
-        "ranks " + ", ".join(str(r) for r in ranks)
-
-
-def _ranked(row: Row, rank: int) -> Row:
-    """``row`` with a ``rank`` column, and the rank in its item."""
-    row.extra["rank"] = rank
-    if not row.item.startswith("rank "):
-        row.item = f"rank {rank}: {row.item}"
-    return row
+    """This process's part as one rank of a torchrun/srun launch (every rank's rows on rank 0, None
+    on the others); ``run`` calls it on ranks other than 0."""
+    return ranks_follow(setup, PARTS)
 
 
 def _twin(setup: Setup, group: Group, recompute: bool):
@@ -228,12 +126,12 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
         out = forward_backward(model, local, loss, seed)
         runs[name] = (out, full_grads(model))  # collective under FSDP2: every rank, same order
     (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
-    rows = [_ranked(tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss),
+    rows = [ranked(tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss),
                     group.rank)]
-    rows += [_ranked(tensor_row(DIST_GRADIENT_PARITY, name, plain.output.get(name), rc.output.get(name), rtol, atol,
+    rows += [ranked(tensor_row(DIST_GRADIENT_PARITY, name, plain.output.get(name), rc.output.get(name), rtol, atol,
                                 Role.OUTPUT, aa=aa.output.get(name)), group.rank)
              for name in dict.fromkeys([*plain.output, *rc.output])]
-    rows.append(_ranked(local_gradients_row(setup, local, rtol, atol), group.rank))
+    rows.append(ranked(local_gradients_row(setup, local, rtol, atol), group.rank))
     if group.rank != 0:
         return rows
     grads = [tensor_row(DIST_GRADIENT_PARITY, f"{name}.grad (full)", plain_g.get(name), rc_g.get(name), rtol, atol,
@@ -308,11 +206,11 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     for row in compared:
         row.check = DIST_STEP_PARITY
         if row.role in STATE_ROLES:
-            rows.append(_ranked(row, group.rank))
+            rows.append(ranked(row, group.rank))
         elif group.rank == 0:
             row.item += " (full)"
             rows.append(row)
-    rows.append(_ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
+    rows.append(ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
     if group.rank != 0:
         return rows
     reference, _ = reference_grads(setup, group.world_size)
@@ -363,7 +261,7 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
             worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)
             detail = (f"all {len(compared)} items within tolerance" if not moved else
                       f"{len(moved)} of {len(compared)} items outside tolerance, e.g. {', '.join(moved[:3])}")
-            rows.append(_ranked(Row(DIST_TRAJECTORY, f"step {k}", variant, "items_outside_tolerance",
+            rows.append(ranked(Row(DIST_TRAJECTORY, f"step {k}", variant, "items_outside_tolerance",
                                     float(len(moved)), "allclose per item", "allclose", detail=detail,
                                     role=Role.TRAJECTORY, unit="items", on_miss=on_miss,
                                     extra={"step": k, "excess": worst, "items": len(compared)}), group.rank))
@@ -379,7 +277,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         model = _twin(setup, group, recompute)
         measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
                                                    paths).total_bytes
-    rows = [_ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
+    rows = [ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
                         float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
                         detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
             for variant, value in measured.items()]
@@ -417,7 +315,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
             sync()
             if index >= int(tc.warmup_steps):
                 times[variant].append((time.perf_counter() - start) * 1e3)
-    rows = [_ranked(Row(DIST_TIME, f"median step ({variant})", variant, "step_time_ms", statistics.median(ms),
+    rows = [ranked(Row(DIST_TIME, f"median step ({variant})", variant, "step_time_ms", statistics.median(ms),
                         unit="ms", role=ROLE_RANK_STEP, status=INFO,
                         detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
             for variant, ms in times.items()]
@@ -439,6 +337,11 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
                     extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))
     return rows
 
+
+#: The parts every rank runs, in order (section, function); module-level functions, so a spawned rank
+#: imports them by name.
+PARTS = ((DIST_GRADIENT_PARITY, gradient_rows), (DIST_STEP_PARITY, step_rows), (DIST_TRAJECTORY, trajectory_rows),
+         (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows))
 
 CHECK = Check(distributed_checks, (
     Section(DIST_GRADIENT_PARITY, "Sharded twins (distributed.strategy) on every rank's share of the same global "
