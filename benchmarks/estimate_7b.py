@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import compose_config  # noqa: E402
 from reportgen.checks.memory import dropout_mask_bytes  # noqa: E402
 from reportgen.estimate import estimate_saved_activations  # noqa: E402
-from reportgen.setup import build_setup  # noqa: E402
+from reportgen.run import prepare  # noqa: E402
 
 
 def peak_rss_mib() -> float:
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> dict:
     for arg in argv:
         key, _, value = arg.partition("=")
         shape[key] = value if key == "dtype" else int(value)
-    setup = build_setup(compose_config("+model=gpt", "device=cpu"))
+    setup = prepare(compose_config("+model=gpt", "device=cpu"))
     overrides = {"model": {"width": shape["width"], "depth": shape["depth"], "heads": shape["heads"]},
                  "task": {"block_size": shape["seq"]}, "batch_size": shape["batch"], "dtype": shape["dtype"]}
     rss_before = peak_rss_mib()

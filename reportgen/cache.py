@@ -61,7 +61,7 @@ SECRET_BYTES = 32
 #: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
 FORMAT = 2
 #: Config groups left out of the key: read only for the recompute twin or for the output.
-NOT_IN_KEY = ("recompute", "report", "verdict", "cache", "hydra")
+NOT_IN_KEY = ("recompute", "report", "verdict", "cache", "checks", "hydra")
 #: Fields of a stored run's numbers (``reportgen.train.TrainResult`` without its tensors).
 RECORD_FIELDS = ("metrics", "accepted_examples", "steps", "skipped_steps", "skipped_examples", "curve", "lr",
                  "batch_size", "seconds", "complete")

@@ -94,6 +94,13 @@ class MemoryConfig:
     warm_steps: int = 3
     #: WARN when recompute saves less than this share of the plain run's saved bytes.
     negligible_saving_share: float = 0.05
+    #: The memory verdict: recompute must lower the peak of live tensor bytes of a warm step
+    #: (forward, backward, optimizer step) by at least this share of the plain twin's peak
+    #: (a share in (0, 1]; 0.01 = 1 %). Saved bytes after the forward are evidence only.
+    min_peak_saving_share: float = 0.01
+    #: Status of a peak that recompute does not lower enough: "WARN" (the claim still holds,
+    #: the report names the cause) or "FAIL" (the memory check fails the claim).
+    peak_on_miss: str = "WARN"
     #: GPU-free estimate at a target scale: model/task keyword overrides (empty = off).
     estimate: Dict[str, Any] = field(default_factory=dict)
 
@@ -213,6 +220,19 @@ class CacheConfig:
 
 
 @dataclass
+class ChecksConfig:
+    """Limits on each check (reportgen/limits.py): past either, the check ends as one ERROR row
+    naming the limit and the likely cause, and the run goes on with the next check."""
+
+    #: Wall-clock seconds one check may take (null = no deadline). 1800 s is several times the
+    #: slowest built-in check on a 2-core CPU (task metrics of ``gpt``).
+    timeout_s: Optional[float] = 1800.0
+    #: Resident memory the process may reach during a check, GiB (null = 90 % of the machine's
+    #: physical memory, ``reportgen.limits.default_max_rss_gib``).
+    max_rss_gib: Optional[float] = None
+
+
+@dataclass
 class ReportConfig:
     """Rendering and signing."""
 
@@ -253,6 +273,7 @@ class Config:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)

@@ -78,6 +78,13 @@ RULES: tuple[Rule, ...] = (
          "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
          "seeded generators, data-dependent routing)",
          "make the forward a function of its inputs, parameters and the seeded generators only"),
+    Rule("nothing recomputes", lambda rows, s: bool(_bad(rows, Role.OBSERVED)),
+         "the configured recompute never ran: no region of the recompute twin runs its forward again in backward. "
+         "Under reentrant recompute (use_reentrant=True, what gradient_checkpointing_enable() does by default) a "
+         "region whose inputs do not require grad (a frozen embedding, LoRA adapters on a frozen base) is never "
+         "recomputed and its parameters get no gradient",
+         "call model.enable_input_require_grads() before training (Hugging Face / PEFT), or use "
+         "use_reentrant=False (recompute=non_reentrant)"),
     Rule("one rank only", lambda rows, s: _some_ranks_only(rows),
          "recompute changes the gradients on some ranks only: the recomputed forward takes a rank-dependent path "
          "there (a branch on the rank, per-rank state or data read again in the recomputation)",
@@ -86,7 +93,8 @@ RULES: tuple[Rule, ...] = (
     Rule("frozen input under reentrant", lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
          "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
          "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
-         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad"),
+         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad (Hugging Face / "
+         "PEFT: model.enable_input_require_grads())"),
     Rule("state changed before recompute", lambda rows, s: _raised(rows, "metadata", "CheckpointError", "recomput"),
          "the forward depends on state that changes between the forward and its recomputation (a cache, a counter, "
          "data-dependent routing), so the recomputed values do not match",
@@ -114,6 +122,22 @@ RULES: tuple[Rule, ...] = (
          "step under recomputation: step 1 is equal, later steps diverge",
          "update such state outside the recomputed region (or once per step), or leave the module out of "
          "recompute.targets"),
+    Rule("region recomputed whole", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and
+                                                        "one region (" in r.detail for r in rows),
+         "one recompute region holds most of the activations and backward recomputes it at once, so they are all "
+         "alive together again and the step's peak does not move (the saved bytes after the forward drop all the same)",
+         "split it: one region per layer (recompute.targets=[<the layer class>])"),
+    Rule("recompute costs memory", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and r.value < 0
+                                                       for r in rows),
+         "recompute keeps more than it frees: each wrapped region keeps its input for the recompute while the layer "
+         "after it still keeps its output (e.g. only activation functions are recomputed)",
+         "recompute whole layers or blocks (recompute.targets), not single cheap ops"),
+    Rule("peak in the optimizer step", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and
+                                                           "in the optimizer step" in r.detail for r in rows),
+         "the step's peak is in the optimizer step, where parameters, gradients and optimizer state are alive and no "
+         "activation is, so recompute cannot lower it at this batch",
+         "make the memory claim at the batch and sequence length where activations set the peak, or claim no memory "
+         "saving"),
     Rule("deadline", lambda rows, s: any(r.role in (Role.OVERHEAD, Role.MEDIAN) and r.status in BAD for r in rows),
          "recomputation costs more step time than the configured deadline allows",
          "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops"),

@@ -1,11 +1,14 @@
-"""GPU-free estimate of saved-activation bytes at a target shape, under ``FakeTensorMode``.
+"""GPU-free estimate of saved-activation bytes and the step peak at a target shape, under ``FakeTensorMode``.
 
 The model and batch are built inside :class:`torch._subclasses.fake_tensor.FakeTensorMode`:
 every tensor carries shape, dtype, device and storage size but no data, so a 7B-shaped
 layer stack at sequence 4096 costs no activation memory. The same counter as the measured
 figure (:func:`reportgen.measure.saved_activation_bytes`) runs on the fake tensors, so an
 estimate and a measurement at the same shape must agree exactly; the memory check runs
-both at the measured shape to show that they do.
+both at the measured shape to show that they do. The step peak is counted the same way: one
+warm training step of each fake twin under the measured figure's tracker
+(:func:`reportgen.peak.warm_step_peak`). Neither counts what is not a tensor: allocator
+fragmentation and caching, communication buffers, CUDA workspaces (cuBLAS, cuDNN).
 
 For transformer-shaped models the per-layer figure is set beside the formula of Korthikanti
 et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.1:
@@ -29,6 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .config import RecomputeMethod
 from .measure import SavedActivations, saved_activation_bytes
+from .peak import StepPeak, warm_step_peak
 from .recompute import apply_recompute, find_targets
 from .setup import DTYPES, Setup, autocast_forward
 from .structure import describe, named_tensors
@@ -100,6 +104,10 @@ class Estimate:
         recompute: what the recompute twin keeps for backward, B.
         transformer: Korthikanti symbols when the model is transformer-shaped, else None.
         dtype: precision of the estimate.
+        wrapped_paths: the wrapped modules' paths in the plain model at this shape.
+        plain_peak, recompute_peak: peak of live tensor bytes of one warm step of each twin
+            (:class:`reportgen.peak.StepPeak`), or None when it could not be counted.
+        peak_error: why the step peak could not be counted ("" when it was).
     """
 
     inputs: str
@@ -109,6 +117,9 @@ class Estimate:
     transformer: TransformerShape | None = None
     dtype: str = "float32"
     wrapped_paths: list[str] = field(default_factory=list)
+    plain_peak: StepPeak | None = None
+    recompute_peak: StepPeak | None = None
+    peak_error: str = ""
 
     def per_layer(self, variant: str) -> float:
         """Median bytes over the wrapped modules (one transformer layer each, for a stack), B."""
@@ -184,9 +195,16 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
     torch.manual_seed(seed)
     with torch.device(device), _default_dtype(dtype):
         model = instantiate(model_cfg, **extra)
-    if any(p.dtype != dtype or p.device != device for p in model.parameters() if p.is_floating_point()):
+    if any(p.dtype != dtype or not _same_device(p.device, device) for p in model.parameters() if p.is_floating_point()):
         model = model.to(device=device, dtype=dtype)
     return model
+
+
+def _same_device(actual: torch.device, wanted: torch.device) -> bool:
+    """``cuda:0`` is the ``cuda`` asked for (seen on an H200: comparing them as unequal sent fake
+    parameters through ``Module.to``, which cannot swap them)."""
+    wanted = torch.device(wanted)
+    return actual.type == wanted.type and (wanted.index is None or actual.index == wanted.index)
 
 
 def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
@@ -201,7 +219,9 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             Empty = the measured shape, which validates the estimator.
 
     Returns:
-        An :class:`Estimate`. No real tensor of activation size is allocated.
+        An :class:`Estimate` with saved bytes and the step peak of both twins (the step uses
+        ``budget.optimizer``, its state created by one step on zero gradients first). No real
+        tensor of activation size is allocated.
 
     Raises:
         EstimateConfigError: see :func:`validate_overrides`.
@@ -218,7 +238,7 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
     generator = torch.Generator().manual_seed(cfg.seed)
     with FakeTensorMode(allow_non_fake_inputs=True):
         batch = batch_to(task.make_batch(generator, batch_size), setup.device, dtype)
-        saved = {}
+        saved, peaks, peak_error = {}, {}, ""
         for recompute in (False, True):
             model = fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
             if recompute:
@@ -230,9 +250,17 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             if setup.autocast_dtype is not None:  # the same precision as the measured twins
                 model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
             saved[recompute] = saved_activation_bytes(model.train(), batch, task.loss, cfg.forward_seed, paths)
+            if not peak_error:
+                try:
+                    peaks[recompute] = warm_step_peak(model, batch, task.loss, cfg.budget.optimizer, cfg.forward_seed,
+                                                      warm_steps=0)
+                except Exception as exc:  # noqa: BLE001 - the saved-bytes estimate stands on its own
+                    peak_error = f"{type(exc).__name__}: {exc}"
             del model
         inputs = describe(batch[0])
-    return Estimate(inputs, over, saved[False], saved[True], shape, dtype_name, paths)
+    return Estimate(inputs, over, saved[False], saved[True], shape, dtype_name, paths,
+                    peaks.get(False) if not peak_error else None, peaks.get(True) if not peak_error else None,
+                    peak_error)
 
 
 def dropout_mask_bytes(device: torch.device, element_bytes: int) -> int:

@@ -38,7 +38,9 @@ from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
-from .recompute import RecomputeConfigError, Wrapped, plain_name
+from .config import GRADIENT_PARITY
+from .recompute import Wrapped, plain_name
+from .results import Role, Row
 from .rng import seeded
 from .structure import call_model, clone_inputs
 from .tasks import Batch
@@ -63,12 +65,22 @@ class SavedActivations:
             ``total_bytes``.
         storages: number of unique storages counted.
         per_module_storages: ``{module path: number of storages}``, same keys as ``per_module``.
+        produced_by: ``{module path: bytes}`` of the storages in ``per_module[REST]`` that a
+            listed module produced (its output, kept by a layer outside every listed module),
+            B. Not in ``per_module``: it says who *causes* them. A recompute region whose
+            output the next layer keeps (a recomputed ReLU before a Linear) shows here.
     """
 
     total_bytes: int
     per_module: dict[str, int]
     storages: int = 0
     per_module_storages: dict[str, int] = field(default_factory=dict)
+    produced_by: dict[str, int] = field(default_factory=dict)
+
+    def caused_by(self, path: str) -> int:
+        """Bytes kept because of module ``path``: saved while it runs or as its inputs, plus its
+        outputs kept outside every listed module (``per_module`` + ``produced_by``), B."""
+        return self.per_module.get(path, 0) + self.produced_by.get(path, 0)
 
 
 def _storage_key(t: Tensor) -> tuple[Any, ...]:
@@ -93,16 +105,21 @@ class _Ledger:
     def add(self, t: Any, owner: str) -> None:
         if not isinstance(t, Tensor):
             return
-        try:
-            storage = t.untyped_storage()
-            key, nbytes = _storage_key(t), int(storage.nbytes())
-            ref: Any = storage
-        except (RuntimeError, NotImplementedError):  # sparse, nested, ...: no plain storage
-            key, nbytes, ref = ("tensor", id(t)), t.numel() * t.element_size(), t
+        key, nbytes, ref = _identify(t)
         if key in self.excluded or key in self.seen:
             return
         self.seen[key] = (owner, nbytes)
         self.refs.append(ref)
+
+
+def _identify(t: Tensor) -> tuple[tuple, int, Any]:
+    """``(storage key, storage bytes, object to hold)`` of a tensor (sparse and nested tensors,
+    which have no plain storage, are keyed by the tensor itself)."""
+    try:
+        storage = t.untyped_storage()
+        return _storage_key(t), int(storage.nbytes()), storage
+    except (RuntimeError, NotImplementedError):
+        return ("tensor", id(t)), t.numel() * t.element_size(), t
 
 
 def _weight_keys(model: nn.Module) -> set:
@@ -153,7 +170,8 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
             usually the wrapped modules' paths. Each storage goes to the innermost listed
             module running when it was saved (or, for a recompute region's inputs, to that
-            region), else to ``"(rest of model)"``.
+            region), else to ``"(rest of model)"``; a storage of the rest that a listed
+            module produced (its output) is also counted in ``produced_by`` for that module.
 
     Returns:
         :class:`SavedActivations` with total and per-module bytes (B) and storage counts.
@@ -167,8 +185,17 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
     def push(name: str):
         return lambda module, args: stack.append(name)
 
+    produced: dict[tuple, str] = {}  # storage key of a listed module's output -> its path
+    produced_refs: list[Any] = []  # outputs held until the count is done: no address reuse
+
     def pop(module, args, output):
-        stack.pop()
+        name = stack.pop()
+        for leaf in tree_leaves(output):
+            if isinstance(leaf, Tensor):
+                key, _, ref = _identify(leaf)
+                if key not in produced:
+                    produced[key] = name
+                    produced_refs.append(ref)
 
     def record_inputs(name: str):
         def hook(module, args, kwargs):
@@ -208,10 +235,13 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
     del loss
     per_module = {p: 0 for p in module_paths} | {REST: 0}
     counts = dict.fromkeys(per_module, 0)
-    for name, nbytes in ledger.seen.values():
+    produced_by = dict.fromkeys(module_paths, 0)
+    for key, (name, nbytes) in ledger.seen.items():
         per_module[name] += nbytes
         counts[name] += 1
-    return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts)
+        if name == REST and key in produced:
+            produced_by[produced[key]] += nbytes
+    return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts, produced_by)
 
 
 def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any,
@@ -343,8 +373,9 @@ def observe_twins(setup: Setup) -> None:
     observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
     to the checks, which turn the exception into rows.
 
-    Raises:
-        reportgen.recompute.RecomputeConfigError: the model's switch ran but nothing recomputes.
+    When the model's own switch ran and nothing recomputes, that is evidence, not a usage error
+    (a frozen base under reentrant recompute, e.g. LoRA without ``enable_input_require_grads()``):
+    ``setup.nothing_recomputes`` says so and :func:`observation_rows` makes it a FAIL row.
     """
     seed, loss = setup.cfg.forward_seed, setup.task.loss
     try:
@@ -362,5 +393,17 @@ def observe_twins(setup: Setup) -> None:
         classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
         setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
         if not setup.wrapped:
-            raise RecomputeConfigError(f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of the "
-                                       "recompute twin runs its forward again in backward: the switch turned nothing on")
+            setup.nothing_recomputes = (f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of "
+                                        "the recompute twin runs its forward again in backward: nothing recomputes, "
+                                        "so the configured recompute is not what trains")
+
+
+def observation_rows(setup: Setup) -> list[Row]:
+    """A FAIL row of gradient parity when the model's switch recomputes nothing (else none).
+
+    Judged like every row: ``recomputed_regions >= 1``, so ``reportgen.verify`` re-derives it.
+    """
+    if not setup.nothing_recomputes:
+        return []
+    return [Row(GRADIENT_PARITY, "regions recomputed", "recompute", "recomputed_regions", 0.0, ">= 1", ">=",
+                threshold_value=1.0, role=Role.OBSERVED, unit="regions", detail=setup.nothing_recomputes)]

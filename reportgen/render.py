@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .paths import templates_dir
 from .checks import ROWS_TEMPLATE, section as registered_section
+from .peak import CATEGORIES
 from .plots import section_plots
 from .results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
                       frame_to_json)
@@ -69,7 +70,7 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int)
-    env.globals.update(R=Role)
+    env.globals.update(R=Role, CATEGORIES=CATEGORIES)
     return env
 
 
@@ -219,8 +220,12 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     plain vs recompute and the saving's share (the ``saving`` row), and the step-time overhead
     ratio with its 95% CI (the ``overhead`` row).
 
+    Also the memory verdict: the step peak of both twins and its share saved (the
+    ``peak_saving`` row).
+
     Returns:
         ``{"memory": {"plain", "recompute", "saved" (B), "share", "status"} | None,
+        "peak": {"plain", "recompute", "saved" (B), "share", "status"} | None,
         "time": {"ratio", "low", "high", "status"} | None}``; None = not measured (the
         template says so).
     """
@@ -229,11 +234,15 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     if saving is not None and pd.notna(saving.value) and pd.notna(saving.get("plain_bytes")):
         memory = {"plain": saving["plain_bytes"], "recompute": saving["recompute_bytes"],
                   "saved": saving["saving_bytes"], "share": saving.value, "status": saving.status}
+    peak_row, peak = _role_row(frame, Role.PEAK_SAVING), None
+    if peak_row is not None and pd.notna(peak_row.value) and pd.notna(peak_row.get("plain_peak_bytes")):
+        peak = {"plain": peak_row["plain_peak_bytes"], "recompute": peak_row["recompute_peak_bytes"],
+                "saved": peak_row["peak_saving_bytes"], "share": peak_row.value, "status": peak_row.status}
     time = None
     if overhead is not None and pd.notna(overhead.value):
         time = {"ratio": overhead.value, "low": _optional(overhead.get("ci_low")),
                 "high": _optional(overhead.get("ci_high")), "status": overhead.status}
-    return {"memory": memory, "time": time}
+    return {"memory": memory, "peak": peak, "time": time}
 
 
 def _optional(value: Any) -> Any:

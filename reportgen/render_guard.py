@@ -58,20 +58,22 @@ def guard_costs(headline: Callable[[Any], dict], frame: Any) -> dict:
         frame: the results frame.
 
     Returns:
-        ``{"memory": dict | None, "time": dict | None}``; ``time["low"]``/``["high"]`` are both
+        ``{"memory": dict | None, "peak": dict | None, "time": dict | None}``; ``time["low"]``/``["high"]`` are both
         None unless both are finite.
     """
     try:
         costs = headline(frame)
     except Exception as exc:  # noqa: BLE001 - a missing figure is "not measured", never a crash
         log.warning("page-1 costs not shown (%s: %s)", type(exc).__name__, exc)
-        return {"memory": None, "time": None}
-    memory, time = costs.get("memory"), costs.get("time")
+        return {"memory": None, "peak": None, "time": None}
+    memory, peak, time = costs.get("memory"), costs.get("peak"), costs.get("time")
     if memory and not all(_finite(memory.get(k)) for k in ("plain", "recompute", "saved", "share")):
         memory = None
+    if peak and not all(_finite(peak.get(k)) for k in ("plain", "recompute", "saved", "share")):
+        peak = None
     if time is not None:
         if not _finite(time.get("ratio")):
             time = None
         elif not (_finite(time.get("low")) and _finite(time.get("high"))):
             time = {**time, "low": None, "high": None}
-    return {**costs, "memory": memory, "time": time}
+    return {**costs, "memory": memory, "peak": peak, "time": time}

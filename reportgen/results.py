@@ -44,6 +44,7 @@ class Role:
     WARNING, EXCEPTION, DISABLED, NOTE = "warning", "exception", "disabled", "note"
     SAVE_OP = "save_op"
     SAVED_TOTAL, SAVING, SAVED_MODULE, LOST_GRADIENTS = "saved_total", "saving", "saved_module", "lost_gradients"
+    STEP_PEAK, PEAK_SAVING, ESTIMATE_PEAK = "step_peak", "peak_saving", "estimate_peak"
     CUDA_PEAK, ESTIMATE_MEASURED, ESTIMATE_TARGET, PER_LAYER = "cuda_peak", "estimate_measured", "estimate_target", "per_layer"
     STEP, MEDIAN, OVERHEAD, OVERHEAD_CI, FLOPS, LOAD = "step", "median", "overhead", "overhead_ci", "flops", "load"
     BUDGET, RUN, HELD_OUT, ACCEPTED, SKIPPED, CURVE = "budget", "run", "held_out", "accepted", "skipped", "curve"
@@ -51,6 +52,10 @@ class Role:
     REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
     AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
     FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
+    #: How many regions the recompute twin was seen recomputing (0: the configured recompute never ran).
+    OBSERVED = "observed"
+    #: An output leaf that is not a tensor (None, a number, a cache object), or a cache tensor only one twin returned.
+    OUTPUT_OTHER = "output_other"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
     RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
 

@@ -20,11 +20,12 @@ from .diagnose import diagnose
 from .distributed import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
 from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
-from .measure import observe_twins
+from .limits import CheckLimitExceeded, default_max_rss_gib, limited
+from .measure import observation_rows, observe_twins
 from .metadata import recompute_settings, run_metadata
 from .recompute import RecomputeConfigError
 from .render import render_report
-from .results import INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from .results import ERROR, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from .rows import error_row
 from .rundir import forget_unstarted_run
 from .setup import Setup, build_setup
@@ -76,6 +77,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except Interrupted:
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_INTERRUPTED
+    rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg))
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
@@ -101,7 +103,11 @@ def prepare(cfg: DictConfig) -> Setup:
     setup = build_setup(cfg)
     check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    observe_twins(setup)  # which modules recompute in each twin, and whether compile can run them
+    try:  # which modules recompute in each twin, and whether compile can run them; under the checks' limits
+        with limited("observing which modules recompute", *check_limits(cfg)):
+            observe_twins(setup)
+    except CheckLimitExceeded as exc:  # a region that never returns: the checks each end as an ERROR row
+        log.error("%s", exc.message)
     return setup
 
 
@@ -135,6 +141,14 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
             "launch": commands["reportgen"], "torchrun": commands["torchrun"]}
 
 
+def check_limits(cfg: DictConfig | None) -> tuple[float | None, float | None]:
+    """``(checks.timeout_s, checks.max_rss_gib)``, the ceiling defaulting to 90 % of physical memory;
+    no limits without a config (checks called directly, as tests do)."""
+    if cfg is None:
+        return None, None
+    return cfg.checks.timeout_s, cfg.checks.max_rss_gib or default_max_rss_gib()
+
+
 def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     """Run every registered check; after each, rewrite ``results.partial.json`` so a run that
     stops early still leaves the frame of what it measured."""
@@ -145,13 +159,19 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                     detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                            f"({setup.compile_error}); run with compile.enabled=false")
                 for check in registry for s in check.sections]
+    limits = check_limits(getattr(setup, "cfg", None))
     for index, check in enumerate(registry):
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
-            with warnings.catch_warnings():  # the console stays readable; gradient parity records torch's
-                warnings.simplefilter("ignore", UserWarning)  # warnings as rows (its own catch_warnings)
-                rows += check.run(setup)
+            with warnings.catch_warnings(), limited(check.name, *limits):  # deadline and memory ceiling
+                warnings.simplefilter("ignore", UserWarning)  # the console stays readable; gradient parity
+                rows += check.run(setup)                      # records torch's warnings as rows itself
+        except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
+            log.error("check %s stopped: %s", check.name, exc.message)
+            rows.append(Row(check.name, f"stopped at checks.{exc.limit}", "recompute", "exception", status=ERROR,
+                            detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
+                            extra={"exception_type": "CheckLimitExceeded"}))
         except KeyboardInterrupt:
             rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")

@@ -19,7 +19,7 @@ from .distance import tolerances
 from .recompute import Wrapped, apply_recompute, plain_name
 from .errors import SetupError
 from .rng import fingerprint, seeded
-from .structure import call_model, clone_inputs, named_tensors
+from .structure import call_model, clone_inputs, named_tensors, other_leaves
 from .tasks import Batch, batch_to
 from .train import BudgetRuns
 
@@ -44,6 +44,9 @@ class Setup:
         observed: modules seen recomputing in the recompute twin (None: not observed).
         baseline_recomputes: modules seen recomputing in the plain twin (must be empty).
         compile_error: why ``torch.compile`` could not run the twins (None when it could or is off).
+        nothing_recomputes: why the model's own switch is judged inert (it ran, and no module of the
+            recompute twin runs its forward again in backward); None when something recomputes. A
+            finding, not a usage error: the pipeline adds it as a FAIL row.
     """
 
     cfg: DictConfig
@@ -57,6 +60,7 @@ class Setup:
     observed: list[str] | None = None
     baseline_recomputes: list[str] = field(default_factory=list)
     compile_error: str | None = None
+    nothing_recomputes: str | None = None
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
@@ -149,6 +153,8 @@ def validate(cfg: DictConfig) -> None:
         ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
         ("memory.negligible_saving_share", cfg.memory.negligible_saving_share,
          0 <= cfg.memory.negligible_saving_share <= 1, "between 0 and 1"),
+        ("memory.min_peak_saving_share", cfg.memory.min_peak_saving_share,
+         0 < cfg.memory.min_peak_saving_share <= 1, "a share in (0, 1]"),
     ] if not ok]
     if problems:
         raise SetupError("; ".join(problems))
@@ -199,6 +205,9 @@ class StepOutput:
             asked or when no input is floating).
         grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
         rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
+        others: ``{path: description}`` of every output leaf that is not a tensor (None, numbers,
+            strings, unknown objects) and of every cache object
+            (:func:`reportgen.structure.other_leaves`), so no output goes unaccounted for.
     """
 
     loss: Tensor
@@ -206,6 +215,7 @@ class StepOutput:
     input_grad: dict[str, Tensor | None]
     grads: dict[str, Tensor | None]
     rng: dict[str, Tensor] = field(default_factory=dict)
+    others: dict[str, str] = field(default_factory=dict)
 
 
 def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
@@ -232,4 +242,4 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
              for n, p in model.named_parameters() if p.requires_grad}
     outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
     inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
-    return StepOutput(loss.detach(), outputs, inputs, grads, rng)
+    return StepOutput(loss.detach(), outputs, inputs, grads, rng, other_leaves(output, "output"))

@@ -168,7 +168,7 @@ def _plain(value: Any) -> Any:
 
 
 #: Rows whose values the statement repeats as the claim's costs (memory and time).
-COST_ROLES = (Role.SAVED_TOTAL, Role.SAVING, Role.CUDA_PEAK, Role.MEDIAN, Role.OVERHEAD, Role.FLOPS)
+COST_ROLES = (Role.SAVED_TOTAL, Role.SAVING, Role.STEP_PEAK, Role.PEAK_SAVING, Role.CUDA_PEAK, Role.MEDIAN, Role.OVERHEAD, Role.FLOPS)
 
 
 def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str]) -> dict:

@@ -18,8 +18,34 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 
+def _cache_children(obj: Any) -> list[tuple[str, Any]] | None:
+    """The tensors of a key/value cache, or None when ``obj`` is not one.
+
+    Hugging Face's caches (``DynamicCache`` and kin) are objects, not containers pytree knows:
+    transformers 4.x keeps ``key_cache`` / ``value_cache`` lists (one tensor per layer), 5.x a
+    ``layers`` list whose items hold ``keys`` / ``values``. Their tensors are outputs like any
+    other (``output.past_key_values.key_cache[0]``).
+    """
+    if isinstance(getattr(obj, "key_cache", None), list) and isinstance(getattr(obj, "value_cache", None), list):
+        return [(".key_cache", obj.key_cache), (".value_cache", obj.value_cache)]
+    layers = getattr(obj, "layers", None)
+    if isinstance(layers, (list, tuple)) and layers and all(
+            isinstance(getattr(layer, "keys", None), (Tensor, type(None))) and
+            isinstance(getattr(layer, "values", None), (Tensor, type(None))) for layer in layers):
+        return [(f".layers[{i}].{part}", getattr(layer, part)) for i, layer in enumerate(layers)
+                for part in ("keys", "values")]
+    return None
+
+
+def is_cache(obj: Any) -> bool:
+    """Whether ``obj`` is a key/value cache object (:func:`_cache_children`)."""
+    return _cache_children(obj) is not None
+
+
 def _children(obj: Any) -> list[tuple[str, Any]] | None:
-    """``[(path suffix, child)]`` of a container, or None for a leaf."""
+    """``[(path suffix, child)]`` of a container (a cache object included), or None for a leaf."""
+    if (cache := _cache_children(obj)) is not None:
+        return cache
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and not isinstance(obj, dict):
         return [(f".{f.name}", getattr(obj, f.name)) for f in dataclasses.fields(obj)]
     if isinstance(obj, dict):  # dict, OrderedDict, ModelOutput: keys, insertion order
@@ -52,6 +78,33 @@ def named_tensors(obj: Any, prefix: str) -> Iterator[tuple[str, Tensor]]:
     children = _children(obj)
     for suffix, child in children or []:
         yield from named_tensors(child, prefix + suffix)
+
+
+def other_leaves(obj: Any, prefix: str) -> dict[str, str]:
+    """Every leaf of ``obj`` that is not a tensor, and every cache object, described for people.
+
+    Args:
+        obj: a model output of any structure (see :func:`named_tensors`).
+        prefix: the name of ``obj`` itself, e.g. ``"output"``.
+
+    Returns:
+        ``{path: description}``: ``"None"``, ``"int 3"``, ``"str 'x'"``, ``"cache DynamicCache, 4
+        tensors"`` (a cache's tensors are tensor leaves too), ``"object Foo (not compared)"``.
+    """
+    if isinstance(obj, Tensor):
+        return {}
+    if is_cache(obj):
+        count = sum(1 for _ in named_tensors(obj, prefix))
+        found = {prefix: f"cache {type(obj).__name__}, {count} tensors"}
+    elif obj is None or isinstance(obj, (bool, int, float, str)):
+        return {prefix: "None" if obj is None else f"{type(obj).__name__} {obj!r}"}
+    elif (children := _children(obj)) is None:
+        return {prefix: f"object {type(obj).__name__} (not compared)"}
+    else:
+        found = {}
+    for suffix, child in _children(obj) or []:
+        found.update(other_leaves(child, prefix + suffix))
+    return found
 
 
 def map_tensors(fn: Callable[[Tensor], Tensor], obj: Any) -> Any:

@@ -30,6 +30,7 @@ def check_names() -> tuple[str, ...]:
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 DETERMINISM_CHECKS = ("default", "none")  #: torch.utils.checkpoint's determinism_check values
 LR_SCALINGS = ("none", "linear", "sqrt")
+PEAK_ON_MISS = ("WARN", "FAIL")  #: statuses of a step peak that recompute does not lower enough
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICES = "auto, cpu, cuda, cuda:N"
 
@@ -45,6 +46,7 @@ BOUNDED = [
     ("budget.max_steps_factor", 1.0, True, False),
     ("budget.metric_rtol", 0.0, True, False),
     ("memory.negligible_saving_share", 0.0, True, False),
+    ("memory.min_peak_saving_share", 0.0, False, False),
     ("parity.batch_size", 1, True, False),
     ("parity.steps", 1, True, False),
     ("budget.examples", 1, True, False),
@@ -52,6 +54,8 @@ BOUNDED = [
     ("timing.measured_steps", 1, True, False),
     ("timing.warmup_steps", 0, True, False),
     ("memory.warm_steps", 0, True, False),
+    ("checks.timeout_s", 0.0, False, True),
+    ("checks.max_rss_gib", 0.0, False, True),
     ("distributed.world_size", 1, True, False),
     ("distributed.timeout_s", 0.0, False, False),
 ]
@@ -86,8 +90,8 @@ def config_problems(cfg: DictConfig) -> str:
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
                                               "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
-                                              "precision.autocast", "distributed.backend", "distributed.start_method",
-                                              "compile.enabled"]
+                                              "precision.autocast", "memory.peak_on_miss", "distributed.backend",
+                                              "distributed.start_method", "compile.enabled"]
     values, problems = {}, []
     for name in names:
         try:
@@ -97,16 +101,16 @@ def config_problems(cfg: DictConfig) -> str:
     problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
                  and (p := _number_problem(name, values[name], low, inclusive, nullable))]
     enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
-             ("larger_batch.lr_scaling", LR_SCALINGS), ("distributed.backend", BACKENDS),
-             ("distributed.start_method", START_METHODS)]
+             ("larger_batch.lr_scaling", LR_SCALINGS), ("memory.peak_on_miss", PEAK_ON_MISS),
+             ("distributed.backend", BACKENDS), ("distributed.start_method", START_METHODS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
     problems += [p for name in ("budget.seeds", "larger_batch.seeds") if (p := _seeds_problem(name, values.get(name)))]
     if values.get("precision.autocast") not in AUTOCASTS:
         problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
-    if (share := values.get("memory.negligible_saving_share")) is not None and isinstance(share, (int, float)) \
-            and share > 1:
-        problems.append(f"memory.negligible_saving_share={share} must be between 0 and 1")
+    for name in ("memory.negligible_saving_share", "memory.min_peak_saving_share"):
+        if (share := values.get(name)) is not None and isinstance(share, (int, float)) and share > 1:
+            problems.append(f"{name}={share} must be between 0 and 1 (a share of the plain figure)")
     problems += _distributed_problems(values)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):

@@ -9,7 +9,7 @@ from reportgen.checks.step import step_and_state_parity
 from reportgen.results import check_summary, to_frame
 from reportgen.run import prepare
 
-from conftest import compose_config
+from conftest import compose_config, run_pipeline
 
 
 def parity_status(*overrides):
@@ -88,3 +88,31 @@ def test_plain_run_failure_says_the_claim_cannot_be_tested():
     assert set(status.values()) == {"INCONCLUSIVE"}  # no baseline: the claim cannot be judged (exit 3)
     assert frame.detail.str.contains("claim cannot be tested").all()
     assert frame.detail.str.contains("plain forward is broken").all()
+
+
+def test_a_switch_that_recomputes_nothing_is_a_failing_report_not_a_usage_error(tmp_path):
+    """LoRA on a frozen base, the model's own switch, reentrant: before issue 16 this was exit 2
+    "cannot start"; it is the fault itself, so the report renders and the claim fails naming the fix."""
+    code, frame = run_pipeline(tmp_path, "+model=lora_switch", "recompute=reentrant", user_conf=True)
+    assert code == 1 and (tmp_path / "report.html").exists()
+    observed = frame[frame.role == "observed"]
+    assert observed.status.tolist() == ["FAIL"] and observed.value.tolist() == [0.0]
+    lost = frame[(frame.check == "gradient parity") & frame["item"].str.contains("lora_") & (frame.status == "FAIL")]
+    assert len(lost) == 8  # 2 layers x 2 adapted linears x (A, B): None under recompute
+    fix = frame[(frame.role == "diagnosis") & (frame.check == "gradient parity")].detail.item()
+    assert "enable_input_require_grads()" in fix and "use_reentrant=False" in fix
+
+
+def test_adapters_alone_under_reentrant_recompute_raise_in_backward_and_name_the_fix(tmp_path):
+    code, frame = run_pipeline(tmp_path, "+model=lora_switch", "recompute=reentrant", "++model.trainable_head=false",
+                               user_conf=True)
+    assert code == 1 and (frame[frame.check == "gradient parity"].status == "ERROR").any()
+    fix = frame[(frame.role == "diagnosis") & (frame.check == "gradient parity")].detail.item()
+    assert "enable_input_require_grads()" in fix
+
+
+def test_the_same_adapters_under_non_reentrant_recompute_pass(tmp_path):
+    code, frame = run_pipeline(tmp_path, "+model=lora_switch", "recompute=non_reentrant", user_conf=True)
+    bad = frame[frame.status.isin(["FAIL", "ERROR"]) & frame.check.isin(["gradient parity", "optimizer-step parity"])]
+    assert bad.empty, bad[["check", "item", "detail"]].to_string()
+    assert (frame.role == "observed").sum() == 0

@@ -87,3 +87,8 @@ def test_page_one_costs_come_from_a_real_frame():
     assert f", {costs['memory']['share'] * 100:.1f}%)" in page_one
     assert re.search(rf"step time ×{overhead.value:.3f}", page_one)
     assert "not measured" not in page_one
+    peak = frame[frame.role == Role.PEAK_SAVING].iloc[0]
+    peaks = frame[frame.role == Role.STEP_PEAK].set_index("variant").value
+    assert costs["peak"]["plain"] == peaks["plain"] and costs["peak"]["recompute"] == peaks["recompute"]
+    assert costs["peak"]["share"] == peak.value and costs["peak"]["status"] == peak.status
+    assert "step peak " in page_one and "step peak not measured" not in page_one

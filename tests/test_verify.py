@@ -88,7 +88,8 @@ def test_cli_exit_codes_and_one_line_per_check(keys_and_run, run, tmp_path):
     ok = cli(run, "--key", public)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = ok.stdout.splitlines()
-    assert all(line.split()[0] in (PASS, NOTE) for line in lines[:-1]) and lines[-1].startswith("VERIFIED")
+    assert lines[0] == f"checking a run folder: {run}"
+    assert all(line.split()[0] in (PASS, NOTE) for line in lines[1:-1]) and lines[-1].startswith("VERIFIED (run folder)")
     fp = fingerprint(load_public_key(public))
     assert f"PASS envelope signature (DSSE, key sha256:{fp})" in lines
     assert cli(run / "report.pdf", "--key", public).returncode == 0

@@ -1,6 +1,6 @@
 """Warm-step memory (checklist item 3, docs/architecture.md): what recomputation saves, and whether it is real.
 
-Four measurements, each in runs of their own (saved-tensor hooks change what autograd
+Five measurements, each in runs of their own (saved-tensor hooks change what autograd
 stores, so nothing here shares a run with the parity checks):
 
 1. **Saved activations, any device.** Bytes of the tensors autograd keeps for backward,
@@ -19,7 +19,15 @@ stores, so nothing here shares a run with the parity checks):
 4. **GPU-free estimate.** The same counter on ``FakeTensorMode`` tensors
    (:mod:`reportgen.estimate`): at the measured shape, where it must equal the measurement,
    and at the target shape of ``memory.estimate``; transformer-shaped models also get the
-   per-layer Korthikanti et al. 2022 figure.
+   per-layer Korthikanti et al. 2022 figure. Both shapes also give each fake twin's step peak.
+5. **Step peak, any device: the verdict.** Peak of live tensor bytes through one warm step
+   (forward, backward, optimizer step) of each twin, counted with torch's ``MemTracker``
+   (:mod:`reportgen.peak`), with the phase and module at the peak and what is alive then by
+   category; on CUDA the allocator's peaks of the same step beside it. The verdict row
+   (``peak_saving_share``) needs recompute to lower the peak by ``memory.min_peak_saving_share``
+   of the plain peak (``memory.peak_on_miss`` when it does not) and names the cause when it does
+   not: one region recomputed whole, a peak in the optimizer step, or an increase and the
+   wrapped modules that cause it.
 """
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ from typing import Any, Callable
 
 from ..config import MEMORY
 from ..estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
-from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes
+from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
+from ..peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from ..plots import memory_plots
 from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
 from ..setup import Setup, forward_backward
@@ -44,7 +53,8 @@ def warm_step_memory(setup: Setup) -> list[Row]:
 
     Returns:
         Rows of check ``warm-step memory``: ``saved_activation_bytes`` (total and per module,
-        plain and recompute), ``lost_gradients``, ``peak_allocated_bytes`` /
+        plain and recompute), ``peak_live_bytes`` (per twin) and the verdict ``peak_saving_share``,
+        ``lost_gradients``, ``peak_allocated_bytes`` /
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
     mc = setup.cfg.memory
@@ -55,10 +65,14 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
         rows += saved_rows(setup, *measured)
+    on_miss = str(setup.cfg.memory.peak_on_miss)
+    peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
+    if peaks is not None:
+        rows += peak_rows(setup, *peaks, measured[0] if measured else None)
     _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
     _guarded(rows, "CUDA allocator peaks", ERROR, lambda: rows.extend(cuda_peak_rows(setup)))
     _guarded(rows, "estimate at measured shape", WARN,
-             lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None)))
+             lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None, peaks[0] if peaks else None)))
     return rows
 
 
@@ -107,6 +121,11 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
     shape = f"batch {describe(setup.batch[0])}"
     if share >= share_min:
         sentence = f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
+    elif rec.total_bytes > plain.total_bytes:
+        sentence = (f"{-share:+.1%}: recompute costs memory here: it keeps "
+                    f"{format_bytes(rec.total_bytes - plain.total_bytes)} more for backward than the plain run "
+                    f"({format_bytes(plain.total_bytes)} → {format_bytes(rec.total_bytes)}); "
+                    f"{increase_cause(plain, rec, _classes(setup))}")
     else:
         why = ("recompute keeps more than the plain run" if rec.total_bytes > plain.total_bytes
                else f"recompute saves only {share:.1%} of the plain run's saved activations")
@@ -126,7 +145,71 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
             rows.append(Row(MEMORY, f"module {path}", variant, "saved_activation_bytes", s.per_module[path], status=INFO,
                             detail=what, role=Role.SAVED_MODULE, unit="B",
-                            extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0)}))
+                            extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0),
+                                   "produced_saved_bytes": s.produced_by.get(path, 0)}))
+    return rows
+
+
+def _classes(setup: Setup) -> dict[str, str]:
+    """``{wrapped module path: class name}``."""
+    return {w.path: w.cls for w in setup.wrapped}
+
+
+def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
+    """Peak of live tensor bytes of one warm step of fresh plain and recompute twins on the
+    fixed batch (:func:`reportgen.peak.warm_step_peak`, ``memory.warm_steps`` steps first).
+
+    The twins are not compiled (``torch.compile`` would hide the ops from the tracker).
+
+    Returns:
+        ``({variant: StepPeak}, {variant: seconds})``.
+    """
+    peaks, seconds = {}, {}
+    for variant, recompute in VARIANTS:
+        start = time.perf_counter()
+        model = setup.build(recompute, compiled=False)
+        with warnings.catch_warnings():  # torch's warnings are reported by the parity checks
+            warnings.simplefilter("ignore")
+            peaks[variant] = warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup),
+                                            setup.cfg.forward_seed, max(1, int(setup.cfg.memory.warm_steps)))
+        seconds[variant] = time.perf_counter() - start
+        del model
+    return peaks, seconds
+
+
+def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float],
+              saved: dict[str, SavedActivations] | None) -> list[Row]:
+    """``peak_live_bytes`` per twin (INFO, with phase, module and categories at the peak) and
+    the memory verdict row ``peak_saving_share``, judged ``>= memory.min_peak_saving_share``
+    (``memory.peak_on_miss`` when missed), whose detail names the cause of a miss."""
+    mc = setup.cfg.memory
+    share_min, on_miss = float(mc.min_peak_saving_share), str(mc.peak_on_miss)
+    rows = []
+    for variant, peak in peaks.items():
+        extra: dict[str, Any] = {
+            "peak_phase": peak.phase, "peak_module": peak.module, "peak_region": peak.region or "",
+            "baseline_bytes": peak.baseline_bytes, "device": peak.device, "warm_steps": int(mc.warm_steps),
+            **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
+        detail = (f"peak of live tensor bytes in one warm step, reached in {where(peak)}; "
+                  f"{format_bytes(peak.baseline_bytes)} were alive before the step (weights, optimizer state, batch)")
+        if peak.cuda:
+            allocated = peak.cuda["peak_allocated_bytes"]
+            ratio = peak.peak_bytes / allocated if allocated else float("nan")
+            extra |= {"cuda_peak_allocated_bytes": allocated, "cuda_peak_reserved_bytes": peak.cuda["peak_reserved_bytes"],
+                      "cuda_baseline_allocated_bytes": peak.cuda["baseline_allocated_bytes"],
+                      "tracker_to_allocated_ratio": ratio}
+            detail += (f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
+                       f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
+                       f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}")
+        rows.append(Row(MEMORY, "step peak", variant, "peak_live_bytes", peak.peak_bytes, status=INFO,
+                        detail=detail, seconds=seconds[variant], role=Role.STEP_PEAK, unit="B", extra=extra))
+    plain, rec = peaks["plain"], peaks["recompute"]
+    share = saving_share(plain.peak_bytes, rec.peak_bytes)
+    rows.append(Row(MEMORY, "step peak saving", "recompute", "peak_saving_share", share,
+                    f">= {share_min:g} of the plain peak", ">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
+                    role=Role.PEAK_SAVING, unit="share", threshold_value=share_min, on_miss=on_miss,
+                    extra={"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes,
+                           "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes}))
     return rows
 
 
@@ -178,8 +261,10 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
     return rows
 
 
-def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) -> list[Row]:
-    """The estimator at the measured shape (must equal the measurement) and at the target shape.
+def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
+                  measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
+    """The estimator at the measured shape (must equal the measurement) and at the target shape:
+    saved bytes, and the step peak (:func:`estimate_peak_rows`).
 
     At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted); an
     estimator that cannot run is a WARN too: the measured figures above stand on their own.
@@ -205,6 +290,7 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) ->
                                 f"estimate differs from the measurement ({est} vs {real} B): do not trust the target-shape figure"),
                         extra={"measured_bytes": real, "estimate_to_measured_ratio": ratio, "estimate_inputs": here.inputs}))
     rows += korthikanti_rows(setup, here, "measured shape")
+    rows += estimate_peak_rows(here, "measured shape", seconds, measured_peaks)
     target = setup.cfg.memory.estimate
     if not target:
         return rows
@@ -218,7 +304,46 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None) ->
                         getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
                         detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}",
                         extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
-    return rows + korthikanti_rows(setup, far, "target shape")
+    return rows + korthikanti_rows(setup, far, "target shape") + estimate_peak_rows(far, "target shape", seconds)
+
+
+#: Largest relative difference of the estimated from the measured step peak at the measured
+#: shape (issue 15: "within 1 %"); both count the same tensors, so they agree exactly in practice.
+PEAK_ESTIMATE_TOLERANCE = 0.01
+
+
+def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
+                       measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
+    """``estimated_peak_live_bytes`` of both fake twins at one shape (INFO, with phase, module and
+    categories), and at the measured shape ``estimated_peak_rel_diff`` per twin, judged
+    ``<= PEAK_ESTIMATE_TOLERANCE`` (WARN when missed: do not trust the target-shape peak)."""
+    if estimate.plain_peak is None or estimate.recompute_peak is None:
+        return [Row(MEMORY, f"step peak estimate, {where_}", "recompute", "estimated_peak_live_bytes", status=WARN,
+                    role=Role.ESTIMATE_PEAK, unit="B", seconds=seconds,
+                    detail=f"the step peak could not be estimated on fake tensors ({estimate.peak_error})")]
+    rows = []
+    for variant in ("plain", "recompute"):
+        peak: StepPeak = getattr(estimate, f"{variant}_peak")
+        extra: dict[str, Any] = {"estimate_inputs": estimate.inputs, "estimate_shape": where_, "peak_phase": peak.phase,
+                                 "peak_module": peak.module, "peak_region": peak.region or "",
+                                 **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
+        rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_live_bytes", peak.peak_bytes,
+                        status=INFO, seconds=seconds, role=Role.ESTIMATE_PEAK, unit="B", extra=extra,
+                        detail=f"fake tensors, inputs {estimate.inputs}, {estimate.dtype}: reached in {where(peak)}; "
+                               "allocator fragmentation and caching, communication buffers and CUDA workspaces are "
+                               "not tensors and not counted"))
+        if measured_peaks is not None and variant in measured_peaks:
+            real = measured_peaks[variant].peak_bytes
+            diff = abs(peak.peak_bytes - real) / real if real else float("nan")
+            rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_rel_diff", diff,
+                            f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", "<=", role=Role.ESTIMATE_PEAK, unit="share",
+                            threshold_value=PEAK_ESTIMATE_TOLERANCE, on_miss=WARN,
+                            detail=(f"estimated step peak {format_bytes(peak.peak_bytes)}, measured {format_bytes(real)}"
+                                    + ("" if diff <= PEAK_ESTIMATE_TOLERANCE else
+                                       ": do not trust the target-shape peak")),
+                            extra={"estimate_shape": where_, "estimated_peak_bytes": peak.peak_bytes,
+                                   "measured_peak_bytes": real}))
+    return rows
 
 
 def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
@@ -266,6 +391,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
 
 
 CHECK = Check(warm_step_memory, (Section(
-    MEMORY, "What recomputation saves, and whether the saving is real: bytes autograd keeps for backward (exact on any "
-    "device, per wrapped module), CUDA allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
+    MEMORY, "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
+    "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
+    "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
     template="sections/warm-step-memory.html.j2", plotter=memory_plots),))

@@ -85,11 +85,48 @@ def baseline_row(setup: Setup) -> Row:
                extra={"modules": ", ".join(found)})
 
 
+def _in_cache_of_one_twin(name: str, plain: StepOutput, recompute: StepOutput) -> str | None:
+    """The cache path a tensor leaf lies in when only one twin returned that cache, else None."""
+    for twin, other in ((plain, recompute), (recompute, plain)):
+        for path, what in twin.others.items():
+            if what.startswith("cache ") and name.startswith(path + ".") and not other.others.get(path, "").startswith("cache "):
+                return path
+    return None
+
+
+def _other_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
+    """One row per output leaf that is not a tensor, so every output is accounted for.
+
+    Python scalars and strings are compared (``==``, FAIL when they differ); None, cache objects
+    and unknown objects are stated as INFO, with what each twin returned. A cache that only the
+    plain twin returns is stated, never a failure by itself: Hugging Face models turn
+    ``use_cache`` off under gradient checkpointing.
+    """
+    rows = []
+    for name in dict.fromkeys([*plain.others, *recompute.others]):
+        p, r = plain.others.get(name, "absent"), recompute.others.get(name, "absent")
+        scalars = all(x.split(" ", 1)[0] in ("bool", "int", "float", "str") for x in (p, r))
+        said = f"plain returned {p}, recompute returned {r}"
+        if scalars:
+            rows.append(Row(GRADIENT_PARITY, name, "recompute", "equal", float(p == r), "== 1", "==",
+                            threshold_value=1.0, role=Role.OUTPUT_OTHER, detail=said))
+        else:
+            cache = "cache" in p + r and p != r
+            rows.append(Row(GRADIENT_PARITY, name, "recompute", "not_compared", status=INFO, role=Role.OUTPUT_OTHER,
+                            detail=(said + ("; a cache present in one twin only is stated, not a failure (Hugging Face "
+                                            "turns use_cache off under gradient checkpointing)" if cache else
+                                            "; not a tensor, not compared" if p != r else "; not a tensor"))))
+    return rows
+
+
 def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
     out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
     for name in list(dict.fromkeys([*plain.output, *recompute.output])):  # every tensor leaf, in output order
+        if _in_cache_of_one_twin(name, plain, recompute) is not None:
+            continue  # the cache object itself has its row (_other_rows)
         out.append(tensor_row(GRADIENT_PARITY, name, plain.output.get(name), recompute.output.get(name), rtol, atol,
                               Role.OUTPUT, aa=aa.output.get(name)))
+    out += _other_rows(plain, recompute)
     for name in sorted(set(plain.grads) | set(recompute.grads)):
         out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol,
                               atol, Role.PARAM_GRAD, aa=aa.grads.get(name)))

@@ -124,3 +124,27 @@ def dense_batch(generator, batch_size=4):
 
 def mse(output, target):
     return (output.float() - target).square().mean()
+
+
+class LoRALinear(nn.Module):
+    """A frozen base ``Linear`` plus a trainable low-rank adapter (``B @ A``, rank 2), as PEFT's LoRA."""
+
+    def __init__(self, base: nn.Linear, rank: int = 2):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) * 0.1)
+        self.lora_B = nn.Parameter(torch.randn(base.out_features, rank) * 0.1)
+
+    def forward(self, x):
+        return self.base(x) + x @ self.lora_A.T @ self.lora_B.T
+
+
+def build_lora_decoder(depth=2, trainable_head=True):
+    """LoRA adapters on every layer's linears of a frozen decoder (and, as PEFT's
+    ``modules_to_save=["lm_head"]``, a trainable head): the layers' inputs come from the frozen
+    embedding and do not require grad."""
+    model = TinyDecoder(depth).requires_grad_(False)
+    model.head.requires_grad_(trainable_head)
+    for layer in model.layers:
+        layer.ff[0], layer.ff[3] = LoRALinear(layer.ff[0]), LoRALinear(layer.ff[3])
+    return model
