@@ -40,12 +40,14 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     assert len(params) == len(grads) and params.bitwise_equal.astype(bool).all()
     # per-rank rows carry their rank: both ranks' losses, generators, saved bytes and step times
     for check, role in ((DIST_GRADIENT_PARITY, Role.LOSS), (DIST_STEP_PARITY, Role.RNG),
-                        (DIST_MEMORY, "rank_saved_total"), (DIST_TIME, "rank_step")):
+                        (DIST_MEMORY, "rank_saved_total"), (DIST_MEMORY, "rank_step_peak"), (DIST_TIME, "rank_step")):
         assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
     steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute")]
     assert len(steps) == 2 * 3 and set(steps.step.astype(int)) == {1, 2, 3}  # parity.steps=3, on both ranks
-    worst = frame[(frame.check == DIST_MEMORY) & (frame.variant == "recompute") & frame["rank"].isna()].iloc[0]
+    worst = frame[(frame.role == "max_rank_saved_total") & (frame.variant == "recompute")].iloc[0]
     assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
+    peak = frame[(frame.role == "max_rank_step_peak") & (frame.variant == "recompute")].iloc[0]
+    assert peak.comparator == "<=" and peak.value > 0 and peak.threshold_value > 0  # MemTracker on the sharded twins
 
 
 def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():

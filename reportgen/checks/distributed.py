@@ -36,6 +36,7 @@ from ..distributed import (Group, dist_name, distribute, full, full_grads, full_
 from ..ranks import follow as ranks_follow
 from ..ranks import ranked, run_sharded
 from ..measure import make_train_step, saved_activation_bytes
+from ..peak import warm_step_peak
 from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
 from ..rows import aa_row, tensor_row
 from ..setup import Setup, forward_backward
@@ -49,6 +50,8 @@ ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-proce
 ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
 ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
 ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
+ROLE_RANK_PEAK = "rank_step_peak"  #: live tensor bytes at the peak of one rank's warm step
+ROLE_MAX_PEAK = "max_rank_step_peak"  #: the step peak of the worst rank (plain, recompute)
 ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
 ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
 
@@ -269,8 +272,11 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
 
 
 def memory_rows(setup: Setup, group: Group) -> list[Row]:
-    """Bytes autograd saves for backward on each rank (forward and loss on the rank's share, in runs of
-    their own), and on rank 0 the maximum over ranks: recompute must save less (advisory, WARN)."""
+    """Memory of each rank, in runs of their own: bytes autograd saves for backward (forward and loss on
+    the rank's share) and the peak of live tensor bytes in one warm training step
+    (:func:`reportgen.peak.warm_step_peak`, torch's MemTracker; on CUDA the allocator's peaks beside
+    it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
+    (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
     local, paths = _local(setup, group), [w.path for w in setup.wrapped]
     measured = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
@@ -281,9 +287,27 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
                         float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
                         detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
             for variant, value in measured.items()]
-    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"])], group)
+    peaks = {variant: warm_step_peak(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
+                                     setup.cfg.forward_seed, warm_steps=1)
+             for variant, recompute in (("plain", False), ("recompute", True))}
+    rows += [ranked(Row(DIST_MEMORY, f"step peak ({variant})", variant, "peak_live_bytes", float(peak.peak_bytes),
+                        unit="B", role=ROLE_RANK_PEAK, status=INFO,
+                        detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
+                               f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
+                        extra={"phase": peak.phase, **(peak.cuda or {})}), group.rank)
+             for variant, peak in peaks.items()]
+    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"]),
+                            float(peaks["plain"].peak_bytes), float(peaks["recompute"].peak_bytes)], group)
     if group.rank != 0:
         return rows
+    on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
+    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (plain)", "plain", "peak_live_bytes", worst[2], unit="B",
+                    role=ROLE_MAX_PEAK, status=INFO, detail=f"the largest plain step peak of the {group.world_size} ranks"))
+    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (recompute)", "recompute", "peak_live_bytes", worst[3],
+                    f"<= {worst[2]:.0f} B (plain, max over ranks)", "<=", role=ROLE_MAX_PEAK, unit="B",
+                    threshold_value=worst[2], on_miss=on_miss,
+                    detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
+                           "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)"))
     rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (plain)", "plain", "saved_activation_bytes",
                     worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
                     detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
