@@ -27,7 +27,7 @@ import signal
 from pathlib import Path
 from typing import Callable, Iterator
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .errors import EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, usage  # noqa: F401
 from .files import OutputWriteError
@@ -101,8 +101,13 @@ def one_line_console(log_path: Path | None) -> None:
 def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     """One Hydra job (:func:`_run_job`), its outcome (exit code, verdict, overrides, error) recorded
     in ``out_dir/job.json`` for a sweep's summary (``reportgen.sweep``), whichever launcher ran it."""
+    from .distributed import adopt_slurm_env, launch_rank, launched  # torch: imported only once a job runs
     from .sweep import recorded_job
 
+    if int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1) > 1:
+        adopt_slurm_env()  # srun / submitit tasks of one sharded job: RANK, WORLD_SIZE, ... for torch
+    if launched() and launch_rank() != 0:  # rank 0 records the job; the other ranks only take part
+        return _run_job(cfg, out_dir, multirun)
     return recorded_job(out_dir, lambda: _run_job(cfg, out_dir, multirun))
 
 

@@ -24,6 +24,12 @@ TIME = "warm-step time"
 TASK_METRICS = "task metrics"
 LARGER_BATCH = "larger-batch experiment"
 SELECTIVE_POLICY = "selective policy"
+#: Checks of a sharded run (``distributed.world_size > 1``); required only then.
+DIST_GRADIENT_PARITY = "distributed gradient parity"
+DIST_STEP_PARITY = "distributed optimizer-step parity"
+DIST_TRAJECTORY = "distributed trajectory parity"
+DIST_MEMORY = "distributed memory per rank"
+DIST_TIME = "distributed step time"
 
 
 class RecomputeMode(Enum):
@@ -178,6 +184,31 @@ class StateConfig:
     ignore_attributes: List[str] = field(default_factory=list)
 
 
+class DistributedStrategy(Enum):
+    """How the twins are spread over the ranks."""
+
+    ddp = "ddp"  #: ``DistributedDataParallel``: full replica per rank, gradients all-reduced
+    fsdp2 = "fsdp2"  #: ``fully_shard`` per recompute target (after its recompute wrapper), then on the root
+
+
+@dataclass
+class DistributedConfig:
+    """Sharded training: the twins run on ``world_size`` ranks (1 = one process, as without it)."""
+
+    #: Ranks (processes). >1 starts them with torch's elastic launcher (the machinery of torchrun),
+    #: or joins the group of an existing torchrun / srun launch (RANK, WORLD_SIZE, LOCAL_RANK set).
+    world_size: int = 1
+    strategy: DistributedStrategy = DistributedStrategy.ddp
+    #: ``auto`` (nccl on CUDA, gloo on CPU), ``gloo`` or ``nccl``.
+    backend: str = "auto"
+    #: Seconds any collective (and a rank's whole distributed check) may wait for the other ranks;
+    #: a rank that raises or hangs becomes an ERROR / NOT_RUN row naming it after at most this long.
+    timeout_s: float = 300.0
+    #: How the elastic launcher starts local ranks: ``auto`` (= ``spawn``, a fresh interpreter per rank;
+    #: ``fork`` is faster on CPU but not safe in a process with threads), ``spawn``, ``forkserver`` or ``fork``.
+    start_method: str = "auto"
+
+
 @dataclass
 class CacheConfig:
     """The plain-twin cache shared by a sweep's jobs (reportgen/cache.py; README, "The plain twin
@@ -257,6 +288,7 @@ class Config:
     compile: CompileConfig = field(default_factory=CompileConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     run: RunConfig = field(default_factory=RunConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)

@@ -40,7 +40,24 @@ def _lost_grads(rows: list[Row], s: dict[str, Any]) -> bool:
         _raised(rows, "does not require grad")
 
 
+def _failed_ranks(rows: list[Row]) -> list[int]:
+    """Ranks of a sharded run whose own process raised, crashed or hung (ERROR rows with a rank)."""
+    return sorted({int(r.extra["rank"]) for r in rows if r.role == Role.EXCEPTION and r.status in BAD
+                   and "rank" in r.extra})
+
+
+def _some_ranks_only(rows: list[Row]) -> bool:
+    """Some ranks' own gradients differ under recompute and others' do not (sharded checks)."""
+    local = [r for r in rows if r.role == Role.RANK_LOCAL_GRADS]
+    bad = [r for r in local if r.status in BAD]
+    return 0 < len(bad) < len(local)
+
+
 RULES: tuple[Rule, ...] = (
+    Rule("a rank failed", lambda rows, s: bool(_failed_ranks(rows)),
+         "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
+         "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
+         "fix what the named rank reports (run it alone with distributed.world_size=1 first), then rerun"),
     Rule("plain twin raised", lambda rows, s: any(r.role == Role.EXCEPTION and r.item == "plain" for r in rows),
          "the model or task raises without any recomputation, so there is no baseline to compare with",
          "fix the model, task or config until a plain forward and backward run (the ERROR row has the message)"),
@@ -68,6 +85,11 @@ RULES: tuple[Rule, ...] = (
          "recomputed and its parameters get no gradient",
          "call model.enable_input_require_grads() before training (Hugging Face / PEFT), or use "
          "use_reentrant=False (recompute=non_reentrant)"),
+    Rule("one rank only", lambda rows, s: _some_ranks_only(rows),
+         "recompute changes the gradients on some ranks only: the recomputed forward takes a rank-dependent path "
+         "there (a branch on the rank, per-rank state or data read again in the recomputation)",
+         "make the recomputed region a pure function of its inputs on every rank, or leave that module out of "
+         "recompute.targets"),
     Rule("frozen input under reentrant", lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
          "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
          "recomputation (use_reentrant=True) then gives the region's parameters no gradient",

@@ -57,6 +57,7 @@ class Role:
     #: An output leaf that is not a tensor (None, a number, a cache object), or a cache tensor only one twin returned.
     OUTPUT_OTHER = "output_other"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
+    RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
 
 
 @dataclass

@@ -11,12 +11,15 @@ import time
 import warnings
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from .checks import REGISTRY, required_names
+from .checks import REGISTRY, required_names, run_order
+from .checks.distributed import follow
 from .contract import check_task_contract
 from .diagnose import diagnose
 from .duration import refuse_long_runs
+from .distributed import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
+                          resolve_backend)
 from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
 from .limits import CheckLimitExceeded, default_max_rss_gib, limited
 from .measure import observation_rows, observe_twins
@@ -50,11 +53,22 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         claim cannot be judged (INCONCLUSIVE), 130 when it was interrupted during the checks
         (``results.partial.json`` keeps what was measured).
     """
-    threads = apply_threads(cfg.get("threads", "auto"))  # the one place: every twin and job of this process
+    threads = apply_threads(cfg.get("threads", "auto"))  # the one place: every twin, rank and job of this process
     log.info("torch threads: %s", threads.describe())
+    world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
+    if problem := launch_problem(world):
+        print(f"reportgen: cannot start: {problem}")
+        forget_unstarted_run(out_dir)
+        return EXIT_USAGE
+    if world > 1 and launched():
+        cfg = rank_config(cfg)  # this rank's own GPU
+        if launch_rank() != 0:
+            return run_rank(cfg, out_dir)
     try:
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = prepare(cfg)
+        if problem := device_problem(world, setup.device):
+            raise SetupError(problem)
         with limited("estimating the run's duration", *check_limits(cfg)):
             refuse_long_runs(setup)  # settings that imply hours: exit 2 with the estimate and the override
     except CheckLimitExceeded as exc:  # a twin that never returns while timed: the checks say so, each as a row
@@ -63,9 +77,11 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         print(f"reportgen: cannot start: {exc}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
-    required = required_names(cfg.verdict.required)
+    required = required_names(cfg.verdict.required, distributed=world > 1)
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
+    if world > 1:
+        meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:
         rows = run_checks(setup, out_dir)
     except Interrupted:
@@ -105,6 +121,36 @@ def prepare(cfg: DictConfig) -> Setup:
     return setup
 
 
+def run_rank(cfg: DictConfig, out_dir: Path) -> int:
+    """A rank other than 0 of a torchrun/srun launch: build the twins, take part in the sharded
+    checks, hand the rows to rank 0 (which writes the one report) and write nothing.
+
+    Returns:
+        0 when this rank took part, 2 when its setup could not start (the message says why).
+    """
+    try:
+        setup = prepare(cfg)
+        if problem := device_problem(int(cfg.distributed.world_size), setup.device):
+            raise SetupError(problem)
+    except (SetupError, RecomputeConfigError) as exc:
+        print(f"reportgen: rank {launch_rank()} cannot start: {exc}")
+        return EXIT_USAGE
+    follow(setup)  # writes nothing: out_dir may be rank 0's own folder (srun tasks share one)
+    log.info("rank %d: rows handed to rank 0", launch_rank())
+    return EXIT_HOLDS
+
+
+def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
+    """Page 1's sharding facts: world size, strategy, backend, mesh, and the commands that reproduce it."""
+    dc, world = cfg.distributed, int(cfg.distributed.world_size)
+    strategy = getattr(dc.strategy, "value", str(dc.strategy))
+    commands = launch_commands(world)
+    return {"world_size": world, "strategy": strategy, "backend": resolve_backend(str(dc.backend), setup.device),
+            "mesh": f"1-D, {world} ranks ({'replicated, gradients all-reduced' if strategy == 'ddp' else 'sharded'})",
+            "timeout_s": float(dc.timeout_s), "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
+            "launch": commands["reportgen"], "torchrun": commands["torchrun"]}
+
+
 def check_limits(cfg: DictConfig | None) -> tuple[float | None, float | None]:
     """``(checks.timeout_s, checks.max_rss_gib)``, the ceiling defaulting to 90 % of physical memory;
     no limits without a config (checks called directly, as tests do)."""
@@ -117,13 +163,14 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     """Run every registered check; after each, rewrite ``results.partial.json`` so a run that
     stops early still leaves the frame of what it measured."""
     rows: list[Row] = []
+    registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
     if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
         return [Row(s.name, "compile", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                     detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                            f"({setup.compile_error}); run with compile.enabled=false")
-                for check in REGISTRY for s in check.sections]
+                for check in registry for s in check.sections]
     limits = check_limits(getattr(setup, "cfg", None))
-    for index, check in enumerate(REGISTRY):
+    for index, check in enumerate(registry):
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
@@ -138,7 +185,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         except KeyboardInterrupt:
             rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
-                     for later in REGISTRY[index:] for s in later.sections]
+                     for later in registry[index:] for s in later.sections]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
             raise Interrupted from None
         except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
@@ -146,6 +193,12 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
     return rows
+
+
+def _world_size(setup: Setup | None) -> int:
+    """``distributed.world_size`` of the setup's config (1 without one)."""
+    cfg = getattr(setup, "cfg", None)
+    return 1 if cfg is None else int(OmegaConf.select(cfg, "distributed.world_size", default=1))
 
 
 def write_results(frame, out_dir: Path) -> None:

@@ -16,11 +16,14 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from .checks import flagged_names, sections
-from .config import GRADIENT_PARITY, LARGER_BATCH, STATE_PARITY, STEP_PARITY
+from .config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, GRADIENT_PARITY, LARGER_BATCH,
+                     STATE_PARITY, STEP_PARITY)
+from .threads import threads_problem
 
 #: A claim must require at least one of these (DESIGN.md: no empty claims).
-PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
-from .threads import threads_problem
+PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY,
+                 DIST_TRAJECTORY)
+
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
@@ -57,7 +60,11 @@ BOUNDED = [
     ("checks.timeout_s", 0.0, False, True),
     ("checks.max_rss_gib", 0.0, False, True),
     ("run.max_estimated_minutes", 0.0, False, True),
+    ("distributed.world_size", 1, True, False),
+    ("distributed.timeout_s", 0.0, False, False),
 ]
+BACKENDS = ("auto", "gloo", "nccl")
+START_METHODS = ("auto", "spawn", "forkserver", "fork")
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")
 
@@ -87,7 +94,8 @@ def config_problems(cfg: DictConfig) -> str:
     """
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
                                               "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
-                                              "precision.autocast", "memory.peak_on_miss", "threads"]
+                                              "precision.autocast", "memory.peak_on_miss", "threads", "distributed.backend",
+                                              "distributed.start_method", "compile.enabled"]
     values, problems = {}, []
     for name in names:
         try:
@@ -97,7 +105,8 @@ def config_problems(cfg: DictConfig) -> str:
     problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
                  and (p := _number_problem(name, values[name], low, inclusive, nullable))]
     enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
-             ("larger_batch.lr_scaling", LR_SCALINGS), ("memory.peak_on_miss", PEAK_ON_MISS)]
+             ("larger_batch.lr_scaling", LR_SCALINGS), ("memory.peak_on_miss", PEAK_ON_MISS),
+             ("distributed.backend", BACKENDS), ("distributed.start_method", START_METHODS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
     problems += [p for name in ("budget.seeds", "larger_batch.seeds") if (p := _seeds_problem(name, values.get(name)))]
@@ -108,6 +117,7 @@ def config_problems(cfg: DictConfig) -> str:
             problems.append(f"{name}={share} must be between 0 and 1 (a share of the plain figure)")
     if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
         problems.append(problem)
+    problems += _distributed_problems(values)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
@@ -129,6 +139,23 @@ def config_problems(cfg: DictConfig) -> str:
     if not problems:
         return ""
     return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+
+
+def _distributed_problems(values: dict[str, Any]) -> list[str]:
+    """Settings a sharded run (``distributed.world_size > 1``) cannot use, each naming the fix."""
+    world = values.get("distributed.world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
+        return []
+    problems = []
+    batch = values.get("parity.batch_size")
+    if isinstance(batch, int) and batch % world:
+        problems.append(f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
+                        f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}")
+    if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
+        problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
+    if values.get("compile.enabled"):
+        problems.append("compile.enabled=true is not supported with distributed.world_size>1; set compile.enabled=false")
+    return problems
 
 
 def _seeds_problem(name: str, seeds: Any) -> str | None:

@@ -12,13 +12,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reportgen"
 #: Lowest first. A new module must be placed here, in the layer its imports allow.
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rng", "structure", "keys",
-                    "fetcher", "cache", "attachments", "sources", "limits", "models", "models.ffn", "models.mlp",
-                    "models.gpt", "threads", "progress"}),
+                    "fetcher", "cache", "attachments", "sources", "limits", "bootstrap", "models", "models.ffn",
+                    "models.mlp", "models.gpt", "threads", "progress"}),
     ("core", {"results", "recompute", "tasks"}),
     ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "contract", "plots", "diagnose",
-              "duration"}),
+               "duration", "distributed", "ranks"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
-                "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch"}),
+                "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),
     ("outputs", {"render", "signing", "rundir"}),
     ("verify", {"sweep", "comparison", "verify.outcome", "verify.pdf", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify",

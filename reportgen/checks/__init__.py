@@ -9,12 +9,12 @@ lives below them in ``reportgen.measure``, ``reportgen.train``, ``reportgen.esti
 """
 from __future__ import annotations
 
-from . import budget, larger_batch, memory, parity, policy, step, timing, trajectory
+from . import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
 from .base import ROWS_TEMPLATE, Check, Section  # noqa: F401 - the records, re-exported with the registry
 
 #: Every check, in checklist (and report) order.
 REGISTRY: list[Check] = [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK,
-                         budget.CHECK, larger_batch.CHECK]
+                         budget.CHECK, larger_batch.CHECK, distributed.CHECK]
 
 
 def sections() -> list[Section]:
@@ -27,15 +27,32 @@ def section(name: str) -> Section | None:
     return next((s for s in sections() if s.name == name), None)
 
 
-def default_required() -> list[str]:
+def default_required(distributed: bool = False) -> list[str]:
     """Names of the sections that are required by default (every one but flagged experiments
-    and those marked ``required=False``)."""
-    return [s.name for s in sections() if s.required and not s.flagged]
+    and those marked ``required=False``); with ``distributed`` (``distributed.world_size > 1``)
+    the sharded checks' sections too."""
+    return [s.name for s in sections() if (s.required or (distributed and s.distributed)) and not s.flagged]
 
 
-def required_names(configured: list[str] | None) -> list[str]:
+def required_names(configured: list[str] | None, distributed: bool = False) -> list[str]:
     """``verdict.required`` as a list: the configured names, or (null) :func:`default_required`."""
-    return default_required() if configured is None else [str(name) for name in configured]
+    return default_required(distributed) if configured is None else [str(name) for name in configured]
+
+
+def run_order(registry: list[Check], distributed: bool, joined: bool) -> list[Check]:
+    """The checks a run runs, in order.
+
+    Args:
+        registry: the registered checks, in report order.
+        distributed: ``distributed.world_size > 1``; without it the sharded checks are left out.
+        joined: inside a torchrun/srun launch: the sharded checks run first, so every rank meets
+            rank 0 in their first collective before rank 0 spends time on single-process checks.
+    """
+    sharded = [c for c in registry if any(s.distributed for s in c.sections)]
+    rest = [c for c in registry if c not in sharded]
+    if not distributed:
+        return rest
+    return sharded + rest if joined else list(registry)
 
 
 def flagged_names() -> set[str]:

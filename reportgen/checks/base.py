@@ -27,6 +27,8 @@ class Section:
         plotter: ``fn(rows of this check) -> list[reportgen.plots.Plot]``, or None.
         required: part of the claim by default (``verdict.required`` when it is null).
         flagged: a separate experiment: every row is FLAGGED and never counts.
+        distributed: measured only with ``distributed.world_size > 1``, and then required by
+            default (the sharded claim); with one process it has no rows and is not required.
     """
 
     name: str
@@ -35,6 +37,7 @@ class Section:
     plotter: Callable[[pd.DataFrame], list] | None = None
     required: bool = True
     flagged: bool = False
+    distributed: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,384 @@
+"""The recompute claim under sharding (``distributed.world_size > 1``): DDP or FSDP2 twins.
+
+The method of PyTorch's own FSDP2 tests: every rank runs its equal share of the same global
+batch; gradients and parameters are compared as full tensors (``DTensor.full_tensor()`` under
+FSDP2, the all-reduced gradients under DDP), against
+
+(a) the distributed plain twin (recompute's own effect; required, an A/A distributed plain
+    twin beside it), and
+(b) a single-process plain reference on the same global batch (sharding's own effect;
+    advisory: reduction order may move the last bits).
+
+Each rank's own loss, outputs, gradients before reduction, buffers, module attributes and
+generator states are compared per rank (a ``rank`` column), so a difference visible on one rank
+only is reported with its rank. Memory (saved activation bytes) and warm step time are measured
+per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
+
+With world_size 1 the check adds no rows. Otherwise :func:`reportgen.ranks.run_sharded` runs
+:data:`PARTS` on every rank: it starts the ranks with torch's elastic launcher, or, inside a
+torchrun/srun launch, runs this process's part as one rank of that group; rank 0 gathers every
+rank's rows.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+from hydra.utils import instantiate
+
+from ..bootstrap import bootstrap_ratio_ci
+from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME, DIST_TRAJECTORY
+from ..distributed import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
+                           max_over_ranks, shard_batch)
+from ..ranks import follow as ranks_follow
+from ..ranks import ranked, run_sharded
+from ..measure import make_train_step, saved_activation_bytes
+from ..peak import warm_step_peak
+from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
+from ..rows import aa_row, tensor_row
+from ..setup import Setup, forward_backward
+from ..snapshot import Snapshot, module_attributes, snapshot_rows
+from ..tasks import batch_to
+from ..train import step_seed
+from .base import Check, Section
+
+#: Roles of this check's rows that the generic roles do not name.
+ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
+ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
+ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
+ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
+ROLE_RANK_PEAK = "rank_step_peak"  #: live tensor bytes at the peak of one rank's warm step
+ROLE_MAX_PEAK = "max_rank_step_peak"  #: the step peak of the worst rank (plain, recompute)
+ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
+ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
+
+
+
+def distributed_checks(setup: Setup) -> list[Row]:
+    """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1), run by
+    :func:`reportgen.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
+    it, and the parts it stopped NOT_RUN rows."""
+    return run_sharded(setup, PARTS)
+
+
+def follow(setup: Setup) -> list[Row] | None:
+    """This process's part as one rank of a torchrun/srun launch (every rank's rows on rank 0, None
+    on the others); ``run`` calls it on ranks other than 0."""
+    return ranks_follow(setup, PARTS)
+
+
+def _twin(setup: Setup, group: Group, recompute: bool):
+    """A fresh twin (shared initial weights), spread over the ranks by ``distributed.strategy``."""
+    strategy = getattr(setup.cfg.distributed.strategy, "value", str(setup.cfg.distributed.strategy))
+    return distribute(setup.build(recompute), strategy, [w.path for w in setup.wrapped], group)
+
+
+def _local(setup: Setup, group: Group) -> tuple:
+    return shard_batch(setup.batch, group.rank, group.world_size)
+
+
+def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
+    """The single-process plain reference on the same global batch: the plain twin's gradients on
+    each rank's share, with that rank's generator draws (every rank seeds ``forward_seed``), averaged
+    over the shares: what DDP/FSDP2 compute, without sharding. Returns ``(model, grads)``; the
+    model holds the averaged gradients (ready for one optimizer step)."""
+    model, per_rank = setup.build(False), []
+    for rank in range(world_size):
+        model.zero_grad(set_to_none=True)
+        per_rank.append(forward_backward(model, shard_batch(setup.batch, rank, world_size), setup.task.loss,
+                                         setup.cfg.forward_seed).grads)
+    grads = {}
+    for name in per_rank[0]:
+        parts = [g.get(name) for g in per_rank]  # None on any share: None (never skipped)
+        grads[name] = None if any(p is None for p in parts) else \
+            (sum(p.double() for p in parts) / world_size).to(parts[0].dtype)
+    for name, p in model.named_parameters():
+        p.grad = None if grads.get(name) is None else grads[name].clone()
+    return model, grads
+
+
+def _reference_rows(check: str, prefix: str, reference: dict, plain: dict, recompute: dict, rtol, atol) -> list[Row]:
+    """Advisory rows (WARN on a miss): each distributed twin vs the single-process reference."""
+    rows = []
+    for variant, twin in (("plain", plain), ("recompute", recompute)):
+        for name in sorted(set(reference) | set(twin)):
+            row = tensor_row(check, f"{prefix}{name} ({variant}, distributed vs single-process)", reference.get(name),
+                             twin.get(name), rtol, atol, ROLE_REFERENCE)
+            row.variant, row.on_miss = variant, WARN
+            row.__post_init__()  # judged again by results.judge with the advisory on_miss
+            rows.append(row)
+    return rows
+
+
+def gradient_rows(setup: Setup, group: Group) -> list[Row]:
+    """One forward and backward of the distributed plain, A/A and recompute twins on this rank's share.
+
+    Returns:
+        Per rank: loss and every output leaf (``rank`` column). On rank 0 also: every parameter's
+        full gradient (recompute vs plain, with the A/A twin), the A/A row, and (advisory) both
+        distributed twins vs the single-process reference.
+    """
+    rtol, atol = setup.tolerance()
+    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
+    runs = {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        model = _twin(setup, group, recompute)
+        out = forward_backward(model, local, loss, seed)
+        runs[name] = (out, full_grads(model))  # collective under FSDP2: every rank, same order
+    (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
+    rows = [ranked(tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss),
+                    group.rank)]
+    rows += [ranked(tensor_row(DIST_GRADIENT_PARITY, name, plain.output.get(name), rc.output.get(name), rtol, atol,
+                                Role.OUTPUT, aa=aa.output.get(name)), group.rank)
+             for name in dict.fromkeys([*plain.output, *rc.output])]
+    rows.append(ranked(local_gradients_row(setup, local, rtol, atol), group.rank))
+    if group.rank != 0:
+        return rows
+    grads = [tensor_row(DIST_GRADIENT_PARITY, f"{name}.grad (full)", plain_g.get(name), rc_g.get(name), rtol, atol,
+                        Role.PARAM_GRAD, aa=aa_g.get(name)) for name in sorted(set(plain_g) | set(rc_g))]
+    _, reference = reference_grads(setup, group.world_size)
+    rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads)]
+    return rows + _reference_rows(DIST_GRADIENT_PARITY, "", {f"{n}.grad": g for n, g in reference.items()},
+                                  {f"{n}.grad": g for n, g in plain_g.items()},
+                                  {f"{n}.grad": g for n, g in rc_g.items()}, rtol, atol)
+
+
+def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
+    """This rank's own gradients before any reduction: the unsharded plain and recompute twins on
+    this rank's share (what DDP/FSDP2 compute locally before reducing). A fault that shows on one
+    rank only (a rank-dependent branch inside a recomputed block) is named by its rank here, while
+    the reduced full gradients only show that something differs.
+
+    Returns:
+        One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
+    """
+    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    plain = forward_backward(setup.build(False), local, loss, seed)
+    rc = forward_backward(setup.build(True), local, loss, seed)
+    compared = [tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
+                for n in sorted(set(plain.grads) | set(rc.grads))]
+    bad = sorted((r for r in compared if r.status != PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
+    equal = all(bool(r.extra.get("bitwise_equal")) for r in compared)
+    detail = (f"all {len(compared)} gradients of this rank's share {'bitwise equal' if equal else 'within tolerance'}"
+              if not bad else f"{len(bad)} of {len(compared)} gradients of this rank's share differ before reduction; "
+              f"worst {bad[0].item} (max abs err {bad[0].value:.3g}, {bad[0].detail})")
+    return Row(DIST_GRADIENT_PARITY, "local gradients before reduction", "recompute", "tensors_outside_tolerance",
+               float(len(bad)), "0", "==", detail=detail, role=Role.RANK_LOCAL_GRADS, unit="tensors", threshold_value=0.0,
+               extra={"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""})
+
+
+def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
+    """A distributed twin's state after its step, in full tensors and plain names: parameters and
+    optimizer state (collectives under FSDP2), buffers, plain module attributes (of the model inside
+    DDP's wrapper), this rank's generator states after backward."""
+    inner = getattr(model, "module", model) if hasattr(model, "no_sync") else model  # DDP keeps the model in .module
+    buffers = {dist_name(n): full(b) for n, b in inner.named_buffers()}
+    return Snapshot(full_params(model), full_optimizer_state(model, optimizer), buffers, module_attributes(inner),
+                    {k: v.clone() for k, v in rng.items()}, loss)
+
+
+#: Roles of the per-rank state rows (each rank's own buffers, attributes and generators).
+STATE_ROLES = {Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.IGNORED}
+
+
+def step_rows(setup: Setup, group: Group) -> list[Row]:
+    """One step of ``parity.optimizer`` on each distributed twin (plain, A/A, recompute).
+
+    Returns:
+        Per rank (``rank`` column): buffers, plain module attributes and generator states after
+        backward (bitwise), and that rank's A/A row. On rank 0 also: full parameters and optimizer
+        state, recompute vs plain, and (advisory) the full parameters vs one step of the
+        single-process reference. Compared by :func:`reportgen.snapshot.snapshot_rows`, with
+        ``state.ignore_attributes`` honoured.
+    """
+    rtol, atol = setup.tolerance()
+    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
+    snaps = {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        model = _twin(setup, group, recompute)
+        optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+        out = forward_backward(model, local, loss, seed)
+        optimizer.step()
+        snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+    compared = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol,
+                             list(setup.cfg.state.ignore_attributes))
+    rows = []
+    for row in compared:
+        row.check = DIST_STEP_PARITY
+        if row.role in STATE_ROLES:
+            rows.append(ranked(row, group.rank))
+        elif group.rank == 0:
+            row.item += " (full)"
+            rows.append(row)
+    rows.append(ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
+    if group.rank != 0:
+        return rows
+    reference, _ = reference_grads(setup, group.world_size)
+    instantiate(setup.cfg.parity.optimizer, params=[p for p in reference.parameters() if p.requires_grad]).step()
+    ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    return rows + _reference_rows(DIST_STEP_PARITY, "param ", ref_params, snaps["plain"].params,
+                                  snaps["recompute"].params, rtol, atol)
+
+
+def _trajectory(setup: Setup, group: Group, recompute: bool) -> list[Snapshot]:
+    """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
+    after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
+    by ``cfg.seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
+    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory."""
+    cfg = setup.cfg
+    model = _twin(setup, group, recompute)
+    optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    generator = torch.Generator().manual_seed(int(cfg.seed))
+    snaps = []
+    for k in range(int(cfg.parity.steps)):
+        batch = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
+        optimizer.zero_grad(set_to_none=True)
+        seed = None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)
+        out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task.loss, seed)
+        optimizer.step()
+        snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
+    return snaps
+
+
+def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
+    """The distributed plain, A/A and recompute twins, ``parity.steps`` steps each, compared after every step.
+
+    Returns:
+        Per step and rank: one ``recompute`` row (``allclose`` on the worst excess over every compared
+        item: on rank 0 the full parameters and optimizer state and its own state, on the other ranks
+        their own buffers, attributes and generators) and one ``aa`` row (INCONCLUSIVE when missed).
+    """
+    rtol, atol = setup.tolerance()
+    runs = {name: _trajectory(setup, group, recompute)
+            for name, recompute in (("plain", False), ("aa", False), ("recompute", True))}
+    rows = []
+    for k, (p, a, r) in enumerate(zip(runs["plain"], runs["aa"], runs["recompute"]), start=1):
+        compared = [x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
+                    if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)]
+        for variant, key, on_miss in (("recompute", "excess", FAIL), ("aa", "aa_excess", INCONCLUSIVE)):
+            excess = [(float(x.extra.get(key, math.inf)), x) for x in compared]
+            moved = [x.item for e, x in excess if not e <= 0]
+            worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)
+            detail = (f"all {len(compared)} items within tolerance" if not moved else
+                      f"{len(moved)} of {len(compared)} items outside tolerance, e.g. {', '.join(moved[:3])}")
+            rows.append(ranked(Row(DIST_TRAJECTORY, f"step {k}", variant, "items_outside_tolerance",
+                                    float(len(moved)), "allclose per item", "allclose", detail=detail,
+                                    role=Role.TRAJECTORY, unit="items", on_miss=on_miss,
+                                    extra={"step": k, "excess": worst, "items": len(compared)}), group.rank))
+    return rows
+
+
+def memory_rows(setup: Setup, group: Group) -> list[Row]:
+    """Memory of each rank, in runs of their own: bytes autograd saves for backward (forward and loss on
+    the rank's share) and the peak of live tensor bytes in one warm training step
+    (:func:`reportgen.peak.warm_step_peak`, torch's MemTracker; on CUDA the allocator's peaks beside
+    it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
+    (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
+    local, paths = _local(setup, group), [w.path for w in setup.wrapped]
+    measured = {}
+    for variant, recompute in (("plain", False), ("recompute", True)):
+        model = _twin(setup, group, recompute)
+        measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
+                                                   paths).total_bytes
+    rows = [ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
+                        float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
+                        detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
+            for variant, value in measured.items()]
+    peaks = {variant: warm_step_peak(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
+                                     setup.cfg.forward_seed, warm_steps=1)
+             for variant, recompute in (("plain", False), ("recompute", True))}
+    rows += [ranked(Row(DIST_MEMORY, f"step peak ({variant})", variant, "peak_live_bytes", float(peak.peak_bytes),
+                        unit="B", role=ROLE_RANK_PEAK, status=INFO,
+                        detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
+                               f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
+                        extra={"phase": peak.phase, **(peak.cuda or {})}), group.rank)
+             for variant, peak in peaks.items()]
+    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"]),
+                            float(peaks["plain"].peak_bytes), float(peaks["recompute"].peak_bytes)], group)
+    if group.rank != 0:
+        return rows
+    on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
+    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (plain)", "plain", "peak_live_bytes", worst[2], unit="B",
+                    role=ROLE_MAX_PEAK, status=INFO, detail=f"the largest plain step peak of the {group.world_size} ranks"))
+    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (recompute)", "recompute", "peak_live_bytes", worst[3],
+                    f"<= {worst[2]:.0f} B (plain, max over ranks)", "<=", role=ROLE_MAX_PEAK, unit="B",
+                    threshold_value=worst[2], on_miss=on_miss,
+                    detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
+                           "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)"))
+    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (plain)", "plain", "saved_activation_bytes",
+                    worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
+                    detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
+    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (recompute)", "recompute", "saved_activation_bytes",
+                    worst[1], f"< {worst[0]:.0f} B (plain, max over ranks)", "<", role=ROLE_MAX_SAVED, unit="B",
+                    threshold_value=worst[0], on_miss=WARN,
+                    detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain"))
+    return rows
+
+
+def time_rows(setup: Setup, group: Group) -> list[Row]:
+    """Warm training steps of the distributed plain and recompute twins, interleaved; each step's time is
+    the maximum over ranks (the slowest rank sets the pace). Rows: each rank's median (per rank) and,
+    on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
+    (:func:`reportgen.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
+    against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
+    tc, local = setup.cfg.timing, _local(setup, group)
+    steps: dict[str, Callable[[], None]] = {
+        variant: make_train_step(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
+                                 setup.cfg.forward_seed)
+        for variant, recompute in (("plain", False), ("recompute", True))}
+    sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {"plain": [], "recompute": []}
+    for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
+        for variant, step in steps.items():
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            if index >= int(tc.warmup_steps):
+                times[variant].append((time.perf_counter() - start) * 1e3)
+    rows = [ranked(Row(DIST_TIME, f"median step ({variant})", variant, "step_time_ms", statistics.median(ms),
+                        unit="ms", role=ROLE_RANK_STEP, status=INFO,
+                        detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
+            for variant, ms in times.items()]
+    worst = {variant: max_over_ranks(ms, group) for variant, ms in times.items()}
+    if group.rank != 0:
+        return rows
+    plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
+    rows += [Row(DIST_TIME, f"median step, max over ranks ({variant})", variant, "step_time_ms", value, unit="ms",
+                 role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
+             for variant, value in (("plain", plain), ("recompute", recompute))]
+    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
+    bound = tc.max_overhead_ratio
+    detail = (f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
+              f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}")
+    rows.append(Row(DIST_TIME, "overhead ratio (slowest rank per step)", "recompute", "overhead_ratio", ratio,
+                    f"<= {bound}" if bound is not None else "", "ci<=" if bound is not None else "",
+                    role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
+                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail,
+                    extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))
+    return rows
+
+
+#: The parts every rank runs, in order (section, function); module-level functions, so a spawned rank
+#: imports them by name.
+PARTS = ((DIST_GRADIENT_PARITY, gradient_rows), (DIST_STEP_PARITY, step_rows), (DIST_TRAJECTORY, trajectory_rows),
+         (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows))
+
+CHECK = Check(distributed_checks, (
+    Section(DIST_GRADIENT_PARITY, "Sharded twins (distributed.strategy) on every rank's share of the same global "
+            "batch: each rank's loss and outputs, then every parameter's full gradient, recompute vs the distributed "
+            "plain twin; sharding's own effect (vs a single-process reference) is shown apart and advisory.",
+            required=False, distributed=True),
+    Section(DIST_STEP_PARITY, "One optimizer step on the sharded twins: full parameters and optimizer state, and "
+            "each rank's generator states after backward.", required=False, distributed=True),
+    Section(DIST_TRAJECTORY, "Several optimizer steps of the sharded twins on the training stream, compared after "
+            "every step (full parameters and optimizer state; each rank's buffers, attributes and generators).",
+            required=False, distributed=True),
+    Section(DIST_MEMORY, "Bytes autograd keeps for backward on each rank, and the maximum over ranks.",
+            required=False, distributed=True),
+    Section(DIST_TIME, "Warm training steps of the sharded twins; each step's time is the slowest rank's.",
+            required=False, distributed=True),
+))
