@@ -351,7 +351,7 @@ def test_every_section_renders_with_every_optional_value_missing(signed_run):
         for row in emptied.itertuples():
             if section["template"] != "sections/rows.html.j2":  # own layouts summarise; the rows table lists all
                 break
-            assert str(row.item).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in html
+            assert str(row.item).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in html.replace("<wbr>", "")
         assert "saved activations not measured" in html and "step time not measured" in html
 
 

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job
 from reportgen import sweep
+from reportgen.config import TIME
 from reportgen.keys import generate_key, load_public_key
 
 
@@ -226,7 +227,10 @@ def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
     proc, folder = run_sweep(tmp_path, f"hydra/launcher={launcher}", overrides=TWO_JOBS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     basic = comparable(basic_sweep[1])
-    pd.testing.assert_frame_equal(comparable(folder)[OUTCOME], basic[basic.job < 2][OUTCOME], check_dtype=False)
+    measured = comparable(folder)  # step times (and so the timing check's WARN) differ between any two runs
+    pd.testing.assert_frame_equal(measured[measured.check != TIME][OUTCOME].reset_index(drop=True),
+                                  basic[(basic.job < 2) & (basic.check != TIME)][OUTCOME].reset_index(drop=True),
+                                  check_dtype=False)
 
 
 # --------------------------------------------------------------------------- the plain twin's cache
