@@ -401,91 +401,92 @@ SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
               "tie_word_embeddings", "attention_bias")
 
 
-def fit_largest_batch(peak_at: Callable[[int], tuple[int, str]], memory_bytes: float, first: int,
+#: Phases whose peak grows with the batch (activations); the optimizer step's does not.
+ACTIVATION_PHASES = ("forward", "backward", "recompute")
+
+
+def fit_largest_batch(peak_at: Callable[[int], tuple[int, int]], memory_bytes: float, first: int,
                       max_counts: int = 12) -> dict[str, Any]:
-    """The largest batch whose step peak fits in ``memory_bytes``: an affine fit, solved, confirmed by a count.
+    """The largest batch whose step peak fits in ``memory_bytes``: an affine fit, solved, confirmed by counts.
 
-    For a fixed sequence the step's peak is affine in the batch once activations set it
-    (``peak(b) = intercept + slope*b``, the peak in forward, backward or recompute); at small
-    batches it can sit in the optimizer step instead, where it does not grow with the batch
-    (AdamW's temporaries). So:
+    A step's peak is the larger of its activation phases' peak (forward, backward, recompute),
+    which for a fixed sequence is affine in the batch (``intercept + slope*b``), and the
+    optimizer step's, which does not depend on the batch. So:
 
-    1. count at ``first`` and ``first + 1``; while fewer than two counts are set by activations
-       and the last fits, double the batch (the line needs two activation-set counts);
-    2. solve the line through the last two activation-set counts (or, without two, through the
-       largest count that fits and the smallest that does not) for ``memory_bytes``, kept
-       between those two;
-    3. count at the answer. It is confirmed when it fits and either the count one batch above
-       does not, or the count equals the line exactly at this third batch (the line is then
-       exact and the next batch is over by it). Else the answer's count narrows the bracket and
-       step 2 repeats.
+    1. count at ``first`` and ``first + 1``: the line through their activation-phase peaks;
+    2. solve ``line(b) <= memory_bytes`` for the largest ``b``;
+    3. count at that batch: confirmed when its step peak fits and its activation-phase peak is
+       exactly on the line (then every larger batch is over the budget by the same line), and
+       when it is one of the two fitted batches, by a count one batch above that does not fit.
 
-    A batch that does not fit at 1 gives 0 (the peak never falls as the batch grows).
+    If a confirmation fails (the peak is not exactly affine there) the largest batch is found
+    between the largest counted batch that fits and the smallest that does not, by the line
+    through those two counts, until they are one batch apart. A batch that does not fit at 1
+    gives 0 (the peak never falls as the batch grows).
 
     Args:
-        peak_at: ``fn(batch) -> (peak bytes, phase)`` (each call is a counted step; phase as
-            :data:`reportgen.peak.PHASES`).
+        peak_at: ``fn(batch) -> (step peak bytes, activation-phase peak bytes)``; each call is a
+            counted step, B.
         memory_bytes: the budget, B.
         first: the first batch counted (the reported batch).
         max_counts: at most this many counts; then the largest counted batch that fits.
 
     Returns:
         ``{"largest", "slope", "intercept", "largest_peak", "predicted", "note", "counted"}``
-        (bytes in B; ``counted``: ``{batch: (peak, phase)}`` of every count).
+        (bytes in B; ``counted``: ``{batch: (step peak, activation-phase peak)}``).
     """
-    counted: dict[int, tuple[int, str]] = {}
+    counted: dict[int, tuple[int, int]] = {}
 
     def at(batch: int) -> int:
         if batch not in counted:
-            peak, phase = peak_at(batch)
-            counted[batch] = (int(peak), phase)
+            total, act = peak_at(batch)
+            counted[batch] = (int(total), int(act))
         return counted[batch][0]
-
-    def line_through(a: int, b: int) -> tuple[float, float]:
-        slope = (counted[b][0] - counted[a][0]) / (b - a)
-        return slope, counted[a][0] - slope * a
 
     result: dict[str, Any] = {"largest": 0, "slope": None, "intercept": None, "largest_peak": None,
                               "predicted": None, "counted": counted}
     if at(first) > memory_bytes and first == 1:
         return {**result, "note": f"batch 1 needs {format_bytes(counted[1][0])}, more than the budget"}
-    hi = first + 1
-    while at(hi) <= memory_bytes and len(counted) < max_counts \
-            and sum(phase != "optimizer step" for _, phase in counted.values()) < 2:
-        hi *= 2
-    while len(counted) < max_counts:
+    at(first + 1)
+    slope = float(counted[first + 1][1] - counted[first][1])
+    intercept = counted[first][1] - slope * first
+    result.update(slope=slope, intercept=intercept)
+    if slope > 0:
+        best = int(math.floor((memory_bytes - intercept) / slope))
+        if best >= 1:
+            fitted = intercept + slope * best
+            if at(best) <= memory_bytes and counted[best][1] == round(fitted) and (
+                    best not in (first, first + 1) or at(best + 1) > memory_bytes):
+                how = (f"exact at batch {best}" if best not in (first, first + 1)
+                       else f"batch {best + 1} counted {format_bytes(counted[best + 1][0])}")
+                result.update(largest=best, largest_peak=counted[best][0], predicted=fitted)
+                return {**result, "note": (f"activation peak line {format_bytes(intercept)} + {format_bytes(slope)} x b "
+                                           f"through batches {first} and {first + 1}, solved for the budget; {how}; "
+                                           f"batch {best} counted {format_bytes(counted[best][0])}")}
+        elif at(1) > memory_bytes:
+            return {**result, "note": f"batch 1 needs {format_bytes(counted[1][0])}, more than the budget"}
+    while len(counted) < max_counts:  # the line was not exact: close the bracket on counted peaks
         fits = [b for b, (p, _) in counted.items() if p <= memory_bytes]
         over = [b for b, (p, _) in counted.items() if p > memory_bytes]
-        floor_b, ceil_b = (max(fits) if fits else 0), (min(over) if over else None)
-        if ceil_b is not None and ceil_b == floor_b + 1:
-            result.update(largest=floor_b, largest_peak=counted[floor_b][0] if floor_b else None)
-            note = (f"batch {floor_b} counted {format_bytes(counted[floor_b][0])}, batch {ceil_b} "
-                    f"{format_bytes(counted[ceil_b][0])}" if floor_b else f"batch 1 counted {format_bytes(at(1))}")
-            return {**result, "note": note + f" ({len(counted)} counts)"}
-        activation_set = sorted(b for b, (_, phase) in counted.items() if phase != "optimizer step")
-        pair = activation_set[-2:] if len(activation_set) >= 2 else [floor_b or min(counted), ceil_b or max(counted)]
-        if pair[0] == pair[1] or counted[pair[1]][0] <= counted[pair[0]][0]:
+        floor_b = max(fits) if fits else 0
+        ceil_b = min(over) if over else max(counted) * 2
+        if ceil_b == floor_b + 1:
             break
-        slope, intercept = line_through(*pair)
-        result.update(slope=slope, intercept=intercept)
-        best = int(math.floor((memory_bytes - intercept) / slope))
-        best = max(best, floor_b, 1)
-        if ceil_b is not None:
-            best = min(best, ceil_b - 1)
-        fitted = intercept + slope * best
-        if at(best) <= memory_bytes and best not in pair and counted[best][0] == round(fitted) \
-                and counted[best][1] != "optimizer step" and intercept + slope * (best + 1) > memory_bytes:
-            result.update(largest=best, largest_peak=counted[best][0], predicted=fitted)
-            return {**result, "note": (f"line peak(b) = {format_bytes(intercept)} + {format_bytes(slope)} x b through "
-                                       f"batches {pair[0]} and {pair[1]}, solved for the budget, exact at batch {best} "
-                                       f"({format_bytes(counted[best][0])} counted)")}
-        if counted[best][0] <= memory_bytes:
-            at(best + 1)
+        if ceil_b in counted and floor_b in counted and counted[ceil_b][0] > counted[floor_b][0]:
+            step = (counted[ceil_b][0] - counted[floor_b][0]) / (ceil_b - floor_b)
+            guess = floor_b + int((memory_bytes - counted[floor_b][0]) // step)
+        else:
+            guess = ceil_b
+        at(min(max(guess, floor_b + 1), ceil_b - 1) if ceil_b in counted else ceil_b)
     fits = [b for b, (p, _) in counted.items() if p <= memory_bytes]
     best = max(fits) if fits else 0
+    over = [b for b, (p, _) in counted.items() if p > memory_bytes]
     result.update(largest=best, largest_peak=counted[best][0] if best else None)
-    return {**result, "note": f"after {len(counted)} counts the largest counted batch that fits is {best} "
-                              f"(no exact line: the peak does not grow steadily with the batch)"}
+    closed = over and min(over) == best + 1
+    return {**result, "note": (f"batch {best} counted {format_bytes(counted[best][0]) if best else '-'}, batch "
+                               f"{min(over)} {format_bytes(counted[min(over)][0])} ({len(counted)} counts; the peak "
+                               "is not exactly affine in the batch here)" if closed else
+                               f"after {len(counted)} counts the largest counted batch that fits is {best}")}
 
 
 def plan_setting(config: Any, args: PlanArgs, name: str, use_reentrant: bool | None) -> tuple[SettingPlan, int]:
@@ -510,7 +511,8 @@ def plan_setting(config: Any, args: PlanArgs, name: str, use_reentrant: bool | N
         def count(batch: int) -> int:
             peaks[batch] = warm_step_peak(model, fake_batch(mode, batch, args.seq), causal_lm_loss, OPTIMIZER,
                                           None, warm_steps=0)
-            return peaks[batch].peak_bytes, peaks[batch].phase
+            peak = peaks[batch]
+            return peak.peak_bytes, max(peak.phase_peaks.get(p, 0) for p in ACTIVATION_PHASES)
 
         saved = saved_activation_bytes(model, fake_batch(mode, args.batch, args.seq), causal_lm_loss, None, paths)
         fit = fit_largest_batch(count, memory_bytes, args.batch)
