@@ -457,12 +457,13 @@ def fit_largest_batch(peak_at: Callable[[int], tuple[int, int]], memory_bytes: f
             fitted = intercept + slope * best
             if at(best) <= memory_bytes and counted[best][1] == round(fitted) and (
                     best not in (first, first + 1) or at(best + 1) > memory_bytes):
-                how = (f"exact at batch {best}" if best not in (first, first + 1)
-                       else f"batch {best + 1} counted {format_bytes(counted[best + 1][0])}")
+                how = (f"batch {best} counted {format_bytes(counted[best][0])}, exactly on the line"
+                       if best not in (first, first + 1) else
+                       f"batch {best} counted {format_bytes(counted[best][0])}, batch {best + 1} "
+                       f"{format_bytes(counted[best + 1][0])}")
                 result.update(largest=best, largest_peak=counted[best][0], predicted=fitted)
                 return {**result, "note": (f"activation peak line {format_bytes(intercept)} + {format_bytes(slope)} x b "
-                                           f"through batches {first} and {first + 1}, solved for the budget; {how}; "
-                                           f"batch {best} counted {format_bytes(counted[best][0])}")}
+                                           f"through batches {first} and {first + 1}, solved for the budget; {how}")}
         elif at(1) > memory_bytes:
             return {**result, "note": f"batch 1 needs {format_bytes(counted[1][0])}, more than the budget"}
     while len(counted) < max_counts:  # the line was not exact: close the bracket on counted peaks
@@ -606,7 +607,8 @@ def csv_text(plan: Plan) -> str:
     """plan.csv's text (:func:`plan_rows`, columns :data:`CSV_COLUMNS`)."""
     import pandas as pd
 
-    return pd.DataFrame(plan_rows(plan), columns=list(CSV_COLUMNS)).to_csv(index=False)
+    frame = pd.DataFrame(plan_rows(plan), columns=list(CSV_COLUMNS))
+    return frame.astype({"batch": "Int64", "bytes": "Int64"}).to_csv(index=False)
 
 
 def console_table(plan: Plan) -> str:
@@ -628,8 +630,7 @@ def html_text(plan: Plan) -> str:
     """plan.html: the plan through ``templates/plan.html.j2`` (autoescape, StrictUndefined)."""
     from .render import environment
 
-    return environment().get_template("plan.html.j2").render(plan=plan, assumptions=ASSUMPTIONS,
-                                                              rows=plan_rows(plan))
+    return environment().get_template("plan.html.j2").render(plan=plan, assumptions=ASSUMPTIONS, where=where_text)
 
 
 def new_folder(out: Path | None, now: dt.datetime) -> Path:
