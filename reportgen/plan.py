@@ -49,7 +49,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .errors import EXIT_USAGE
+from .errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
 from .peak import StepPeak, format_bytes, warm_step_peak
 
 #: Recompute settings planned, in report order: ``(name, use_reentrant)``; None = no recompute.
@@ -694,7 +694,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 when the plan was written; 2 (one line on stderr naming the fix, nothing written) on
-        bad input, an unreadable config or a shape that overflows.
+        bad input, an unreadable config or a shape that overflows; 70 (one line) on
+        reportgen's own bug; 130 on Ctrl-C (nothing written either way).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -705,6 +706,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlanError as exc:
         print(f"reportgen.plan: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("reportgen.plan: interrupted; nothing written", file=sys.stderr)
+        return EXIT_SIGINT
+    except Exception as exc:  # noqa: BLE001 - reportgen's own bug: one line, not a traceback
+        reason = " ".join(str(exc).split())[:300]
+        print(f"reportgen.plan: internal error ({type(exc).__name__}: {reason}); nothing written; please report it "
+              "with the command line", file=sys.stderr)
+        return EXIT_BUG
     print(console_table(plan))
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0
