@@ -114,3 +114,26 @@ def test_an_existing_out_folder_is_not_overwritten(small_config, tmp_path, capsy
     out.mkdir()
     assert plan.main([str(small_config), "seq=8", f"out={out}"]) == 2
     assert "never overwritten" in capsys.readouterr().err and list(out.iterdir()) == []
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("opt, base, per_sample, bump", [
+    (0, 50, 11, 0),      # activations set the peak everywhere
+    (75, 50, 11, 0),     # batch 1 and 2 peak in the optimizer step
+    (75, 10, 1, 0),      # optimizer-bound far out: the line is solved, then confirmed exactly
+    (0, 0, 106, 0),      # nothing fits
+    (0, 10, 3, 1),       # not affine (a jump past batch 5): the bracket is closed by counts
+    (74.79, 40, 9, 0),
+])
+def test_fit_largest_batch_is_the_true_largest_batch(opt, base, per_sample, bump):
+    def peak(batch):
+        act = int((base + per_sample * batch + (1 if bump and batch > 5 else 0)) * GIB)
+        return max(act, int(opt * GIB)), act
+
+    calls = []
+    result = plan.fit_largest_batch(lambda b: calls.append(b) or peak(b), 80 * GIB, 1)
+    truth = max([b for b in range(1, 500) if peak(b)[0] <= 80 * GIB] or [0])
+    assert result["largest"] == truth, (calls, result["note"])
+    assert len(calls) <= 6 and (truth == 0 or peak(truth + 1)[0] > 80 * GIB)
