@@ -60,15 +60,20 @@ DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.floa
           "fp32": torch.float32, "float32": torch.float32}
 
 #: ``key=value`` words the command takes, with their defaults (None = required).
-WORDS = {"seq": None, "batch": "1", "dtype": "bf16", "memory_gib": "80", "attn": "sdpa", "out": "", "pdf": "true"}
+WORDS = {"seq": None, "batch": "1", "dtype": "bf16", "memory_gib": "80", "attn": "sdpa", "optim": "fused", "out": "",
+         "pdf": "true"}
 
-#: The optimizer of the planned step: AdamW, state in the parameters' dtype (``exp_avg`` and
-#: ``exp_avg_sq`` per parameter, plus a scalar ``step``), with the multi-tensor (``foreach``)
-#: implementation, torch's default when the parameters are on CUDA (torch.optim docs,
-#: "Algorithms": foreach is the default on CUDA); its step holds parameter-sized temporaries
-#: (e.g. ``sqrt(exp_avg_sq)`` for every parameter at once), which the tracker counts. It is also
-#: ~25x fewer tracked ops than the per-tensor loop torch picks on CPU.
-OPTIMIZER = {"_target_": "torch.optim.AdamW", "lr": 1e-4, "foreach": True}
+#: The optimizer of the planned step, per ``optim=`` word: AdamW with state in the parameters'
+#: dtype (``exp_avg`` and ``exp_avg_sq`` per parameter, plus a scalar ``step``). ``fused`` (the
+#: default) is transformers' ``Trainer`` default with torch >= 2.8 (``adamw_torch_fused``,
+#: TrainingArguments.optim docs): one kernel, no parameter-sized temporaries. ``foreach`` is
+#: torch's own default for CUDA parameters (torch.optim docs, "Algorithms"): its step holds
+#: parameter-sized temporaries (e.g. ``sqrt(exp_avg_sq)`` for every parameter at once), which
+#: the tracker counts.
+OPTIMIZERS = {"fused": {"_target_": "torch.optim.AdamW", "lr": 1e-4, "fused": True},
+              "foreach": {"_target_": "torch.optim.AdamW", "lr": 1e-4, "foreach": True}}
+#: The default optimizer (``optim=fused``).
+OPTIMIZER = OPTIMIZERS["fused"]
 
 #: What the figures do not count; printed on every page.
 ASSUMPTIONS = (
@@ -78,7 +83,8 @@ ASSUMPTIONS = (
     "One device holds the whole model: no tensor, pipeline or data-parallel sharding, no CPU offload.",
     "Parameters, gradients and AdamW state (exp_avg, exp_avg_sq) are all in the chosen dtype (pure "
     "low-precision training, torch.optim.AdamW's defaults); float32 master weights would add 4 bytes per "
-    "parameter, float32 optimizer state 4 more per state tensor.",
+    "parameter, float32 optimizer state 4 more per state tensor. AdamW is fused (transformers' Trainer default "
+    "with torch >= 2.8) unless optim=foreach (torch's default on CUDA), whose step adds parameter-sized temporaries.",
     "The batch is packed: an all-ones attention mask (bool), so transformers' sdpa path uses is_causal and "
     "materialises no sequence x sequence mask; padded batches with a mask that is not all ones can need more.",
     "The loss is the cross-entropy of the float32 logits over the full vocabulary (reportgen.hf.CausalLMTask's "
@@ -107,6 +113,7 @@ class PlanArgs:
         attn: ``attn_implementation`` passed to ``from_config`` (``sdpa``, ``eager``, ...).
         out: the output folder (None = ``outputs/plans/<date>/<time>/``).
         pdf: also write plan.pdf.
+        optim: a key of :data:`OPTIMIZERS` (``fused`` or ``foreach`` AdamW).
     """
 
     config: Path
@@ -118,6 +125,7 @@ class PlanArgs:
     attn: str
     out: Path | None
     pdf: bool = True
+    optim: str = "fused"
 
 
 def _positive_int(key: str, value: str) -> int:
@@ -135,8 +143,8 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
     """Read ``CONFIG key=value ...`` (and ``--out DIR``).
 
     Words: ``seq`` (required, tokens), ``batch`` (default 1), ``dtype`` (bf16, fp16, fp32;
-    default bf16), ``memory_gib`` (default 80), ``attn`` (default sdpa), ``out`` (a new folder),
-    ``pdf`` (true/false, default true).
+    default bf16), ``memory_gib`` (default 80), ``attn`` (default sdpa), ``optim`` (fused or
+    foreach AdamW, default fused), ``out`` (a new folder), ``pdf`` (true/false, default true).
 
     Raises:
         PlanError: a missing CONFIG, an unknown word, or a bad value (the message names the fix).
@@ -169,13 +177,15 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
         memory = float("nan")
     if not (math.isfinite(memory) and memory > 0):
         raise PlanError(f"memory_gib={words['memory_gib']!r} must be a positive number of GiB, e.g. memory_gib=80")
+    if words["optim"] not in OPTIMIZERS:
+        raise PlanError(f"optim={words['optim']!r} is not one of {', '.join(OPTIMIZERS)} (AdamW implementations)")
     if words["pdf"].lower() not in ("true", "false"):
         raise PlanError(f"pdf={words['pdf']!r} must be true or false")
     out = ns.out_flag or words["out"] or None
     return PlanArgs(config=config_file(ns.config), seq=_positive_int("seq", words["seq"]),
                     batch=_positive_int("batch", words["batch"]), dtype=DTYPES[words["dtype"]],
                     dtype_name=words["dtype"], memory_gib=memory, attn=words["attn"],
-                    out=Path(out) if out else None, pdf=words["pdf"].lower() == "true")
+                    out=Path(out) if out else None, pdf=words["pdf"].lower() == "true", optim=words["optim"])
 
 
 def config_file(path: str | Path) -> Path:
@@ -373,6 +383,7 @@ class Plan:
             bytes, from the tracker at the plain peak's step (B).
         settings: per recompute setting.
         created: ISO 8601 time of the plan; seconds: wall time of the counting.
+        optim: the AdamW implementation (a key of :data:`OPTIMIZERS`).
         versions: torch and transformers versions.
     """
 
@@ -393,6 +404,7 @@ class Plan:
     created: str
     seconds: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
+    optim: str = "fused"
 
 
 #: Architecture numbers shown from the config, when it has them.
@@ -510,8 +522,8 @@ def plan_setting(config: Any, args: PlanArgs, name: str, use_reentrant: bool | N
         peaks: dict[int, StepPeak] = {}
 
         def count(batch: int) -> int:
-            peaks[batch] = warm_step_peak(model, fake_batch(mode, batch, args.seq), causal_lm_loss, OPTIMIZER,
-                                          None, warm_steps=0)
+            peaks[batch] = warm_step_peak(model, fake_batch(mode, batch, args.seq), causal_lm_loss,
+                                          OPTIMIZERS[args.optim], None, warm_steps=0)
             peak = peaks[batch]
             return peak.peak_bytes, max(peak.phase_peaks.get(p, 0) for p in ACTIVATION_PHASES)
 
@@ -559,7 +571,7 @@ def make_plan(args: PlanArgs, log: Callable[[str], None] = lambda line: None) ->
                 gradient_bytes=n_params * args.dtype.itemsize, optimizer_bytes=cats["optimizer state"],
                 settings=settings, created=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
                 seconds=time.perf_counter() - start,
-                versions={"torch": torch.__version__, "transformers": transformers.__version__})
+                versions={"torch": torch.__version__, "transformers": transformers.__version__}, optim=args.optim)
 
 
 # ---------------------------------------------------------------------------------------- output
@@ -614,7 +626,7 @@ def csv_text(plan: Plan) -> str:
 def console_table(plan: Plan) -> str:
     """The short table printed to the console: per setting saved bytes, step peak and the largest batch."""
     head = (f"{plan.architecture or plan.model_type}: {plan.parameters / 1e9:.2f} B parameters, seq={plan.seq} "
-            f"batch={plan.batch} dtype={plan.dtype} attn={plan.attn}, budget {plan.memory_gib:g} GiB "
+            f"batch={plan.batch} dtype={plan.dtype} attn={plan.attn} optim={plan.optim} AdamW, budget {plan.memory_gib:g} GiB "
             f"({plan.seconds:.1f} s)")
     lines = [head, f"{'recompute':<14}{'saved':>12}{'step peak':>12}  {'largest batch':>13}  peak at"]
     for s in plan.settings:
