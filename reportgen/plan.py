@@ -128,6 +128,13 @@ class PlanArgs:
     optim: str = "fused"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`PlanError` (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        raise PlanError(f"{message}; usage: python -m reportgen.plan CONFIG seq=8192 batch=1 dtype=bf16 memory_gib=80")
+
+
 def _positive_int(key: str, value: str) -> int:
     try:
         number = int(value)
@@ -149,7 +156,7 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
     Raises:
         PlanError: a missing CONFIG, an unknown word, or a bad value (the message names the fix).
     """
-    parser = argparse.ArgumentParser(prog="python -m reportgen.plan", add_help=True,
+    parser = _Parser(prog="python -m reportgen.plan", add_help=True,
                                      description="Will a Hugging Face causal LM's training step fit? Offline, on "
                                                  "fake tensors.")
     parser.add_argument("config", nargs="?", help="a local config.json, or a folder holding one")

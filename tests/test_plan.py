@@ -94,7 +94,8 @@ def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, c
 
 
 @pytest.mark.parametrize("words, says", [([], "seq="), (["seq=0"], "seq="), (["seq=8", "dtype=int8"], "dtype="),
-                                         (["seq=8", "memory_gib=-1"], "memory_gib="), (["seq=8", "nope=1"], "nope")])
+                                         (["seq=8", "memory_gib=-1"], "memory_gib="), (["seq=8", "nope=1"], "nope"),
+                                         (["seq=8", "optim=sgd"], "optim="), (["seq=8", "--bogus"], "--bogus")])
 def test_bad_words_exit_2(small_config, tmp_path, capsys, words, says):
     out = tmp_path / "out"
     assert plan.main([str(small_config), *words, f"out={out}"]) == 2
