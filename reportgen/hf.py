@@ -7,7 +7,8 @@ stops with a usage error (exit 2) that gives the install line instead of an impo
 - :func:`enable` is ``recompute.enable`` for ``recompute.method: model_switch``: it turns on
   recomputation the way Hugging Face users do, ``model.gradient_checkpointing_enable(...)``.
 - :func:`gpt2` and :func:`llama` build tiny ``GPT2LMHeadModel`` / ``LlamaForCausalLM`` with random
-  weights from ``GPT2Config`` / ``LlamaConfig`` (nothing is downloaded), sized by the task.
+  weights from ``GPT2Config`` / ``LlamaConfig`` (nothing is downloaded), sized by the task; they
+  take ``vocab_size``, ``use_cache`` and ``attn_implementation`` (default: transformers' choice, sdpa).
 - :class:`CausalLMTask` is :class:`reportgen.tasks.CharTextTask` (the built-in ``gpt``'s text)
   with Hugging Face's calling convention: keyword inputs in, a ``ModelOutput`` out.
 
@@ -92,7 +93,23 @@ def _context_of(task: Any) -> tuple[int, int]:
                          f"{type(task).__name__} has no {exc.name}. Use task._target_=reportgen.hf.CausalLMTask") from exc
 
 
-def gpt2(task: Any, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, **config: Any) -> nn.Module:
+def _vocab(task_vocab: int, vocab_size: int | None) -> int:
+    """The embedding's rows: the task's characters, or ``vocab_size`` when given (a full-size
+    vocabulary for the estimate; the task's ids stay below its own size).
+
+    Raises:
+        SetupError: ``vocab_size`` is smaller than the task's vocabulary.
+    """
+    if vocab_size is None:
+        return task_vocab
+    if int(vocab_size) < task_vocab:
+        raise SetupError(f"model.vocab_size={vocab_size} is smaller than the task's {task_vocab} tokens; give "
+                         f"model.vocab_size>={task_vocab} or leave it unset")
+    return int(vocab_size)
+
+
+def gpt2(task: Any, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, vocab_size: int | None = None,
+         use_cache: bool = False, attn_implementation: str | None = None, **config: Any) -> nn.Module:
     """A tiny ``GPT2LMHeadModel`` with random weights (seeded by reportgen before the call).
 
     Args:
@@ -100,29 +117,35 @@ def gpt2(task: Any, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, **confi
         n_layer: decoder blocks.
         n_embd: residual stream width ``h``.
         n_head: attention heads ``a`` (must divide ``n_embd``).
+        vocab_size: embedding rows and logits width (default: the task's vocabulary; larger for
+            a full-size vocabulary, e.g. 50257 for GPT-2's own, in ``memory.estimate``).
+        use_cache: return the key/value cache from the forward (default False: training never
+            uses it, and with it on the plain twin returns ``past_key_values`` that the
+            recompute twin, whose switch turns the cache off in training, does not).
+        attn_implementation: ``"eager"``, ``"sdpa"``, ...; None = what transformers picks (sdpa
+            where torch has it).
         **config: any further ``GPT2Config`` field, e.g. ``resid_pdrop=0.0``; dropout keeps
             GPT-2's defaults (0.1 on embeddings, residual and attention) unless set here.
 
     Returns:
-        ``GPT2LMHeadModel`` with eager attention and ``use_cache=False`` (training never uses the
-        key/value cache; with it on, the plain twin would return ``past_key_values`` that the
-        recompute twin, whose switch turns the cache off in training, does not).
+        ``GPT2LMHeadModel``.
 
     Raises:
-        SetupError: ``transformers`` is not installed.
+        SetupError: ``transformers`` is not installed, or ``vocab_size`` is below the task's.
     """
     require_transformers()
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    vocab_size, block_size = _context_of(task)
-    cfg = GPT2Config(vocab_size=vocab_size, n_positions=block_size, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
-                     bos_token_id=0, eos_token_id=0, use_cache=False, **config)
-    cfg._attn_implementation = "eager"
+    task_vocab, block_size = _context_of(task)
+    cfg = GPT2Config(vocab_size=_vocab(task_vocab, vocab_size), n_positions=block_size, n_layer=n_layer,
+                     n_embd=n_embd, n_head=n_head, bos_token_id=0, eos_token_id=0, use_cache=use_cache,
+                     attn_implementation=attn_implementation, **config)
     return GPT2LMHeadModel(cfg)
 
 
 def llama(task: Any, n_layer: int = 2, hidden_size: int = 64, num_attention_heads: int = 4,
-          num_key_value_heads: int = 2, intermediate_size: int = 172, **config: Any) -> nn.Module:
+          num_key_value_heads: int = 2, intermediate_size: int = 172, vocab_size: int | None = None,
+          use_cache: bool = False, attn_implementation: str | None = None, **config: Any) -> nn.Module:
     """A tiny ``LlamaForCausalLM`` with random weights (seeded by reportgen before the call).
 
     Args:
@@ -132,24 +155,28 @@ def llama(task: Any, n_layer: int = 2, hidden_size: int = 64, num_attention_head
         num_attention_heads: query heads ``a`` (must divide ``hidden_size``).
         num_key_value_heads: key/value heads (grouped-query attention when fewer than ``a``).
         intermediate_size: SwiGLU MLP width.
+        vocab_size: embedding rows and logits width (default: the task's vocabulary; e.g. 128256
+            for a Llama-3-sized one in ``memory.estimate``).
+        use_cache: see :func:`gpt2` (default False).
+        attn_implementation: see :func:`gpt2` (None = transformers' choice, sdpa).
         **config: any further ``LlamaConfig`` field; Llama has no dropout except
             ``attention_dropout`` (0.0 by default).
 
     Returns:
-        ``LlamaForCausalLM`` with eager attention and ``use_cache=False`` (see :func:`gpt2`).
+        ``LlamaForCausalLM``.
 
     Raises:
-        SetupError: ``transformers`` is not installed.
+        SetupError: ``transformers`` is not installed, or ``vocab_size`` is below the task's.
     """
     require_transformers()
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    vocab_size, block_size = _context_of(task)
-    cfg = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=block_size, num_hidden_layers=n_layer,
-                      hidden_size=hidden_size, num_attention_heads=num_attention_heads,
+    task_vocab, block_size = _context_of(task)
+    cfg = LlamaConfig(vocab_size=_vocab(task_vocab, vocab_size), max_position_embeddings=block_size,
+                      num_hidden_layers=n_layer, hidden_size=hidden_size, num_attention_heads=num_attention_heads,
                       num_key_value_heads=num_key_value_heads, intermediate_size=intermediate_size,
-                      bos_token_id=0, eos_token_id=0, pad_token_id=None, use_cache=False, **config)
-    cfg._attn_implementation = "eager"
+                      bos_token_id=0, eos_token_id=0, pad_token_id=None, use_cache=use_cache,
+                      attn_implementation=attn_implementation, **config)
     return LlamaForCausalLM(cfg)
 
 

@@ -90,6 +90,8 @@ class StepPeak:
             peak, per region that produced them (empty without recompute), B.
         categories: ``{category: bytes}`` alive at the peak, keys :data:`CATEGORIES`, B.
         device: the device counted (``"cpu"``, ``"cuda:0"``).
+        phase_peaks: ``{phase: bytes}``, the peak of live tensor bytes within each phase of
+            :data:`PHASES` that ran (the largest of them is ``peak_bytes``), B.
         cuda: on CUDA, ``{"peak_allocated_bytes", "peak_reserved_bytes",
             "baseline_allocated_bytes"}`` of the same step (``torch.cuda`` memory statistics,
             reset right before it), B; None elsewhere.
@@ -104,6 +106,7 @@ class StepPeak:
     device: str
     recomputed_by_region: dict[str, int] = field(default_factory=dict)
     cuda: dict[str, int] | None = None
+    phase_peaks: dict[str, int] = field(default_factory=dict)
 
     def largest_region(self) -> tuple[str, int] | None:
         """``(region path, bytes)`` of the region with the most recomputed activations alive
@@ -132,6 +135,7 @@ class StepTracker(MemTracker):
         self._handles: list[Any] = []
         self._saved_hooks: Any = None
         self._peak_where: dict[torch.device, tuple] = {}
+        self._phase_peaks: dict[torch.device, dict[str, int]] = {}
 
     # -- marking saved and recomputed storages -------------------------------------------
     def _mark(self, kind: str, t: Any) -> None:
@@ -211,14 +215,18 @@ class StepTracker(MemTracker):
         return res
 
     def _update_peak_stats(self, peak_state: Any) -> None:
-        """The device-wide peak only, and where it happened. MemTracker's own version also
+        """The device-wide peak only, where it happened, and the peak within each phase. MemTracker's own version also
         updates every active module's local peak with a deep copy after each op, which this
         report does not read and which made a 24-layer fake step 40x slower."""
+        phase = self._phase()
         for dev, dev_snap in self._curr_mem_snap.items():
+            per_phase = self._phase_peaks.setdefault(dev, {})
+            if per_phase.get(phase, -1) < dev_snap[_TOTAL_KEY]:
+                per_phase[phase] = int(dev_snap[_TOTAL_KEY])
             if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
                 self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
                 self._peak_mem_snap[dev] = dict(dev_snap)
-                self._peak_where[dev] = (self._phase(), self._innermost(), self._region(), dict(self._live))
+                self._peak_where[dev] = (phase, self._innermost(), self._region(), dict(self._live))
 
     # -- what is running ---------------------------------------------------------------------
     def _phase(self) -> str:
@@ -278,7 +286,7 @@ class StepTracker(MemTracker):
             "recomputed activations": recomputed, "other activations": activations - saved - recomputed,
             "backward temporaries": int(snap.get(_MemRefType.TEMP, 0))}
         return StepPeak(int(self._peak_mem[device]), int(baseline_bytes), phase, module, region, categories,
-                        str(device), by_region)
+                        str(device), by_region, phase_peaks=dict(self._phase_peaks.get(device, {})))
 
     def live_bytes(self, device: torch.device) -> int:
         """Live tensor bytes the tracker counts on ``device`` now, B."""

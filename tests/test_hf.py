@@ -21,6 +21,7 @@ from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.paths import conf_dir
 from reportgen.errors import SetupError
 from reportgen.run import prepare
+from reportgen.setup import build_setup
 from reportgen.tasks import CharTextTask
 
 from conftest import REPO, compose_config
@@ -111,7 +112,7 @@ def test_gpt2_is_tiny_sized_by_the_task_and_random_init(task):
     cfg = model.config
     assert type(model).__name__ == "GPT2LMHeadModel"
     assert (cfg.vocab_size, cfg.n_positions, cfg.n_layer, cfg.n_embd, cfg.n_head) == (task.vocab_size, BLOCK, 2, 64, 4)
-    assert cfg._attn_implementation == "eager" and cfg.use_cache is False
+    assert cfg._attn_implementation == "sdpa" and cfg.use_cache is False  # transformers' own choice
     assert (cfg.resid_pdrop, cfg.embd_pdrop, cfg.attn_pdrop) == (0.1, 0.1, 0.1)  # GPT-2's own dropout
     assert model.transformer.wte.weight.shape == (task.vocab_size, 64)
     same, other = build("gpt2", task, seed=0), build("gpt2", task, seed=1)
@@ -127,8 +128,31 @@ def test_llama_is_tiny_sized_by_the_task(task):
     assert type(model).__name__ == "LlamaForCausalLM"
     assert (cfg.vocab_size, cfg.max_position_embeddings, cfg.num_hidden_layers, cfg.hidden_size,
             cfg.num_attention_heads, cfg.num_key_value_heads) == (task.vocab_size, BLOCK, 2, 64, 4, 2)
-    assert cfg._attn_implementation == "eager" and cfg.use_cache is False
+    assert cfg._attn_implementation == "sdpa" and cfg.use_cache is False
     assert len(model.model.layers) == 2
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_factories_take_vocab_size_use_cache_and_attn_implementation(task, name):
+    torch.manual_seed(0)
+    model = getattr(hf, name)(task, vocab_size=task.vocab_size + 100, use_cache=True, attn_implementation="eager")
+    assert model.config.vocab_size == task.vocab_size + 100 and model.config.use_cache is True
+    assert model.config._attn_implementation == "eager"
+    assert model.get_output_embeddings().weight.shape[0] == task.vocab_size + 100
+    with pytest.raises(SetupError, match="vocab_size"):
+        getattr(hf, name)(task, vocab_size=2)
+
+
+@pytest.mark.hf
+def test_use_cache_on_the_command_line_is_no_duplicated_keyword():
+    """``++model.use_cache=true`` used to exit 2 with "got multiple values for keyword argument"."""
+    pytest.importorskip("transformers")
+    cfg = compose_config("+model=hf_llama", "++model.use_cache=true", "++model.vocab_size=300",
+                         "++model.attn_implementation=eager")
+    model = build_setup(cfg).build(recompute=False, compiled=False)
+    assert model.config.use_cache is True and model.config.vocab_size == 300
+    assert model.config._attn_implementation == "eager"
 
 
 @pytest.mark.hf

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("outputs", {"render", "signing", "rundir"}),
     ("verify", {"sweep", "comparison", "verify.outcome", "verify.pdf", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify",
                 "verify.__main__"}),
-    ("pipeline", {"run", "compare"}),
+    ("pipeline", {"run", "compare", "plan"}),
     ("entry", {"cli", "__main__"}),
 ]
 
