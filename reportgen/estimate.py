@@ -174,7 +174,8 @@ def transformer_shape(model: nn.Module, inputs: Any, wrapped_paths: list[str],
 
 
 @contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype):
+def default_dtype(dtype: torch.dtype):
+    """While inside, new floating tensors (and so a factory's parameters) are created in ``dtype``."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -193,7 +194,7 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
     factory = get_method(model_cfg["_target_"])
     extra = {"task": task} if "task" in inspect.signature(factory).parameters else {}
     torch.manual_seed(seed)
-    with torch.device(device), _default_dtype(dtype):
+    with torch.device(device), default_dtype(dtype):
         model = instantiate(model_cfg, **extra)
     if any(p.dtype != dtype or not _same_device(p.device, device) for p in model.parameters() if p.is_floating_point()):
         model = model.to(device=device, dtype=dtype)

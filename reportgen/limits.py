@@ -11,7 +11,7 @@ pipeline writes one ERROR row naming the check, the limit and the likely cause.
 
 Python delivers the signal between bytecodes, so a check stuck inside one long C call (a huge
 matmul) is stopped when that call returns; every recompute hazard above runs Python code
-(the region's forward, the checkpoint function's backward) and is stopped within ``poll_s``.
+(the region's forward, the backward of torch.utils.checkpoint's function) and is stopped within ``poll_s``.
 """
 from __future__ import annotations
 

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
+from .estimate import default_dtype
 from .peak import StepPeak, format_bytes, warm_step_peak
 
 #: Recompute settings planned, in report order: ``(name, use_reentrant)``; None = no recompute.
@@ -237,16 +238,6 @@ def load_config(path: Path) -> Any:
 
 
 # ------------------------------------------------------------------------------------- fake model
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype):
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def build_causal_lm(config: Any, dtype: torch.dtype, attn: str, use_reentrant: bool | None) -> nn.Module:
     """``AutoModelForCausalLM.from_config(config, attn_implementation=attn)`` in ``dtype`` on CPU, in
     train mode, with the model's own recompute switch on when ``use_reentrant`` is not None.
@@ -265,7 +256,7 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str, use_reentrant: b
 
     dtype_kw = "dtype" if _version(transformers.__version__) >= (4, 56) else "torch_dtype"
     try:
-        with torch.device("cpu"), _default_dtype(dtype):
+        with torch.device("cpu"), default_dtype(dtype):
             model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, **{dtype_kw: dtype})
     except ValueError as exc:
         reason = " ".join(str(exc).split())[:300]
