@@ -297,3 +297,13 @@ def write_job(folder: Path, job: int, overrides: list[str], exit_code: int | Non
                   "verdict": VERDICT_BY_CODE.get(exit_code, "CRASHED"), "error": error, "seconds": 1.0}
         (folder / "job.json").write_text(json.dumps(record))
     return folder
+
+
+def measured(setup, recompute: bool):
+    """Saved-activation bytes of one twin of ``setup`` on its fixed batch, per wrapped module
+    (``reportgen.measure.saved_activation_bytes``)."""
+    from reportgen.measure import saved_activation_bytes
+
+    model = setup.build(recompute)
+    return saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed,
+                                  [w.path for w in setup.wrapped])

@@ -85,3 +85,63 @@ def test_sac_packet_policy_is_not_silent(tmp_path):
     assert status["gradient parity"] == "PASS"
     row = frame[(frame.check == "selective policy") & (frame["item"] == "aten.mm")].iloc[0]
     assert row.status == "WARN" and "aten.addmm" in row.detail
+
+
+# --------------------------------------------------------------------------- measured bytes of the handed cases
+# (moved from tests/test_memory.py: they import the case files themselves)
+from reportgen.run import prepare  # noqa: E402
+
+from conftest import compose_config, measured  # noqa: E402
+
+SHARED_CASES = CASES
+
+
+@pytest.mark.skipif(not (SHARED_CASES / "granularity.py").exists(), reason="../shared/cases not present")
+def test_handed_granularity_case_saves_17_vs_5_activations(monkeypatch):
+    """shared/cases/granularity.py: 4 Layers of width 64, batch [4, 128, 64]; the case states 3.4x."""
+    monkeypatch.syspath_prepend(str(SHARED_CASES))
+    conf = f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]"
+    unit = 4 * 128 * 64 * 4
+    totals = {}
+    for name, targets in {"per_layer": "[Layer]", "per_child": "[Mixer,MLP,LayerNorm]"}.items():
+        setup = prepare(compose_config(conf, "+model=granularity", "parity.batch_size=4", f"recompute.targets={targets}"))
+        totals[name] = measured(setup, recompute=True).total_bytes
+    assert totals == {"per_layer": 5 * unit, "per_child": 17 * unit}
+    assert totals["per_child"] / totals["per_layer"] == pytest.approx(3.4)
+
+
+# --- every handed case: the recompute twin's saved bytes, derived by hand -------------------
+# B examples per batch (parity.batch_size); f32 = 4 bytes, int64 = 8 bytes. The cross-entropy
+# of these cases keeps log_softmax's output, the int64 targets and a 0-dim float total weight.
+def _xent(rows: int, classes: int) -> int:
+    return rows * classes * 4 + rows * 8 + 4
+
+
+HANDED = {
+    # FeedForward blocks (width 32) keep only their input [B, 32] each; the loss keeps out - target.
+    "dropout_rng": ([], lambda b: (3 + 1) * b * 32 * 4),
+    # ConvBlocks keep their input [B, 8, 8, 8]; the rest: the stem conv's input [B, 1, 8, 8], the head's
+    # input [B, 8] and the cross-entropy over [B, 10].
+    "batchnorm_stats": ([], lambda b: 2 * b * 8 * 64 * 4 + b * 64 * 4 + b * 8 * 4 + _xent(b, 10)),
+    # Blocks keep their input [B, 12, 16] (even though it needs no grad: recomputation needs it); the
+    # rest: the head's input [B, 12, 16] and the cross-entropy over [B·12, 50]; the frozen embedding keeps nothing.
+    "frozen_input_reentrant": ([], lambda b: 3 * b * 12 * 16 * 4 + _xent(b * 12, 50)),
+    # CountingBlocks keep their input [B, 16]; the loss keeps out - target.
+    "forward_counter": ([], lambda b: (2 + 1) * b * 16 * 4),
+    # Selective with aten.mm: nn.Linear on [B, 64] calls aten.addmm, so nothing is saved inside the
+    # blocks: each keeps its input [B, 64], the loss keeps out - target ...
+    "sac_packet": ([], lambda b: (3 + 1) * b * 64 * 4),
+}
+# ... and naming aten.addmm saves a's output [B, 256] and b's output [B, 64] in each of the 3 blocks.
+HANDED["sac_packet_addmm"] = (["recompute.save_ops=[aten.addmm]"], lambda b: (3 * (1 + 4 + 1) + 1) * b * 64 * 4)
+
+
+@pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases not present")
+@pytest.mark.parametrize("case", sorted(HANDED))
+def test_handed_case_recompute_saved_bytes_match_the_derivation(case, monkeypatch):
+    monkeypatch.syspath_prepend(str(SHARED_CASES))
+    overrides, expected = HANDED[case]
+    batch = 6
+    setup = prepare(compose_config(f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]",
+                                       f"+model={case.removesuffix('_addmm')}", f"parity.batch_size={batch}", *overrides))
+    assert measured(setup, recompute=True).total_bytes == expected(batch)
