@@ -258,6 +258,10 @@ def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer
         optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
         forward_seed: seeds every generator before each forward and backward
             (:func:`reportgen.rng.seeded`; None = leave them alone).
+
+    Returns:
+        The step; its ``optimizer`` attribute is the optimizer it steps (a memory tracker
+        counts that optimizer's state).
     """
     optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
     x, y = batch
@@ -268,6 +272,7 @@ def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    step.optimizer = optimizer
     return step
 
 

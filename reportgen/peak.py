@@ -35,16 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from hydra.utils import instantiate
 from torch import Tensor, nn
 from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
-from .measure import REST, SavedActivations
+from .measure import REST, SavedActivations, make_train_step
 from .recompute import plain_name
-from .rng import seeded
-from .structure import call_model
 from .tasks import Batch
 
 #: Phases of a training step, in order (``recompute`` happens inside backward).
@@ -324,15 +321,8 @@ def warm_step_peak(model: nn.Module, batch: Batch, loss_fn: Callable[[Tensor, Te
     Returns:
         :class:`StepPeak` (bytes, B).
     """
-    optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
-    x, y = batch
-
-    def step() -> None:
-        with seeded(forward_seed):
-            loss_fn(call_model(model, x), y).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    step = make_train_step(model, batch, loss_fn, optimizer_cfg, forward_seed)
+    optimizer = step.optimizer
     if warm_steps > 0:
         for _ in range(warm_steps):
             step()

@@ -51,15 +51,15 @@ from ..keys import KeyFileError, fingerprint, load_public_key
 from ..results import INCONCLUSIVE
 from ..signing import ENVELOPE_NAME, PREDICATE_TYPE
 from .common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
-from .comparison import COMPARISON, verify_comparison_dir, verify_comparison_pdf
+from .comparison import COMPARISON, verify_comparison, verify_comparison_dir, verify_comparison_pdf  # noqa: F401
 from .run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_dir, verify_run_pdf  # noqa: F401
-from .sweep import SUMMARY, verify_summary_pdf, verify_sweep_dir
+from .sweep import SUMMARY, verify_summary, verify_summary_pdf, verify_sweep, verify_sweep_dir  # noqa: F401
 
 EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-#: Each kind of signed document with its folder and PDF verifiers.
+#: Each kind of signed document with its folder and PDF verifiers (each returns ``Verified``).
 KINDS = {RUN.predicate_type: (RUN, verify_run, verify_run_pdf),
-         SUMMARY.predicate_type: (SUMMARY, verify_sweep_dir, verify_summary_pdf),
-         COMPARISON.predicate_type: (COMPARISON, verify_comparison_dir, verify_comparison_pdf)}
+         SUMMARY.predicate_type: (SUMMARY, verify_sweep, verify_summary),
+         COMPARISON.predicate_type: (COMPARISON, verify_comparison, verify_comparison_pdf)}
 
 
 @dataclass
@@ -111,7 +111,7 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey) -> Outcom
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
     found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
-    checks = found if isinstance(found, list) else found.checks
+    checks = found.checks
     verdict = None
     if doc is RUN and found.statement is not None and not any(c.status == FAIL for c in checks):
         verdict = found.statement["predicate"]["verdict"]

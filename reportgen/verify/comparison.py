@@ -100,10 +100,10 @@ def verify_comparison_dir(folder: Path, public_key: ec.EllipticCurvePublicKey) -
     return verify_comparison(folder, public_key).checks
 
 
-def verify_comparison_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
+def verify_comparison_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verified:
     """A lone compare.pdf: the document's own checks; re-deriving it needs the comparison folder."""
     found = verify_signed_pdf(data, public_key, COMPARISON)[0]
     if found.statement is not None:
         found.checks.append(Check(NOTE, "runs", "both runs' statement digests are signed; a lone compare.pdf cannot "
                                   "show them: verify the comparison folder to re-derive it"))
-    return found.checks
+    return found
