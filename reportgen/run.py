@@ -67,8 +67,6 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     try:
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = prepare(cfg)
-        if problem := device_problem(world, setup.device):
-            raise SetupError(problem)
         with limited("estimating the run's duration", *check_limits(cfg)):
             refuse_long_runs(setup)  # settings that imply hours: exit 2 with the estimate and the override
     except CheckLimitExceeded as exc:  # a twin that never returns while timed: the checks say so, each as a row
@@ -106,11 +104,15 @@ def prepare(cfg: DictConfig) -> Setup:
     """The stages before any check: build, probe the task contract, draw the batch, observe the twins.
 
     Raises:
-        SetupError: the model or task cannot be built, or the task breaks its contract
-            (``reportgen.contract.TaskContractError``); the run exits 2.
+        SetupError: the model or task cannot be built, the task breaks its contract
+            (``reportgen.contract.TaskContractError``), or sharded ranks on CUDA have no GPU each;
+            the run exits 2.
         RecomputeConfigError: the recompute settings cannot be applied to this model.
     """
     setup = build_setup(cfg)
+    world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
+    if problem := device_problem(world, setup.device):  # every rank prepares the same way
+        raise SetupError(problem)
     check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
     setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
     try:  # which modules recompute in each twin, and whether compile can run them; under the checks' limits
@@ -130,8 +132,6 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     """
     try:
         setup = prepare(cfg)
-        if problem := device_problem(int(cfg.distributed.world_size), setup.device):
-            raise SetupError(problem)
     except (SetupError, RecomputeConfigError) as exc:
         print(f"reportgen: rank {launch_rank()} cannot start: {exc}")
         return EXIT_USAGE
