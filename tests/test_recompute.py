@@ -109,6 +109,17 @@ def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
     assert rows["aten.mm"].status == "WARN" and rows["aten.mm"].value == 0
     assert "aten.addmm.default" in rows["aten.mm"].detail
     assert rows["aten.addmm"].status == "PASS" and rows["aten.addmm"].value == 4  # 2 blocks × 2 Linear
+    # the rows agree: the unmatched entry saves nothing itself, the addmm entry still saves its outputs
+    assert "everything" not in rows["aten.mm"].detail and "aten.addmm ×4" in rows["aten.mm"].detail
+
+
+def test_selective_policy_says_everything_recomputes_only_when_no_entry_matches(compose_cfg):
+    from reportgen.checks.policy import selective_policy
+    from reportgen.run import prepare
+
+    cfg = compose_cfg("+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm]", user_conf=True)
+    (row,) = selective_policy(prepare(cfg))
+    assert row.status == "WARN" and "no entry matches, so everything" in row.detail
 
 
 def test_selective_policy_check_is_silent_in_other_modes(compose_cfg):

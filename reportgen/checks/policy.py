@@ -62,16 +62,25 @@ def selective_policy(setup: Setup) -> list[Row]:
         return []
     seen = ops_in_wrapped_forward(setup)
     listing = ", ".join(f"{op} ×{n}" for op, n in seen.most_common(8))
+    calls = {name: sum(seen[op] for op in resolve_ops([name])) for name in rc.save_ops}
+    matched = [f"{name} ×{n}" for name, n in calls.items() if n > 0]
     rows = []
-    for name in rc.save_ops:
-        calls = sum(seen[op] for op in resolve_ops([name]))
-        detail = (f"saved, not recomputed: {calls} call(s) of {name} per forward" if calls > 0 else
-                  f"{name} is never called inside the wrapped modules, so it saves nothing and everything is "
-                  f"recomputed. Ops that do run there: {listing}")
-        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(calls), "> 0", ">", detail=detail,
-                        role=Role.SAVE_OP, unit="calls", threshold_value=0.0, on_miss=WARN))
+    for name, n in calls.items():
+        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(n), "> 0", ">",
+                        detail=_policy_detail(name, n, matched, listing), role=Role.SAVE_OP, unit="calls",
+                        threshold_value=0.0, on_miss=WARN))
     return rows
 
+
+def _policy_detail(name: str, calls: int, matched: list[str], listing: str) -> str:
+    """What one ``save_ops`` entry does, consistent with the other entries' rows: an entry that
+    matches nothing saves nothing itself; the forward is recomputed in full only when no entry matches."""
+    if calls > 0:
+        return f"saved, not recomputed: {calls} call(s) of {name} per forward"
+    rest = (f"the other entries still save their outputs ({', '.join(matched)})" if matched else
+            "no entry matches, so everything in the wrapped modules is recomputed")
+    return (f"{name} is never called inside the wrapped modules, so this entry saves nothing; {rest}. "
+            f"Ops that do run there: {listing}")
 
 CHECK = Check(selective_policy, (Section(
     SELECTIVE_POLICY, "Selective recomputation saves the outputs of the ops in recompute.save_ops: each entry must "
