@@ -29,7 +29,8 @@ from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, usage  # noqa: F401
+from .errors import (EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,  # noqa: F401
+                     console_text, exception_label, usage)
 from .files import OutputWriteError
 from .paths import builtin_models
 from .rundir import StartRefused, job_log_path
@@ -66,7 +67,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 class OneLineExceptions(logging.Formatter):
-    """Console formatter: a record with a traceback becomes one line naming the log file.
+    """Console formatter: a record with a traceback becomes one line naming the log file, and no
+    console line shows a torch-internal exception class name (:func:`reportgen.errors.console_text`).
 
     The run's log file (Hydra's file handler) keeps the full traceback; the record itself is
     not changed, so handlers after this one still see ``exc_info``.
@@ -80,13 +82,14 @@ class OneLineExceptions(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """See :class:`logging.Formatter`; ``message: Type: first line (traceback in LOG)``."""
         if not record.exc_info:
-            return self.inner.format(record)
+            return self.inner.format(logging.makeLogRecord({**record.__dict__, "msg": console_text(record.getMessage()),
+                                                            "args": ()}))
         exc = record.exc_info[1]
         first = (str(exc).strip().splitlines() or [""])[0]
         where = f"full traceback in {self.log_path}" if self.log_path else "full traceback in the run's log"
+        message = console_text(f"{record.getMessage()}: {exception_label(exc)}: {first}")
         short = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None,
-                                       "msg": f"{record.getMessage()}: {type(exc).__name__}: {first} ({where})",
-                                       "args": ()})
+                                       "msg": f"{message} ({where})", "args": ()})
         return self.inner.format(short)
 
 
@@ -168,8 +171,8 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             _log_to_file(exc)
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
             first = (str(exc).strip().splitlines() or [""])[0]
-            print(f"reportgen: internal error, a bug in reportgen, not in your config: {type(exc).__name__}: "
-                  f"{first}. Full traceback: {log_path or 'the run log'}."
+            print(f"reportgen: internal error, a bug in reportgen, not in your config: {exception_label(exc)}: "
+                  f"{console_text(first)}. Full traceback: {log_path or 'the run log'}."
                   + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else "")
                   + " Please report it with that log.", flush=True)
             return EXIT_BUG

@@ -35,3 +35,50 @@ def usage() -> str:
             f"  python -m reportgen +model={models[0]}\n"
             "Your own model: python -m reportgen --config-dir DIR +model=NAME (see README, 'Your own model').\n"
             f"  ({EXIT_CODES_HELP})")
+
+
+#: What the console says instead of the class name of an exception defined inside torch.
+TORCH_ERROR = "an error inside torch"
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, stack = [], [cls]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            out.append(sub)
+            stack.append(sub)
+    return out
+
+
+def torch_internal_names() -> set[str]:
+    """Names of the exception classes loaded now that torch defines in its private modules (a
+    module path with a part starting ``_``: ``torch._subclasses.fake_tensor.DataDependentOutputException``,
+    ``torch._dynamo.exc.Unsupported``). torch's public exceptions (``torch.OutOfMemoryError``,
+    ``torch.utils.checkpoint.CheckpointError``), Python's own and the user's are not among them."""
+    public = {c.__name__ for c in _subclasses(BaseException) if not _torch_private(c)}
+    return {c.__name__ for c in _subclasses(BaseException) if _torch_private(c)} - public
+
+
+def _torch_private(cls: type) -> bool:
+    parts = (getattr(cls, "__module__", "") or "").split(".")
+    return parts[0] == "torch" and any(p.startswith("_") for p in parts[1:])
+
+
+def exception_label(exc: BaseException) -> str:
+    """How the console names ``exc``: its class name, or :data:`TORCH_ERROR` for a class
+    defined inside torch (the run's log keeps the real name and the traceback)."""
+    return TORCH_ERROR if type(exc).__name__ in torch_internal_names() else type(exc).__name__
+
+
+def console_text(text: str) -> str:
+    """``text`` with every torch-internal exception class name replaced by :data:`TORCH_ERROR`.
+
+    Console lines (warnings, one-line errors) quote row details and exception messages, which
+    may carry names such as ``DataDependentOutputException`` that mean nothing to a user; the
+    report's rows, results.json and the log keep them unchanged."""
+    import re
+
+    names = sorted(torch_internal_names(), key=len, reverse=True)
+    if not names or not text:
+        return text
+    return re.sub(r"\b(?:torch\.[\w.]*\.)?(?:" + "|".join(map(re.escape, names)) + r")\b", TORCH_ERROR, text)

@@ -20,7 +20,7 @@ from .diagnose import diagnose
 from .duration import refuse_long_runs
 from .distributed import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError
+from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError, console_text
 from .limits import CheckLimitExceeded, default_max_rss_gib, limited
 from .measure import observation_rows, observe_twins
 from .metadata import recompute_settings, run_metadata
@@ -72,7 +72,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except CheckLimitExceeded as exc:  # a twin that never returns while timed: the checks say so, each as a row
         log.error("%s", exc.message)
     except (SigningError, SetupError, RecomputeConfigError) as exc:
-        print(f"reportgen: cannot start: {exc}")
+        print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
     required = required_names(cfg.verdict.required, distributed=world > 1)
@@ -95,6 +95,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, detail in frame.loc[frame.status == WARN, ["check", "detail"]].drop_duplicates("check").values[:4]:
+        detail = console_text(detail)
         print(f"reportgen: WARN {check}: {detail[:160]}{'…' if len(detail) > 160 else ''}")
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
@@ -133,7 +134,7 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     try:
         setup = prepare(cfg)
     except (SetupError, RecomputeConfigError) as exc:
-        print(f"reportgen: rank {launch_rank()} cannot start: {exc}")
+        print(f"reportgen: rank {launch_rank()} cannot start: {console_text(str(exc))}")
         return EXIT_USAGE
     follow(setup)  # writes nothing: out_dir may be rank 0's own folder (srun tasks share one)
     log.info("rank %d: rows handed to rank 0", launch_rank())

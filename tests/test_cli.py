@@ -68,3 +68,26 @@ def test_multirun_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path):
     jobs = sorted(p.name for p in (tmp_path / "multirun").glob("*/*/*") if p.is_dir() and not p.name.startswith("."))
     assert jobs == ["0", "1"]
     assert proc.stdout.count("claim HOLDS") == 1 and proc.stdout.count("claim FAILS") == 1
+
+
+def test_console_never_names_torch_internal_exceptions_and_the_log_keeps_them():
+    """A torch.compile failure raises torch._subclasses' DataDependentOutputException: the console
+    line says "an error inside torch" with the message; the record (for the log file) is unchanged."""
+    import logging
+
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    from reportgen.cli import OneLineExceptions
+    from reportgen.errors import console_text
+
+    try:
+        raise DataDependentOutputException(torch_op := "aten._local_scalar_dense.default")
+    except DataDependentOutputException:
+        record = logging.makeLogRecord({"msg": "compile failed", "levelno": logging.ERROR, "exc_info": sys.exc_info()})
+    line = OneLineExceptions(None, Path("run.log")).format(record)
+    assert "DataDependentOutputException" not in line
+    assert line.startswith("compile failed: an error inside torch:") and torch_op in line and "run.log" in line
+    assert record.exc_info[0] is DataDependentOutputException  # the log file's handler still gets the type
+    detail = "not run: torch.compile could not run the twins (DataDependentOutputException: x)"
+    assert console_text(detail) == "not run: torch.compile could not run the twins (an error inside torch: x)"
+    assert console_text("RuntimeError: y; torch.OutOfMemoryError") == "RuntimeError: y; torch.OutOfMemoryError"
