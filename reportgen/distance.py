@@ -40,6 +40,10 @@ class Distance:
         max_rel_err: ``max |a - b| / |b|`` over elements with ``b != 0``.
         bitwise_equal: every element identical and finite.
         worst_excess: ``max(|a - b| - (atol + rtol |b|))``; <= 0 means within tolerance.
+        tolerance_used: ``max |a - b| / (atol + rtol |b|)``, the share of its own tolerance the
+            worst element uses: <= 1 passes, so this is the number that decides the row (inf for a
+            difference where the tolerance is 0). ``max_rel_err`` can be large on a passing
+            tensor when entries near zero differ by less than ``atol``.
         nonfinite_a: NaN/Inf elements in ``a`` (the recompute tensor).
         nonfinite_b: NaN/Inf elements in ``b`` (the plain tensor).
     """
@@ -50,6 +54,7 @@ class Distance:
     worst_excess: float
     nonfinite_a: int = 0
     nonfinite_b: int = 0
+    tolerance_used: float = 0.0
 
 
 def nonfinite_count(t: Tensor) -> int:
@@ -61,7 +66,7 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     """Distance of ``a`` (recompute) from ``b`` (plain), with assert_close's closeness rule
     ``|a - b| <= atol + rtol * |b|``, computed in float64."""
     if a.shape != b.shape or a.dtype != b.dtype:
-        return Distance(float("inf"), float("inf"), False, float("inf"))
+        return Distance(float("inf"), float("inf"), False, float("inf"), tolerance_used=float("inf"))
     if a.numel() == 0:
         return Distance(0.0, 0.0, True, 0.0)
     a, b = a.detach(), b.detach()
@@ -80,6 +85,8 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     diff = (a64 - b64).abs().masked_fill(~(finite_a & finite_b), float("inf"))
     nonzero = b64 != 0
     rel = (diff[nonzero] / b64[nonzero].abs()).max().item() if nonzero.any() else (0.0 if diff.max() == 0 else float("inf"))
-    excess = (diff - (atol + rtol * b64.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0))).max().item()
+    allowed = atol + rtol * b64.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    excess = (diff - allowed).max().item()
+    used = torch.where(diff == 0, 0.0, diff / allowed).max().item()  # x/0 = inf where nothing is allowed
     bitwise = bool((a64 == b64).all()) and not (bad_a or bad_b)
-    return Distance(diff.max().item(), rel, bitwise, excess, bad_a, bad_b)
+    return Distance(diff.max().item(), rel, bitwise, excess, bad_a, bad_b, used)

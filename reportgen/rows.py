@@ -71,16 +71,25 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
         detail = f"{d.nonfinite_a} non-finite value(s) (NaN/Inf) in the recompute run only"
     else:
         detail = ("bitwise equal" if d.bitwise_equal else
-                  "within tolerance" if d.worst_excess <= 0 else f"exceeds tolerance by {d.worst_excess:.3g}")
+                  f"within tolerance (uses {d.tolerance_used:.0%} of it){_near_zero(d)}" if d.worst_excess <= 0
+                  else f"exceeds tolerance by {d.worst_excess:.3g} ({d.tolerance_used:.3g}× the tolerance)")
     if recompute.shape != plain.shape:
         detail = f"shape {tuple(recompute.shape)} vs plain {tuple(plain.shape)}"
     return Row(check, item, "recompute", "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", "allclose",
                detail=detail, role=role,
-               extra={"max_rel_err": d.max_rel_err, "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt,
+               extra={"max_rel_err": d.max_rel_err, "tolerance_used": d.tolerance_used,
+                      "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt,
                       "excess": d.worst_excess, "nonfinite_plain": d.nonfinite_b, "nonfinite_recompute": d.nonfinite_a,
                       **(_both_values(plain, recompute) if recompute.shape == plain.shape and not d.bitwise_equal
                          else {}),
                       **_aa_extra(plain, aa, rt, at)})
+
+
+def _near_zero(d) -> str:
+    """A note for a passing tensor whose relative difference looks large: entries near zero,
+    where ``atol`` decides, drive it (so the relative figure is not the deciding one)."""
+    return (f"; its max relative difference {d.max_rel_err:.2g} comes from entries near zero, where atol decides"
+            if d.max_rel_err > 0.01 else "")
 
 
 def value_row(check: str, item: str, plain: Any, recompute: Any, role: str = "", aa: Any = NO_AA) -> Row:

@@ -60,3 +60,19 @@ def test_nan_and_inf_are_never_equal_even_to_themselves():
     assert not within(measure(inf, inf.clone(), 1.0, 1.0))
     assert not within(measure(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), 0, 1.0))
     assert within(measure(torch.tensor([2.0, 1.0]), torch.tensor([2.0, 1.0]), 0, 0))
+
+
+def test_tolerance_used_is_the_deciding_number_not_the_relative_error():
+    """A near-zero entry off by half of atol gives a relative error of 500 on a passing tensor;
+    the share of tolerance used (0.5, worst element) decides, and the row says where the
+    relative figure comes from."""
+    b = torch.tensor([1.0, 1e-9, 0.0], dtype=torch.float64)
+    a = b + torch.tensor([1e-7, 5e-7, 0.0], dtype=torch.float64)
+    d = measure(a, b, rtol=1e-5, atol=1e-6)
+    assert math.isclose(d.tolerance_used, 0.5, rel_tol=1e-6) and d.max_rel_err > 400 and within(d)
+    row = tensor_row("gradient parity", "w.grad", b, a, 1e-5, 1e-6)
+    assert row.status == PASS and math.isclose(row.extra["tolerance_used"], 0.5, rel_tol=1e-6)
+    assert "uses 50% of it" in row.detail and "near zero, where atol decides" in row.detail
+    over = measure(b + 3e-6, b, rtol=0.0, atol=1e-6)
+    assert math.isclose(over.tolerance_used, 3.0, rel_tol=1e-6) and not within(over)
+    assert measure(b + 1, b, 0.0, 0.0).tolerance_used == math.inf
