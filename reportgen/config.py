@@ -30,6 +30,7 @@ DIST_STEP_PARITY = "distributed optimizer-step parity"
 DIST_TRAJECTORY = "distributed trajectory parity"
 DIST_MEMORY = "distributed memory per rank"
 DIST_TIME = "distributed step time"
+DIST_TASK_METRICS = "distributed task metrics"
 
 
 class RecomputeMode(Enum):

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -77,6 +77,27 @@ class TrainResult:
     cache_rejected: tuple[str, str] | None = None
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """How one rank of a sharded twin takes part in a budget run (:func:`train_to_budget`).
+
+    Every rank draws the same global batch (same generator, same seed) and trains on its own
+    share of it; the budget counts *global* accepted examples: a step is applied on every rank or
+    on none (``agree``), and its whole global batch counts.
+
+    Attributes:
+        share: ``share(global batch) -> this rank's part`` (e.g. :func:`reportgen.distributed.shard_batch`).
+        agree: ``agree(this rank's loss and gradients are finite) -> every rank's are`` (a collective).
+        final_params: ``{plain name: full parameter}`` of the sharded twin (a collective under FSDP2).
+        ranks: the world size, for the report.
+    """
+
+    share: Callable[[tuple], tuple]
+    agree: Callable[[bool], bool]
+    final_params: Callable[[nn.Module], dict[str, torch.Tensor]]
+    ranks: int
+
+
 def step_seed(forward_seed: int, seed: int, draw: int) -> int:
     """The seed of every generator before forward number ``draw`` of the run with data seed ``seed``.
 
@@ -107,15 +128,18 @@ def evaluate(model: nn.Module, task: Any) -> dict[str, float]:
 
 
 def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
-    """True when ``loss`` and every existing gradient of ``params`` are finite (one host sync)."""
-    flags = [torch.isfinite(loss).all()] + [torch.isfinite(p.grad).all() for p in params if p.grad is not None]
+    """True when ``loss`` and every existing gradient of ``params`` are finite (one host sync).
+    A sharded gradient (FSDP2's ``DTensor``) is read as this rank's shard: the ranks then agree
+    (:class:`Sharding`)."""
+    local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+    flags = [torch.isfinite(loss).all()] + [torch.isfinite(g).all() for g in local]
     return bool(torch.stack([f.to(loss.device) for f in flags]).all())
 
 
 def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: int, seed: int,
                     forward_seed: int | None, optimizer: Any, device: torch.device, dtype: torch.dtype,
                     eval_every: int, lr_scale: float = 1.0, max_steps: int | None = None,
-                    desc: str = "train") -> TrainResult:
+                    desc: str = "train", sharding: Sharding | None = None) -> TrainResult:
     """Train ``model`` in place until ``examples`` examples have been accepted.
 
     Args:
@@ -132,9 +156,14 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
         lr_scale: factor applied to every parameter group's learning rate (larger-batch rule).
         max_steps: cap on drawn batches (applied + skipped); default 4 × the steps the budget needs.
         desc: progress label (a bar on a terminal, periodic log lines otherwise: :mod:`reportgen.progress`).
+        sharding: train one rank of a sharded twin (:class:`Sharding`): ``examples`` and
+            ``batch_size`` are then global (summed over ranks), and every rank calls this together.
 
     Returns:
         :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
+
+    Raises:
+        ValueError: under ``sharding``, a global batch that does not split equally over the ranks.
     """
     start = time.perf_counter()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -156,10 +185,12 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
             step_rng = None if forward_seed is None else step_seed(forward_seed, seed, draws)
             draws += 1
             opt.zero_grad(set_to_none=True)
+            mine = (x, y) if sharding is None else sharding.share((x, y))
             with seeded(step_rng):
-                loss = task.loss(call_model(model, x), y)
+                loss = task.loss(call_model(model, mine[0]), mine[1])
                 loss.backward()
-            if not all_finite(loss, params):
+            finite = all_finite(loss, params)
+            if not (finite if sharding is None else sharding.agree(finite)):
                 opt.zero_grad(set_to_none=True)
                 skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
                 bar.set_postfix(skipped=skipped)
@@ -176,7 +207,8 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     opt.zero_grad(set_to_none=True)
     metrics = evaluate(model, task)
     curve.append((accepted, metrics[task.metric]))
-    final = {plain_name(n): p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
+    final = ({plain_name(n): p.detach().to("cpu", copy=True) for n, p in model.named_parameters()} if sharding is None
+             else {n: t.to("cpu") for n, t in sharding.final_params(model).items()})
     return TrainResult(metrics, accepted, steps, skipped, skipped_examples, curve, float(opt.param_groups[0]["lr"]),
                        batch_size, time.perf_counter() - start, complete=accepted >= examples, final_params=final)
 

@@ -12,7 +12,8 @@ import pytest
 from conftest import run_pipeline, small_setup
 from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
-from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME, DIST_TRAJECTORY
+from reportgen.config import (DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME,
+                              DIST_TRAJECTORY)
 from reportgen.results import ERROR, FAIL, INFO, NOT_RUN, PASS, Role, to_frame
 from reportgen.validation import config_problems
 
@@ -48,6 +49,15 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
     peak = frame[(frame.role == "max_rank_step_peak") & (frame.variant == "recompute")].iloc[0]
     assert peak.comparator == "<=" and peak.value > 0 and peak.threshold_value > 0  # MemTracker on the sharded twins
+    # task metrics of the sharded twins: the budget (32 examples, global batches of 8) is counted over both ranks
+    budget = frame[frame.check == DIST_TASK_METRICS]
+    accepted = budget[budget.role == Role.ACCEPTED]
+    assert set(accepted.variant) == {"plain", "recompute"} and set(accepted.value) == {32.0}
+    steps = budget[(budget.role == Role.RUN)].steps.astype(int)
+    assert set(steps) == {4}  # 32 global examples in global batches of 8: 4 steps, not 8 (4 per rank)
+    judged = budget[budget.role.isin([Role.METRIC_DIFF, Role.FINAL_PARAMS])]
+    assert len(judged) == 2 and set(judged.status) == {PASS}, judged[["item", "metric", "value", "detail"]]
+    assert judged[judged.role == Role.FINAL_PARAMS].value.iloc[0] == 0.0  # non-reentrant: bitwise equal training
 
 
 def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
@@ -59,6 +69,8 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
     rng = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.RNG) & (frame.status == FAIL)]
     assert set(rng["rank"].astype(int)) == {0, 1}  # each rank's generator advanced by the extra draws
     assert all(item.startswith(f"rank {int(r)}:") for item, r in zip(rng.item, rng["rank"]))
+    trained = frame[(frame.check == DIST_TASK_METRICS) & (frame.role == Role.FINAL_PARAMS)]
+    assert list(trained.status) == [FAIL] and "trained apart" in trained.detail.iloc[0]  # the sharded twins drift
 
 
 def test_a_rank_that_raises_gives_an_error_row_naming_it():

@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                     "models.mlp", "models.gpt", "threads", "progress"}),
     ("core", {"results", "recompute", "tasks"}),
     ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "contract", "plots", "diagnose",
-               "duration", "distributed", "ranks"}),
+               "duration", "distributed", "ranks", "sharded_budget"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),

@@ -30,7 +30,7 @@ import torch
 from hydra.utils import instantiate
 
 from ..bootstrap import bootstrap_ratio_ci
-from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TIME, DIST_TRAJECTORY
+from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
 from ..distributed import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
                            max_over_ranks, shard_batch)
 from ..ranks import follow as ranks_follow
@@ -40,6 +40,7 @@ from ..peak import warm_step_peak
 from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
 from ..rows import aa_row, tensor_row
 from ..setup import Setup, forward_backward
+from ..sharded_budget import budget_rows
 from ..snapshot import Snapshot, module_attributes, snapshot_rows
 from ..tasks import batch_to
 from ..train import step_seed
@@ -365,7 +366,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
 #: The parts every rank runs, in order (section, function); module-level functions, so a spawned rank
 #: imports them by name.
 PARTS = ((DIST_GRADIENT_PARITY, gradient_rows), (DIST_STEP_PARITY, step_rows), (DIST_TRAJECTORY, trajectory_rows),
-         (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows))
+         (DIST_MEMORY, memory_rows), (DIST_TIME, time_rows), (DIST_TASK_METRICS, budget_rows))
 
 CHECK = Check(distributed_checks, (
     Section(DIST_GRADIENT_PARITY, "Sharded twins (distributed.strategy) on every rank's share of the same global "
@@ -381,4 +382,7 @@ CHECK = Check(distributed_checks, (
             required=False, distributed=True),
     Section(DIST_TIME, "Warm training steps of the sharded twins; each step's time is the slowest rank's.",
             required=False, distributed=True),
+    Section(DIST_TASK_METRICS, "The sharded twins trained to the same global accepted-example budget (every rank "
+            "trains on its share of each global batch; a step counts once, for all ranks), then evaluated on held-out "
+            "data: the metric and every full trained parameter, recompute vs plain.", required=False, distributed=True),
 ))
