@@ -208,6 +208,10 @@ class DistributedConfig:
     #: How the elastic launcher starts local ranks: ``auto`` (= ``spawn``, a fresh interpreter per rank;
     #: ``fork`` is faster on CPU but not safe in a process with threads), ``spawn``, ``forkserver`` or ``fork``.
     start_method: str = "auto"
+    #: Seeds of the distributed task-metrics check (sharded twins trained to the global budget);
+    #: null = the first of ``budget.seeds`` only (each seed is two sharded training runs; the spread
+    #: over seeds is the single-process task-metrics check's).
+    budget_seeds: Optional[List[int]] = None
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Task metrics of the sharded twins: both trained to the same *global* accepted-example budget.
 
 The part of the distributed checks (``distributed.world_size > 1``) that makes the training claim
-under sharding: for each seed of ``budget.seeds`` the distributed plain twin and the distributed
+under sharding: for each seed of ``distributed.budget_seeds`` (default: the first of
+``budget.seeds``) the distributed plain twin and the distributed
 recompute twin (``distributed.strategy``, the same wrapping as the other sharded checks) are
 trained from the same initial weights with :func:`reportgen.train.train_to_budget`. Every rank
 draws the same global batches of ``budget.batch_size`` examples and trains on its share; a step
@@ -57,6 +58,12 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
                            desc=f"sharded {variant} seed {seed} rank {group.rank}", sharding=sharding)
 
 
+def sharded_seeds(cfg) -> list[int]:
+    """``distributed.budget_seeds``, or (null) the first of ``budget.seeds``."""
+    chosen = cfg.distributed.get("budget_seeds")
+    return [int(s) for s in (chosen if chosen is not None else list(cfg.budget.seeds)[:1])]
+
+
 def budget_rows(setup, group: Group) -> list[Row]:
     """The distributed task-metrics rows (on rank 0; the other ranks train and return none).
 
@@ -72,8 +79,8 @@ def budget_rows(setup, group: Group) -> list[Row]:
     if not cfg.enabled:
         return [] if group.rank else [Row(DIST_TASK_METRICS, "budget", "recompute", "not_run", status=NOT_RUN,
                                           role=Role.DISABLED, detail="not run: budget.enabled=false")]
-    results = {(variant, int(seed)): sharded_run(setup, group, recompute, int(seed))
-               for seed in cfg.seeds for variant, recompute in VARIANTS}
+    seeds = sharded_seeds(setup.cfg)
+    results = {(variant, seed): sharded_run(setup, group, recompute, seed) for seed in seeds for variant, recompute in VARIANTS}
     if group.rank:
         return []
     share = int(cfg.batch_size) // group.world_size
@@ -81,9 +88,10 @@ def budget_rows(setup, group: Group) -> list[Row]:
                 unit="examples", role=Role.BUDGET,
                 detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
                        f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
-                       f"seeds {', '.join(str(s) for s in cfg.seeds)}")]
-    for seed in cfg.seeds:
-        plain, recompute = results[("plain", int(seed))], results[("recompute", int(seed))]
+                       f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
+                       f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})")]
+    for seed in seeds:
+        plain, recompute = results[("plain", seed)], results[("recompute", seed)]
         for variant, result in (("plain", plain), ("recompute", recompute)):
             rows += run_rows(DIST_TASK_METRICS, variant, f"seed {seed}", int(seed), result, task.metric)
         rows += compare_rows(setup, int(seed), plain, recompute)
