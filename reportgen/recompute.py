@@ -29,6 +29,20 @@ class RecomputeConfigError(ValueError):
     """The recompute settings cannot be applied to this model (a usage error, exit 2)."""
 
 
+class RecomputeHazard(RuntimeError):
+    """The recompute twin is in a state whose backward would never end: raised before backward.
+
+    Seen so far: a reentrant region returned a tensor it did not create (a parameter), which
+    ``torch.utils.checkpoint`` then gives a checkpoint ``grad_fn``; its backward recomputes the
+    region, which returns the same tensor with the same ``grad_fn``, and recurses until memory runs
+    out (torch 2.13, measured: one process reached 6 GB). The message names the tensor.
+    """
+
+
+#: Words every :class:`RecomputeHazard` message about a returned leaf carries (the diagnosis matches them).
+RETURNED_LEAF = "a tensor it did not create"
+
+
 @dataclass(frozen=True)
 class Wrapped:
     """One wrapped module: its path in the model (``blocks.0``) and class name."""
@@ -157,6 +171,29 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
         parent = model.get_submodule(parent_path)
         setattr(parent, name, checkpoint_wrapper(parent.get_submodule(name), checkpoint_impl=impl, **kwargs))
     return wrapped
+
+
+def guard_returned_leaves(model: nn.Module) -> None:
+    """After every forward of ``model``, raise :class:`RecomputeHazard` when a parameter or buffer
+    has a ``grad_fn`` (it is no longer a leaf), before any backward can recurse on it.
+
+    A parameter or buffer gets a ``grad_fn`` only when a custom autograd Function returned it as
+    an output: reentrant ``torch.utils.checkpoint`` (``CheckpointFunction``) does so for a region
+    that returns a tensor it did not create. Installed on the recompute twin by
+    :meth:`reportgen.setup.Setup.build`, whatever the method (wrapper or the model's own switch).
+    Tensors kept elsewhere (a global, another object) are not watched.
+    """
+    def check(module: nn.Module, args, output) -> None:
+        for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+            for name, t in named:
+                if t.grad_fn is not None:
+                    raise RecomputeHazard(
+                        f"after the forward, {kind} {plain_name(name)} has grad_fn {type(t.grad_fn).__name__}: a "
+                        f"recompute region returned {RETURNED_LEAF} (its own {kind}), and a reentrant region's "
+                        "output gets the region's grad_fn, so backward would recompute the region again and again "
+                        "until memory runs out; backward was not run")
+
+    model.register_forward_hook(check)
 
 
 def _method(rc) -> RecomputeMethod:
