@@ -198,6 +198,9 @@ RULES: tuple[Rule, ...] = (
 
 #: Rules that name a symptom rather than a cause: a specific rule from another check wins.
 GENERIC = ("trained apart",)
+#: Rules that name a symptom a hazard also causes: a hazard seen in any check (e.g. a cache that
+#: gradient parity saw written again) wins over them in a check whose own rows show only the symptom.
+SYMPTOMS = (*GENERIC, "state changed before recompute")
 
 
 def likely(rows: list[Row], settings: dict[str, Any]) -> Rule | None:
@@ -229,6 +232,8 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         rule = likely(group, settings)
         if rule is None or rule.name in GENERIC:  # a specific cause seen in another check explains this one
             rule = next((r for r in [likely(rows, settings)] if r is not None and r.name not in GENERIC), rule)
+        if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
+            rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
         cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
         out.append(Row(check, "why it fails", "recompute", "diagnosis", status=INFO, role=Role.DIAGNOSIS,
                        detail=f"Likely cause: {cause}. Fix: {fix}.",

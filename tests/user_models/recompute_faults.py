@@ -198,8 +198,9 @@ class RetainingBlock(nn.Module):
 
     def forward(self, x):
         pre = self.lin(x)
-        pre.retain_grad()
-        self.pre = pre  # read after backward: self.pre.grad
+        if pre.requires_grad:  # not in evaluation (no_grad)
+            pre.retain_grad()
+            self.pre = pre  # read after backward: self.pre.grad
         return torch.relu(pre)
 
 
