@@ -184,6 +184,8 @@ def guard_returned_leaves(model: nn.Module) -> None:
     Tensors kept elsewhere (a global, another object) are not watched.
     """
     def check(module: nn.Module, args, output) -> None:
+        if torch.compiler.is_compiling():  # a compiled twin: not traced into its graph
+            return
         for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
             for name, t in named:
                 if t.grad_fn is not None:

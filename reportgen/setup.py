@@ -64,7 +64,7 @@ class Setup:
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
-        (wraps the targets, or calls the model's own switch) and guards the twin's forward
+        (wraps the targets, or calls the model's own switch); every twin's forward is guarded
         (:func:`reportgen.recompute.guard_returned_leaves`). Under ``precision.autocast`` every
         forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
         (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``."""
@@ -72,7 +72,7 @@ class Setup:
         model.load_state_dict(self.state)
         if recompute:
             apply_recompute(model, self.cfg.recompute)
-            guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
+        guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
         if self.autocast_dtype is not None:
             model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
         if self.cfg.compile.enabled and compiled:

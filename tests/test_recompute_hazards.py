@@ -192,3 +192,17 @@ def test_the_cache_fixture_through_the_command_line_prints_the_fix(tmp_path):
     (run,) = run_dirs(tmp_path)
     frame = pd.read_csv(run / "results.csv")
     assert (frame[frame.role == Role.DIAGNOSIS].rule == "cache written again in recompute").all()
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
+def test_hugging_face_llama_with_its_cache_on_under_a_generic_wrapper_names_use_cache(mode):
+    """The filed case: LlamaDecoderLayer wrapped by a generic checkpoint wrapper (what FSDP's
+    apply_activation_checkpointing does) with use_cache=True: the cache is appended again in the recompute."""
+    setup = prepare(compose_config("+model=hf_llama", "++model.use_cache=true", "recompute.method=wrap",
+                                   "recompute.targets=[LlamaDecoderLayer]", f"recompute={mode}"))
+    rows = gradient_parity(setup)
+    (why,) = diagnose(rows, {"mode": mode, "preserve_rng_state": True})
+    assert why.extra["rule"] == "cache written again in recompute" and "use_cache=False" in why.extra["fix"]
+    said = " ".join(r.detail for r in rows if r.status in (FAIL, ERROR))
+    assert "output.past_key_values" in said and "use_cache=True" in said
