@@ -101,7 +101,8 @@ def test_a_reentrant_region_returning_its_parameter_stops_before_backward():
     status, frame = parity("+model=returns_parameter", "recompute=reentrant")
     assert time.perf_counter() - start < 30
     errors = frame[frame.status == ERROR]
-    assert status == ERROR and errors.detail.str.contains("parameter bias.bias has grad_fn").all()
+    assert status == ERROR and errors.detail.str.contains(
+        "reentrant recompute region bias returned a tensor it did not create (its parameter bias.bias", regex=False).all()
     assert errors.detail.str.contains("backward was not run").all()
 
 
@@ -206,3 +207,27 @@ def test_hugging_face_llama_with_its_cache_on_under_a_generic_wrapper_names_use_
     assert why.extra["rule"] == "cache written again in recompute" and "use_cache=False" in why.extra["fix"]
     said = " ".join(r.detail for r in rows if r.status in (FAIL, ERROR))
     assert "output.past_key_values" in said and "use_cache=True" in said
+
+
+#: The returns_parameter config pointed at a region that returns a graph tensor kept on a shared object.
+TABLE_VALUE = ("model._target_=user_models.recompute_faults.build_returns_table_value", "recompute.targets=[TableValue]")
+
+
+def to_frame_rows(frame: pd.DataFrame) -> list[Row]:
+    """Rows back from a frame, as the diagnosis reads them (check, item, role, status, detail)."""
+    return [Row(r.check, r.item, r.variant, r.metric, status=r.status, detail=r.detail, role=r.role)
+            for r in frame.itertuples()]
+
+
+def test_a_reentrant_region_returning_a_graph_tensor_it_did_not_create_stops_before_backward():
+    """Not a parameter: a tensor computed outside the region and kept on a shared object (torch 2.13,
+    measured without the guard: its backward recursed until a 3 GiB address-space limit stopped it)."""
+    start = time.perf_counter()
+    status, frame = parity("+model=returns_parameter", "recompute=reentrant", *TABLE_VALUE)
+    assert time.perf_counter() - start < 30
+    errors = frame[frame.status == ERROR]
+    assert status == ERROR and errors.detail.str.contains(
+        "reentrant recompute region value returned a tensor it did not create (a tensor [16] that requires grad",
+        regex=False).all()
+    (why,) = diagnose(to_frame_rows(frame), {"mode": "reentrant", "preserve_rng_state": True})
+    assert why.extra["rule"] == "region returned a tensor it did not create"

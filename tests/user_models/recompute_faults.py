@@ -237,3 +237,38 @@ class BiasNet(nn.Module):
 def build_returns_parameter():
     """A :class:`BiasNet` (recompute its ``Bias``: under reentrant recompute backward would recurse)."""
     return BiasNet()
+
+
+
+# --- a layer that returns a graph tensor kept on a shared object (not a parameter) ---------------
+class TableValue(nn.Module):
+    """Returns ``table.value`` itself (a tensor of the graph computed outside it), ignoring the input."""
+
+    def __init__(self, table: SharedTable):
+        super().__init__()
+        self.table = table
+
+    def forward(self, x):
+        return self.table.value
+
+
+class TableValueNet(nn.Module):
+    """``h + TableValue()(h)`` with ``h = Linear(x)`` and ``table.value = Linear(pos)`` set each forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = SharedTable()
+        self.pos = nn.Parameter(torch.linspace(-1, 1, WIDTH))
+        self.pos_proj = nn.Linear(WIDTH, WIDTH)
+        self.stem = nn.Linear(WIDTH, WIDTH)
+        self.value = TableValue(self.table)
+
+    def forward(self, x):
+        self.table.value = self.pos_proj(self.pos)  # [WIDTH], requires grad
+        h = self.stem(x)
+        return h + self.value(h)
+
+
+def build_returns_table_value():
+    """A :class:`TableValueNet` (recompute its ``TableValue``: under reentrant recompute backward would recurse)."""
+    return TableValueNet()
