@@ -66,10 +66,11 @@ def _cache_written_again(rows: list[Row]) -> bool:
 HAZARDS: tuple[Rule, ...] = (
     Rule("region returned a tensor it did not create", lambda rows, s: _raised(rows, RETURNED_LEAF),
          "a region recomputed with reentrant recompute (use_reentrant=True) returns a tensor it did not create (its own "
-         "parameter or buffer): torch.utils.checkpoint gives that tensor the region's grad_fn, so its backward would "
-         "recompute the region again and again until memory runs out; reportgen stopped before backward",
-         "return a new tensor from the region (e.g. self.bias * 1 or self.bias.clone()), leave that module out of "
-         "recompute.targets, or use recompute=non_reentrant (use_reentrant=False)"),
+         "parameter or buffer, or a graph tensor kept on an object): torch.utils.checkpoint gives that tensor the "
+         "region's grad_fn, so its backward would recompute the region again and again until memory runs out; "
+         "reportgen stopped before backward",
+         "return a new tensor from the region (t * 1 or t.clone() of the tensor t it returns now), leave that module "
+         "out of recompute.targets, or use recompute=non_reentrant (use_reentrant=False)"),
     Rule("cache written again in recompute", lambda rows, s: _cache_written_again(rows),
          "the forward writes a key/value cache (use_cache=True) and the recomputation runs the forward again, "
          "appending to the cache a second time: the recomputed attention sees the keys twice, so gradients differ under "
