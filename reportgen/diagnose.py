@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from .recompute import RETURNED_LEAF
 from .results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, Role, Row
+from .setup import CACHE_WRITTEN_AGAIN
 
 BAD = (FAIL, ERROR, INCONCLUSIVE)
 
@@ -53,6 +55,50 @@ def _some_ranks_only(rows: list[Row]) -> bool:
     return 0 < len(bad) < len(local)
 
 
+def _cache_written_again(rows: list[Row]) -> bool:
+    """A key/value cache in the output grew while backward ran (a row, or an exception's note)."""
+    return any(r.role == Role.CHANGED_IN_BACKWARD and r.status in BAD and r.extra.get("in_cache") for r in rows) or \
+        _raised(rows, CACHE_WRITTEN_AGAIN)
+
+
+#: Recompute hazards with a cause of their own (issue 16): each is matched by its own evidence, before
+#: the rules that read the symptoms they cause (a differing forward, a lost gradient, a CheckpointError).
+HAZARDS: tuple[Rule, ...] = (
+    Rule("region returned a tensor it did not create", lambda rows, s: _raised(rows, RETURNED_LEAF),
+         "a region recomputed with reentrant recompute (use_reentrant=True) returns a tensor it did not create (its own "
+         "parameter or buffer, or a graph tensor kept on an object): torch.utils.checkpoint gives that tensor the "
+         "region's grad_fn, so its backward would recompute the region again and again until memory runs out; "
+         "reportgen stopped before backward",
+         "return a new tensor from the region (t * 1 or t.clone() of the tensor t it returns now), leave that module "
+         "out of recompute.targets, or use recompute=non_reentrant (use_reentrant=False)"),
+    Rule("cache written again in recompute", lambda rows, s: _cache_written_again(rows),
+         "the forward writes a key/value cache (use_cache=True) and the recomputation runs the forward again, "
+         "appending to the cache a second time: the recomputed attention sees the keys twice, so gradients differ under "
+         "reentrant recompute and non-reentrant recompute raises on the recomputed shapes. A generic wrapper (torch's "
+         "checkpoint_wrapper, FSDP's apply_activation_checkpointing) does not turn the cache off",
+         "train with use_cache=False (model.config.use_cache=False, or use_cache=False in the forward call), or "
+         "recompute through the model's own switch (recompute.method=model_switch; Hugging Face's "
+         "gradient_checkpointing_enable() turns the cache off in training)"),
+    Rule("saved tensors read twice", lambda rows, s: _raised(rows, "already unpacked once"),
+         "a custom autograd.Function inside a recomputed region reads ctx.saved_tensors more than once in its backward; "
+         "non-reentrant recompute (use_reentrant=False) unpacks each saved tensor once and raises on the second read",
+         "read ctx.saved_tensors once in backward (x, w = ctx.saved_tensors) and reuse those names"),
+    Rule("graph tensor shared by regions", lambda rows, s: _raised(rows, "backward through the graph a second time"),
+         "a tensor of the autograd graph, computed outside the recomputed regions and kept on an object (a shared "
+         "table, a cached embedding), is read by several reentrant regions instead of being passed to them: the first "
+         "region's backward frees its graph and the next region's backward walks it again",
+         "pass the tensor to each region as an argument (forward(x, table)), or use recompute=non_reentrant "
+         "(use_reentrant=False), which follows tensors read from outside the region"),
+    Rule("retain_grad or hook in region", lambda rows, s: bool(_bad(rows, Role.RETAINED_GRAD)) or
+         _raised(rows, "retain_grad", "register a hook"),
+         "a recomputed region calls retain_grad() (or registers a tensor hook) on an intermediate tensor: under "
+         "non-reentrant recompute the recomputation rebinds the kept tensor to a recomputed one whose .grad stays "
+         "None; under reentrant recompute the forward runs without grad and the call raises",
+         "read the gradient outside the recomputed region (retain_grad() on the region's output, in the caller), or "
+         "leave that module out of recompute.targets while inspecting gradients"),
+)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("a rank failed", lambda rows, s: bool(_failed_ranks(rows)),
          "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
@@ -73,6 +119,7 @@ RULES: tuple[Rule, ...] = (
          "control (os.urandom, the clock, a global counter, a nondeterministic kernel, a cache built at import)",
          "make the model deterministic given the seeds (draw randomness from torch, random or numpy; on CUDA use "
          "torch.use_deterministic_algorithms(True)), then rerun"),
+    *HAZARDS,
     Rule("different forward", lambda rows, s: bool(_bad(rows, Role.LOSS)),
          "the twins ran different forwards: the loss itself differs, before any backward or recomputation; the forward "
          "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
@@ -152,6 +199,9 @@ RULES: tuple[Rule, ...] = (
 
 #: Rules that name a symptom rather than a cause: a specific rule from another check wins.
 GENERIC = ("trained apart",)
+#: Rules that name a symptom a hazard also causes: a hazard seen in any check (e.g. a cache that
+#: gradient parity saw written again) wins over them in a check whose own rows show only the symptom.
+SYMPTOMS = (*GENERIC, "state changed before recompute")
 
 
 def likely(rows: list[Row], settings: dict[str, Any]) -> Rule | None:
@@ -183,9 +233,29 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         rule = likely(group, settings)
         if rule is None or rule.name in GENERIC:  # a specific cause seen in another check explains this one
             rule = next((r for r in [likely(rows, settings)] if r is not None and r.name not in GENERIC), rule)
-        cause = rule.cause if rule else "no known pattern matches these rows"
-        fix = rule.fix if rule else "read the failing rows below: they name each tensor and both values"
+        if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
+            rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
+        cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
         out.append(Row(check, "why it fails", "recompute", "diagnosis", status=INFO, role=Role.DIAGNOSIS,
                        detail=f"Likely cause: {cause}. Fix: {fix}.",
                        extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""}))
     return out
+
+
+#: Roles of rows that compare one tensor (or value) between the twins.
+TENSOR_ROLES = (Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD, Role.PARAM, Role.OPTIMIZER_STATE,
+                Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.RETAINED_GRAD, Role.OUTPUT_OTHER)
+
+
+def unexplained(check: str, rows: list[Row]) -> tuple[str, str]:
+    """``(cause, fix)`` when no rule matches: both name the first differing tensor of ``check``'s rows
+    (in the check's order: loss, outputs, gradients) and the check that saw it, else its first bad row."""
+    bad = [r for r in rows if r.status in BAD]
+    first = next((r for r in bad if r.role in TENSOR_ROLES), bad[0])
+    said = first.detail.split("; ")[0][:160]
+    what = "tensor" if first.role in TENSOR_ROLES else "failing row"
+    cause = f"no known pattern matches these rows; the first differing {what} is {first.item} ({said})"
+    fix = (f"start from {first.item}, which {check} saw differ first: find what the recomputed region computes "
+           "differently for it (state read or written in the forward, randomness outside torch's generator, a "
+           "custom autograd.Function); the rows below name every tensor and both values")
+    return cause, fix

@@ -20,6 +20,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointWrapper,
     checkpoint_wrapper,
 )
+from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from .config import RecomputeMethod, RecomputeMode
@@ -27,6 +28,20 @@ from .config import RecomputeMethod, RecomputeMode
 
 class RecomputeConfigError(ValueError):
     """The recompute settings cannot be applied to this model (a usage error, exit 2)."""
+
+
+class RecomputeHazard(RuntimeError):
+    """The recompute twin is in a state whose backward would never end: raised before backward.
+
+    Seen so far: a reentrant region returned a tensor it did not create (a parameter), which
+    ``torch.utils.checkpoint`` then gives a checkpoint ``grad_fn``; its backward recomputes the
+    region, which returns the same tensor with the same ``grad_fn``, and recurses until memory runs
+    out (torch 2.13, measured: one process reached 6 GB). The message names the tensor.
+    """
+
+
+#: Words every :class:`RecomputeHazard` message about a returned leaf carries (the diagnosis matches them).
+RETURNED_LEAF = "a tensor it did not create"
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,59 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
     for w in wrapped:
         parent_path, _, name = w.path.rpartition(".")
         parent = model.get_submodule(parent_path)
-        setattr(parent, name, checkpoint_wrapper(parent.get_submodule(name), checkpoint_impl=impl, **kwargs))
+        region = parent.get_submodule(name)
+        if impl is CheckpointImpl.REENTRANT:
+            region.register_forward_hook(functools.partial(_created_outside, w.path), with_kwargs=True)
+        setattr(parent, name, checkpoint_wrapper(region, checkpoint_impl=impl, **kwargs))
     return wrapped
+
+
+def _created_outside(path: str, module: nn.Module, args, kwargs, output) -> None:
+    """Forward hook of a reentrant region's module: raise :class:`RecomputeHazard` when the region
+    returns a tensor it did not create.
+
+    Reentrant ``torch.utils.checkpoint`` runs the region's first forward under ``no_grad``, so every
+    tensor the region creates there has ``requires_grad=False``; an output that requires grad and is
+    not one of its inputs existed before (a parameter, a graph tensor kept on an object), and would
+    get the checkpoint's ``grad_fn``. In the recomputation (grad enabled) and in plain calls under
+    grad the hook says nothing. A region that turns grad on itself (``torch.enable_grad()``) is not judged.
+    """
+    if torch.is_grad_enabled():
+        return
+    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    for leaf in tree_leaves(output):
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and not any(leaf is a for a in inputs):
+            name = next((n for n, p in module.named_parameters() if p is leaf), None)
+            what = f"its parameter {path}.{name}" if name else f"a tensor {list(leaf.shape)} that requires grad"
+            raise RecomputeHazard(
+                f"reentrant recompute region {path} returned {RETURNED_LEAF} ({what}, which existed before the "
+                "region ran): reentrant recompute gives it the region's grad_fn, so backward would recompute the "
+                "region again and again until memory runs out; backward was not run")
+
+
+def guard_returned_leaves(model: nn.Module) -> None:
+    """After every forward of ``model``, raise :class:`RecomputeHazard` when a parameter or buffer
+    has a ``grad_fn`` (it is no longer a leaf), before any backward can recurse on it.
+
+    A parameter or buffer gets a ``grad_fn`` only when a custom autograd Function returned it as
+    an output: reentrant ``torch.utils.checkpoint`` (``CheckpointFunction``) does so for a region
+    that returns a tensor it did not create. Installed on the recompute twin by
+    :meth:`reportgen.setup.Setup.build`, whatever the method (wrapper or the model's own switch).
+    Tensors kept elsewhere (a global, another object) are not watched.
+    """
+    def check(module: nn.Module, args, output) -> None:
+        if torch.compiler.is_compiling():  # a compiled twin: not traced into its graph
+            return
+        for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+            for name, t in named:
+                if t.grad_fn is not None:
+                    raise RecomputeHazard(
+                        f"after the forward, {kind} {plain_name(name)} has grad_fn {type(t.grad_fn).__name__}: a "
+                        f"recompute region returned {RETURNED_LEAF} (its own {kind}), and a reentrant region's "
+                        "output gets the region's grad_fn, so backward would recompute the region again and again "
+                        "until memory runs out; backward was not run")
+
+    model.register_forward_hook(check)
 
 
 def _method(rc) -> RecomputeMethod:

@@ -58,6 +58,10 @@ class Role:
     OUTPUT_OTHER = "output_other"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
     RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
+    #: Output leaves that changed while backward ran (a recomputation wrote the forward's outputs again).
+    CHANGED_IN_BACKWARD = "changed_in_backward"
+    #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
+    RETAINED_GRAD = "retained_grad"
 
 
 @dataclass

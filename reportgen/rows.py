@@ -151,11 +151,15 @@ def raised_for_lack_of_grad(rows: list[Row]) -> bool:
 
 
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0) -> Row:
-    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check"."""
+    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check".
+
+    The detail holds the message's first paragraph (at most :data:`MAX_MESSAGE` characters), then
+    the exception's notes (``add_note``), e.g. the output leaves that changed during backward."""
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
     message = str(exc).split("\n\n")[0]  # torch appends long tips after a blank line
     message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " …"
+    message += "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))  # what reportgen saw (setup.forward_backward)
     if where == "plain":
         detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:

@@ -97,8 +97,22 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     for check, detail in frame.loc[frame.status == WARN, ["check", "detail"]].drop_duplicates("check").values[:4]:
         detail = console_text(detail)
         print(f"reportgen: WARN {check}: {detail[:160]}{'…' if len(detail) > 160 else ''}")
+    if verdict != PASS:
+        for line in why_lines(frame):
+            print(line)
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
+
+
+def why_lines(frame, most: int = 3) -> list[str]:
+    """Console lines for a claim that does not hold: one per diagnosis (``reportgen.diagnose``) with the
+    checks it explains and its fix, at most ``most``; the cause and the evidence are in the report."""
+    said: dict[str, tuple[list[str], str]] = {}
+    if "fix" not in frame.columns:  # no diagnosis row (e.g. only NOT_RUN checks)
+        return []
+    for check, rule, fix in frame.loc[frame.role == Role.DIAGNOSIS, ["check", "rule", "fix"]].values:
+        said.setdefault(rule or fix, ([], fix))[0].append(check)
+    return [f"reportgen: fix ({', '.join(checks)}): {fix}" for checks, fix in list(said.values())[:most]]
 
 
 def prepare(cfg: DictConfig) -> Setup:

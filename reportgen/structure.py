@@ -168,3 +168,43 @@ def describe(inputs: Any) -> str:
 def to_device(obj: Any, device: torch.device | str, dtype: torch.dtype) -> Any:
     """Move every tensor leaf to ``device``; floating ones are cast to ``dtype``, others kept."""
     return map_tensors(lambda t: t.to(device, dtype) if t.is_floating_point() else t.to(device), obj)
+
+
+def leaf_states(obj: Any, prefix: str) -> dict[str, tuple[Tensor, int]]:
+    """``{path: (tensor, version counter)}`` of every tensor leaf of ``obj`` (see
+    :func:`named_tensors`), to tell later whether a leaf was replaced or written in place
+    (:func:`changed_leaves`). Holds the tensors, so an address is never reused meanwhile."""
+    return {name: (t, t._version) for name, t in named_tensors(obj, prefix)}
+
+
+def changed_leaves(before: dict[str, tuple[Tensor, int]], obj: Any, prefix: str) -> dict[str, str]:
+    """Tensor leaves of ``obj`` that are not what :func:`leaf_states` recorded, described for people.
+
+    Args:
+        before: :func:`leaf_states` of the same object, taken earlier (e.g. after the forward).
+        obj: the object now (e.g. after backward; a cache object may have been appended to).
+        prefix: its name, as given to :func:`leaf_states`.
+
+    Returns:
+        ``{path: description}``: ``"shape [4, 6, 16] -> [4, 12, 16]"`` (replaced by a tensor of
+        another shape), ``"replaced by another tensor"``, ``"written in place"``, ``"added"``
+        (a leaf that was not there), ``"removed"``; empty when nothing changed.
+    """
+    now = dict(named_tensors(obj, prefix))
+    found = {}
+    for path in dict.fromkeys([*before, *now]):
+        if path not in now or path not in before:
+            found[path] = "removed" if path not in now else "added"
+            continue
+        (old, version), new = before[path], now[path]
+        if new is not old:
+            found[path] = (f"shape {list(old.shape)} -> {list(new.shape)}" if new.shape != old.shape
+                           else "replaced by another tensor")
+        elif new._version != version:
+            found[path] = "written in place"
+    return found
+
+
+def cache_paths(obj: Any, prefix: str) -> list[str]:
+    """Paths of the key/value cache objects in ``obj`` (:func:`is_cache`), outermost first."""
+    return [path for path, what in other_leaves(obj, prefix).items() if what.startswith("cache ")]

@@ -14,7 +14,7 @@ import warnings
 from ..config import GRADIENT_PARITY
 from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
-from ..setup import Setup, StepOutput, forward_backward
+from ..setup import Setup, StepOutput, changes_said, forward_backward
 from ..structure import describe, has_floating
 from .base import Check, Section
 
@@ -119,6 +119,22 @@ def _other_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
     return rows
 
 
+def _changed_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
+    """One row when output leaves changed while the recompute twin's backward ran and not in the
+    plain twin's (``== 0`` leaves, FAIL otherwise): the recomputation wrote the forward's outputs
+    again, e.g. appended to a key/value cache. No row when neither twin's output changed."""
+    extra_changes = {p: how for p, how in recompute.changed.items() if p not in plain.changed}
+    if not extra_changes and not plain.changed:
+        return []
+    in_cache = any(p.startswith(c + ".") for c in recompute.caches for p in extra_changes)
+    detail = (changes_said(extra_changes, recompute.caches, recompute.use_cache) if extra_changes else
+              "the output changes during backward in the plain twin too (not caused by recompute)")
+    return [Row(GRADIENT_PARITY, "output leaves changed during backward", "recompute", "changed_leaves",
+                float(len(extra_changes)), "0", "==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD,
+                unit="leaves", detail=detail,
+                extra={"in_cache": in_cache, "use_cache": recompute.use_cache, "leaves": ", ".join(extra_changes)})]
+
+
 def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
     out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
     for name in list(dict.fromkeys([*plain.output, *recompute.output])):  # every tensor leaf, in output order
@@ -127,6 +143,10 @@ def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol,
         out.append(tensor_row(GRADIENT_PARITY, name, plain.output.get(name), recompute.output.get(name), rtol, atol,
                               Role.OUTPUT, aa=aa.output.get(name)))
     out += _other_rows(plain, recompute)
+    out += _changed_rows(plain, recompute)
+    for name in sorted(set(plain.retained) | set(recompute.retained)):
+        out.append(tensor_row(GRADIENT_PARITY, name, plain.retained.get(name), recompute.retained.get(name), rtol, atol,
+                              Role.RETAINED_GRAD, aa=aa.retained.get(name)))
     for name in sorted(set(plain.grads) | set(recompute.grads)):
         out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol,
                               atol, Role.PARAM_GRAD, aa=aa.grads.get(name)))
