@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from .progress import progress
 from .recompute import plain_name
 from .results import FLAGGED, INFO, WARN, Role, Row
 from .rng import seed_all, seeded
+from .rounding import GradientNudge
 from .structure import batch_size_of, call_model
 from .tasks import batch_to
 
@@ -115,7 +116,7 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
 def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: int, seed: int,
                     forward_seed: int | None, optimizer: Any, device: torch.device, dtype: torch.dtype,
                     eval_every: int, lr_scale: float = 1.0, max_steps: int | None = None,
-                    desc: str = "train") -> TrainResult:
+                    desc: str = "train", nudge: Callable[[list[nn.Parameter]], None] | None = None) -> TrainResult:
     """Train ``model`` in place until ``examples`` examples have been accepted.
 
     Args:
@@ -132,6 +133,8 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
         lr_scale: factor applied to every parameter group's learning rate (larger-batch rule).
         max_steps: cap on drawn batches (applied + skipped); default 4 × the steps the budget needs.
         desc: progress label (a bar on a terminal, periodic log lines otherwise: :mod:`reportgen.progress`).
+        nudge: called with the trainable parameters after every accepted backward, right before
+            ``optimizer.step()`` (the rounding twin's gradient noise, :mod:`reportgen.rounding`).
 
     Returns:
         :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
@@ -164,6 +167,8 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
                 skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
                 bar.set_postfix(skipped=skipped)
                 continue
+            if nudge is not None:
+                nudge(params)
             opt.step()
             steps, accepted = steps + 1, accepted + batch_size_of(x)
             bar.update(batch_size_of(x))
@@ -195,7 +200,8 @@ class BudgetRuns:
     def __len__(self) -> int:
         return len(self._runs)
 
-    def get(self, setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
+    def get(self, setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0,
+            rounding: bool = False) -> TrainResult:
         """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
 
         Args:
@@ -204,14 +210,18 @@ class BudgetRuns:
             seed: data-order and dropout seed of the run.
             batch_size: examples per step.
             lr_scale: learning-rate factor (1 = as configured).
+            rounding: train the rounding twin (a plain twin whose gradients are nudged by the
+                parity tolerance before every step, :mod:`reportgen.rounding`); never cached on
+                disk, trained in the run that needs it.
 
         Returns:
             The :class:`TrainResult`.
         """
         budget = setup.cfg.budget
-        key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale))
+        key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale), bool(rounding))
         if key not in self._runs:
-            variant = "recompute" if recompute else "plain"
+            variant = "rounding" if rounding else "recompute" if recompute else "plain"
+            nudge = GradientNudge(*setup.tolerance(), int(seed)) if rounding else None
 
             def train() -> TrainResult:
                 log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed,
@@ -221,11 +231,32 @@ class BudgetRuns:
                     seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer,
                     device=setup.device, dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
                     max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-                    desc=f"{variant} seed {seed} batch {batch_size}")
+                    desc=f"{variant} seed {seed} batch {batch_size}", nudge=nudge)
 
-            self._runs[key] = train() if recompute else cached_plain_run(setup, int(seed), int(batch_size),
+            self._runs[key] = train() if recompute or rounding else cached_plain_run(setup, int(seed), int(batch_size),
                                                                          lr_scale, train)
         return self._runs[key]
+
+
+def first_step_grads(setup: Any, recompute: bool, seed: int, batch_size: int) -> dict[str, torch.Tensor | None]:
+    """Gradients of a fresh twin on the first batch of the budget run with ``seed``: the same
+    batch and generator seed as that run's first step (:func:`train_to_budget`).
+
+    Returns:
+        ``{plain parameter name: gradient or None}``; whether the twins' agree decides if the
+        rounding envelope may judge their trained parameters (:mod:`reportgen.rounding`).
+    """
+    model = setup.build(recompute)
+    generator = torch.Generator().manual_seed(int(seed))
+    examples = int(setup.cfg.budget.examples)
+    x, y = batch_to(setup.task.make_batch(generator, min(int(batch_size), examples)), setup.device, setup.dtype)
+    forward_seed = setup.cfg.forward_seed
+    if forward_seed is None:
+        seed_all(int(seed))
+    with seeded(None if forward_seed is None else step_seed(forward_seed, int(seed), 0)):
+        setup.task.loss(call_model(model, x), y).backward()
+    return {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+            for n, p in model.named_parameters() if p.requires_grad}
 
 
 def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train) -> TrainResult:
