@@ -86,6 +86,13 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
 #: The detail of a difference the rounding envelope accounts for (reportgen/rounding.py).
 ROUNDING_LEVEL = "differs at rounding level, as any re-association would"
 
+#: The report's sentence on the rounding envelope, for the sections that use it.
+ROUNDING_NOTE = ("An item outside tolerance is judged against the rounding envelope too: how far a plain twin (the "
+                 "rounding twin) moves when its gradients are nudged by the gradient tolerance before every optimizer "
+                 "step (column rounding_envelope, built only when needed). Within parity.rounding_factor times it, the "
+                 f"item {ROUNDING_LEVEL}, and passes; outside it, it fails. It applies only to floating tensors, and "
+                 "only while the recompute gradients are themselves at rounding level.")
+
 
 def effective_excess(row: Row) -> float:
     """How far past what passes ``row`` is: its tolerance ``excess``, or, when it carries a

@@ -238,25 +238,39 @@ class BudgetRuns:
         return self._runs[key]
 
 
-def first_step_grads(setup: Any, recompute: bool, seed: int, batch_size: int) -> dict[str, torch.Tensor | None]:
-    """Gradients of a fresh twin on the first batch of the budget run with ``seed``: the same
-    batch and generator seed as that run's first step (:func:`train_to_budget`).
+def early_grads(setup: Any, recompute: bool, seed: int, batch_size: int, steps: int,
+                nudge: Callable[[list[nn.Parameter]], None] | None = None) -> list[dict[str, torch.Tensor | None]]:
+    """Gradients of the first ``steps`` applied steps of the budget run with ``seed``: the same
+    batches, generator seeds and optimizer as that run (:func:`train_to_budget` on a budget of
+    ``steps × batch_size`` examples, evaluated only at its start and end).
+
+    Args:
+        setup: the run's :class:`reportgen.setup.Setup`.
+        recompute: the recompute twin (else a plain one).
+        seed, batch_size: as for :meth:`BudgetRuns.get`.
+        steps: applied steps to record.
+        nudge: the rounding twin's gradient noise, applied after each recording.
 
     Returns:
-        ``{plain parameter name: gradient or None}``; whether the twins' agree decides if the
-        rounding envelope may judge their trained parameters (:mod:`reportgen.rounding`).
+        Per applied step, ``{plain parameter name: gradient (before any nudge) or None}``;
+        whether the twins' agree decides if the rounding envelope may judge their trained
+        parameters (:mod:`reportgen.rounding`).
     """
     model = setup.build(recompute)
-    generator = torch.Generator().manual_seed(int(seed))
-    examples = int(setup.cfg.budget.examples)
-    x, y = batch_to(setup.task.make_batch(generator, min(int(batch_size), examples)), setup.device, setup.dtype)
-    forward_seed = setup.cfg.forward_seed
-    if forward_seed is None:
-        seed_all(int(seed))
-    with seeded(None if forward_seed is None else step_seed(forward_seed, int(seed), 0)):
-        setup.task.loss(call_model(model, x), y).backward()
-    return {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
-            for n, p in model.named_parameters() if p.requires_grad}
+    names = [plain_name(n) for n, p in model.named_parameters() if p.requires_grad]
+    recorded: list[dict[str, torch.Tensor | None]] = []
+
+    def record(params: list[nn.Parameter]) -> None:
+        recorded.append({n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in zip(names, params)})
+        if nudge is not None:
+            nudge(params)
+
+    budget = setup.cfg.budget
+    train_to_budget(model, setup.task, examples=int(steps) * int(batch_size), batch_size=int(batch_size), seed=int(seed),
+                    forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device,
+                    dtype=setup.dtype, eval_every=0, max_steps=int(budget.max_steps_factor * steps),
+                    desc=f"early gradients, seed {seed}", nudge=record)
+    return recorded
 
 
 def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train) -> TrainResult:

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..config import STATE_PARITY, STEP_PARITY
 from ..results import Row
-from ..rows import aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
+from ..rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from ..setup import Setup, forward_backward
 from ..rounding import GradientNudge, grads_at_rounding_level
 from ..snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
@@ -77,7 +77,9 @@ def _rounding(setup: Setup, input_grad: bool, snaps: dict[str, Snapshot], rows: 
 
 
 CHECK = Check(step_and_state_parity, (
-    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it."),
+    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it. "
+                          + ROUNDING_NOTE),
     Section(STATE_PARITY, "Buffers, plain Python attributes of modules, and the state of every random generator "
-                          "(torch, Python random, NumPy) after backward."),
+                          "(torch, Python random, NumPy) after backward; floating buffers may be judged against the "
+                          "rounding envelope, generator states and attributes must match exactly."),
 ))

@@ -26,7 +26,7 @@ from ..progress import progress
 from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rng import fingerprint, seeded
 from ..rounding import GradientNudge, grads_at_rounding_level
-from ..rows import ROUNDING_LEVEL, effective_excess, run_twin
+from ..rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin
 from ..setup import Setup
 from ..snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
 from ..structure import call_model
@@ -131,7 +131,10 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         if not first and not out[-2].status == "PASS":
             first, first_items = k, [x.item for x in rows if not effective_excess(x) <= 0]
     steps = len(snaps["plain"])
-    detail = (f"recompute stays within tolerance of plain for all {steps} steps" if not first else
+    rounded = sum(1 for row in out if row.variant == "recompute" and row.extra.get("items_outside") and row.status == "PASS")
+    detail = (f"recompute stays within tolerance of plain for all {steps} steps"
+              + (f" ({rounded} of them only at rounding level, within the rounding envelope)" if rounded else "")
+              if not first else
               f"recompute first leaves tolerance at step {first} of {steps}: {', '.join(first_items[:4])}"
               + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
               + ("; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
@@ -169,4 +172,4 @@ def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step
 CHECK = Check(trajectory_parity, (Section(
     TRAJECTORY, "Several optimizer steps on the training stream for the plain twin, a second plain twin (A/A) and the "
     "recompute twin, compared after every step: parameters, optimizer state, buffers, module attributes and generator "
-    "states.", template="sections/trajectory-parity.html.j2", plotter=trajectory_plots),))
+    "states. " + ROUNDING_NOTE, template="sections/trajectory-parity.html.j2", plotter=trajectory_plots),))
