@@ -180,3 +180,17 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
         assert set(frame[frame.role.isin([Role.METRIC_DIFF, Role.WORST])].status) == {expected}
+
+
+@pytest.mark.slow
+def test_rounding_level_model_holds_end_to_end_and_every_status_rejudges_from_the_written_numbers(tmp_path):
+    from conftest import run_pipeline
+
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    code, frame = run_pipeline(tmp_path / "on", "+model=rounding_level", user_conf=True)
+    assert code == 0, frame[frame.status.isin([FAIL, "ERROR"])].detail.tolist()
+    enveloped = frame[frame.rounding_envelope.notna() & (frame.excess > 0)]
+    assert len(enveloped) and set(enveloped.status) == {PASS}
+    assert all(judge_record(r) == r["status"] for r in frame.to_dict("records"))  # as reportgen.verify does
+    code, _ = run_pipeline(tmp_path / "off", "+model=rounding_level", "parity.rounding_envelope=false", user_conf=True)
+    assert code == 1

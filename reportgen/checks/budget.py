@@ -259,5 +259,5 @@ CHECK = Check(task_metrics, (Section(
     "examples, then evaluated on held-out data. Trained parameters outside tolerance (and then the held-out metric) "
     "are judged against the rounding envelope too: how far a plain twin trained to the same budget moves when its "
     "gradients are nudged by the gradient tolerance before every step (column rounding_envelope). Within "
-    f"parity.rounding_factor times it, the difference {ROUNDING_LEVEL}, and passes; it applies only when the recompute "
+    f"parity.rounding_factor times it, a twin that {ROUNDING_LEVEL} passes; it applies only when the recompute "
     "gradients of the run's first parity.steps steps are at rounding level.", template="sections/task-metrics.html.j2", plotter=task_metric_plots),))
