@@ -211,8 +211,8 @@ class BudgetRuns:
             batch_size: examples per step.
             lr_scale: learning-rate factor (1 = as configured).
             rounding: train the rounding twin (a plain twin whose gradients are nudged by the
-                parity tolerance before every step, :mod:`reportgen.rounding`); never cached on
-                disk, trained in the run that needs it.
+                parity tolerance before every step, :mod:`reportgen.rounding`); cached on disk like
+                the plain twin, under its own key.
 
         Returns:
             The :class:`TrainResult`.
@@ -233,8 +233,8 @@ class BudgetRuns:
                     max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
                     desc=f"{variant} seed {seed} batch {batch_size}", nudge=nudge)
 
-            self._runs[key] = train() if recompute or rounding else cached_plain_run(setup, int(seed), int(batch_size),
-                                                                         lr_scale, train)
+            self._runs[key] = train() if recompute else cached_plain_run(setup, int(seed), int(batch_size), lr_scale,
+                                                                         train, variant)
         return self._runs[key]
 
 
@@ -273,8 +273,9 @@ def early_grads(setup: Any, recompute: bool, seed: int, batch_size: int, steps: 
     return recorded
 
 
-def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train) -> TrainResult:
-    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.cache`.
+def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train, twin: str = "plain") -> TrainResult:
+    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.cache`
+    (``twin="rounding"``: the rounding twin's, under its own key).
 
     A trusted entry under the run's key is a hit (logged ``from cache`` with the key; the
     result carries ``cache_key``). A missing or stale entry is trained by ``train()`` and
@@ -294,23 +295,24 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
     if folder is None:
         return train()
     try:
-        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
+        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale,
+                                            twin=twin)
         secret = cache.cache_secret()
     except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
-        log.warning("plain twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
-                    "(%s: %s; the secret is %s, see README)", seed, batch_size, type(exc).__name__, exc,
+        log.warning("%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
+                    "(%s: %s; the secret is %s, see README)", twin, seed, batch_size, type(exc).__name__, exc,
                     cache.secret_path())
         return train()
     rejected = None
     try:
         entry = cache.load(folder, key, secret)
     except cache.Rejected as exc:
-        log.warning("plain twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
-                    seed, batch_size, key, folder, exc)
+        log.warning("%s twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
+                    twin, seed, batch_size, key, folder, exc)
         entry, rejected = None, (key, str(exc))
     if entry is not None:
         record, tensors = entry
-        log.info("plain twin, seed %d, batch %d: from cache (key sha256:%s in %s)", seed, batch_size, key, folder)
+        log.info("%s twin, seed %d, batch %d: from cache (key sha256:%s in %s)", twin, seed, batch_size, key, folder)
         result = TrainResult(**{**record, "curve": [(int(n), float(v)) for n, v in record["curve"]]},
                              final_params=tensors)
         result.cache_key = key
@@ -322,7 +324,7 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
         try:
             cache.store(folder, key, material, record, result.final_params, secret)
         except OSError as exc:
-            log.warning("could not write the plain-twin cache entry into %s: %s", folder, exc)
+            log.warning("could not write the %s-twin cache entry into %s: %s", twin, folder, exc)
     return result
 
 

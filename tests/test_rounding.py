@@ -194,3 +194,17 @@ def test_rounding_level_model_holds_end_to_end_and_every_status_rejudges_from_th
     assert all(judge_record(r) == r["status"] for r in frame.to_dict("records"))  # as reportgen.verify does
     code, _ = run_pipeline(tmp_path / "off", "+model=rounding_level", "parity.rounding_envelope=false", user_conf=True)
     assert code == 1
+
+
+def test_the_rounding_twins_budget_run_is_cached_under_its_own_key(tmp_path, monkeypatch):
+    from reportgen import cache
+    from reportgen.train import BudgetRuns
+
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    setup = small_setup("+model=rounding_level", user_conf=True)
+    plain, rounding = BudgetRuns().get(setup, False, 0, 8), BudgetRuns().get(setup, False, 0, 8, rounding=True)
+    assert plain.cache_key is None and rounding.cache_key is None  # both trained, both stored
+    again = BudgetRuns().get(setup, False, 0, 8, rounding=True)
+    assert again.cache_key is not None and again.cache_key != BudgetRuns().get(setup, False, 0, 8).cache_key
+    assert all(torch.equal(again.final_params[k], rounding.final_params[k]) for k in rounding.final_params)
+    assert any(not torch.equal(plain.final_params[k], rounding.final_params[k]) for k in plain.final_params)

@@ -148,6 +148,12 @@ def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResu
     except Exception as exc:  # noqa: BLE001 - failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
+    if rounding is not None and rounding.cache_rejected:
+        key, why = rounding.cache_rejected
+        errors.append(Row(TASK_METRICS, f"seed {seed}", "rounding", "cache_entry_rejected", math.nan, "", "", WARN,
+                          f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
+                          "was trained afresh in this run and the entry replaced",
+                          extra={"seed": seed, "cache_key": key, "cache_problem": why}, role=Role.CACHE))
     final = None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
     if final is not None:  # the metric may lean on the envelope only when the weights are at rounding level
         rows = [metric_diff_row(seed, p, r, allowed, metric, task.higher_is_better, rounding.metrics[metric],
