@@ -150,7 +150,7 @@ def _version(distribution: str) -> str | None:
 
 
 def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_scale: float,
-                  modules: dict | None = None) -> tuple[str, dict]:
+                  modules: dict | None = None, twin: str = "plain") -> tuple[str, dict]:
     """The cache key of a plain budget run, and the material it hashes (see module docstring).
 
     Args:
@@ -161,6 +161,8 @@ def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_s
         batch_size: examples per step.
         lr_scale: learning-rate factor.
         modules: the module table whose user sources are hashed (default ``sys.modules``).
+        twin: ``"plain"``, or ``"rounding"`` for the rounding twin's run (a plain twin with
+            tolerance-sized gradient noise, :mod:`reportgen.rounding`): its own key.
 
     Returns:
         ``(hex SHA-256 of the canonical JSON of the material, material)``.
@@ -175,7 +177,8 @@ def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_s
         "config": config,
         "device": {"name": str(device), "kind": device_kind(device)},
         "dtype": str(dtype),
-        "run": {"seed": int(seed), "batch_size": int(batch_size), "lr_scale": float(lr_scale)},
+        "run": {"seed": int(seed), "batch_size": int(batch_size), "lr_scale": float(lr_scale),
+                **({} if twin == "plain" else {"twin": twin})},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
                      "numpy": numpy.__version__, "transformers": _version("transformers"), "reportgen": __version__},
         "sources": {"reportgen": reportgen_sources_sha256(), "user": user_source_digests(modules)},

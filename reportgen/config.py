@@ -84,6 +84,14 @@ class ParityConfig:
     steps: int = 8
     #: Optimizer for the one-step parity, a ``_target_`` node called with ``params=``.
     optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
+    #: Judge step, trajectory and trained-parameter differences outside tolerance against a
+    #: rounding envelope: how far a plain twin moves when its gradients are nudged by the
+    #: gradient tolerance before each optimizer step (reportgen/rounding.py). Built only when
+    #: some item is outside tolerance. false = tolerance alone decides, as a bitwise A/A floor.
+    rounding_envelope: bool = True
+    #: A difference outside tolerance passes when it is at most this many times the rounding
+    #: envelope of its item (per tensor, max abs difference); >= 1.
+    rounding_factor: float = 2.0
 
 
 @dataclass

@@ -33,6 +33,9 @@ COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "thres
 #: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
 #: ``ci<=``: value <= threshold, and the upper end of its confidence interval (``ci_high``)
 #: too; value within but ``ci_high`` past it is WARN (not conclusive).
+#: An ``allclose`` or ``<=`` row may also carry ``rounding_excess`` (the value minus a stated
+#: factor times the rounding envelope: how far plain moves under tolerance-sized gradient noise,
+#: reportgen/rounding.py); finite and <= 0 passes it: the difference is at rounding level.
 COMPARATORS = ("<=", "<", ">=", ">", "==", "allclose", "ci<=")
 
 
@@ -109,9 +112,15 @@ class Row:
     on_miss: str = FAIL
 
     def __post_init__(self) -> None:
+        self.rejudge()
+
+    def rejudge(self) -> None:
+        """Set ``status`` from the numbers again (after a builder added a column ``judge`` reads,
+        e.g. ``rounding_excess``); a row without a comparator keeps its stated status."""
         if self.comparator:
             self.status = judge(self.value, self.comparator, self.threshold_value, self.on_miss,
-                                excess=self.extra.get("excess"), ci_high=self.extra.get("ci_high"))
+                                excess=self.extra.get("excess"), ci_high=self.extra.get("ci_high"),
+                                rounding_excess=self.extra.get("rounding_excess"))
 
     def record(self) -> dict[str, Any]:
         """The row as one flat record: fixed columns, then ``extra``'s keys."""
@@ -128,7 +137,7 @@ def _number(value: Any) -> float:
 
 
 def judge(value: float, comparator: str, threshold_value: float, on_miss: str = FAIL, *,
-          excess: float | None = None, ci_high: float | None = None) -> str:
+          excess: float | None = None, ci_high: float | None = None, rounding_excess: float | None = None) -> str:
     """Turn a measurement into a status: the only place a PASS or FAIL is decided.
 
     Args:
@@ -138,6 +147,9 @@ def judge(value: float, comparator: str, threshold_value: float, on_miss: str = 
         on_miss: the status of a missed comparison (FAIL, or WARN for advisory rows).
         excess: ``allclose`` only: ``max(|a - b| - (atol + rtol |b|))``; <= 0 passes.
         ci_high: ``ci<=`` only: the upper end of the value's confidence interval.
+        rounding_excess: ``allclose`` and ``<=`` only: the difference minus the allowed multiple
+            of the rounding envelope (reportgen/rounding.py); finite and <= 0 passes a row that
+            misses its tolerance: the difference is one rounding-level noise would also make.
 
     Returns:
         PASS, WARN or ``on_miss``.
@@ -146,6 +158,9 @@ def judge(value: float, comparator: str, threshold_value: float, on_miss: str = 
         ValueError: an unknown comparator.
     """
     value, threshold_value = _number(value), _number(threshold_value)
+    rounding = _number(rounding_excess)
+    if comparator in ("allclose", "<=") and math.isfinite(rounding) and rounding <= 0:
+        return PASS
     if comparator == "allclose":
         excess = _number(excess)
         return PASS if math.isfinite(excess) and excess <= 0 else on_miss
@@ -169,7 +184,8 @@ def judge_record(record: Mapping[str, Any]) -> str:
     if not comparator:
         return record.get("status", INFO)
     return judge(record.get("value"), comparator, record.get("threshold_value"), record.get("on_miss") or FAIL,
-                 excess=record.get("excess"), ci_high=record.get("ci_high"))
+                 excess=record.get("excess"), ci_high=record.get("ci_high"),
+                 rounding_excess=record.get("rounding_excess"))
 
 
 def to_frame(rows: Iterable[Row]) -> pd.DataFrame:

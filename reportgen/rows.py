@@ -92,6 +92,45 @@ def _near_zero(d) -> str:
             if d.max_rel_err > 0.01 else "")
 
 
+#: The detail of a difference the rounding envelope accounts for (reportgen/rounding.py).
+ROUNDING_LEVEL = "differs at rounding level, as any re-association would"
+
+#: The report's sentence on the rounding envelope, for the sections that use it.
+ROUNDING_NOTE = ("An item outside tolerance is judged against the rounding envelope too: how far a plain twin (the "
+                 "rounding twin) moves when its gradients are nudged by the gradient tolerance before every optimizer "
+                 "step (column rounding_envelope, built only when needed). Within parity.rounding_factor times it, the "
+                 f"item {ROUNDING_LEVEL}, and passes; outside it, it fails. It applies only to floating tensors, and "
+                 "only while the recompute gradients are themselves at rounding level.")
+
+
+def effective_excess(row: Row) -> float:
+    """How far past what passes ``row`` is: its tolerance ``excess``, or, when it carries a
+    ``rounding_excess`` (difference minus the allowed multiple of its rounding envelope), the
+    smaller of the two. <= 0 means the row passes; NaN counts as infinitely far."""
+    excess = row.extra.get("excess", float("inf"))
+    rounding = row.extra.get("rounding_excess")
+    excess = float("inf") if excess != excess else excess
+    return excess if rounding is None or rounding != rounding else min(excess, rounding)
+
+
+def with_rounding(row: Row, envelope: float, factor: float) -> Row:
+    """Add the rounding envelope to a tensor row (``max_abs_err``) and judge it again.
+
+    Columns ``rounding_envelope`` (max abs difference of the rounding twin from plain for the
+    same item), ``rounding_factor`` and ``rounding_excess = value - factor × envelope``; a row
+    outside tolerance but with ``rounding_excess <= 0`` passes (:func:`reportgen.results.judge`)
+    with a detail that says so. A row within tolerance keeps its detail.
+    """
+    rounding_excess = row.value - factor * envelope if row.value == row.value else float("inf")
+    row.extra.update(rounding_envelope=envelope, rounding_factor=factor, rounding_excess=rounding_excess)
+    if not row.extra.get("excess", 0.0) <= 0:
+        row.detail = (f"{ROUNDING_LEVEL}: max abs {row.value:.3g} is within {factor:g}× the rounding envelope "
+                      f"{envelope:.3g} (the rounding twin)" if rounding_excess <= 0 else
+                      f"{row.detail}; also outside {factor:g}× the rounding envelope {envelope:.3g}")
+    row.rejudge()
+    return row
+
+
 def value_row(check: str, item: str, plain: Any, recompute: Any, role: str = "", aa: Any = NO_AA) -> Row:
     """Compare a plain Python value (number, bool, string, length) between the twins: numbers
     by ``abs_diff == 0``, anything else by ``mismatch == 0`` (1 when they differ). ``aa`` is the

@@ -6,7 +6,7 @@ modules (counters, flags) and every random generator's state after backward.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -16,7 +16,8 @@ from torch import nn
 from .config import STATE_PARITY, STEP_PARITY
 from .recompute import named_inner_modules, plain_name
 from .results import INFO, Role, Row
-from .rows import NO_AA, tensor_row, value_row
+from .rounding import envelope
+from .rows import NO_AA, tensor_row, value_row, with_rounding
 
 _SCALARS = (bool, int, float, str)
 _SIZED = (list, tuple, dict, set)
@@ -33,6 +34,8 @@ class Snapshot:
         attributes: plain Python attributes of modules (:func:`module_attributes`).
         rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
         loss: the step's loss (detached, scalar).
+        grads: ``{plain parameter name: gradient or None}`` after backward, before the step (and
+            before any rounding nudge); empty when not taken.
     """
 
     params: dict[str, torch.Tensor]
@@ -41,6 +44,7 @@ class Snapshot:
     attributes: dict[str, Any]
     rng: dict[str, torch.Tensor]
     loss: torch.Tensor | None = None
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
 
 
 def module_attributes(model: nn.Module) -> dict[str, Any]:
@@ -60,15 +64,48 @@ def module_attributes(model: nn.Module) -> dict[str, Any]:
 
 
 def take(model: nn.Module, optimizer: torch.optim.Optimizer, rng: dict[str, torch.Tensor],
-         loss: torch.Tensor | None = None) -> Snapshot:
-    """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (tensors cloned)."""
+         loss: torch.Tensor | None = None, grads: dict[str, torch.Tensor | None] | None = None) -> Snapshot:
+    """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (tensors cloned;
+    ``grads``, taken by the caller before the step, kept as given)."""
     names = {p: plain_name(n) for n, p in model.named_parameters()}
     opt_state = {f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
                  for p, state in optimizer.state.items() for k, v in state.items()}
     return Snapshot({names[p]: p.detach().clone() for p in names}, opt_state,
                     {plain_name(n): b.detach().clone() for n, b in model.named_buffers()},
                     module_attributes(model), {k: v.clone() for k, v in rng.items()},
-                    None if loss is None else loss.detach().clone())
+                    None if loss is None else loss.detach().clone(), dict(grads or {}))
+
+
+def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
+    """``{plain parameter name: cloned gradient or None}`` of every trainable parameter."""
+    return {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+            for n, p in model.named_parameters() if p.requires_grad}
+
+
+#: Row roles whose floating tensors the rounding envelope applies to (RNG states and Python
+#: attributes stay exact), with the item prefix :func:`snapshot_rows` gives them.
+ENVELOPED = {Role.PARAM: ("param ", "params"), Role.OPTIMIZER_STATE: ("optimizer ", "optimizer_state"),
+             Role.BUFFER: ("buffer ", "buffers")}
+
+
+def outside_tolerance(rows: list[Row]) -> bool:
+    """True when some floating-state row (parameter, optimizer state, buffer) misses tolerance:
+    the only case in which the rounding twin is worth building."""
+    return any(r.role in ENVELOPED and not r.extra.get("excess", 0.0) <= 0 for r in rows)
+
+
+def with_envelope(rows: list[Row], plain: Snapshot, rounding: Snapshot, factor: float) -> list[Row]:
+    """Judge every parameter, optimizer-state and buffer row of ``rows`` (from
+    :func:`snapshot_rows`) against the rounding envelope of its item (:mod:`reportgen.rounding`);
+    other rows unchanged. Returns ``rows``."""
+    envelopes = {role: envelope(getattr(plain, part), getattr(rounding, part))
+                 for role, (_, part) in ENVELOPED.items()}
+    for row in rows:
+        if row.role in ENVELOPED:
+            key = row.item.removeprefix(ENVELOPED[row.role][0])
+            if key in envelopes[row.role]:
+                with_rounding(row, envelopes[row.role][key], factor)
+    return rows
 
 
 def _tensor_rows(check: str, prefix: str, role: str, plain: dict, recompute: dict, aa: dict | None,

@@ -27,6 +27,7 @@ from .progress import progress
 from .recompute import plain_name
 from .results import FLAGGED, INFO, WARN, Role, Row
 from .rng import seed_all, seeded
+from .rounding import GradientNudge
 from .structure import batch_size_of, call_model
 from .tasks import batch_to
 
@@ -139,7 +140,8 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
 def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: int, seed: int,
                     forward_seed: int | None, optimizer: Any, device: torch.device, dtype: torch.dtype,
                     eval_every: int, lr_scale: float = 1.0, max_steps: int | None = None,
-                    desc: str = "train", sharding: Sharding | None = None) -> TrainResult:
+                    desc: str = "train", sharding: Sharding | None = None,
+                    nudge: Callable[[list[nn.Parameter]], None] | None = None) -> TrainResult:
     """Train ``model`` in place until ``examples`` examples have been accepted.
 
     Args:
@@ -158,6 +160,8 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
         desc: progress label (a bar on a terminal, periodic log lines otherwise: :mod:`reportgen.progress`).
         sharding: train one rank of a sharded twin (:class:`Sharding`): ``examples`` and
             ``batch_size`` are then global (summed over ranks), and every rank calls this together.
+        nudge: called with the trainable parameters after every accepted backward, right before
+            ``optimizer.step()`` (the rounding twin's gradient noise, :mod:`reportgen.rounding`).
 
     Returns:
         :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
@@ -195,6 +199,8 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
                 skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
                 bar.set_postfix(skipped=skipped)
                 continue
+            if nudge is not None:
+                nudge(params)
             opt.step()
             steps, accepted = steps + 1, accepted + batch_size_of(x)
             bar.update(batch_size_of(x))
@@ -227,7 +233,8 @@ class BudgetRuns:
     def __len__(self) -> int:
         return len(self._runs)
 
-    def get(self, setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0) -> TrainResult:
+    def get(self, setup: Any, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0,
+            rounding: bool = False) -> TrainResult:
         """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
 
         Args:
@@ -236,14 +243,18 @@ class BudgetRuns:
             seed: data-order and dropout seed of the run.
             batch_size: examples per step.
             lr_scale: learning-rate factor (1 = as configured).
+            rounding: train the rounding twin (a plain twin whose gradients are nudged by the
+                parity tolerance before every step, :mod:`reportgen.rounding`); cached on disk like
+                the plain twin, under its own key.
 
         Returns:
             The :class:`TrainResult`.
         """
         budget = setup.cfg.budget
-        key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale))
+        key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale), bool(rounding))
         if key not in self._runs:
-            variant = "recompute" if recompute else "plain"
+            variant = "rounding" if rounding else "recompute" if recompute else "plain"
+            nudge = GradientNudge(*setup.tolerance(), int(seed)) if rounding else None
 
             def train() -> TrainResult:
                 log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed,
@@ -253,15 +264,51 @@ class BudgetRuns:
                     seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer,
                     device=setup.device, dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
                     max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-                    desc=f"{variant} seed {seed} batch {batch_size}")
+                    desc=f"{variant} seed {seed} batch {batch_size}", nudge=nudge)
 
-            self._runs[key] = train() if recompute else cached_plain_run(setup, int(seed), int(batch_size),
-                                                                         lr_scale, train)
+            self._runs[key] = train() if recompute else cached_plain_run(setup, int(seed), int(batch_size), lr_scale,
+                                                                         train, variant)
         return self._runs[key]
 
 
-def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train) -> TrainResult:
-    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.cache`.
+def early_grads(setup: Any, recompute: bool, seed: int, batch_size: int, steps: int,
+                nudge: Callable[[list[nn.Parameter]], None] | None = None) -> list[dict[str, torch.Tensor | None]]:
+    """Gradients of the first ``steps`` applied steps of the budget run with ``seed``: the same
+    batches, generator seeds and optimizer as that run (:func:`train_to_budget` on a budget of
+    ``steps × batch_size`` examples, evaluated only at its start and end).
+
+    Args:
+        setup: the run's :class:`reportgen.setup.Setup`.
+        recompute: the recompute twin (else a plain one).
+        seed, batch_size: as for :meth:`BudgetRuns.get`.
+        steps: applied steps to record.
+        nudge: the rounding twin's gradient noise, applied after each recording.
+
+    Returns:
+        Per applied step, ``{plain parameter name: gradient (before any nudge) or None}``;
+        whether the twins' agree decides if the rounding envelope may judge their trained
+        parameters (:mod:`reportgen.rounding`).
+    """
+    model = setup.build(recompute)
+    names = [plain_name(n) for n, p in model.named_parameters() if p.requires_grad]
+    recorded: list[dict[str, torch.Tensor | None]] = []
+
+    def record(params: list[nn.Parameter]) -> None:
+        recorded.append({n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in zip(names, params)})
+        if nudge is not None:
+            nudge(params)
+
+    budget = setup.cfg.budget
+    train_to_budget(model, setup.task, examples=int(steps) * int(batch_size), batch_size=int(batch_size), seed=int(seed),
+                    forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device,
+                    dtype=setup.dtype, eval_every=0, max_steps=int(budget.max_steps_factor * steps),
+                    desc=f"early gradients, seed {seed}", nudge=record)
+    return recorded
+
+
+def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train, twin: str = "plain") -> TrainResult:
+    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.cache`
+    (``twin="rounding"``: the rounding twin's, under its own key).
 
     A trusted entry under the run's key is a hit (logged ``from cache`` with the key; the
     result carries ``cache_key``). A missing or stale entry is trained by ``train()`` and
@@ -281,23 +328,24 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
     if folder is None:
         return train()
     try:
-        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
+        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale,
+                                            twin=twin)
         secret = cache.cache_secret()
     except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
-        log.warning("plain twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
-                    "(%s: %s; the secret is %s, see README)", seed, batch_size, type(exc).__name__, exc,
+        log.warning("%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
+                    "(%s: %s; the secret is %s, see README)", twin, seed, batch_size, type(exc).__name__, exc,
                     cache.secret_path())
         return train()
     rejected = None
     try:
         entry = cache.load(folder, key, secret)
     except cache.Rejected as exc:
-        log.warning("plain twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
-                    seed, batch_size, key, folder, exc)
+        log.warning("%s twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
+                    twin, seed, batch_size, key, folder, exc)
         entry, rejected = None, (key, str(exc))
     if entry is not None:
         record, tensors = entry
-        log.info("plain twin, seed %d, batch %d: from cache (key sha256:%s in %s)", seed, batch_size, key, folder)
+        log.info("%s twin, seed %d, batch %d: from cache (key sha256:%s in %s)", twin, seed, batch_size, key, folder)
         result = TrainResult(**{**record, "curve": [(int(n), float(v)) for n, v in record["curve"]]},
                              final_params=tensors)
         result.cache_key = key
@@ -309,7 +357,7 @@ def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, tr
         try:
             cache.store(folder, key, material, record, result.final_params, secret)
         except OSError as exc:
-            log.warning("could not write the plain-twin cache entry into %s: %s", folder, exc)
+            log.warning("could not write the %s-twin cache entry into %s: %s", twin, folder, exc)
     return result
 
 

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reportgen"
 
 #: Lowest first. A new module must be placed here, in the layer its imports allow.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rng", "structure", "keys",
+    ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rounding", "rng", "structure", "keys",
                     "fetcher", "cache", "attachments", "sources", "limits", "bootstrap", "models", "models.ffn",
                     "models.mlp", "models.gpt", "threads", "progress"}),
     ("core", {"results", "recompute", "tasks"}),

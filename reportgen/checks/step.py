@@ -1,6 +1,8 @@
 """One-optimizer-step parity (parameters, optimizer state) and state parity (buffers, plain
 Python attributes of modules, every random generator's state after backward), with the A/A
-control: a second, independently built plain twin takes the same step."""
+control: a second, independently built plain twin takes the same step. When some parameter,
+optimizer-state or buffer item misses tolerance while every gradient is within it, a rounding
+twin (reportgen/rounding.py) takes the step too and those items are judged against its envelope."""
 from __future__ import annotations
 
 from hydra.utils import instantiate
@@ -8,20 +10,25 @@ from torch import nn
 
 from ..config import STATE_PARITY, STEP_PARITY
 from ..results import Row
-from ..rows import aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
+from ..rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from ..setup import Setup, forward_backward
-from ..snapshot import Snapshot, snapshot_rows, take
+from ..rounding import GradientNudge, grads_at_rounding_level
+from ..snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
 from ..structure import has_floating
 from .base import Check, Section
 
 
-def one_step(model: nn.Module, setup: Setup, input_grad: bool = False) -> Snapshot:
+def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
     """Forward and backward on the fixed batch (generator states read right after backward),
-    then one step of ``cfg.parity.optimizer``; snapshot everything."""
-    optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    then one step of ``cfg.parity.optimizer``; snapshot everything (gradients as backward left
+    them). ``nudge``: the rounding twin's gradient noise, applied right before the step."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = instantiate(setup.cfg.parity.optimizer, params=params)
     out = forward_backward(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)
+    if nudge is not None:
+        nudge(params)
     optimizer.step()
-    return take(model, optimizer, out.rng, out.loss)
+    return take(model, optimizer, out.rng, out.loss, out.grads)
 
 
 def step_and_state_parity(setup: Setup) -> list[Row]:
@@ -47,11 +54,32 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
             return rows
     out = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(),
                         list(setup.cfg.state.ignore_attributes))
+    out = _rounding(setup, input_grad, snaps, out)
     return out + [aa_row(check, [r for r in out if r.check == check]) for check in (STEP_PARITY, STATE_PARITY)]
 
 
+def _rounding(setup: Setup, input_grad: bool, snaps: dict[str, Snapshot], rows: list[Row]) -> list[Row]:
+    """Judge the floating-state rows against the rounding twin's envelope, when it applies:
+    ``parity.rounding_envelope`` on, some such row outside tolerance, and every recompute
+    gradient within tolerance (the premise of the envelope). The rounding twin raising is an
+    ERROR row; the other rows keep their tolerance verdicts."""
+    parity = setup.cfg.parity
+    if not parity.rounding_envelope or not outside_tolerance(rows):
+        return rows
+    rtol, atol = setup.tolerance()
+    if not grads_at_rounding_level(snaps["plain"].grads, snaps["recompute"].grads, None, rtol, atol,
+                                   float(parity.rounding_factor)):
+        return rows
+    nudge = GradientNudge(rtol, atol, int(setup.cfg.seed))
+    rounding, errors = run_twin(STEP_PARITY, "rounding twin",
+                                lambda: one_step(setup.build(False), setup, input_grad, nudge))
+    return rows + errors if errors else with_envelope(rows, snaps["plain"], rounding, float(parity.rounding_factor))
+
+
 CHECK = Check(step_and_state_parity, (
-    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it."),
+    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it. "
+                          + ROUNDING_NOTE),
     Section(STATE_PARITY, "Buffers, plain Python attributes of modules, and the state of every random generator "
-                          "(torch, Python random, NumPy) after backward."),
+                          "(torch, Python random, NumPy) after backward; floating buffers may be judged against the "
+                          "rounding envelope, generator states and attributes must match exactly."),
 ))

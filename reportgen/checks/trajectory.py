@@ -7,6 +7,11 @@ twin built independently (A/A) and the recompute twin each take ``parity.steps``
 ``parity.optimizer`` on the same batches (drawn from the task with ``seed``), every random
 generator seeded identically before each forward; after every step parameters, optimizer
 state, buffers, plain module attributes and generator states are compared.
+
+When some step misses tolerance, a rounding twin (a plain twin whose gradients are nudged by
+the gradient tolerance before every step, reportgen/rounding.py) takes the same steps; up to
+the first step at which the recompute gradients leave both tolerance and the rounding twin's
+own gradient envelope, each floating-state item is judged against the rounding envelope too.
 """
 from __future__ import annotations
 
@@ -20,28 +25,33 @@ from ..plots import trajectory_plots
 from ..progress import progress
 from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rng import fingerprint, seeded
-from ..rows import run_twin
+from ..rounding import GradientNudge, grads_at_rounding_level
+from ..rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin
 from ..setup import Setup
-from ..snapshot import Snapshot, snapshot_rows, take
+from ..snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
 from ..structure import call_model
 from ..tasks import batch_to
 from ..train import step_seed
 from .base import Check, Section
 
 
-def trajectory(setup: Setup, recompute: bool) -> list[Snapshot]:
-    """Train a fresh twin for ``parity.steps`` steps on the training stream; a snapshot after each.
+def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None) -> list[Snapshot]:
+    """Train a fresh twin for ``parity.steps`` steps on the training stream; a snapshot after each
+    (with the gradients backward left, before any nudge).
 
     Batches: ``task.make_batch`` with a generator seeded by ``cfg.seed``, ``parity.batch_size``
     examples each; before step ``k``'s forward every generator is seeded with
-    ``step_seed(forward_seed, cfg.seed, k)`` (the same for every twin).
+    ``step_seed(forward_seed, cfg.seed, k)`` (the same for every twin). ``nudge``: the rounding
+    twin's gradient noise, applied before every step.
     """
     cfg = setup.cfg
     model = setup.build(recompute)
-    optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = instantiate(cfg.parity.optimizer, params=params)
     generator = torch.Generator().manual_seed(int(cfg.seed))
     snaps = []
-    with progress(f"trajectory {'recompute' if recompute else 'plain'}", total=int(cfg.parity.steps), unit="step") as bar:
+    name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
+    with progress(f"trajectory {name}", total=int(cfg.parity.steps), unit="step") as bar:
         for k in range(int(cfg.parity.steps)):
             x, y = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
             optimizer.zero_grad(set_to_none=True)
@@ -49,15 +59,20 @@ def trajectory(setup: Setup, recompute: bool) -> list[Snapshot]:
                 loss = setup.task.loss(call_model(model, x), y)
                 loss.backward()
                 rng = fingerprint()
+            grads = grads_of(model) if cfg.parity.rounding_envelope else {}  # kept only for the envelope's gate
+            if nudge is not None:
+                nudge(params)
             optimizer.step()
-            snaps.append(take(model, optimizer, rng, loss))
+            snaps.append(take(model, optimizer, rng, loss, grads))
             bar.update(1)
     return snaps
 
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
     """Two rows for one step: recompute vs plain (judged ``allclose`` on the worst excess over
-    every compared item) and A/A vs plain (judged the same way, INCONCLUSIVE when missed)."""
+    every compared item, passed too when every item outside tolerance is within its rounding
+    envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same
+    way on tolerance alone, INCONCLUSIVE when missed)."""
     out = []
     for variant, key, on_miss in (("recompute", "excess", "FAIL"), ("aa", "aa_excess", INCONCLUSIVE)):
         excess = [(r.extra.get(key, math.inf), r) for r in rows]
@@ -66,14 +81,30 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
         rel = [r.extra.get("max_rel_err", 0.0) if variant == "recompute" else
                (0.0 if r.extra.get("aa_excess", 0.0) <= 0 else r.extra.get("aa_max_abs_err", math.inf)) for r in rows]
         largest = max((v for v in rel if v == v), default=0.0)
+        extra = {"step": step, "excess": worst_excess, "worst_item": worst.item, "items": len(rows),
+                 "items_outside": len(moved)}
         detail = (f"all {len(rows)} items within tolerance" if not moved else
                   f"{len(moved)} of {len(rows)} items outside tolerance, e.g. {', '.join(moved[:3])}")
+        if variant == "recompute" and moved and any("rounding_excess" in r.extra for r in rows):
+            extra.update(_rounding_summary(rows))
+            far = [r.item for r in rows if not effective_excess(r) <= 0]
+            detail += (f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
+                       f"largest {extra['rounding_envelope']:.3g})" if not far else
+                       f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}")
         metric = "max_rel_err" if variant == "recompute" else "aa_max_abs_err"
         out.append(Row(TRAJECTORY, f"step {step}", variant, metric, largest, "allclose per item", "allclose",
-                       detail=detail, role=Role.TRAJECTORY, on_miss=on_miss,
-                       extra={"step": step, "excess": worst_excess, "worst_item": worst.item, "items": len(rows),
-                              "items_outside": len(moved)}))
+                       detail=detail, role=Role.TRAJECTORY, on_miss=on_miss, extra=extra))
     return out
+
+
+def _rounding_summary(rows: list[Row]) -> dict[str, float]:
+    """Rounding columns of a step row: the worst item's effective excess (tolerance or envelope,
+    whichever passes more), the largest envelope among the items outside tolerance, the factor."""
+    moved = [r for r in rows if not r.extra.get("excess", 0.0) <= 0]
+    return {"rounding_excess": max(effective_excess(r) for r in rows),
+            "rounding_envelope": max((r.extra.get("rounding_envelope", math.nan) for r in moved
+                                      if r.extra.get("rounding_envelope") is not None), default=math.nan),
+            "rounding_factor": next((r.extra["rounding_factor"] for r in rows if "rounding_factor" in r.extra), math.nan)}
 
 
 def trajectory_parity(setup: Setup) -> list[Row]:
@@ -91,16 +122,19 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         if errors:
             return errors
     rtol, atol = setup.tolerance()
-    out: list[Row] = []
+    per_step = [[x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
+                 if x.role != Role.IGNORED] for p, a, r in zip(snaps["plain"], snaps["aa"], snaps["recompute"])]
+    out: list[Row] = _with_rounding_twin(setup, snaps, per_step)
     first, first_items = 0, []
-    for k, (p, a, r) in enumerate(zip(snaps["plain"], snaps["aa"], snaps["recompute"]), start=1):
-        rows = [x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
-                if x.role != Role.IGNORED]
+    for k, rows in enumerate(per_step, start=1):
         out += step_rows(k, rows)
         if not first and not out[-2].status == "PASS":
-            first, first_items = k, [x.item for x in rows if not x.extra.get("excess", 0.0) <= 0]
+            first, first_items = k, [x.item for x in rows if not effective_excess(x) <= 0]
     steps = len(snaps["plain"])
-    detail = (f"recompute stays within tolerance of plain for all {steps} steps" if not first else
+    rounded = sum(1 for row in out if row.variant == "recompute" and row.extra.get("items_outside") and row.status == "PASS")
+    detail = (f"recompute stays within tolerance of plain for all {steps} steps"
+              + (f" ({rounded} of them only at rounding level, within the rounding envelope)" if rounded else "")
+              if not first else
               f"recompute first leaves tolerance at step {first} of {steps}: {', '.join(first_items[:4])}"
               + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
               + ("; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
@@ -111,7 +145,31 @@ def trajectory_parity(setup: Setup) -> list[Row]:
     return out
 
 
+def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step: list[list[Row]]) -> list[Row]:
+    """Run the rounding twin's trajectory when some step has a floating-state item outside
+    tolerance (and ``parity.rounding_envelope`` is on); judge each step's rows against its
+    envelope while the recompute gradients stay at rounding level (every earlier step included).
+
+    Returns:
+        ERROR rows when the rounding twin raised (the steps keep their tolerance verdicts), else [].
+    """
+    parity = setup.cfg.parity
+    if not parity.rounding_envelope or not any(outside_tolerance(rows) for rows in per_step):
+        return []
+    rtol, atol = setup.tolerance()
+    factor = float(parity.rounding_factor)
+    rounding, errors = run_twin(TRAJECTORY, "rounding twin",
+                                lambda: trajectory(setup, False, GradientNudge(rtol, atol, int(setup.cfg.seed))))
+    if errors:
+        return errors
+    for k, (p, r, q, rows) in enumerate(zip(snaps["plain"], snaps["recompute"], rounding, per_step)):
+        if not grads_at_rounding_level(p.grads, r.grads, q.grads if k else None, rtol, atol, factor):
+            break  # the envelope models gradient noise; from here the gradients themselves differ
+        with_envelope(rows, p, q, factor)
+    return []
+
+
 CHECK = Check(trajectory_parity, (Section(
     TRAJECTORY, "Several optimizer steps on the training stream for the plain twin, a second plain twin (A/A) and the "
     "recompute twin, compared after every step: parameters, optimizer state, buffers, module attributes and generator "
-    "states.", template="sections/trajectory-parity.html.j2", plotter=trajectory_plots),))
+    "states. " + ROUNDING_NOTE, template="sections/trajectory-parity.html.j2", plotter=trajectory_plots),))
