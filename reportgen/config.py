@@ -51,7 +51,9 @@ class RecomputeMethod(Enum):
 class RecomputeConfig:
     """What is recomputed and how; every field is printed in the report."""
 
-    mode: RecomputeMode = RecomputeMode.non_reentrant
+    #: null (``recompute=model_default``, the Hugging Face configs' default): not set, so
+    #: ``method=model_switch`` calls the switch without ``use_reentrant`` and the model's own default applies.
+    mode: Optional[RecomputeMode] = RecomputeMode.non_reentrant
     #: ``wrap`` (reportgen wraps the targets) or ``model_switch`` (the model's own switch).
     method: RecomputeMethod = RecomputeMethod.wrap
     #: ``model_switch`` only: dotted path of ``fn(model, recompute_cfg)`` that turns recomputation
