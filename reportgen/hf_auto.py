@@ -146,24 +146,40 @@ def causal_lm(task: Any, config: str | None = None, pretrained: str | None = Non
         SetupError: see :func:`model_config`; the architecture has no causal-LM head in this
             transformers; the task's ids or windows do not fit the config.
     """
-    require_transformers()
-    from transformers import AutoModelForCausalLM
-
     cfg = model_config(config, pretrained)
-    _fits(task, cfg)
     cfg.use_cache = use_cache
+    return auto_model("AutoModelForCausalLM", "causal-LM head", "+model=hf_causal_lm tests decoder-only language "
+                      "models", task, cfg, pretrained, attn_implementation)
+
+
+def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pretrained: str | None,
+               attn_implementation: str | None) -> nn.Module:
+    """``transformers.<auto_class>`` built from ``cfg`` (random init) or loaded from ``pretrained``.
+
+    Args:
+        auto_class: e.g. ``"AutoModelForCausalLM"``, ``"AutoModelForMaskedLM"``.
+        head, scope: words for the message when the architecture has no such head.
+        task: checked against ``cfg`` first (:func:`_fits`).
+        cfg: the config object (:func:`model_config`).
+        pretrained: a local folder, or None for random weights.
+        attn_implementation: passed through when not None.
+
+    Raises:
+        SetupError: the architecture has no such head, or the local weights cannot be loaded.
+    """
+    auto = getattr(require_transformers(), auto_class)
+    _fits(task, cfg)
     kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     try:
         if pretrained is not None:
-            return AutoModelForCausalLM.from_pretrained(str(pretrained_folder(pretrained)), config=cfg,
-                                                        local_files_only=True, **kwargs)
-        return AutoModelForCausalLM.from_config(cfg, **kwargs)
+            return auto.from_pretrained(str(pretrained_folder(pretrained)), config=cfg, local_files_only=True, **kwargs)
+        return auto.from_config(cfg, **kwargs)
     except ValueError as exc:
         if "Unrecognized configuration class" not in str(exc):
             raise
-        raise SetupError(f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no causal-LM head in transformers "
-                         f"{_version()}: +model=hf_causal_lm tests decoder-only language models (AutoModelForCausalLM). "
-                         "For another architecture write a factory (README, 'Your own model')") from None
+        raise SetupError(f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {head} in transformers "
+                         f"{_version()}: {scope} ({auto_class}). For another architecture write a factory "
+                         "(README, 'Your own model')") from None
     except OSError as exc:
         raise SetupError(f"model.pretrained={pretrained}: the local weights cannot be loaded ({str(exc).splitlines()[0]}); "
                          "give a folder written by save_pretrained") from None

@@ -6,6 +6,7 @@ the two majors differ (the switch's default ``use_reentrant``), the expected val
 installed major.
 """
 import json
+import math
 import warnings
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from reportgen import hf, hf_auto
+from reportgen import hf, hf_auto, hf_masked
 from reportgen.errors import SetupError
 from reportgen.measure import observe_recompute
 from reportgen.metadata import recompute_settings
@@ -26,6 +27,11 @@ from conftest import SMALL, compose_config, reportgen_cli, run_dirs
 #: A tiny GPT-2 as a user's config.json would say it (``n_positions`` bounds the windows).
 GPT2_JSON = {"model_type": "gpt2", "vocab_size": 40, "n_positions": 48, "n_embd": 32, "n_layer": 2, "n_head": 2,
              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+#: A tiny BERT (encoder with a masked-LM head).
+BERT_JSON = {"model_type": "bert", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "max_position_embeddings": 40}
 
 
 def default_use_reentrant() -> bool:
@@ -42,6 +48,14 @@ def gpt2_json(tmp_path):
     path = tmp_path / "tiny-gpt2" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(GPT2_JSON))
+    return path
+
+
+@pytest.fixture
+def bert_json(tmp_path):
+    pytest.importorskip("transformers")
+    path = tmp_path / "tiny-bert.json"
+    path.write_text(json.dumps(BERT_JSON))
     return path
 
 
@@ -199,6 +213,42 @@ def test_shipped_example_config_builds():
     setup = prepare(compose_config(*SMALL, "+model=hf_causal_lm", f"model.config={example}"))
     assert type(setup.build(False)).__name__ == "Qwen2ForCausalLM"
     assert [w.cls for w in setup.wrapped] == ["Qwen2DecoderLayer"] * 2
+
+
+# --------------------------------------------------------------------------- masked LM
+@pytest.mark.hf
+def test_masked_batches_hide_what_they_ask_for(bert_json):
+    task = hf_masked.TextMaskedLMTask(config=str(bert_json), block_size=16)
+    assert task.mask_id == 49 and task.vocab_size == 50  # 49 character ids (the rarest shared), then the mask
+    inputs, targets = task.make_batch(torch.Generator().manual_seed(3), 8)
+    again, _ = task.make_batch(torch.Generator().manual_seed(3), 8)
+    ids, masked = inputs["input_ids"], targets != hf_masked.IGNORE
+    assert torch.equal(ids, again["input_ids"]) and ids.shape == (8, 16)
+    assert bool(masked.any(dim=1).all())  # at least one masked position per window
+    assert bool((ids[masked] == task.mask_id).all()) and bool((ids[~masked] != task.mask_id).all())
+    assert bool((targets[masked] < task.mask_id).all())  # the hidden characters, never the mask id
+
+
+@pytest.mark.hf
+def test_masked_lm_builds_the_configs_head_and_refuses_a_decoder(bert_json, gpt2_json):
+    task = hf_masked.TextMaskedLMTask(config=str(bert_json), block_size=16)
+    model = hf_masked.masked_lm(task, config=str(bert_json))
+    inputs, targets = task.make_batch(torch.Generator().manual_seed(0), 2)
+    loss = task.loss(model(**inputs), targets)
+    assert type(model).__name__ == "BertForMaskedLM" and abs(float(loss) - math.log(50)) < 0.5  # chance level
+    with pytest.raises(SetupError, match="has no masked-LM head"):
+        hf_masked.masked_lm(hf_masked.TextMaskedLMTask(config=str(gpt2_json), block_size=16), config=str(gpt2_json))
+    with pytest.raises(SetupError, match="task.mask_prob"):
+        hf_masked.TextMaskedLMTask(config=str(bert_json), mask_prob=0.0)
+
+
+@pytest.mark.hf
+def test_shipped_masked_example_recomputes_every_encoder_layer():
+    pytest.importorskip("transformers")
+    example = conf_dir() / "examples" / "hf_masked_lm" / "config.json"
+    setup = prepare(compose_config(*SMALL, "+model=hf_masked_lm", f"model.config={example}"))
+    assert [w.path for w in setup.wrapped] == ["bert.encoder.layer.1", "bert.encoder.layer.0"]
+    assert setup.mode == ("reentrant" if default_use_reentrant() else "non_reentrant")
 
 
 # --------------------------------------------------------------------------- end to end
