@@ -30,8 +30,8 @@ import importlib
 import math
 from typing import Any, Callable
 
-from omegaconf import OmegaConf
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 from torch.nn import functional as F
 
