@@ -52,11 +52,14 @@ class RecomputeMethod(Enum):
 class RecomputeConfig:
     """What is recomputed and how; every field is printed in the report."""
 
-    mode: RecomputeMode = RecomputeMode.non_reentrant
+    #: null (``recompute=model_default``, the Hugging Face configs' default): not set, so
+    #: ``method=model_switch`` calls the switch without ``use_reentrant`` and the model's own default applies.
+    mode: Optional[RecomputeMode] = RecomputeMode.non_reentrant
     #: ``wrap`` (reportgen wraps the targets) or ``model_switch`` (the model's own switch).
     method: RecomputeMethod = RecomputeMethod.wrap
     #: ``model_switch`` only: dotted path of ``fn(model, recompute_cfg)`` that turns recomputation
-    #: on, e.g. ``reportgen.hf.enable`` (Hugging Face ``gradient_checkpointing_enable``).
+    #: on, e.g. ``reportgen.hf.enable`` (Hugging Face ``activation_checkpointing_enable``, 4.x
+    #: ``gradient_checkpointing_enable``); it may return the ``use_reentrant`` it put in force.
     enable: Optional[str] = None
     #: ``wrap`` only: class names (matching subclasses too) or module-path globs (``blocks.*``);
     #: each must match at least one module.

@@ -5,7 +5,9 @@ Everything here needs the optional ``hf`` extra (``pip install -e ".[hf]"``, whi
 stops with a usage error (exit 2) that gives the install line instead of an import traceback.
 
 - :func:`enable` is ``recompute.enable`` for ``recompute.method: model_switch``: it turns on
-  recomputation the way Hugging Face users do, ``model.gradient_checkpointing_enable(...)``.
+  recomputation the way Hugging Face users do, ``model.activation_checkpointing_enable(...)``
+  (transformers 5) or ``model.gradient_checkpointing_enable(...)`` (4.x); with ``recompute.mode``
+  unset, with no arguments, so the model's own ``use_reentrant`` default applies.
 - :func:`gpt2` and :func:`llama` build tiny ``GPT2LMHeadModel`` / ``LlamaForCausalLM`` with random
   weights from ``GPT2Config`` / ``LlamaConfig`` (nothing is downloaded), sized by the task; they
   take ``vocab_size``, ``use_cache`` and ``attn_implementation`` (default: transformers' choice, sdpa).
@@ -15,15 +17,21 @@ stops with a usage error (exit 2) that gives the install line instead of an impo
 The switch sets two attributes on every module that has a ``gradient_checkpointing`` attribute
 (the ``*Model`` body and each decoder layer): ``gradient_checkpointing = True`` and
 ``_gradient_checkpointing_func`` (a ``functools.partial`` of ``torch.utils.checkpoint.checkpoint``).
-The shipped configs declare them with ``state.ignore_attributes: ["*gradient_checkpointing*"]``.
+transformers 5 also calls ``enable_input_require_grads()`` for models fed ``input_ids`` (a forward
+hook on the input embeddings, kept in ``_require_grads_hook``), and it recomputes a layer's
+``forward``, not its ``__call__``, so the layer's own hooks do not run again in backward (its
+children's do: :func:`reportgen.measure.observe_recompute` counts such a layer as recomputed).
+The shipped configs declare the attributes with ``state.ignore_attributes``.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -51,37 +59,78 @@ def require_transformers() -> Any:
                          f"install the hf extra: {INSTALL}") from exc
 
 
-def enable(model: nn.Module, rc: Any) -> bool:
+def switch(model: nn.Module) -> Callable[..., None]:
+    """The model's own recompute switch: ``activation_checkpointing_enable`` where it exists
+    (transformers 5, which deprecates the old name), else ``gradient_checkpointing_enable`` (4.x).
+
+    Both take the ``torch.utils.checkpoint.checkpoint`` keywords as their first argument
+    (``activation_checkpointing_kwargs`` / ``gradient_checkpointing_kwargs``).
+
+    Raises:
+        SetupError: the model has neither switch, or it does not support recomputation.
+    """
+    found = getattr(model, "activation_checkpointing_enable", None) or \
+        getattr(model, "gradient_checkpointing_enable", None)
+    if found is None or not getattr(model, "supports_gradient_checkpointing", False):
+        raise SetupError(f"recompute.enable=reportgen.hf.enable needs a Hugging Face model that supports gradient "
+                         f"checkpointing; {type(model).__name__} does not. Use recompute.method=wrap with "
+                         "recompute.targets instead.")
+    return found
+
+
+def switched_use_reentrant(model: nn.Module) -> bool | None:
+    """The ``use_reentrant`` the switch put in force, read from the ``functools.partial`` of
+    ``torch.utils.checkpoint.checkpoint`` it stored on the modules (``_gradient_checkpointing_func``).
+
+    Returns:
+        The ``use_reentrant`` keyword; torch's own default (True, with a warning, in torch 2.4–2.13)
+        when the partial does not pass it; None when no module holds such a partial.
+    """
+    for module in model.modules():
+        func = getattr(module, "_gradient_checkpointing_func", None)
+        if isinstance(func, functools.partial):
+            return bool(func.keywords.get("use_reentrant", True))
+    return None
+
+
+def enable(model: nn.Module, rc: Any) -> bool | None:
     """Turn on the model's own recomputation switch (``recompute.method: model_switch``).
 
-    Calls ``model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=...)`` with the
-    ``torch.utils.checkpoint.checkpoint`` keywords reportgen's own wrapper would use for the same
-    ``recompute`` settings: ``use_reentrant`` from ``rc.mode``, ``preserve_rng_state``, and for the
-    non-reentrant modes ``determinism_check`` (and ``context_fn`` for ``selective``).
+    With ``recompute.mode`` set, calls :func:`switch` with the ``torch.utils.checkpoint.checkpoint``
+    keywords reportgen's own wrapper would use for the same settings: ``use_reentrant`` from
+    ``rc.mode``, ``preserve_rng_state``, and for the non-reentrant modes ``determinism_check`` (and
+    ``context_fn`` for ``selective``). With ``recompute.mode`` null (``recompute=model_default``, the
+    shipped Hugging Face configs' default) it calls the switch with no arguments, as most Hugging Face
+    training code does, so the model's own default applies: ``use_reentrant=True`` in transformers
+    4.x, ``use_reentrant=False`` in 5.x (``modeling_utils._activation_checkpointing_enable``); it
+    calls it again with that mode spelled out only when ``preserve_rng_state`` or
+    ``determinism_check`` differ from torch's defaults.
 
     Args:
         model: a ``transformers.PreTrainedModel`` that supports gradient checkpointing; changed
             in place (the recompute twin only).
-        rc: ``cfg.recompute``; ``rc.mode`` is ``"non_reentrant"``, ``"reentrant"`` or ``"selective"``
-            (a string or :class:`reportgen.config.RecomputeMode`).
+        rc: ``cfg.recompute``; ``rc.mode`` is ``"non_reentrant"``, ``"reentrant"``, ``"selective"``
+            (a string or :class:`reportgen.config.RecomputeMode`) or None (the model's default).
 
     Returns:
-        The ``use_reentrant`` value in force.
+        The ``use_reentrant`` value in force (None if the model's partial cannot be read).
 
     Raises:
         SetupError: the model has no Hugging Face switch, or it does not support recomputation.
         reportgen.recompute.RecomputeConfigError: bad ``recompute`` settings (e.g. selective
             without ``save_ops``).
     """
-    switch = getattr(model, "gradient_checkpointing_enable", None)
-    if switch is None or not getattr(model, "supports_gradient_checkpointing", False):
-        raise SetupError(f"recompute.enable=reportgen.hf.enable needs a Hugging Face model that supports gradient "
-                         f"checkpointing; {type(model).__name__} does not. Use recompute.method=wrap with "
-                         "recompute.targets instead.")
+    turn_on = switch(model)
+    if rc.mode is None:
+        turn_on()
+        in_force = switched_use_reentrant(model)
+        if in_force is None or (rc.preserve_rng_state and (in_force or str(rc.determinism_check) == "default")):
+            return in_force
+        rc = OmegaConf.merge(rc, {"mode": "reentrant" if in_force else "non_reentrant"})
     impl, kwargs = checkpoint_kwargs(rc)
-    use_reentrant = impl is CheckpointImpl.REENTRANT
-    switch(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant, **kwargs})
-    return use_reentrant
+    in_force = impl is CheckpointImpl.REENTRANT
+    turn_on({"use_reentrant": in_force, **kwargs})
+    return in_force
 
 
 def _context_of(task: Any) -> tuple[int, int]:

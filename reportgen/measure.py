@@ -321,7 +321,8 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
     return peaks
 
 
-def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward_seed: int | None) -> list[str]:
+def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward_seed: int | None,
+                      whole_modules: bool = False) -> list[str]:
     """Paths of the modules that actually recompute: whose forward runs again during backward.
 
     Implementation-agnostic: a global forward pre-hook records every module whose forward
@@ -335,6 +336,11 @@ def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward
         batch: ``(inputs, targets)``.
         loss_fn: ``fn(output, target) -> scalar``.
         forward_seed: seeds every generator for the forward and backward.
+        whole_modules: also count a module (not the root) as recomputed when its own hook did not
+            run again but every child that ran in the forward did: a switch that recomputes a
+            layer's ``forward`` rather than its ``__call__`` (transformers 5's
+            ``GradientCheckpointingLayer``) never runs the layer's hooks again. For the model's
+            own switch; a childless module recomputed that way stays unseen.
 
     Returns:
         Module paths in the plain model's naming, in the order they recomputed; empty when
@@ -345,9 +351,14 @@ def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward
     names = {module: plain_name(name) for name, module in model.named_modules()
              if not isinstance(module, CheckpointWrapper)}
     again: list[str] = []
+    ran: set[str] = set()
 
     def record(module: nn.Module, args: Any) -> None:
-        if torch._C._current_graph_task_id() != -1 and module in names and names[module] not in again:
+        if module not in names:
+            return
+        if torch._C._current_graph_task_id() == -1:
+            ran.add(names[module])
+        elif names[module] not in again:
             again.append(names[module])
 
     handle = register_module_forward_pre_hook(record)
@@ -358,7 +369,20 @@ def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward
     finally:
         handle.remove()
         model.zero_grad(set_to_none=True)
+    if whole_modules:
+        _add_whole_modules(model, names, ran, again)
     return [p for p in again if not any(p.startswith(q + ".") or (q == "" and p) for q in again if q != p)]
+
+
+def _add_whole_modules(model: nn.Module, names: dict, ran: set[str], again: list[str]) -> None:
+    """Insert into ``again`` (before its first child) every non-root module that ran in the forward,
+    did not run again itself, and whose children that ran all ran again; innermost first, so a
+    module whose children were added this way counts too."""
+    for module in reversed(list(names)):
+        path = names[module]
+        children = [names[c] for c in module.children() if c in names and names[c] in ran]
+        if path and path in ran and path not in again and children and all(c in again for c in children):
+            again.insert(min(again.index(c) for c in children), path)
 
 
 def _runs_eagerly(setup: Setup) -> bool:
@@ -384,12 +408,14 @@ def observe_twins(setup: Setup) -> None:
     """
     seed, loss = setup.cfg.forward_seed, setup.task.loss
     try:
+        switch = not setup.wrapped  # the model's own switch may recompute a layer's forward, not its __call__
         plain = setup.build(False)
-        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed)
-        if getattr(plain, "is_gradient_checkpointing", False):
+        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed, whole_modules=switch)
+        flag = getattr(plain, "is_activation_checkpointing", None)  # transformers 5 (the 4.x name warns there)
+        if flag if flag is not None else getattr(plain, "is_gradient_checkpointing", False):
             setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
         twin = setup.build(True)
-        setup.observed = observe_recompute(twin, setup.batch, loss, seed)
+        setup.observed = observe_recompute(twin, setup.batch, loss, seed, whole_modules=switch)
     except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
         if setup.cfg.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
             setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"

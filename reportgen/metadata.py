@@ -145,10 +145,15 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
             "reportgen_sources_sha256": reportgen_sources_sha256(), "reportgen_repository": own}
 
 
-def recompute_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``."""
+def recompute_settings(cfg: DictConfig, setup: Setup | None = None) -> dict[str, Any]:
+    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``.
+
+    ``mode`` is the mode in force: ``setup.mode`` (which says what the model's own default was when
+    ``recompute.mode`` is unset), else the configured one; None when neither says.
+    """
     rc = cfg.recompute
-    return {"mode": getattr(rc.mode, "value", str(rc.mode)), "preserve_rng_state": bool(rc.preserve_rng_state)}
+    mode = setup.mode if setup is not None and setup.mode is not None else getattr(rc.mode, "value", rc.mode)
+    return {"mode": mode, "preserve_rng_state": bool(rc.preserve_rng_state)}
 
 
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:
@@ -173,7 +178,8 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
         "claim": {
             "model": str(cfg.model._target_),
             "task": str(cfg.task._target_),
-            "mode": getattr(rc.mode, "value", str(rc.mode)),
+            "mode": recompute_settings(cfg, setup)["mode"] or "the model's own default",
+            "mode_note": setup.mode_note,
             "targets": list(rc.targets),
             "wrapped": [{"path": w.path, "cls": w.cls} for w in setup.wrapped],
             "preserve_rng_state": bool(rc.preserve_rng_state),
@@ -185,7 +191,7 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "device": str(setup.device),
             "method": getattr(rc.method, "value", str(rc.method)),
             "enable": rc.get("enable"),
-            "use_reentrant": use_reentrant(rc),
+            "use_reentrant": use_reentrant(rc) if setup.mode is None else setup.mode == "reentrant",
             "observed": list(setup.observed) if setup.observed is not None else None,
             "ignored_attributes": list(cfg.state.ignore_attributes),
             "generators": list(GENERATORS) if cfg.forward_seed is not None else [],

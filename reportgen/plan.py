@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib
 import io
 import json
 import math
@@ -312,10 +313,20 @@ def mask_constants(numel: int):
 
     previous = fake_tensor.CONSTANT_NUMEL_LIMIT
     fake_tensor.CONSTANT_NUMEL_LIMIT = max(previous, numel)
+    try:  # imported now: the model's module imports it only once the model is built, inside this context
+        masking = importlib.import_module("transformers.masking_utils")
+    except ImportError:  # no transformers, or one without masking_utils (before 4.53)
+        masking = None
+    is_tracing = getattr(masking, "is_tracing", None)  # transformers 5: a fake tensor counts as tracing
+    if is_tracing is not None:  # so it would keep a mask the real run skips; judge it as the real run does
+        masking.is_tracing = lambda tensor=None: is_tracing(None) or (
+            tensor is not None and not fake_tensor.is_fake(tensor) and is_tracing(tensor))
     try:
         yield
     finally:
         fake_tensor.CONSTANT_NUMEL_LIMIT = previous
+        if is_tracing is not None:
+            masking.is_tracing = is_tracing
 
 
 def fake_batch(mode: Any, batch: int, seq: int) -> tuple[dict[str, Tensor], Tensor]:

@@ -125,7 +125,11 @@ def _save_listed(ops: frozenset, ctx, func, *args, **kwargs) -> CheckpointPolicy
 
 def checkpoint_kwargs(rc) -> tuple[CheckpointImpl, dict]:
     """Translate ``cfg.recompute`` into checkpoint_wrapper's implementation and kwargs."""
-    mode = RecomputeMode(rc.mode) if not isinstance(rc.mode, RecomputeMode) else rc.mode
+    mode = configured_mode(rc)
+    if mode is None:
+        raise RecomputeConfigError("recompute.mode is not set (recompute=model_default): only recompute.method="
+                                   "model_switch can leave the mode to the model; choose recompute=non_reentrant, "
+                                   "reentrant or selective")
     kwargs = {"preserve_rng_state": bool(rc.preserve_rng_state), "determinism_check": str(rc.determinism_check)}
     if mode is RecomputeMode.reentrant:
         return CheckpointImpl.REENTRANT, {"preserve_rng_state": kwargs["preserve_rng_state"]}
@@ -155,15 +159,8 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
         RecomputeConfigError: see :func:`find_targets` and :func:`resolve_ops`; a switch
             without ``recompute.enable``, or one that cannot be imported.
     """
-    if _method(rc) is RecomputeMethod.model_switch:
-        if not rc.get("enable"):
-            raise RecomputeConfigError("recompute.method=model_switch needs recompute.enable: the dotted path of "
-                                       "fn(model, recompute_cfg), e.g. reportgen.hf.enable")
-        try:
-            enable = get_method(str(rc.enable))
-        except Exception as exc:  # noqa: BLE001 - an import error of user code, as a usage error
-            raise RecomputeConfigError(f"recompute.enable={rc.enable} cannot be imported: {exc}") from exc
-        enable(model, rc)
+    if is_model_switch(rc):
+        switch_on(model, rc)
         return []
     impl, kwargs = checkpoint_kwargs(rc)
     wrapped = find_targets(model, list(rc.targets))
@@ -225,15 +222,69 @@ def guard_returned_leaves(model: nn.Module) -> None:
     model.register_forward_hook(check)
 
 
+def is_model_switch(rc) -> bool:
+    """True for ``recompute.method=model_switch`` (the model's own switch turns recompute on)."""
+    return _method(rc) is RecomputeMethod.model_switch
+
+
+def switch_on(model: nn.Module, rc) -> bool | None:
+    """Call ``recompute.enable(model, rc)``, the model's own switch (``method=model_switch``).
+
+    Returns:
+        What the switch returns: by contract the ``use_reentrant`` value in force (True/False),
+        or None when the switch does not say (e.g. a user's switch that returns nothing).
+
+    Raises:
+        RecomputeConfigError: ``recompute.enable`` is not set or cannot be imported.
+    """
+    if not rc.get("enable"):
+        raise RecomputeConfigError("recompute.method=model_switch needs recompute.enable: the dotted path of "
+                                   "fn(model, recompute_cfg), e.g. reportgen.hf.enable")
+    try:
+        enable = get_method(str(rc.enable))
+    except Exception as exc:  # noqa: BLE001 - an import error of user code, as a usage error
+        raise RecomputeConfigError(f"recompute.enable={rc.enable} cannot be imported: {exc}") from exc
+    reported = enable(model, rc)
+    return reported if isinstance(reported, bool) else None
+
+
+def configured_mode(rc) -> RecomputeMode | None:
+    """``recompute.mode`` as a :class:`RecomputeMode`; None when not set (``recompute=model_default``)."""
+    mode = rc.mode
+    return None if mode is None else mode if isinstance(mode, RecomputeMode) else RecomputeMode(str(mode))
+
+
+def effective_mode(rc, reported: bool | None) -> tuple[str | None, str | None]:
+    """The recompute mode in force and, when the model chose it, a note saying so.
+
+    Args:
+        rc: ``cfg.recompute``.
+        reported: what :func:`switch_on` returned (the ``use_reentrant`` the switch used), or None.
+
+    Returns:
+        ``(mode, note)``: ``mode`` is ``"non_reentrant"``, ``"reentrant"``, ``"selective"`` or None
+        (not set and the switch did not say); ``note`` is None when ``recompute.mode`` was set, else
+        e.g. ``"the model's own default (use_reentrant=True)"``.
+    """
+    mode = configured_mode(rc)
+    if mode is not None:
+        return mode.value, None
+    if reported is None:
+        return None, "the model's own default (the switch did not say which)"
+    chosen = RecomputeMode.reentrant if reported else RecomputeMode.non_reentrant
+    return chosen.value, f"the model's own default (use_reentrant={reported})"
+
+
 def _method(rc) -> RecomputeMethod:
     method = rc.get("method", RecomputeMethod.wrap) if hasattr(rc, "get") else getattr(rc, "method", "wrap")
     return method if isinstance(method, RecomputeMethod) else RecomputeMethod(str(method))
 
 
-def use_reentrant(rc) -> bool:
-    """The ``use_reentrant`` value in force for ``recompute.mode`` (selective is non-reentrant)."""
-    mode = rc.mode if isinstance(rc.mode, RecomputeMode) else RecomputeMode(str(rc.mode))
-    return mode is RecomputeMode.reentrant
+def use_reentrant(rc) -> bool | None:
+    """The ``use_reentrant`` value for ``recompute.mode`` (selective is non-reentrant); None when the
+    mode is not set (the model's own default decides: see :func:`effective_mode`)."""
+    mode = configured_mode(rc)
+    return None if mode is None else mode is RecomputeMode.reentrant
 
 
 def plain_name(name: str) -> str:

@@ -86,7 +86,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
-    rows += diagnose(rows, recompute_settings(cfg))
+    rows += diagnose(rows, recompute_settings(cfg, setup))
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)

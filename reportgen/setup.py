@@ -16,7 +16,8 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from .distance import tolerances
-from .recompute import Wrapped, apply_recompute, guard_returned_leaves, named_inner_modules, plain_name
+from .recompute import (Wrapped, apply_recompute, effective_mode, guard_returned_leaves, is_model_switch,
+                        named_inner_modules, plain_name, switch_on)
 from .errors import SetupError
 from .rng import fingerprint, seeded
 from .structure import cache_paths, call_model, changed_leaves, clone_inputs, leaf_states, named_tensors, other_leaves
@@ -47,6 +48,10 @@ class Setup:
         nothing_recomputes: why the model's own switch is judged inert (it ran, and no module of the
             recompute twin runs its forward again in backward); None when something recomputes. A
             finding, not a usage error: the pipeline adds it as a FAIL row.
+        mode: the recompute mode in force (``non_reentrant``, ``reentrant``, ``selective``; None when
+            ``recompute.mode`` is unset and the switch did not say), what the report and diagnosis read.
+        mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default
+            (use_reentrant=True)" (:func:`reportgen.recompute.effective_mode`).
     """
 
     cfg: DictConfig
@@ -61,6 +66,8 @@ class Setup:
     baseline_recomputes: list[str] = field(default_factory=list)
     compile_error: str | None = None
     nothing_recomputes: str | None = None
+    mode: str | None = None
+    mode_note: str | None = None
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
@@ -190,9 +197,13 @@ def build_setup(cfg: DictConfig) -> Setup:
         raise SetupError(f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
                          "and that your code is importable (PYTHONPATH).") from exc
     probe = copy.deepcopy(model)
-    wrapped = apply_recompute(probe, cfg.recompute)
+    if is_model_switch(cfg.recompute):
+        wrapped, reported = [], switch_on(probe, cfg.recompute)
+    else:
+        wrapped, reported = apply_recompute(probe, cfg.recompute), None
+    mode, mode_note = effective_mode(cfg.recompute, reported)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return Setup(cfg, task, device, dtype, state, wrapped, batch=())
+    return Setup(cfg, task, device, dtype, state, wrapped, batch=(), mode=mode, mode_note=mode_note)
 
 
 @dataclass

@@ -96,7 +96,8 @@ def config_problems(cfg: DictConfig) -> str:
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
                                               "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
                                               "precision.autocast", "memory.peak_on_miss", "threads", "distributed.backend",
-                                              "distributed.start_method", "compile.enabled"]
+                                              "distributed.start_method", "compile.enabled", "recompute.mode",
+                                              "recompute.method"]
     values, problems = {}, []
     for name in names:
         try:
@@ -118,7 +119,7 @@ def config_problems(cfg: DictConfig) -> str:
             problems.append(f"{name}={share} must be between 0 and 1 (a share of the plain figure)")
     if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
         problems.append(problem)
-    problems += _distributed_problems(values)
+    problems += _distributed_problems(values) + _mode_problem(values)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
@@ -140,6 +141,17 @@ def config_problems(cfg: DictConfig) -> str:
     if not problems:
         return ""
     return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+
+
+def _mode_problem(values: dict[str, Any]) -> list[str]:
+    """``recompute.mode`` unset (``recompute=model_default``) is only meaningful with the model's own
+    switch, which then applies its own default; reportgen's wrapper needs a mode."""
+    method = getattr(values.get("recompute.method"), "value", values.get("recompute.method"))
+    if "recompute.mode" in values and values["recompute.mode"] is None and method != "model_switch":
+        return ["recompute.mode=null (recompute=model_default: the model's own default) needs "
+                "recompute.method=model_switch; with recompute.method=wrap choose recompute=non_reentrant, "
+                "reentrant or selective"]
+    return []
 
 
 def _distributed_problems(values: dict[str, Any]) -> list[str]:

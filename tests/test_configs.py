@@ -10,7 +10,7 @@ from conftest import compose_config
 
 
 def test_builtin_models_are_the_documented_ones():
-    assert builtin_models() == ["ffn", "gpt", "hf_gpt2", "hf_llama", "mlp"]
+    assert builtin_models() == ["ffn", "gpt", "hf_causal_lm", "hf_gpt2", "hf_llama", "hf_masked_lm", "mlp"]
 
 
 @pytest.mark.parametrize("name", ["ffn", "mlp", "gpt"])

@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                     "fetcher", "cache", "attachments", "sources", "limits", "bootstrap", "models", "models.ffn",
                     "models.mlp", "models.gpt", "threads", "progress"}),
     ("core", {"results", "recompute", "tasks"}),
-    ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "contract", "plots", "diagnose",
+    ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "hf_auto", "hf_masked", "contract", "plots", "diagnose",
                "duration", "distributed", "ranks", "sharded_budget"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),

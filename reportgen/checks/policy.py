@@ -58,7 +58,7 @@ def selective_policy(setup: Setup) -> list[Row]:
     """One row per ``save_ops`` entry: calls it matched in the wrapped forward (selective mode
     only; no rows otherwise). Zero calls is WARN: the entry saves nothing."""
     rc = setup.cfg.recompute
-    if RecomputeMode(getattr(rc.mode, "value", rc.mode)) is not RecomputeMode.selective:
+    if rc.mode is None or RecomputeMode(getattr(rc.mode, "value", rc.mode)) is not RecomputeMode.selective:
         return []
     seen = ops_in_wrapped_forward(setup)
     listing = ", ".join(f"{op} ×{n}" for op, n in seen.most_common(8))
