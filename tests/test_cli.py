@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_no_model_exits_2_with_usage_and_no_traceback(tmp_path):
     proc = reportgen(tmp_path)
     assert proc.returncode == 2
-    assert "+model=ffn" in proc.stdout and "ffn, gpt, hf_gpt2, hf_llama, mlp" in proc.stdout
+    assert "+model=ffn" in proc.stdout and "ffn, gpt, hf_causal_lm, hf_gpt2, hf_llama, hf_masked_lm, mlp" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
