@@ -23,7 +23,7 @@ def test_unknown_model_exits_2_listing_models(tmp_path):
     proc = reportgen(tmp_path, "+model=nope")
     assert proc.returncode == 2
     out = proc.stdout + proc.stderr
-    assert "ffn, gpt, hf_gpt2, hf_llama, mlp" in out and "Traceback" not in out
+    assert "ffn, gpt, hf_causal_lm, hf_gpt2, hf_llama, hf_masked_lm, mlp" in out and "Traceback" not in out
 
 
 def test_targets_matching_nothing_exit_2_naming_classes(tmp_path):
