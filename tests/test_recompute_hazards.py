@@ -206,7 +206,9 @@ def test_hugging_face_llama_with_its_cache_on_under_a_generic_wrapper_names_use_
     (why,) = diagnose(rows, {"mode": mode, "preserve_rng_state": True})
     assert why.extra["rule"] == "cache written again in recompute" and "use_cache=False" in why.extra["fix"]
     said = " ".join(r.detail for r in rows if r.status in (FAIL, ERROR))
-    assert "output.past_key_values" in said and "use_cache=True" in said
+    # transformers 4.x returns the cache as output.past_key_values, 5.x as output.cache
+    assert ("output.past_key_values.layers[1].keys" in said or "output.cache.layers[1].keys" in said)
+    assert "a key/value cache the forward appends to" in said and "use_cache=True" in said
 
 
 #: The returns_parameter config pointed at a region that returns a graph tensor kept on a shared object.
