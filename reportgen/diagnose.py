@@ -127,7 +127,7 @@ RULES: tuple[Rule, ...] = (
          "make the forward a function of its inputs, parameters and the seeded generators only"),
     Rule("nothing recomputes", lambda rows, s: bool(_bad(rows, Role.OBSERVED)),
          "the configured recompute never ran: no region of the recompute twin runs its forward again in backward. "
-         "Under reentrant recompute (use_reentrant=True, what gradient_checkpointing_enable() does by default) a "
+         "Under reentrant recompute (use_reentrant=True, the default of gradient_checkpointing_enable() in transformers 4.x; 5.x defaults to use_reentrant=False and calls enable_input_require_grads() itself) a "
          "region whose inputs do not require grad (a frozen embedding, LoRA adapters on a frozen base) is never "
          "recomputed and its parameters get no gradient",
          "call model.enable_input_require_grads() before training (Hugging Face / PEFT), or use "
