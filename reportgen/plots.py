@@ -253,9 +253,9 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
 
 
 def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
-    """Largest difference from the plain twin after each step: recompute (largest relative
-    error over every compared item) and the A/A control (largest absolute error of the items
-    the second plain twin did not reproduce; 0 when it reproduced everything), on one log axis.
+    """The largest share of its tolerance any compared item uses after each step
+    (|twin - plain| / (atol + rtol |plain|), 1 = at the tolerance): recompute vs plain and the
+    A/A control (0 when it reproduced everything), on one log axis with the tolerance line.
 
     Reads the ``trajectory`` rows (columns ``step``, ``variant``, ``value``).
     """
@@ -266,11 +266,13 @@ def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
         return []
     fig = Figure(figsize=(7.5, 2.3))
     ax = fig.subplots()
-    floor = 1e-18  # zero differences drawn at the floor of the log axis
+    floor = 1e-4  # zero differences (and shares below it) drawn at the floor of the log axis
     for variant, color, label in (("recompute", _RECOMPUTE, "recompute vs plain"), ("aa", _PLAIN, "plain vs plain (A/A)")):
         part = steps[steps.variant == variant].sort_values("step")
         ax.plot(part.step, part.value.clip(lower=floor), marker="o", ms=3, lw=1.2, color=color, label=label)
     ax.set_yscale("log")
-    finish_axes(fig, ax, "optimizer step", "largest difference from plain")
-    return [Plot(to_svg(fig), f"After each step, the largest difference from the plain twin (values at {floor:g} are "
-                              "exactly equal). A recompute line above the A/A line is a difference recomputation made.")]
+    ax.axhline(1.0, color="#888888", ls="--", lw=0.8, label="tolerance")
+    finish_axes(fig, ax, "optimizer step", "share of tolerance used")
+    return [Plot(to_svg(fig), f"After each step, the largest share of its tolerance any item uses (above 1 is outside "
+                              f"tolerance, unless within the rounding envelope; shares below {floor:g}, exact equality "
+                              "included, are drawn at it). A recompute line above the A/A line is a difference recomputation made.")]

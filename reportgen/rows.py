@@ -33,9 +33,20 @@ def _aa_extra(plain: Tensor | None, aa: Any, rt: float, at: float) -> dict[str, 
         return {}
     if plain is None or aa is None:
         same = plain is None and aa is None
-        return {"aa_max_abs_err": 0.0 if same else float("inf"), "aa_excess": 0.0 if same else float("inf")}
+        return {"aa_max_abs_err": 0.0 if same else float("inf"), "aa_excess": 0.0 if same else float("inf"),
+                "aa_tolerance_used": 0.0 if same else float("inf")}
     d = measure(aa, plain, rt, at)
-    return {"aa_max_abs_err": d.max_abs_err, "aa_excess": d.worst_excess}
+    return {"aa_max_abs_err": d.max_abs_err, "aa_excess": d.worst_excess, "aa_tolerance_used": d.tolerance_used}
+
+
+def tolerance_used(row: Row, prefix: str = "") -> float:
+    """The share of its tolerance a compared item uses (``tolerance_used``, or ``aa_tolerance_used``
+    with ``prefix="aa_"``); rows without that column (plain values, generator states) count 0 when
+    within (``excess <= 0``) and inf when not."""
+    used = row.extra.get(f"{prefix}tolerance_used")
+    if used is not None and used == used:
+        return float(used)
+    return 0.0 if row.extra.get(f"{prefix}excess", 0.0) <= 0 else float("inf")
 
 
 def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | None, rtol: float | None,
@@ -223,3 +234,46 @@ def tagged_input_grad(row: Row) -> Row:
     row.item += " [input requires grad]"
     row.detail += "; measured with the input requiring grad, since the training-like run raised"
     return row
+
+
+def trained_params_row(check: str, seed: int, plain: dict[str, Tensor], recompute: dict[str, Tensor],
+                       rtol: float | None, atol: float | None, factor: float,
+                       rounding: dict[str, Tensor] | None = None) -> Row:
+    """One row for two trained twins' final parameters (``{plain name: tensor}`` each), judged
+    ``allclose`` on the worst parameter's excess at the parity tolerances.
+
+    Its value is the largest share of its tolerance any parameter uses (:func:`tolerance_used`,
+    <= 1 within: the deciding number); ``max_rel_err`` is a column beside it. With ``rounding``
+    (the rounding twin's final parameters, :mod:`reportgen.rounding`) each parameter outside
+    tolerance is judged against ``factor`` times its rounding envelope too (column
+    ``rounding_excess``: the worst parameter's, tolerance or envelope whichever passes more).
+    """
+    from .rounding import envelope
+
+    rows = [tensor_row(check, name, plain.get(name), recompute.get(name), rtol, atol)
+            for name in sorted(set(plain) | set(recompute))]
+    envelopes = envelope(plain, rounding) if rounding is not None else {}
+    for row in rows:
+        if row.item in envelopes:
+            with_rounding(row, envelopes[row.item], factor)
+    worst = max(rows, key=lambda r: r.extra["excess"] if r.extra["excess"] == r.extra["excess"] else float("inf"))
+    used = max((tolerance_used(r) for r in rows), default=0.0)
+    rel = max((r.extra.get("max_rel_err", float("inf")) for r in rows), default=0.0)
+    moved = [r for r in rows if not r.extra["excess"] <= 0]
+    far = [r for r in rows if not effective_excess(r) <= 0]
+    extra = {"seed": seed, "excess": worst.extra["excess"], "worst_item": worst.item, "items": len(rows),
+             "items_outside": len(moved), "max_rel_err": rel, "max_abs_err": worst.value}
+    detail = (f"all {len(rows)} trained parameters within tolerance (the worst, {worst.item}, uses {used:.0%} of it)"
+              if not moved else
+              f"{len(moved)} of {len(rows)} trained parameters differ beyond tolerance (worst {worst.item}, "
+              f"max abs {worst.value:.3g}, {used:.3g}× its tolerance)")
+    if moved and envelopes:
+        extra.update(rounding_excess=max(effective_excess(r) for r in rows), rounding_factor=factor,
+                     rounding_envelope=max(r.extra.get("rounding_envelope", float("nan")) for r in moved))
+        detail += (f"; every one {ROUNDING_LEVEL} (within {factor:g}× the rounding envelope, largest "
+                   f"{extra['rounding_envelope']:.3g})" if not far else
+                   f"; {len(far)} also outside {factor:g}× the rounding envelope (e.g. {far[0].item}): the twins trained apart")
+    elif moved:
+        detail += ": the twins trained apart"
+    return Row(check, f"seed {seed}", "recompute", "final_params_tolerance_used", used, worst.threshold, "allclose",
+               detail=detail, role=Role.FINAL_PARAMS, extra=extra)

@@ -22,7 +22,7 @@ import torch
 from .config import DIST_TASK_METRICS
 from .distributed import Group, distribute, full_params, shard_batch
 from .results import INFO, NOT_RUN, Role, Row
-from .rows import tensor_row
+from .rows import trained_params_row
 from .train import Sharding, TrainResult, run_rows, train_to_budget
 
 VARIANTS = (("plain", False), ("recompute", True))
@@ -71,8 +71,8 @@ def budget_rows(setup, group: Group) -> list[Row]:
         One INFO row stating the global budget; per seed and twin the run's rows
         (:func:`reportgen.train.run_rows`: metric, held-out metrics, global accepted examples,
         skipped steps, curve); per seed ``abs_diff_<metric>`` judged against
-        ``budget.metric_tolerance (+ metric_rtol·|plain|)`` and ``final_params_max_abs_err``
-        (every full trained parameter, ``allclose`` at the parity tolerances). NOT_RUN when
+        ``budget.metric_tolerance (+ metric_rtol·|plain|)`` and ``final_params_tolerance_used``
+        (every full trained parameter, :func:`reportgen.rows.trained_params_row`). NOT_RUN when
         ``budget.enabled`` is false.
     """
     cfg, task = setup.cfg.budget, setup.task
@@ -108,16 +108,6 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
                 detail=f"sharded twins after the global budget: plain {p:.6g}, recompute {r:.6g}",
                 role=Role.METRIC_DIFF, threshold_value=allowed,
                 extra={"seed": seed, "plain_value": p, "recompute_value": r})]
-    rtol, atol = setup.tolerance()
-    params = [tensor_row(DIST_TASK_METRICS, name, plain.final_params.get(name), recompute.final_params.get(name),
-                         rtol, atol) for name in sorted(set(plain.final_params) | set(recompute.final_params))]
-    worst = max(params, key=lambda x: x.extra["excess"] if x.extra["excess"] == x.extra["excess"] else math.inf)
-    moved = [x.item for x in params if not x.extra["excess"] <= 0]
-    rows.append(Row(DIST_TASK_METRICS, f"seed {seed}", "recompute", "final_params_max_abs_err", worst.value,
-                    worst.threshold, "allclose", role=Role.FINAL_PARAMS,
-                    detail=(f"all {len(params)} full trained parameters within tolerance" if not moved else
-                            f"{len(moved)} of {len(params)} full trained parameters differ beyond tolerance (worst "
-                            f"{worst.item}): the sharded twins trained apart"),
-                    extra={"seed": seed, "excess": worst.extra["excess"], "worst_item": worst.item,
-                           "tolerance_used": worst.extra.get("tolerance_used", math.nan), "items_outside": len(moved)}))
+    rows.append(trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params,
+                                   *setup.tolerance(), float(setup.cfg.parity.rounding_factor)))
     return rows

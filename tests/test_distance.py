@@ -76,3 +76,17 @@ def test_tolerance_used_is_the_deciding_number_not_the_relative_error():
     over = measure(b + 3e-6, b, rtol=0.0, atol=1e-6)
     assert math.isclose(over.tolerance_used, 3.0, rel_tol=1e-6) and not within(over)
     assert measure(b + 1, b, 0.0, 0.0).tolerance_used == math.inf
+
+
+def test_a_trajectory_step_row_shows_the_share_of_tolerance_that_decided_it():
+    from reportgen.checks.trajectory import step_rows
+
+    b = torch.tensor([1.0, 1e-9], dtype=torch.float64)
+    near_zero = tensor_row("trajectory parity", "param w", b, b + torch.tensor([0.0, 5e-7], dtype=torch.float64),
+                           1e-5, 1e-6, aa=b.clone())
+    over = tensor_row("trajectory parity", "param v", b, b + 3e-6, 0.0, 1e-6, aa=b.clone())
+    (passing, aa), (failing, _) = step_rows(1, [near_zero]), step_rows(2, [near_zero, over])
+    assert passing.metric == "tolerance_used" and math.isclose(passing.value, 0.5, rel_tol=1e-6) and passing.status == PASS
+    assert near_zero.extra["max_rel_err"] > 400  # the figure the row used to print beside PASS
+    assert math.isclose(failing.value, 3.0, rel_tol=1e-6) and failing.status == "FAIL"
+    assert aa.value == 0.0 and aa.status == PASS

@@ -18,8 +18,8 @@ from typing import Any
 from ..config import TASK_METRICS
 from ..plots import task_metric_plots
 from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
-from ..rounding import GradientNudge, envelope, grads_at_rounding_level
-from ..rows import ROUNDING_LEVEL, effective_excess, error_row, tensor_row, with_rounding
+from ..rounding import GradientNudge, grads_at_rounding_level
+from ..rows import ROUNDING_LEVEL, error_row, trained_params_row
 from ..train import TrainResult, early_grads, run_rows
 from .base import Check, Section
 
@@ -48,42 +48,13 @@ def difference_detail(plain: float, recompute: float, metric: str, higher_is_bet
 
 def final_params_row(setup, seed: int, plain: TrainResult, recompute: TrainResult,
                      rounding: TrainResult | None = None) -> Row:
-    """The trained twins themselves: every final parameter of the recompute twin against the
-    plain twin's, at the parity tolerances (``allclose`` on the worst excess). The held-out
-    metric can agree within its tolerance while the weights have drifted apart.
-
-    ``rounding``: the rounding twin trained to the same budget (reportgen/rounding.py); each
-    parameter outside tolerance is then judged against its rounding envelope too (column
-    ``rounding_excess``: the worst parameter's, tolerance or envelope whichever passes more)."""
-    rtol, atol = setup.tolerance()
-    factor = float(setup.cfg.parity.rounding_factor)
-    names = sorted(set(plain.final_params) | set(recompute.final_params))
-    rows = [tensor_row(TASK_METRICS, name, plain.final_params.get(name), recompute.final_params.get(name), rtol, atol)
-            for name in names]
-    envelopes = envelope(plain.final_params, rounding.final_params) if rounding is not None else {}
-    for row in rows:
-        if row.item in envelopes:
-            with_rounding(row, envelopes[row.item], factor)
-    worst = max(rows, key=lambda r: r.extra["excess"] if r.extra["excess"] == r.extra["excess"] else math.inf)
-    rel = max((r.extra.get("max_rel_err", math.inf) for r in rows), default=0.0)
-    moved = [r.item for r in rows if not r.extra["excess"] <= 0]
-    far = [r for r in rows if not effective_excess(r) <= 0]
-    extra = {"seed": seed, "excess": worst.extra["excess"], "worst_item": worst.item, "items": len(rows),
-             "items_outside": len(moved)}
-    detail = (f"all {len(rows)} trained parameters within tolerance; largest relative difference {rel:.3g}" if not moved
-              else f"{len(moved)} of {len(rows)} trained parameters differ beyond tolerance (worst {worst.item}, "
-                   f"max abs {worst.value:.3g}, largest relative difference {rel:.3g})")
-    if moved and envelopes:
-        outside = [r for r in rows if not r.extra["excess"] <= 0]
-        extra.update(rounding_excess=max(effective_excess(r) for r in rows), rounding_factor=factor,
-                     rounding_envelope=max(r.extra.get("rounding_envelope", math.nan) for r in outside))
-        detail += (f"; every one {ROUNDING_LEVEL} (within {factor:g}× the rounding envelope, largest "
-                   f"{extra['rounding_envelope']:.3g})" if not far else
-                   f"; {len(far)} also outside {factor:g}× the rounding envelope (e.g. {far[0].item}): the twins trained apart")
-    elif moved:
-        detail += ": the twins trained apart"
-    return Row(TASK_METRICS, f"seed {seed}", "recompute", "final_params_max_rel_err", rel, worst.threshold, "allclose",
-               detail=detail, role=Role.FINAL_PARAMS, extra=extra)
+    """The trained twins themselves (:func:`reportgen.rows.trained_params_row` at the parity
+    tolerances): the held-out metric can agree within its tolerance while the weights have
+    drifted apart. ``rounding``: the rounding twin trained to the same budget
+    (reportgen/rounding.py), whose distance from plain is each parameter's rounding envelope."""
+    return trained_params_row(TASK_METRICS, seed, plain.final_params, recompute.final_params, *setup.tolerance(),
+                              float(setup.cfg.parity.rounding_factor),
+                              None if rounding is None else rounding.final_params)
 
 
 def metric_diff_row(seed: int, plain: float, recompute: float, allowed: float, metric: str, higher_is_better: bool,

@@ -26,7 +26,7 @@ from ..progress import progress
 from ..results import INCONCLUSIVE, INFO, Role, Row
 from ..rng import fingerprint, seeded
 from ..rounding import GradientNudge, grads_at_rounding_level
-from ..rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin
+from ..rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
 from ..setup import Setup
 from ..snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
 from ..structure import call_model
@@ -69,7 +69,8 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
 
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
-    """Two rows for one step: recompute vs plain (judged ``allclose`` on the worst excess over
+    """Two rows for one step, each valued by the largest share of its tolerance any item uses
+    (:func:`reportgen.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs plain (judged ``allclose`` on the worst excess over
     every compared item, passed too when every item outside tolerance is within its rounding
     envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same
     way on tolerance alone, INCONCLUSIVE when missed)."""
@@ -78,9 +79,7 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
         excess = [(r.extra.get(key, math.inf), r) for r in rows]
         worst_excess, worst = max(excess, key=lambda e: (not e[0] <= 0, e[0] if e[0] == e[0] else math.inf))
         moved = [r.item for e, r in excess if not e <= 0]
-        rel = [r.extra.get("max_rel_err", 0.0) if variant == "recompute" else
-               (0.0 if r.extra.get("aa_excess", 0.0) <= 0 else r.extra.get("aa_max_abs_err", math.inf)) for r in rows]
-        largest = max((v for v in rel if v == v), default=0.0)
+        largest = max((tolerance_used(r, "" if variant == "recompute" else "aa_") for r in rows), default=0.0)
         extra = {"step": step, "excess": worst_excess, "worst_item": worst.item, "items": len(rows),
                  "items_outside": len(moved)}
         detail = (f"all {len(rows)} items within tolerance" if not moved else
@@ -91,8 +90,7 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
             detail += (f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
                        f"largest {extra['rounding_envelope']:.3g})" if not far else
                        f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}")
-        metric = "max_rel_err" if variant == "recompute" else "aa_max_abs_err"
-        out.append(Row(TRAJECTORY, f"step {step}", variant, metric, largest, "allclose per item", "allclose",
+        out.append(Row(TRAJECTORY, f"step {step}", variant, "tolerance_used", largest, "allclose per item", "allclose",
                        detail=detail, role=Role.TRAJECTORY, on_miss=on_miss, extra=extra))
     return out
 
