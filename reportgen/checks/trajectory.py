@@ -130,10 +130,10 @@ def trajectory_parity(setup: Setup) -> list[Row]:
             first, first_items = k, [x.item for x in rows if not effective_excess(x) <= 0]
     steps = len(snaps["plain"])
     rounded = sum(1 for row in out if row.variant == "recompute" and row.extra.get("items_outside") and row.status == "PASS")
-    detail = (f"recompute stays within tolerance of plain for all {steps} steps" if not rounded else
-              f"recompute stays within tolerance of plain, or within the rounding envelope, for all {steps} steps "
-              f"({rounded} of them outside tolerance only at rounding level)")
-              if not first else
+    held = (f"recompute stays within tolerance of plain for all {steps} steps" if not rounded else
+            f"recompute stays within tolerance of plain, or within the rounding envelope, for all {steps} steps "
+            f"({rounded} of them outside tolerance only at rounding level)")
+    detail = (held if not first else
               f"recompute first leaves tolerance at step {first} of {steps}: {', '.join(first_items[:4])}"
               + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
               + ("; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
