@@ -271,39 +271,59 @@ class BudgetRuns:
         return self._runs[key]
 
 
-def early_grads(setup: Any, recompute: bool, seed: int, batch_size: int, steps: int,
-                nudge: Callable[[list[nn.Parameter]], None] | None = None) -> list[dict[str, torch.Tensor | None]]:
-    """Gradients of the first ``steps`` applied steps of the budget run with ``seed``: the same
-    batches, generator seeds and optimizer as that run (:func:`train_to_budget` on a budget of
-    ``steps × batch_size`` examples, evaluated only at its start and end).
+def lockstep_gradients(setup: Any, seed: int, batch_size: int) -> int | None:
+    """Gradient parity at every step of the budget run with ``seed``, at identical weights.
+
+    The plain twin trains as its budget run does (same batches, generator seeds, optimizer,
+    skipped non-finite steps); before each step the recompute twin takes the plain twin's current
+    parameters (its own buffers and module state carry on, as in its own run) and both compute
+    gradients on the same batch. Rounding alone keeps these within the parity tolerances at every
+    step; a fault that switches on at any step (a forward counter, a schedule, state updated
+    twice) does not. Costs about two budget runs; asked only when trained parameters differ.
 
     Args:
         setup: the run's :class:`reportgen.setup.Setup`.
-        recompute: the recompute twin (else a plain one).
         seed, batch_size: as for :meth:`BudgetRuns.get`.
-        steps: applied steps to record.
-        nudge: the rounding twin's gradient noise, applied after each recording.
 
     Returns:
-        Per applied step, ``{plain parameter name: gradient (before any nudge) or None}``;
-        whether the twins' agree decides if the rounding envelope may judge their trained
-        parameters (:mod:`reportgen.rounding`).
+        None when every step's gradients agree within tolerance, else the first step (1-based)
+        at which they do not.
     """
-    model = setup.build(recompute)
-    names = [plain_name(n) for n, p in model.named_parameters() if p.requires_grad]
-    recorded: list[dict[str, torch.Tensor | None]] = []
+    from .distance import measure, tolerances
 
-    def record(params: list[nn.Parameter]) -> None:
-        recorded.append({n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in zip(names, params)})
-        if nudge is not None:
-            nudge(params)
-
-    budget = setup.cfg.budget
-    train_to_budget(model, setup.task, examples=int(steps) * int(batch_size), batch_size=int(batch_size), seed=int(seed),
-                    forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer, device=setup.device,
-                    dtype=setup.dtype, eval_every=0, max_steps=int(budget.max_steps_factor * steps),
-                    desc=f"early gradients, seed {seed}", nudge=record)
-    return recorded
+    budget, rtol_atol = setup.cfg.budget, setup.tolerance()
+    plain, twin = setup.build(False), setup.build(True)
+    pairs = list(zip([p for p in plain.parameters() if p.requires_grad],
+                     [p for p in twin.parameters() if p.requires_grad]))
+    opt = instantiate(budget.optimizer, params=[p for p, _ in pairs])
+    generator = torch.Generator().manual_seed(int(seed))
+    if setup.cfg.forward_seed is None:
+        seed_all(int(seed))
+    accepted = draws = steps = 0
+    examples = int(budget.examples)
+    while accepted < examples and draws < int(budget.max_steps_factor * math.ceil(examples / batch_size)):
+        x, y = batch_to(setup.task.make_batch(generator, min(batch_size, examples - accepted)), setup.device, setup.dtype)
+        step_rng = None if setup.cfg.forward_seed is None else step_seed(setup.cfg.forward_seed, int(seed), draws)
+        draws += 1
+        with torch.no_grad():
+            for p, r in pairs:
+                r.copy_(p)
+        for model in (plain, twin):
+            model.zero_grad(set_to_none=True)
+            with seeded(step_rng):
+                loss = setup.task.loss(call_model(model, x), y)
+                loss.backward()
+        if not all_finite(loss, [p for p, _ in pairs]):
+            continue
+        steps += 1
+        for p, r in pairs:
+            if (p.grad is None) != (r.grad is None):
+                return steps
+            if p.grad is not None and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0:
+                return steps
+        opt.step()
+        accepted += batch_size_of(x)
+    return None
 
 
 def cached_plain_run(setup: Any, seed: int, batch_size: int, lr_scale: float, train, twin: str = "plain") -> TrainResult:

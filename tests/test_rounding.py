@@ -208,3 +208,19 @@ def test_the_rounding_twins_budget_run_is_cached_under_its_own_key(tmp_path, mon
     assert again.cache_key is not None and again.cache_key != BudgetRuns().get(setup, False, 0, 8).cache_key
     assert all(torch.equal(again.final_params[k], rounding.final_params[k]) for k in rounding.final_params)
     assert any(not torch.equal(plain.final_params[k], rounding.final_params[k]) for k in plain.final_params)
+
+
+def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_rounding():
+    """Found by a break-it pass: a forward counter that recompute advances twice as fast switches
+    the output scale at step 11 of 16. With the gate over the first parity.steps steps only, the
+    envelope (about Adam's learning rate) passed it; gradients taken in lockstep at identical
+    weights differ from step 11 on, so the envelope does not apply and the twins trained apart."""
+    from reportgen.checks.budget import task_metrics
+    from reportgen.train import lockstep_gradients
+
+    setup = small_setup("+model=late_fault", "budget.examples=256", "budget.batch_size=16", user_conf=True)
+    assert lockstep_gradients(setup, 0, 16) == 11  # forward + recompute: call 21 is step 11's forward
+    frame = to_frame(task_metrics(setup))
+    final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
+    assert final.status == FAIL and "trained apart" in final.detail and ROUNDING_LEVEL not in final.detail
+    assert "rounding_excess" not in frame or frame.rounding_excess.isna().all()  # no rounding twin was trained
