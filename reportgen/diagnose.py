@@ -190,9 +190,13 @@ RULES: tuple[Rule, ...] = (
          "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops"),
     Rule("trained apart", lambda rows, s: any(r.role in (Role.FINAL_PARAMS, Role.METRIC_DIFF, Role.WORST) and
                                               r.status in BAD for r in rows),
-         "the twins train apart over many steps although the checks on one batch agree: a small per-step difference "
-         "(nondeterministic kernels, state updated in forward) accumulates",
-         "look at the trajectory check's first diverging step and the state parity rows; on CUDA, try "
+         "the twins train apart over many steps although the checks on one batch agree: a per-step difference "
+         "accumulates (nondeterministic kernels, state updated in forward), or one switches on only after some steps "
+         "(a forward counter or schedule that recomputation advances twice per step, state kept outside module "
+         "attributes, e.g. in a global table)",
+         "if the trajectory check failed, start from its first diverging step and the state parity rows; if it passed, "
+         "the difference starts after parity.steps steps: rerun with parity.steps set to the budget's step count to "
+         "find the step, and look for state the forward counts or updates; on CUDA, try "
          "torch.use_deterministic_algorithms(True)"),
 )
 

@@ -197,6 +197,17 @@ def _fits(task: Any, cfg: Any) -> None:
                          f"task.block_size<={limit}")
 
 
+def check_block_size(block_size: object) -> None:
+    """Refuse a window length that is not a whole number of characters >= 1.
+
+    Raises:
+        SetupError: naming ``task.block_size`` and a value that works.
+    """
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise SetupError(f"task.block_size={block_size!r} must be a whole number of characters, at least 1 "
+                         "(e.g. task.block_size=64)")
+
+
 class TextCausalLMTask(CausalLMTask):
     """Character-level causal LM on a local text, sized to a Hugging Face config.
 
@@ -226,6 +237,7 @@ class TextCausalLMTask(CausalLMTask):
         text = read_text(text_file)
         self.vocab, ids = char_ids(text, int(cfg.vocab_size))
         n_val = int(len(ids) * val_fraction)
+        check_block_size(block_size)
         if n_val <= block_size + 1 or len(ids) - n_val <= block_size + 1:
             raise SetupError(f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
                              f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text")

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .errors import SetupError
-from .hf_auto import auto_model, char_ids, model_config, read_text
+from .hf_auto import auto_model, char_ids, check_block_size, model_config, read_text
 from .tasks import _device_dtype
 
 #: ``ignore_index`` of the targets at positions that are not masked (torch's cross-entropy default).
@@ -86,6 +86,7 @@ class TextMaskedLMTask:
         self.vocab, ids = char_ids(text, int(cfg.vocab_size) - 1)
         self.mask_id = len(self.vocab)
         n_val = int(len(ids) * val_fraction)
+        check_block_size(block_size)
         if n_val < block_size or len(ids) - n_val < block_size:
             raise SetupError(f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
                              f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text")

@@ -143,7 +143,8 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
             "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required),
-            "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame)}
+            "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame),
+            "rounded": passed_at_rounding_level(frame)}
 
 
 def cached_runs(frame: pd.DataFrame) -> list[dict]:
@@ -152,6 +153,18 @@ def cached_runs(frame: pd.DataFrame) -> list[dict]:
         return []
     hits = frame[(frame.role == Role.RUN) & frame.cache_key.notna()]
     return [{"item": f"{r['check']}, {r['item']}", "key": r["cache_key"]} for r in hits.to_dict("records")]
+
+
+def passed_at_rounding_level(frame: pd.DataFrame) -> list[dict]:
+    """Rows outside tolerance that passed only because they lie within their rounding envelope
+    (``excess > 0``, ``rounding_excess <= 0``; reportgen/rounding.py), so page 1 can say the
+    verdict leans on it: ``[{"check", "item"}]``, one per row (aggregate rows included)."""
+    if "rounding_excess" not in frame.columns:
+        return []
+    excess = pd.to_numeric(frame.get("excess"), errors="coerce")
+    rounding = pd.to_numeric(frame.rounding_excess, errors="coerce")
+    hits = frame[(excess > 0) & (rounding <= 0) & (frame.status == "PASS")]
+    return [{"check": r["check"], "item": r["item"]} for r in hits.to_dict("records")]
 
 
 def rejected_cache_entries(frame: pd.DataFrame) -> list[dict]:

@@ -83,7 +83,8 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
     else:
         detail = ("bitwise equal" if d.bitwise_equal else
                   f"within tolerance (uses {d.tolerance_used:.0%} of it){_near_zero(d)}" if d.worst_excess <= 0
-                  else f"exceeds tolerance by {d.worst_excess:.3g} ({d.tolerance_used:.3g}× the tolerance)")
+                  else f"exceeds tolerance by {d.worst_excess:.3g}"
+                  + (f" ({d.tolerance_used:.3g}× the tolerance)" if d.tolerance_used < float("inf") else ""))
     if recompute.shape != plain.shape:
         detail = f"shape {tuple(recompute.shape)} vs plain {tuple(plain.shape)}"
     return Row(check, item, "recompute", "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", "allclose",
@@ -107,11 +108,9 @@ def _near_zero(d) -> str:
 ROUNDING_LEVEL = "differs at rounding level, as any re-association would"
 
 #: The report's sentence on the rounding envelope, for the sections that use it.
-ROUNDING_NOTE = ("An item outside tolerance is judged against the rounding envelope too: how far a plain twin (the "
-                 "rounding twin) moves when its gradients are nudged by the gradient tolerance before every optimizer "
-                 "step (column rounding_envelope, built only when needed). Within parity.rounding_factor times it, the "
-                 f"item {ROUNDING_LEVEL}, and passes; outside it, it fails. It applies only to floating tensors, and "
-                 "only while the recompute gradients are themselves at rounding level.")
+ROUNDING_NOTE = ("An item outside tolerance passes if within parity.rounding_factor × its rounding envelope (how far a "
+                 "plain twin moves when its gradients are nudged by the gradient tolerance; README, \"Rounding is not a "
+                 "fault\"), for floating tensors and only while the recompute gradients are at rounding level.")
 
 
 def effective_excess(row: Row) -> float:

@@ -94,9 +94,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     sign_run(frame, meta, verdict, out_dir, key, required=required)
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
-    for check, detail in frame.loc[frame.status == WARN, ["check", "detail"]].drop_duplicates("check").values[:4]:
-        detail = console_text(detail)
-        print(f"reportgen: WARN {check}: {detail[:160]}{'…' if len(detail) > 160 else ''}")
+    for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:
+        detail = console_text(f"{item}: {detail}")
+        print(f"reportgen: WARN {check}: {detail[:170]}{'…' if len(detail) > 170 else ''}")
     if verdict != PASS:
         for line in why_lines(frame):
             print(line)

@@ -97,7 +97,8 @@ def config_problems(cfg: DictConfig) -> str:
                                               "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
                                               "precision.autocast", "memory.peak_on_miss", "threads", "distributed.backend",
                                               "distributed.start_method", "compile.enabled", "recompute.mode",
-                                              "recompute.method"]
+                                              "recompute.method", "distributed.budget_seeds", "budget.batch_size",
+                                              "budget.examples", "budget.enabled"]
     values, problems = {}, []
     for name in names:
         try:
@@ -111,7 +112,8 @@ def config_problems(cfg: DictConfig) -> str:
              ("distributed.backend", BACKENDS), ("distributed.start_method", START_METHODS)]
     problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
                  if name in values and values[name] not in allowed]
-    problems += [p for name in ("budget.seeds", "larger_batch.seeds") if (p := _seeds_problem(name, values.get(name)))]
+    problems += [p for name in ("budget.seeds", "larger_batch.seeds", "distributed.budget_seeds")
+                 if (p := _seeds_problem(name, values.get(name)))]
     if values.get("precision.autocast") not in AUTOCASTS:
         problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
     for name in ("memory.negligible_saving_share", "memory.min_peak_saving_share"):
@@ -164,6 +166,12 @@ def _distributed_problems(values: dict[str, Any]) -> list[str]:
     if isinstance(batch, int) and batch % world:
         problems.append(f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
                         f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}")
+    for name in ("budget.batch_size", "budget.examples"):  # the sharded task metrics split every global batch
+        value = values.get(name)
+        if values.get("budget.enabled", True) and isinstance(value, int) and value % world:
+            problems.append(f"{name}={value} must be a multiple of distributed.world_size={world} (the sharded task "
+                            f"metrics give each rank an equal share of every global batch), e.g. "
+                            f"{name}={value + world - value % world}")
     if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
         problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
     if values.get("compile.enabled"):

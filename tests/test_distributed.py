@@ -89,6 +89,13 @@ def test_sharded_settings_are_refused_before_anything_runs(compose_cfg):
     assert "parity.batch_size=3 must be a multiple of distributed.world_size=2" in problems
     assert "distributed.backend='mpi' must be one of auto, gloo, nccl" in problems
     assert config_problems(compose_cfg("+model=ffn")) == ""
+    # the sharded task metrics: budgets that do not split over the ranks, a seed listed twice
+    problems = config_problems(compose_cfg("+model=mlp", *SHARDED, "budget.batch_size=15", "budget.examples=255",
+                                           "distributed.budget_seeds=[0,0]"))
+    assert "budget.batch_size=15 must be a multiple of distributed.world_size=2" in problems
+    assert "budget.examples=255 must be a multiple of distributed.world_size=2" in problems
+    assert "distributed.budget_seeds=[0, 0] repeats seed(s) 0" in problems
+    assert config_problems(compose_cfg("+model=mlp", *SHARDED, "budget.batch_size=15", "budget.enabled=false")) == ""
 
 
 def test_one_process_adds_no_sharded_rows(setup):

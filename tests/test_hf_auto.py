@@ -266,3 +266,16 @@ def test_one_command_tests_a_users_config_end_to_end(gpt2_json, tmp_path, signin
     assert "transformer.h.0</code> (GPT2Block)" in html
     verified = reportgen_cli(tmp_path, str(folder), "--key", str(public), module="reportgen.verify")
     assert verified.returncode == 0 and "VERIFIED (run folder)" in verified.stdout
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("block_size", [0, -4])
+def test_a_window_of_no_characters_is_refused_naming_the_setting(gpt2_json, block_size):
+    """Found by a break-it pass: 0 ended INCONCLUSIVE with an IndexError in every twin, -4 blamed the
+    user's make_batch; reportgen's own task says what is wrong."""
+    with pytest.raises(SetupError, match=r"task.block_size=-?\d must be a whole number of characters, at least 1"):
+        hf_auto.TextCausalLMTask(config=str(gpt2_json), block_size=block_size)
+    from reportgen.hf_masked import TextMaskedLMTask
+
+    with pytest.raises(SetupError, match="at least 1"):
+        TextMaskedLMTask(config=str(gpt2_json), block_size=block_size)
