@@ -267,7 +267,9 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str, use_reentrant: b
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise PlanError(f"{type(model).__name__} has no gradient-checkpointing switch, so the recompute settings "
                             "cannot be planned; give a model type that supports it (e.g. llama)")
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+        from .hf import switch  # activation_checkpointing_enable on transformers 5, the old name on 4.x
+
+        switch(model)({"use_reentrant": use_reentrant})
     return model.train()
 
 
