@@ -308,12 +308,13 @@ def lockstep_gradients(setup: Any, seed: int, batch_size: int) -> int | None:
         with torch.no_grad():
             for p, r in pairs:
                 r.copy_(p)
+        losses = []
         for model in (plain, twin):
             model.zero_grad(set_to_none=True)
             with seeded(step_rng):
-                loss = setup.task.loss(call_model(model, x), y)
-                loss.backward()
-        if not all_finite(loss, [p for p, _ in pairs]):
+                losses.append(setup.task.loss(call_model(model, x), y))
+                losses[-1].backward()
+        if not all_finite(losses[0], [p for p, _ in pairs]):  # the plain run skips this step too
             continue
         steps += 1
         for p, r in pairs:
