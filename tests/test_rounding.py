@@ -223,4 +223,5 @@ def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_roun
     frame = to_frame(task_metrics(setup))
     final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
     assert final.status == FAIL and "trained apart" in final.detail and ROUNDING_LEVEL not in final.detail
+    assert "first differ at step 11 of the budget run" in final.detail and final.lockstep_first_step == 11
     assert "rounding_excess" not in frame or frame.rounding_excess.isna().all()  # no rounding twin was trained

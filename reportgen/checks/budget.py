@@ -74,17 +74,20 @@ def metric_diff_row(seed: int, plain: float, recompute: float, allowed: float, m
                detail=detail, role=Role.METRIC_DIFF, threshold_value=allowed, extra=extra)
 
 
-def rounding_run(setup, seed: int, batch_size: int) -> TrainResult | None:
+def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -> TrainResult | None:
     """The rounding twin trained to the same budget, when it is needed and applies: the envelope
     is on (the caller asks only when a trained parameter is outside tolerance), and at every step
     of the budget run the recompute twin's gradients, taken at the plain twin's weights, stay
     within tolerance (:func:`reportgen.train.lockstep_gradients`): the envelope models gradient
     noise, so a fault that changes gradients, at once or from any later step, keeps its verdict.
-    None otherwise."""
+    None otherwise; then ``found["lockstep_step"]`` (when ``found`` is given) is the first step whose
+    gradients differ at identical weights."""
     if not setup.cfg.parity.rounding_envelope:
         return None
     first = lockstep_gradients(setup, seed, batch_size)
     if first is not None:
+        if found is not None:
+            found["lockstep_step"] = first
         log.info("task metrics, seed %d: gradients at identical weights differ from step %d of the budget run; "
                  "the rounding envelope does not apply", seed, first)
         return None
@@ -112,7 +115,12 @@ def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResu
             final_params_row(setup, seed, results["plain"], results["recompute"])]
     errors = []
     try:
-        rounding = rounding_run(setup, seed, batch_size) if rows[1].status != PASS else None
+        found: dict = {}
+        rounding = rounding_run(setup, seed, batch_size, found) if rows[1].status != PASS else None
+        if "lockstep_step" in found:  # evidence for the diagnosis: where the fault switches on
+            rows[1].detail += (f"; gradients taken at identical weights first differ at step {found['lockstep_step']} "
+                               "of the budget run, so this is not rounding")
+            rows[1].extra["lockstep_first_step"] = found["lockstep_step"]
     except Exception as exc:  # noqa: BLE001 - failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
