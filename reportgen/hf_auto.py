@@ -110,11 +110,15 @@ def pretrained_folder(path: str) -> Path:
             is downloaded).
     """
     folder = Path(str(path)).expanduser()
-    if not (folder / "config.json").is_file():
-        raise SetupError(f"model.pretrained={path} is not a local folder holding config.json; reportgen never downloads. "
-                         f"Download it first (e.g. `hf download {path} --local-dir ./{Path(str(path)).name}`) and "
-                         "pass that folder")
-    return folder
+    if (folder / "config.json").is_file():
+        return folder
+    if folder.is_absolute() or str(path).startswith((".", "~")) or folder.exists():  # a local path, not a Hub name
+        what = "is a folder without config.json" if folder.is_dir() else "does not exist"
+        raise SetupError(f"model.pretrained={path} {what}; give the folder save_pretrained wrote (it holds "
+                         "config.json and the weights)")
+    raise SetupError(f"model.pretrained={path} is not a local folder holding config.json; reportgen never downloads. "
+                     f"Download it first (e.g. `hf download {path} --local-dir ./{Path(str(path)).name}`) and "
+                     "pass that folder")
 
 
 def max_positions(cfg: Any) -> int | None:
@@ -183,6 +187,10 @@ def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pret
     except OSError as exc:
         raise SetupError(f"model.pretrained={pretrained}: the local weights cannot be loaded ({str(exc).splitlines()[0]}); "
                          "give a folder written by save_pretrained") from None
+    except ImportError as exc:  # e.g. attn_implementation=flash_attention_2 without its package
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise SetupError(f"model.attn_implementation={attn_implementation}: transformers cannot use it here ({reason}); "
+                         "use model.attn_implementation=eager or sdpa") from None
 
 
 def _fits(task: Any, cfg: Any) -> None:
@@ -263,7 +271,8 @@ def read_text(text_file: str | None) -> str:
         return "\n".join(topics[k] for k in sorted(topics))
     path = Path(str(text_file)).expanduser()
     if not path.is_file():
-        raise SetupError(f"task.text_file={text_file}: no such file; give a UTF-8 text file, or leave task.text_file unset "
+        what = "is a folder, not a file" if path.is_dir() else "no such file"
+        raise SetupError(f"task.text_file={text_file}: {what}; give a UTF-8 text file, or leave task.text_file unset "
                          "for Python's bundled docs")
     return path.read_bytes().decode("utf-8", errors="replace")
 

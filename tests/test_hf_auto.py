@@ -279,3 +279,19 @@ def test_a_window_of_no_characters_is_refused_naming_the_setting(gpt2_json, bloc
 
     with pytest.raises(SetupError, match="at least 1"):
         TextMaskedLMTask(config=str(gpt2_json), block_size=block_size)
+
+
+@pytest.mark.hf
+def test_local_paths_and_unusable_attention_get_their_own_fix(tmp_path, gpt2_json):
+    """Found by a break-it pass: a missing local folder was told to `hf download` it, a folder as
+    text_file was "no such file", flash_attention_2 without its package blamed importability."""
+    with pytest.raises(SetupError, match="does not exist; give the folder save_pretrained wrote"):
+        hf_auto.pretrained_folder(str(tmp_path / "nonexistent"))
+    with pytest.raises(SetupError, match="is a folder without config.json"):
+        hf_auto.pretrained_folder(str(tmp_path))
+    with pytest.raises(SetupError, match="never downloads"):
+        hf_auto.pretrained_folder("Qwen/Qwen2-0.5B")
+    with pytest.raises(SetupError, match="is a folder, not a file"):
+        hf_auto.read_text(str(tmp_path))
+    with pytest.raises(SetupError, match="attn_implementation=flash_attention_2: .* use model.attn_implementation=eager"):
+        hf_auto.causal_lm(text_task(gpt2_json), config=str(gpt2_json), attn_implementation="flash_attention_2")
