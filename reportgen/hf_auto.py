@@ -152,8 +152,40 @@ def causal_lm(task: Any, config: str | None = None, pretrained: str | None = Non
     """
     cfg = model_config(config, pretrained)
     cfg.use_cache = use_cache
-    return auto_model("AutoModelForCausalLM", "causal-LM head", "+model=hf_causal_lm tests decoder-only language "
-                      "models", task, cfg, pretrained, attn_implementation)
+    model = auto_model("AutoModelForCausalLM", "causal-LM head", "+model=hf_causal_lm tests decoder-only language "
+                       "models", task, cfg, pretrained, attn_implementation)
+    refuse_non_causal(model, cfg)
+    return model
+
+
+def refuse_non_causal(model: nn.Module, cfg: Any) -> None:
+    """Refuse a "causal LM" whose earlier positions see later tokens (e.g. BERT's LM head without
+    ``is_decoder: true``): the next-token metric would then read the answer.
+
+    The probe: logits of a random window, and of the same window with its last token changed, in
+    eval mode without grad (no generator is drawn from, no weight changes); every position but
+    the last must agree (``allclose``, rtol 1e-4, atol 1e-5).
+
+    Raises:
+        SetupError: naming ``is_decoder: true`` in config.json as the fix.
+    """
+    vocab, length = int(cfg.vocab_size), min(8, max_positions(cfg) or 8)
+    if vocab < 2 or length < 2:
+        return
+    ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, -1] = (ids[0, -1] + 1) % vocab
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            before, after = (model(input_ids=x).logits[0, :-1] for x in (ids, changed))
+    finally:
+        model.train(was_training)
+    if not torch.allclose(before, after, rtol=1e-4, atol=1e-5):
+        raise SetupError(f"{type(model).__name__} is not causal with this config: changing the last token changes the "
+                         "logits of earlier positions, so a next-token metric would read the answer; set "
+                         "\"is_decoder\": true in config.json (encoder models such as BERT), or give a decoder-only config")
 
 
 def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pretrained: str | None,

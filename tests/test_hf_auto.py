@@ -295,3 +295,17 @@ def test_local_paths_and_unusable_attention_get_their_own_fix(tmp_path, gpt2_jso
         hf_auto.read_text(str(tmp_path))
     with pytest.raises(SetupError, match="attn_implementation=flash_attention_2: .* use model.attn_implementation=eager"):
         hf_auto.causal_lm(text_task(gpt2_json), config=str(gpt2_json), attn_implementation="flash_attention_2")
+
+
+@pytest.mark.hf
+def test_an_encoder_as_a_causal_lm_is_refused_unless_it_is_a_decoder(tmp_path, gpt2_json):
+    """Found by a break-it pass: a BERT config ran as hf_causal_lm and PASSed, its LM head attending
+    both ways (the next-token metric reads the answer). The probe refuses it; is_decoder fixes it."""
+    bert = {"model_type": "bert", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 64, "max_position_embeddings": 128}
+    (tmp_path / "config.json").write_text(json.dumps(bert))
+    with pytest.raises(SetupError, match='not causal with this config.*"is_decoder": true'):
+        hf_auto.causal_lm(text_task(gpt2_json), config=str(tmp_path / "config.json"))
+    (tmp_path / "config.json").write_text(json.dumps({**bert, "is_decoder": True}))
+    model = hf_auto.causal_lm(text_task(gpt2_json), config=str(tmp_path / "config.json"))
+    assert type(model).__name__ == "BertLMHeadModel" and model.training  # the probe leaves train mode as it was
