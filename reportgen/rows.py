@@ -276,3 +276,32 @@ def trained_params_row(check: str, seed: int, plain: dict[str, Tensor], recomput
         detail += ": the twins trained apart"
     return Row(check, f"seed {seed}", "recompute", "final_params_tolerance_used", used, worst.threshold, "allclose",
                detail=detail, role=Role.FINAL_PARAMS, extra=extra)
+
+
+def difference_detail(plain: float, recompute: float, metric: str, higher_is_better: bool) -> str:
+    """One sentence on what recompute did to the metric, e.g. ``recompute is worse by 0.012 (+3.1%)``."""
+    if plain == recompute:
+        return f"identical: {metric} {plain:.6g} in both runs"
+    delta = recompute - plain
+    better = (delta > 0) == bool(higher_is_better)
+    rel = f" ({delta / abs(plain):+.2%} of plain)" if plain else ""
+    return (f"plain {plain:.6g}, recompute {recompute:.6g}: recompute is {'better' if better else 'worse'} "
+            f"by {abs(delta):.3g}{rel}")
+
+
+def metric_diff_row(check: str, seed: int, plain: float, recompute: float, allowed: float, metric: str,
+                    higher_is_better: bool, rounding: float | None = None, factor: float = 2.0) -> Row:
+    """``|recompute - plain|`` of the held-out metric (row of ``check``) judged ``<= allowed``; with the rounding
+    twin's metric ``rounding``, a difference within ``factor`` × ``|rounding - plain|`` passes
+    too (column ``rounding_excess``)."""
+    diff = abs(recompute - plain)
+    extra = {"seed": seed, "plain_value": plain, "recompute_value": recompute}
+    detail = difference_detail(plain, recompute, metric, higher_is_better)
+    if rounding is not None:
+        envelope_ = abs(rounding - plain)
+        extra.update(rounding_envelope=envelope_, rounding_factor=factor, rounding_excess=diff - factor * envelope_)
+        if diff > allowed:
+            detail += (f"; {ROUNDING_LEVEL} (within {factor:g}× the rounding twin's {envelope_:.3g})"
+                       if diff <= factor * envelope_ else f"; also outside {factor:g}× the rounding envelope {envelope_:.3g}")
+    return Row(check, f"seed {seed}", "recompute", f"abs_diff_{metric}", diff, f"{allowed:g}", "<=",
+               detail=detail, role=Role.METRIC_DIFF, threshold_value=allowed, extra=extra)

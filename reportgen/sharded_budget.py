@@ -22,7 +22,7 @@ import torch
 from .config import DIST_TASK_METRICS
 from .distributed import Group, distribute, full_params, shard_batch
 from .results import INFO, NOT_RUN, Role, Row
-from .rows import trained_params_row
+from .rows import metric_diff_row, trained_params_row
 from .train import Sharding, TrainResult, run_rows, train_to_budget
 
 VARIANTS = (("plain", False), ("recompute", True))
@@ -104,10 +104,7 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
     metric, cfg = setup.task.metric, setup.cfg.budget
     p, r = plain.metrics[metric], recompute.metrics[metric]
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
-    rows = [Row(DIST_TASK_METRICS, f"seed {seed}", "recompute", f"abs_diff_{metric}", abs(r - p), f"{allowed:g}", "<=",
-                detail=f"sharded twins after the global budget: plain {p:.6g}, recompute {r:.6g}",
-                role=Role.METRIC_DIFF, threshold_value=allowed,
-                extra={"seed": seed, "plain_value": p, "recompute_value": r})]
+    rows = [metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better)]
     rows.append(trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params,
                                    *setup.tolerance(), float(setup.cfg.parity.rounding_factor)))
     return rows

@@ -18,7 +18,7 @@ from typing import Any
 from ..config import TASK_METRICS
 from ..plots import task_metric_plots
 from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
-from ..rows import ROUNDING_LEVEL, error_row, trained_params_row
+from ..rows import error_row, metric_diff_row, trained_params_row
 from ..train import TrainResult, lockstep_gradients, run_rows
 from .base import Check, Section
 
@@ -34,17 +34,6 @@ def describe_optimizer(node: Any) -> str:
     return f"{name}({', '.join(f'{k}={v}' for k, v in items.items())})"
 
 
-def difference_detail(plain: float, recompute: float, metric: str, higher_is_better: bool) -> str:
-    """One sentence on what recompute did to the metric, e.g. ``recompute is worse by 0.012 (+3.1%)``."""
-    if plain == recompute:
-        return f"identical: {metric} {plain:.6g} in both runs"
-    delta = recompute - plain
-    better = (delta > 0) == bool(higher_is_better)
-    rel = f" ({delta / abs(plain):+.2%} of plain)" if plain else ""
-    return (f"plain {plain:.6g}, recompute {recompute:.6g}: recompute is {'better' if better else 'worse'} "
-            f"by {abs(delta):.3g}{rel}")
-
-
 def final_params_row(setup, seed: int, plain: TrainResult, recompute: TrainResult,
                      rounding: TrainResult | None = None) -> Row:
     """The trained twins themselves (:func:`reportgen.rows.trained_params_row` at the parity
@@ -54,24 +43,6 @@ def final_params_row(setup, seed: int, plain: TrainResult, recompute: TrainResul
     return trained_params_row(TASK_METRICS, seed, plain.final_params, recompute.final_params, *setup.tolerance(),
                               float(setup.cfg.parity.rounding_factor),
                               None if rounding is None else rounding.final_params)
-
-
-def metric_diff_row(seed: int, plain: float, recompute: float, allowed: float, metric: str, higher_is_better: bool,
-                    rounding: float | None = None, factor: float = 2.0) -> Row:
-    """``|recompute - plain|`` of the held-out metric judged ``<= allowed``; with the rounding
-    twin's metric ``rounding``, a difference within ``factor`` × ``|rounding - plain|`` passes
-    too (column ``rounding_excess``)."""
-    diff = abs(recompute - plain)
-    extra = {"seed": seed, "plain_value": plain, "recompute_value": recompute}
-    detail = difference_detail(plain, recompute, metric, higher_is_better)
-    if rounding is not None:
-        envelope_ = abs(rounding - plain)
-        extra.update(rounding_envelope=envelope_, rounding_factor=factor, rounding_excess=diff - factor * envelope_)
-        if diff > allowed:
-            detail += (f"; {ROUNDING_LEVEL} (within {factor:g}× the rounding twin's {envelope_:.3g})"
-                       if diff <= factor * envelope_ else f"; also outside {factor:g}× the rounding envelope {envelope_:.3g}")
-    return Row(TASK_METRICS, f"seed {seed}", "recompute", f"abs_diff_{metric}", diff, f"{allowed:g}", "<=",
-               detail=detail, role=Role.METRIC_DIFF, threshold_value=allowed, extra=extra)
 
 
 def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -> TrainResult | None:
@@ -111,7 +82,7 @@ def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResu
     metric = task.metric
     p, r = results["plain"].metrics[metric], results["recompute"].metrics[metric]
     allowed = float(cfg.budget.metric_tolerance) + float(cfg.budget.metric_rtol) * abs(p)
-    rows = [metric_diff_row(seed, p, r, allowed, metric, task.higher_is_better),
+    rows = [metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better),
             final_params_row(setup, seed, results["plain"], results["recompute"])]
     errors = []
     try:
@@ -132,7 +103,7 @@ def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResu
                           extra={"seed": seed, "cache_key": key, "cache_problem": why}, role=Role.CACHE))
     final = None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
     if final is not None:  # the metric may lean on the envelope only when the weights are at rounding level
-        rows = [metric_diff_row(seed, p, r, allowed, metric, task.higher_is_better, rounding.metrics[metric],
+        rows = [metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better, rounding.metrics[metric],
                                 float(cfg.parity.rounding_factor)) if final.status == PASS else rows[0], final]
     return rows + errors, (seed, abs(r - p), allowed, rows[0].extra.get("rounding_excess"))
 
