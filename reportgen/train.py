@@ -133,6 +133,12 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
     A sharded gradient (FSDP2's ``DTensor``) is read as this rank's shard: the ranks then agree
     (:class:`Sharding`)."""
     local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+    if local and all(g.device == loss.device and g.is_floating_point() for g in local):
+        # One fused kernel list: a tensor's norm is finite only when every element is (NaN and Inf
+        # propagate). A finite tensor whose norm overflows falls through to the element-wise test.
+        norms = torch._foreach_norm(local)
+        if bool(torch.isfinite(torch.cat([loss.detach().float().reshape(-1), torch.stack(norms).float()])).all()):
+            return True
     flags = [torch.isfinite(loss).all()] + [torch.isfinite(g).all() for g in local]
     return bool(torch.stack([f.to(loss.device) for f in flags]).all())
 
