@@ -68,9 +68,9 @@ def type_text(tp: object) -> str:
     if origin is typing.Union:
         inner = [a for a in args if a is not type(None)]
         return " or ".join(type_text(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
-    if origin in (list, typing.List):
+    if origin is list:
         return f"list of {type_text(args[0])}" if args else "list"
-    if origin in (dict, typing.Dict):
+    if origin is dict:
         return "mapping"
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return "one of " + ", ".join(f"`{m.value}`" for m in tp)
