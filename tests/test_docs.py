@@ -1,6 +1,7 @@
 """The documentation cannot drift from the code: the configuration reference is regenerated from
 the schemas, the one exit-code table is checked against ``ExitCode``, every relative link and
 anchor leads somewhere, and the README stays a first page. (The examples run in test_readme.py.)"""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,13 +32,17 @@ def test_configuration_reference_is_in_sync_with_the_schemas():
     """docs/configuration.md is what ``python -m reportgen.commands.reference --write`` writes today."""
     assert REFERENCE == DOCS / "configuration.md"
     assert REFERENCE.read_text() == reference(), (
-        "docs/configuration.md is out of date: run python -m reportgen.commands.reference --write")
+        "docs/configuration.md is out of date: run python -m reportgen.commands.reference --write"
+    )
 
 
 def _groups() -> list[tuple[str, type]]:
     hints = typing.get_type_hints(config.Config)
-    return [("", config.Config)] + [(f"{f.name}.", hints[f.name]) for f in dataclasses.fields(config.Config)
-                                    if dataclasses.is_dataclass(hints[f.name])]
+    return [("", config.Config)] + [
+        (f"{f.name}.", hints[f.name])
+        for f in dataclasses.fields(config.Config)
+        if dataclasses.is_dataclass(hints[f.name])
+    ]
 
 
 def test_reference_lists_every_field_with_its_default_and_doc():
@@ -131,6 +136,10 @@ def test_readme_is_a_first_page_that_links_every_guide():
 
 def test_no_code_or_message_points_at_a_readme_section():
     """Messages and docstrings name the guide that holds a topic, not a README section that moved."""
-    stale = [f"{p.relative_to(REPO)}:{i}" for p in [*(REPO / "reportgen").rglob("*.py"), REPO / "conf" / "config.yaml"]
-             for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"README[,\s]+[\"'(]", line)]
+    stale = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in [*(REPO / "reportgen").rglob("*.py"), REPO / "conf" / "config.yaml"]
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"README[,\s]+[\"'(]", line)
+    ]
     assert stale == []

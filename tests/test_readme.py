@@ -16,6 +16,7 @@ is tested without touching this file:
 Nothing here trains a model but the user-model parity example (a second); runs that need a GPU or
 a cluster are composed, never launched.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,8 +69,9 @@ def blocks(path: Path) -> list[Block]:
     for m in re.finditer(r"(?ms)^```(\w*)\n(.*?)^```", text):
         before = text[: m.start()].rstrip().splitlines()
         label = re.fullmatch(r"`([^`]+)`:", before[-1].strip()) if before else None
-        found.append(Block(path, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2),
-                           label.group(1) if label else ""))
+        found.append(
+            Block(path, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2), label.group(1) if label else "")
+        )
     return found
 
 
@@ -112,7 +114,7 @@ def _command(where: str, words: list[str]) -> Command | None:
     module = words[i + 1] if i + 1 < len(words) else ""
     if not re.fullmatch(r"reportgen(\.\w+)*", module):
         return None
-    return Command(where, module, tuple(words[i + 2:]))
+    return Command(where, module, tuple(words[i + 2 :]))
 
 
 def _shell_lines(text: str) -> list[str]:
@@ -152,8 +154,11 @@ def _unique(commands: list[Command]) -> list[Command]:
 
 
 COMMANDS = _unique(doc_commands())
-RUNS = [c for c in COMMANDS if c.module == "reportgen" and not any(PLACEHOLDER.search(a) for a in c.args)
-        and "--help" not in c.args and c.args]
+RUNS = [
+    c
+    for c in COMMANDS
+    if c.module == "reportgen" and not any(PLACEHOLDER.search(a) for a in c.args) and "--help" not in c.args and c.args
+]
 
 
 def jobs(cmd: Command) -> tuple[list[list[str]], Path | None]:
@@ -170,15 +175,23 @@ def jobs(cmd: Command) -> tuple[list[list[str]], Path | None]:
         else:
             overrides.append(word)
     parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-               else [o.input_line] for o in parsed]
+    choices = [
+        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line]
+        for o in parsed
+    ]
     return [list(job) for job in itertools.product(*choices)], config_dir
 
 
 def test_the_docs_have_commands():
     """The collector sees the guides' commands (a Markdown change that hides them fails here)."""
     assert len(RUNS) >= 25 and {c.module for c in COMMANDS} >= {
-        "reportgen", "reportgen.verify", "reportgen.compare", "reportgen.keys", "reportgen.plan", "reportgen.sweep"}
+        "reportgen",
+        "reportgen.verify",
+        "reportgen.compare",
+        "reportgen.keys",
+        "reportgen.plan",
+        "reportgen.sweep",
+    }
 
 
 @pytest.fixture
@@ -254,8 +267,9 @@ def test_documented_tool_options_exist(cmd):
     assert {o for o in options if o not in text} == set(), f"{cmd}: options not in --help"
 
 
-PLANS = [c for c in COMMANDS if c.module == "reportgen.plan" and c.args
-         and not any(PLACEHOLDER.search(a) for a in c.args)]
+PLANS = [
+    c for c in COMMANDS if c.module == "reportgen.plan" and c.args and not any(PLACEHOLDER.search(a) for a in c.args)
+]
 
 
 @pytest.mark.parametrize("cmd", PLANS, ids=str)
@@ -285,7 +299,7 @@ def test_readme_test_command_is_what_ci_runs():
 
 
 def test_readme_run_command_installs_keys_and_reports():
-    """"Run it" stays one line: install torch, then reportgen, make the key once, report on ffn."""
+    """ "Run it" stays one line: install torch, then reportgen, make the key once, report on ffn."""
     command = _readme_command("Run it (fresh Linux machine, Python 3.11, no GPU needed)")
     assert "\n" not in command and command.startswith("python3.11 -m venv .venv && .venv/bin/pip install torch==")
     assert command.endswith(".venv/bin/python -m reportgen +model=ffn") and "reportgen.keys generate" in command

@@ -7,6 +7,7 @@ the same line, as Sphinx autodoc reads them), then the config groups shipped und
 (``+model=``, ``recompute=``, ``hydra/launcher=``). ``tests/test_docs.py`` regenerates it and
 fails when the file is out of date, so the reference cannot drift from the schemas.
 """
+
 from __future__ import annotations
 
 import ast
@@ -47,17 +48,19 @@ def field_docs(cls: type) -> dict[str, str]:
     on the line where the field's statement ends; lines are joined with spaces.
     """
     lines = inspect.getsource(config).splitlines()
-    node = next(n for n in ast.walk(ast.parse("\n".join(lines)))
-                if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    docs = {}
+    node = next(
+        n for n in ast.walk(ast.parse("\n".join(lines))) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
+    )
+    docs: dict[str, str] = {}
     for stmt in node.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
-        above, i = [], stmt.lineno - 2
+        above: list[str] = []
+        i = stmt.lineno - 2
         while i >= 0 and lines[i].strip().startswith("#:"):
             above.insert(0, lines[i].strip()[2:].strip())
             i -= 1
-        trailing = lines[stmt.end_lineno - 1].partition("#:")[2].strip()
+        trailing = lines[(stmt.end_lineno or stmt.lineno) - 1].partition("#:")[2].strip()
         docs[stmt.target.id] = " ".join(above) or trailing
     return docs
 
@@ -115,18 +118,28 @@ def _rows(cls: type, prefix: str) -> list[str]:
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
             continue
-        rows.append(f"| `{prefix}{f.name}` | {_cell(type_text(hints[f.name]))} | `{_cell(default_text(f))}` "
-                    f"| {_cell(docs.get(f.name, ''))} |")
+        rows.append(
+            f"| `{prefix}{f.name}` | {_cell(type_text(hints[f.name]))} | `{_cell(default_text(f))}` "
+            f"| {_cell(docs.get(f.name, ''))} |"
+        )
     return rows
 
 
 def _choices() -> list[str]:
     root = conf_dir()
-    out = ["## Config groups shipped with reportgen", "",
-           "Chosen by name on the command line; each file under `conf/` begins with what it sets.", "",
-           "| group | choose with | options |", "|---|---|---|"]
-    for group, flag in (("model", "+model=NAME"), ("recompute", "recompute=NAME"),
-                        ("hydra/launcher", "hydra/launcher=NAME")):
+    out = [
+        "## Config groups shipped with reportgen",
+        "",
+        "Chosen by name on the command line; each file under `conf/` begins with what it sets.",
+        "",
+        "| group | choose with | options |",
+        "|---|---|---|",
+    ]
+    for group, flag in (
+        ("model", "+model=NAME"),
+        ("recompute", "recompute=NAME"),
+        ("hydra/launcher", "hydra/launcher=NAME"),
+    ):
         names = sorted(p.stem for p in (root / group).glob("*.yaml"))
         out.append(f"| `{group}` | `{flag}` | {', '.join(f'`{n}`' for n in names)} |")
     return out
@@ -135,10 +148,18 @@ def _choices() -> list[str]:
 def reference() -> str:
     """The whole of docs/configuration.md (Markdown), generated from :class:`reportgen.config.Config`."""
     hints, docs = typing.get_type_hints(config.Config), field_docs(config.Config)
-    out = [_HEADER, "## Top level", "", _cell(config.Config.__doc__.strip()), "", *_rows(config.Config, ""), ""]
+    out = [
+        _HEADER,
+        "## Top level",
+        "",
+        _cell(inspect.cleandoc(config.Config.__doc__ or "")),
+        "",
+        *_rows(config.Config, ""),
+        "",
+    ]
     for f in dataclasses.fields(config.Config):
         group = hints[f.name]
-        if not dataclasses.is_dataclass(group):
+        if not (isinstance(group, type) and dataclasses.is_dataclass(group)):
             continue
         doc = " ".join(filter(None, [inspect.cleandoc(group.__doc__ or ""), docs.get(f.name, "")]))
         out += [f"## {f.name}", "", _cell(doc.replace("\n", " ")), "", *_rows(group, f"{f.name}."), ""]
