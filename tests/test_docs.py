@@ -143,3 +143,45 @@ def test_no_code_or_message_points_at_a_readme_section():
         if re.search(r"README[,\s]+[\"'(]", line)
     ]
     assert stale == []
+
+
+def _current_docs() -> list[Path]:
+    """The README and the guides; docs/moves.md names old modules on purpose."""
+    return [p for p in MARKDOWN if p.name != "moves.md"]
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``reportgen.a.b.C`` imports: the longest importable module, then attributes."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            if not hasattr(obj, part):
+                return False
+            obj = getattr(obj, part)
+        return True
+    return False
+
+
+def test_every_named_module_function_and_file_exists():
+    """A guide that names ``reportgen.x.y`` or ``reportgen/x.py`` after a move names what is there now."""
+    names = {
+        (p.name, n)
+        for p in _current_docs()
+        for n in re.findall(r"(?<![\w./-])reportgen(?:\.[A-Za-z_]\w*)+", p.read_text())
+    }
+    files = {
+        (p.name, f)
+        for p in _current_docs()
+        for f in re.findall(
+            r"(?<![\w./-])(?:reportgen|tests|benchmarks|conf)/[\w./-]+\.(?:py|yaml|json|md)", p.read_text()
+        )
+    }
+    assert len(names) > 20 and len(files) > 10
+    assert sorted(n for n in names if not _resolves(n[1])) == []
+    assert sorted(f for f in files if not (REPO / f[1]).exists()) == []
