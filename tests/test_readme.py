@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TESTS
+from conftest import SMALL, TESTS, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -230,6 +230,28 @@ def test_documented_run_composes_and_validates(cmd, user_project):
 
 #: ``{overrides: problems}`` of the jobs composed so far (sweeps share jobs with single runs).
 _COMPOSED: dict[tuple[str, ...], str] = {}
+
+
+def documented_outcomes() -> list[tuple[Command, int]]:
+    """Commands of fenced blocks whose comment promises an exit code (``# exits 1: ...``)."""
+    found = []
+    for path in DOC_FILES:
+        for block in blocks(path):
+            for line in _shell_lines(block.text) if block.lang == "bash" else []:
+                promise = re.search(r"#\s*exits (\d+)", line)
+                cmd = _command(str(block), shlex.split(line, comments=True)) if promise else None
+                if cmd:
+                    found.append((cmd, int(promise.group(1))))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cmd", "code"), documented_outcomes(), ids=str)
+def test_documented_outcome_is_the_exit_code(cmd, code, tmp_path):
+    """The command ends as its comment says, run for real (the checks cut to seconds, unsigned)."""
+    assert cmd.module == "reportgen"
+    done = run_cli(tmp_path, *cmd.args, *SMALL)
+    assert done.returncode == code, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 #: The subcommands each command has; the docs may only use these.
