@@ -112,11 +112,15 @@ def _cell(text: str) -> str:
     return text.replace("``", "`").replace("|", "\\|")
 
 
+def _is_group(tp: object) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
 def _rows(cls: type, prefix: str) -> list[str]:
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
     rows = ["| setting | type | default | what |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
+        if _is_group(hints[f.name]):
             continue
         rows.append(
             f"| `{prefix}{f.name}` | {_cell(type_text(hints[f.name]))} | `{_cell(default_text(f))}` "
@@ -125,23 +129,43 @@ def _rows(cls: type, prefix: str) -> list[str]:
     return rows
 
 
+def _section(cls: type, name: str, doc: str, level: int) -> list[str]:
+    """The heading, description and table of group ``name``, then each of its nested groups one level down."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    text = " ".join(filter(None, [inspect.cleandoc(cls.__doc__ or ""), doc])).replace("\n", " ")
+    out = [f"{'#' * level} {name}", "", _cell(text), "", *_rows(cls, f"{name}."), ""]
+    for f in dataclasses.fields(cls):
+        if _is_group(hints[f.name]):
+            out += _section(hints[f.name], f"{name}.{f.name}", docs.get(f.name, ""), level + 1)
+    return out
+
+
 def _choices() -> list[str]:
+    """The config groups under ``conf/`` (folders of ``*.yaml``), how to choose one, and the default choice."""
+    from omegaconf import OmegaConf
+
     root = conf_dir()
+    defaults: dict[str, str] = {}
+    primary = OmegaConf.to_container(OmegaConf.load(root / "config.yaml"))
+    for entry in primary.get("defaults", []) if isinstance(primary, dict) else []:
+        if isinstance(entry, dict):
+            defaults.update({str(k).removeprefix("override ").lstrip("/"): v for k, v in entry.items()})
     out = [
         "## Config groups shipped with reportgen",
         "",
-        "Chosen by name on the command line; each file under `conf/` begins with what it sets.",
+        "Chosen by name on the command line; each file under `conf/` begins with what it sets. A group",
+        "without a default is added with `+` (`+model=ffn`).",
         "",
-        "| group | choose with | options |",
-        "|---|---|---|",
+        "| group | choose with | default | options |",
+        "|---|---|---|---|",
     ]
-    for group, flag in (
-        ("model", "+model=NAME"),
-        ("recompute", "recompute=NAME"),
-        ("hydra/launcher", "hydra/launcher=NAME"),
-    ):
-        names = sorted(p.stem for p in (root / group).glob("*.yaml"))
-        out.append(f"| `{group}` | `{flag}` | {', '.join(f'`{n}`' for n in names)} |")
+    for folder in sorted({p.parent for p in root.rglob("*.yaml")} - {root}):
+        group = folder.relative_to(root).as_posix()
+        default = defaults.get(group)
+        flag = f"{group}=NAME" if default or group.startswith("hydra/") else f"+{group}=NAME"
+        names = ", ".join(f"`{p.stem}`" for p in sorted(folder.glob("*.yaml")))
+        shown = f"`{default}`" if default else ("Hydra's own" if group.startswith("hydra/") else "—")
+        out.append(f"| `{group}` | `{flag}` | {shown} | {names} |")
     return out
 
 
@@ -158,11 +182,8 @@ def reference() -> str:
         "",
     ]
     for f in dataclasses.fields(config.Config):
-        group = hints[f.name]
-        if not (isinstance(group, type) and dataclasses.is_dataclass(group)):
-            continue
-        doc = " ".join(filter(None, [inspect.cleandoc(group.__doc__ or ""), docs.get(f.name, "")]))
-        out += [f"## {f.name}", "", _cell(doc.replace("\n", " ")), "", *_rows(group, f"{f.name}."), ""]
+        if _is_group(hints[f.name]):
+            out += _section(hints[f.name], f.name, docs.get(f.name, ""), 2)
     return "\n".join(out + _choices()) + "\n"
 
 
