@@ -1,30 +1,48 @@
 """Exit codes, the usage message and the exceptions every layer shares (the lowest layer).
 
-=====  =====================================================================================
-code   meaning (DESIGN.md "Exit code")
-=====  =====================================================================================
-0      the claim holds
-1      the claim fails
-2      the run could not start: config, usage, an output folder that holds a run or cannot be
-       written, the task contract; the message names the fix
-3      the claim cannot be judged (INCONCLUSIVE)
-70     reportgen itself failed (a bug); the message gives the run's log file with the traceback
-130    interrupted by SIGINT (Ctrl-C); the partial frame keeps NOT_RUN rows for what did not run
-143    interrupted by SIGTERM (CI timeout, SLURM, ``docker stop``); same as 130
-=====  =====================================================================================
+:class:`ExitCode` holds every command's codes (DESIGN.md "Exit code"); what each code means for
+each command is the one table in docs/exit-codes.md, which tests/test_docs.py checks against it.
 """
 from __future__ import annotations
 
-from .paths import builtin_models
+import enum
 
-EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = 0, 1, 2, 3, 70
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143  #: 128 + the signal number, as shells report it
+from reportgen.paths import builtin_models
+
+
+class ExitCode(enum.IntEnum):
+    """Every command's exit codes, in one place (like pytest's ``ExitCode``; what each means: docs/exit-codes.md).
+
+    ``reportgen.verify`` reads 0 as VERIFIED and 1 as NOT VERIFIED; ``reportgen.compare`` 1 as a
+    regression; the numbers are the same for every command.
+    """
+
+    HOLDS = 0
+    FAILS = 1
+    USAGE = 2
+    INCONCLUSIVE = 3
+    BUG = 70  #: EX_SOFTWARE of BSD's sysexits.h
+    SIGINT = 130  #: 128 + the signal number, as shells report it
+    SIGTERM = 143
+
+
+EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = (
+    ExitCode.HOLDS, ExitCode.FAILS, ExitCode.USAGE, ExitCode.INCONCLUSIVE, ExitCode.BUG)
+EXIT_SIGINT, EXIT_SIGTERM = ExitCode.SIGINT, ExitCode.SIGTERM
 EXIT_CODES_HELP = ("exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
                    "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "
                    "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)")
 
 
-class SetupError(ValueError):
+class UsageError(Exception):
+    """The command could not start, and the user can fix it: the message names the fix.
+
+    Every command maps it, and only it, to :attr:`ExitCode.USAGE` (2). Subclasses say which input
+    was wrong (a setting, the task contract, a key file, a plan's shape, ...).
+    """
+
+
+class SetupError(UsageError, ValueError):
     """The model, task or precision in the config cannot be built (a usage error, exit 2)."""
 
 
@@ -33,7 +51,7 @@ def usage() -> str:
     models = builtin_models()
     return (f"reportgen: choose a model. Built-in models: {', '.join(models)}.\n"
             f"  python -m reportgen +model={models[0]}\n"
-            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see README, 'Your own model').\n"
+            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see docs/own-model.md).\n"
             f"  ({EXIT_CODES_HELP})")
 
 

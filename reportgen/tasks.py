@@ -10,7 +10,7 @@ import gzip
 import importlib.util
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from hydra.utils import get_method
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .structure import call_model, to_device
+from reportgen.structure import call_model, to_device
 
 #: ``(inputs, targets)``: inputs a Tensor, a tuple/list or a dict of tensors (see
 #: :mod:`reportgen.structure`); targets any nesting of tensors the task's loss understands.

@@ -10,7 +10,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..results import Row
+from reportgen.results import Row
 
 #: The generic rows template: one table, worst first, passing groups collapsed.
 ROWS_TEMPLATE = "sections/rows.html.j2"
@@ -24,7 +24,7 @@ class Section:
         name: the check name, e.g. ``"gradient parity"`` (also what ``verdict.required`` lists).
         intro: the sentence that introduces the section in the report.
         template: the section's template under ``templates/`` (reads only ``section``).
-        plotter: ``fn(rows of this check) -> list[reportgen.plots.Plot]``, or None.
+        plotter: ``fn(rows of this check) -> list[reportgen.checks.plots.Plot]``, or None.
         required: part of the claim by default (``verdict.required`` when it is null).
         flagged: a separate experiment: every row is FLAGGED and never counts.
         distributed: measured only with ``distributed.world_size > 1``, and then required by
@@ -47,10 +47,14 @@ class Check:
     Attributes:
         run: ``fn(setup) -> list[Row]``; an exception becomes an ERROR row of ``sections[0]``.
         sections: the names it produces, in report order.
+        config: the config group whose ``enabled: false`` turns the check off (e.g. ``"memory"``),
+            or None (always runs). The runner then writes one NOT_RUN row per section (FLAGGED for
+            a flagged experiment) and does not call ``run``.
     """
 
     run: Callable[..., list[Row]]
     sections: tuple[Section, ...] = field(default_factory=tuple)
+    config: str | None = None
 
     @property
     def name(self) -> str:

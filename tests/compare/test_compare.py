@@ -1,0 +1,148 @@
+"""``python -m reportgen.compare BASE NEW``: changes since the last release's report, and its exit code."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import TESTS, job_cost_rows, reportgen_cli, write_job
+from reportgen.compare import command as compare
+from reportgen.trust.keys import generate_key
+
+
+def run_folder(root: Path, name: str, rows: list, config: dict | None = None) -> Path:
+    folder = write_job(root / name, 0, [], 0, rows)
+    if config is not None:
+        OmegaConf.save(OmegaConf.create(config), folder / ".hydra" / "config.yaml")
+    return folder
+
+
+def result(tmp_path, base_rows, new_rows, **limits) -> dict:
+    base = compare.load_side("BASE", run_folder(tmp_path, "base", base_rows))
+    new = compare.load_side("NEW", run_folder(tmp_path, "new", new_rows))
+    return compare.compare(base, new, **limits)
+
+
+def test_saving_drop_beyond_the_limit_regresses(tmp_path):
+    out = result(tmp_path, job_cost_rows(1000, 250, 1.30, (1.2, 1.4)), job_cost_rows(1000, 500, 1.32, (1.25, 1.45)))
+    costs = out["costs"]
+    assert costs["saving_change_pp"] == pytest.approx(-25.0)  # 75% -> 50%
+    assert costs["overhead_change_pp"] == pytest.approx(2.0)  # x1.30 -> x1.32: within 5 pp
+    assert costs["ci_overlap"] is True
+    assert not out["holds"] and len(out["regressions"]) == 1
+    assert "saved-activation share fell by 25.0 pp (75.0% → 50.0%)" in out["regressions"][0]
+
+
+def test_limits_are_configurable(tmp_path):
+    out = result(tmp_path, job_cost_rows(1000, 250, 1.30), job_cost_rows(1000, 500, 1.32), max_saving_decrease_pp=30)
+    assert out["holds"] and out["regressions"] == []
+
+
+def test_overhead_rise_with_disjoint_cis_regresses(tmp_path):
+    out = result(tmp_path, job_cost_rows(ratio=1.30, ci=(1.25, 1.35)), job_cost_rows(ratio=1.60, ci=(1.55, 1.65)))
+    assert out["costs"]["overhead_change_pp"] == pytest.approx(30.0)
+    assert out["costs"]["ci_overlap"] is False
+    assert out["regressions"] == ["overhead ratio rose by 30.0 pp (1.300 → 1.600), more than the allowed 5 pp"]
+
+
+def test_new_failing_claim_regresses_and_names_the_checks(tmp_path):
+    out = result(tmp_path, job_cost_rows(), job_cost_rows(parity="FAIL"))
+    assert out["verdicts"] == {"base": "PASS", "new": "FAIL"}
+    changed = {c["check"]: (c["base"], c["new"]) for c in out["checks"] if c["changed"]}
+    assert changed == {"gradient parity": ("PASS", "FAIL")}
+    assert out["regressions"] == ["NEW's claim fails (gradient parity)"]
+
+
+def test_tolerances_and_config_diff(tmp_path):
+    looser = job_cost_rows()
+    looser[0].threshold = "atol=1e-03 rtol=1e-03"
+    base = compare.load_side("BASE", run_folder(tmp_path, "base", job_cost_rows(), {"parity": {"rtol": None}, "seed": 0}))
+    new = compare.load_side("NEW", run_folder(tmp_path, "new", looser, {"parity": {"rtol": 0.001}, "seed": 0}))
+    out = compare.compare(base, new)
+    assert out["tolerances"] == [{"name": "gradient parity · max_abs_err", "base": "1e-05",
+                                  "new": "atol=1e-03 rtol=1e-03"}]
+    assert out["config"] == [{"key": "parity.rtol", "base": "null", "new": "0.001"}]
+
+
+def test_cli_exit_codes_and_outputs(tmp_path, capsys):
+    base = run_folder(tmp_path, "base", job_cost_rows(1000, 250, 1.30))
+    worse = run_folder(tmp_path, "worse", job_cost_rows(1000, 250, 1.50, ci=(1.45, 1.55)))
+    assert compare.main([str(base), str(tmp_path / "nope"), "--no-sign"]) == 2
+    assert "no such run folder" in capsys.readouterr().err
+    assert compare.main([str(base), str(worse), "--no-sign", "--out", str(tmp_path / "c1")]) == 1
+    assert "REGRESSED: overhead ratio rose by 20.0 pp" in capsys.readouterr().out
+    csv = pd.read_csv(tmp_path / "c1" / "compare.csv")
+    assert csv[(csv.kind == "cost") & (csv.name == "overhead_ratio")].change.item() == "+20.00 pp"
+    assert (tmp_path / "c1" / "compare.pdf").read_bytes().startswith(b"%PDF")
+    assert "UNSIGNED" in (tmp_path / "c1" / "compare.html").read_text()
+    assert compare.main([str(base), str(worse), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c2"),
+                         "--compare.max_overhead_increase_pp", "25"]) == 0
+
+
+def test_no_signing_key_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("REPORTGEN_SIGNING_KEY", str(tmp_path / "missing.pem"))
+    base = run_folder(tmp_path, "base", job_cost_rows())
+    assert compare.main([str(base), str(base), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "python -m reportgen.keys generate" in err and "--no-sign" in err
+
+
+def test_unsigned_runs_do_not_verify_with_a_key(tmp_path, capsys):
+    _, public = generate_key(tmp_path / "keys" / "k.pem")
+    base = run_folder(tmp_path, "base", job_cost_rows())
+    assert compare.main([str(base), str(base), "--key", str(public), "--no-sign", "--no-pdf",
+                         "--out", str(tmp_path / "c")]) == 1
+    out = capsys.readouterr().out
+    assert "BASE NOT VERIFIED" in out and "REGRESSED: BASE does not verify with the given key" in out
+
+
+# --------------------------------------------------------------------------- end to end
+
+SLOW_BLOCK = ["--config-dir", str(TESTS / "user_conf"), "+model=slow_block", "budget.examples=32", "budget.seeds=[0]",
+              "larger_batch.enabled=false", "timing.measured_steps=6", "timing.target_ci_half_width_pp=null",
+              "timing.max_measure_seconds=3"]
+
+
+@pytest.fixture(scope="module")
+def signed_pair(tmp_path_factory):
+    """Two signed runs: BASE recomputes the cheap block, NEW the one that sleeps 20 ms per forward."""
+    root = tmp_path_factory.mktemp("release")
+    private, public = generate_key(root / "keys" / "team.pem")
+    env = {"REPORTGEN_SIGNING_KEY": str(private), "PYTHONPATH": f"{TESTS.parent}:{TESTS}"}
+    for name, target in (("base", "Fast"), ("new", "Slow")):
+        proc = reportgen_cli(root, *SLOW_BLOCK, f"recompute.targets=[{target}]", f"hydra.run.dir={root / name}", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root, private, public, env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_pdf", [False, True])
+def test_slower_recompute_target_is_reported_and_exits_1(signed_pair, as_pdf):
+    root, private, public, env = signed_pair
+    base, new = (root / "base", root / "new") if not as_pdf else (root / "base" / "report.pdf", root / "new" / "report.pdf")
+    out = root / f"cmp-{as_pdf}"
+    proc = reportgen_cli(root, str(base), str(new), "--key", str(public), "--out", str(out), module="reportgen.compare",
+                         env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "BASE VERIFIED" in proc.stdout and "NEW VERIFIED" in proc.stdout
+    assert "REGRESSED: overhead ratio rose by" in proc.stdout
+    frame = pd.read_csv(out / "compare.csv")
+    change = frame[(frame.kind == "cost") & (frame.name == "overhead_ratio")].change.item()
+    assert float(change.removesuffix(" pp")) > 30  # 20 ms of sleep recomputed on a ~20 ms step
+    targets = [r for r in frame[frame.kind == "config"].to_dict("records") if "targets" in r["name"]]
+    assert targets and "Slow" in targets[0]["new"] and "Fast" in targets[0]["base"]
+    statement = json.loads(__import__("base64").b64decode(json.loads((out / "compare.dsse.json").read_text())["payload"]))
+    digests = {i["label"]: i["statement_sha256"] for i in statement["predicate"]["inputs"]}
+    assert all(digests.values()) and statement["predicate"]["exit_code"] == 1
+
+
+@pytest.mark.slow
+def test_faster_new_release_exits_0(signed_pair):
+    root, private, public, env = signed_pair
+    proc = reportgen_cli(root, str(root / "new"), str(root / "base"), "--key", str(public), "--no-pdf",
+                         "--out", str(root / "cmp-faster"), module="reportgen.compare", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith(f"OK: comparison in {root / 'cmp-faster' / 'compare.html'}")
