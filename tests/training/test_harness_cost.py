@@ -12,7 +12,7 @@ import torch
 
 from reportgen.rng import seed_all
 from reportgen.tasks import load_digits_arrays
-from reportgen.train import all_finite
+from reportgen.training.train import all_finite
 
 from conftest import REPO
 
@@ -57,3 +57,23 @@ def test_digits_are_sklearns_own_values_read_without_importing_sklearn():
 
     reference, (images, labels) = load_digits(), load_digits_arrays()
     assert np.array_equal(images, reference.data) and np.array_equal(labels, reference.target)
+
+
+def test_a_plot_is_drawn_once_with_the_same_bytes_as_before(monkeypatch):
+    from matplotlib.figure import Figure
+
+    from reportgen.checks.plots import finish_axes, to_svg
+
+    def figure():
+        fig = Figure(figsize=(4, 2))
+        ax = fig.subplots()
+        ax.plot([1, 2, 3], [3, 1, 2], label="plain", rasterized=True)
+        finish_axes(fig, ax, "optimizer step", "saved MiB")  # tight_layout leaves a placeholder engine
+        return fig
+
+    draws = []
+    real = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: draws.append(1) or real(self, renderer))
+    svg = to_svg(figure())
+    assert len(draws) == 1 and svg.startswith("<svg") and "plain</text>" in svg
+    assert to_svg(figure()) == svg  # deterministic bytes
