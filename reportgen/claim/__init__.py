@@ -1,0 +1,8 @@
+"""The release claim (issue 26): the release note's sentence and its clauses, each judged as a row.
+
+``clauses`` parses ``claim=<name>`` (conf/claim/*.yaml), ``rows`` turns each clause into a row of
+the ``release claim`` section from the checks' rows, ``fits`` predicts the step peak a ``fits``
+clause bounds. docs/ci.md is the guide.
+"""
+from .clauses import Claim, ClaimError, Clause, claim_from_record, parse_claim  # noqa: F401
+from .rows import claim_table, clause_rows, outcome  # noqa: F401
