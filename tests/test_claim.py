@@ -211,9 +211,9 @@ def test_summary_says_fail_escapes_names_and_appends_never_overwrites(measured, 
 def claim_run(measured, tmp_path, signing_key_pair):
     """A signed run folder of the stored frame with a release claim whose peak clause is not met."""
     from conftest import tiny_meta
-    from reportgen.render import render_report
+    from reportgen.report.render import render_report
     from reportgen.run import write_results
-    from reportgen.signing import load_signing_key, sign_run, signature_label
+    from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
     out = tmp_path / "run"
     out.mkdir()
@@ -231,7 +231,7 @@ def claim_run(measured, tmp_path, signing_key_pair):
 
 
 def _verify(folder, public):
-    from reportgen.keys import load_public_key
+    from reportgen.trust.keys import load_public_key
     from reportgen.verify import verify_target
 
     return {c.name: c for c in verify_target(folder, load_public_key(public)).checks}
@@ -274,7 +274,7 @@ def test_an_edited_clause_result_fails_verification(claim_run, signing_key_pair)
 def test_a_re_signed_clause_value_fails_its_re_derivation(claim_run, signing_key_pair, tmp_path):
     """A forger with the key who makes the clause's value meet its bound (status consistent with it) is
     caught: the value no longer follows from the memory check's signed row."""
-    from reportgen.signing import sign_run
+    from reportgen.trust.signing import sign_run
 
     out, frame, meta, key = claim_run
     forged = frame.copy()

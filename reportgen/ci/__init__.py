@@ -12,10 +12,10 @@ from typing import Iterable
 
 import pandas as pd
 
-from ..files import atomic_write
-from .junit import JUNIT_NAME, junit_xml
-from .summary import SUMMARY_NAME, append_step_summary, summary_markdown
-from .verdict import VERDICT_NAME, write_verdict  # noqa: F401 - re-exported
+from reportgen.files import atomic_write
+from reportgen.ci.junit import JUNIT_NAME, junit_xml
+from reportgen.ci.summary import SUMMARY_NAME, append_step_summary, summary_markdown
+from reportgen.ci.verdict import VERDICT_NAME, write_verdict  # noqa: F401 - re-exported
 
 
 def write_ci_outputs(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str], out_dir: Path) -> None:

@@ -17,9 +17,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ..claim.rows import claim_table
-from ..config import RELEASE_CLAIM
-from ..results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, check_summary
+from reportgen.claim.rows import claim_table
+from reportgen.config import RELEASE_CLAIM
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, check_summary
 
 #: File name in the run folder.
 JUNIT_NAME = "junit.xml"

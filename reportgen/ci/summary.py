@@ -17,10 +17,10 @@ from typing import Any, Iterable
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from ..claim.rows import claim_table
-from ..config import RELEASE_CLAIM
-from ..paths import templates_dir
-from ..results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role
+from reportgen.claim.rows import claim_table
+from reportgen.config import RELEASE_CLAIM
+from reportgen.paths import templates_dir
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role
 
 log = logging.getLogger("reportgen")
 

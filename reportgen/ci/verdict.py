@@ -17,10 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..claim.rows import claim_table
-from ..errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE
-from ..files import atomic_write
-from ..results import INCONCLUSIVE, PASS
+from reportgen.claim.rows import claim_table
+from reportgen.errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE
+from reportgen.files import atomic_write
+from reportgen.results import INCONCLUSIVE, PASS
 
 #: File name in the run folder, and the envelope it is bound to.
 VERDICT_NAME = "verdict.json"

@@ -20,7 +20,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import SetupError
+from reportgen.errors import SetupError
 
 #: Kinds of clause.
 UNCHANGED, QUANTITY, FITS, TASK = "training unchanged", "quantity", "fits", "task metric"

@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import MEMORY
-from ..estimate import estimate_saved_activations
-from ..results import Role
-from .clauses import FITS, Claim, Clause
+from reportgen.config import MEMORY
+from reportgen.memory.estimate import estimate_saved_activations
+from reportgen.results import Role
+from reportgen.claim.clauses import FITS, Claim, Clause
 
 #: Categories alive at the peak that do not grow with the batch (reportgen.peak.CATEGORIES).
 FIXED = ("parameters", "buffers", "gradients", "optimizer_state")

@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TRAJECTORY, GRADIENT_PARITY,
+from reportgen.config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TRAJECTORY, GRADIENT_PARITY,
                       MEMORY, RELEASE_CLAIM, STATE_PARITY, STEP_PARITY, TASK_METRICS, TIME, TRAJECTORY)
-from ..results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, Row, check_status
-from .clauses import FITS, QUANTITY, TASK, UNCHANGED, Claim, Clause
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, Row, check_status
+from reportgen.claim.clauses import FITS, QUANTITY, TASK, UNCHANGED, Claim, Clause
 
 #: The checks behind ``training unchanged``; the sharded ones count when the run has their rows.
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, TRAJECTORY, STATE_PARITY)

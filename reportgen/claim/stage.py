@@ -6,12 +6,12 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import RELEASE_CLAIM
-from ..results import Row
-from ..rows import error_row
-from .clauses import Claim
-from .fits import measure_fits
-from .rows import claim_table, clause_rows
+from reportgen.config import RELEASE_CLAIM
+from reportgen.results import Row
+from reportgen.results.rows import error_row
+from reportgen.claim.clauses import Claim
+from reportgen.claim.fits import measure_fits
+from reportgen.claim.rows import claim_table, clause_rows
 
 
 def judge_claim(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> list[Row]:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..ci.verdict import VERDICT_NAME, verdict_problems
-from ..claim import claim_from_record, clause_rows
-from ..claim.clauses import FITS
-from ..config import RELEASE_CLAIM
-from ..results import Role, to_frame
-from .outcome import FAIL, NOTE, PASS, Check, attempt, require
+from reportgen.ci.verdict import VERDICT_NAME, verdict_problems
+from reportgen.claim import claim_from_record, clause_rows
+from reportgen.claim.clauses import FITS
+from reportgen.config import RELEASE_CLAIM
+from reportgen.results import Role, to_frame
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, attempt, require
 
 
 def _same(a, b) -> bool:
