@@ -5,6 +5,7 @@ verdict.json).
 The frame is a real ``+model=mlp claim=mlp_release parity.batch_size=512`` run
 (tests/data/mlp_claim_results.json.gz, small budgets, CPU).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -14,20 +15,39 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import compose_config
 from omegaconf import OmegaConf
 
-from conftest import compose_config
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.ci.junit import junit_xml
 from reportgen.ci.summary import append_step_summary, md, summary_markdown
 from reportgen.claim import ClaimError, claim_table, clause_rows, parse_claim
 from reportgen.config import GRADIENT_PARITY, MEMORY, RELEASE_CLAIM, TIME
-from reportgen.results import ERROR, FAIL, NOT_RUN, PASS, Role, Row, claim_verdict, frame_from_json, frame_to_json, to_frame
+from reportgen.results import (
+    ERROR,
+    FAIL,
+    NOT_RUN,
+    PASS,
+    Role,
+    Row,
+    claim_verdict,
+    frame_from_json,
+    frame_to_json,
+    to_frame,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The checks a one-process run requires by default, and the claim's own section.
-REQUIRED = ["gradient parity", "optimizer-step parity", "state parity", "trajectory parity", "warm-step memory",
-            "warm-step time", "task metrics", RELEASE_CLAIM]
+REQUIRED = [
+    "gradient parity",
+    "optimizer-step parity",
+    "state parity",
+    "trajectory parity",
+    "warm-step memory",
+    "warm-step time",
+    "task metrics",
+    RELEASE_CLAIM,
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,23 +69,36 @@ def _row(frame, check, role, variant="recompute"):
 
 
 def test_clauses_parse_to_quantity_comparator_bound():
-    claim = _claim("peak_saving_share >= 40%", "overhead_ratio <= 1.30", "step_time_ms < 250",
-                   "fits: batch 16 at seq 1024 within 80 GiB", "Task  metric within tolerance")
+    claim = _claim(
+        "peak_saving_share >= 40%",
+        "overhead_ratio <= 1.30",
+        "step_time_ms < 250",
+        "fits: batch 16 at seq 1024 within 80 GiB",
+        "Task  metric within tolerance",
+    )
     kinds = [(c.metric, c.comparator, c.bound) for c in claim.clauses]
-    assert kinds == [("parity_checks_not_passing", "<=", 0.0), ("peak_saving_share", ">=", 0.4),
-                     ("overhead_ratio_ci_high", "<=", 1.3), ("step_time_ms", "<", 250.0),
-                     ("fits_peak_bytes", "<=", 80 * 2**30), ("task_seeds_outside_tolerance", "<=", 0.0)]
+    assert kinds == [
+        ("parity_checks_not_passing", "<=", 0.0),
+        ("peak_saving_share", ">=", 0.4),
+        ("overhead_ratio_ci_high", "<=", 1.3),
+        ("step_time_ms", "<", 250.0),
+        ("fits_peak_bytes", "<=", 80 * 2**30),
+        ("task_seeds_outside_tolerance", "<=", 0.0),
+    ]
     assert (claim.clauses[4].batch, claim.clauses[4].seq) == (16, 1024)
     assert claim.clauses[0].text == "training unchanged"  # always part of the claim, added first
 
 
-@pytest.mark.parametrize("clause, says", [
-    ("overhead_ratio >= 1.3", "overhead_ratio is bounded with <= or <"),
-    ("peak_saving <= 0.4", "unknown quantity 'peak_saving'"),
-    ("fits: batch 16 within 80 GB", "binary units"),
-    ("fits: 16 within 80 GiB", "write `fits: batch 16 within 80 GiB`"),
-    ("memory is fine", "is not one reportgen reads"),
-])
+@pytest.mark.parametrize(
+    "clause, says",
+    [
+        ("overhead_ratio >= 1.3", "overhead_ratio is bounded with <= or <"),
+        ("peak_saving <= 0.4", "unknown quantity 'peak_saving'"),
+        ("fits: batch 16 within 80 GB", "binary units"),
+        ("fits: 16 within 80 GiB", "write `fits: batch 16 within 80 GiB`"),
+        ("memory is fine", "is not one reportgen reads"),
+    ],
+)
 def test_a_clause_reportgen_cannot_read_is_one_line_naming_the_forms(clause, says):
     with pytest.raises(ClaimError, match=says.replace("(", r"\(").replace("[", r"\[")):
         _claim(clause)
@@ -78,7 +111,7 @@ def test_no_claim_file_keeps_the_generic_claim():
 def test_claim_group_and_command_line_compose_against_the_schema():
     claim = parse_claim(compose_config("+model=mlp", "claim=mlp_release").claim)
     assert [c.kind for c in claim.clauses] == ["training unchanged", "quantity", "quantity", "fits", "task metric"]
-    cfg = compose_config("+model=mlp", "claim.text=Batch 8 fits.", "claim.clauses=[\"fits: batch 8 within 1 GiB\"]")
+    cfg = compose_config("+model=mlp", "claim.text=Batch 8 fits.", 'claim.clauses=["fits: batch 8 within 1 GiB"]')
     assert parse_claim(cfg.claim).clauses[1].batch == 8
     with pytest.raises(Exception, match="txt"):
         compose_config("+model=mlp", "claim.txt=typo")
@@ -88,8 +121,9 @@ def test_claim_group_and_command_line_compose_against_the_schema():
 
 
 def test_each_clause_reads_its_measured_row(measured):
-    claim = _claim("peak_saving_share >= 0.01", "overhead_ratio <= 50", "step_time_ms <= 100000",
-                   "task metric within tolerance")
+    claim = _claim(
+        "peak_saving_share >= 0.01", "overhead_ratio <= 50", "step_time_ms <= 100000", "task metric within tolerance"
+    )
     rows = {r.item: r for r in clause_rows(measured, claim)}
     peak = _row(measured, MEMORY, Role.PEAK_SAVING)
     overhead = _row(measured, TIME, Role.OVERHEAD)
@@ -118,12 +152,29 @@ def test_a_bound_just_beyond_the_measurement_fails_naming_the_clause(measured):
 
 def _measured_rows(measured):
     """The stored frame's rows as Row objects (their stated statuses)."""
-    fields = {"check", "item", "variant", "metric", "value", "threshold", "comparator", "status", "detail",
-              "seconds", "role", "unit", "threshold_value", "on_miss"}
+    fields = {
+        "check",
+        "item",
+        "variant",
+        "metric",
+        "value",
+        "threshold",
+        "comparator",
+        "status",
+        "detail",
+        "seconds",
+        "role",
+        "unit",
+        "threshold_value",
+        "on_miss",
+    }
     out = []
     for record in measured.to_dict("records"):
         record = {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
-        row = Row(**{k: v for k, v in record.items() if k in fields}, extra={k: v for k, v in record.items() if k not in fields})
+        row = Row(
+            **{k: v for k, v in record.items() if k in fields},
+            extra={k: v for k, v in record.items() if k not in fields},
+        )
         out.append(row)
     return out
 
@@ -137,8 +188,17 @@ def test_a_missing_measurement_cannot_tell_and_fails_the_claim(measured):
 
 
 def test_training_unchanged_counts_failing_parity_checks(measured):
-    broken = Row(GRADIENT_PARITY, "blocks.0.w.grad", "recompute", "max_abs_err", 0.5, "atol=1e-05", "allclose",
-                 role=Role.PARAM_GRAD, extra={"excess": 0.49})
+    broken = Row(
+        GRADIENT_PARITY,
+        "blocks.0.w.grad",
+        "recompute",
+        "max_abs_err",
+        0.5,
+        "atol=1e-05",
+        "allclose",
+        role=Role.PARAM_GRAD,
+        extra={"excess": 0.49},
+    )
     rows = clause_rows(to_frame([*_measured_rows(measured), broken]), _claim("peak_saving_share >= 0.01"))
     assert (rows[0].value, rows[0].status) == (1.0, FAIL) and GRADIENT_PARITY in rows[0].detail
 
@@ -185,7 +245,9 @@ def test_junit_validates_and_has_one_case_per_check_clause_and_verdict(measured)
     assert failed == {"clause: peak_saving_share >= 0.99", "claim verdict"}
     assert [c.get("name") for c in cases if c.find("error") is not None] == ["task metrics"]
     assert suite.get("failures") == "2" and suite.get("errors") == "1" and suite.get("name") == "mlp | <run>"
-    assert "Fix: recompute more" in next(c for c in cases if c.get("name").startswith("clause: peak")).find("failure").text
+    assert (
+        "Fix: recompute more" in next(c for c in cases if c.get("name").startswith("clause: peak")).find("failure").text
+    )
 
 
 def test_summary_says_fail_escapes_names_and_appends_never_overwrites(measured, tmp_path):
@@ -200,7 +262,9 @@ def test_summary_says_fail_escapes_names_and_appends_never_overwrites(measured, 
     target.write_text("earlier step\n")
     env = {"GITHUB_STEP_SUMMARY": str(target)}
     append_step_summary(text, env), append_step_summary(text, env)
-    assert target.read_text().startswith("earlier step\n") and target.read_text().count("## reportgen: claim FAILS") == 2
+    assert (
+        target.read_text().startswith("earlier step\n") and target.read_text().count("## reportgen: claim FAILS") == 2
+    )
     assert append_step_summary(text, {}) is None
 
 
@@ -211,6 +275,7 @@ def test_summary_says_fail_escapes_names_and_appends_never_overwrites(measured, 
 def claim_run(measured, tmp_path, signing_key_pair):
     """A signed run folder of the stored frame with a release claim whose peak clause is not met."""
     from conftest import tiny_meta
+
     from reportgen.report.render import render_report
     from reportgen.run import write_results
     from reportgen.trust.signing import load_signing_key, sign_run, signature_label
@@ -241,7 +306,9 @@ def test_page_one_and_the_statement_carry_the_claim(claim_run):
     out, *_ = claim_run
     html = (out / "report.html").read_text()
     assert "Recompute saves memory, cheaply." in html and "peak_saving_share &gt;= 0.99" in html and "not met" in html
-    statement = json.loads(__import__("base64").b64decode(json.loads((out / "statement.dsse.json").read_text())["payload"]))
+    statement = json.loads(
+        __import__("base64").b64decode(json.loads((out / "statement.dsse.json").read_text())["payload"])
+    )
     assert statement["predicate"]["claim"]["release"]["clauses"][1]["bound"] == 0.99
     assert {s["name"] for s in statement["subject"]} >= {"junit.xml", "summary.md"}
     record = json.loads((out / "verdict.json").read_text())

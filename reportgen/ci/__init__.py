@@ -5,17 +5,18 @@ so the signed statement covers them; ``verdict.json`` (:mod:`.verdict`) after, b
 statement by its digest. :func:`write_ci_outputs` and :func:`finish_ci_outputs` are the two
 pipeline hooks.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 
-from reportgen.files import atomic_write
 from reportgen.ci.junit import JUNIT_NAME, junit_xml
 from reportgen.ci.summary import SUMMARY_NAME, append_step_summary, summary_markdown
 from reportgen.ci.verdict import VERDICT_NAME, write_verdict  # noqa: F401 - re-exported
+from reportgen.files import atomic_write
 
 
 def write_ci_outputs(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str], out_dir: Path) -> None:

@@ -8,12 +8,14 @@ raised or cannot be judged (INCONCLUSIVE) carries ``<error>``; NOT_RUN is ``<ski
 required (an informational or flagged experiment) never fails the suite: its status is in
 ``<system-out>``. Built with :mod:`xml.etree.ElementTree` (escaping is the library's).
 """
+
 from __future__ import annotations
 
 import math
 import socket
 import xml.etree.ElementTree as ET
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -36,8 +38,11 @@ def _seconds(value: Any) -> str:
 
 def _failing_text(rows: pd.DataFrame, most: int = 8) -> str:
     """The failing rows of a check, one line each: item, status, value vs threshold, detail."""
-    lines = [f"{r['status']} {r['item']} [{r['variant']}] {r['metric']} = {r['value']} "
-             f"(threshold {r['threshold'] or '-'}): {r['detail']}" for r in rows.head(most).to_dict("records")]
+    lines = [
+        f"{r['status']} {r['item']} [{r['variant']}] {r['metric']} = {r['value']} "
+        f"(threshold {r['threshold'] or '-'}): {r['detail']}"
+        for r in rows.head(most).to_dict("records")
+    ]
     if len(rows) > most:
         lines.append(f"... and {len(rows) - most} more rows in results.csv")
     return "\n".join(lines)
@@ -88,26 +93,51 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
     counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
     seconds = frame.groupby("check", sort=False)["seconds"].sum() if len(frame) else pd.Series(dtype=float)
     for s in summary.to_dict("records"):
-        case = ET.SubElement(suite_el, "testcase", classname="reportgen.check", name=s["check"],
-                             time=_seconds(seconds.get(s["check"], 0.0)))
+        case = ET.SubElement(
+            suite_el,
+            "testcase",
+            classname="reportgen.check",
+            name=s["check"],
+            time=_seconds(seconds.get(s["check"], 0.0)),
+        )
         rows = frame[(frame.check == s["check"]) & frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE])]
         cause, fix = diagnoses.get(s["check"], ("", ""))
         text = _failing_text(rows) + (f"\nLikely cause: {cause}.\nFix: {fix}." if fix else "")
         message = f"{s['check']}: {s['status']}, {s['failing']} of {s['rows']} rows not passing"
         counts[_outcome(case, s["status"], bool(s["required"]), message, text)] += 1
     for c in claim_table(frame):
-        case = ET.SubElement(suite_el, "testcase", classname="reportgen.claim", name=f"clause: {c['clause']}",
-                             time="0.000")
+        case = ET.SubElement(
+            suite_el, "testcase", classname="reportgen.claim", name=f"clause: {c['clause']}", time="0.000"
+        )
         message = f"{c['clause']}: {c['outcome']} (measured {c['value']}, bound {c['bound']})"
-        counts[_outcome(case, c["status"], RELEASE_CLAIM in required, message,
-                        f"{c['detail']}\nFix: {c['fix']}." if c["fix"] else c["detail"])] += 1
+        counts[
+            _outcome(
+                case,
+                c["status"],
+                RELEASE_CLAIM in required,
+                message,
+                f"{c['detail']}\nFix: {c['fix']}." if c["fix"] else c["detail"],
+            )
+        ] += 1
     case = ET.SubElement(suite_el, "testcase", classname="reportgen", name="claim verdict", time="0.000")
     said = {PASS: "the claim holds", INCONCLUSIVE: "the claim cannot be judged"}.get(verdict, "the claim fails")
-    counts[_outcome(case, {PASS: PASS, INCONCLUSIVE: INCONCLUSIVE}.get(verdict, FAIL), True, f"verdict {verdict}: {said}",
-                    f"verdict {verdict}; open report.html; check the signature with {command}" if command else said)] += 1
+    counts[
+        _outcome(
+            case,
+            {PASS: PASS, INCONCLUSIVE: INCONCLUSIVE}.get(verdict, FAIL),
+            True,
+            f"verdict {verdict}: {said}",
+            f"verdict {verdict}; open report.html; check the signature with {command}" if command else said,
+        )
+    ] += 1
     total = sum(counts.values())
-    attributes = {"tests": str(total), "failures": str(counts["failure"]), "errors": str(counts["error"]),
-                  "skipped": str(counts["skipped"]), "time": _seconds(seconds.sum() if len(seconds) else 0.0)}
+    attributes = {
+        "tests": str(total),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "skipped": str(counts["skipped"]),
+        "time": _seconds(seconds.sum() if len(seconds) else 0.0),
+    }
     suite_el.attrib.update(attributes)
     root.attrib.update({k: v for k, v in attributes.items() if k != "skipped"})
     ET.indent(root)

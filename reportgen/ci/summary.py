@@ -6,13 +6,15 @@ through :func:`md`, so a ``|`` or ``<`` in a tensor name cannot break the table 
 :func:`append_step_summary` appends it to ``$GITHUB_STEP_SUMMARY`` when that is set: appended,
 never overwritten, and writing it never changes the exit code.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -40,18 +42,29 @@ def md(value: Any) -> str:
 
 def environment() -> Environment:
     """jinja2 for Markdown: no HTML autoescape (escaping is :func:`md`'s), StrictUndefined."""
-    env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=False, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = Environment(
+        loader=FileSystemLoader(str(templates_dir())),
+        autoescape=False,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters["md"] = md
     return env
 
 
 def failing_rows(frame: pd.DataFrame, required: Iterable[str], most: int = 10) -> list[dict[str, Any]]:
     """Up to ``most`` rows of required checks that FAIL, ERROR, are NOT_RUN or INCONCLUSIVE (clauses apart)."""
-    bad = frame[frame.status.isin([INCONCLUSIVE, FAIL, ERROR, NOT_RUN]) & frame.check.isin(list(required))
-                & (frame.check != RELEASE_CLAIM)]
-    return [{"check": r["check"], "item": r["item"], "status": r["status"], "detail": r["detail"]}
-            for r in bad.head(most).to_dict("records")]
+    bad = frame[
+        frame.status.isin([INCONCLUSIVE, FAIL, ERROR, NOT_RUN])
+        & frame.check.isin(list(required))
+        & (frame.check != RELEASE_CLAIM)
+    ]
+    return [
+        {"check": r["check"], "item": r["item"], "status": r["status"], "detail": r["detail"]}
+        for r in bad.head(most).to_dict("records")
+    ]
 
 
 def fixes(frame: pd.DataFrame) -> list[dict[str, str]]:
@@ -68,10 +81,21 @@ def summary_markdown(frame: pd.DataFrame, meta: dict, verdict: str, required: It
     """summary.md's text (see the module docstring)."""
     required = list(required)
     release = meta["claim"].get("release")
-    return environment().get_template("summary.md.j2").render(
-        verdict=verdict, said=SAID.get(verdict, "FAILS"), model=meta["claim"]["model"], release=release,
-        clauses=claim_table(frame), failing=failing_rows(frame, required), fixes=fixes(frame),
-        out_dir=str(out_dir), signed=bool(meta.get("signature")))
+    return (
+        environment()
+        .get_template("summary.md.j2")
+        .render(
+            verdict=verdict,
+            said=SAID.get(verdict, "FAILS"),
+            model=meta["claim"]["model"],
+            release=release,
+            clauses=claim_table(frame),
+            failing=failing_rows(frame, required),
+            fixes=fixes(frame),
+            out_dir=str(out_dir),
+            signed=bool(meta.get("signature")),
+        )
+    )
 
 
 def append_step_summary(text: str, environ: dict | None = None) -> Path | None:

@@ -7,6 +7,7 @@ envelope on disk and that every figure in it (verdict, exit code, each clause's 
 value) equals what the signed statement and results.json give; an edited verdict.json fails
 verification. Without signing it says ``"statement": null`` and nothing vouches for it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,19 +47,34 @@ def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Per clause of the release claim: text, status, outcome, value, bound (comparator and number)."""
     rows = {r["clause"]: r for r in claim_table(frame)}
     judged = frame[frame.role == "claim_clause"]
-    return [{"clause": r["item"], "status": r["status"], "outcome": rows[r["item"]]["outcome"],
-             "value": _number(r["value"]), "comparator": r["comparator"] or None,
-             "bound": _number(r["threshold_value"]), "measured": rows[r["item"]]["measured"]}
-            for r in judged.to_dict("records")]
+    return [
+        {
+            "clause": r["item"],
+            "status": r["status"],
+            "outcome": rows[r["item"]]["outcome"],
+            "value": _number(r["value"]),
+            "comparator": r["comparator"] or None,
+            "bound": _number(r["threshold_value"]),
+            "measured": rows[r["item"]]["measured"],
+        }
+        for r in judged.to_dict("records")
+    ]
 
 
 def verdict_record(frame: pd.DataFrame, verdict: str, out_dir: Path) -> dict[str, Any]:
     """verdict.json's content: ``{"version", "verdict", "exit_code", "clauses", "statement", "report"}``."""
     envelope = Path(out_dir) / ENVELOPE
-    statement = ({"name": ENVELOPE, "sha256": hashlib.sha256(envelope.read_bytes()).hexdigest()}
-                 if envelope.is_file() else None)
-    return {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "clauses": clause_results(frame),
-            "statement": statement, "report": "report.html"}
+    statement = (
+        {"name": ENVELOPE, "sha256": hashlib.sha256(envelope.read_bytes()).hexdigest()} if envelope.is_file() else None
+    )
+    return {
+        "version": VERSION,
+        "verdict": verdict,
+        "exit_code": exit_code(verdict),
+        "clauses": clause_results(frame),
+        "statement": statement,
+        "report": "report.html",
+    }
 
 
 def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:
@@ -87,10 +103,14 @@ def verdict_problems(raw: bytes, envelope: bytes, verdict: str, frame: pd.DataFr
     problems = []
     digest = hashlib.sha256(envelope).hexdigest()
     if (record.get("statement") or {}).get("sha256") != digest:
-        problems.append(f"it names statement sha256 {(record.get('statement') or {}).get('sha256')}, the envelope has {digest}")
+        problems.append(
+            f"it names statement sha256 {(record.get('statement') or {}).get('sha256')}, the envelope has {digest}"
+        )
     if record.get("verdict") != verdict or record.get("exit_code") != exit_code(verdict):
-        problems.append(f"it says {record.get('verdict')} (exit {record.get('exit_code')}), the statement {verdict} "
-                        f"(exit {exit_code(verdict)})")
+        problems.append(
+            f"it says {record.get('verdict')} (exit {record.get('exit_code')}), the statement {verdict} "
+            f"(exit {exit_code(verdict)})"
+        )
     if record.get("clauses") != clause_results(frame):
         problems.append("its clause results differ from the signed results.json")
     return problems

@@ -4,5 +4,6 @@
 the ``release claim`` section from the checks' rows, ``fits`` predicts the step peak a ``fits``
 clause bounds. docs/ci.md is the guide.
 """
+
 from reportgen.claim.clauses import Claim, ClaimError, Clause, claim_from_record, parse_claim  # noqa: F401
 from reportgen.claim.rows import claim_table, clause_rows, outcome  # noqa: F401

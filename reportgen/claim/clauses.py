@@ -14,6 +14,7 @@ Clauses (case and spacing free)::
     fits: batch 16 [at seq 1024] within 80 GiB   the recompute twin's step peak at that shape
     task metric within tolerance             every seed's held-out metric within budget tolerance
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,9 @@ UNITS = {"MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _QUANTITY = re.compile(rf"^([a-z_]+)\s*(>=|<=|>|<|==|=)\s*{_NUMBER}\s*(%?)$")
-_FITS = re.compile(rf"^fits:?\s*batch\s+(\d+)(?:\s+at\s+seq\s+(\d+))?\s+within\s+{_NUMBER}\s*([A-Za-z]+)$",
-                   re.IGNORECASE)
+_FITS = re.compile(
+    rf"^fits:?\s*batch\s+(\d+)(?:\s+at\s+seq\s+(\d+))?\s+within\s+{_NUMBER}\s*([A-Za-z]+)$", re.IGNORECASE
+)
 
 
 class ClaimError(SetupError):
@@ -102,11 +104,13 @@ def parse_clause(text: str) -> Clause:
     said = " ".join(str(text).split())
     plain = said.lower()
     if plain == UNCHANGED_TEXT:
-        return Clause(text=said, kind=UNCHANGED, metric="parity_checks_not_passing", comparator="<=", bound=0.0,
-                      unit="checks")
+        return Clause(
+            text=said, kind=UNCHANGED, metric="parity_checks_not_passing", comparator="<=", bound=0.0, unit="checks"
+        )
     if plain == TASK_TEXT:
-        return Clause(text=said, kind=TASK, metric="task_seeds_outside_tolerance", comparator="<=", bound=0.0,
-                      unit="seeds")
+        return Clause(
+            text=said, kind=TASK, metric="task_seeds_outside_tolerance", comparator="<=", bound=0.0, unit="seeds"
+        )
     if plain.startswith("fits"):
         return _fits(said)
     match = _QUANTITY.match(plain)
@@ -116,8 +120,10 @@ def parse_clause(text: str) -> Clause:
     if quantity not in QUANTITIES:
         raise ClaimError(f"claim clause {said!r}: unknown quantity {quantity!r}; known: {', '.join(QUANTITIES)}")
     if comparator not in QUANTITIES[quantity]:
-        raise ClaimError(f"claim clause {said!r}: {quantity} is bounded with {' or '.join(QUANTITIES[quantity])}, "
-                         f"e.g. `{quantity} {QUANTITIES[quantity][0]} {number}`")
+        raise ClaimError(
+            f"claim clause {said!r}: {quantity} is bounded with {' or '.join(QUANTITIES[quantity])}, "
+            f"e.g. `{quantity} {QUANTITIES[quantity][0]} {number}`"
+        )
     bound = float(number) / (100.0 if percent else 1.0)
     metric = "overhead_ratio_ci_high" if quantity == "overhead_ratio" else quantity
     unit = {"peak_saving_share": "share", "overhead_ratio": "ratio", "step_time_ms": "ms"}[quantity]
@@ -128,21 +134,32 @@ def _fits(said: str) -> Clause:
     """``fits: batch B [at seq S] within M GiB`` → a clause bounding the predicted step peak, B."""
     match = _FITS.match(said)
     if not match:
-        raise ClaimError(f"claim clause {said!r}: write `fits: batch 16 within 80 GiB` or "
-                         "`fits: batch 16 at seq 1024 within 80 GiB`")
+        raise ClaimError(
+            f"claim clause {said!r}: write `fits: batch 16 within 80 GiB` or `fits: batch 16 at seq 1024 within 80 GiB`"
+        )
     batch, seq, amount, unit = match.groups()
     unit = next((u for u in UNITS if u.lower() == unit.lower()), None)
     if unit is None:
         raise ClaimError(f"claim clause {said!r}: give the memory in {', '.join(UNITS)} (binary units)")
     if int(batch) < 1 or (seq is not None and int(seq) < 1):
         raise ClaimError(f"claim clause {said!r}: batch and seq are at least 1")
-    return Clause(text=said, kind=FITS, metric="fits_peak_bytes", comparator="<=", bound=float(amount) * UNITS[unit],
-                  batch=int(batch), seq=None if seq is None else int(seq), unit="B")
+    return Clause(
+        text=said,
+        kind=FITS,
+        metric="fits_peak_bytes",
+        comparator="<=",
+        bound=float(amount) * UNITS[unit],
+        batch=int(batch),
+        seq=None if seq is None else int(seq),
+        unit="B",
+    )
 
 
 #: The accepted clause forms, for error messages.
-FORMS = ("`training unchanged`, `peak_saving_share >= 0.40`, `overhead_ratio <= 1.30`, `step_time_ms <= 250`, "
-         "`fits: batch 16 at seq 1024 within 80 GiB`, `task metric within tolerance`")
+FORMS = (
+    "`training unchanged`, `peak_saving_share >= 0.40`, `overhead_ratio <= 1.30`, `step_time_ms <= 250`, "
+    "`fits: batch 16 at seq 1024 within 80 GiB`, `task metric within tolerance`"
+)
 
 
 def parse_claim(claim_cfg: Any) -> Claim | None:

@@ -10,6 +10,7 @@ workspaces are not tensors). Where the estimator cannot run and no sequence is g
 is scaled linearly in examples: the parts alive at the peak that do not depend on the batch
 (parameters, buffers, gradients, optimizer state) stay, the rest grows by ``B / measured batch``.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.claim.clauses import FITS, Claim, Clause
 from reportgen.config import MEMORY
 from reportgen.memory.estimate import estimate_saved_activations
 from reportgen.results import Role
-from reportgen.claim.clauses import FITS, Claim, Clause
 
 #: Categories alive at the peak that do not grow with the batch (reportgen.peak.CATEGORIES).
 FIXED = ("parameters", "buffers", "gradients", "optimizer_state")
@@ -39,8 +40,9 @@ def measure_fits(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> dict[s
         try:
             out[clause.text] = predict_peak(setup, clause, frame)
         except Exception as exc:  # noqa: BLE001 - a clause that cannot be estimated cannot be told
-            out[clause.text] = {"error": f"the step peak at batch {clause.batch} could not be predicted "
-                                         f"({type(exc).__name__}: {exc})"}
+            out[clause.text] = {
+                "error": f"the step peak at batch {clause.batch} could not be predicted ({type(exc).__name__}: {exc})"
+            }
     return out
 
 
@@ -61,27 +63,37 @@ def predict_peak(setup: Any, clause: Clause, frame: pd.DataFrame) -> dict[str, A
     if measured is None or not math.isfinite(float(measured.value)):
         raise ValueError("the memory check measured no step peak of the recompute twin")
     batch0 = int(setup.cfg.parity.batch_size)
-    figures: dict[str, Any] = {"measured_batch": batch0, "measured_peak_bytes": float(measured.value),
-                               "target_batch": clause.batch, "target_seq": clause.seq}
+    figures: dict[str, Any] = {
+        "measured_batch": batch0,
+        "measured_peak_bytes": float(measured.value),
+        "target_batch": clause.batch,
+        "target_seq": clause.seq,
+    }
     allocator = _allocator_ratio(measured)
     try:
         figures |= _by_estimate(setup, clause, frame, float(measured.value))
     except Exception as exc:  # noqa: BLE001 - fall back to the linear slope where it applies
         if clause.seq is not None:
-            raise ValueError(f"the estimator could not run at seq {clause.seq} ({type(exc).__name__}: {exc}); "
-                             "a sequence length needs it (attention grows with its square)") from None
+            raise ValueError(
+                f"the estimator could not run at seq {clause.seq} ({type(exc).__name__}: {exc}); "
+                "a sequence length needs it (attention grows with its square)"
+            ) from None
         figures |= _by_slope(measured, batch0, clause.batch, f"{type(exc).__name__}: {exc}")
     figures["allocator_ratio"] = allocator
     if math.isfinite(allocator):
         figures["predicted_bytes"] *= allocator
-        figures["method"] += (f"; × {allocator:.3f}, torch.cuda.max_memory_allocated ÷ tracked bytes of the measured "
-                              "step (allocator rounding and workspaces)")
+        figures["method"] += (
+            f"; × {allocator:.3f}, torch.cuda.max_memory_allocated ÷ tracked bytes of the measured "
+            "step (allocator rounding and workspaces)"
+        )
     return figures
 
 
 def _by_estimate(setup: Any, clause: Clause, frame: pd.DataFrame, measured_bytes: float) -> dict[str, Any]:
     """Estimated peak at the target shape × (measured ÷ estimated at the measured shape)."""
-    here = _recompute_row(frame, Role.ESTIMATE_PEAK, metric="estimated_peak_live_bytes", estimate_shape="measured shape")
+    here = _recompute_row(
+        frame, Role.ESTIMATE_PEAK, metric="estimated_peak_live_bytes", estimate_shape="measured shape"
+    )
     if here is None or not math.isfinite(float(here.value)) or float(here.value) <= 0:
         raise ValueError("no step-peak estimate at the measured shape to scale by")
     overrides: dict[str, Any] = {"batch_size": clause.batch}
@@ -95,20 +107,33 @@ def _by_estimate(setup: Any, clause: Clause, frame: pd.DataFrame, measured_bytes
         raise ValueError(f"the task drew a batch of inputs {target.inputs}, not {clause.batch} examples")
     scale = measured_bytes / float(here.value)
     shape = f"batch {clause.batch}" + (f", {setup.cfg.claim.seq_key}={clause.seq}" if clause.seq else "")
-    return {"predicted_bytes": target.recompute_peak.peak_bytes * scale, "estimated_target_peak_bytes":
-            target.recompute_peak.peak_bytes, "estimate_scale": scale, "estimate_inputs": target.inputs,
-            "method": (f"GPU-free estimate of the recompute twin's step peak at {shape} (inputs {target.inputs}, "
-                       f"fake tensors) × {scale:.4f}, measured ÷ estimated peak at the measured batch {setup.cfg.parity.batch_size}")}
+    return {
+        "predicted_bytes": target.recompute_peak.peak_bytes * scale,
+        "estimated_target_peak_bytes": target.recompute_peak.peak_bytes,
+        "estimate_scale": scale,
+        "estimate_inputs": target.inputs,
+        "method": (
+            f"GPU-free estimate of the recompute twin's step peak at {shape} (inputs {target.inputs}, "
+            f"fake tensors) × {scale:.4f}, measured ÷ estimated peak at the measured batch "
+            f"{setup.cfg.parity.batch_size}"
+        ),
+    }
 
 
 def _by_slope(measured: pd.Series, batch0: int, batch: int, why: str) -> dict[str, Any]:
     """Peak parts that grow with the batch scaled by ``batch / batch0``; the rest kept."""
     fixed = sum(float(measured.get(f"at_peak_{c}_bytes", 0.0) or 0.0) for c in FIXED)
     growing = float(measured.value) - fixed
-    return {"predicted_bytes": fixed + growing * batch / batch0, "fixed_bytes": fixed, "growing_bytes": growing,
-            "method": (f"measured step peak at batch {batch0} with its batch-dependent part "
-                       f"(activations, temporaries, batch: {growing:.4g} B) scaled by {batch}/{batch0} and the rest "
-                       f"(parameters, gradients, optimizer state: {fixed:.4g} B) kept; the estimator could not run ({why})")}
+    return {
+        "predicted_bytes": fixed + growing * batch / batch0,
+        "fixed_bytes": fixed,
+        "growing_bytes": growing,
+        "method": (
+            f"measured step peak at batch {batch0} with its batch-dependent part "
+            f"(activations, temporaries, batch: {growing:.4g} B) scaled by {batch}/{batch0} and the rest "
+            f"(parameters, gradients, optimizer state: {fixed:.4g} B) kept; the estimator could not run ({why})"
+        ),
+    }
 
 
 def _allocator_ratio(measured: pd.Series) -> float:

@@ -7,6 +7,7 @@ numbers and re-derives it from the signed frame (:func:`clause_rows` is a functi
 and the signed ``fits`` figures only). A clause whose measurement is missing (its check did not
 run or raised) is a NOT_RUN row: *cannot tell*, which fails the claim like any required NOT_RUN.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,28 +15,44 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TRAJECTORY, GRADIENT_PARITY,
-                      MEMORY, RELEASE_CLAIM, STATE_PARITY, STEP_PARITY, TASK_METRICS, TIME, TRAJECTORY)
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, Row, check_status
 from reportgen.claim.clauses import FITS, QUANTITY, TASK, UNCHANGED, Claim, Clause
+from reportgen.config import (
+    DIST_GRADIENT_PARITY,
+    DIST_STEP_PARITY,
+    DIST_TASK_METRICS,
+    DIST_TRAJECTORY,
+    GRADIENT_PARITY,
+    MEMORY,
+    RELEASE_CLAIM,
+    STATE_PARITY,
+    STEP_PARITY,
+    TASK_METRICS,
+    TIME,
+    TRAJECTORY,
+)
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, Row, check_status
 
 #: The checks behind ``training unchanged``; the sharded ones count when the run has their rows.
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, TRAJECTORY, STATE_PARITY)
 SHARDED_PARITY_CHECKS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY)
 #: Where each quantity is measured: (check, role, variant, column holding the judged number).
-SOURCES = {"peak_saving_share": (MEMORY, Role.PEAK_SAVING, "recompute", "value"),
-           "overhead_ratio_ci_high": (TIME, Role.OVERHEAD, "recompute", "ci_high"),
-           "step_time_ms": (TIME, Role.MEDIAN, "recompute", "value")}
+SOURCES = {
+    "peak_saving_share": (MEMORY, Role.PEAK_SAVING, "recompute", "value"),
+    "overhead_ratio_ci_high": (TIME, Role.OVERHEAD, "recompute", "ci_high"),
+    "step_time_ms": (TIME, Role.MEDIAN, "recompute", "value"),
+}
 #: What to do when a clause is not met (or cannot be told), per kind of clause and quantity.
-FIXES = {UNCHANGED: "see the diagnosis of each parity check named (its section in the report); a claim with "
-                    "training changed cannot ship",
-         TASK: "see the task-metrics section: a metric that drifts with parity passing points at the data order or "
-               "RNG; or state a tolerance the release can promise (budget.metric_tolerance)",
-         "peak_saving_share": "recompute more or larger regions (recompute.targets), or state the saving measured",
-         "overhead_ratio_ci_high": "recompute fewer regions or keep cheap ops (recompute=selective); when the median is "
-                                   "within but the CI is not, measure more steps (timing.max_measure_seconds)",
-         "step_time_ms": "recompute fewer regions or keep cheap ops (recompute=selective), or state the time measured",
-         FITS: "recompute more of the model, lower the precision (dtype / precision.autocast), or claim a smaller batch"}
+FIXES = {
+    UNCHANGED: "see the diagnosis of each parity check named (its section in the report); a claim with "
+    "training changed cannot ship",
+    TASK: "see the task-metrics section: a metric that drifts with parity passing points at the data order or "
+    "RNG; or state a tolerance the release can promise (budget.metric_tolerance)",
+    "peak_saving_share": "recompute more or larger regions (recompute.targets), or state the saving measured",
+    "overhead_ratio_ci_high": "recompute fewer regions or keep cheap ops (recompute=selective); when the median is "
+    "within but the CI is not, measure more steps (timing.max_measure_seconds)",
+    "step_time_ms": "recompute fewer regions or keep cheap ops (recompute=selective), or state the time measured",
+    FITS: "recompute more of the model, lower the precision (dtype / precision.autocast), or claim a smaller batch",
+}
 #: What page 1 says for a clause row's status.
 OUTCOMES = {PASS: "met", FAIL: "not met"}
 
@@ -59,16 +76,32 @@ def clause_rows(frame: pd.DataFrame, claim: Claim, fits: dict[str, dict[str, Any
     """
     frame = frame[frame.check != RELEASE_CLAIM]
     fits = fits or {}
-    build = {UNCHANGED: _unchanged, QUANTITY: _quantity, TASK: _task,
-             FITS: lambda f, c: _fits(c, fits.get(c.text, {"error": "not estimated"}))}
+    build = {
+        UNCHANGED: _unchanged,
+        QUANTITY: _quantity,
+        TASK: _task,
+        FITS: lambda f, c: _fits(c, fits.get(c.text, {"error": "not estimated"})),
+    }
     return [build[clause.kind](frame, clause) for clause in claim.clauses]
 
 
 def _row(clause: Clause, value: float, detail: str, **extra: Any) -> Row:
     """A judged clause row: ``value <comparator> bound``, FAIL when missed."""
-    return Row(RELEASE_CLAIM, clause.text, "recompute", clause.metric, float(value), bound_text(clause),
-               clause.comparator, detail=detail, role=Role.CLAUSE, unit=clause.unit, threshold_value=clause.bound,
-               on_miss=FAIL, extra={"clause_kind": clause.kind, "clause_fix": clause_fix(clause), **extra})
+    return Row(
+        RELEASE_CLAIM,
+        clause.text,
+        "recompute",
+        clause.metric,
+        float(value),
+        bound_text(clause),
+        clause.comparator,
+        detail=detail,
+        role=Role.CLAUSE,
+        unit=clause.unit,
+        threshold_value=clause.bound,
+        on_miss=FAIL,
+        extra={"clause_kind": clause.kind, "clause_fix": clause_fix(clause), **extra},
+    )
 
 
 def clause_fix(clause: Clause) -> str:
@@ -78,10 +111,24 @@ def clause_fix(clause: Clause) -> str:
 
 def cannot_tell(clause: Clause, why: str, **extra: Any) -> Row:
     """A clause whose measurement is missing: NOT_RUN, no comparison (page 1: *cannot tell*)."""
-    return Row(RELEASE_CLAIM, clause.text, "recompute", clause.metric, math.nan, bound_text(clause), status=NOT_RUN,
-               detail=f"cannot tell: {why}", role=Role.CLAUSE, unit=clause.unit, threshold_value=clause.bound,
-               extra={"clause_kind": clause.kind, "clause_fix": "run the check the clause reads to the end (its row "
-                                                                 "in the report says why it did not)", **extra})
+    return Row(
+        RELEASE_CLAIM,
+        clause.text,
+        "recompute",
+        clause.metric,
+        math.nan,
+        bound_text(clause),
+        status=NOT_RUN,
+        detail=f"cannot tell: {why}",
+        role=Role.CLAUSE,
+        unit=clause.unit,
+        threshold_value=clause.bound,
+        extra={
+            "clause_kind": clause.kind,
+            "clause_fix": "run the check the clause reads to the end (its row in the report says why it did not)",
+            **extra,
+        },
+    )
 
 
 def bound_text(clause: Clause) -> str:
@@ -102,8 +149,11 @@ def _unchanged(frame: pd.DataFrame, clause: Clause) -> Row:
     unknown = [c for c, s in status.items() if s in (ERROR, NOT_RUN)]
     if not failing and unknown:
         return cannot_tell(clause, f"{', '.join(unknown)} did not run to the end (ERROR or NOT_RUN)")
-    detail = (f"{len(checks)} parity checks pass: {', '.join(checks)}" if not failing else
-              f"not passing: {', '.join(failing)}" + (f"; did not finish: {', '.join(unknown)}" if unknown else ""))
+    detail = (
+        f"{len(checks)} parity checks pass: {', '.join(checks)}"
+        if not failing
+        else f"not passing: {', '.join(failing)}" + (f"; did not finish: {', '.join(unknown)}" if unknown else "")
+    )
     return _row(clause, len(failing), detail, source=", ".join(checks))
 
 
@@ -119,16 +169,23 @@ def _quantity(frame: pd.DataFrame, clause: Clause) -> Row:
     if clause.metric == "overhead_ratio_ci_high":
         low = float(row.get("ci_low", math.nan))
         extra |= {"ci_low": low, "ci_high": float(row[column])}
-        detail = (f"overhead {row.value:.3f} (95% CI {low:.3f}–{row[column]:.3f}); judged on the CI's upper end, "
-                  "so step-time noise cannot pass the clause")
+        detail = (
+            f"overhead {row.value:.3f} (95% CI {low:.3f}–{row[column]:.3f}); judged on the CI's upper end, "
+            "so step-time noise cannot pass the clause"
+        )
         if row.value <= clause.bound < row[column]:
-            detail += f": the median is within {clause.bound:g} but the CI reaches past it, so this cannot tell; measure more steps"
+            detail += (f": the median is within {clause.bound:g} but the CI reaches past it, so this cannot tell; "
+                       "measure more steps")
     elif clause.metric == "step_time_ms":
         extra |= {"ci_low": float(row.get("p25_ms", math.nan)), "ci_high": float(row.get("p75_ms", math.nan))}
-        detail = f"median recompute step {row.value:.3g} ms (interquartile {extra['ci_low']:.3g}–{extra['ci_high']:.3g} ms)"
+        detail = (
+            f"median recompute step {row.value:.3g} ms (interquartile {extra['ci_low']:.3g}–{extra['ci_high']:.3g} ms)"
+        )
     else:
-        detail = (f"recompute lowers the warm step's peak of live tensor bytes by {row.value:.1%} of the plain peak"
-                  f" ({_bytes(row.get('plain_peak_bytes'))} → {_bytes(row.get('recompute_peak_bytes'))})")
+        detail = (
+            f"recompute lowers the warm step's peak of live tensor bytes by {row.value:.1%} of the plain peak"
+            f" ({_bytes(row.get('plain_peak_bytes'))} → {_bytes(row.get('recompute_peak_bytes'))})"
+        )
     return _row(clause, float(row[column]), detail, **extra)
 
 
@@ -138,12 +195,17 @@ def _task(frame: pd.DataFrame, clause: Clause) -> Row:
     diffs = frame[frame.check.isin(checks) & (frame.role == Role.METRIC_DIFF)]
     broken = frame[frame.check.isin(checks) & frame.status.isin([ERROR, NOT_RUN])]
     if diffs.empty or (not (diffs.status == FAIL).any() and len(broken)):
-        return cannot_tell(clause, f"{' and '.join(checks)} measured no metric difference for every seed "
-                                   "(disabled, raised or interrupted)", source=", ".join(checks))
+        return cannot_tell(
+            clause,
+            f"{' and '.join(checks)} measured no metric difference for every seed (disabled, raised or interrupted)",
+            source=", ".join(checks),
+        )
     share = pd.to_numeric(diffs.value, errors="coerce") / pd.to_numeric(diffs.threshold_value, errors="coerce")
     outside = int((diffs.status != PASS).sum())
-    detail = (f"{outside} of {len(diffs)} seed runs outside budget.metric_tolerance; the largest difference uses "
-              f"{share.max():.1%} of its tolerance")
+    detail = (
+        f"{outside} of {len(diffs)} seed runs outside budget.metric_tolerance; the largest difference uses "
+        f"{share.max():.1%} of its tolerance"
+    )
     return _row(clause, outside, detail, source=", ".join(checks), measured_value=float(share.max()))
 
 
@@ -152,9 +214,13 @@ def _fits(clause: Clause, figures: dict[str, Any]) -> Row:
     if "predicted_bytes" not in figures or not _finite(figures["predicted_bytes"]):
         return cannot_tell(clause, figures.get("error", "no prediction"))
     extra = {k: v for k, v in figures.items() if k != "method"}
-    return _row(clause, figures["predicted_bytes"],
-                f"predicted step peak {_bytes(figures['predicted_bytes'])} of {_bytes(clause.bound)}: {figures['method']}",
-                fits_method=figures["method"], **extra)
+    return _row(
+        clause,
+        figures["predicted_bytes"],
+        f"predicted step peak {_bytes(figures['predicted_bytes'])} of {_bytes(clause.bound)}: {figures['method']}",
+        fits_method=figures["method"],
+        **extra,
+    )
 
 
 def _finite(value: Any) -> bool:
@@ -181,12 +247,21 @@ def claim_table(frame: pd.DataFrame) -> list[dict[str, Any]]:
     for r in rows.to_dict("records"):
         measured = r.get("measured_value")
         shown = r["value"] if r.get("clause_kind") != QUANTITY or not _finite(measured) else measured
-        out.append({"clause": r["item"], "value": shown if _finite(shown) else None,
-                    "low": r.get("ci_low") if _finite(r.get("ci_low")) else None,
-                    "high": r.get("ci_high") if _finite(r.get("ci_high")) else None,
-                    "bound": r["threshold"], "unit": r.get("unit") or "", "status": r["status"],
-                    "outcome": outcome(r["status"]), "detail": r["detail"], "kind": r.get("clause_kind"),
-                    "fix": r.get("clause_fix") or ""})
+        out.append(
+            {
+                "clause": r["item"],
+                "value": shown if _finite(shown) else None,
+                "low": r.get("ci_low") if _finite(r.get("ci_low")) else None,
+                "high": r.get("ci_high") if _finite(r.get("ci_high")) else None,
+                "bound": r["threshold"],
+                "unit": r.get("unit") or "",
+                "status": r["status"],
+                "outcome": outcome(r["status"]),
+                "detail": r["detail"],
+                "kind": r.get("clause_kind"),
+                "fix": r.get("clause_fix") or "",
+            }
+        )
         out[-1]["measured"] = measured_text(out[-1])
     return out
 
@@ -202,5 +277,7 @@ def measured_text(c: dict[str, Any]) -> str:
         return f"{int(value)} not passing"
     text = f"{value:.1%}" if c["unit"] == "share" else f"{value:.3g}{' ms' if c['unit'] == 'ms' else ''}"
     if low is not None and high is not None:
-        text += f" (95% CI {low:.3g}–{high:.3g})" if c["unit"] == "ratio" else f" (interquartile {low:.3g}–{high:.3g} ms)"
+        text += (
+            f" (95% CI {low:.3g}–{high:.3g})" if c["unit"] == "ratio" else f" (interquartile {low:.3g}–{high:.3g} ms)"
+        )
     return text

@@ -1,4 +1,5 @@
 """The pipeline's two claim hooks: judge the clauses after the checks, and name the unmet ones on the console."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,12 +7,12 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.config import RELEASE_CLAIM
-from reportgen.results import Row
-from reportgen.results.rows import error_row
 from reportgen.claim.clauses import Claim
 from reportgen.claim.fits import measure_fits
 from reportgen.claim.rows import claim_table, clause_rows
+from reportgen.config import RELEASE_CLAIM
+from reportgen.results import Row
+from reportgen.results.rows import error_row
 
 
 def judge_claim(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> list[Row]:
@@ -27,6 +28,9 @@ def judge_claim(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> list[Ro
 
 def console_lines(frame: pd.DataFrame, report: Path) -> list[str]:
     """The console's last lines: one per clause not met (or that cannot be told), then how to open the report."""
-    lines = [f"reportgen: clause {c['outcome'].upper()}: {c['clause']} — measured {c['measured']}, bound {c['bound']}"
-             for c in claim_table(frame) if c["outcome"] != "met"]
+    lines = [
+        f"reportgen: clause {c['outcome'].upper()}: {c['clause']} — measured {c['measured']}, bound {c['bound']}"
+        for c in claim_table(frame)
+        if c["outcome"] != "met"
+    ]
     return lines + [f"reportgen: open the report: python -m webbrowser -t {Path(report).resolve().as_uri()}"]

@@ -87,7 +87,7 @@ def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
     checks.append(check_claim(found.statement["predicate"], frame))
     if folder is not None:
         found.checks = [c for c in found.checks if c.name != f"not covered: {VERDICT_NAME}"]
-        checks.append(check_verdict_file(folder, found.statement["predicate"], frame))
+        checks += [c for c in [check_verdict_file(folder, found.statement["predicate"], frame)] if c is not None]
     return found.checks + checks
 
 
