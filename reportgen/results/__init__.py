@@ -10,6 +10,7 @@ Checks *measure*: a row carries a value, a numeric threshold and a comparator. O
 from __future__ import annotations
 
 import json
+import enum
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
@@ -18,10 +19,26 @@ import pandas as pd
 
 from reportgen.files import atomic_write, replace_write  # noqa: F401 - re-exported: the writers of a run's files
 
-PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
+
+class Status(enum.StrEnum):
+    """A row's status (the values in results.csv/json). PASS, WARN and FAIL come from
+    :func:`judge` only; the others are stated as facts (docs/architecture.md "Verdict")."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    NOT_RUN = "NOT_RUN"
+    INFO = "INFO"
+    FLAGGED = "FLAGGED"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.NOT_RUN,
+                                                    Status.INFO, Status.FLAGGED)
 #: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
 #: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
-INCONCLUSIVE = "INCONCLUSIVE"
+INCONCLUSIVE = Status.INCONCLUSIVE
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
 SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
@@ -68,7 +85,7 @@ class Role:
     CLAUSE = "claim_clause"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Row:
     """One measured fact (the row contract in docs/architecture.md).
 
