@@ -189,13 +189,13 @@ def test_a_missing_measurement_cannot_tell_and_fails_the_claim(measured):
 
 def test_training_unchanged_counts_failing_parity_checks(measured):
     broken = Row(
-        GRADIENT_PARITY,
-        "blocks.0.w.grad",
-        "recompute",
-        "max_abs_err",
-        0.5,
-        "atol=1e-05",
-        "allclose",
+        check=GRADIENT_PARITY,
+        item="blocks.0.w.grad",
+        variant="recompute",
+        metric="max_abs_err",
+        value=0.5,
+        threshold="atol=1e-05",
+        comparator="allclose",
         role=Role.PARAM_GRAD,
         extra={"excess": 0.49},
     )

@@ -88,13 +88,13 @@ def clause_rows(frame: pd.DataFrame, claim: Claim, fits: dict[str, dict[str, Any
 def _row(clause: Clause, value: float, detail: str, **extra: Any) -> Row:
     """A judged clause row: ``value <comparator> bound``, FAIL when missed."""
     return Row(
-        RELEASE_CLAIM,
-        clause.text,
-        "recompute",
-        clause.metric,
-        float(value),
-        bound_text(clause),
-        clause.comparator,
+        check=RELEASE_CLAIM,
+        item=clause.text,
+        variant="recompute",
+        metric=clause.metric,
+        value=float(value),
+        threshold=bound_text(clause),
+        comparator=clause.comparator,
         detail=detail,
         role=Role.CLAUSE,
         unit=clause.unit,
@@ -112,12 +112,12 @@ def clause_fix(clause: Clause) -> str:
 def cannot_tell(clause: Clause, why: str, **extra: Any) -> Row:
     """A clause whose measurement is missing: NOT_RUN, no comparison (page 1: *cannot tell*)."""
     return Row(
-        RELEASE_CLAIM,
-        clause.text,
-        "recompute",
-        clause.metric,
-        math.nan,
-        bound_text(clause),
+        check=RELEASE_CLAIM,
+        item=clause.text,
+        variant="recompute",
+        metric=clause.metric,
+        value=math.nan,
+        threshold=bound_text(clause),
         status=NOT_RUN,
         detail=f"cannot tell: {why}",
         role=Role.CLAUSE,
