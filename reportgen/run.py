@@ -16,9 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from reportgen.checks import REGISTRY, required_names, run_order
 from reportgen.checks.distributed import follow
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
-from reportgen.claim import parse_claim
+from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
-from reportgen.config import RELEASE_CLAIM
 from reportgen.twins.contract import check_task_contract
 from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
@@ -79,7 +78,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
-    required = required_names(cfg.verdict.required, distributed=world > 1) + ([RELEASE_CLAIM] if claim else [])
+    required = required_names(cfg.verdict.required, distributed=world > 1) + claim_required(cfg.get("claim"))
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
     if claim:
         meta["claim"]["release"] = claim.record()  # page 1 and the signed statement

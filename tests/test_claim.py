@@ -268,6 +268,55 @@ def test_summary_says_fail_escapes_names_and_appends_never_overwrites(measured, 
     assert append_step_summary(text, {}) is None
 
 
+def test_sweep_junit_has_one_case_per_job(measured):
+    lxml = pytest.importorskip("lxml.etree")
+    from reportgen.ci.junit import sweep_junit_xml
+
+    failing, _ = _judged_frame(measured, "peak_saving_share >= 0.99")
+    jobs = [
+        {
+            "job": 0,
+            "dir": "0",
+            "overrides": ["+model=mlp"],
+            "exit_code": 0,
+            "verdict": PASS,
+            "error": None,
+            "frame": measured,
+            "required": REQUIRED,
+        },
+        {
+            "job": 1,
+            "dir": "1",
+            "overrides": ["claim=x"],
+            "exit_code": 1,
+            "verdict": FAIL,
+            "error": "claim fails",
+            "frame": failing,
+            "required": REQUIRED,
+        },
+        {
+            "job": 2,
+            "dir": "2",
+            "overrides": [],
+            "exit_code": 70,
+            "verdict": "NO_OUTCOME",
+            "error": "killed",
+            "frame": None,
+            "required": [],
+        },
+    ]
+    data = sweep_junit_xml(jobs, "sweep")
+    lxml.XMLSchema(lxml.parse(str(DATA / "junit.xsd"))).assertValid(lxml.fromstring(data))
+    cases = ET.fromstring(data).find("testsuite").findall("testcase")
+    assert [c.get("name") for c in cases] == ["job 0: +model=mlp", "job 1: claim=x", "job 2: (no overrides)"]
+    assert [(c.find("failure") is not None, c.find("error") is not None) for c in cases] == [
+        (False, False),
+        (True, False),
+        (False, True),
+    ]
+    assert "peak_saving_share >= 0.99" in cases[1].find("failure").text
+
+
 # --------------------------------------------------------------------------- signed and verified
 
 
@@ -357,3 +406,41 @@ def test_a_re_signed_clause_value_fails_its_re_derivation(claim_run, signing_key
     assert checks["verdict"].status == "PASS"  # statuses follow from the (forged) values ...
     assert checks["release claim"].status == "FAIL"  # ... but the value does not follow from the measurement
     assert "the signed numbers give" in checks["release claim"].detail
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_mlp_claim_end_to_end_and_a_bound_just_beyond_fails_naming_it(tmp_path, capsys):
+    """The mlp claim file runs; then a peak-saving bound just beyond what was measured (the tracker's
+    bytes are exact, so the second run measures the same share) turns the verdict to FAIL naming it."""
+    from conftest import run_pipeline
+
+    args = ("+model=mlp", "parity.batch_size=512", "claim=mlp_release")
+    code, frame = run_pipeline(tmp_path / "a", *args)
+    table = {c["clause"]: c for c in claim_table(frame)}
+    assert list(table) == [
+        "training unchanged",
+        "peak_saving_share >= 0.20",
+        "overhead_ratio <= 2.5",
+        "fits: batch 4096 within 1 GiB",
+        "task metric within tolerance",
+    ]
+    assert all(c["value"] is not None for c in table.values())  # each clause with its measured value
+    share = table["peak_saving_share >= 0.20"]["value"]
+    assert share > 0.2 and table["peak_saving_share >= 0.20"]["outcome"] == "met"
+    html = (tmp_path / "a" / "report.html").read_text()
+    page_one = html[: html.index("<h2>Checks</h2>")]
+    assert "so batch 4096 fits in 1 GiB" in page_one
+    assert all(c["measured"] in page_one for c in table.values())
+    capsys.readouterr()
+    beyond = f"peak_saving_share >= {share * 1.0001:.8f}"
+    clauses = f'claim.clauses=["{beyond}","fits: batch 4096 within 1 GiB"]'
+    code, frame = run_pipeline(tmp_path / "b", "+model=mlp", "parity.batch_size=512", clauses)
+    assert code == 1 and claim_verdict(frame, REQUIRED) == FAIL
+    assert {c["clause"]: c["outcome"] for c in claim_table(frame)}[beyond] == "not met"
+    console = capsys.readouterr().out.splitlines()
+    assert console[-2].startswith(f"reportgen: clause NOT MET: {beyond}") and "webbrowser" in console[-1]
+    assert (tmp_path / "b" / "summary.md").read_text().startswith("## reportgen: claim FAILS (FAIL)")
+    assert json.loads((tmp_path / "b" / "verdict.json").read_text())["exit_code"] == 1

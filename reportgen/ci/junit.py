@@ -142,3 +142,40 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
     root.attrib.update({k: v for k, v in attributes.items() if k != "skipped"})
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str) -> bytes:
+    """A sweep as JUnit XML: one ``<testcase>`` per job (named by its number and overrides).
+
+    Exit code 0 passes; 1 (the claim fails) is a ``<failure>`` naming the checks and clauses that
+    did not pass; 3 (cannot be judged), 2, 70 or a job without an outcome is an ``<error>``.
+
+    Args:
+        jobs: ``reportgen.sweep.load_jobs``'s records (``job``, ``dir``, ``overrides``,
+            ``exit_code``, ``verdict``, ``error``, ``frame``, ``required``).
+        suite: the suite's name.
+    """
+    root = ET.Element("testsuites", name="reportgen sweep")
+    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
+    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    total_seconds = 0.0
+    for job in jobs:
+        frame = job.get("frame")
+        seconds = float(frame.seconds.sum()) if frame is not None and len(frame) else 0.0
+        total_seconds += seconds
+        name = f"job {job['job']}: {' '.join(job['overrides']) or '(no overrides)'}"
+        case = ET.SubElement(suite_el, "testcase", classname="reportgen.sweep", name=name, time=_seconds(seconds))
+        code = int(job["exit_code"])
+        status = PASS if code == 0 else FAIL if code == 1 else ERROR
+        text = f"{job['dir']}/report.html: verdict {job['verdict']}, exit code {code}"
+        if frame is not None and len(frame) and code == 1:
+            text += "\n" + _failing_text(frame[frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE])
+                                               & frame.check.isin(job["required"])])
+        message = job.get("error") or f"verdict {job['verdict']} (exit {code})"
+        counts[_outcome(case, status, True, message, text)] += 1
+    attributes = {"tests": str(len(jobs)), "failures": str(counts["failure"]), "errors": str(counts["error"]),
+                  "time": _seconds(total_seconds)}
+    suite_el.attrib.update({**attributes, "skipped": "0"})
+    root.attrib.update(attributes)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

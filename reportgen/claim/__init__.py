@@ -5,5 +5,12 @@ the ``release claim`` section from the checks' rows, ``fits`` predicts the step 
 clause bounds. docs/ci.md is the guide.
 """
 
-from reportgen.claim.clauses import Claim, ClaimError, Clause, claim_from_record, parse_claim  # noqa: F401
+from reportgen.claim.clauses import (  # noqa: F401
+    Claim,
+    ClaimError,
+    Clause,
+    claim_from_record,
+    claim_required,
+    parse_claim,
+)
 from reportgen.claim.rows import claim_table, clause_rows, outcome  # noqa: F401

@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from reportgen.config import RELEASE_CLAIM
 from reportgen.errors import SetupError
 
 #: Kinds of clause.
@@ -183,6 +184,13 @@ def parse_claim(claim_cfg: Any) -> Claim | None:
         raise ClaimError(f"claim.clauses names a clause twice: {sorted({s for s in seen if seen.count(s) > 1})}")
     sentence = " ".join(str(text).split()) if text else "; ".join(c.text for c in clauses) + "."
     return Claim(text=sentence, clauses=tuple(clauses))
+
+
+def claim_required(claim_cfg: Any) -> list[str]:
+    """``["release claim"]`` when ``claim_cfg`` states a claim (text or clauses), else ``[]``: the
+    section a run with a claim file requires, also when a sweep re-reads a job's config."""
+    stated = claim_cfg is not None and (claim_cfg.get("text") or claim_cfg.get("clauses"))
+    return [RELEASE_CLAIM] if stated else []
 
 
 def claim_from_record(record: dict[str, Any] | None) -> Claim | None:
