@@ -120,11 +120,13 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
             )
         ] += 1
     case = ET.SubElement(suite_el, "testcase", classname="reportgen", name="claim verdict", time="0.000")
-    said = {PASS: "the claim holds", INCONCLUSIVE: "the claim cannot be judged"}.get(verdict, "the claim fails")
+    said = {str(PASS): "the claim holds", str(INCONCLUSIVE): "the claim cannot be judged"}.get(
+        verdict, "the claim fails"
+    )
     counts[
         _outcome(
             case,
-            {PASS: PASS, INCONCLUSIVE: INCONCLUSIVE}.get(verdict, FAIL),
+            verdict if verdict in (PASS, INCONCLUSIVE) else FAIL,
             True,
             f"verdict {verdict}: {said}",
             f"verdict {verdict}; open report.html; check the signature with {command}" if command else said,
@@ -169,12 +171,17 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str) -> bytes:
         status = PASS if code == 0 else FAIL if code == 1 else ERROR
         text = f"{job['dir']}/report.html: verdict {job['verdict']}, exit code {code}"
         if frame is not None and len(frame) and code == 1:
-            text += "\n" + _failing_text(frame[frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE])
-                                               & frame.check.isin(job["required"])])
+            text += "\n" + _failing_text(
+                frame[frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE]) & frame.check.isin(job["required"])]
+            )
         message = job.get("error") or f"verdict {job['verdict']} (exit {code})"
         counts[_outcome(case, status, True, message, text)] += 1
-    attributes = {"tests": str(len(jobs)), "failures": str(counts["failure"]), "errors": str(counts["error"]),
-                  "time": _seconds(total_seconds)}
+    attributes = {
+        "tests": str(len(jobs)),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "time": _seconds(total_seconds),
+    }
     suite_el.attrib.update({**attributes, "skipped": "0"})
     root.attrib.update(attributes)
     ET.indent(root)

@@ -30,7 +30,7 @@ log = logging.getLogger("reportgen")
 SUMMARY_NAME = "summary.md"
 #: Characters with a meaning in GitHub-flavoured Markdown tables and inline text.
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~])")
-SAID = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}
+SAID: dict[str, str] = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}
 
 
 def md(value: Any) -> str:

@@ -32,7 +32,8 @@ VERSION = 1
 
 def exit_code(verdict: str) -> int:
     """The run's exit code for a claim verdict: 0 holds, 1 fails, 3 cannot be judged."""
-    return {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(verdict, EXIT_FAILS)
+    codes: dict[str, int] = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+    return int(codes.get(verdict, EXIT_FAILS))
 
 
 def _number(value: Any) -> float | None:

@@ -78,7 +78,7 @@ def predict_peak(setup: Any, clause: Clause, frame: pd.DataFrame) -> dict[str, A
                 f"the estimator could not run at seq {clause.seq} ({type(exc).__name__}: {exc}); "
                 "a sequence length needs it (attention grows with its square)"
             ) from None
-        figures |= _by_slope(measured, batch0, clause.batch, f"{type(exc).__name__}: {exc}")
+        figures |= _by_slope(measured, batch0, int(clause.batch or batch0), f"{type(exc).__name__}: {exc}")
     figures["allocator_ratio"] = allocator
     if math.isfinite(allocator):
         figures["predicted_bytes"] *= allocator

@@ -54,7 +54,7 @@ FIXES = {
     FITS: "recompute more of the model, lower the precision (dtype / precision.autocast), or claim a smaller batch",
 }
 #: What page 1 says for a clause row's status.
-OUTCOMES = {PASS: "met", FAIL: "not met"}
+OUTCOMES: dict[str, str] = {PASS: "met", FAIL: "not met"}
 
 
 def outcome(status: str) -> str:
@@ -174,8 +174,10 @@ def _quantity(frame: pd.DataFrame, clause: Clause) -> Row:
             "so step-time noise cannot pass the clause"
         )
         if row.value <= clause.bound < row[column]:
-            detail += (f": the median is within {clause.bound:g} but the CI reaches past it, so this cannot tell; "
-                       "measure more steps")
+            detail += (
+                f": the median is within {clause.bound:g} but the CI reaches past it, so this cannot tell; "
+                "measure more steps"
+            )
     elif clause.metric == "step_time_ms":
         extra |= {"ci_low": float(row.get("p25_ms", math.nan)), "ci_high": float(row.get("p75_ms", math.nan))}
         detail = (
