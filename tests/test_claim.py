@@ -117,6 +117,19 @@ def test_claim_group_and_command_line_compose_against_the_schema():
         compose_config("+model=mlp", "claim.txt=typo")
 
 
+def test_a_bad_clause_stops_the_run_before_any_model_work(tmp_path, capsys):
+    from reportgen import run as pipeline
+
+    cfg = compose_config("+model=mlp", 'claim.clauses=["overhead_ratio >= 1.3"]')
+    assert pipeline.run(cfg, tmp_path) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [
+        "reportgen: cannot start: claim clause 'overhead_ratio >= 1.3': overhead_ratio is bounded "
+        "with <= or <, e.g. `overhead_ratio <= 1.3`"
+    ]
+    assert not (tmp_path / "results.json").exists()
+
+
 # --------------------------------------------------------------------------- judging
 
 
@@ -315,6 +328,39 @@ def test_sweep_junit_has_one_case_per_job(measured):
         (False, True),
     ]
     assert "peak_saving_share >= 0.99" in cases[1].find("failure").text
+
+
+def test_comparison_junit_and_summary_name_each_regression(tmp_path):
+    lxml = pytest.importorskip("lxml.etree")
+    from reportgen.ci.junit import comparison_junit_xml
+    from reportgen.ci.summary import comparison_markdown
+
+    rose = "overhead ratio rose by 12.0 pp (1.300 → 1.420), more than the allowed 5 pp"
+    result = {
+        "verdicts": {"base": PASS, "new": PASS},
+        "regressions": [rose],
+        "unclear": [],
+        "outcome": "regressed",
+        "limits": {"max_overhead_increase_pp": 5.0, "max_saving_decrease_pp": 5.0},
+        "costs": {
+            "base": {"overhead_ratio": 1.3, "saved_activation_share": 0.75},
+            "new": {"overhead_ratio": 1.42, "saved_activation_share": None},
+            "overhead_change_pp": 12.0,
+            "saving_change_pp": None,
+        },
+    }
+    data = comparison_junit_xml(result, "compare")
+    lxml.XMLSchema(lxml.parse(str(DATA / "junit.xsd"))).assertValid(lxml.fromstring(data))
+    cases = {c.get("name"): c for c in ET.fromstring(data).iter("testcase")}
+    assert cases["overhead ratio rises at most 5 pp"].find("failure").get("message") == rose
+    assert cases["saved-activation share falls at most 5 pp"].find("skipped") is not None
+    assert all(cases[n].find("failure") is None for n in ("BASE verifies", "NEW verifies", "NEW's claim holds"))
+    text = comparison_markdown(result, "base|run", "new", tmp_path)
+    assert (
+        text.startswith("## reportgen compare: REGRESSED")
+        and "base\\|run" in text
+        and "| 1.300 | 1.420 | +12.0 pp |" in text
+    )
 
 
 # --------------------------------------------------------------------------- signed and verified

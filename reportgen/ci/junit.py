@@ -186,3 +186,70 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str) -> bytes:
     root.attrib.update(attributes)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
+    """A comparison of two signed runs (``reportgen.compare``) as JUnit XML.
+
+    Test cases: each side verifies; NEW's claim holds; the overhead ratio did not rise past its
+    limit; the saved-activation share did not fall past its limit. A regression is a
+    ``<failure>``; a rise that cannot be told from noise an ``<error>`` ("cannot tell"); a
+    figure one side did not measure ``<skipped>``.
+
+    Args:
+        result: ``reportgen.compare.derive.compare``'s result.
+        suite: the suite's name.
+    """
+    costs, limits, regressions = result["costs"], result["limits"], result["regressions"]
+    overhead, saving = costs["overhead_change_pp"], costs["saving_change_pp"]
+
+    def said(prefix: str) -> str | None:
+        return next((r for r in [*regressions, *result["unclear"]] if r.startswith(prefix)), None)
+
+    def status(prefix: str, measured: Any) -> str:
+        hit = said(prefix)
+        if measured is None:
+            return NOT_RUN
+        return PASS if hit is None else FAIL if hit in regressions else ERROR
+
+    cases = [
+        (f"{label} verifies", FAIL if said(label) else PASS, said(label) or f"{label} verifies")
+        for label in ("BASE", "NEW")
+    ]
+    cases.append(
+        (
+            "NEW's claim holds",
+            PASS if result["verdicts"]["new"] == PASS else FAIL,
+            said("NEW's claim") or f"NEW's claim verdict {result['verdicts']['new']}",
+        )
+    )
+    cases.append(
+        (
+            f"overhead ratio rises at most {limits['max_overhead_increase_pp']:g} pp",
+            status("overhead ratio rose", overhead),
+            said("overhead ratio rose") or f"change {overhead} pp",
+        )
+    )
+    cases.append(
+        (
+            f"saved-activation share falls at most {limits['max_saving_decrease_pp']:g} pp",
+            status("saved-activation share fell", saving),
+            said("saved-activation share fell") or f"change {saving} pp",
+        )
+    )
+    root = ET.Element("testsuites", name="reportgen compare")
+    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
+    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    for name, state, message in cases:
+        case = ET.SubElement(suite_el, "testcase", classname="reportgen.compare", name=name, time="0.000")
+        counts[_outcome(case, state, True, message, message)] += 1
+    attributes = {
+        "tests": str(len(cases)),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "time": "0.000",
+    }
+    suite_el.attrib.update({**attributes, "skipped": str(counts["skipped"])})
+    root.attrib.update(attributes)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

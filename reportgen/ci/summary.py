@@ -115,3 +115,13 @@ def append_step_summary(text: str, environ: dict | None = None) -> Path | None:
         log.warning("could not append to $GITHUB_STEP_SUMMARY (%s): %s", target, exc)
         return None
     return Path(target)
+
+
+def comparison_markdown(result: dict[str, Any], base: str, new: str, out_dir: Path) -> str:
+    """summary.md of a comparison (``templates/compare-summary.md.j2``): outcome, both verdicts,
+    the cost changes, each regression and what cannot be told."""
+    return (
+        environment()
+        .get_template("compare-summary.md.j2")
+        .render(result=result, base=base, new=new, out_dir=str(out_dir))
+    )
