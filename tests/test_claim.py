@@ -464,6 +464,7 @@ def test_mlp_claim_end_to_end_and_a_bound_just_beyond_fails_naming_it(tmp_path, 
     from conftest import run_pipeline
 
     args = ("+model=mlp", "parity.batch_size=512", "claim=mlp_release")
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     code, frame = run_pipeline(tmp_path / "a", *args)
     table = {c["clause"]: c for c in claim_table(frame)}
     assert list(table) == [
