@@ -146,7 +146,7 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str) -> bytes:
+def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | None = None) -> bytes:
     """A sweep as JUnit XML: one ``<testcase>`` per job (named by its number and overrides).
 
     Exit code 0 passes; 1 (the claim fails) is a ``<failure>`` naming the checks and clauses that
@@ -156,6 +156,8 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str) -> bytes:
         jobs: ``reportgen.sweep.load_jobs``'s records (``job``, ``dir``, ``overrides``,
             ``exit_code``, ``verdict``, ``error``, ``frame``, ``required``).
         suite: the suite's name.
+        swept: the override keys that differ between jobs; a case is named by those alone
+            (all of the job's overrides without them).
     """
     root = ET.Element("testsuites", name="reportgen sweep")
     suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
@@ -165,7 +167,8 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str) -> bytes:
         frame = job.get("frame")
         seconds = float(frame.seconds.sum()) if frame is not None and len(frame) else 0.0
         total_seconds += seconds
-        name = f"job {job['job']}: {' '.join(job['overrides']) or '(no overrides)'}"
+        shown = [o for o in job["overrides"] if not swept or o.lstrip("+~").split("=", 1)[0] in swept]
+        name = f"job {job['job']}: {' '.join(shown) or '(no overrides)'}"
         case = ET.SubElement(suite_el, "testcase", classname="reportgen.sweep", name=name, time=_seconds(seconds))
         code = int(job["exit_code"])
         status = PASS if code == 0 else FAIL if code == 1 else ERROR

@@ -441,7 +441,8 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code,
             "signature": signature_label(key), "command": command, "swept": swept_keys(jobs)}
     render_summary(frame, meta, sweep_dir, pdf=pdf)
-    atomic_write(sweep_dir / JUNIT_NAME, sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})"))  # one case per job
+    junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
+    atomic_write(sweep_dir / JUNIT_NAME, junit)
     if key is not None:
         statements = [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
         predicate = {"exit_code": code, "created": meta["created"], "command": command,
