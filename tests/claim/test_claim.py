@@ -36,7 +36,7 @@ from reportgen.results import (
     to_frame,
 )
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 #: The checks a one-process run requires by default, and the claim's own section.
 REQUIRED = [
     "gradient parity",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The release gate of docs/ci.md, step by step, as a local script (tests/test_ci_example.py runs it).
+# The release gate of docs/ci.md, step by step, as a local script (tests/ci/test_ci_example.py runs it).
 #
-#   tests/ci_example.sh OUT [LAST_RELEASE_RUN] [-- extra reportgen overrides...]
+#   tests/ci/ci_example.sh OUT [LAST_RELEASE_RUN] [-- extra reportgen overrides...]
 #
 # OUT: a new folder for this job's files (run/, comparison/, step-summary.md).
 # LAST_RELEASE_RUN: the last release's signed run folder (in CI: an artifact of the release

@@ -1,4 +1,4 @@
-"""docs/ci.md's release gate runs as a local script (tests/ci_example.sh): the claim, the JUnit file,
+"""docs/ci.md's release gate runs as a local script (tests/ci/ci_example.sh): the claim, the JUnit file,
 verify, and the comparison with a "last release" run made by the same script first."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli_env
 
-SCRIPT = REPO / "tests" / "ci_example.sh"
+SCRIPT = REPO / "tests" / "ci" / "ci_example.sh"
 #: Small budgets: the script's steps are the subject, not the figures.
 SMALL = ["budget.examples=128", "budget.batch_size=64", "budget.seeds=[0]", "larger_batch.enabled=false",
          "timing.measured_steps=5", "timing.target_ci_half_width_pp=null", "timing.max_measure_seconds=2",
