@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -491,3 +492,8 @@ def test_mlp_claim_end_to_end_and_a_bound_just_beyond_fails_naming_it(tmp_path, 
     assert console[-2].startswith(f"reportgen: clause NOT MET: {beyond}") and "webbrowser" in console[-1]
     assert (tmp_path / "b" / "summary.md").read_text().startswith("## reportgen: claim FAILS (FAIL)")
     assert json.loads((tmp_path / "b" / "verdict.json").read_text())["exit_code"] == 1
+    doc = (DATA.parents[1] / "docs" / "results-schema.md").read_text().splitlines()
+    documented = {
+        n for line in doc if line.startswith("| `") for n in re.findall(r"`([a-z_0-9]+)`", line.split("|")[1])
+    }
+    assert set(frame.columns) - documented == set()  # the clause rows' columns are in docs/results-schema.md
