@@ -136,7 +136,7 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
     A sharded gradient (FSDP2's ``DTensor``) is read as this rank's shard: the ranks then agree
     (:class:`Sharding`)."""
     local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
-    if local and all(g.device == loss.device and g.is_floating_point() for g in local):
+    if local and all(g.device == loss.device and g.is_floating_point() and g.layout == torch.strided for g in local):
         # One fused kernel list: a tensor's norm is finite only when every element is (NaN and Inf
         # propagate). A finite tensor whose norm overflows falls through to the element-wise test.
         norms = torch._foreach_norm(local)
