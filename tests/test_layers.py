@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                "duration", "distributed", "ranks", "sharded_budget"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
-    ("registry", {"checks", "validation", "render_guard", "metadata"}),
+    ("registry", {"checks", "validation", "render_guard", "metadata", "report", "report.evidence"}),
     ("outputs", {"render", "signing", "rundir"}),
     ("verify", {"sweep", "comparison", "verify.outcome", "verify.pdf", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify",
                 "verify.__main__"}),

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..config import TASK_METRICS
 from ..plots import task_metric_plots
-from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
-from ..rows import error_row, metric_diff_row, trained_params_row
+from ..results import ERROR, INFO, NOT_RUN, PASS, TWIN, WARN, Role, Row
+from ..rows import error_row, exception_message, metric_diff_row, trained_params_row
 from ..train import TrainResult, lockstep_gradients, run_rows
 from .base import Check, Section
 
@@ -116,8 +116,10 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
         return None, [Row(TASK_METRICS, item, variant, "exception", math.nan, "", "", ERROR,
-                          f"the {variant} training run raised {type(exc).__name__}: {exc}", time.perf_counter() - start,
-                          extra={"seed": seed}, role=Role.EXCEPTION)]
+                          f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
+                          + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""),
+                          time.perf_counter() - start, extra={"seed": seed, "exception_type": type(exc).__name__,
+                                                              TWIN: variant}, role=Role.EXCEPTION)]
     if not result.complete:
         cap = result.steps + result.skipped_steps
         return None, [Row(TASK_METRICS, item, variant, "accepted_examples", result.accepted_examples,
@@ -126,7 +128,8 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
                           f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
                           "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
                           result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
-                                                 "batch_size": batch_size}, role=Role.ACCEPTED, unit="examples")]
+                                                 "batch_size": batch_size, TWIN: variant},
+                          role=Role.ACCEPTED, unit="examples")]
     return result, []
 
 
