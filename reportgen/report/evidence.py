@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..results import BASELINE, ERROR, FAIL, INCONCLUSIVE, NOT_RUN, TWIN, Role, baseline_rows, judged_status
+from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, NOT_RUN, TWIN, Role, baseline_rows, judged_status
 
 #: At most this many failing checks are led on page 1 (every one is in the checks table below it).
 MOST_CHECKS = 6
