@@ -36,7 +36,8 @@ import warnings
 from typing import Any, Callable
 
 from reportgen.config import MEMORY
-from reportgen.memory.estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
+from reportgen.memory.estimate import (Estimate, NotEstimable, dropout_mask_bytes, estimate_or_reason,
+                                      layernorm_stat_bytes)
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
@@ -266,15 +267,27 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
     """The estimator at the measured shape (must equal the measurement) and at the target shape:
     saved bytes, and the step peak (:func:`estimate_peak_rows`).
 
-    At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted); an
-    estimator that cannot run is a WARN too: the measured figures above stand on their own.
+    At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted). A model
+    that cannot run on fake tensors gets an INFO row saying what was not estimated and why
+    (:class:`reportgen.memory.estimate.NotEstimable`): the measured figures above stand on their own. An
+    estimate run in another precision (``Estimate.dtype_note``) is stated and not compared.
     """
     rows: list[Row] = []
     start = time.perf_counter()
-    here = estimate_saved_activations(setup, {})
+    try:
+        here = estimate_or_reason(setup, {})
+    except NotEstimable as exc:
+        return [not_estimated_row("estimate at measured shape", exc.reason, time.perf_counter() - start)]
     seconds = time.perf_counter() - start
+    if here.dtype_note:
+        measured, measured_peaks = None, None
     for variant in ("plain", "recompute"):
         est = getattr(here, variant).total_bytes
+        if here.dtype_note:
+            rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
+                            status=INFO, detail=f"not compared with the measurement: {here.dtype_note}", seconds=seconds,
+                            role=Role.ESTIMATE_MEASURED, unit="B", extra={"estimate_inputs": here.inputs}))
+            continue
         if measured is None:
             rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
                             status=WARN, detail="no measurement to validate the estimator against", seconds=seconds,
@@ -295,14 +308,18 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
     if not target:
         return rows
     start = time.perf_counter()
-    far = estimate_saved_activations(setup, target)
+    try:
+        far = estimate_or_reason(setup, target)
+    except NotEstimable as exc:
+        return rows + [not_estimated_row("estimate at target shape", exc.reason, time.perf_counter() - start)]
     seconds = time.perf_counter() - start
     overrides = ", ".join(f"{k}={v}" for k, v in _flat(far.overrides))
     share = saving_share(far.plain.total_bytes, far.recompute.total_bytes)
     for variant in ("plain", "recompute"):
         rows.append(Row(MEMORY, "estimate at target shape", variant, "estimated_saved_activation_bytes",
                         getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
-                        detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}",
+                        detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}"
+                               + (f"; {far.dtype_note}" if far.dtype_note else ""),
                         extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
     return rows + korthikanti_rows(setup, far, "target shape") + estimate_peak_rows(far, "target shape", seconds)
 
@@ -312,15 +329,24 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
 PEAK_ESTIMATE_TOLERANCE = 0.01
 
 
+def not_estimated_row(item: str, reason: str, seconds: float) -> Row:
+    """An INFO row: the GPU-free estimate (``item``) was not made, and ``reason`` (in words) why."""
+    return Row(MEMORY, item, "recompute", "estimated_saved_activation_bytes", status=INFO, role=Role.ESTIMATE_MEASURED,
+               unit="B", seconds=seconds,
+               detail=f"not estimated: saved activations and step peak on fake tensors (no GPU): {reason}. The measured "
+                      "figures above stand on their own; the estimate only extrapolates them to other shapes")
+
+
 def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
                        measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
     """``estimated_peak_live_bytes`` of both fake twins at one shape (INFO, with phase, module and
     categories), and at the measured shape ``estimated_peak_rel_diff`` per twin, judged
     ``<= PEAK_ESTIMATE_TOLERANCE`` (WARN when missed: do not trust the target-shape peak)."""
     if estimate.plain_peak is None or estimate.recompute_peak is None:
-        return [Row(MEMORY, f"step peak estimate, {where_}", "recompute", "estimated_peak_live_bytes", status=WARN,
+        return [Row(MEMORY, f"step peak estimate, {where_}", "recompute", "estimated_peak_live_bytes", status=INFO,
                     role=Role.ESTIMATE_PEAK, unit="B", seconds=seconds,
-                    detail=f"the step peak could not be estimated on fake tensors ({estimate.peak_error})")]
+                    detail=f"not estimated: the step peak at the {where_} (fake tensors): {estimate.peak_error}; the "
+                           "measured step peak stands on its own")]
     rows = []
     for variant in ("plain", "recompute"):
         peak: StepPeak = getattr(estimate, f"{variant}_peak")
