@@ -18,7 +18,7 @@ from reportgen.paths import templates_dir
 from reportgen.checks import ROWS_TEMPLATE, section as registered_section
 from reportgen.memory.peak import CATEGORIES
 from reportgen.checks.plots import section_plots
-from reportgen.results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
+from reportgen.results import (INFO, PASS, SEVERITY, Role, atomic_write, check_summary,
                       frame_to_json)
 from reportgen.report.guard import guard_costs, guard_sections
 from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
