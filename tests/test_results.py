@@ -7,7 +7,7 @@ REQ = ["gradient parity", "state parity"]
 
 
 def frame(*rows):
-    return to_frame([Row(check, "x", "recompute", "m", 1.0, status=status) for check, status in rows])
+    return to_frame([Row(check=check, item="x", variant="recompute", metric="m", value=1.0, status=status) for check, status in rows])
 
 
 def test_all_required_pass_holds():
@@ -41,7 +41,7 @@ def test_check_status_is_most_severe_and_fail_outranks_error():
 
 
 def test_json_round_trip_keeps_values(tmp_path):
-    f = to_frame([Row("gradient parity", "w", "recompute", "max_abs_err", 0.25, status="FAIL",
+    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="max_abs_err", value=0.25, status="FAIL",
                       extra={"bitwise_equal": False})])
     back = frame_from_json(frame_to_json(f))
     assert back.value.tolist() == [0.25] and back.bitwise_equal.tolist() == [False]
@@ -61,7 +61,7 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     def boom(setup):
         raise KeyboardInterrupt
 
-    use_checks(("gradient parity", lambda s: [Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0,
+    use_checks(("gradient parity", lambda s: [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0,
                                                   comparator="<=", threshold_value=0.0)]),
                ("warm-step time", boom), ("task metrics", boom))
     with pytest.raises(pipeline.Interrupted):
@@ -73,9 +73,9 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
 
 def baseline_frame(*extra_rows):
     """Task metrics whose plain twin raised (an ERROR of the baseline) and whose recompute twin raised too."""
-    rows = [Row("gradient parity", "w", "recompute", "m", 1.0, status="PASS"),
-            Row("task metrics", "seed 0", "plain", "exception", status="ERROR", extra={"twin": "plain"}),
-            Row("task metrics", "seed 0", "recompute", "exception", status="ERROR", extra={"twin": "recompute"}),
+    rows = [Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"),
+            Row(check="task metrics", item="seed 0", variant="plain", metric="exception", status="ERROR", extra={"twin": "plain"}),
+            Row(check="task metrics", item="seed 0", variant="recompute", metric="exception", status="ERROR", extra={"twin": "recompute"}),
             *extra_rows]
     return to_frame(rows)
 
@@ -91,10 +91,10 @@ def test_a_check_whose_plain_twin_broke_cannot_be_judged_not_failed():
 
 def test_a_recompute_twin_raising_where_plain_does_not_still_fails_the_claim():
     req = ["gradient parity", "task metrics", "state parity"]
-    f = baseline_frame(Row("state parity", "recompute", "recompute", "exception", status="ERROR",
+    f = baseline_frame(Row(check="state parity", item="recompute", variant="recompute", metric="exception", status="ERROR",
                            extra={"twin": "recompute"}))
     assert claim_verdict(f, req) == "FAIL"
     # a measured FAIL in the same check outranks the broken baseline of another seed
-    g = baseline_frame(Row("task metrics", "seed 1", "recompute", "abs_diff_x", 1.0, "0", "<=", threshold_value=0.0))
+    g = baseline_frame(Row(check="task metrics", item="seed 1", variant="recompute", metric="abs_diff_x", value=1.0, threshold="0", comparator="<=", threshold_value=0.0))
     assert check_summary(g, req).set_index("check").status["task metrics"] == "FAIL"
     assert claim_verdict(g, req[:2]) == "FAIL"

@@ -42,7 +42,7 @@ from reportgen.checks.memory_estimate import (PEAK_ESTIMATE_TOLERANCE, estimate_
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
-from reportgen.results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from reportgen.results import ERROR, INFO, WARN, Role, Row
 from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
 from reportgen.checks.base import Check, Section
@@ -59,10 +59,6 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         ``lost_gradients``, ``peak_allocated_bytes`` /
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
-    mc = setup.cfg.memory
-    if not mc.enabled:
-        return [Row(MEMORY, "warm-step memory", "recompute", "saved_activation_bytes", status=NOT_RUN, role=Role.DISABLED,
-                    detail="memory.enabled=false: no memory figure was measured")]
     rows: list[Row] = []
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
@@ -85,7 +81,7 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - failures are data
-        rows.append(Row(MEMORY, item, "recompute", "exception", status=status, seconds=time.perf_counter() - start,
+        rows.append(Row(check=MEMORY, item=item, variant="recompute", metric="exception", status=status, seconds=time.perf_counter() - start,
                         role=Role.EXCEPTION,
                         detail=f"not measured: {type(exc).__name__}: {exc}"))
         return None
@@ -128,18 +124,18 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
         sentence = (f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
                     "nothing, check recompute.targets")
     rows = [
-        Row(MEMORY, "saved activations (total)", variant, "saved_activation_bytes", s.total_bytes, status=INFO,
+        Row(check=MEMORY, item="saved activations (total)", variant=variant, metric="saved_activation_bytes", value=s.total_bytes, status=INFO,
             detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
             seconds=seconds[variant], role=Role.SAVED_TOTAL, unit="B", extra={"storages": s.storages})
         for variant, s in (("plain", plain), ("recompute", rec))]
-    rows.append(Row(MEMORY, "saving", "recompute", "saving_share", share, f">= {share_min:g} of plain", ">=",
+    rows.append(Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=share, threshold=f">= {share_min:g} of plain", comparator=">=",
                     detail=sentence, role=Role.SAVING, unit="share", threshold_value=share_min, on_miss=WARN,
                     extra={"saving_bytes": plain.total_bytes - rec.total_bytes, "plain_bytes": plain.total_bytes,
                            "recompute_bytes": rec.total_bytes}))
     for order, path in enumerate(plain.per_module):
         for variant, s in (("plain", plain), ("recompute", rec)):
             what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
-            rows.append(Row(MEMORY, f"module {path}", variant, "saved_activation_bytes", s.per_module[path], status=INFO,
+            rows.append(Row(check=MEMORY, item=f"module {path}", variant=variant, metric="saved_activation_bytes", value=s.per_module[path], status=INFO,
                             detail=what, role=Role.SAVED_MODULE, unit="B",
                             extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0),
                                    "produced_saved_bytes": s.produced_by.get(path, 0)}))
@@ -197,12 +193,12 @@ def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float
             detail += (f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
                        f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
                        f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}")
-        rows.append(Row(MEMORY, "step peak", variant, "peak_live_bytes", peak.peak_bytes, status=INFO,
+        rows.append(Row(check=MEMORY, item="step peak", variant=variant, metric="peak_live_bytes", value=peak.peak_bytes, status=INFO,
                         detail=detail, seconds=seconds[variant], role=Role.STEP_PEAK, unit="B", extra=extra))
     plain, rec = peaks["plain"], peaks["recompute"]
     share = saving_share(plain.peak_bytes, rec.peak_bytes)
-    rows.append(Row(MEMORY, "step peak saving", "recompute", "peak_saving_share", share,
-                    f">= {share_min:g} of the plain peak", ">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
+    rows.append(Row(check=MEMORY, item="step peak saving", variant="recompute", metric="peak_saving_share", value=share,
+                    threshold=f">= {share_min:g} of the plain peak", comparator=">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
                     role=Role.PEAK_SAVING, unit="share", threshold_value=share_min, on_miss=on_miss,
                     extra={"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes,
                            "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes}))
@@ -225,7 +221,7 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
                   f"recompute ({names}); their activations are not kept because they are never used")
     else:
         detail = "every parameter with a gradient in the plain run has one under recompute"
-    return [Row(MEMORY, "gradients behind the saving", "recompute", "lost_gradients", float(len(lost)), "0", "==",
+    return [Row(check=MEMORY, item="gradients behind the saving", variant="recompute", metric="lost_gradients", value=float(len(lost)), threshold="0", comparator="==",
                 detail=detail, seconds=time.perf_counter() - start, role=Role.LOST_GRADIENTS, unit="parameters",
                 threshold_value=0.0)]
 
@@ -234,7 +230,7 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
     """``peak_allocated_bytes`` and ``peak_reserved_bytes`` per variant on CUDA; elsewhere one
     INFO row that says they were not measured (value NaN, never 0)."""
     if setup.device.type != "cuda":
-        return [Row(MEMORY, "CUDA allocator peaks", "plain", "peak_allocated_bytes", float("nan"), status=INFO,
+        return [Row(check=MEMORY, item="CUDA allocator peaks", variant="plain", metric="peak_allocated_bytes", value=float("nan"), status=INFO,
                     role=Role.NOTE,
                     detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
                            "The saved-activation bytes above are exact on every device.")]
@@ -247,11 +243,11 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
         extra = {"baseline_allocated_bytes": peaks["baseline_allocated_bytes"], "reserved_gap_bytes": gap,
                  "warm_steps": warm}
         seconds = time.perf_counter() - start
-        rows.append(Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", peaks["peak_allocated_bytes"],
+        rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_allocated_bytes", value=peaks["peak_allocated_bytes"],
                         status=INFO, seconds=seconds, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak of tensors allocated during the step after {warm} warm step(s); "
                                f"{peaks['baseline_allocated_bytes']} B were allocated before it (weights, optimizer state)"))
-        rows.append(Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", peaks["peak_reserved_bytes"],
+        rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=peaks["peak_reserved_bytes"],
                         status=INFO, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak held by the caching allocator, {gap} B above the allocated peak"))
     return rows
@@ -261,4 +257,4 @@ CHECK = Check(warm_step_memory, (Section(
     MEMORY, "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
     "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
     "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
-    template="sections/warm-step-memory.html.j2", plotter=memory_plots),))
+    template="sections/warm-step-memory.html.j2", plotter=memory_plots),), config="memory")

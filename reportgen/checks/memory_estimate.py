@@ -44,19 +44,19 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
     for variant in ("plain", "recompute"):
         est = getattr(here, variant).total_bytes
         if here.dtype_note:
-            rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
+            rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
                             status=INFO, detail=f"not compared with the measurement: {here.dtype_note}", seconds=seconds,
                             role=Role.ESTIMATE_MEASURED, unit="B", extra={"estimate_inputs": here.inputs}))
             continue
         if measured is None:
-            rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
+            rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
                             status=WARN, detail="no measurement to validate the estimator against", seconds=seconds,
                             role=Role.ESTIMATE_MEASURED, unit="B",
                             extra={"estimate_inputs": here.inputs}))
             continue
         real = measured[variant].total_bytes
         ratio = est / real if real else float("nan")
-        rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
+        rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
                         threshold="= measured", comparator="==", seconds=seconds, role=Role.ESTIMATE_MEASURED,
                         unit="B", threshold_value=real, on_miss=WARN,
                         detail=("estimate (fake tensors, no allocation) equals the measurement" if est == real else
@@ -76,8 +76,8 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
     overrides = ", ".join(f"{k}={v}" for k, v in _flat(far.overrides))
     share = saving_share(far.plain.total_bytes, far.recompute.total_bytes)
     for variant in ("plain", "recompute"):
-        rows.append(Row(MEMORY, "estimate at target shape", variant, "estimated_saved_activation_bytes",
-                        getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
+        rows.append(Row(check=MEMORY, item="estimate at target shape", variant=variant, metric="estimated_saved_activation_bytes",
+                        value=getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
                         detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}"
                                + (f"; {far.dtype_note}" if far.dtype_note else ""),
                         extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
@@ -91,7 +91,7 @@ PEAK_ESTIMATE_TOLERANCE = 0.01
 
 def not_estimated_row(item: str, reason: str, seconds: float) -> Row:
     """An INFO row: the GPU-free estimate (``item``) was not made, and ``reason`` (in words) why."""
-    return Row(MEMORY, item, "recompute", "estimated_saved_activation_bytes", status=INFO, role=Role.ESTIMATE_MEASURED,
+    return Row(check=MEMORY, item=item, variant="recompute", metric="estimated_saved_activation_bytes", status=INFO, role=Role.ESTIMATE_MEASURED,
                unit="B", seconds=seconds,
                detail=f"not estimated: saved activations and step peak on fake tensors (no GPU): {reason}. The measured "
                       "figures above stand on their own; the estimate only extrapolates them to other shapes")
@@ -103,7 +103,7 @@ def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
     categories), and at the measured shape ``estimated_peak_rel_diff`` per twin, judged
     ``<= PEAK_ESTIMATE_TOLERANCE`` (WARN when missed: do not trust the target-shape peak)."""
     if estimate.plain_peak is None or estimate.recompute_peak is None:
-        return [Row(MEMORY, f"step peak estimate, {where_}", "recompute", "estimated_peak_live_bytes", status=INFO,
+        return [Row(check=MEMORY, item=f"step peak estimate, {where_}", variant="recompute", metric="estimated_peak_live_bytes", status=INFO,
                     role=Role.ESTIMATE_PEAK, unit="B", seconds=seconds,
                     detail=f"not estimated: the step peak at the {where_} (fake tensors): {estimate.peak_error}; the "
                            "measured step peak stands on its own")]
@@ -113,7 +113,7 @@ def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
         extra: dict[str, Any] = {"estimate_inputs": estimate.inputs, "estimate_shape": where_, "peak_phase": peak.phase,
                                  "peak_module": peak.module, "peak_region": peak.region or "",
                                  **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
-        rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_live_bytes", peak.peak_bytes,
+        rows.append(Row(check=MEMORY, item=f"step peak estimate, {where_}", variant=variant, metric="estimated_peak_live_bytes", value=peak.peak_bytes,
                         status=INFO, seconds=seconds, role=Role.ESTIMATE_PEAK, unit="B", extra=extra,
                         detail=f"fake tensors, inputs {estimate.inputs}, {estimate.dtype}: reached in {where(peak)}; "
                                "allocator fragmentation and caching, communication buffers and CUDA workspaces are "
@@ -121,8 +121,8 @@ def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
         if measured_peaks is not None and variant in measured_peaks:
             real = measured_peaks[variant].peak_bytes
             diff = abs(peak.peak_bytes - real) / real if real else float("nan")
-            rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_rel_diff", diff,
-                            f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", "<=", role=Role.ESTIMATE_PEAK, unit="share",
+            rows.append(Row(check=MEMORY, item=f"step peak estimate, {where_}", variant=variant, metric="estimated_peak_rel_diff", value=diff,
+                            threshold=f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", comparator="<=", role=Role.ESTIMATE_PEAK, unit="share",
                             threshold_value=PEAK_ESTIMATE_TOLERANCE, on_miss=WARN,
                             detail=(f"estimated step peak {format_bytes(peak.peak_bytes)}, measured {format_bytes(real)}"
                                     + ("" if diff <= PEAK_ESTIMATE_TOLERANCE else
@@ -160,7 +160,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
                "layernorms": norms}
     plain = estimate.per_layer("plain")
     formula = shape.formula_bytes(e, m)
-    rows = [Row(MEMORY, f"per layer, {where}", "plain", "estimated_saved_activation_bytes", plain, status=INFO,
+    rows = [Row(check=MEMORY, item=f"per layer, {where}", variant="plain", metric="estimated_saved_activation_bytes", value=plain, status=INFO,
                 role=Role.PER_LAYER, unit="B",
                 detail="median over wrapped modules; Korthikanti et al. 2022 eq. (1) beside it",
                 extra={**symbols, "korthikanti_16bit_bytes": shape.formula_bytes(2), "formula_bytes": formula,
@@ -168,7 +168,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
                        "formula_ratio": plain / formula})]
     rec = estimate.per_layer("recompute")
     full = shape.full_recompute_bytes(e)
-    rows.append(Row(MEMORY, f"per layer, {where}", "recompute", "estimated_saved_activation_bytes", rec, status=INFO,
+    rows.append(Row(check=MEMORY, item=f"per layer, {where}", variant="recompute", metric="estimated_saved_activation_bytes", value=rec, status=INFO,
                     role=Role.PER_LAYER, unit="B",
                     detail="median over wrapped modules; full recomputation keeps the layer input only (2sbh in 16-bit)",
                     extra={**symbols, "korthikanti_16bit_bytes": shape.full_recompute_bytes(2), "formula_bytes": full,
