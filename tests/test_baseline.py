@@ -1,18 +1,18 @@
 """Cannot be judged is not a failure (issue 28 item 6): a plain twin that breaks is an ERROR of the
 baseline, the check cannot be judged and the run is INCONCLUSIVE (exit 3); the recompute twin raising
 where the plain twin does not stays a FAIL. Fixture: tests/user_models/recompute_faults.py HookingBlock."""
+
 from __future__ import annotations
 
 import pytest
+from conftest import run_pipeline
 
 from reportgen.results import BASELINE, ERROR, INCONCLUSIVE, check_summary, claim_verdict
-
-from conftest import run_pipeline
 
 
 def page_one(tmp_path) -> str:
     html = (tmp_path / "report.html").read_text()
-    return html[:html.index("<h2>Checks</h2>")]
+    return html[: html.index("<h2>Checks</h2>")]
 
 
 @pytest.mark.slow

@@ -311,3 +311,27 @@ def test_an_encoder_as_a_causal_lm_is_refused_unless_it_is_a_decoder(tmp_path, g
     (tmp_path / "config.json").write_text(json.dumps({**bert, "is_decoder": True}))
     model = hf_auto.causal_lm(text_task(gpt2_json), config=str(tmp_path / "config.json"))
     assert type(model).__name__ == "BertLMHeadModel" and model.training  # the probe leaves train mode as it was
+
+
+def test_observe_whole_modules_names_a_layer_whose_trailing_dropout_is_not_run_again():
+    """GPT-NeoX, Phi-3, StableLM end a layer with a dropout (p=0: it saves nothing), and non-reentrant
+    recompute stops once every saved tensor is back, before that dropout runs again (issue 28 item 5):
+    every child that holds parameters ran again, so the layer is named, not its children."""
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.drop = nn.Linear(4, 4), nn.Linear(4, 4), nn.Dropout(0.0)
+
+        def forward(self, x):
+            return checkpoint(lambda h: self.drop(self.b(torch.tanh(self.a(h)))), x, use_reentrant=False)
+
+    class HalfLayer(Layer):  # only one of the children holding parameters runs under recompute
+        def forward(self, x):
+            return self.b(checkpoint(lambda h: self.drop(torch.tanh(self.a(h))), x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Layer(), nn.Linear(4, 4), Layer(), HalfLayer())
+    batch = (torch.randn(3, 4), torch.zeros(3, 4))
+    loss = lambda out, y: (out - y).square().mean()  # noqa: E731
+    assert "2.drop" not in observe_recompute(model, batch, loss, 0)  # the early stop: dropout never runs again
+    assert observe_recompute(model, batch, loss, 0, whole_modules=True) == ["3.a", "2", "0"]

@@ -2,22 +2,31 @@
 no longer trips over the causality probe (fake tensors have no values) nor over the fake
 ``_grouped_mm`` kernel of mixture-of-experts layers (bfloat16 only: the estimate runs in it and says
 so); where it cannot estimate, an INFO row says what and why, never a WARN or an exception text."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from conftest import run_pipeline
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from reportgen.errors import clip_words
 from reportgen.memory.estimate import FAKE_KERNEL_DTYPE, fake_failure
 from reportgen.results import INFO, PASS, WARN
 
-from conftest import run_pipeline
-
-BASE = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64, "use_cache": False}
+BASE = {
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+    "use_cache": False,
+}
 CONFIGS = {
     "qwen3": {"model_type": "qwen3", "tie_word_embeddings": True},
     "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2, "router_jitter_noise": 0.0},
@@ -34,8 +43,9 @@ def test_hf_causal_lm_estimates_without_a_warning(tmp_path, kind):
     config.write_text(json.dumps({**BASE, **CONFIGS[kind]}))
     out = tmp_path / "run"
     out.mkdir()
-    code, frame = run_pipeline(out, "+model=hf_causal_lm", f"model.config={config}", "budget.examples=16",
-                               "parity.batch_size=4")
+    code, frame = run_pipeline(
+        out, "+model=hf_causal_lm", f"model.config={config}", "budget.examples=16", "parity.batch_size=4"
+    )
     assert code == 0
     memory = frame[frame.check == "warm-step memory"]
     assert memory[memory.status == WARN].empty, memory[memory.status == WARN].detail.tolist()

@@ -1,6 +1,7 @@
 """Nothing clipped in the PDF (issue 28 item 3): a failing report with long item names, a name with no
 dot to break at, a long unbroken path in a detail and a long command lays out with every text box
 inside the page's content box. WeasyPrint's own layout boxes are read (no poppler needed)."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,14 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_meta
 
 from reportgen.checks import required_names
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages
 from reportgen.results import FAIL, Role, claim_verdict, frame_from_json, to_frame
 from reportgen.results.rows import tensor_row
-
-from conftest import tiny_meta
 
 DATA = Path(__file__).resolve().parent / "data" / "mlp_passing_results.json.gz"
 
@@ -29,9 +29,14 @@ def failing_frame() -> pd.DataFrame:
     rows = []
     for i in range(14):
         plain = torch.randn(64, generator=g)
-        name = (f"model.decoder.layers.{i}.self_attention_with_rotary_embeddings.query_key_value_projection.weight.grad"
-                if i % 3 else "x" * 40 + f"_a_parameter_name_without_any_dot_at_all_{i}_" + "y" * 60)
-        rows.append(tensor_row("gradient parity", name, plain, plain + 1e-3 * (i + 1), None, None, role=Role.PARAM_GRAD))
+        name = (
+            f"model.decoder.layers.{i}.self_attention_with_rotary_embeddings.query_key_value_projection.weight.grad"
+            if i % 3
+            else "x" * 40 + f"_a_parameter_name_without_any_dot_at_all_{i}_" + "y" * 60
+        )
+        rows.append(
+            tensor_row("gradient parity", name, plain, plain + 1e-3 * (i + 1), None, None, role=Role.PARAM_GRAD)
+        )
     rows[-1].detail += "; see /a/long/path/without/spaces/" + "segment/" * 20
     return pd.concat([base[base.check != "gradient parity"], to_frame(rows)], ignore_index=True)
 
@@ -44,8 +49,12 @@ def text_outside(document) -> list[tuple[int, float, str]]:
     out = []
     for number, page in enumerate(document.pages, 1):
         box = page._page_box
-        content = (box.content_box_x(), box.content_box_y(), box.content_box_x() + box.width,
-                   box.content_box_y() + box.height)
+        content = (
+            box.content_box_x(),
+            box.content_box_y(),
+            box.content_box_x() + box.width,
+            box.content_box_y() + box.height,
+        )
         for child in box.children:  # the footer lives in the margin: it must stay inside the sheet
             edges = (0, 0, page.width, page.height) if isinstance(child, boxes.MarginBox) else content
             for text in (b for b in child.descendants() if isinstance(b, boxes.TextBox)):

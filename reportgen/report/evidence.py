@@ -4,6 +4,7 @@ many items fail; per check whose plain twin broke, what broke (issue 28, items 2
 Reads only the results frame (rows of :mod:`reportgen.results`); the report template shows it in
 "Why it fails" / "Why it cannot be judged" before the claim table.
 """
+
 from __future__ import annotations
 
 import math
@@ -94,13 +95,25 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
         failing, judged = int(lead["items_outside"]), int(lead["items"])
     item = str(lead["item"]) + (f": {lead['worst_item']}" if lead.get("worst_item") else "")
     plain, recompute = scalar_values(lead)
-    return {"check": check, "status": status, "item": item, "status_row": lead["status"],
-            "share": tolerance_share(lead), "difference": measured_difference(lead), "tolerance": lead.get("threshold"),
-            "failing": failing, "judged": judged, "plain": plain, "recompute": recompute,
-            "detail": lead.get("detail") or "", "baseline": lead.get(TWIN) == BASELINE and status == INCONCLUSIVE,
-            "cause": None if diagnosis is None else diagnosis.get("cause"),
-            "fix": None if diagnosis is None else diagnosis.get("fix"),
-            "rule": None if diagnosis is None else (diagnosis.get("rule") or diagnosis.get("fix")), "same_as": None}
+    return {
+        "check": check,
+        "status": status,
+        "item": item,
+        "status_row": lead["status"],
+        "share": tolerance_share(lead),
+        "difference": measured_difference(lead),
+        "tolerance": lead.get("threshold"),
+        "failing": failing,
+        "judged": judged,
+        "plain": plain,
+        "recompute": recompute,
+        "detail": lead.get("detail") or "",
+        "baseline": lead.get(TWIN) == BASELINE and status == INCONCLUSIVE,
+        "cause": None if diagnosis is None else diagnosis.get("cause"),
+        "fix": None if diagnosis is None else diagnosis.get("fix"),
+        "rule": None if diagnosis is None else (diagnosis.get("rule") or diagnosis.get("fix")),
+        "same_as": None,
+    }
 
 
 def scalar_values(record: dict) -> tuple[str | None, str | None]:
