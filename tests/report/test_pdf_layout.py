@@ -18,7 +18,7 @@ from reportgen.report.render import render_pages
 from reportgen.results import FAIL, Role, claim_verdict, frame_from_json, to_frame
 from reportgen.results.rows import tensor_row
 
-DATA = Path(__file__).resolve().parent / "data" / "mlp_passing_results.json.gz"
+DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
 
 
 def failing_frame() -> pd.DataFrame:
