@@ -68,16 +68,31 @@ def fmt_int(value: Any) -> str:
     return f"{int(value):,}"
 
 
+#: Characters of a name part (between dots) past which it gets break points of its own.
+LONG_PART = 24
+
+
 def fmt_name(name: Any) -> Markup:
     """A dotted name (``model.embed_tokens.weight.grad``) that may wrap after each dot, never mid-word.
 
-    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; the
-    ``code.name`` CSS rule keeps words whole (``overflow-wrap: normal``), so a PDF table cell
-    breaks it only at those points.
+    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; a part longer
+    than :data:`LONG_PART` characters (an identifier with no dot to break at) also gets one after
+    each ``_``, else every :data:`LONG_PART` characters. The ``code.name`` CSS rule keeps words whole
+    (``overflow-wrap: normal``), so a PDF table cell breaks it only at those points and nothing runs
+    past the cell.
     """
     text = str(name)
-    parts = [escape(p) for p in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00")]
-    return Markup("<wbr>").join(parts)
+    parts = [p for raw in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00") for p in _long_part(raw)]
+    return Markup("<wbr>").join(escape(p) for p in parts)
+
+
+def _long_part(part: str) -> list[str]:
+    """``part`` cut after each ``_`` when one of its words is longer than :data:`LONG_PART`, and any
+    piece still longer than it cut every :data:`LONG_PART` characters."""
+    if max(len(word) for word in part.split(" ")) <= LONG_PART:  # spaces break it already
+        return [part]
+    pieces = [p for p in part.replace("_", "_\x00").split("\x00") if p]
+    return [p[i : i + LONG_PART] for p in pieces for i in range(0, len(p), LONG_PART)]
 
 
 def environment() -> Environment:
