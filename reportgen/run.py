@@ -20,7 +20,8 @@ from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
 from reportgen.distributed.launch import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from reportgen.errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError, UsageError, clip_words, console_text
+from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError, UsageError,
+                              clip_words, console_text)
 from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
 from reportgen.memory.saved import observation_rows, observe_twins
 from reportgen.report.metadata import recompute_settings, run_metadata

@@ -118,7 +118,8 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
         return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="exception", value=math.nan, threshold="",
                           comparator="", status=ERROR, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
                           detail=f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
-                          + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""),
+                          + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain"
+                             else ""),
                           extra={"seed": seed, "exception_type": type(exc).__name__, TWIN: variant})]
     if not result.complete:
         cap = result.steps + result.skipped_steps

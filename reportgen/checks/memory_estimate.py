@@ -11,7 +11,7 @@ from typing import Any
 from reportgen.config import MEMORY
 from reportgen.memory.estimate import (
     Estimate,
-    NotEstimable,
+    NotEstimableError,
     dropout_mask_bytes,
     estimate_or_reason,
     layernorm_stat_bytes,
@@ -36,14 +36,14 @@ def estimate_rows(
 
     At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted). A model
     that cannot run on fake tensors gets an INFO row saying what was not estimated and why
-    (:class:`reportgen.memory.estimate.NotEstimable`): the measured figures above stand on their own. An
+    (:class:`reportgen.memory.estimate.NotEstimableError`): the measured figures above stand on their own. An
     estimate run in another precision (``Estimate.dtype_note``) is stated and not compared.
     """
     rows: list[Row] = []
     start = time.perf_counter()
     try:
         here = estimate_or_reason(setup, {})
-    except NotEstimable as exc:
+    except NotEstimableError as exc:
         return [not_estimated_row("estimate at measured shape", exc.reason, time.perf_counter() - start)]
     seconds = time.perf_counter() - start
     if here.dtype_note:
@@ -117,7 +117,7 @@ def estimate_rows(
     start = time.perf_counter()
     try:
         far = estimate_or_reason(setup, target)
-    except NotEstimable as exc:
+    except NotEstimableError as exc:
         return rows + [not_estimated_row("estimate at target shape", exc.reason, time.perf_counter() - start)]
     seconds = time.perf_counter() - start
     overrides = ", ".join(f"{k}={v}" for k, v in _flat(far.overrides))

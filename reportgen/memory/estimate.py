@@ -50,7 +50,7 @@ class EstimateConfigError(UsageError, ValueError):
     """``cfg.memory.estimate`` has an unknown key or a bad value."""
 
 
-class NotEstimable(Exception):
+class NotEstimableError(Exception):
     """The model cannot run on fake tensors; ``reason`` says why in words (never the exception text)."""
 
     def __init__(self, reason: str):
@@ -76,7 +76,8 @@ def fake_failure(exc: BaseException) -> str:
         return ("the model's code reads tensor values while it is built or run (.item(), torch.allclose, a shape that "
                 "depends on the data, e.g. routing to experts), and fake tensors have shapes but no values")
     if "Expected inputs of BF16" in text:
-        return f"a shape-only kernel the model uses (torch._grouped_mm, mixture-of-experts layers) accepts only {FAKE_KERNEL_DTYPE}"
+        return (f"a shape-only kernel the model uses (torch._grouped_mm, mixture-of-experts layers) accepts only "
+                f"{FAKE_KERNEL_DTYPE}")
     return ("an operation of the model has no shape-only (fake-tensor) kernel in this torch, or fails on one; "
             "the run's log has the exception")
 
@@ -96,7 +97,7 @@ def estimate_or_reason(setup: Setup, overrides: Any = None) -> Estimate:
 
     Raises:
         EstimateConfigError: see :func:`validate_overrides`.
-        NotEstimable: the model cannot run on fake tensors (:func:`fake_failure` says why).
+        NotEstimableError: the model cannot run on fake tensors (:func:`fake_failure` says why).
     """
     over = validate_overrides(overrides)
     try:
@@ -107,12 +108,12 @@ def estimate_or_reason(setup: Setup, overrides: Any = None) -> Estimate:
         log.info("memory estimate on fake tensors failed", exc_info=True)
         reason = fake_failure(exc)
         if FAKE_KERNEL_DTYPE not in reason or over.get("dtype", setup.cfg.dtype) == FAKE_KERNEL_DTYPE:
-            raise NotEstimable(reason) from None
+            raise NotEstimableError(reason) from None
     try:
         estimate = estimate_saved_activations(setup, {**over, "dtype": FAKE_KERNEL_DTYPE})
     except Exception as exc:  # noqa: BLE001 - as above
         log.info("memory estimate on fake tensors in %s failed", FAKE_KERNEL_DTYPE, exc_info=True)
-        raise NotEstimable(fake_failure(exc)) from None
+        raise NotEstimableError(fake_failure(exc)) from None
     estimate.dtype_note = f"estimated in {FAKE_KERNEL_DTYPE}, not {over.get('dtype', setup.cfg.dtype)}: {reason}"
     return estimate
 

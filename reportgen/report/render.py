@@ -145,7 +145,8 @@ def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
         rest = rows[len(shown):]
         shares = [x for x in (tolerance_share(r) for r in rest) if not math.isnan(x)]
         more = None if not rest else {"count": len(rest), "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index),
-                                      "low": min(shares, default=math.nan), "high": max(shares, default=math.nan)}
+                                      "low": min(shares, default=math.nan), "high": max(shares, default=math.nan),
+                                      "failing": sum(r["status"] not in (PASS, INFO) for r in rest)}
         out.append({"role": role, "label": ROLE_LABELS.get(role, role or "rows"), "rows": rows, "worst": worst,
                     "statuses": statuses, "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO},
                     "shown": shown, "more": more})

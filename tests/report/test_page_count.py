@@ -109,7 +109,8 @@ def test_a_failing_report_fits_twelve_pages_with_every_failing_checks_evidence_o
     pages, _ = layout(frame, tmp_path)
     assert len(pages) <= MAX_FAILING_PAGES
     lead = lead_evidence(frame, required)
-    failing = [c for c in dict.fromkeys(frame.check) if c in required and (frame[frame.check == c].status == "FAIL").any()]
+    failing = [c for c in dict.fromkeys(frame.check)
+               if c in required and (frame[frame.check == c].status == "FAIL").any()]
     assert [e["check"] for e in lead] == failing and len(failing) == 5
     first = page_text(pages[0]).replace(" ", "")
     for entry in lead:  # each failing check, its worst item and how many of its items fail, on page 1

@@ -73,9 +73,10 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
 
 def baseline_frame(*extra_rows):
     """Task metrics whose plain twin raised (an ERROR of the baseline) and whose recompute twin raised too."""
+    broke = {"check": "task metrics", "item": "seed 0", "metric": "exception", "status": "ERROR"}
     rows = [Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"),
-            Row(check="task metrics", item="seed 0", variant="plain", metric="exception", status="ERROR", extra={"twin": "plain"}),
-            Row(check="task metrics", item="seed 0", variant="recompute", metric="exception", status="ERROR", extra={"twin": "recompute"}),
+            Row(**broke, variant="plain", extra={"twin": "plain"}),
+            Row(**broke, variant="recompute", extra={"twin": "recompute"}),
             *extra_rows]
     return to_frame(rows)
 
@@ -91,10 +92,11 @@ def test_a_check_whose_plain_twin_broke_cannot_be_judged_not_failed():
 
 def test_a_recompute_twin_raising_where_plain_does_not_still_fails_the_claim():
     req = ["gradient parity", "task metrics", "state parity"]
-    f = baseline_frame(Row(check="state parity", item="recompute", variant="recompute", metric="exception", status="ERROR",
-                           extra={"twin": "recompute"}))
+    f = baseline_frame(Row(check="state parity", item="recompute", variant="recompute", metric="exception",
+                           status="ERROR", extra={"twin": "recompute"}))
     assert claim_verdict(f, req) == "FAIL"
     # a measured FAIL in the same check outranks the broken baseline of another seed
-    g = baseline_frame(Row(check="task metrics", item="seed 1", variant="recompute", metric="abs_diff_x", value=1.0, threshold="0", comparator="<=", threshold_value=0.0))
+    g = baseline_frame(Row(check="task metrics", item="seed 1", variant="recompute", metric="abs_diff_x", value=1.0,
+                           threshold="0", comparator="<=", threshold_value=0.0))
     assert check_summary(g, req).set_index("check").status["task metrics"] == "FAIL"
     assert claim_verdict(g, req[:2]) == "FAIL"
