@@ -31,6 +31,7 @@ stores, so nothing here shares a run with the parity checks):
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from typing import Any, Callable
@@ -42,7 +43,8 @@ from reportgen.checks.memory_estimate import (PEAK_ESTIMATE_TOLERANCE, estimate_
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
-from reportgen.results import ERROR, INFO, WARN, Role, Row
+from reportgen.results import BASELINE, ERROR, INFO, TWIN, WARN, Role, Row
+from reportgen.results.rows import exception_message
 from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
 from reportgen.checks.base import Check, Section
@@ -81,10 +83,24 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - failures are data
-        rows.append(Row(check=MEMORY, item=item, variant="recompute", metric="exception", status=status, seconds=time.perf_counter() - start,
-                        role=Role.EXCEPTION,
-                        detail=f"not measured: {type(exc).__name__}: {exc}"))
+        twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
+        said = f"the {twin} twin raised " if twin else ""
+        rows.append(Row(check=MEMORY, item=item, variant=twin or "recompute", metric="exception",
+                        status=ERROR if twin == BASELINE else status, seconds=time.perf_counter() - start,
+                        role=Role.EXCEPTION, detail=f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}",
+                        extra={TWIN: twin} if twin else {}))
         return None
+
+
+@contextlib.contextmanager
+def _twin(variant: str):
+    """Mark an exception raised inside with the twin that raised it (``reportgen_twin``), for the row's
+    ``twin`` column: the plain twin raising is an ERROR of the baseline (:data:`reportgen.results.BASELINE`)."""
+    try:
+        yield
+    except Exception as exc:
+        exc.reportgen_twin = variant  # type: ignore[attr-defined]
+        raise
 
 
 def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, float]]:
@@ -97,8 +113,9 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
     saved, seconds = {}, {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
-        model = setup.build(recompute)
-        saved[variant] = saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, paths)
+        with _twin(variant):
+            model = setup.build(recompute)
+            saved[variant] = saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, paths)
         seconds[variant] = time.perf_counter() - start
         del model
     return saved, seconds
@@ -160,7 +177,7 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
         model = setup.build(recompute, compiled=False)
-        with warnings.catch_warnings():  # torch's warnings are reported by the parity checks
+        with warnings.catch_warnings(), _twin(variant):  # torch's warnings are reported by the parity checks
             warnings.simplefilter("ignore")
             peaks[variant] = warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup),
                                             setup.cfg.forward_seed, max(1, int(setup.cfg.memory.warm_steps)))
