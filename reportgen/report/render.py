@@ -16,6 +16,7 @@ from markupsafe import Markup, escape
 
 from reportgen.paths import templates_dir
 from reportgen.checks import ROWS_TEMPLATE, section as registered_section
+from reportgen.claim.rows import claim_table
 from reportgen.memory.peak import CATEGORIES
 from reportgen.checks.plots import section_plots
 from reportgen.results import (INFO, PASS, SEVERITY, Role, atomic_write, check_summary,
@@ -176,7 +177,7 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
             "baseline": baseline_breaks(frame), "costs": guard_costs(headline_costs, frame),
             "why": lead_evidence(frame, required),
             "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame),
-            "rounded": passed_at_rounding_level(frame)}
+            "rounded": passed_at_rounding_level(frame), "clauses": claim_table(frame)}
 
 
 def cached_runs(frame: pd.DataFrame) -> list[dict]:
