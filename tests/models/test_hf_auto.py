@@ -335,3 +335,19 @@ def test_observe_whole_modules_names_a_layer_whose_trailing_dropout_is_not_run_a
     loss = lambda out, y: (out - y).square().mean()  # noqa: E731
     assert "2.drop" not in observe_recompute(model, batch, loss, 0)  # the early stop: dropout never runs again
     assert observe_recompute(model, batch, loss, 0, whole_modules=True) == ["3.a", "2", "0"]
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_a_gpt_neox_layer_is_observed_as_the_layer_not_its_children(tmp_path):
+    """Before issue 28 item 5 the page listed 10 children (input_layernorm ... post_attention_dropout ... mlp)
+    of the two GPTNeoXLayer s: their trailing dropout is not run again by non-reentrant recompute."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "neox.json"
+    config.write_text(json.dumps({"model_type": "gpt_neox", "vocab_size": 96, "hidden_size": 32,
+                                  "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                  "max_position_embeddings": 64, "rotary_pct": 0.25, "use_cache": False}))
+    setup = prepare(compose_config(*SMALL, "+model=hf_causal_lm", f"model.config={config}", "parity.batch_size=2"))
+    assert setup.architecture.endswith(".GPTNeoXForCausalLM")
+    assert [(w.path, w.cls) for w in setup.wrapped] == [("gpt_neox.layers.1", "GPTNeoXLayer"),
+                                                         ("gpt_neox.layers.0", "GPTNeoXLayer")]
