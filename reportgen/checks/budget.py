@@ -134,6 +134,15 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
     return result, []
 
 
+def nonfinite_metric_row(seed: int, metric: str, value: float) -> Row:
+    """An ERROR of the baseline (``twin`` = plain): the plain twin's held-out metric is NaN or infinite, so
+    the seed's metric cannot be compared and the check cannot be judged."""
+    return Row(check=TASK_METRICS, item=f"seed {seed}", variant="plain", metric=f"abs_diff_{metric}", status=ERROR,
+               role=Role.METRIC_DIFF, detail=f"the plain twin's held-out {metric} is {value}: the baseline itself "
+               "computes non-finite values, so this check cannot be judged; fix the model, data or loss first",
+               extra={"seed": seed, "plain_value": value, TWIN: "plain"})
+
+
 def task_metrics(setup) -> list[Row]:
     """Train plain and recompute twins to equal accepted-example budgets; compare the task metric.
 
@@ -171,6 +180,9 @@ def task_metrics(setup) -> list[Row]:
                 rows += run_rows(TASK_METRICS, variant, f"seed {seed}", seed, result, metric)
                 finals[variant].append(result.metrics[metric])
         if len(results) < 2:
+            continue
+        if not math.isfinite(results["plain"].metrics[metric]):  # no baseline to compare the metric with
+            rows.append(nonfinite_metric_row(seed, metric, results["plain"].metrics[metric]))
             continue
         seed_rows, diff = compare_seed(setup, seed, bs, results)
         rows += seed_rows

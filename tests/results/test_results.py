@@ -100,3 +100,12 @@ def test_a_recompute_twin_raising_where_plain_does_not_still_fails_the_claim():
                            threshold="0", comparator="<=", threshold_value=0.0))
     assert check_summary(g, req).set_index("check").status["task metrics"] == "FAIL"
     assert claim_verdict(g, req[:2]) == "FAIL"
+
+
+def test_a_plain_metric_that_is_not_finite_is_an_error_of_the_baseline():
+    from reportgen.checks.budget import nonfinite_metric_row
+
+    row = nonfinite_metric_row(3, "accuracy", float("nan"))
+    assert row.status == "ERROR" and row.extra["twin"] == "plain" and "non-finite" in row.detail
+    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"), row])
+    assert claim_verdict(f, ["gradient parity", "task metrics"]) == "INCONCLUSIVE"
