@@ -43,7 +43,7 @@ from reportgen.checks.memory_estimate import (PEAK_ESTIMATE_TOLERANCE, estimate_
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
-from reportgen.results import BASELINE, ERROR, INFO, TWIN, WARN, Role, Row
+from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
 from reportgen.results.rows import exception_message
 from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
@@ -86,7 +86,7 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
         twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
         said = f"the {twin} twin raised " if twin else ""
         rows.append(Row(check=MEMORY, item=item, variant=twin or "recompute", metric="exception",
-                        status=ERROR if twin == BASELINE else status, seconds=time.perf_counter() - start,
+                        status=status, seconds=time.perf_counter() - start,
                         role=Role.EXCEPTION, detail=f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}",
                         extra={TWIN: twin} if twin else {}))
         return None
@@ -95,7 +95,9 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
 @contextlib.contextmanager
 def _twin(variant: str):
     """Mark an exception raised inside with the twin that raised it (``reportgen_twin``), for the row's
-    ``twin`` column: the plain twin raising is an ERROR of the baseline (:data:`reportgen.results.BASELINE`)."""
+    ``twin`` column: an ERROR row of the plain twin (:data:`reportgen.results.BASELINE`) leaves the check
+    without a baseline; a WARN row (an advisory figure, e.g. the step peak under ``memory.peak_on_miss``)
+    stays a WARN."""
     try:
         yield
     except Exception as exc:
