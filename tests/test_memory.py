@@ -20,7 +20,7 @@ from torch import nn
 from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, saved_rows, measure_saved, saving_share
 from reportgen.results import Role, judge
 from reportgen.config import MEMORY
-from reportgen.measure import REST, saved_activation_bytes
+from reportgen.memory.saved import REST, saved_activation_bytes
 from reportgen.results import FAIL, INFO, PASS, WARN
 from reportgen.run import prepare
 
@@ -162,7 +162,7 @@ def test_saved_bytes_on_cuda_equal_the_cpu_count():
 
 
 def _render_section(rows):
-    from reportgen.render import environment, view_model
+    from reportgen.report.render import environment, view_model
     from reportgen.results import to_frame
 
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
@@ -176,8 +176,8 @@ def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
     rows = saved_rows(setup, *measure_saved(setup))
     for variant, allocated, reserved in (("plain", 5 * 2**20, 8 * 2**20), ("recompute", 3 * 2**20, 8 * 2**20)):
         extra = {"baseline_allocated_bytes": 2**20, "reserved_gap_bytes": reserved - allocated, "warm_steps": 3}
-        rows += [Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", allocated, extra=extra, role=Role.CUDA_PEAK),
-                 Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", reserved, extra=extra, role=Role.CUDA_PEAK)]
+        rows += [Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_allocated_bytes", value=allocated, extra=extra, role=Role.CUDA_PEAK),
+                 Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=reserved, extra=extra, role=Role.CUDA_PEAK)]
     html = _render_section(rows)
     assert "Peak allocated" in html and "5.00 MiB" in html and "caching allocator" in html
     assert "3.00 MiB" in html and "not measured" not in html

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from conftest import REQUIRED, job_cost_rows, make_key, signed_run, tiny_frame, tiny_meta, write_job
-from reportgen import compare, sweep
+from reportgen.compare import command as compare
+from reportgen import sweep
 from reportgen import verify as verifier
-from reportgen.keys import load_public_key
-from reportgen.render import render_report
+from reportgen.trust.keys import load_public_key
+from reportgen.report.render import render_report
 from reportgen.config import TIME
 from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, frame_from_json, to_frame
 from reportgen.run import write_results
-from reportgen.signing import load_signing_key, sign_run, signature_label
+from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
 
 def failed(checks) -> list[str]:
@@ -216,7 +217,7 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
 def noisy_timing(ratio: float, ci: tuple[float, float]) -> list:
     """A job whose overhead CI missed its width target (timing too noisy to trust)."""
     return [*job_cost_rows(ratio=ratio, ci=ci),
-            Row(TIME, "overhead confidence", "recompute", "ci_half_width_pp", 12.0, "<= 5 pp", "<=",
+            Row(check=TIME, item="overhead confidence", variant="recompute", metric="ci_half_width_pp", value=12.0, threshold="<= 5 pp", comparator="<=",
                 role=Role.OVERHEAD_CI, unit="pp", threshold_value=5.0, on_miss="WARN")]
 
 
@@ -253,7 +254,7 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
     (private, public), _ = keys
     rows = [*tiny_frame().to_dict("records")]
     frame = to_frame([Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in rows] +
-                     [Row("gradient parity", "plain vs plain (A/A)", "aa", "max_abs_err", status=INCONCLUSIVE,
+                     [Row(check="gradient parity", item="plain vs plain (A/A)", variant="aa", metric="max_abs_err", status=INCONCLUSIVE,
                           role=Role.LOSS, detail="the plain twin does not reproduce itself")])
     run = signed_run(tmp_path / "run", private, frame=frame)
     assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE
@@ -265,7 +266,7 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
 
 
 def test_an_empty_claim_is_refused_before_anything_runs(compose_cfg):
-    from reportgen.validation import config_problems
+    from reportgen.commands.validation import config_problems
 
     problem = config_problems(compose_cfg("+model=ffn", "verdict.required=[]"))
     assert "names no parity check" in problem and "an empty claim" in problem
@@ -307,7 +308,7 @@ def test_a_read_only_output_folder_is_named_not_called_another_run(tmp_path, mon
     import errno
     import os
 
-    from reportgen.rundir import FolderLock, StartRefused
+    from reportgen.commands.rundir import FolderLock, StartRefused
 
     real = os.open
 

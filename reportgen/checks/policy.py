@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..config import SELECTIVE_POLICY, RecomputeMode
-from ..recompute import resolve_ops
-from ..rng import seeded
-from ..results import WARN, Role, Row
-from ..setup import Setup
-from ..structure import call_model, clone_inputs
-from .base import Check, Section
+from reportgen.config import SELECTIVE_POLICY, RecomputeMode
+from reportgen.twins.recompute import resolve_ops
+from reportgen.rng import seeded
+from reportgen.results import WARN, Role, Row
+from reportgen.twins.setup import Setup
+from reportgen.structure import call_model, clone_inputs
+from reportgen.checks.base import Check, Section
 
 
 
@@ -66,7 +65,7 @@ def selective_policy(setup: Setup) -> list[Row]:
     matched = [f"{name} ×{n}" for name, n in calls.items() if n > 0]
     rows = []
     for name, n in calls.items():
-        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(n), "> 0", ">",
+        rows.append(Row(check=SELECTIVE_POLICY, item=name, variant="recompute", metric="matched_calls", value=float(n), threshold="> 0", comparator=">",
                         detail=_policy_detail(name, n, matched, listing), role=Role.SAVE_OP, unit="calls",
                         threshold_value=0.0, on_miss=WARN))
     return rows

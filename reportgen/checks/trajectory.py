@@ -20,19 +20,19 @@ import math
 import torch
 from hydra.utils import instantiate
 
-from ..config import TRAJECTORY
-from ..plots import trajectory_plots
-from ..progress import progress
-from ..results import INCONCLUSIVE, INFO, Role, Row
-from ..rng import fingerprint, seeded
-from ..rounding import GradientNudge, grads_at_rounding_level
-from ..rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
-from ..setup import Setup
-from ..snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
-from ..structure import call_model
-from ..tasks import batch_to
-from ..train import step_seed
-from .base import Check, Section
+from reportgen.config import TRAJECTORY
+from reportgen.checks.plots import trajectory_plots
+from reportgen.progress import progress
+from reportgen.results import INCONCLUSIVE, INFO, Role, Row
+from reportgen.rng import fingerprint, seeded
+from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
+from reportgen.results.rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
+from reportgen.twins.setup import Setup
+from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.structure import call_model
+from reportgen.tasks import batch_to
+from reportgen.training.train import step_seed
+from reportgen.checks.base import Check, Section
 
 
 def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None) -> list[Snapshot]:
@@ -70,7 +70,7 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
     """Two rows for one step, each valued by the largest share of its tolerance any item uses
-    (:func:`reportgen.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs plain (judged ``allclose`` on the worst excess over
+    (:func:`reportgen.results.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs plain (judged ``allclose`` on the worst excess over
     every compared item, passed too when every item outside tolerance is within its rounding
     envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same
     way on tolerance alone, INCONCLUSIVE when missed)."""
@@ -90,7 +90,7 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
             detail += (f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
                        f"largest {extra['rounding_envelope']:.3g})" if not far else
                        f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}")
-        out.append(Row(TRAJECTORY, f"step {step}", variant, "tolerance_used", largest, "allclose per item", "allclose",
+        out.append(Row(check=TRAJECTORY, item=f"step {step}", variant=variant, metric="tolerance_used", value=largest, threshold="allclose per item", comparator="allclose",
                        detail=detail, role=Role.TRAJECTORY, on_miss=on_miss, extra=extra))
     return out
 
@@ -138,7 +138,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
               + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
               + ("; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
                  if first > 1 else ""))
-    out.append(Row(TRAJECTORY, "first diverging step", "recompute", "first_diverging_step", float(first),
+    out.append(Row(check=TRAJECTORY, item="first diverging step", variant="recompute", metric="first_diverging_step", value=float(first),
                    status=INFO, detail=detail, role=Role.FIRST_DIVERGENCE, unit="step",
                    extra={"steps": steps, "first_items": ", ".join(first_items[:8])}))
     return out

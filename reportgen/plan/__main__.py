@@ -1,6 +1,6 @@
 """``python -m reportgen.plan``: see :mod:`reportgen.plan.cli`."""
 import sys
 
-from .cli import main
+from reportgen.plan.cli import main
 
 sys.exit(main())

@@ -17,8 +17,10 @@ from typing import Any, Sequence
 
 import torch
 
+from reportgen.errors import UsageError
 
-class PlanError(ValueError):
+
+class PlanError(UsageError, ValueError):
     """Bad command-line input or a config that cannot be planned (exit 2, one line, the fix)."""
 
 
@@ -179,7 +181,7 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
         PlanError: a missing CONFIG, an unknown word, or a bad value (the message names the fix).
     """
     config, words, out_flag = read_words(argv)
-    from .policies import names as policy_names
+    from reportgen.plan.policies import names as policy_names
 
     dtype = _dtype("dtype", words["dtype"])
     strategy = _choice("strategy", words["strategy"], STRATEGIES)

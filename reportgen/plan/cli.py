@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
-from ..peak import format_bytes
-from .args import PlanArgs, PlanError, load_config, parse_args
-from .model import layer_count
-from .policies import POLICIES, Policy, by_name, recompute_file
-from .rank import RankPlan, compose
-from .trace import PHASES, scaled_figures
+from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
+from reportgen.memory.peak import format_bytes
+from reportgen.plan.args import PlanArgs, PlanError, load_config, parse_args
+from reportgen.plan.model import layer_count
+from reportgen.plan.policies import POLICIES, Policy, by_name, recompute_file
+from reportgen.plan.rank import RankPlan, compose
+from reportgen.plan.trace import PHASES, scaled_figures
 
 #: Columns of plan.csv: one row per policy, phase and component (bytes in B).
 CSV_COLUMNS = ("policy", "phase", "component", "bytes", "gib")

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..estimate import default_dtype
-from .args import PlanError
+from reportgen.memory.estimate import default_dtype
+from reportgen.plan.args import PlanError
 
 #: Config keys that place layers of another kind by index in ways :func:`shallow_config` cannot
 #: renumber; a config with one of them set is traced at full depth (slower, still exact).

@@ -87,7 +87,7 @@ def switch_on(model: nn.Module, policy: Policy, flags: list[bool], layer_paths: 
         flags: per decoder layer, bottom first.
         layer_paths: the decoder layers' paths (:func:`reportgen.plan.model.decoder_layers`).
     """
-    from ..hf import enable
+    from reportgen.models.hf import enable
 
     if policy.every == 0 or not any(flags):
         return

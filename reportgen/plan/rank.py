@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .args import PlanArgs
-from .trace import PHASES, Figures
+from reportgen.plan.args import PlanArgs
+from reportgen.plan.trace import PHASES, Figures
 
 #: The caching allocator's rounding for large blocks (CUDACachingAllocator.cpp ``kRoundLarge``), B.
 ROUND_BYTES = 2 * 2**20

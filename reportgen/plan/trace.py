@@ -4,13 +4,17 @@ A decoder's layers are a few kinds (:func:`reportgen.plan.model.layer_kinds`), a
 recompute policy each layer is plain or recomputed: a *variant* is (kind, recomputed). Every
 quantity counted here (the peak of live bytes within each phase, activations alive when backward
 starts, FLOPs) is affine in the number of layers of each variant, as long as the top layers stay the
-same: the peak of a phase is reached at the same place of the top layers, and each layer below
-adds its own saved bytes. So :func:`scaled_figures` traces
+same: the peak of a phase is reached at the same place (at the top, where every layer below keeps
+its activations, or at the bottom, where every layer above has its gradients), and each period of
+the layers' pattern in between adds its own bytes. So :func:`scaled_figures` traces
 
-* the *base*: the shortest top slice of the model holding every variant, and
-* per variant, the base with one more layer of that variant prepended,
+* the *base*: the bottom layer, what is left of the middle after whole periods of the pattern
+  (the variants repeat with a period: 1 for a dense model and full recompute, 2 for alternating
+  sliding/full attention or every second layer recomputed), and the shortest top slice holding
+  every variant;
+* *grown*: the base with one more period in the middle,
 
-and adds ``(count in the model - count in the base) x (variant trace - base)`` to the base. The
+and adds ``m x (grown - base)``, ``m`` the periods left out of the base. The
 embedding, head and loss are counted once, in every trace. tests/test_plan.py checks the scaled
 figures equal a full trace at small depth (dense, sliding-window pattern, MoE).
 
@@ -20,8 +24,9 @@ The step is :func:`reportgen.measure.make_train_step` under :class:`PhaseTracker
 from __future__ import annotations
 
 import gc
+import logging
 import sys
-from collections import Counter
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +35,12 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from ..measure import make_train_step
-from ..peak import OUTSIDE, StepTracker
-from .args import PlanArgs, PlanError
-from .model import (build_causal_lm, causal_lm_loss, decoder_layers, fake_batch, layer_count, layer_kinds,
+from reportgen.memory.saved import make_train_step
+from reportgen.memory.peak import OUTSIDE, StepTracker
+from reportgen.plan.args import PlanArgs, PlanError
+from reportgen.plan.model import (build_causal_lm, causal_lm_loss, decoder_layers, fake_batch, layer_count, layer_kinds,
                     mask_constants, renumbers, shallow_config)
-from .policies import Policy, switch_on
+from reportgen.plan.policies import Policy, switch_on
 
 #: Phases of the step, in order: ``loss`` is the head's and the loss's forward and backward (the logits
 #: and their float32 upcast), ``backward`` the layers' backward outside recompute.
@@ -154,6 +159,8 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     small = shallow_config(config, indices)
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level, quiet.level = quiet.level, logging.CRITICAL  # a kernel's refusal is one line here, not its traceback
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, mask_constants(sys.maxsize):
             model = build_causal_lm(small, args.dtype, args.attn)
@@ -180,6 +187,8 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
         raise
     except Exception as exc:  # noqa: BLE001 - a kernel's refusal becomes one line naming the fix
         raise PlanError(refusal(exc, args)) from exc
+    finally:
+        quiet.setLevel(level)
     figures = tracker.figures
     shapes = [p.shape for p in model.parameters()]
     figures.params, figures.param_tensors = float(sum(s.numel() for s in shapes)), float(len(shapes))
@@ -194,7 +203,8 @@ def refusal(exc: BaseException, args: PlanArgs) -> str:
     """One line for a trace that raised: the cause and the fix."""
     text = " ".join(str(exc).split())
     reason = f"{type(exc).__name__}: {text[:160]}"
-    if "grouped_mm" in text or "_grouped_mm" in text:
+    frames = [f.f_code.co_name for f, _ in traceback.walk_tb(exc.__traceback__)]
+    if "grouped_mm" in text or any("grouped_mm" in name for name in frames):
         return (f"the mixture-of-experts kernel (torch._grouped_mm) has no {args.dtype_name} implementation to count "
                 f"with ({reason}); give dtype=bf16")
     if any(w in text.lower() for w in ("sdpa", "scaled_dot_product", "attn_implementation", "attention")):
@@ -216,22 +226,36 @@ def variants(config: Any, policy: Policy) -> list[tuple]:
     return list(zip(layer_kinds(config), flags))
 
 
+def period(kinds: list) -> int:
+    """The shortest ``p`` with ``kinds[i] == kinds[i + p]`` throughout (``len(kinds)`` when none is shorter)."""
+    return next((p for p in range(1, len(kinds)) if all(kinds[i] == kinds[i + p] for i in range(len(kinds) - p))),
+                max(len(kinds), 1))
+
+
+def depth_plan(per_layer: list) -> tuple[list[int], list[int], int]:
+    """``(base, grown, m)``: the layers of the base trace and of the grown one, and how many times
+    ``grown - base`` is added. The base is the bottom layer, whatever of the middle is left after whole
+    periods, and the shortest top slice holding every variant; grown has one more period in the middle."""
+    n = len(per_layer)
+    last = {v: i for i, v in enumerate(per_layer)}
+    top = list(range(max(min(last.values()), 1), n))
+    middle = list(range(1, top[0])) if top else []
+    p = period([per_layer[i] for i in middle])
+    m = len(middle) // p if middle else 0
+    base = [0, *middle[m * p:], *top]
+    grown = [0, *middle[(m - 1) * p:], *top] if m else base
+    return base, grown, m
+
+
 def scaled_figures(config: Any, policy: Policy, args: PlanArgs, batch: int) -> tuple[Figures, int]:
-    """The full model's :class:`Figures` under ``policy`` at ``batch``, from small-depth traces.
+    """The full model's :class:`Figures` under ``policy`` at ``batch``, from two small-depth traces
+    (:func:`depth_plan`): ``base + m x (grown - base)``.
 
     Returns:
         ``(figures, traces)``: the scaled figures and how many steps were traced.
     """
-    per_layer = variants(config, policy)
-    n = len(per_layer)
-    last = {v: i for i, v in enumerate(per_layer)}
-    base = list(range(min(last.values()), n)) if n else []
+    base, grown, m = depth_plan(variants(config, policy))
     traced = trace_step(config, base, policy, args, batch)
-    figures, traces = traced, 1
-    in_base, total = Counter(per_layer[i] for i in base), Counter(per_layer)
-    for v, count in total.items():
-        extra = count - in_base[v]
-        if extra:
-            grown = trace_step(config, [per_layer.index(v), *base], policy, args, batch)
-            figures, traces = figures.plus(grown.minus(traced), extra), traces + 1
-    return figures, traces
+    if not m:
+        return traced, 1
+    return traced.plus(trace_step(config, grown, policy, args, batch).minus(traced), m), 2
