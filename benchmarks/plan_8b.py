@@ -15,40 +15,83 @@ Usage (from the repository root)::
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_8b.py            # 8b and 70b
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_8b.py 8b-all
 """
+
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "conf" / "plan"
 #: name: (words, target seconds, target RSS GiB)
 CASES = {
-    "8b": ([str(PLAN / "llama3_8b"), "seq=8192", "batch=2", "dtype=bf16", "world_size=8", "strategy=fsdp",
-            "recompute=selective_op", "memory_gib=96"], 5.0, 2.0),
-    "70b": ([str(PLAN / "llama3_70b"), "seq=32768", "batch=1", "dtype=bf16", "world_size=64", "strategy=fsdp",
-             "recompute=full"], 10.0, 2.0),
-    "8b-all": ([str(PLAN / "llama3_8b"), "seq=8192", "batch=2", "dtype=bf16", "world_size=8", "strategy=fsdp",
-                "memory_gib=80"], None, 2.0),
+    "8b": (
+        [
+            str(PLAN / "llama3_8b"),
+            "seq=8192",
+            "batch=2",
+            "dtype=bf16",
+            "world_size=8",
+            "strategy=fsdp",
+            "recompute=selective_op",
+            "memory_gib=96",
+        ],
+        5.0,
+        2.0,
+    ),
+    "70b": (
+        [
+            str(PLAN / "llama3_70b"),
+            "seq=32768",
+            "batch=1",
+            "dtype=bf16",
+            "world_size=64",
+            "strategy=fsdp",
+            "recompute=full",
+        ],
+        10.0,
+        2.0,
+    ),
+    "8b-all": (
+        [
+            str(PLAN / "llama3_8b"),
+            "seq=8192",
+            "batch=2",
+            "dtype=bf16",
+            "world_size=8",
+            "strategy=fsdp",
+            "memory_gib=80",
+        ],
+        None,
+        2.0,
+    ),
 }
 
 
 def run_case(name: str) -> bool:
     """Run one case in a child process; print its table, wall time, CPU time and peak RSS. True when within target."""
     words, seconds_target, rss_target = CASES[name]
-    script = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-              "done = subprocess.run(sys.argv[1:]); "
-              "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-              "print(f'@@ {time.perf_counter() - t:.2f} {u.ru_maxrss / 2**20:.3f} {u.ru_utime + u.ru_stime:.2f} "
-              "{done.returncode}')")
+    script = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "done = subprocess.run(sys.argv[1:]); "
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(f'@@ {time.perf_counter() - t:.2f} {u.ru_maxrss / 2**20:.3f} {u.ru_utime + u.ru_stime:.2f} "
+        "{done.returncode}')"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-c", script, sys.executable, "-m", "reportgen.plan", *words,
-                   f"out={Path(tmp) / 'plan'}"]
+        command = [
+            sys.executable,
+            "-c",
+            script,
+            sys.executable,
+            "-m",
+            "reportgen.plan",
+            *words,
+            f"out={Path(tmp) / 'plan'}",
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     lines = done.stdout.splitlines()
@@ -60,9 +103,11 @@ def run_case(name: str) -> bool:
     seconds, rss = float(seconds), float(rss)
     ok = (seconds_target is None or seconds <= seconds_target) and rss <= rss_target
     target = f"target <= {seconds_target:g} s" if seconds_target else "no time target"
-    print(f"[{name}] wall {seconds:.1f} s ({target}; CPU time {cpu} s), peak RSS {rss:.2f} GiB (target <= "
-          f"{rss_target:g} GiB), {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}: "
-          f"{'within target' if ok else 'TARGET MISSED'}\n")
+    print(
+        f"[{name}] wall {seconds:.1f} s ({target}; CPU time {cpu} s), peak RSS {rss:.2f} GiB (target <= "
+        f"{rss_target:g} GiB), {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}: "
+        f"{'within target' if ok else 'TARGET MISSED'}\n"
+    )
     return ok
 
 

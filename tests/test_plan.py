@@ -1,6 +1,7 @@
 """``python -m reportgen.plan``: small-depth traces scaled to the depth equal a full trace; the plan equals
 a real CPU run's tracker peak for every policy; the 8B FSDP plan is never under torchtitan's measured
 peak; bad input ends with one line, exit 2, nothing written."""
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,50 @@ pytestmark = pytest.mark.hf
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Llama at a small shape: 5 layers, hidden 64, vocab 256 (numbers only).
-LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 5,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128,
-         "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 172,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
 #: Sliding-window pattern: Qwen2 with alternating layer_types.
-SLIDING = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128,
-           "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0,
-           "layer_types": ["sliding_attention", "full_attention"] * 2}
+SLIDING = {
+    "model_type": "qwen2",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+    "use_sliding_window": True,
+    "sliding_window": 8,
+    "max_window_layers": 0,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+}
 #: Mixture of experts: Qwen3-MoE, dense MLP on layer 1 (mlp_only_layers), 4 experts, top 2.
-MOE = {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
-       "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
-       "max_position_embeddings": 128, "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1],
-       "decoder_sparse_step": 1, "head_dim": 16}
+MOE = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "mlp_only_layers": [1],
+    "decoder_sparse_step": 1,
+    "head_dim": 16,
+}
 SEQ, BATCH = 32, 2
 
 
@@ -45,8 +77,11 @@ def _config(tmp_path: Path, body: dict, name: str = "cfg") -> Path:
     return folder
 
 
-@pytest.mark.parametrize("body, dtype, policy", [(LLAMA, "fp32", "every_2"), (SLIDING, "fp32", "full"),
-                                                  (MOE, "bf16", "none")], ids=["dense", "sliding", "moe"])
+@pytest.mark.parametrize(
+    "body, dtype, policy",
+    [(LLAMA, "fp32", "every_2"), (SLIDING, "fp32", "full"), (MOE, "bf16", "none")],
+    ids=["dense", "sliding", "moe"],
+)
 def test_one_layer_per_kind_scaled_equals_the_full_trace(tmp_path, body, dtype, policy):
     args = parse_args([str(_config(tmp_path, body)), f"seq={SEQ}", f"batch={BATCH}", f"dtype={dtype}"])
     config = load_config(args.config)
@@ -87,19 +122,32 @@ def test_composed_plan_is_never_under_the_traced_step(llama):
 def test_llama3_8b_fsdp_selective_op_is_not_under_torchtitans_measured_peak(tmp_path, capsys):
     """torchtitan docs/performance.md (2024-12), Table 1: 8 H100, FSDP, local batch 2, seq 8192,
     selective op AC, bf16 mixed precision, AdamW: 82.4 GiB peak reserved."""
-    argv = [str(ROOT / "conf/plan/llama3_8b"), "seq=8192", "batch=2", "dtype=bf16", "world_size=8", "strategy=fsdp",
-            "recompute=selective_op", "memory_gib=96", f"out={tmp_path / 'p'}"]
+    argv = [
+        str(ROOT / "conf/plan/llama3_8b"),
+        "seq=8192",
+        "batch=2",
+        "dtype=bf16",
+        "world_size=8",
+        "strategy=fsdp",
+        "recompute=selective_op",
+        "memory_gib=96",
+        f"out={tmp_path / 'p'}",
+    ]
     args = parse_args(argv)
     config, plans, _ = cli.plan_policies(args)
     upper = next(p for p in plans if p.policy == "selective_op").reserved_upper / 2**30
     assert 82.4 <= upper <= 82.4 * 1.15
 
 
-@pytest.mark.parametrize("body, says", [
-    ({"model_type": "llama", "auto_map": {"AutoConfig": "x.Y"}}, "remote code"),
-    ({"model_type": "llama", "num_hidden_layers": 100000}, "num_hidden_layers"),
-    ({"model_type": "no-such-model", "hidden_size": 8}, "model_type"),
-    ("{not json", "JSON")])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ({"model_type": "llama", "auto_map": {"AutoConfig": "x.Y"}}, "remote code"),
+        ({"model_type": "llama", "num_hidden_layers": 100000}, "num_hidden_layers"),
+        ({"model_type": "no-such-model", "hidden_size": 8}, "model_type"),
+        ("{not json", "JSON"),
+    ],
+)
 def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, body, says):
     pytest.importorskip("transformers")
     target = tmp_path / "config.json"
@@ -120,12 +168,21 @@ def test_moe_in_fp32_is_one_line_naming_bf16(tmp_path, capsys):
     assert code == 2 and len(err) == 1 and "dtype=bf16" in err[0] and not out.exists()
 
 
-@pytest.mark.parametrize("words, says", [([], "seq="), (["seq=0"], "seq="), (["seq=8", "dtype=int8"], "dtype="),
-                                         (["seq=8", "memory_gib=-1"], "memory_gib="), (["seq=8", "nope=1"], "nope"),
-                                         (["seq=8", "optim=lion"], "optim="), (["seq=8", "--bogus"], "--bogus"),
-                                         (["seq=8", "world_size=8"], "strategy="),
-                                         (["seq=8", "world_size=8", "strategy=hsdp", "replicate=3"], "replicate="),
-                                         (["seq=8", "recompute=some"], "recompute=")])
+@pytest.mark.parametrize(
+    "words, says",
+    [
+        ([], "seq="),
+        (["seq=0"], "seq="),
+        (["seq=8", "dtype=int8"], "dtype="),
+        (["seq=8", "memory_gib=-1"], "memory_gib="),
+        (["seq=8", "nope=1"], "nope"),
+        (["seq=8", "optim=lion"], "optim="),
+        (["seq=8", "--bogus"], "--bogus"),
+        (["seq=8", "world_size=8"], "strategy="),
+        (["seq=8", "world_size=8", "strategy=hsdp", "replicate=3"], "replicate="),
+        (["seq=8", "recompute=some"], "recompute="),
+    ],
+)
 def test_bad_words_exit_2(llama, tmp_path, capsys, words, says):
     out = tmp_path / "out"
     assert cli.main([str(llama), *words, f"out={out}"]) == 2

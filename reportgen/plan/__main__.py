@@ -1,4 +1,5 @@
 """``python -m reportgen.plan``: see :mod:`reportgen.plan.cli`."""
+
 import sys
 
 from reportgen.plan.cli import main

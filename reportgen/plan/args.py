@@ -1,19 +1,22 @@
-"""The command line of ``python -m reportgen.plan`` and the config it reads, checked: one line naming the fix on bad input.
+"""The command line of ``python -m reportgen.plan`` and the config it reads, checked: one line naming
+the fix on bad input.
 
 Every refusal is a :class:`PlanError` (exit 2, nothing written): unknown words, bad values, a
 config transformers cannot read, a config that needs remote code (``auto_map``: the plan never
 runs code from a model repository), more decoder layers than any published model
 (:data:`MAX_LAYERS`).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -25,8 +28,14 @@ class PlanError(UsageError, ValueError):
 
 
 #: ``dtype=`` words and the dtype they mean.
-DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-          "fp32": torch.float32, "float32": torch.float32}
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
 
 #: Sharding strategies: ``none`` (one process holds everything), ``ddp`` (replicated state, gradient
 #: buckets), ``fsdp`` (FSDP2 ``fully_shard`` over all ranks), ``hsdp`` (``replicate`` groups, each
@@ -43,13 +52,28 @@ OPTIMS = ("fused", "foreach", "sgd", "adafactor")
 MAX_LAYERS = 1024
 
 #: ``key=value`` words the command takes, with their defaults (None = required; "" = not given).
-WORDS = {"seq": None, "batch": "1", "dtype": "bf16", "memory_gib": "", "attn": "sdpa", "optim": "fused",
-         "world_size": "1", "strategy": "none", "replicate": "1", "master_dtype": "", "reduce_dtype": "",
-         "optim_dtype": "", "grad_accum": "1", "recompute": "", "safety_margin": "0.05",
-         "fragmentation": "0.10", "out": "", "pdf": "true"}
+WORDS = {
+    "seq": None,
+    "batch": "1",
+    "dtype": "bf16",
+    "memory_gib": "",
+    "attn": "sdpa",
+    "optim": "fused",
+    "world_size": "1",
+    "strategy": "none",
+    "replicate": "1",
+    "master_dtype": "",
+    "reduce_dtype": "",
+    "optim_dtype": "",
+    "grad_accum": "1",
+    "recompute": "",
+    "safety_margin": "0.05",
+    "fragmentation": "0.10",
+    "out": "",
+    "pdf": "true",
+}
 
-USAGE = ("usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp "
-         "memory_gib=80")
+USAGE = "usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80"
 
 
 @dataclass(kw_only=True)
@@ -148,8 +172,11 @@ def read_words(argv: Sequence[str]) -> tuple[str, dict[str, str], str | None]:
     Raises:
         PlanError: no CONFIG, an unknown option or word.
     """
-    parser = _Parser(prog="python -m reportgen.plan", add_help=True,
-                     description="Will a Hugging Face causal LM's training step fit per rank? Offline, on fake tensors.")
+    parser = _Parser(
+        prog="python -m reportgen.plan",
+        add_help=True,
+        description="Will a Hugging Face causal LM's training step fit per rank? Offline, on fake tensors.",
+    )
     parser.add_argument("config", nargs="?", help="a local config.json, or a folder holding one")
     parser.add_argument("words", nargs="*", help=f"key=value: {', '.join(WORDS)}")
     parser.add_argument("--out", dest="out_flag", default=None, help="output folder (must not exist yet)")
@@ -189,11 +216,16 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
     if strategy == "none" and world > 1:
         raise PlanError(f"world_size={world} needs a strategy: strategy=fsdp, hsdp or ddp")
     if strategy == "hsdp" and (world % replicate or replicate == world):
-        raise PlanError(f"strategy=hsdp needs replicate= dividing world_size={world} into groups of 2 or more ranks, "
-                        f"e.g. replicate={max(1, world // 8)}")
+        raise PlanError(
+            f"strategy=hsdp needs replicate= dividing world_size={world} into groups of 2 or more ranks, "
+            f"e.g. replicate={max(1, world // 8)}"
+        )
     sharded_mp = strategy in ("fsdp", "hsdp") and dtype.itemsize == 2
-    master = _dtype("master_dtype", words["master_dtype"]) if words["master_dtype"] else (
-        torch.float32 if sharded_mp else dtype)
+    master = (
+        _dtype("master_dtype", words["master_dtype"])
+        if words["master_dtype"]
+        else (torch.float32 if sharded_mp else dtype)
+    )
     reduce = _dtype("reduce_dtype", words["reduce_dtype"]) if words["reduce_dtype"] else master
     optim_dtype = _dtype("optim_dtype", words["optim_dtype"]) if words["optim_dtype"] else master
     memory = None
@@ -206,20 +238,35 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
             raise PlanError(f"memory_gib={words['memory_gib']!r} must be a positive number of GiB, e.g. memory_gib=80")
     recompute = words["recompute"] or None
     if recompute is not None and recompute not in policy_names():
-        raise PlanError(f"recompute={recompute!r} is not one of {', '.join(policy_names())} (or leave it out: "
-                        "every policy is planned)")
+        raise PlanError(
+            f"recompute={recompute!r} is not one of {', '.join(policy_names())} (or leave it out: "
+            "every policy is planned)"
+        )
     if words["pdf"].lower() not in ("true", "false"):
         raise PlanError(f"pdf={words['pdf']!r} must be true or false")
     out = out_flag or words["out"] or None
-    return PlanArgs(config=config_file(config), seq=_whole("seq", words["seq"], "8192"),
-                    batch=_whole("batch", words["batch"], "1"), dtype=dtype, dtype_name=words["dtype"],
-                    memory_gib=memory, attn=words["attn"], optim=_choice("optim", words["optim"], OPTIMS),
-                    world_size=world, strategy=strategy, replicate=replicate if strategy == "hsdp" else 1,
-                    master_dtype=master, reduce_dtype=reduce, optim_dtype=optim_dtype,
-                    grad_accum=_whole("grad_accum", words["grad_accum"], "1"), recompute=recompute,
-                    safety_margin=_share("safety_margin", words["safety_margin"]),
-                    fragmentation=_share("fragmentation", words["fragmentation"]),
-                    out=Path(out) if out else None, pdf=words["pdf"].lower() == "true")
+    return PlanArgs(
+        config=config_file(config),
+        seq=_whole("seq", words["seq"], "8192"),
+        batch=_whole("batch", words["batch"], "1"),
+        dtype=dtype,
+        dtype_name=words["dtype"],
+        memory_gib=memory,
+        attn=words["attn"],
+        optim=_choice("optim", words["optim"], OPTIMS),
+        world_size=world,
+        strategy=strategy,
+        replicate=replicate if strategy == "hsdp" else 1,
+        master_dtype=master,
+        reduce_dtype=reduce,
+        optim_dtype=optim_dtype,
+        grad_accum=_whole("grad_accum", words["grad_accum"], "1"),
+        recompute=recompute,
+        safety_margin=_share("safety_margin", words["safety_margin"]),
+        fragmentation=_share("fragmentation", words["fragmentation"]),
+        out=Path(out) if out else None,
+        pdf=words["pdf"].lower() == "true",
+    )
 
 
 def config_file(path: str | Path) -> Path:
@@ -232,8 +279,10 @@ def config_file(path: str | Path) -> Path:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise PlanError(f"no Hugging Face config at {str(path)!r}; give a local config.json or the folder that holds "
-                        "one (e.g. conf/plan/llama3_8b/config.json)")
+        raise PlanError(
+            f"no Hugging Face config at {str(path)!r}; give a local config.json or the folder that holds "
+            "one (e.g. conf/plan/llama3_8b/config.json)"
+        )
     return path
 
 
@@ -250,22 +299,28 @@ def load_config(path: Path) -> Any:
     try:
         from transformers import AutoConfig
     except ImportError as exc:
-        raise PlanError(f"the plan needs Hugging Face transformers ({exc}); install the hf extra: "
-                        'pip install -e ".[hf]"') from exc
+        raise PlanError(
+            f'the plan needs Hugging Face transformers ({exc}); install the hf extra: pip install -e ".[hf]"'
+        ) from exc
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise PlanError(f"{str(path)!r} is not a JSON model config ({type(exc).__name__}); give a Hugging Face "
-                        "config.json") from exc
+        raise PlanError(
+            f"{str(path)!r} is not a JSON model config ({type(exc).__name__}); give a Hugging Face config.json"
+        ) from exc
     if isinstance(raw, dict) and raw.get("auto_map"):
-        raise PlanError(f"{str(path)!r} needs the model repository's own code (auto_map); the plan never runs remote "
-                        "code: give a config whose model_type transformers ships (e.g. llama, qwen2, mistral)")
+        raise PlanError(
+            f"{str(path)!r} needs the model repository's own code (auto_map); the plan never runs remote "
+            "code: give a config whose model_type transformers ships (e.g. llama, qwen2, mistral)"
+        )
     try:
         config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - ValueError (unknown model_type), KeyError, OSError ...
         reason = " ".join(str(exc).split())[:200]
-        raise PlanError(f"transformers cannot read {str(path)!r} as a model config ({type(exc).__name__}: {reason}); "
-                        "give a Hugging Face config.json with a model_type transformers knows (e.g. \"llama\")") from exc
+        raise PlanError(
+            f"transformers cannot read {str(path)!r} as a model config ({type(exc).__name__}: {reason}); "
+            'give a Hugging Face config.json with a model_type transformers knows (e.g. "llama")'
+        ) from exc
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and not 1 <= layers <= MAX_LAYERS:
         raise PlanError(f"num_hidden_layers={layers} is outside 1..{MAX_LAYERS}; give the model's real layer count")

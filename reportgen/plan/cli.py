@@ -10,6 +10,7 @@ file, ``OUT/recompute/planned.yaml``, which the main command takes with
 ``--config-dir OUT ... recompute=planned`` (docs/plan.md). Also written: ``OUT/plan.csv``.
 Bad input: one line naming the fix, exit 2, nothing written.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -18,8 +19,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
 from reportgen.memory.peak import format_bytes
@@ -51,8 +53,10 @@ def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None
         figures, n = scaled_figures(config, policy, args, args.batch)
         plans.append(compose(figures, args, policy.name))
         traces += n
-        log(f"  {policy.name}: {format_bytes(plans[-1].reserved_upper)} reserved upper bound per rank "
-            f"({time.perf_counter() - start:.1f} s)")
+        log(
+            f"  {policy.name}: {format_bytes(plans[-1].reserved_upper)} reserved upper bound per rank "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
     return config, plans, traces
 
 
@@ -71,8 +75,10 @@ def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str
         dominated = any(q.flops <= p.flops and q.reserved_upper < p.reserved_upper for q in plans)
         fits = {True: "yes", False: "no", None: "-"}[p.fits(args)]
         mark = " <- chosen" if p is chosen else ("" if dominated else " (Pareto)")
-        lines.append(f"{p.policy:<14}{format_bytes(p.tensor_peak):>13}{format_bytes(p.reserved_upper):>13}  "
-                     f"{p.peak_phase:<16}{extra:>12}  {fits}{mark}")
+        lines.append(
+            f"{p.policy:<14}{format_bytes(p.tensor_peak):>13}{format_bytes(p.reserved_upper):>13}  "
+            f"{p.peak_phase:<16}{extra:>12}  {fits}{mark}"
+        )
     return "\n".join(lines)
 
 
@@ -82,8 +88,10 @@ def timeline(plan: RankPlan) -> str:
     for phase in PHASES:
         if phase in plan.timeline:
             parts = plan.timeline[phase]
-            lines.append(f"  {phase:<15}{format_bytes(sum(parts.values())):>12} = " +
-                         " + ".join(f"{k} {format_bytes(v)}" for k, v in parts.items()))
+            lines.append(
+                f"  {phase:<15}{format_bytes(sum(parts.values())):>12} = "
+                + " + ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
+            )
     return "\n".join(lines)
 
 
@@ -92,8 +100,11 @@ def csv_text(plans: list[RankPlan]) -> str:
     import pandas as pd
 
     rows = [(p.policy, ph, c, b) for p in plans for ph, parts in p.timeline.items() for c, b in parts.items()]
-    rows += [(p.policy, p.peak_phase, k, v) for p in plans for k, v in
-             (("tensor peak", p.tensor_peak), ("reserved upper bound", p.reserved_upper), ("flops", p.flops))]
+    rows += [
+        (p.policy, p.peak_phase, k, v)
+        for p in plans
+        for k, v in (("tensor peak", p.tensor_peak), ("reserved upper bound", p.reserved_upper), ("flops", p.flops))
+    ]
     frame = pd.DataFrame([(a, b, c, int(round(d)), round(d / 2**30, 4)) for a, b, c, d in rows], columns=CSV_COLUMNS)
     return frame.to_csv(index=False)
 
@@ -134,16 +145,19 @@ def write_files(folder: Path, files: dict[str, str]) -> None:
     except OSError as exc:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        raise PlanError(f"cannot write the plan to {str(folder)!r} ({exc.strerror or exc}); give a writable out=") from exc
+        raise PlanError(
+            f"cannot write the plan to {str(folder)!r} ({exc.strerror or exc}); give a writable out="
+        ) from exc
 
 
 def planned_file(policy: Policy, plan: RankPlan, args: PlanArgs, config: Any, folder: Path) -> str:
     """The recompute config file's text for the chosen policy."""
-    header = [f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} "
-              "recompute=planned",
-              f"planned by python -m reportgen.plan: {policy.name} ({policy.label}); per-rank tensor peak "
-              f"{format_bytes(plan.tensor_peak)}, reserved <= {format_bytes(plan.reserved_upper)} at seq={args.seq} "
-              f"batch={args.batch} world_size={args.world_size} strategy={args.strategy}"]
+    header = [
+        f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} recompute=planned",
+        f"planned by python -m reportgen.plan: {policy.name} ({policy.label}); per-rank tensor peak "
+        f"{format_bytes(plan.tensor_peak)}, reserved <= {format_bytes(plan.reserved_upper)} at seq={args.seq} "
+        f"batch={args.batch} world_size={args.world_size} strategy={args.strategy}",
+    ]
     return recompute_file(policy, layer_count(config), "model.layers", header)
 
 
@@ -169,13 +183,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SIGINT
     except Exception as exc:  # noqa: BLE001 - reportgen's own bug: one line, not a traceback
         reason = " ".join(str(exc).split())[:300]
-        print(f"reportgen.plan: internal error ({type(exc).__name__}: {reason}); nothing written; please report it "
-              "with the command line", file=sys.stderr)
+        print(
+            f"reportgen.plan: internal error ({type(exc).__name__}: {reason}); nothing written; please report it "
+            "with the command line",
+            file=sys.stderr,
+        )
         return EXIT_BUG
     budget = f", budget {args.memory_gib:g} GiB - {args.safety_margin:.0%} margin" if args.memory_gib else ""
-    print(f"{args.config}: seq={args.seq} batch={args.batch} dtype={args.dtype_name} "
-          f"world_size={args.world_size} strategy={args.strategy} optim={args.optim}{budget} "
-          f"({traces} traced steps, {time.perf_counter() - start:.1f} s)")
+    print(
+        f"{args.config}: seq={args.seq} batch={args.batch} dtype={args.dtype_name} "
+        f"world_size={args.world_size} strategy={args.strategy} optim={args.optim}{budget} "
+        f"({traces} traced steps, {time.perf_counter() - start:.1f} s)"
+    )
     print(table(plans, args, chosen))
     print(timeline(chosen or plans[-1]))
     if args.memory_gib and chosen is None:

@@ -5,6 +5,7 @@ config's per-layer lists, e.g. ``layer_types`` sliding/full attention, and ``mlp
 dense/MoE), and :func:`shallow_config` gives the same config with only chosen layers, so one
 traced layer of each kind stands for all of them (:mod:`reportgen.plan.trace`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -76,13 +77,15 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str) -> nn.Module:
 
     try:
         with torch.device("cpu"), default_dtype(dtype):
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype,
-                                                     trust_remote_code=False)
+            model = AutoModelForCausalLM.from_config(
+                config, attn_implementation=attn, dtype=dtype, trust_remote_code=False
+            )
     except (ValueError, ImportError, KeyError) as exc:
         reason = " ".join(str(exc).split())[:200]
         hint = "give attn=eager" if attn != "eager" else "give a decoder-only config (e.g. model_type llama, qwen2)"
-        raise PlanError(f"transformers cannot build a causal LM from this config with attn={attn} ({reason}); "
-                        f"{hint}") from exc
+        raise PlanError(
+            f"transformers cannot build a causal LM from this config with attn={attn} ({reason}); {hint}"
+        ) from exc
     return model.train()
 
 
@@ -127,8 +130,9 @@ def mask_constants(numel: int):
         masking = None
     is_tracing = getattr(masking, "is_tracing", None)  # transformers 5: a fake tensor counts as tracing
     if is_tracing is not None:  # so it would keep a mask the real run skips; judge it as the real run does
-        masking.is_tracing = lambda tensor=None: is_tracing(None) or (
-            tensor is not None and not fake_tensor.is_fake(tensor) and is_tracing(tensor))
+        masking.is_tracing = lambda tensor=None: (
+            is_tracing(None) or (tensor is not None and not fake_tensor.is_fake(tensor) and is_tracing(tensor))
+        )
     try:
         yield
     finally:
@@ -145,5 +149,7 @@ def fake_batch(mode: Any, batch: int, seq: int) -> tuple[dict[str, Tensor], Tens
     with unset_fake_temporarily():
         inputs, target = real_batch(batch, seq)
     convert = lambda t, const: mode.fake_tensor_converter.from_real_tensor(mode, t, make_constant=const)  # noqa: E731
-    return ({"input_ids": convert(inputs["input_ids"], False),
-             "attention_mask": convert(inputs["attention_mask"], True)}, convert(target, False))
+    return (
+        {"input_ids": convert(inputs["input_ids"], False), "attention_mask": convert(inputs["attention_mask"], True)},
+        convert(target, False),
+    )

@@ -13,6 +13,7 @@ Every policy is the model's own switch (:func:`reportgen.hf.enable`, the same ca
   ``_apply_op_sac`` (torchtitan/distributed/activation_checkpoint.py, 2024-12);
 * ``selective_mm``: the same list, every matmul's output saved (less recompute, more memory).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,12 @@ from omegaconf import OmegaConf
 from torch import nn
 
 #: torchtitan's selective op save list, with the CPU flash kernel (the one a CPU run calls).
-SAVE_OPS = ["aten.mm", "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-            "aten._scaled_dot_product_flash_attention_for_cpu"]
+SAVE_OPS = [
+    "aten.mm",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+]
 
 
 @dataclass(frozen=True)
@@ -52,9 +57,14 @@ class Policy:
     def node(self, targets: list[str]) -> dict[str, Any]:
         """The ``recompute`` node (fields of :class:`reportgen.config.RecomputeConfig`) for layers ``targets``
         ([] = every layer the switch turns on)."""
-        return {"mode": "selective" if self.save_ops else "non_reentrant", "preserve_rng_state": True,
-                "determinism_check": "default", "save_ops": list(self.save_ops),
-                "save_period": dict(self.save_period), "targets": list(targets)}
+        return {
+            "mode": "selective" if self.save_ops else "non_reentrant",
+            "preserve_rng_state": True,
+            "determinism_check": "default",
+            "save_ops": list(self.save_ops),
+            "save_period": dict(self.save_period),
+            "targets": list(targets),
+        }
 
 
 POLICIES = (
@@ -62,8 +72,13 @@ POLICIES = (
     Policy("full", 1, label="every layer, full"),
     Policy("every_2", 2, label="every 2nd layer, full"),
     Policy("every_4", 4, label="every 4th layer, full"),
-    Policy("selective_op", 1, tuple(SAVE_OPS), {"aten.mm": 2}, label="every layer, matmul/attention outputs saved "
-                                                                   "except every second mm (torchtitan op SAC)"),
+    Policy(
+        "selective_op",
+        1,
+        tuple(SAVE_OPS),
+        {"aten.mm": 2},
+        label="every layer, matmul/attention outputs saved except every second mm (torchtitan op SAC)",
+    ),
     Policy("selective_mm", 1, tuple(SAVE_OPS), label="every layer, every matmul/attention output saved"),
 )
 

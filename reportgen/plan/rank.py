@@ -26,6 +26,7 @@ Reserved (what ``torch.cuda.max_memory_reserved`` reads) is bounded by the alloc
 granule, plus a fragmentation share of the transient peak (blocks freed and cached but too small
 for the next request; ``fragmentation=``, default 0.10).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,8 +72,7 @@ class RankPlan:
 
 def is_traced_step(args: PlanArgs) -> bool:
     """True when the traced step is the rank's step: one process, no mixed precision, no accumulation."""
-    return (args.strategy == "none" and args.master_dtype == args.dtype == args.optim_dtype
-            and args.grad_accum == 1)
+    return args.strategy == "none" and args.master_dtype == args.dtype == args.optim_dtype and args.grad_accum == 1
 
 
 def state_bytes(fig: Figures, args: PlanArgs) -> dict[str, float]:
@@ -132,7 +132,8 @@ def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
 
 def reserved_upper(plan: RankPlan, fig: Figures, args: PlanArgs) -> float:
     """Upper bound on peak reserved bytes: the tensor peak, plus up to one granule (2 MiB, or 512 B
-    when the persistent tensors average under 1 MiB) per persistent tensor (parameter, gradient, optimizer states: rounding), plus ``fragmentation`` x
+    when the persistent tensors average under 1 MiB) per persistent tensor (parameter, gradient,
+    optimizer states: rounding), plus ``fragmentation`` x
     the transient bytes at the peak (activations, temporaries, communication buffers), B."""
     parts = plan.timeline[plan.peak_phase]
     persistent = ("parameters", "gradients", "optimizer state", "traced step (all tensors)")

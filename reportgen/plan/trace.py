@@ -21,6 +21,7 @@ figures equal a full trace at small depth (dense, sliding-window pattern, MoE).
 The step is :func:`reportgen.measure.make_train_step` under :class:`PhaseTracker` (torch's
 ``MemTracker`` via :class:`reportgen.peak.StepTracker`) and ``torch.utils.flop_counter.FlopCounterMode``.
 """
+
 from __future__ import annotations
 
 import gc
@@ -35,11 +36,20 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from reportgen.memory.saved import make_train_step
 from reportgen.memory.peak import OUTSIDE, StepTracker
+from reportgen.memory.saved import make_train_step
 from reportgen.plan.args import PlanArgs, PlanError
-from reportgen.plan.model import (build_causal_lm, causal_lm_loss, decoder_layers, fake_batch, layer_count, layer_kinds,
-                    mask_constants, renumbers, shallow_config)
+from reportgen.plan.model import (
+    build_causal_lm,
+    causal_lm_loss,
+    decoder_layers,
+    fake_batch,
+    layer_count,
+    layer_kinds,
+    mask_constants,
+    renumbers,
+    shallow_config,
+)
 from reportgen.plan.policies import Policy, switch_on
 
 #: Phases of the step, in order: ``loss`` is the head's and the loss's forward and backward (the logits
@@ -47,10 +57,12 @@ from reportgen.plan.policies import Policy, switch_on
 PHASES = ("forward", "loss", "backward", "recompute", "optimizer step")
 
 #: The traced step's optimizer per ``optim=`` word (the plan's own state figures are per rank).
-OPTIMIZERS = {"fused": {"_target_": "torch.optim.AdamW", "lr": 1e-4, "fused": True},
-              "foreach": {"_target_": "torch.optim.AdamW", "lr": 1e-4, "foreach": True},
-              "sgd": {"_target_": "torch.optim.SGD", "lr": 1e-4, "momentum": 0.9, "foreach": True},
-              "adafactor": {"_target_": "torch.optim.Adafactor", "lr": 1e-2, "foreach": False}}
+OPTIMIZERS = {
+    "fused": {"_target_": "torch.optim.AdamW", "lr": 1e-4, "fused": True},
+    "foreach": {"_target_": "torch.optim.AdamW", "lr": 1e-4, "foreach": True},
+    "sgd": {"_target_": "torch.optim.SGD", "lr": 1e-4, "momentum": 0.9, "foreach": True},
+    "adafactor": {"_target_": "torch.optim.Adafactor", "lr": 1e-2, "foreach": False},
+}
 
 _STATE = (_MemRefType.PARAM, _MemRefType.BUFFER, _MemRefType.GRAD, _MemRefType.OPT)
 
@@ -83,16 +95,25 @@ class Figures:
     largest_param: int = 0
     unit: int = 0
 
-    def plus(self, other: "Figures", times: float) -> "Figures":
+    def plus(self, other: Figures, times: float) -> Figures:
         """``self + times * other`` (phases missing on one side count 0)."""
+
         def add(a: dict, b: dict) -> dict:
             return {k: a.get(k, 0) + times * b.get(k, 0) for k in dict.fromkeys([*a, *b])}
-        scalars = {k: getattr(self, k) + times * getattr(other, k)
-                   for k in ("after_forward", "flops", "params", "param_tensors", "factored")}
-        return Figures(add(self.total, other.total), add(self.transient, other.transient), **scalars,
-                       largest_param=max(self.largest_param, other.largest_param), unit=max(self.unit, other.unit))
 
-    def minus(self, other: "Figures") -> "Figures":
+        scalars = {
+            k: getattr(self, k) + times * getattr(other, k)
+            for k in ("after_forward", "flops", "params", "param_tensors", "factored")
+        }
+        return Figures(
+            add(self.total, other.total),
+            add(self.transient, other.transient),
+            **scalars,
+            largest_param=max(self.largest_param, other.largest_param),
+            unit=max(self.unit, other.unit),
+        )
+
+    def minus(self, other: Figures) -> Figures:
         """``self - other``."""
         return Figures().plus(self, 1).plus(other, -1)
 
@@ -175,7 +196,8 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
             head = model.get_output_embeddings()
             heads = {n for n, m in model.named_modules() if m is head}
             tracker = PhaseTracker(model, heads)
-            tracker.track_external(model, step.optimizer, *(t for t in tree_leaves(data) if isinstance(t, torch.Tensor)))
+            tensors = [t for t in tree_leaves(data) if isinstance(t, torch.Tensor)]
+            tracker.track_external(model, step.optimizer, *tensors)
             gc.collect()
             gc.disable()  # reference cycles are freed at the end, as the first collection after the step would
             try:
@@ -205,13 +227,17 @@ def refusal(exc: BaseException, args: PlanArgs) -> str:
     reason = f"{type(exc).__name__}: {text[:160]}"
     frames = [f.f_code.co_name for f, _ in traceback.walk_tb(exc.__traceback__)]
     if "grouped_mm" in text or any("grouped_mm" in name for name in frames):
-        return (f"the mixture-of-experts kernel (torch._grouped_mm) has no {args.dtype_name} implementation to count "
-                f"with ({reason}); give dtype=bf16")
+        return (
+            f"the mixture-of-experts kernel (torch._grouped_mm) has no {args.dtype_name} implementation to count "
+            f"with ({reason}); give dtype=bf16"
+        )
     if any(w in text.lower() for w in ("sdpa", "scaled_dot_product", "attn_implementation", "attention")):
         return f"attention with attn={args.attn} cannot run this config ({reason}); give attn=eager"
     if isinstance(exc, (OverflowError, MemoryError)) or "overflow" in text.lower() or "numel" in text:
-        return (f"the shape seq={args.seq} batch={args.batch} overflows what torch can count ({reason}); give a "
-                "smaller seq= or batch=")
+        return (
+            f"the shape seq={args.seq} batch={args.batch} overflows what torch can count ({reason}); give a "
+            "smaller seq= or batch="
+        )
     return f"transformers could not run a training step of this config ({reason}); check the config or give attn=eager"
 
 
@@ -228,8 +254,10 @@ def variants(config: Any, policy: Policy) -> list[tuple]:
 
 def period(kinds: list) -> int:
     """The shortest ``p`` with ``kinds[i] == kinds[i + p]`` throughout (``len(kinds)`` when none is shorter)."""
-    return next((p for p in range(1, len(kinds)) if all(kinds[i] == kinds[i + p] for i in range(len(kinds) - p))),
-                max(len(kinds), 1))
+    return next(
+        (p for p in range(1, len(kinds)) if all(kinds[i] == kinds[i + p] for i in range(len(kinds) - p))),
+        max(len(kinds), 1),
+    )
 
 
 def depth_plan(per_layer: list) -> tuple[list[int], list[int], int]:
@@ -242,8 +270,8 @@ def depth_plan(per_layer: list) -> tuple[list[int], list[int], int]:
     middle = list(range(1, top[0])) if top else []
     p = period([per_layer[i] for i in middle])
     m = len(middle) // p if middle else 0
-    base = [0, *middle[m * p:], *top]
-    grown = [0, *middle[(m - 1) * p:], *top] if m else base
+    base = [0, *middle[m * p :], *top]
+    grown = [0, *middle[(m - 1) * p :], *top] if m else base
     return base, grown, m
 
 

@@ -8,9 +8,10 @@ Zero matches is an error, never a silent no-op.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
 from fnmatch import fnmatchcase
+from typing import Any
 
 import torch
 from hydra.utils import get_method
@@ -24,8 +25,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from reportgen.errors import UsageError
 from reportgen.config import RecomputeMethod, RecomputeMode
+from reportgen.errors import UsageError
 
 
 class RecomputeConfigError(UsageError, ValueError):
@@ -158,7 +159,8 @@ def resolve_periods(periods: Any, save_ops: list[str]) -> dict:
     resolved = {}
     for name, n in dict(periods or {}).items():
         if name not in save_ops:
-            raise RecomputeConfigError(f"recompute.save_period: {name!r} is not in recompute.save_ops; list it there too")
+            raise RecomputeConfigError(f"recompute.save_period: {name!r} is not in recompute.save_ops; list it "
+                                       "there too")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise RecomputeConfigError(f"recompute.save_period.{name}={n!r} must be a whole number >= 1 (2: every "
                                        "second call is recomputed)")
