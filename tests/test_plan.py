@@ -209,3 +209,18 @@ def test_the_chosen_policy_is_written_as_a_recompute_file(llama, tmp_path, capsy
     assert code == 0 and "<- chosen" in text
     planned = (out / "recompute" / "planned.yaml").read_text()
     assert "mode:" in planned and "recompute=planned" in planned and (out / "plan.csv").is_file()
+
+
+@pytest.mark.slow
+def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, capsys):
+    """The plan's recompute file, taken by the main command from the plan's folder (a Hydra config dir)."""
+    from conftest import run_pipeline
+
+    example = ROOT / "conf/examples/hf_causal_lm"
+    out = tmp_path / "plan"
+    words = [str(example), "attn=eager", "seq=32", "batch=8", "dtype=fp32", "recompute=every_2", "memory_gib=1"]
+    assert cli.main([*words, f"out={out}"]) == 0
+    assert "model.layers.0" in (out / "recompute" / "planned.yaml").read_text()
+    code, frame = run_pipeline(tmp_path / "run", f"hydra.searchpath=[file://{out}]", "+model=hf_causal_lm",
+                               f"model.config={example / 'config.json'}", "recompute=planned")
+    assert code == 0, frame[frame.status != "PASS"].to_string() if frame is not None else code

@@ -46,8 +46,6 @@ def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None
     """
     config = load_config(args.config)
     chosen = [by_name(args.recompute)] if args.recompute else list(POLICIES)
-    if args.recompute and args.recompute != "none" and args.memory_gib is not None:
-        chosen = [by_name("none"), *chosen]  # the baseline of the extra FLOPs
     plans, traces, start = [], 0, time.perf_counter()
     for policy in chosen:
         figures, n = scaled_figures(config, policy, args, args.batch)
@@ -68,10 +66,9 @@ def choose(plans: list[RankPlan], args: PlanArgs) -> RankPlan | None:
 
 def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str:
     """The console table: per policy peak, bound, extra FLOPs vs no recompute, fits; Pareto-optimal marked."""
-    base = next((p.flops for p in plans if p.policy == "none"), None)
     lines = [f"{'recompute':<14}{'tensor peak':>13}{'reserved <=':>13}  {'peak phase':<16}{'extra FLOPs':>12}  fits"]
     for p in plans:
-        extra = f"{(p.flops - base) / base:+.1%}" if base else "-"
+        extra = f"{p.recompute_flops / (p.flops - p.recompute_flops):+.1%}"
         dominated = any(q.flops <= p.flops and q.reserved_upper < p.reserved_upper for q in plans)
         fits = {True: "yes", False: "no", None: "-"}[p.fits(args)]
         mark = " <- chosen" if p is chosen else ("" if dominated else " (Pareto)")

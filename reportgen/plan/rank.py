@@ -51,6 +51,7 @@ class RankPlan:
         reserved_upper: the allocator model's bound on peak reserved bytes, B.
         exact: True when the traced step is the rank's step (no composition).
         flops: forward + backward FLOPs per micro-batch (recompute included).
+        recompute_flops: of those, the FLOPs recompute adds.
         after_forward: activations alive when backward starts, B.
     """
 
@@ -61,6 +62,7 @@ class RankPlan:
     reserved_upper: float = 0.0
     exact: bool = False
     flops: float = 0.0
+    recompute_flops: float = 0.0
     after_forward: float = 0.0
 
     def fits(self, args: PlanArgs) -> bool | None:
@@ -106,7 +108,7 @@ def optimizer_temporaries(fig: Figures, args: PlanArgs) -> float:
 
 def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
     """The rank's timeline from the traced :class:`Figures` (see the module docstring)."""
-    plan = RankPlan(policy=policy, flops=fig.flops, after_forward=fig.after_forward, exact=is_traced_step(args))
+    plan = RankPlan(policy=policy, flops=fig.flops, recompute_flops=fig.recompute_flops, after_forward=fig.after_forward, exact=is_traced_step(args))
     state = state_bytes(fig, args)
     for phase in PHASES:
         if phase not in fig.total:

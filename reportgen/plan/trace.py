@@ -77,6 +77,7 @@ class Figures:
             state}`` within each phase (activations, temporaries, the batch).
         after_forward: activation bytes alive when backward starts (saved for backward, logits, loss).
         flops: FLOPs of forward, loss and backward (recompute included), FlopCounterMode's formulas.
+        recompute_flops: of those, the FLOPs of ops run again in recompute (the policy's cost).
         params, param_tensors: parameter elements and tensors.
         factored: elements of an Adafactor-like factored second moment (rows + columns of a
             matrix, every element of a vector).
@@ -89,6 +90,7 @@ class Figures:
     transient: dict[str, float] = field(default_factory=dict)
     after_forward: float = 0.0
     flops: float = 0.0
+    recompute_flops: float = 0.0
     params: float = 0.0
     param_tensors: float = 0.0
     factored: float = 0.0
@@ -103,7 +105,7 @@ class Figures:
 
         scalars = {
             k: getattr(self, k) + times * getattr(other, k)
-            for k in ("after_forward", "flops", "params", "param_tensors", "factored")
+            for k in ("after_forward", "flops", "recompute_flops", "params", "param_tensors", "factored")
         }
         return Figures(
             add(self.total, other.total),
@@ -151,7 +153,10 @@ class PhaseTracker(StepTracker):
         res = super().__torch_dispatch__(func, types, args, kwargs)
         count = flop_registry.get(func._overloadpacket)
         if count is not None:  # FlopCounterMode's own formulas; the mode itself keeps tensors alive
-            self.figures.flops += count(*args, **(kwargs or {}), out_val=res)
+            flops = count(*args, **(kwargs or {}), out_val=res)
+            self.figures.flops += flops
+            if self._in_ac and torch._C._current_graph_task_id() != -1:
+                self.figures.recompute_flops += flops
         return res
 
     def _update_peak_stats(self, peak_state: Any) -> None:  # noqa: D102 - MemTracker's hook
