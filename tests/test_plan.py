@@ -221,6 +221,11 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
     words = [str(example), "attn=eager", "seq=32", "batch=8", "dtype=fp32", "recompute=every_2", "memory_gib=1"]
     assert cli.main([*words, f"out={out}"]) == 0
     assert "model.layers.0" in (out / "recompute" / "planned.yaml").read_text()
-    code, frame = run_pipeline(tmp_path / "run", f"hydra.searchpath=[file://{out}]", "+model=hf_causal_lm",
-                               f"model.config={example / 'config.json'}", "recompute=planned")
+    code, frame = run_pipeline(
+        tmp_path / "run",
+        f"hydra.searchpath=[file://{out}]",
+        "+model=hf_causal_lm",
+        f"model.config={example / 'config.json'}",
+        "recompute=planned",
+    )
     assert code == 0, frame[frame.status != "PASS"].to_string() if frame is not None else code

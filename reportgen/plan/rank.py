@@ -108,7 +108,13 @@ def optimizer_temporaries(fig: Figures, args: PlanArgs) -> float:
 
 def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
     """The rank's timeline from the traced :class:`Figures` (see the module docstring)."""
-    plan = RankPlan(policy=policy, flops=fig.flops, recompute_flops=fig.recompute_flops, after_forward=fig.after_forward, exact=is_traced_step(args))
+    plan = RankPlan(
+        policy=policy,
+        flops=fig.flops,
+        recompute_flops=fig.recompute_flops,
+        after_forward=fig.after_forward,
+        exact=is_traced_step(args),
+    )
     state = state_bytes(fig, args)
     for phase in PHASES:
         if phase not in fig.total:
