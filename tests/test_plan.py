@@ -221,6 +221,7 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
     words = [str(example), "attn=eager", "seq=32", "batch=8", "dtype=fp32", "recompute=every_2", "memory_gib=1"]
     assert cli.main([*words, f"out={out}"]) == 0
     assert "model.layers.0" in (out / "recompute" / "planned.yaml").read_text()
+    (tmp_path / "run").mkdir()
     code, frame = run_pipeline(
         tmp_path / "run",
         f"hydra.searchpath=[file://{out}]",

@@ -27,6 +27,7 @@ from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
 from reportgen.memory.peak import format_bytes
 from reportgen.plan.args import PlanArgs, PlanError, load_config, parse_args
 from reportgen.plan.model import layer_count
+from reportgen.plan.page import html_text, pdf_bytes
 from reportgen.plan.policies import POLICIES, Policy, by_name, recompute_file
 from reportgen.plan.rank import RankPlan, compose
 from reportgen.plan.trace import PHASES, scaled_figures
@@ -124,7 +125,7 @@ def new_folder(out: Path | None, now: dt.datetime) -> Path:
     return folder
 
 
-def write_files(folder: Path, files: dict[str, str]) -> None:
+def write_files(folder: Path, files: dict[str, str | bytes]) -> None:
     """Write ``{relative path: text}`` into the new ``folder``, all or nothing (a staging folder renamed).
 
     Raises:
@@ -137,7 +138,7 @@ def write_files(folder: Path, files: dict[str, str]) -> None:
         staging.chmod(0o755)
         for name, text in files.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            (staging / name).write_text(text)
+            (staging / name).write_bytes(text.encode() if isinstance(text, str) else text)
         os.rename(staging, folder)
     except OSError as exc:
         if staging is not None:
@@ -168,7 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = time.perf_counter()
         config, plans, traces = plan_policies(args, log=lambda line: print(line, file=sys.stderr, flush=True))
         chosen = choose(plans, args)
-        files = {"plan.csv": csv_text(plans)}
+        created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        seconds = time.perf_counter() - start
+        meta = {"config": str(args.config), "traces": traces, "seconds": seconds, "created": created}
+        files: dict[str, str | bytes] = {"plan.csv": csv_text(plans), "plan.html": html_text(plans, args, chosen, meta)}
+        if args.pdf:
+            files["plan.pdf"] = pdf_bytes(str(files["plan.html"]), created, str(files["plan.csv"]))
         if chosen is not None and chosen.policy != "none":
             files["recompute/planned.yaml"] = planned_file(by_name(chosen.policy), chosen, args, config, folder)
         write_files(folder, files)

@@ -73,8 +73,10 @@ class RankPlan:
 
 
 def is_traced_step(args: PlanArgs) -> bool:
-    """True when the traced step is the rank's step: one process, no mixed precision, no accumulation."""
-    return args.strategy == "none" and args.master_dtype == args.dtype == args.optim_dtype and args.grad_accum == 1
+    """True when the traced step is the rank's step: one process, no mixed precision, no accumulation, an
+    optimizer the trace runs (Adafactor's is counted, not traced)."""
+    pure = args.master_dtype == args.dtype == args.optim_dtype and args.optim != "adafactor"
+    return args.strategy == "none" and pure and args.grad_accum == 1
 
 
 def state_bytes(fig: Figures, args: PlanArgs) -> dict[str, float]:
