@@ -230,3 +230,30 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
         "recompute=planned",
     )
     assert code == 0, frame[frame.status != "PASS"].to_string() if frame is not None else code
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            {
+                "model_type": "gemma2",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "vocab_size": 256,
+            },
+            "attn=eager",
+        ),
+        ({"model_type": "t5", "d_model": 32, "num_layers": 2}, "decoder-only"),
+    ],
+    ids=["sdpa-cannot-run-gemma2", "not-a-causal-lm"],
+)
+def test_a_model_that_cannot_be_built_is_one_line_naming_the_fix(tmp_path, capsys, body, says):
+    out = tmp_path / "out"
+    assert cli.main([str(_config(tmp_path, body)), "seq=16", "recompute=none", f"out={out}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and not out.exists()

@@ -26,7 +26,7 @@ from typing import Any
 from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
 from reportgen.memory.peak import format_bytes
 from reportgen.plan.args import PlanArgs, PlanError, load_config, parse_args
-from reportgen.plan.model import layer_count
+from reportgen.plan.model import layer_count, layer_prefix
 from reportgen.plan.page import html_text, pdf_bytes
 from reportgen.plan.policies import POLICIES, Policy, by_name, recompute_file
 from reportgen.plan.rank import RankPlan, compose
@@ -156,7 +156,8 @@ def planned_file(policy: Policy, plan: RankPlan, args: PlanArgs, config: Any, fo
         f"{format_bytes(plan.tensor_peak)}, reserved <= {format_bytes(plan.reserved_upper)} at seq={args.seq} "
         f"batch={args.batch} world_size={args.world_size} strategy={args.strategy}",
     ]
-    return recompute_file(policy, layer_count(config), "model.layers", header)
+    prefix = layer_prefix(config, args.dtype, args.attn)
+    return recompute_file(policy, layer_count(config), prefix, header)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -82,7 +82,12 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str) -> nn.Module:
             )
     except (ValueError, ImportError, KeyError) as exc:
         reason = " ".join(str(exc).split())[:200]
-        hint = "give attn=eager" if attn != "eager" else "give a decoder-only config (e.g. model_type llama, qwen2)"
+        about_attention = any(w in reason.lower() for w in ("attention", "sdpa", "attn"))
+        hint = (
+            "give attn=eager"
+            if about_attention and attn != "eager"
+            else ("give a decoder-only config that AutoModelForCausalLM builds (e.g. model_type llama, qwen2)")
+        )
         raise PlanError(
             f"transformers cannot build a causal LM from this config with attn={attn} ({reason}); {hint}"
         ) from exc
@@ -153,3 +158,13 @@ def fake_batch(mode: Any, batch: int, seq: int) -> tuple[dict[str, Tensor], Tens
         {"input_ids": convert(inputs["input_ids"], False), "attention_mask": convert(inputs["attention_mask"], True)},
         convert(target, False),
     )
+
+
+def layer_prefix(config: Any, dtype: torch.dtype, attn: str) -> str:
+    """The decoder layers' path without the index (``model.layers``, ``transformer.h``), read from a
+    one-layer copy of the model built on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        layers = decoder_layers(build_causal_lm(shallow_config(config, [0]), dtype, attn))
+    return layers[0][0].rsplit(".", 1)[0] if layers else "model.layers"
