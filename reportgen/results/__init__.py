@@ -43,7 +43,16 @@ INCONCLUSIVE = Status.INCONCLUSIVE
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
 SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
 COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value", "comparator",
-           "on_miss", "status", "detail", "seconds"]
+           "on_miss", "status", "detail", "seconds", "schema_version"]
+#: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
+#: files before the ``schema_version`` column existed (same core columns); 2: with it.
+SCHEMA_VERSION = 2
+#: The versions this reportgen reads (``frame_from_json``); anything else is refused.
+READABLE_SCHEMA_VERSIONS = (1, 2)
+
+
+class SchemaVersionError(ValueError):
+    """results.json was written by a reportgen whose schema this one cannot read."""
 
 #: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
 #: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
@@ -209,6 +218,7 @@ def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records([row.record() for row in rows])
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)
+    frame["schema_version"] = SCHEMA_VERSION
     extras = [c for c in frame.columns if c not in COLUMNS]
     return frame[COLUMNS + extras]
 
@@ -272,8 +282,21 @@ def frame_to_json(frame: pd.DataFrame) -> str:
 
 
 def frame_from_json(text: str) -> pd.DataFrame:
-    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``); fixed columns first."""
+    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``); fixed columns first.
+
+    Raises:
+        SchemaVersionError: a record's ``schema_version`` is not one of
+            :data:`READABLE_SCHEMA_VERSIONS` (a file from a newer reportgen, or an edited one).
+    """
     frame = pd.DataFrame.from_records(json.loads(text))
+    versions = set(frame["schema_version"].dropna()) if "schema_version" in frame.columns else set()
+    unknown = sorted(str(v) for v in versions if v not in READABLE_SCHEMA_VERSIONS)
+    if unknown:
+        raise SchemaVersionError(
+            f"results.json has schema version {', '.join(unknown)}; this reportgen reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (docs/results-schema.md): verify it with the "
+            "reportgen that wrote it, or a newer one")
+    frame["schema_version"] = frame["schema_version"].fillna(1) if "schema_version" in frame.columns else 1
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = math.nan
