@@ -28,15 +28,16 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from reportgen.twins.recompute import CheckpointImpl, RecomputeConfigError, checkpoint_kwargs, matches
 from reportgen.errors import SetupError
 from reportgen.tasks import CharTextTask, _device_dtype
+from reportgen.twins.recompute import CheckpointImpl, RecomputeConfigError, checkpoint_kwargs, matches
 
 #: The command that adds the extra; every "transformers is missing" message names it.
 INSTALL = 'pip install -e ".[hf]"'
