@@ -11,7 +11,7 @@ from reportgen.plan.rank import RankPlan
 ASSUMPTIONS = (
     "Two small-depth steps per policy are traced on fake tensors (the bottom layer and the top layers that hold every "
     "kind of layer, then one more period of the layers' pattern) and scaled to the full depth; embedding, head and "
-    "loss are counted once. Equal to a full trace and to a real CPU step within 1 % in tests/test_plan.py.",
+    "loss are counted once. Equal to a full trace and to a real CPU step within 1 % in tests/plan/test_plan.py.",
     "The batch is packed (an all-ones mask, sdpa with is_causal) and the loss is the cross-entropy of the float32 "
     "upcast of the logits over the full vocabulary, as torchtitan computes it.",
     "Per rank, upper bounds: every sharded gradient from the start of backward; two unsharded FSDP units in flight "

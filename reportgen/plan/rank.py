@@ -19,7 +19,7 @@ copy is sharded over, ``U`` the largest FSDP unit's parameters):
 
 With one process and everything in ``dtype`` (``strategy=none``, no mixed precision, no
 accumulation) the traced step *is* the rank's step, and its totals are used as they are (equal to a
-real run's tracker peak, tests/test_plan.py).
+real run's tracker peak, tests/plan/test_plan.py).
 
 Reserved (what ``torch.cuda.max_memory_reserved`` reads) is bounded by the allocator model
 (:func:`reserved_upper`): every tensor rounded up to the caching allocator's 2 MiB large-block

@@ -15,7 +15,7 @@ the layers' pattern in between adds its own bytes. So :func:`scaled_figures` tra
 * *grown*: the base with one more period in the middle,
 
 and adds ``m x (grown - base)``, ``m`` the periods left out of the base. The
-embedding, head and loss are counted once, in every trace. tests/test_plan.py checks the scaled
+embedding, head and loss are counted once, in every trace. tests/plan/test_plan.py checks the scaled
 figures equal a full trace at small depth (dense, sliding-window pattern, MoE).
 
 The step is :func:`reportgen.measure.make_train_step` under :class:`PhaseTracker` (torch's

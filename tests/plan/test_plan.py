@@ -20,7 +20,7 @@ from reportgen.plan.trace import OPTIMIZERS, scaled_figures, trace_step
 
 pytestmark = pytest.mark.hf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Llama at a small shape: 5 layers, hidden 64, vocab 256 (numbers only).
 LLAMA = {
     "model_type": "llama",
