@@ -270,8 +270,12 @@ def period(kinds: list) -> int:
 def depth_plan(per_layer: list) -> tuple[list[int], list[int], int]:
     """``(base, grown, m)``: the layers of the base trace and of the grown one, and how many times
     ``grown - base`` is added. The base is the bottom layer, whatever of the middle is left after whole
-    periods, and the shortest top slice holding every variant; grown has one more period in the middle."""
+    periods, and the shortest top slice holding every variant; grown has one more period in the middle.
+    With a single variant (a dense model under none, full or selective recompute) the bottom layer is
+    like any other: the base is the top layer alone and grown the top two."""
     n = len(per_layer)
+    if n >= 2 and len(set(per_layer)) == 1:  # one variant: top layer alone, then one more below it
+        return [n - 1], [n - 2, n - 1], n - 1
     last = {v: i for i, v in enumerate(per_layer)}
     top = list(range(max(min(last.values()), 1), n))
     middle = list(range(1, top[0])) if top else []
