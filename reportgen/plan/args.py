@@ -69,6 +69,7 @@ WORDS = {
     "recompute": "",
     "safety_margin": "0.05",
     "fragmentation": "0.10",
+    "largest_batch": "false",
     "out": "",
     "pdf": "true",
 }
@@ -95,6 +96,7 @@ class PlanArgs:
             :func:`reportgen.plan.policies.candidates`).
         safety_margin: share of ``memory_gib`` kept free beyond the reserved upper bound.
         fragmentation: the allocator model's share of transient bytes held as cached, unusable blocks.
+        largest_batch: also solve the largest micro-batch per policy (traces at ``batch + 1`` too).
         out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf.
     """
 
@@ -116,6 +118,7 @@ class PlanArgs:
     recompute: str | None = None
     safety_margin: float = 0.05
     fragmentation: float = 0.10
+    largest_batch: bool = False
     out: Path | None = None
     pdf: bool = True
 
@@ -242,8 +245,11 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
             f"recompute={recompute!r} is not one of {', '.join(policy_names())} (or leave it out: "
             "every policy is planned)"
         )
-    if words["pdf"].lower() not in ("true", "false"):
-        raise PlanError(f"pdf={words['pdf']!r} must be true or false")
+    for key in ("pdf", "largest_batch"):
+        if words[key].lower() not in ("true", "false"):
+            raise PlanError(f"{key}={words[key]!r} must be true or false")
+    if words["largest_batch"].lower() == "true" and memory is None:
+        raise PlanError("largest_batch=true needs the device memory: give memory_gib=, e.g. memory_gib=80")
     out = out_flag or words["out"] or None
     return PlanArgs(
         config=config_file(config),
@@ -266,6 +272,7 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
         fragmentation=_share("fragmentation", words["fragmentation"]),
         out=Path(out) if out else None,
         pdf=words["pdf"].lower() == "true",
+        largest_batch=words["largest_batch"].lower() == "true",
     )
 
 

@@ -29,7 +29,7 @@ from reportgen.plan.args import PlanArgs, PlanError, load_config, parse_args
 from reportgen.plan.model import layer_count, layer_prefix
 from reportgen.plan.page import html_text, pdf_bytes
 from reportgen.plan.policies import POLICIES, Policy, by_name, recompute_file
-from reportgen.plan.rank import RankPlan, compose
+from reportgen.plan.rank import RankPlan, compose, largest_batch
 from reportgen.plan.trace import PHASES, scaled_figures
 
 #: Columns of plan.csv: one row per policy, phase and component (bytes in B).
@@ -52,6 +52,10 @@ def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None
         figures, n = scaled_figures(config, policy, args, args.batch)
         plans.append(compose(figures, args, policy.name))
         traces += n
+        if args.largest_batch:
+            following, n = scaled_figures(config, policy, args, args.batch + 1)
+            plans[-1].largest_batch = largest_batch(plans[-1], compose(following, args, policy.name), args)
+            traces += n
         log(
             f"  {policy.name}: {format_bytes(plans[-1].reserved_upper)} reserved upper bound per rank "
             f"({time.perf_counter() - start:.1f} s)"
@@ -67,7 +71,12 @@ def choose(plans: list[RankPlan], args: PlanArgs) -> RankPlan | None:
 
 def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str:
     """The console table: per policy peak, bound, extra FLOPs vs no recompute, fits; Pareto-optimal marked."""
-    lines = [f"{'recompute':<14}{'tensor peak':>13}{'reserved <=':>13}  {'peak phase':<16}{'extra FLOPs':>12}  fits"]
+    largest = args.largest_batch
+    lines = [
+        f"{'recompute':<14}{'tensor peak':>13}{'reserved <=':>13}  {'peak phase':<16}{'extra FLOPs':>12}"
+        + ("  largest batch" if largest else "")
+        + "  fits"
+    ]
     for p in plans:
         extra = f"{p.recompute_flops / (p.flops - p.recompute_flops):+.1%}"
         dominated = any(q.flops <= p.flops and q.reserved_upper < p.reserved_upper for q in plans)
@@ -75,7 +84,7 @@ def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str
         mark = " <- chosen" if p is chosen else ("" if dominated else " (Pareto)")
         lines.append(
             f"{p.policy:<14}{format_bytes(p.tensor_peak):>13}{format_bytes(p.reserved_upper):>13}  "
-            f"{p.peak_phase:<16}{extra:>12}  {fits}{mark}"
+            f"{p.peak_phase:<16}{extra:>12}" + (f"  {p.largest_batch:>13}" if largest else "") + f"  {fits}{mark}"
         )
     return "\n".join(lines)
 

@@ -29,6 +29,7 @@ for the next request; ``fragmentation=``, default 0.10).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from reportgen.plan.args import PlanArgs
@@ -53,6 +54,8 @@ class RankPlan:
         flops: forward + backward FLOPs per micro-batch (recompute included).
         recompute_flops: of those, the FLOPs recompute adds.
         after_forward: activations alive when backward starts, B.
+        phase_reserved: ``{phase: reserved upper bound}`` (:func:`reserved_upper`), B.
+        largest_batch: the largest micro-batch whose bound + margin fits (None: not asked).
     """
 
     policy: str
@@ -64,6 +67,8 @@ class RankPlan:
     flops: float = 0.0
     recompute_flops: float = 0.0
     after_forward: float = 0.0
+    phase_reserved: dict[str, float] = field(default_factory=dict)
+    largest_batch: int | None = None
 
     def fits(self, args: PlanArgs) -> bool | None:
         """Upper bound + safety margin within ``memory_gib`` (None without a budget)."""
@@ -136,22 +141,41 @@ def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
     totals = {phase: sum(parts.values()) for phase, parts in plan.timeline.items()}
     plan.peak_phase = max(totals, key=totals.get)
     plan.tensor_peak = totals[plan.peak_phase]
-    plan.reserved_upper = reserved_upper(plan, fig, args)
+    plan.phase_reserved = reserved_upper(plan, fig, args)
+    plan.reserved_upper = max(plan.phase_reserved.values())
     return plan
 
 
-def reserved_upper(plan: RankPlan, fig: Figures, args: PlanArgs) -> float:
-    """Upper bound on peak reserved bytes: the tensor peak, plus up to one granule (2 MiB, or 512 B
-    when the persistent tensors average under 1 MiB) per persistent tensor (parameter, gradient,
-    optimizer states: rounding), plus ``fragmentation`` x
-    the transient bytes at the peak (activations, temporaries, communication buffers), B."""
-    parts = plan.timeline[plan.peak_phase]
+def reserved_upper(plan: RankPlan, fig: Figures, args: PlanArgs) -> dict[str, float]:
+    """Upper bound on reserved bytes per phase: the phase's tensor total, plus up to one granule (2 MiB,
+    or 512 B when the persistent tensors average under 1 MiB) per persistent tensor (parameter,
+    gradient, two optimizer states: rounding), plus ``fragmentation`` x the phase's transient bytes
+    (activations, temporaries, communication buffers), B."""
     persistent = ("parameters", "gradients", "optimizer state", "traced step (all tensors)")
-    transient = sum(v for k, v in parts.items() if k not in persistent)
-    if plan.exact:
-        transient = fig.transient.get(plan.peak_phase, 0.0)
-    copies = fig.param_tensors * 4  # parameter, gradient, two optimizer states per parameter tensor
-    persistent_bytes = sum(v for k, v in parts.items() if k in persistent)
-    granule = ROUND_BYTES if persistent_bytes / max(copies, 1) > SMALL_BYTES else SMALL_ROUND_BYTES
-    rounding = copies * granule
-    return plan.tensor_peak + rounding + args.fragmentation * transient
+    copies = fig.param_tensors * 4
+    bounds = {}
+    for phase, parts in plan.timeline.items():
+        transient = sum(v for k, v in parts.items() if k not in persistent)
+        if plan.exact:
+            transient = fig.transient.get(phase, 0.0)
+        persistent_bytes = sum(v for k, v in parts.items() if k in persistent) - (transient if plan.exact else 0)
+        granule = ROUND_BYTES if persistent_bytes / max(copies, 1) > SMALL_BYTES else SMALL_ROUND_BYTES
+        bounds[phase] = sum(parts.values()) + copies * granule + args.fragmentation * transient
+    return bounds
+
+
+def largest_batch(at_b: RankPlan, at_next: RankPlan, args: PlanArgs) -> int:
+    """The largest micro-batch whose reserved bound + margin fits ``memory_gib``: per phase, the line
+    through the bounds at ``args.batch`` and ``args.batch + 1`` solved for the budget; the smallest
+    answer over the phases (0: not even batch 1)."""
+    budget = (args.memory_gib or 0.0) * 2**30 * (1 - args.safety_margin)
+    best = None
+    for phase, bound in at_b.phase_reserved.items():
+        slope = at_next.phase_reserved.get(phase, bound) - bound
+        if slope > 0:
+            fits = args.batch + math.floor((budget - bound) / slope)
+        else:
+            fits = None if bound <= budget else 0
+        if fits is not None:
+            best = fits if best is None else min(best, fits)
+    return max(0, best if best is not None else args.batch)

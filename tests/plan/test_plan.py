@@ -181,6 +181,7 @@ def test_moe_in_fp32_is_one_line_naming_bf16(tmp_path, capsys):
         (["seq=8", "world_size=8"], "strategy="),
         (["seq=8", "world_size=8", "strategy=hsdp", "replicate=3"], "replicate="),
         (["seq=8", "recompute=some"], "recompute="),
+        (["seq=8", "largest_batch=true"], "memory_gib="),
     ],
 )
 def test_bad_words_exit_2(llama, tmp_path, capsys, words, says):
@@ -257,3 +258,17 @@ def test_a_model_that_cannot_be_built_is_one_line_naming_the_fix(tmp_path, capsy
     assert cli.main([str(_config(tmp_path, body)), "seq=16", "recompute=none", f"out={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and not out.exists()
+
+
+def test_largest_batch_is_solved_from_two_batches_and_holds_at_a_third(llama):
+    """The bound is affine in the micro-batch: solved from batches 1 and 2, the answer is 3 for a
+    budget between the traced bounds at 3 and 4."""
+    words = [str(llama), f"seq={SEQ}", "dtype=fp32", "recompute=full"]
+    bound = {}
+    for b in (3, 4):
+        args = parse_args([*words, f"batch={b}"])
+        bound[b] = compose(scaled_figures(load_config(args.config), by_name("full"), args, b)[0], args, "full")
+    budget = (bound[3].reserved_upper + bound[4].reserved_upper) / 2 / 0.95 / 2**30
+    args = parse_args([*words, "batch=1", f"memory_gib={budget}", "largest_batch=true"])
+    _, plans, traces = cli.plan_policies(args)
+    assert plans[0].largest_batch == 3 and traces == 4
