@@ -117,3 +117,35 @@ def sha256_file(path: Path) -> str:
 def sha256_bytes(data: bytes | str) -> str:
     """SHA-256 of bytes (a str is UTF-8 encoded first), hex."""
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+class NotRegularFile(OSError):
+    """A path that must be a file (or folder) is a device, FIFO or socket: reading it would never end."""
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (``None`` otherwise).
+
+    Returns:
+        ``"a character device"``, ``"a block device"``, ``"a FIFO (named pipe)"``, ``"a socket"``.
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), None)
+
+
+def refuse_special(path: Path) -> None:
+    """Refuse, in one line, a path that is a device, FIFO or socket (``/dev/zero``, ``mkfifo``).
+
+    Raises:
+        NotRegularFile: ``path`` is one; the message names it and what to pass instead.
+    """
+    kind = special_kind(Path(path))
+    if kind:
+        raise NotRegularFile(f"{path} is {kind}, not a regular file; pass the file itself")

@@ -32,6 +32,7 @@ from .rundir import forget_unstarted_run
 from .setup import Setup, build_setup
 from .signing import SigningError, load_signing_key, sign_run, signature_label
 from .threads import apply_threads
+from .trust.launch import job_launch
 
 log = logging.getLogger("reportgen")
 
@@ -78,6 +79,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     required = required_names(cfg.verdict.required, distributed=world > 1)
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
+    meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
     if world > 1:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:

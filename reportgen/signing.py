@@ -183,7 +183,8 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
 
     Returns:
         ``{"verdict", "required", "claim", "checks", "tolerances", "costs", "environment",
-        "created", "command", "signer"}``.
+        "created", "command", "signer"}``, and ``"sweep"`` (``meta["sweep"]``: the job's number,
+        overrides and launch digest, ``reportgen.trust.launch.job_launch``) for a sweep's job.
     """
     required = list(required)
     summary = check_summary(frame, required)
@@ -210,6 +211,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
         "created": meta["created"],
         "command": meta["command"],
         "signer": {"publicKeySha256": meta.get("signature", "").removeprefix("sha256:")},
+        **({"sweep": meta["sweep"]} if meta.get("sweep") else {}),
     }
 
 

@@ -71,6 +71,16 @@ SUMMARY_FILES = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "
 _last_sweep: dict[str, Any] = {}
 
 
+class SweepMismatch(Exception):
+    """The jobs in a sweep folder are not the ones its launch made, or do not say what their signed
+    runs say; ``problems`` names each difference, and the summary is not written."""
+
+    def __init__(self, sweep_dir: Path, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{sweep_dir} is not summarised: {len(problems)} difference(s) from its launch and its "
+                         "jobs' signed runs:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
 # --------------------------------------------------------------------------- in each job
 
 
@@ -424,15 +434,23 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     Raises:
         reportgen.signing.SigningError: signing is on and there is no usable key.
         reportgen.files.OutputWriteError: a summary file could not be written (disk full, ...).
+        SweepMismatch: the jobs on disk are not the jobs the launch made (``multirun.yaml``), or
+            (with a key) a job's run does not verify or its job.json disagrees with its signed
+            run; nothing is written.
     """
+    from .trust.jobs import job_problems
+
     sweep_dir = Path(sweep_dir)
     key = load_signing_key(sign, key_path)
+    jobs = load_jobs(sweep_dir)
+    launch, problems = job_problems(sweep_dir, jobs, key.public_key if key else None)
+    if problems:
+        raise SweepMismatch(sweep_dir, problems)
     for name in (*SUMMARY_FILES, INCOMPLETE_MARK) if rewrite else ():
         (sweep_dir / name).unlink(missing_ok=True)
     mark = sweep_dir / INCOMPLETE_MARK
     atomic_write(mark, f"this summary is being written or was interrupted; write it again with\n"
                        f"  python -m reportgen.sweep summarize {sweep_dir}\n")
-    jobs = load_jobs(sweep_dir)
     code = worst_code(jobs)
     frame = summary_frame(jobs)
     meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code,
@@ -440,7 +458,7 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     render_summary(frame, meta, sweep_dir, pdf=pdf)
     if key is not None:
         statements = [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
-        predicate = {"exit_code": code, "created": meta["created"], "command": command,
+        predicate = {"exit_code": code, "created": meta["created"], "command": command, "launch": launch,
                      "signer": {"publicKeySha256": key.fingerprint},
                      "jobs": [{"job": j["job"], "dir": j["dir"], "overrides": j["overrides"], "exit_code": j["exit_code"],
                                "verdict": j["verdict"], "error": j["error"],
@@ -478,7 +496,7 @@ class SweepSummary(Callback):
             print(f"reportgen: the sweep summary was interrupted and is marked incomplete; write it again with "
                   f"python -m reportgen.sweep summarize {sweep_dir}", flush=True)
             raise
-        except (SigningError, OutputWriteError) as exc:
+        except (SigningError, OutputWriteError, SweepMismatch) as exc:
             jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
             _last_sweep["code"] = max(worst_code(jobs), 2)
             print(f"reportgen: the sweep summary could not be written: {exc}; job folders are in {sweep_dir}; "
@@ -525,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                                 command=f"python -m reportgen.sweep summarize {sweep_dir}", rewrite=True)
     except (SigningError, OutputWriteError) as exc:
         print(f"reportgen.sweep: cannot write the summary: {exc}", file=sys.stderr)
+        return 2
+    except SweepMismatch as exc:
+        print(f"reportgen.sweep: refused: {exc}", file=sys.stderr)
         return 2
     print(console_table(frame, code, sweep_dir / "summary.html"))
     return code

@@ -307,3 +307,25 @@ def measured(setup, recompute: bool):
     model = setup.build(recompute)
     return saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed,
                                   [w.path for w in setup.wrapped])
+
+
+def write_launch(sweep_dir: Path, task: list[str]) -> Path:
+    """Hydra's launch record (``multirun.yaml``) of a basic-sweeper multirun with command-line
+    overrides ``task`` (e.g. ``["+model=ffn", "recompute=a,b"]``: jobs 0 and 1)."""
+    from omegaconf import OmegaConf
+
+    from reportgen.trust.launch import BASIC_SWEEPER, LAUNCH_FILE
+
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    record = {"hydra": {"sweeper": {"_target_": BASIC_SWEEPER, "max_batch_size": None, "params": None},
+                        "sweep": {"dir": str(sweep_dir), "subdir": "${hydra.job.num}"},
+                        "overrides": {"hydra": [], "task": list(task)}}}
+    OmegaConf.save(OmegaConf.create(record), sweep_dir / LAUNCH_FILE)
+    return sweep_dir / LAUNCH_FILE
+
+
+def job_sweep(sweep_dir: Path, job: int, overrides: list[str]) -> dict:
+    """What a sweep job's statement signs about its launch (``reportgen.trust.launch.job_launch``)."""
+    from reportgen.files import sha256_file
+
+    return {"job": job, "overrides": list(overrides), "launch_sha256": sha256_file(sweep_dir / "multirun.yaml")}

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reportgen"
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rounding", "rng", "structure", "keys",
                     "fetcher", "cache", "attachments", "sources", "limits", "bootstrap", "models", "models.ffn",
-                    "models.mlp", "models.gpt", "threads", "progress"}),
+                    "models.mlp", "models.gpt", "threads", "progress", "trust",
+                    "trust.launch"}),
     ("core", {"results", "recompute", "tasks"}),
     ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "hf_auto", "hf_masked", "contract", "plots", "diagnose",
                "duration", "distributed", "ranks", "sharded_budget"}),
@@ -21,7 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),
     ("outputs", {"render", "signing", "rundir"}),
-    ("verify", {"sweep", "comparison", "verify.outcome", "verify.pdf", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify",
+    ("verify", {"sweep", "comparison", "verify.outcome", "verify.pdf", "verify.common", "verify.run", "verify.sweep", "verify.comparison", "verify", "trust.jobs",
                 "verify.__main__"}),
     ("pipeline", {"run", "compare", "plan"}),
     ("entry", {"cli", "__main__"}),

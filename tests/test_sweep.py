@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job
+from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from reportgen import sweep
 from reportgen.config import TIME
 from reportgen.keys import generate_key, load_public_key
@@ -28,7 +28,7 @@ def fake_sweep(tmp_path) -> Path:
     write_job(root / "3", 3, ["+model=mlp", "recompute=broken"], 2, None,
               error="recompute.targets ['Nothing'] match no module; the model has: Block, Linear")
     write_job(root / "4", 4, ["+model=mlp", "recompute=killed"], None, None)
-    OmegaConf.save(OmegaConf.create({}), root / "multirun.yaml")
+    write_launch(root, ["+model=mlp", "recompute=non_reentrant,reentrant,selective,broken,killed"])
     return root
 
 
@@ -119,23 +119,18 @@ def test_summarize_writes_csv_html_pdf_with_matrix_scatter_and_links(fake_sweep)
     assert (fake_sweep / "summary.pdf").read_bytes().startswith(b"%PDF")
 
 
-def test_signed_summary_lists_every_job_statement(fake_sweep, tmp_path):
-    from securesystemslib.dsse import Envelope
-
-    from reportgen.signing import sslib_public_key
-
+def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep, tmp_path):
+    """job.json files that claim a verdict (exit 0 or 1) without a signed run, and a stand-in
+    statement: nothing is signed, and each job is named (issue 27)."""
     (fake_sweep / "0" / "statement.dsse.json").write_text('{"stand-in": "job 0 envelope"}\n')
-    private, public = generate_key(tmp_path / "keys" / "k.pem")
-    sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
-    envelope = Envelope.from_dict(json.loads((fake_sweep / "summary.dsse.json").read_text()))
-    envelope.verify([sslib_public_key(load_public_key(public))], 1)  # raises unless signed by this key
-    statement = json.loads(envelope.payload)
-    names = {s["name"] for s in statement["subject"]}
-    assert {"summary.csv", "summary.html", "summary.unsigned.pdf", "0/statement.dsse.json", "0/job.json"} <= names
-    jobs = {j["job"]: j for j in statement["predicate"]["jobs"]}
-    assert jobs[0]["statement_sha256"] is not None and jobs[1]["statement_sha256"] is None
-    assert statement["predicate"]["exit_code"] == 70
-    assert (fake_sweep / "summary.pdf").read_bytes().startswith((fake_sweep / "summary.unsigned.pdf").read_bytes())
+    private, _ = generate_key(tmp_path / "keys" / "k.pem")
+    with pytest.raises(sweep.SweepMismatch) as refused:
+        sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
+    problems = refused.value.problems
+    assert problems[0].startswith("job 0 (0/): its run does not verify")
+    assert problems[1:] == [f"job {n} ({n}/): job.json says exit code {c} ({v}), which only a signed run gives, and "
+                            "the folder holds no signed statement" for n, c, v in [(1, 0, "PASS"), (2, 1, "FAIL")]]
+    assert not (fake_sweep / "summary.dsse.json").exists() and not (fake_sweep / "summary.csv").exists()
 
 
 def test_callback_sets_the_exit_code_from_the_files(fake_sweep, capsys):

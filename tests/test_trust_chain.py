@@ -4,12 +4,14 @@ Each attack from issue 17 is performed here and must fail verification or be ref
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import REQUIRED, job_cost_rows, make_key, signed_run, tiny_frame, tiny_meta, write_job
+from conftest import (REQUIRED, job_cost_rows, job_sweep, make_key, signed_run, tiny_frame, tiny_meta, write_job,
+                      write_launch)
 from reportgen import compare, sweep
 from reportgen import verify as verifier
 from reportgen.keys import load_public_key
@@ -17,7 +19,7 @@ from reportgen.render import render_report
 from reportgen.config import TIME
 from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, frame_from_json, to_frame
 from reportgen.run import write_results
-from reportgen.signing import load_signing_key, sign_run, signature_label
+from reportgen.signing import SigningError, load_signing_key, sign_run, signature_label
 
 
 def failed(checks) -> list[str]:
@@ -33,10 +35,14 @@ def signed_job(folder: Path, job: int, overrides: list[str], exit_code: int, row
     write_job(folder, job, overrides, exit_code, rows, required=tuple(JOB_REQUIRED))
     frame = frame_from_json((folder / "results.json").read_text())
     (folder / "results.json").unlink()
+    record = (folder / "job.json").read_text()  # a job writes job.json after its run is signed
+    (folder / "job.json").unlink()
     signing = load_signing_key(True, str(key))
     verdict = claim_verdict(frame, JOB_REQUIRED)
     write_results(frame, folder)
-    sign_run(frame, tiny_meta(folder, signature_label(signing)), verdict, folder, signing, required=JOB_REQUIRED)
+    meta = tiny_meta(folder, signature_label(signing)) | {"sweep": job_sweep(folder.parent, job, overrides)}
+    sign_run(frame, meta, verdict, folder, signing, required=JOB_REQUIRED)
+    (folder / "job.json").write_text(record)
     return folder
 
 
@@ -50,11 +56,10 @@ def signed_sweep(tmp_path, keys):
     """Three jobs: 0 holds, 1 fails gradient parity, 2 could not start; summary signed, no PDF."""
     (private, _), _ = keys
     root = tmp_path / "sweep"
-    root.mkdir()
+    write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant,broken"])
     signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
     signed_job(root / "1", 1, ["+model=ffn", "recompute=reentrant"], 1, job_cost_rows(parity="FAIL"), private)
     write_job(root / "2", 2, ["+model=ffn", "recompute=broken"], 2, None, error="targets match nothing")
-    (root / "multirun.yaml").write_text("hydra: {}\n")
     sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
     return root
 
@@ -109,7 +114,7 @@ def test_a_summary_that_does_not_follow_from_its_jobs_fails(tmp_path, keys, monk
     """The signer's own summary lies (a failing job shown as PASS): the re-derivation catches it."""
     (private, public), _ = keys
     root = tmp_path / "lying"
-    root.mkdir()
+    write_launch(root, ["+model=ffn"])
     signed_job(root / "0", 0, ["+model=ffn"], 1, job_cost_rows(parity="FAIL"), private)
     honest = sweep.summary_frame
 
@@ -160,6 +165,120 @@ def test_a_summary_that_cannot_be_written_names_the_path(signed_sweep, keys, cap
     assert sweep.main(["summarize", str(signed_sweep), "--key", str(private), "--no-pdf"]) == 2
     err = capsys.readouterr().err
     assert "could not write" in err and "disk is full" in err and "bug" not in err
+
+
+def refused_summary(sweep_dir: Path, private: Path, capsys) -> str:
+    """``sweep summarize`` (the repair command) on ``sweep_dir``: it must refuse; its message."""
+    before = (sweep_dir / "summary.dsse.json").read_bytes()
+    assert sweep.main(["summarize", str(sweep_dir), "--key", str(private), "--no-pdf"]) == 2
+    assert (sweep_dir / "summary.dsse.json").read_bytes() == before  # nothing re-signed
+    return capsys.readouterr().err
+
+
+def test_summarize_refuses_a_sweep_whose_failing_job_was_deleted(signed_sweep, keys, capsys):
+    (private, _), _ = keys
+    shutil.rmtree(signed_sweep / "1")
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 1 is missing: the launch made it (+model=ffn recompute=reentrant), no folder holds it" in err
+
+
+def test_summarize_refuses_a_passing_job_copied_in_from_another_sweep(signed_sweep, keys, tmp_path, capsys):
+    """Another sweep's PASS job 1 (same number, same overrides) in place of the failing job 1."""
+    (private, _), _ = keys
+    other = tmp_path / "other-sweep"
+    write_launch(other, ["+model=ffn", "recompute=non_reentrant,reentrant"])
+    signed_job(other / "1", 1, ["+model=ffn", "recompute=reentrant"], 0, job_cost_rows(), private)
+    shutil.rmtree(signed_sweep / "1")
+    shutil.copytree(other / "1", signed_sweep / "1")
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 1 (1/) was signed in another sweep (its statement names launch sha256:" in err
+
+
+def test_summarize_refuses_a_duplicated_job_number(signed_sweep, keys, capsys):
+    """A PASS job copied beside the failing one: two jobs numbered 0."""
+    (private, _), _ = keys
+    shutil.copytree(signed_sweep / "0", signed_sweep / "0-copy")
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 0 appears 2 times (0/, 0-copy/): a launch numbers each job once" in err
+
+
+def test_summarize_refuses_a_job_json_edited_to_pass(signed_sweep, keys, capsys):
+    (private, public), _ = keys
+    record = signed_sweep / "1" / "job.json"
+    record.write_text(record.read_text().replace('"exit_code": 1', '"exit_code": 0').replace('"FAIL"', '"PASS"'))
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 1 (1/): job.json says PASS (exit code 0), its signed run says FAIL" in err
+    assert any(line.startswith("FAIL subject 1/job.json") for line in failed(verify_dir(signed_sweep, public).checks))
+
+
+def test_a_signed_summary_over_jobs_the_launch_did_not_make_fails(tmp_path, keys, monkeypatch):
+    """A signer whose summarize skipped the launch check (an older reportgen): verify re-derives the
+    jobs from the signed multirun.yaml and names the missing one."""
+    from reportgen.trust import jobs as binding
+
+    (private, public), _ = keys
+    root = tmp_path / "short"
+    write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant"])
+    signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
+    real = binding.job_problems
+    monkeypatch.setattr(binding, "job_problems", lambda *a: (real(*a)[0], []))
+    sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
+    lines = failed(verify_dir(root, public).checks)
+    assert lines == ["FAIL launch: job 1 is missing: the launch made it (+model=ffn recompute=reentrant), "
+                     "no folder holds it"]
+
+
+# --------------------------------------------------------------------------- what verify is told to expect
+
+
+def test_a_run_folder_with_a_genuine_sweeps_files_copied_in_fails_as_mixed(signed_sweep, keys, tmp_path, capsys):
+    """An edited run plus a copied genuine sweep summary: never "VERIFIED (sweep folder)"."""
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private, failing=True, pdf=False)
+    results = run / "results.json"
+    results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
+    for name in ("summary.dsse.json", "summary.json", "summary.csv", "summary.html", "multirun.yaml"):
+        shutil.copy(signed_sweep / name, run / name)
+    assert verifier.main([str(run), "--key", str(public)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("FAIL kind: this folder holds the files of a run (statement.dsse.json, results.json) "
+                             "and of a sweep (summary.dsse.json, summary.json)")
+    assert out[-1].startswith("NOT VERIFIED (mixed folder)")
+
+
+@pytest.fixture
+def summary_pdf(signed_sweep, keys) -> Path:
+    """The signed sweep's summary.pdf (rendered and signed again with a PDF)."""
+    (private, _), _ = keys
+    assert sweep.main(["summarize", str(signed_sweep), "--key", str(private)]) == 2  # worst job: exit 2
+    return signed_sweep / "summary.pdf"
+
+
+def test_a_summary_pdf_renamed_report_pdf_fails_expect_run(summary_pdf, keys, tmp_path, capsys):
+    (_, public), _ = keys
+    renamed = tmp_path / "report.pdf"
+    shutil.copy(summary_pdf, renamed)
+    assert verifier.main([str(renamed), "--key", str(public), "--expect", "run"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("checking a sweep PDF") and out[-1].startswith("NOT VERIFIED (sweep PDF)")
+    assert any(line.startswith("FAIL expected kind: --expect run, and this is a sweep PDF") for line in out)
+    assert verifier.main([str(renamed), "--key", str(public), "--expect", "sweep"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("VERIFIED (sweep PDF)")  # the kind on the last line too
+
+
+def test_verify_refuses_devices_and_fifos_in_one_line(signed_sweep, keys, tmp_path, capsys):
+    (private, public), _ = keys
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for argv in (["/dev/zero", "--key", str(public)], [str(fifo), "--key", str(public)],
+                 [str(signed_sweep), "--key", "/dev/zero"], [str(signed_sweep), "--key", str(fifo)]):
+        assert verifier.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "not a regular file" in err or "not a key file" in err
+        assert "\n" not in err
+    with pytest.raises(SigningError, match="is a character device, not a key file"):
+        load_signing_key(True, "/dev/zero")
 
 
 # --------------------------------------------------------------------------- comparisons
