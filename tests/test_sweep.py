@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from reportgen import sweep
 from reportgen.config import TIME
-from reportgen.keys import generate_key, load_public_key
+from reportgen.trust.keys import generate_key, load_public_key
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep
     with pytest.raises(sweep.SweepMismatch) as refused:
         sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
     problems = refused.value.problems
-    assert problems[0].startswith("job 0 (0/): its run does not verify")
+    assert problems[0] == "job 0 (0/): its statement does not verify with this key (KeyError)"
     assert problems[1:] == [f"job {n} ({n}/): job.json says exit code {c} ({v}), which only a signed run gives, and "
                             "the folder holds no signed statement" for n, c, v in [(1, 0, "PASS"), (2, 1, "FAIL")]]
     assert not (fake_sweep / "summary.dsse.json").exists() and not (fake_sweep / "summary.csv").exists()
@@ -233,7 +233,7 @@ def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
 
 def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_path, monkeypatch, caplog):
     from reportgen.run import prepare
-    from reportgen.train import BudgetRuns
+    from reportgen.training.train import BudgetRuns
 
     monkeypatch.setenv("REPORTGEN_CACHE_DIR", str(tmp_path / "cache"))
     setup = prepare(compose_cfg("+model=ffn", "budget.examples=32", "report.sign=false"))

@@ -12,14 +12,15 @@ import pytest
 
 from conftest import (REQUIRED, job_cost_rows, job_sweep, make_key, signed_run, tiny_frame, tiny_meta, write_job,
                       write_launch)
-from reportgen import compare, sweep
+from reportgen.compare import command as compare
+from reportgen import sweep
 from reportgen import verify as verifier
-from reportgen.keys import load_public_key
-from reportgen.render import render_report
+from reportgen.trust.keys import load_public_key
+from reportgen.report.render import render_report
 from reportgen.config import TIME
 from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, frame_from_json, to_frame
 from reportgen.run import write_results
-from reportgen.signing import SigningError, load_signing_key, sign_run, signature_label
+from reportgen.trust.signing import SigningError, load_signing_key, sign_run, signature_label
 
 
 def failed(checks) -> list[str]:
@@ -214,14 +215,12 @@ def test_summarize_refuses_a_job_json_edited_to_pass(signed_sweep, keys, capsys)
 def test_a_signed_summary_over_jobs_the_launch_did_not_make_fails(tmp_path, keys, monkeypatch):
     """A signer whose summarize skipped the launch check (an older reportgen): verify re-derives the
     jobs from the signed multirun.yaml and names the missing one."""
-    from reportgen.trust import jobs as binding
-
     (private, public), _ = keys
     root = tmp_path / "short"
     write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant"])
     signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
-    real = binding.job_problems
-    monkeypatch.setattr(binding, "job_problems", lambda *a: (real(*a)[0], []))
+    real = sweep.job_problems
+    monkeypatch.setattr(sweep, "job_problems", lambda *a: (real(*a)[0], []))
     sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
     lines = failed(verify_dir(root, public).checks)
     assert lines == ["FAIL launch: job 1 is missing: the launch made it (+model=ffn recompute=reentrant), "
@@ -384,7 +383,7 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
 
 
 def test_an_empty_claim_is_refused_before_anything_runs(compose_cfg):
-    from reportgen.validation import config_problems
+    from reportgen.commands.validation import config_problems
 
     problem = config_problems(compose_cfg("+model=ffn", "verdict.required=[]"))
     assert "names no parity check" in problem and "an empty claim" in problem
@@ -426,7 +425,7 @@ def test_a_read_only_output_folder_is_named_not_called_another_run(tmp_path, mon
     import errno
     import os
 
-    from reportgen.rundir import FolderLock, StartRefused
+    from reportgen.commands.rundir import FolderLock, StartRefused
 
     real = os.open
 

@@ -14,7 +14,7 @@ generator states are compared per rank (a ``rank`` column), so a difference visi
 only is reported with its rank. Memory (saved activation bytes) and warm step time are measured
 per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
 
-With world_size 1 the check adds no rows. Otherwise :func:`reportgen.ranks.run_sharded` runs
+With world_size 1 the check adds no rows. Otherwise :func:`reportgen.distributed.ranks.run_sharded` runs
 :data:`PARTS` on every rank: it starts the ranks with torch's elastic launcher, or, inside a
 torchrun/srun launch, runs this process's part as one rank of that group; rank 0 gathers every
 rank's rows.
@@ -29,22 +29,22 @@ from typing import Any, Callable
 import torch
 from hydra.utils import instantiate
 
-from ..bootstrap import bootstrap_ratio_ci
-from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
-from ..distributed import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
+from reportgen.results.bootstrap import bootstrap_ratio_ci
+from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
+from reportgen.distributed.launch import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
                            max_over_ranks, shard_batch)
-from ..ranks import follow as ranks_follow
-from ..ranks import ranked, run_sharded
-from ..measure import make_train_step, saved_activation_bytes
-from ..peak import warm_step_peak
-from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
-from ..rows import aa_row, tensor_row
-from ..setup import Setup, forward_backward
-from ..sharded_budget import budget_rows
-from ..snapshot import Snapshot, module_attributes, snapshot_rows
-from ..tasks import batch_to
-from ..train import step_seed
-from .base import Check, Section
+from reportgen.distributed.ranks import follow as ranks_follow
+from reportgen.distributed.ranks import ranked, run_sharded
+from reportgen.memory.saved import make_train_step, saved_activation_bytes
+from reportgen.memory.peak import warm_step_peak
+from reportgen.results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
+from reportgen.results.rows import aa_row, tensor_row
+from reportgen.twins.setup import Setup, forward_backward
+from reportgen.distributed.budget import budget_rows
+from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
+from reportgen.tasks import batch_to
+from reportgen.training.train import step_seed
+from reportgen.checks.base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
@@ -60,7 +60,7 @@ ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the 
 
 def distributed_checks(setup: Setup) -> list[Row]:
     """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1), run by
-    :func:`reportgen.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
+    :func:`reportgen.distributed.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
     it, and the parts it stopped NOT_RUN rows."""
     return run_sharded(setup, PARTS)
 
@@ -192,7 +192,7 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         Per rank (``rank`` column): buffers, plain module attributes and generator states after
         backward (bitwise), and that rank's A/A row. On rank 0 also: full parameters and optimizer
         state, recompute vs plain, and (advisory) the full parameters vs one step of the
-        single-process reference. Compared by :func:`reportgen.snapshot.snapshot_rows`, with
+        single-process reference. Compared by :func:`reportgen.twins.snapshot.snapshot_rows`, with
         ``state.ignore_attributes`` honoured.
     """
     rtol, atol = setup.tolerance()
@@ -275,7 +275,7 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
 def memory_rows(setup: Setup, group: Group) -> list[Row]:
     """Memory of each rank, in runs of their own: bytes autograd saves for backward (forward and loss on
     the rank's share) and the peak of live tensor bytes in one warm training step
-    (:func:`reportgen.peak.warm_step_peak`, torch's MemTracker; on CUDA the allocator's peaks beside
+    (:func:`reportgen.memory.peak.warm_step_peak`, torch's MemTracker; on CUDA the allocator's peaks beside
     it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
     (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
     local, paths = _local(setup, group), [w.path for w in setup.wrapped]
@@ -323,7 +323,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     """Warm training steps of the distributed plain and recompute twins, interleaved; each step's time is
     the maximum over ranks (the slowest rank sets the pace). Rows: each rank's median (per rank) and,
     on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
-    (:func:`reportgen.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
+    (:func:`reportgen.results.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
     against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
     tc, local = setup.cfg.timing, _local(setup, group)
     steps: dict[str, Callable[[], None]] = {

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..files import sha256_file
+from reportgen.files import sha256_file
 
 #: Hydra's record of a multirun, in the sweep folder.
 LAUNCH_FILE = "multirun.yaml"
