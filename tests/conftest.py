@@ -327,3 +327,23 @@ def job_sweep(sweep_dir: Path, job: int, overrides: list[str]) -> dict:
     from reportgen.files import sha256_file
 
     return {"job": job, "overrides": list(overrides), "launch_sha256": sha256_file(sweep_dir / "multirun.yaml")}
+
+
+def sign_folder(folder: Path, key: Path, required: list[str], sweep: dict | None = None) -> Path:
+    """Sign a folder made by :func:`write_job` as its run would have: results written again, then
+    ``sign_run`` over them (``job.json`` is written after, as a job writes it after signing).
+    ``sweep``: what the job's statement signs about its launch (:func:`job_sweep`)."""
+    from reportgen.results import frame_from_json
+
+    frame = frame_from_json((folder / "results.json").read_text())
+    (folder / "results.json").unlink()
+    record = folder / "job.json"
+    text = record.read_text() if record.exists() else None
+    record.unlink(missing_ok=True)
+    signing = load_signing_key(True, str(key))
+    write_results(frame, folder)
+    meta = tiny_meta(folder, signature_label(signing)) | ({"sweep": sweep} if sweep else {})
+    sign_run(frame, meta, claim_verdict(frame, required), folder, signing, required=required)
+    if text is not None:
+        record.write_text(text)
+    return folder

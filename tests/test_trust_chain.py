@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (REQUIRED, job_cost_rows, job_sweep, make_key, signed_run, tiny_frame, tiny_meta, write_job,
-                      write_launch)
+from conftest import (REQUIRED, job_cost_rows, job_sweep, make_key, sign_folder, signed_run, tiny_frame, tiny_meta,
+                      write_job, write_launch)
 from reportgen.compare import command as compare
 from reportgen import sweep
 from reportgen import verify as verifier
@@ -34,17 +34,7 @@ JOB_REQUIRED = ["gradient parity", "warm-step memory"]
 def signed_job(folder: Path, job: int, overrides: list[str], exit_code: int, rows: list, key: Path) -> Path:
     """A sweep job as a signed multirun leaves it: job.json, .hydra/, results.json and a signed statement."""
     write_job(folder, job, overrides, exit_code, rows, required=tuple(JOB_REQUIRED))
-    frame = frame_from_json((folder / "results.json").read_text())
-    (folder / "results.json").unlink()
-    record = (folder / "job.json").read_text()  # a job writes job.json after its run is signed
-    (folder / "job.json").unlink()
-    signing = load_signing_key(True, str(key))
-    verdict = claim_verdict(frame, JOB_REQUIRED)
-    write_results(frame, folder)
-    meta = tiny_meta(folder, signature_label(signing)) | {"sweep": job_sweep(folder.parent, job, overrides)}
-    sign_run(frame, meta, verdict, folder, signing, required=JOB_REQUIRED)
-    (folder / "job.json").write_text(record)
-    return folder
+    return sign_folder(folder, key, JOB_REQUIRED, job_sweep(folder.parent, job, overrides))
 
 
 @pytest.fixture
@@ -325,7 +315,7 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
     results = new / "results.json"
     results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
     out = tmp_path / "cmp"
-    assert compare.main([str(base), str(new), "--signing-key", str(private), "--no-pdf", "--out", str(out)]) == 1
+    assert compare.main([str(base), str(new), "--signing-key", str(private), "--no-pdf", "--out", str(out)]) == 3
     said = capsys.readouterr().out
     assert "NEW NOT VERIFIED" in said and "says PASS" in said and "UNSIGNED" in said
     assert not (out / "compare.dsse.json").exists() and "UNSIGNED" in (out / "compare.html").read_text()
@@ -338,14 +328,38 @@ def noisy_timing(ratio: float, ci: tuple[float, float]) -> list:
                 role=Role.OVERHEAD_CI, unit="pp", threshold_value=5.0, on_miss="WARN")]
 
 
-def test_noise_is_not_called_a_regression(tmp_path, capsys):
-    base = write_job(tmp_path / "base", 0, [], 0, noisy_timing(1.30, (1.10, 1.55)))
-    new = write_job(tmp_path / "new", 0, [], 0, noisy_timing(1.43, (1.20, 1.70)))
-    assert compare.main([str(base), str(new), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")]) == 3
+def signed_folder(folder: Path, rows: list, key: Path) -> Path:
+    return sign_folder(write_job(folder, 0, [], 0, rows), key, JOB_REQUIRED)
+
+
+def test_noise_is_not_called_a_regression(tmp_path, keys, capsys):
+    (private, public), _ = keys
+    base = signed_folder(tmp_path / "base", noisy_timing(1.30, (1.10, 1.55)), private)
+    new = signed_folder(tmp_path / "new", noisy_timing(1.43, (1.20, 1.70)), private)
+    key = ["--key", str(public), "--no-sign", "--no-pdf"]
+    assert compare.main([str(base), str(new), *key, "--out", str(tmp_path / "c")]) == 3
     out = capsys.readouterr().out
     assert "CANNOT TELL: overhead ratio rose by 13.0 pp" in out and "REGRESSED" not in out
-    separated = write_job(tmp_path / "far", 0, [], 0, noisy_timing(1.90, (1.80, 2.00)))
-    assert compare.main([str(base), str(separated), "--no-sign", "--no-pdf", "--out", str(tmp_path / "d")]) == 1
+    separated = signed_folder(tmp_path / "far", noisy_timing(1.90, (1.80, 2.00)), private)
+    assert compare.main([str(base), str(separated), *key, "--out", str(tmp_path / "d")]) == 1
+
+
+def test_compare_of_a_run_that_does_not_verify_is_cannot_tell(tmp_path, keys, capsys):
+    """No --key and no default key, or an edited row that also sets on_miss: never OK (exit 0)."""
+    (private, public), _ = keys
+    base = signed_folder(tmp_path / "base", job_cost_rows(), private)
+    unsigned = write_job(tmp_path / "unsigned", 0, [], 0, job_cost_rows())
+    assert compare.main([str(base), str(unsigned), "--key", str(public), "--no-sign", "--no-pdf",
+                         "--out", str(tmp_path / "c")]) == 3
+    assert "CANNOT TELL: NEW does not verify" in capsys.readouterr().out
+    edited = signed_folder(tmp_path / "edited", job_cost_rows(parity="FAIL"), private)
+    results = edited / "results.json"
+    results.write_text(results.read_text().replace('"status":"FAIL","detail"', '"status":"WARN","detail"')
+                       .replace('"on_miss":"FAIL"', '"on_miss":"WARN"', 1))
+    assert compare.main([str(base), str(edited), "--key", str(public), "--no-sign", "--no-pdf",
+                         "--out", str(tmp_path / "d")]) == 3
+    out = capsys.readouterr().out
+    assert "NEW NOT VERIFIED" in out and "OK:" not in out
 
 
 def test_compare_out_onto_an_existing_folder_is_one_line_exit_2(tmp_path, capsys):
@@ -356,10 +370,11 @@ def test_compare_out_onto_an_existing_folder_is_one_line_exit_2(tmp_path, capsys
     assert "exists already" in err and "\n" not in err and "Traceback" not in err
 
 
-def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, monkeypatch):
-    base = write_job(tmp_path / "base", 0, [], 0, job_cost_rows())
+def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, keys, monkeypatch):
+    (private, public), _ = keys
+    base = signed_folder(tmp_path / "base", job_cost_rows(), private)
     monkeypatch.chdir(tmp_path)
-    assert compare.main([str(base), str(base), "--no-sign", "--no-pdf"]) == 0
+    assert compare.main([str(base), str(base), "--key", str(public), "--no-sign", "--no-pdf"]) == 0
     assert len(list((tmp_path / "outputs" / "comparisons").glob("*/*/compare.html"))) == 1
     assert not (tmp_path / "comparisons").exists()
 
