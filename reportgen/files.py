@@ -92,7 +92,29 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    record_written(path)
     return path
+
+
+#: Folders whose files this process writes are listed, as it goes, in the folder's manifest
+#: (``reportgen.trust.manifest``): ``{absolute folder: manifest file name}``.
+_MANIFESTS: dict[Path, str] = {}
+
+
+def track_writes(folder: Path, manifest_name: str) -> None:
+    """From now on, every :func:`atomic_write` under ``folder`` appends its path (relative, POSIX)
+    to ``folder/manifest_name``, one line per file, flushed at once."""
+    _MANIFESTS[Path(folder).absolute()] = manifest_name
+
+
+def record_written(path: Path) -> None:
+    """Append ``path`` to the manifest of the tracked folder it lies in (if any): a file this
+    process wrote, or renamed into place."""
+    path = Path(path).absolute()
+    for folder, name in _MANIFESTS.items():
+        if path.is_relative_to(folder) and path.name != name:
+            with open(folder / name, "a", encoding="utf-8") as handle:
+                handle.write(path.relative_to(folder).as_posix() + "\n")
 
 
 def replace_write(path: Path, data: bytes | str) -> Path:

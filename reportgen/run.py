@@ -32,6 +32,7 @@ from reportgen.twins.setup import Setup, build_setup
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
 from reportgen.trust.launch import job_launch
+from reportgen.trust.manifest import start_manifest
 
 log = logging.getLogger("reportgen")
 
@@ -53,6 +54,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         claim cannot be judged (INCONCLUSIVE), 130 when it was interrupted during the checks
         (``results.partial.json`` keeps what was measured).
     """
+    start_manifest(out_dir)  # the statement signs only what this run writes (reportgen.trust.manifest)
     threads = apply_threads(cfg.get("threads", "auto"))  # the one place: every twin, rank and job of this process
     log.info("torch threads: %s", threads.describe())
     world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))

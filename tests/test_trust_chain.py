@@ -270,6 +270,47 @@ def test_verify_refuses_devices_and_fifos_in_one_line(signed_sweep, keys, tmp_pa
         load_signing_key(True, "/dev/zero")
 
 
+# --------------------------------------------------------------------------- a run signs only what it wrote
+
+
+def test_a_folder_holding_unrelated_files_is_refused_at_start(tmp_path, capsys):
+    from reportgen.commands.rundir import FolderLock, StartRefused
+
+    folder = tmp_path / "run"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine\n")
+    (folder / "sub" / "mine.txt").write_text("mine too\n")
+    with pytest.raises(StartRefused):
+        FolderLock(folder)
+    out = capsys.readouterr().out
+    assert "holds files that are not a run's (notes.txt, sub/)" in out and "new or empty folder" in out
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "sub"]  # nothing written
+
+
+def test_a_file_dropped_into_a_running_run_is_not_signed(tmp_path, keys):
+    """Files that appear in the folder while the run writes (not by the run) are no subjects."""
+    from reportgen.trust.manifest import start_manifest
+
+    (private, public), _ = keys
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    (out / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    start_manifest(out)
+    (out / "notes.txt").write_text("not the run's\n")
+    (out / "sub").mkdir()
+    (out / "sub" / "mine.txt").write_text("not the run's either\n")
+    frame = tiny_frame()
+    signing = load_signing_key(True, str(private))
+    write_results(frame, out)
+    render_report(frame, tiny_meta(out, signature_label(signing)), "PASS", out, pdf=False, required=REQUIRED)
+    sign_run(frame, tiny_meta(out, signature_label(signing)), "PASS", out, signing, required=REQUIRED)
+    checks = verify_dir(out, public).checks
+    subjects = sorted(c.name.removeprefix("subject ") for c in checks if c.name.startswith("subject "))
+    assert subjects == [".hydra/config.yaml", "report.html", "results.csv", "results.json"]
+    notes = [c.name for c in checks if c.status == "NOTE"]
+    assert "not covered: notes.txt" in notes and "not covered: sub/mine.txt" in notes
+
+
 # --------------------------------------------------------------------------- comparisons
 
 

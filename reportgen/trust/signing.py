@@ -37,7 +37,8 @@ from cryptography.x509.oid import NameOID
 
 from reportgen.errors import UsageError
 from reportgen.trust.keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
-from reportgen.files import atomic_write, sha256_file
+from reportgen.files import atomic_write, record_written, sha256_file
+from reportgen.trust.manifest import written_files
 from reportgen.results import Role, check_summary
 
 #: File names in a signed run folder.
@@ -129,10 +130,12 @@ def is_subject(relative: str) -> bool:
 
 
 def run_files(out_dir: Path) -> list[str]:
-    """Regular files of a run folder that are statement subjects, as sorted POSIX paths."""
+    """Regular files of a run folder that are statement subjects, as sorted POSIX paths: those the
+    run wrote (its manifest, ``reportgen.trust.manifest``), or every file of a folder without one."""
     out_dir = Path(out_dir)
     files = (p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    return sorted(f for f in files if is_subject(f))
+    written = written_files(out_dir)
+    return sorted(f for f in files if is_subject(f) and (written is None or f in written))
 
 
 def decimal_string(value: Any) -> str | None:
@@ -448,6 +451,7 @@ def set_aside_unsigned(pdf: Path, unsigned: Path) -> tuple[Path, Path]:
         if unsigned.exists():
             raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
         os.replace(pdf, unsigned)
+        record_written(unsigned)
     return pdf, unsigned
 
 
