@@ -99,12 +99,14 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
 #: Folders whose files this process writes are listed, as it goes, in the folder's manifest
 #: (``reportgen.trust.manifest``): ``{absolute folder: manifest file name}``.
 _MANIFESTS: dict[Path, str] = {}
+_LISTED: dict[Path, set[str]] = {}
 
 
 def track_writes(folder: Path, manifest_name: str) -> None:
     """From now on, every :func:`atomic_write` under ``folder`` appends its path (relative, POSIX)
     to ``folder/manifest_name``, one line per file, flushed at once."""
     _MANIFESTS[Path(folder).absolute()] = manifest_name
+    _LISTED[Path(folder).absolute()] = set()
 
 
 def record_written(path: Path) -> None:
@@ -112,9 +114,11 @@ def record_written(path: Path) -> None:
     process wrote, or renamed into place."""
     path = Path(path).absolute()
     for folder, name in _MANIFESTS.items():
-        if path.is_relative_to(folder) and path.name != name:
+        relative = path.relative_to(folder).as_posix() if path.is_relative_to(folder) else None
+        if relative is not None and path.name != name and relative not in _LISTED[folder]:
+            _LISTED[folder].add(relative)
             with open(folder / name, "a", encoding="utf-8") as handle:
-                handle.write(path.relative_to(folder).as_posix() + "\n")
+                handle.write(relative + "\n")
 
 
 def replace_write(path: Path, data: bytes | str) -> Path:

@@ -32,7 +32,7 @@ from reportgen.twins.setup import Setup, build_setup
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
 from reportgen.trust.launch import job_launch
-from reportgen.trust.manifest import start_manifest
+from reportgen.trust.manifest import clear_pending, mark_pending, start_manifest
 
 log = logging.getLogger("reportgen")
 
@@ -93,8 +93,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
-    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)
+    mark_pending(out_dir, meta, required, pdf=cfg.report.pdf, sign=key is not None)  # an interrupt from here on:
+    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
     sign_run(frame, meta, verdict, out_dir, key, required=required)
+    clear_pending(out_dir)
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:

@@ -512,3 +512,73 @@ def test_a_write_failure_during_a_run_exits_2_naming_the_file(tmp_path, monkeypa
     assert cli._guarded_run(None, tmp_path, None) == 2
     out = capsys.readouterr().out
     assert f"could not write {tmp_path / 'report.pdf'}" in out and "bug" not in out
+
+
+# --------------------------------------------------------------------------- a finished run signed later
+
+
+def test_sigterm_during_signing_then_reportgen_sign_completes_and_verifies(tmp_path, keys, monkeypatch, capsys):
+    """A real SIGTERM while the statement is signed: exit 143, the console says every check finished
+    and the report was not signed, the folder is marked; ``python -m reportgen.sign`` re-judges,
+    renders, signs, and the run then verifies as a run."""
+    import signal
+
+    from omegaconf import OmegaConf
+
+    from conftest import SMALL, compose_config
+    from reportgen import cli
+    from reportgen.trust import finish, signing
+    from reportgen.trust.manifest import PENDING_NAME
+
+    (private, public), _ = keys
+    overrides = [o for o in SMALL if not o.startswith("report.")]
+    cfg = compose_config("+model=ffn", *overrides, "report.pdf=false", f"report.key_path={private}")
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")  # what Hydra writes before the job
+    real = signing.sign_statement
+
+    def terminated_while_signing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(signing, "sign_statement", terminated_while_signing)
+    assert cli._guarded_run(cfg, out, None) == 143
+    monkeypatch.setattr(signing, "sign_statement", real)
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said.startswith("reportgen: interrupted (SIGTERM): all checks finished; the report was not signed")
+    assert f"python -m reportgen.sign {out}" in said and (out / PENDING_NAME).is_file()
+    assert verifier.main([str(out), "--key", str(public)]) == 1
+    assert "finished its checks but was interrupted before it was signed" in capsys.readouterr().out
+    code = finish.main([str(out), "--key", str(private)])
+    assert code in (0, 1, 3) and "every row re-judged" in capsys.readouterr().out
+    assert not (out / PENDING_NAME).exists()
+    assert verifier.main([str(out), "--key", str(public), "--expect", "run"]) == code
+    assert capsys.readouterr().out.splitlines()[-1].startswith("VERIFIED (run folder)")
+
+
+def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, keys, capsys):
+    from reportgen.trust import finish
+    from reportgen.trust.manifest import mark_pending
+
+    (private, _), _ = keys
+    out = tmp_path / "run"
+    out.mkdir()
+    frame = tiny_frame(failing=True)
+    write_results(frame, out)
+    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert "not a finished run waiting to be signed" in capsys.readouterr().err
+    mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True)
+    results = out / "results.json"
+    results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
+    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert "state a status their numbers do not give" in capsys.readouterr().err
+    assert not (out / "statement.dsse.json").exists()
+
+
+def test_a_statement_deleted_beside_its_signed_pdf_is_named(tmp_path, keys):
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private)
+    (run / "statement.dsse.json").unlink()
+    lines = failed(verify_dir(run, public).checks)
+    assert lines[0].startswith("FAIL envelope signature: no statement.dsse.json in") and "it was deleted" in lines[0]

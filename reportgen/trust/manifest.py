@@ -32,3 +32,31 @@ def written_files(out_dir: Path) -> set[str] | None:
         return None
     names = {line.strip() for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()}
     return names | {name for name in HYDRA_FILES if (Path(out_dir) / name).is_file()}
+
+
+#: Left in a run folder whose checks all finished while its report is rendered and signed;
+#: removed once it is signed. A run interrupted there keeps it: ``python -m reportgen.sign DIR``.
+PENDING_NAME = "report.pending.json"
+#: The command that finishes such a run.
+SIGN_COMMAND = "python -m reportgen.sign"
+
+
+def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign: bool) -> Path:
+    """Mark ``out_dir``: its checks finished, its report is being rendered and signed.
+
+    The mark keeps what rendering needs and cannot be read back from the results (the run's
+    metadata: claim, tolerances, environment; ``report.pdf``; whether it signs). The verdict
+    is never taken from it: ``reportgen.sign`` re-judges every row of results.json.
+    """
+    import json
+
+    from reportgen.files import atomic_write
+
+    record = {"meta": meta, "required": list(required), "pdf": bool(pdf), "sign": bool(sign),
+              "finish": f"{SIGN_COMMAND} {out_dir}"}
+    return atomic_write(Path(out_dir) / PENDING_NAME, json.dumps(record, indent=1, default=str) + "\n")
+
+
+def clear_pending(out_dir: Path) -> None:
+    """The report is rendered and signed: remove the mark."""
+    (Path(out_dir) / PENDING_NAME).unlink(missing_ok=True)

@@ -38,7 +38,7 @@ from cryptography.x509.oid import NameOID
 from reportgen.errors import UsageError
 from reportgen.trust.keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
 from reportgen.files import atomic_write, record_written, sha256_file
-from reportgen.trust.manifest import written_files
+from reportgen.trust.manifest import PENDING_NAME, written_files
 from reportgen.results import Role, check_summary
 
 #: File names in a signed run folder.
@@ -119,12 +119,13 @@ def signature_label(key: SigningKey | None) -> str:
 def is_subject(relative: str) -> bool:
     """Whether a run-folder file (POSIX path relative to the folder) is a statement subject.
 
-    Everything is, except the signed outputs themselves (report.pdf, the envelope), Hydra's
+    Everything is, except the signed outputs themselves (report.pdf, the envelope), the mark of a
+    run being signed (``report.pending.json``, removed once signed), Hydra's
     job log (``*.log`` at the top; it keeps growing after signing), and hidden temporary
     files of an interrupted atomic write (``.name.xxxx``).
     """
     name = relative.rsplit("/", 1)[-1]
-    if relative in (PDF_NAME, ENVELOPE_NAME) or name.startswith("."):
+    if relative in (PDF_NAME, ENVELOPE_NAME, PENDING_NAME) or name.startswith("."):
         return False
     return not ("/" not in relative and name.endswith(".log"))
 
