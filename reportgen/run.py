@@ -185,7 +185,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     rows: list[Row] = []
     registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
     if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
-        return [Row(s.name, "compile", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+        return [Row(check=s.name, item="compile", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                     detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                            f"({setup.compile_error}); run with compile.enabled=false")
                 for check in registry for s in check.sections]
@@ -199,11 +199,11 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                 rows += check.run(setup)                      # records torch's warnings as rows itself
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
             log.error("check %s stopped: %s", check.name, exc.message)
-            rows.append(Row(check.name, f"stopped at checks.{exc.limit}", "recompute", "exception", status=ERROR,
+            rows.append(Row(check=check.name, item=f"stopped at checks.{exc.limit}", variant="recompute", metric="exception", status=ERROR,
                             detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
                             extra={"exception_type": "CheckLimitExceeded"}))
         except KeyboardInterrupt:
-            rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+            rows += [Row(check=s.name, item="interrupted", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
                      for later in registry[index:] for s in later.sections]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))

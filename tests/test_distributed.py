@@ -215,12 +215,12 @@ def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
     from reportgen.report.diagnose import diagnose
     from reportgen.results import Row
 
-    local = [Row(DIST_GRADIENT_PARITY, f"rank {r}: local gradients before reduction", "recompute",
-                 "tensors_outside_tolerance", float(r), "0", "==", role=Role.RANK_LOCAL_GRADS, threshold_value=0.0,
+    local = [Row(check=DIST_GRADIENT_PARITY, item=f"rank {r}: local gradients before reduction", variant="recompute",
+                 metric="tensors_outside_tolerance", value=float(r), threshold="0", comparator="==", role=Role.RANK_LOCAL_GRADS, threshold_value=0.0,
                  extra={"rank": r}) for r in (0, 1)]
     (said,) = diagnose(local, {"mode": "non_reentrant", "preserve_rng_state": True})
     assert said.extra["rule"] == "one rank only"
-    failed = Row(DIST_GRADIENT_PARITY, "rank 1", "recompute", "exception", status=ERROR, role=Role.EXCEPTION,
+    failed = Row(check=DIST_GRADIENT_PARITY, item="rank 1", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
                  detail="rank 1 failed: ValueError: boom", extra={"rank": 1})
     (said,) = diagnose([failed], {"mode": "non_reentrant", "preserve_rng_state": True})
     assert said.extra["rule"] == "a rank failed"

@@ -100,17 +100,17 @@ def test_a_broken_experiment_is_still_only_flagged():
 
 
 def fake_larger(rows_status, value=1.0):
-    return lambda setup: [Row(LARGER_BATCH, "batch found", "larger_batch", "batch_size", value, "", "", rows_status,
+    return lambda setup: [Row(check=LARGER_BATCH, item="batch found", variant="larger_batch", metric="batch_size", value=value, threshold="", comparator="", status=rows_status,
                               role=Role.BATCH_FOUND)]
 
 
 @pytest.mark.parametrize("required", [[TASK_METRICS], [TASK_METRICS, LARGER_BATCH]])
 def test_larger_batch_result_never_changes_the_verdict(required):
-    base = [Row(TASK_METRICS, "seed 0", "recompute", "abs_diff_accuracy", 0.0, "0.0001", "<=", threshold_value=1e-4)]
+    base = [Row(check=TASK_METRICS, item="seed 0", variant="recompute", metric="abs_diff_accuracy", value=0.0, threshold="0.0001", comparator="<=", threshold_value=1e-4)]
     assert base[0].status == PASS
     verdicts = set()
     for extra in ([], fake_larger(FLAGGED, 64)(None), fake_larger(FLAGGED, 4096)(None),
-                  [Row(LARGER_BATCH, "experiment", "larger_batch", "exception", math.nan, "", "", FLAGGED, "boom")]):
+                  [Row(check=LARGER_BATCH, item="experiment", variant="larger_batch", metric="exception", value=math.nan, threshold="", comparator="", status=FLAGGED, detail="boom")]):
         verdicts.add(claim_verdict(to_frame(base + extra), [TASK_METRICS]))
     assert verdicts == {PASS}
     summary = check_summary(to_frame(base + fake_larger(FLAGGED)(None)), required)

@@ -176,8 +176,8 @@ def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
     rows = saved_rows(setup, *measure_saved(setup))
     for variant, allocated, reserved in (("plain", 5 * 2**20, 8 * 2**20), ("recompute", 3 * 2**20, 8 * 2**20)):
         extra = {"baseline_allocated_bytes": 2**20, "reserved_gap_bytes": reserved - allocated, "warm_steps": 3}
-        rows += [Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", allocated, extra=extra, role=Role.CUDA_PEAK),
-                 Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", reserved, extra=extra, role=Role.CUDA_PEAK)]
+        rows += [Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_allocated_bytes", value=allocated, extra=extra, role=Role.CUDA_PEAK),
+                 Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=reserved, extra=extra, role=Role.CUDA_PEAK)]
     html = _render_section(rows)
     assert "Peak allocated" in html and "5.00 MiB" in html and "caching allocator" in html
     assert "3.00 MiB" in html and "not measured" not in html

@@ -35,7 +35,7 @@ def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
     recompute = plain * 1.25 * (1 + (rng.normal(0, 0.3, rounds) if noisy else rng.normal(0, 0.002, rounds)))
     times = {"plain": list(np.abs(plain)), "recompute": list(np.abs(recompute))}
     stopped = "time budget of 10 s spent" if noisy else "confidence target reached"
-    rows = [Row(TIME, f"step {k}", v, "step_time_ms", ms, status=INFO, role=Role.STEP, unit="ms",
+    rows = [Row(check=TIME, item=f"step {k}", variant=v, metric="step_time_ms", value=ms, status=INFO, role=Role.STEP, unit="ms",
                 extra={"step_index": k}) for v in timing.VARIANTS for k, ms in enumerate(times[v])]
     rows += timing.median_rows(times, None, 10.0)
     overhead = timing.overhead_row(times, 2000, None)

@@ -139,7 +139,7 @@ def test_changed_leaves_says_how_each_output_leaf_changed():
 
 
 def _error(detail: str, check: str = "gradient parity") -> Row:
-    return Row(check, "recompute", "recompute", "exception", status=ERROR, role=Role.EXCEPTION,
+    return Row(check=check, item="recompute", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
                detail=f"the recompute run raised {detail}")
 
 
@@ -160,8 +160,8 @@ def test_a_hook_registered_in_a_reentrant_region_is_named():
 
 
 def test_a_hazard_seen_by_one_check_explains_the_symptom_of_another():
-    rows = [Row("gradient parity", "output leaves changed during backward", "recompute", "changed_leaves", 4.0, "0",
-                "==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD, extra={"in_cache": True}),
+    rows = [Row(check="gradient parity", item="output leaves changed during backward", variant="recompute", metric="changed_leaves", value=4.0, threshold="0",
+                comparator="==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD, extra={"in_cache": True}),
             _error("CheckpointError: torch.utils.checkpoint: Recomputed values have different metadata",
                    check="trajectory parity")]
     rules = {r.check: r.extra["rule"] for r in diagnose(rows, SETTINGS)}
@@ -170,11 +170,11 @@ def test_a_hazard_seen_by_one_check_explains_the_symptom_of_another():
 
 
 def test_no_known_pattern_names_the_first_differing_tensor_and_the_check_that_saw_it():
-    rows = [Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0, comparator="allclose", role=Role.LOSS,
+    rows = [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0, comparator="allclose", role=Role.LOSS,
                 extra={"excess": -1.0}),
-            Row("gradient parity", "blocks.1.lin.weight.grad", "recompute", "max_abs_err", 0.5, comparator="allclose",
+            Row(check="gradient parity", item="blocks.1.lin.weight.grad", variant="recompute", metric="max_abs_err", value=0.5, comparator="allclose",
                 role=Role.PARAM_GRAD, detail="exceeds tolerance by 0.49", extra={"excess": 0.49}),
-            Row("gradient parity", "blocks.2.lin.weight.grad", "recompute", "max_abs_err", 0.7, comparator="allclose",
+            Row(check="gradient parity", item="blocks.2.lin.weight.grad", variant="recompute", metric="max_abs_err", value=0.7, comparator="allclose",
                 role=Role.PARAM_GRAD, detail="exceeds tolerance by 0.69", extra={"excess": 0.69})]
     (why,) = diagnose(rows, SETTINGS)
     assert why.extra["rule"] == ""
@@ -217,7 +217,7 @@ TABLE_VALUE = ("model._target_=user_models.recompute_faults.build_returns_table_
 
 def to_frame_rows(frame: pd.DataFrame) -> list[Row]:
     """Rows back from a frame, as the diagnosis reads them (check, item, role, status, detail)."""
-    return [Row(r.check, r.item, r.variant, r.metric, status=r.status, detail=r.detail, role=r.role)
+    return [Row(check=r.check, item=r.item, variant=r.variant, metric=r.metric, status=r.status, detail=r.detail, role=r.role)
             for r in frame.itertuples()]
 
 

@@ -22,8 +22,8 @@ DUMMY = "dummy check"
 
 def dummy_check(setup) -> list[Row]:
     """A check of the kind a contributor would add: measure, emit value + threshold + comparator."""
-    return [Row(DUMMY, "answer", "recompute", "abs_diff", 0.25, "<= 0.5", "<=", threshold_value=0.5, detail="close"),
-            Row(DUMMY, "question", "recompute", "abs_diff", 2.0, "<= 0.5", "<=", threshold_value=0.5, on_miss=WARN)]
+    return [Row(check=DUMMY, item="answer", variant="recompute", metric="abs_diff", value=0.25, threshold="<= 0.5", comparator="<=", threshold_value=0.5, detail="close"),
+            Row(check=DUMMY, item="question", variant="recompute", metric="abs_diff", value=2.0, threshold="<= 0.5", comparator="<=", threshold_value=0.5, on_miss=WARN)]
 
 
 def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp_path):
@@ -62,7 +62,7 @@ def test_judge_allclose_and_confidence_interval_rules():
 
 
 def test_a_row_states_no_pass_or_fail_of_its_own():
-    row = Row(DUMMY, "x", "recompute", "abs_diff", 3.0, comparator="<=", threshold_value=1.0, status=PASS)
+    row = Row(check=DUMMY, item="x", variant="recompute", metric="abs_diff", value=3.0, comparator="<=", threshold_value=1.0, status=PASS)
     assert row.status == FAIL
 
 

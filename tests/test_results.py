@@ -7,7 +7,7 @@ REQ = ["gradient parity", "state parity"]
 
 
 def frame(*rows):
-    return to_frame([Row(check, "x", "recompute", "m", 1.0, status=status) for check, status in rows])
+    return to_frame([Row(check=check, item="x", variant="recompute", metric="m", value=1.0, status=status) for check, status in rows])
 
 
 def test_all_required_pass_holds():
@@ -41,7 +41,7 @@ def test_check_status_is_most_severe_and_fail_outranks_error():
 
 
 def test_json_round_trip_keeps_values(tmp_path):
-    f = to_frame([Row("gradient parity", "w", "recompute", "max_abs_err", 0.25, status="FAIL",
+    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="max_abs_err", value=0.25, status="FAIL",
                       extra={"bitwise_equal": False})])
     back = frame_from_json(frame_to_json(f))
     assert back.value.tolist() == [0.25] and back.bitwise_equal.tolist() == [False]
@@ -61,7 +61,7 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     def boom(setup):
         raise KeyboardInterrupt
 
-    use_checks(("gradient parity", lambda s: [Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0,
+    use_checks(("gradient parity", lambda s: [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0,
                                                   comparator="<=", threshold_value=0.0)]),
                ("warm-step time", boom), ("task metrics", boom))
     with pytest.raises(pipeline.Interrupted):

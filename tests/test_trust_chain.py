@@ -365,7 +365,7 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
 def noisy_timing(ratio: float, ci: tuple[float, float]) -> list:
     """A job whose overhead CI missed its width target (timing too noisy to trust)."""
     return [*job_cost_rows(ratio=ratio, ci=ci),
-            Row(TIME, "overhead confidence", "recompute", "ci_half_width_pp", 12.0, "<= 5 pp", "<=",
+            Row(check=TIME, item="overhead confidence", variant="recompute", metric="ci_half_width_pp", value=12.0, threshold="<= 5 pp", comparator="<=",
                 role=Role.OVERHEAD_CI, unit="pp", threshold_value=5.0, on_miss="WARN")]
 
 
@@ -427,7 +427,7 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
     (private, public), _ = keys
     rows = [*tiny_frame().to_dict("records")]
     frame = to_frame([Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in rows] +
-                     [Row("gradient parity", "plain vs plain (A/A)", "aa", "max_abs_err", status=INCONCLUSIVE,
+                     [Row(check="gradient parity", item="plain vs plain (A/A)", variant="aa", metric="max_abs_err", status=INCONCLUSIVE,
                           role=Role.LOSS, detail="the plain twin does not reproduce itself")])
     run = signed_run(tmp_path / "run", private, frame=frame)
     assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE

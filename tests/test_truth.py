@@ -110,9 +110,9 @@ def test_a_failing_report_explains_itself_with_both_values(tmp_path):
 def test_diagnosis_names_a_different_forward_first():
     from reportgen.results import Row
 
-    rows = [Row("gradient parity", "loss", "recompute", "max_abs_err", 1.0, comparator="allclose", role=Role.LOSS,
+    rows = [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=1.0, comparator="allclose", role=Role.LOSS,
                 extra={"excess": 1.0}),
-            Row("state parity", "buffer bn.running_mean", "recompute", "max_abs_err", 1.0, comparator="allclose",
+            Row(check="state parity", item="buffer bn.running_mean", variant="recompute", metric="max_abs_err", value=1.0, comparator="allclose",
                 role=Role.BUFFER, extra={"excess": 1.0})]
     out = {r.check: r.extra["rule"] for r in diagnose(rows, {"mode": "non_reentrant", "preserve_rng_state": True})}
     assert out == {"gradient parity": "different forward", "state parity": "running statistics"}

@@ -103,7 +103,7 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
     for name, part in parts:
         if failed:
             if group.rank == 0:
-                rows.append(Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+                rows.append(Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                                 detail=f"not run: {ranks_said(failed)} failed in an earlier part"))
             continue
         start, said = time.perf_counter(), ""
@@ -124,9 +124,9 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
 def failure_rows(ranks: dict[int, str], names: Sequence[str]) -> list[Row]:
     """Rows for ranks that failed as processes (an elastic launch reported them): one ERROR row per
     rank in the first section of ``names``, NOT_RUN rows in the others, each naming the ranks."""
-    rows = [ranked(Row(names[0], f"rank {r}", "recompute", "exception", status=ERROR, role=Role.EXCEPTION,
+    rows = [ranked(Row(check=names[0], item=f"rank {r}", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
                        detail=f"rank {r} failed: {message}"), r) for r, message in ranks.items()]
-    return rows + [Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+    return rows + [Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                        detail=f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
 
 

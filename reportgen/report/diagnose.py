@@ -240,7 +240,7 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
             rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
         cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
-        out.append(Row(check, "why it fails", "recompute", "diagnosis", status=INFO, role=Role.DIAGNOSIS,
+        out.append(Row(check=check, item="why it fails", variant="recompute", metric="diagnosis", status=INFO, role=Role.DIAGNOSIS,
                        detail=f"Likely cause: {cause}. Fix: {fix}.",
                        extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""}))
     return out
