@@ -582,3 +582,50 @@ def test_a_statement_deleted_beside_its_signed_pdf_is_named(tmp_path, keys):
     (run / "statement.dsse.json").unlink()
     lines = failed(verify_dir(run, public).checks)
     assert lines[0].startswith("FAIL envelope signature: no statement.dsse.json in") and "it was deleted" in lines[0]
+
+
+# --------------------------------------------------------------------------- the smaller items
+
+
+def test_a_subject_that_is_a_symlink_out_of_the_folder_is_refused(tmp_path, keys):
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private, pdf=False)
+    outside = tmp_path / "outside.csv"
+    shutil.copy(run / "results.csv", outside)  # same bytes, same digest: only the link is wrong
+    (run / "results.csv").unlink()
+    (run / "results.csv").symlink_to(outside)
+    assert any(line.startswith("FAIL subject results.csv: a symbolic link leaving the folder")
+               for line in failed(verify_dir(run, public).checks))
+
+
+def test_an_interrupted_summary_is_named_not_checked_as_a_run(signed_sweep, keys):
+    (_, public), _ = keys
+    (signed_sweep / "summary.dsse.json").unlink()
+    (signed_sweep / sweep.INCOMPLETE_MARK).write_text("interrupted\n")
+    outcome = verify_dir(signed_sweep, public)
+    assert outcome.kind == "sweep folder" and failed(outcome.checks) == [
+        "FAIL summary complete: summary.incomplete is present and there is no summary.dsse.json: the summary was "
+        f"interrupted; write it again with python -m reportgen.sweep summarize {signed_sweep}"]
+
+
+def test_sweep_verify_lists_what_it_did_not_cover(signed_sweep, keys):
+    (_, public), _ = keys
+    (signed_sweep / "notes.txt").write_text("mine\n")
+    (signed_sweep / "extra").mkdir()
+    (signed_sweep / "extra" / "a.txt").write_text("a\n")
+    (signed_sweep / "0" / "scratch.txt").write_text("b\n")
+    checks = verify_dir(signed_sweep, public).checks
+    notes = {c.name: c.detail for c in checks if c.status == "NOTE"}
+    assert "not covered: notes.txt" in notes and notes["not covered: extra/"].startswith("1 files")
+    assert "0/: not covered: scratch.txt" in notes
+    assert failed(checks) == []
+
+
+def test_the_signed_summary_pdf_links_its_jobs_relatively(summary_pdf):
+    from pyhanko.pdf_utils.reader import PdfFileReader
+
+    reader = PdfFileReader(open(summary_pdf, "rb"), strict=False)
+    uris = [str(a.get_object()["/A"]["/URI"]) for page in reader.root["/Pages"]["/Kids"]
+            for a in page.get_object().get("/Annots", []) if "/URI" in a.get_object().get("/A", {})]
+    assert "0/report.pdf" in uris and "1/report.pdf" in uris
+    assert not any(u.startswith("file:") for u in uris) and b"file://" not in summary_pdf.read_bytes()

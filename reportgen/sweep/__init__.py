@@ -355,7 +355,7 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
     Args:
         frame: :func:`summary_frame`.
         meta: ``{"title", "created", "sweep_dir", "exit_code", "signature", "command", "swept"}``.
-        link_base: prefix of links to job reports (``""`` for relative, a ``file://`` URI in the PDF).
+        link_base: prefix of links to job reports (``""``: relative, in the HTML and in the PDF).
         link_file: ``"report.html"`` or ``"report.pdf"``.
     """
     jobs = job_table(frame)
@@ -391,9 +391,10 @@ def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = T
              "json": atomic_write(out_dir / "summary.json", table)}
     paths["html"] = atomic_write(out_dir / "summary.html", template.render(**summary_view(frame, meta, "", "report.html")))
     if pdf:
-        html = template.render(**summary_view(frame, meta, out_dir.resolve().as_uri() + "/", "report.pdf"))
+        html = template.render(**summary_view(frame, meta, "", "report.pdf"))  # relative: no path of this machine
         attached = ("summary.json", table.encode(), "Data", "The sweep summary this document was rendered from.")
-        paths["pdf"] = atomic_write(out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached]))
+        paths["pdf"] = atomic_write(out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached],
+                                                                      relative_links=True))
     return paths
 
 

@@ -55,6 +55,7 @@ from reportgen.errors import ExitCode
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.results import INCONCLUSIVE
 from reportgen.files import NotRegularFile, refuse_special
+from reportgen.sweep import INCOMPLETE_MARK
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.verify.common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
 from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_dir, verify_comparison_pdf  # noqa: F401
@@ -144,6 +145,10 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
     where = "folder" if target.is_dir() else "PDF"
     if target.is_dir() and len(found := kinds_in_folder(target)) > 1:
         return Outcome("mixed folder", [mixed_kinds(target, found)])
+    if target.is_dir() and (target / INCOMPLETE_MARK).is_file() and not (target / SUMMARY.envelope).is_file():
+        return Outcome("sweep folder", [Check(FAIL, "summary complete", f"{INCOMPLETE_MARK} is present and there is no "
+                                              f"{SUMMARY.envelope}: the summary was interrupted; write it again with "
+                                              f"python -m reportgen.sweep summarize {target}")])
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
     found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)

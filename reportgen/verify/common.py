@@ -15,6 +15,7 @@ from typing import Callable
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from reportgen.files import special_kind
 from reportgen.trust.attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
 from reportgen.trust.keys import fingerprint
 from reportgen.trust.signing import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, decode_b64, envelope_file_bytes, sslib_public_key
@@ -113,6 +114,9 @@ def check_subjects(folder: Path, digests: dict[str, str]) -> list[Check]:
         def subject(name=name, digest=digest) -> str:
             require(safe_relative(name), f"subject name {name!r} points outside the folder")
             path = Path(folder) / name
+            require(path.resolve().is_relative_to(Path(folder).resolve()),
+                    f"a symbolic link leaving the folder (to {path.resolve()}): never followed")
+            require(special_kind(path) is None, f"{special_kind(path)}, not a regular file")
             require(path.is_file(), "missing")
             require(sha256_hex(path.read_bytes()) == digest, "sha256 differs from the statement: the file was changed")
             return short_digest(digest)

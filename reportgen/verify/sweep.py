@@ -28,7 +28,7 @@ from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.sweep import (INCOMPLETE_MARK, SUMMARY_ENVELOPE, SWEEP_PREDICATE_TYPE, VERDICT_BY_CODE, job_dirs, load_jobs,
                      summary_frame)
 from reportgen.verify.common import (FAIL, NOTE, PASS, Check, Document, Verified, attempt, require, safe_relative, sha256_hex,
-                     subject_digests, verify_document_dir, verify_signed_pdf)
+                     subject_digests, unlisted_files, verify_document_dir, verify_signed_pdf)
 from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
 from reportgen.verify.run import verify_run
 
@@ -66,6 +66,7 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
                     f"exit code {job['exit_code']} means its checks ran, but the summary lists no signed statement")
             return f"not signed: it did not run its checks (exit code {job['exit_code']}, {job['verdict']})"
         found = verify_run(folder, public_key)
+        entry["notes"] = [Check(NOTE, f"{job['dir']}/: {c.name}", c.detail) for c in found.checks if c.status == NOTE]
         failed = [c for c in found.checks if c.status == FAIL]
         require(not failed, f"its run does not verify: {failed[0].line if failed else ''}")
         require(sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
@@ -90,6 +91,22 @@ def _check_folders(sweep_dir: Path, jobs: list[dict]) -> Check:
         return f"{len(on_disk)} job folders, each listed"
 
     return attempt("job folders", folders)
+
+
+def _not_covered(sweep_dir: Path, digests: dict, jobs: list[dict]) -> list[Check]:
+    """NOTE lines for what the sweep's statement does not vouch for outside its jobs' own folders
+    (a job's folder is vouched for by the job's statement; its own NOTE lines name the rest)."""
+    listed = {job["dir"] for job in jobs}
+    own = (SUMMARY.pdf, SUMMARY.envelope, INCOMPLETE_MARK)
+    grouped: dict[str, list[str]] = {}
+    for name, kind in unlisted_files(sweep_dir, digests, own=own):
+        if any(name.startswith(f"{d}/") for d in listed):
+            continue
+        top = name.split("/")[0] + ("/" if "/" in name else "")
+        grouped.setdefault(top, []).append(kind)
+    return [Check(NOTE, f"not covered: {top}", (f"{len(kinds)} files, " if top.endswith("/") else kinds[0])
+                  + "not in the sweep's statement and in no job's folder; nothing vouches for it")
+            for top, kinds in grouped.items()]
 
 
 def _check_launch(sweep_dir: Path, predicate: dict, digests: dict, entries: list[dict]) -> Check:
@@ -133,6 +150,8 @@ def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Veri
     found.checks += [_check_job(sweep_dir, job, public_key, entry) for job, entry in zip(jobs, entries)]
     found.checks += [_check_folders(sweep_dir, jobs), _check_rederived(sweep_dir, found.data),
                      _check_launch(sweep_dir, found.statement["predicate"], subject_digests(found.statement), entries)]
+    found.checks += [note for entry in entries for note in entry.pop("notes", [])]
+    found.checks += _not_covered(sweep_dir, subject_digests(found.statement), jobs)
     return found
 
 
