@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from reportgen.checks import REGISTRY, required_names, run_order
+from reportgen.checks import REGISTRY, Check, required_names, run_order
 from reportgen.checks.distributed import follow
 from reportgen.twins.contract import check_task_contract
 from reportgen.report.diagnose import diagnose
@@ -25,7 +25,7 @@ from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
 from reportgen.memory.saved import observation_rows, observe_twins
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
-from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from reportgen.results import ERROR, FLAGGED, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from reportgen.results.rows import error_row
 from reportgen.commands.rundir import forget_unstarted_run
 from reportgen.twins.setup import Setup, build_setup
@@ -191,6 +191,9 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                 for check in registry for s in check.sections]
     limits = check_limits(getattr(setup, "cfg", None))
     for index, check in enumerate(registry):
+        if _disabled(setup, check):
+            rows += disabled_rows(check)
+            continue
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
@@ -213,6 +216,21 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
     return rows
+
+
+def _disabled(setup: Setup, check: Check) -> bool:
+    """The check's config group says ``enabled: false`` (checks without a group always run)."""
+    cfg = getattr(setup, "cfg", None)
+    return bool(check.config and cfg is not None
+                and not OmegaConf.select(cfg, f"{check.config}.enabled", default=True))
+
+
+def disabled_rows(check: Check) -> list[Row]:
+    """One row per section of a check turned off by ``<group>.enabled=false``: NOT_RUN (a required
+    check without rows fails the claim), FLAGGED for a flagged experiment (never counts)."""
+    return [Row(check=s.name, item=str(check.config), variant="recompute", metric="not_run",
+                status=FLAGGED if s.flagged else NOT_RUN, role=Role.DISABLED,
+                detail=f"not run: {check.config}.enabled=false") for s in check.sections]
 
 
 def _world_size(setup: Setup | None) -> int:

@@ -126,9 +126,18 @@ def test_step_seeds_differ_per_step_and_seed_and_repeat():
     assert step_seed(71, 2, 5) == step_seed(71, 2, 5)
 
 
-def test_disabled_budget_is_not_run():
-    frame, _ = budget_frame("+model=ffn", "budget.enabled=false")
-    assert status_of(frame) == "NOT_RUN"
+def test_disabled_budget_is_not_run(monkeypatch, tmp_path):
+    """The runner, not the check, writes the row of a check whose group says enabled=false."""
+    import reportgen.run as pipeline
+    from reportgen.checks import Check, budget
+
+    setup = prepare(compose_config("+model=ffn", "budget.enabled=false"))
+    called = []
+    monkeypatch.setattr(pipeline, "REGISTRY", [Check(lambda s: called.append(s) or [], budget.CHECK.sections,
+                                                     config="budget")])
+    frame = to_frame(pipeline.run_checks(setup, tmp_path))
+    assert called == [] and status_of(frame) == "NOT_RUN"
+    assert frame.detail.tolist() == ["not run: budget.enabled=false"]
 
 
 def curve_frame(shift):

@@ -26,12 +26,17 @@ def dummy_check(setup) -> list[Row]:
             Row(check=DUMMY, item="question", variant="recompute", metric="abs_diff", value=2.0, threshold="<= 0.5", comparator="<=", threshold_value=0.5, on_miss=WARN)]
 
 
-def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp_path):
+def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp_path, signing_key_pair):
+    """One module (here: ``dummy_check`` + its record) and one registry line; nothing else is edited."""
+    from reportgen.trust.keys import load_public_key
+    from reportgen.verify import verify
+
+    private, public = signing_key_pair
     record = Check(dummy_check, (Section(DUMMY, "A dummy check added in a test."),))
     monkeypatch.setattr(checks, "REGISTRY", [*checks.REGISTRY[:1], record])
     monkeypatch.setattr(pipeline, "REGISTRY", checks.REGISTRY)
     assert DUMMY in default_required()
-    cfg = compose_config("+model=ffn", *SMALL, "report.pdf=true")
+    cfg = compose_config("+model=ffn", *SMALL, "report.pdf=true", "report.sign=true", f"report.key_path={private}")
     code = pipeline.run(cfg, tmp_path)
     frame = frame_from_json((tmp_path / "results.json").read_text())
     dummy = frame[frame.check == DUMMY].set_index("item").status.to_dict()
@@ -39,6 +44,9 @@ def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp
     html = (tmp_path / "report.html").read_text()
     assert 'id="dummy-check"' in html and "A dummy check added in a test." in html
     assert code == 0 and (tmp_path / "report.pdf").is_file()
+    lines = verify(tmp_path, load_public_key(public))  # signed, and re-judged by the verifier
+    assert [c.detail for c in lines if c.status == "FAIL"] == [] and any("dummy" in c.detail or c.name == "verdict"
+                                                                         for c in lines)
 
 
 @pytest.mark.parametrize("value, comparator, threshold, on_miss, expected", [

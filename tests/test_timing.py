@@ -142,9 +142,14 @@ def test_warm_step_time_rows():
     assert next(r for r in rows if r.metric == "expected_overhead_ratio").value == pytest.approx(32 / 27)
 
 
-def test_disabled_timing_is_not_run():
+def test_disabled_timing_is_not_run(tmp_path):
+    """The runner writes the NOT_RUN row of a check turned off by its group (timing.enabled=false)."""
+    from reportgen.checks import timing
+    from reportgen.run import disabled_rows
+
     setup = prepare(compose_config("+model=granularity", "timing.enabled=false", user_conf=True))
-    assert [r.status for r in warm_step_time(setup)] == ["NOT_RUN"]
+    assert timing.CHECK.config == "timing" and not setup.cfg.timing.enabled
+    assert [(r.check, r.status) for r in disabled_rows(timing.CHECK)] == [("warm-step time", "NOT_RUN")]
 
 
 @pytest.mark.gpu

@@ -17,7 +17,7 @@ from typing import Any
 
 from reportgen.config import TASK_METRICS
 from reportgen.checks.plots import task_metric_plots
-from reportgen.results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
+from reportgen.results import ERROR, INFO, PASS, WARN, Role, Row
 from reportgen.results.rows import error_row, metric_diff_row, trained_params_row
 from reportgen.training.train import budget_runs, TrainResult, lockstep_gradients, run_rows
 from reportgen.checks.base import Check, Section
@@ -146,9 +146,6 @@ def task_metrics(setup) -> list[Row]:
     """
     cfg, task = setup.cfg.budget, setup.task
     metric, tol, rtol = task.metric, float(cfg.metric_tolerance), float(cfg.metric_rtol)
-    if not cfg.enabled:
-        return [Row(check=TASK_METRICS, item="budget", variant="recompute", metric=f"abs_diff_{metric}", value=math.nan, threshold="", comparator="", status=NOT_RUN,
-                    detail="disabled by budget.enabled=false", role=Role.DISABLED)]
     bs = int(cfg.batch_size)
     rows = [Row(check=TASK_METRICS, item="budget", variant="recompute", metric="budget_examples", value=int(cfg.examples), threshold="", comparator="", status=INFO,
                 detail=f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
@@ -210,4 +207,4 @@ CHECK = Check(task_metrics, (Section(
     TASK_METRICS, "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins are "
     "trained from the same initial weights on the same data order and seeds until each has accepted the same number of "
     "examples, then evaluated on held-out data. Trained parameters outside tolerance (then the metric) may pass "
-    "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.", template="sections/task-metrics.html.j2", plotter=task_metric_plots),))
+    "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.", template="sections/task-metrics.html.j2", plotter=task_metric_plots),), config="budget")

@@ -174,9 +174,6 @@ def larger_batch_experiment(setup) -> list[Row]:
 
 def _experiment(setup) -> list[Row]:
     cfg, budget, task = setup.cfg.larger_batch, setup.cfg.budget, setup.task
-    if not cfg.enabled:
-        return [Row(check=LARGER_BATCH, item="experiment", variant="larger_batch", metric="batch_size", value=math.nan, threshold="", comparator="", status=FLAGGED,
-                    detail="not run: disabled by larger_batch.enabled=false", role=Role.DISABLED)]
     if cfg.lr_scaling not in LR_SCALING:
         raise ValueError(f"larger_batch.lr_scaling={cfg.lr_scaling!r} is not one of {', '.join(LR_SCALING)}")
     base, ceiling = int(budget.batch_size), int(cfg.max_batch_size)
@@ -252,4 +249,4 @@ def _experiment(setup) -> list[Row]:
 CHECK = Check(larger_batch_experiment, (Section(
     LARGER_BATCH, "The batch that the memory saving buys, trained by the recompute twin to the same accepted-example "
     "budget.", template="sections/larger-batch-experiment.html.j2", plotter=larger_batch_plots, required=False,
-    flagged=True),))
+    flagged=True),), config="larger_batch")

@@ -40,7 +40,7 @@ from reportgen.memory.estimate import Estimate, dropout_mask_bytes, estimate_sav
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
-from reportgen.results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from reportgen.results import ERROR, INFO, WARN, Role, Row
 from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
 from reportgen.checks.base import Check, Section
@@ -57,10 +57,6 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         ``lost_gradients``, ``peak_allocated_bytes`` /
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
-    mc = setup.cfg.memory
-    if not mc.enabled:
-        return [Row(check=MEMORY, item="warm-step memory", variant="recompute", metric="saved_activation_bytes", status=NOT_RUN, role=Role.DISABLED,
-                    detail="memory.enabled=false: no memory figure was measured")]
     rows: list[Row] = []
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
@@ -394,4 +390,4 @@ CHECK = Check(warm_step_memory, (Section(
     MEMORY, "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
     "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
     "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
-    template="sections/warm-step-memory.html.j2", plotter=memory_plots),))
+    template="sections/warm-step-memory.html.j2", plotter=memory_plots),), config="memory")

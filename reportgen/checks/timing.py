@@ -35,7 +35,7 @@ from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.checks.plots import timing_plots
 from reportgen.progress import progress
-from reportgen.results import INFO, NOT_RUN, WARN, Role, Row
+from reportgen.results import INFO, WARN, Role, Row
 from reportgen.twins.setup import Setup
 from reportgen.checks.base import Check, Section
 
@@ -134,9 +134,6 @@ def warm_step_time(setup: Setup) -> list[Row]:
         ``timing.target_ci_half_width_pp`` (too noisy to trust).
     """
     tc = setup.cfg.timing
-    if not tc.enabled:
-        return [Row(check=TIME, item="warm-step time", variant="recompute", metric="overhead_ratio", status=NOT_RUN, role=Role.DISABLED,
-                    detail="timing.enabled=false: no step time was measured")]
     start = time.perf_counter()
     models = dict(zip(VARIANTS, setup.twins()))
     steps = {v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.cfg.forward_seed)
@@ -284,4 +281,4 @@ def flops_row(flops: dict[str, int]) -> Row:
 CHECK = Check(warm_step_time, (Section(
     TIME, "What recomputation costs: warm training steps of both twins, interleaved; median, spread and a 95% "
     "confidence interval of the overhead, beside the FLOP bound of one extra forward.",
-    template="sections/warm-step-time.html.j2", plotter=timing_plots),))
+    template="sections/warm-step-time.html.j2", plotter=timing_plots),), config="timing")
