@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE, UsageError
+from reportgen.models.hf.bounds import config_problem
 from reportgen.memory.estimate import default_dtype
 from reportgen.memory.peak import StepPeak, format_bytes, warm_step_peak
 
@@ -227,8 +228,13 @@ def load_config(path: Path) -> Any:
         raise PlanError(f"the plan needs Hugging Face transformers ({exc}); install the hf extra: "
                         'pip install -e ".[hf]"') from exc
     try:
-        json.loads(path.read_text())
-        config = AutoConfig.from_pretrained(str(path))
+        problem = config_problem(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError) as exc:
+        problem = f"{path} is not readable JSON ({type(exc).__name__}: {exc})"
+    if problem:
+        raise PlanError(problem)
+    try:
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)  # never transformers' y/N prompt
     except Exception as exc:  # noqa: BLE001 - JSON, OSError, ValueError (unknown model_type), KeyError ...
         reason = " ".join(str(exc).split())[:300]
         raise PlanError(f"transformers cannot read {str(path)!r} as a model config ({type(exc).__name__}: {reason}); "

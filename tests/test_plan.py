@@ -138,3 +138,34 @@ def test_fit_largest_batch_is_the_true_largest_batch(opt, base, per_sample, bump
     truth = max([b for b in range(1, 500) if peak(b)[0] <= 80 * GIB] or [0])
     assert result["largest"] == truth, (calls, result["note"])
     assert len(calls) <= 6 and (truth == 0 or peak(truth + 1)[0] > 80 * GIB)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("num_hidden_layers", 10**6, "num_hidden_layers is 1000000, above the bound of 1024"),
+    ("hidden_size", -64, "hidden_size is -64; it must be a positive integer (at most 65536)"),
+    ("auto_map", {"AutoConfig": "x.Config"}, "needs remote code (auto_map)")])
+def test_configs_beyond_the_bounds_or_with_remote_code_are_refused_in_one_line(tmp_path, capsys, field, value, says):
+    """Issue 27: a million layers would plan until killed, a negative size was blamed on seq/batch,
+    auto_map was ignored; each is now one line naming the field, exit 2, nothing written."""
+    target = tmp_path / "config.json"
+    target.write_text(json.dumps({**SMALL, field: value}))
+    out = tmp_path / "out"
+    assert plan.main([str(target), "seq=16", f"out={out}", "pdf=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and not out.exists()
+
+
+def test_an_unknown_model_type_never_prompts_even_with_stdin_open(tmp_path):
+    """transformers' "run the custom code? [y/N]" would wait on an open stdin; the plan says no at once."""
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    target = tmp_path / "config.json"
+    target.write_text(json.dumps({**SMALL, "model_type": "no-such-model"}))
+    proc = subprocess.Popen([sys.executable, "-m", "reportgen.plan", str(target), "seq=16", f"out={tmp_path / 'o'}",
+                             "pdf=false"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=cli_env())
+    out, err = proc.communicate(timeout=120)  # stdin stays open until then: a prompt would hang
+    assert proc.returncode == 2 and "[y/N]" not in out + err and err.count("\n") == 1
