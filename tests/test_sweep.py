@@ -265,3 +265,21 @@ def test_sweep_over_recompute_settings_trains_the_plain_twin_once(tmp_path):
     pages = {job: (tmp_path / "sweep" / job / "report.html").read_text() for job in ("0", "1")}
     assert "From the plain-twin cache" not in pages["0"]  # job 0 trained it
     assert "From the plain-twin cache" in pages["1"] and "task metrics, seed 0 (key <code>sha256:" in pages["1"]
+
+
+@pytest.mark.slow
+def test_a_real_sweeps_jobs_are_its_launchs_and_a_deleted_one_is_refused(basic_sweep, tmp_path, capsys):
+    """Hydra's own multirun.yaml re-derives exactly the jobs it launched (numbers and overrides);
+    after a job folder is deleted the repair command refuses, naming it (issue 27)."""
+    import shutil
+
+    from reportgen.trust.launch import launch_record
+
+    folder = Path(shutil.copytree(basic_sweep[1], tmp_path / "copy"))
+    launch = launch_record(folder)
+    jobs = sweep.load_jobs(folder)
+    assert launch["job_count"] == 4 and [j["overrides"] for j in jobs] == [j["overrides"] for j in launch["jobs"]]
+    assert launch["swept"]["recompute.preserve_rng_state"] == ["true", "false"]
+    shutil.rmtree(folder / "1")
+    assert sweep.main(["summarize", str(folder), "--no-sign", "--no-pdf"]) == 2
+    assert "job 1 is missing: the launch made it" in capsys.readouterr().err
