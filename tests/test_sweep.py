@@ -279,7 +279,7 @@ def test_a_real_sweeps_jobs_are_its_launchs_and_a_deleted_one_is_refused(basic_s
     launch = launch_record(folder)
     jobs = sweep.load_jobs(folder)
     assert launch["job_count"] == 4 and [j["overrides"] for j in jobs] == [j["overrides"] for j in launch["jobs"]]
-    assert launch["swept"]["recompute.preserve_rng_state"] == ["true", "false"]
+    assert launch["swept"]["recompute.preserve_rng_state"] == ["True", "False"]  # as Hydra writes them
     shutil.rmtree(folder / "1")
     assert sweep.main(["summarize", str(folder), "--no-sign", "--no-pdf"]) == 2
     assert "job 1 is missing: the launch made it" in capsys.readouterr().err

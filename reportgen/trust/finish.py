@@ -30,15 +30,22 @@ from reportgen.errors import ExitCode
 from reportgen.report.render import render_report
 from reportgen.results import INCONCLUSIVE, PASS, claim_verdict, frame_from_json
 from reportgen.trust.manifest import PENDING_NAME, clear_pending, start_manifest
-from reportgen.trust.signing import (ENVELOPE_NAME, PDF_NAME, RESULTS_NAME, UNSIGNED_PDF_NAME, SigningError,
-                                     load_signing_key, sign_run)
+from reportgen.trust.signing import (
+    ENVELOPE_NAME,
+    PDF_NAME,
+    RESULTS_NAME,
+    UNSIGNED_PDF_NAME,
+    SigningError,
+    load_signing_key,
+    sign_run,
+)
 from reportgen.verify.run import status_mismatches
 
 #: What an interrupted render or signing may have left; rewritten by :func:`finish_run`.
 LEFT_HALF_DONE = ("report.html", PDF_NAME, UNSIGNED_PDF_NAME, ENVELOPE_NAME)
 
 
-class FinishRefused(Exception):
+class FinishRefusedError(Exception):
     """The folder is not a finished, unsigned run, or its rows do not follow from their numbers."""
 
 
@@ -46,21 +53,23 @@ def pending_record(run_dir: Path) -> dict:
     """The mark of a finished, unsigned run.
 
     Raises:
-        FinishRefused: no such folder, no mark, no results.json, or already signed.
+        FinishRefusedError: no such folder, no mark, no results.json, or already signed.
     """
     if not run_dir.is_dir():
-        raise FinishRefused(f"{run_dir}: no such run folder")
+        raise FinishRefusedError(f"{run_dir}: no such run folder")
     mark = run_dir / PENDING_NAME
     if not mark.is_file():
         signed = (run_dir / ENVELOPE_NAME).is_file()
-        raise FinishRefused(f"{run_dir} is {'signed already' if signed else 'not a finished run waiting to be signed'} "
-                            f"(no {PENDING_NAME}); only a run interrupted after all its checks finished is signed later")
+        state = "signed already" if signed else "not a finished run waiting to be signed"
+        raise FinishRefusedError(f"{run_dir} is {state} (no {PENDING_NAME}); only a run interrupted after all its "
+                                 "checks finished is signed later")
     if not (run_dir / RESULTS_NAME).is_file():
-        raise FinishRefused(f"{run_dir} has no {RESULTS_NAME}: its checks did not all finish, so there is nothing to sign")
+        raise FinishRefusedError(f"{run_dir} has no {RESULTS_NAME}: its checks did not all finish, so there is "
+                                 "nothing to sign")
     try:
         return json.loads(mark.read_text())
     except (OSError, ValueError) as exc:
-        raise FinishRefused(f"{mark} cannot be read ({exc}); run the checks again") from None
+        raise FinishRefusedError(f"{mark} cannot be read ({exc}); run the checks again") from None
 
 
 def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
@@ -75,7 +84,7 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
         The claim verdict, recomputed from results.json.
 
     Raises:
-        FinishRefused: see :func:`pending_record`, or rows whose status does not follow.
+        FinishRefusedError: see :func:`pending_record`, or rows whose status does not follow.
         reportgen.trust.signing.SigningError: no usable key.
     """
     run_dir = Path(run_dir)
@@ -83,7 +92,7 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
     wrong = status_mismatches(frame)
     if wrong:
-        raise FinishRefused(f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do not "
+        raise FinishRefusedError(f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do not "
                             f"give, e.g. {wrong[0]}; nothing was signed")
     config = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config) if config.is_file() else OmegaConf.create({})
@@ -111,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         verdict = finish_run(args.run_dir, args.key)
-    except (FinishRefused, SigningError) as exc:
+    except (FinishRefusedError, SigningError) as exc:
         print(f"reportgen.sign: refused: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
-    print(f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; claim {said} ({verdict})")
+    print(f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; "
+          f"claim {said} ({verdict})")
     return int({PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}.get(verdict, ExitCode.FAILS))

@@ -15,8 +15,9 @@ of this sweep even when its number and overrides match.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from reportgen.files import sha256_file
 
