@@ -89,7 +89,7 @@ class ParityConfig:
     optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
     #: Judge step, trajectory and trained-parameter differences outside tolerance against a
     #: rounding envelope: how far a plain twin moves when its gradients are nudged by the
-    #: gradient tolerance before each optimizer step (reportgen/rounding.py). Built only when
+    #: gradient tolerance before each optimizer step (reportgen/results/rounding.py). Built only when
     #: some item is outside tolerance. false = tolerance alone decides, as a bitwise A/A floor.
     rounding_envelope: bool = True
     #: A difference outside tolerance passes when it is at most this many times the rounding
@@ -101,7 +101,7 @@ class ParityConfig:
 class MemoryConfig:
     """Warm-step memory: saved activations everywhere, allocator peaks on CUDA."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the check is not run (one NOT_RUN row; it fails the claim if required)
     #: Steps run before the measured step (optimizer state initialised, caches warm).
     warm_steps: int = 3
     #: WARN when recompute saves less than this share of the plain run's saved bytes.
@@ -121,7 +121,7 @@ class MemoryConfig:
 class TimingConfig:
     """Warm-step time of plain vs recompute, interleaved."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the check is not run (one NOT_RUN row; it fails the claim if required)
     warmup_steps: int = 3  #: excluded from timing
     measured_steps: int = 20  #: per variant, interleaved plain/recompute (the minimum when adaptive)
     bootstrap_samples: int = 2000  #: resamples for the 95% CI of the overhead ratio
@@ -140,9 +140,11 @@ class TimingConfig:
 class BudgetConfig:
     """Equal accepted-example budget training and task metrics."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the check is not run (one NOT_RUN row; it fails the claim if required)
     examples: int = 2048  #: accepted examples per run
     batch_size: int = 32  #: examples per step
+    #: One training run per twin and seed (the seed fixes data order and dropout masks); a seed
+    #: listed twice is refused (exit 2).
     seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
     #: Largest allowed |plain - recompute| difference of the task metric, per seed (absolute).
     metric_tolerance: float = 1e-4
@@ -161,7 +163,7 @@ class BudgetConfig:
 class LargerBatchConfig:
     """The flagged larger-batch experiment (never part of the verdict)."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the experiment is not run
     max_batch_size: int = 4096  #: search ceiling, examples
     #: Learning-rate scaling rule for the larger batch: "none", "linear" or "sqrt".
     lr_scaling: str = "none"
@@ -182,7 +184,7 @@ class PrecisionConfig:
 class CompileConfig:
     """``torch.compile`` of both twins (the baseline is then the compiled plain twin)."""
 
-    enabled: bool = False
+    enabled: bool = False  #: true = ``torch.compile`` both twins before any check
     #: torch.compile backend: "inductor" (default), "aot_eager" (no code generation), ...
     backend: str = "inductor"
 
@@ -210,6 +212,7 @@ class DistributedConfig:
     #: Ranks (processes). >1 starts them with torch's elastic launcher (the machinery of torchrun),
     #: or joins the group of an existing torchrun / srun launch (RANK, WORLD_SIZE, LOCAL_RANK set).
     world_size: int = 1
+    #: ``ddp`` (``DistributedDataParallel``) or ``fsdp2`` (``fully_shard`` per recompute target, then the root).
     strategy: DistributedStrategy = DistributedStrategy.ddp
     #: ``auto`` (nccl on CUDA, gloo on CPU), ``gloo`` or ``nccl``.
     backend: str = "auto"
@@ -227,8 +230,8 @@ class DistributedConfig:
 
 @dataclass
 class CacheConfig:
-    """The plain-twin cache shared by a sweep's jobs (reportgen/cache.py; README, "The plain twin
-    is trained once per sweep")."""
+    """The plain-twin cache shared by a sweep's jobs (reportgen/training/cache.py;
+    docs/sweeps.md, "The plain twin is trained once per sweep")."""
 
     #: false = train the plain twin in every run, never read or write the cache (the folder is
     #: ``$REPORTGEN_CACHE_DIR``, else ``<sweep dir>/.reportgen-cache`` in a multirun).
@@ -252,9 +255,9 @@ class ChecksConfig:
 class ReportConfig:
     """Rendering and signing."""
 
-    title: str = "Activation recomputation report"
-    pdf: bool = True
-    sign: bool = True
+    title: str = "Activation recomputation report"  #: heading of page 1
+    pdf: bool = True  #: false = report.html only, no PDF
+    sign: bool = True  #: false = an UNSIGNED report (page 1 says so), no signing key needed
     #: Private key (PEM). Null = $REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem.
     key_path: Optional[str] = None
 
@@ -265,7 +268,7 @@ class RunConfig:
 
     #: Refuse to start (exit 2) when the settings imply a run longer than this many minutes,
     #: estimated before any check from one timed training step of each twin
-    #: (reportgen/duration.py); the message gives the estimate and the override. Null = no limit.
+    #: (reportgen/training/duration.py); the message gives the estimate and the override. Null = no limit.
     max_estimated_minutes: Optional[float] = 60.0
 
 
@@ -282,7 +285,9 @@ class VerdictConfig:
 class Config:
     """The primary config. ``model`` and ``task`` come from ``+model=x``."""
 
+    #: The model factory, a ``_target_`` node (set by ``+model=NAME``; see docs/own-model.md).
     model: Any = None
+    #: The task (batches, loss, held-out metric), a ``_target_`` node (set by ``+model=NAME``).
     task: Any = None
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
     seed: int = 0  #: seeds the weights of both twins

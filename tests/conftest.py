@@ -203,10 +203,10 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.skip(reason=reason))
 
 
-# --- end-to-end runs through the command line (tests/test_integrity.py, test_overrides_property.py)
+# --- end-to-end runs through the command line (tests/commands/test_integrity.py, test_overrides_property.py)
 #: Overrides that make a built-in ffn run take seconds, not minutes (the checks all still run).
 SMALL_RUN = ("+model=ffn", *(o for o in SMALL if not o.startswith("report.")))
-#: Every exit code README and DESIGN.md document for ``python -m reportgen``.
+#: Every exit code docs/exit-codes.md and DESIGN.md document for ``python -m reportgen``.
 DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 70, 130, 143}
 
 

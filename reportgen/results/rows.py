@@ -109,8 +109,8 @@ ROUNDING_LEVEL = "differs at rounding level, as any re-association would"
 
 #: The report's sentence on the rounding envelope, for the sections that use it.
 ROUNDING_NOTE = ("An item outside tolerance passes if within parity.rounding_factor × its rounding envelope (how far a "
-                 "plain twin moves when its gradients are nudged by the gradient tolerance; README, \"Rounding is not a "
-                 "fault\"), for floating tensors and only while the recompute gradients are at rounding level.")
+                 "plain twin moves when its gradients are nudged by the gradient tolerance; docs/verdict.md, \"Rounding is not "
+                 "a fault\"), for floating tensors and only while the recompute gradients are at rounding level.")
 
 
 def effective_excess(row: Row) -> float:

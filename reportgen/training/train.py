@@ -357,7 +357,7 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
         secret = cache.cache_secret()
     except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
         log.warning("%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
-                    "(%s: %s; the secret is %s, see README)", twin, seed, batch_size, type(exc).__name__, exc,
+                    "(%s: %s; the secret is %s, see docs/sweeps.md)", twin, seed, batch_size, type(exc).__name__, exc,
                     cache.secret_path())
         return train()
     rejected = None

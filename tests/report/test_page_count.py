@@ -22,7 +22,7 @@ from reportgen.results import INFO, PASS, WARN, Role, Row, claim_verdict, frame_
 
 from conftest import tiny_meta
 
-DATA = Path(__file__).resolve().parent / "data" / "mlp_passing_results.json.gz"
+DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
 MAX_PAGES = 8
 
 

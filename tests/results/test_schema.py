@@ -11,7 +11,7 @@ from conftest import run_pipeline
 from reportgen.results import (SCHEMA_VERSION, Row, SchemaVersionError, frame_from_json, frame_to_json,
                                to_frame)
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "results-schema.md"
 
 
 def documented_columns() -> set[str]:

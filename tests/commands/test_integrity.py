@@ -241,7 +241,7 @@ def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batc
     with pytest.raises(TaskContractError) as err:
         check_task_contract(setup)
     text = str(err.value)
-    assert expected in text and "the task contract (README, 'The task object')" in text and "\n" not in text
+    assert expected in text and "the task contract (docs/own-model.md, 'The task object')" in text and "\n" not in text
 
 
 def test_task_contract_kept_leaves_every_rng_as_it_was(contract_setup):

@@ -58,5 +58,5 @@ def test_names_wrap_after_dots_never_mid_word():
 
     assert str(fmt_name("model.embed_tokens.weight.grad")) == "model.<wbr>embed_tokens.<wbr>weight.<wbr>grad"
     assert str(fmt_name('output["<x>"]')) == "output<wbr>[&#34;&lt;x&gt;&#34;]"  # still escaped
-    css = (Path(__file__).resolve().parents[1] / "templates" / "report.css").read_text()
+    css = (Path(__file__).resolve().parents[2] / "templates" / "report.css").read_text()
     assert "code.name { overflow-wrap: normal; word-break: normal; }" in css

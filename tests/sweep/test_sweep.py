@@ -249,7 +249,7 @@ def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 1
 
 
-# the key's inputs, entry digests and the attacks on the cache: tests/test_cache.py
+# the key's inputs, entry digests and the attacks on the cache: tests/training/test_cache.py
 
 
 @pytest.mark.slow
