@@ -291,8 +291,10 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
         raise Rejected(f"it was stored for other inputs (key sha256:{str(entry.get('key'))[:16]}…), "
                        "not for this run's")
     loaded = entry.get("sources_loaded") or {}
-    if not isinstance(loaded, dict):
-        raise Rejected("its list of loaded sources is not a {path: digest} map")
+    opened = entry.get("files_opened") or {}
+    if not isinstance(loaded, dict) or not isinstance(opened, dict):
+        raise Rejected("its list of loaded sources or opened files is not a {path: digest} map")
+    loaded = {**loaded, **opened}  # a data file the task read while training counts as a source
     stale = [path for path, digest in loaded.items()
              if not Path(path).is_file() or digest_files([path])[path] != digest]  # never a device or FIFO
     if stale:
@@ -350,7 +352,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, secret: bytes,
-          modules: dict | None = None) -> None:
+          modules: dict | None = None, opened: list | None = None) -> None:
     """Write an entry under ``key`` (tensor file first, then the JSON that names it; each atomic,
     so two jobs storing the same key at once leave one whole entry).
 
@@ -362,6 +364,8 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, s
         secret: :func:`cache_secret`, the key of the entry's HMAC.
         modules: module table whose user sources are recorded as loaded by the end of
             training (default ``sys.modules``).
+        opened: data files the model or task read while training (``reportgen.trust.opened``);
+            their digests are kept, and a later change makes the entry stale.
 
     Raises:
         OSError: the folder cannot be written.
@@ -380,6 +384,6 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, s
     entry = {"format": FORMAT, "key": key, "material": material,
              "record": json.loads(json.dumps({k: record[k] for k in RECORD_FIELDS})),
              "tensors": {"file": tensor_name, "sha256": file_sha256(folder / tensor_name)},
-             "sources_loaded": user_source_digests(modules)}
+             "sources_loaded": user_source_digests(modules), "files_opened": digest_files(opened or [])}
     entry["digest"] = entry_digest(entry, secret)
     _atomic_write(folder / f"{key}.json", lambda handle: handle.write(json.dumps(entry, sort_keys=True).encode()))

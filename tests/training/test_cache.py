@@ -401,3 +401,24 @@ def test_a_cache_secret_that_is_a_device_is_refused(monkeypatch):
     monkeypatch.setenv(cache.SECRET_ENV, "/dev/zero")
     with pytest.raises(cache.CacheSecretError, match="is a character device, not a regular file"):
         cache.cache_secret()
+
+
+def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_the_entry_stale(cache_folder, tmp_path):
+    """A file no config value names (a dataset the task finds itself) is seen through Python's audit
+    hook while the plain twin trains; the entry keeps its digest, and an edit is a miss."""
+    from reportgen.trust.opened import opened_files
+
+    data = tmp_path / "dataset.txt"
+    data.write_text("1 2 3\n")
+    with opened_files(ignore=(cache_folder,)) as found:
+        assert data.read_text() == "1 2 3\n"
+        (tmp_path / "written.txt").write_text("not data")  # written, not read: not recorded
+    assert found == [data.resolve()]
+    cfg = compose_config("+model=ffn")
+    key, material = cache.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    record = {name: 0 for name in cache.RECORD_FIELDS} | {"metrics": {}, "curve": [], "complete": True}
+    secret = cache.cache_secret()
+    cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, opened=found)
+    assert cache.load(cache_folder, key, secret) is not None
+    data.write_text("1 2 4\n")
+    assert cache.load(cache_folder, key, secret) is None  # stale: trained afresh, never the old run
