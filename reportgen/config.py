@@ -31,6 +31,9 @@ DIST_TRAJECTORY = "distributed trajectory parity"
 DIST_MEMORY = "distributed memory per rank"
 DIST_TIME = "distributed step time"
 DIST_TASK_METRICS = "distributed task metrics"
+#: The release claim's clauses (``claim=<name>``, reportgen/claim/): one judged row per clause;
+#: required whenever a claim file states clauses.
+RELEASE_CLAIM = "release claim"
 
 
 class RecomputeMode(Enum):
@@ -282,6 +285,26 @@ class VerdictConfig:
 
 
 @dataclass
+class ClaimConfig:
+    """The release note's claim (``claim=<name>``, conf/claim/*.yaml; reportgen/claim/clauses.py).
+
+    Without ``text`` and ``clauses`` the generic claim stands: turning recomputation on keeps
+    training behaviour identical within the stated tolerances.
+    """
+
+    #: The release-note sentence, printed on page 1 as written and signed; null = the generic claim.
+    text: Optional[str] = None
+    #: One clause per entry, each a measured quantity, a comparator and a bound: ``training unchanged``
+    #: (always added), ``peak_saving_share >= 0.40``, ``overhead_ratio <= 1.30`` (judged on the upper
+    #: end of its 95% CI), ``step_time_ms <= 250`` (median), ``fits: batch 16 [at seq 1024] within 80 GiB``,
+    #: ``task metric within tolerance``.
+    clauses: List[str] = field(default_factory=list)
+    #: The task's keyword that sets tokens per example, overridden by a ``fits: ... at seq S`` clause
+    #: in the GPU-free estimate (``block_size`` for the built-in character task).
+    seq_key: str = "block_size"
+
+
+@dataclass
 class Config:
     """The primary config. ``model`` and ``task`` come from ``+model=x``."""
 
@@ -313,6 +336,7 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     run: RunConfig = field(default_factory=RunConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
+    claim: ClaimConfig = field(default_factory=ClaimConfig)
 
 
 def register_configs() -> None:

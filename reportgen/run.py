@@ -15,6 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from reportgen.checks import REGISTRY, Check, required_names, run_order
 from reportgen.checks.distributed import follow
+from reportgen.ci import finish_ci_outputs, write_ci_outputs
+from reportgen.claim import claim_required, parse_claim
+from reportgen.claim.stage import console_lines, judge_claim
 from reportgen.twins.contract import check_task_contract
 from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
@@ -67,6 +70,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         if launch_rank() != 0:
             return run_rank(cfg, out_dir)
     try:
+        claim = parse_claim(cfg.get("claim"))  # the release note's clauses (exit 2 on one it cannot read)
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = prepare(cfg)
         with limited("estimating the run's duration", *check_limits(cfg)):
@@ -77,8 +81,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
-    required = required_names(cfg.verdict.required, distributed=world > 1)
+    required = required_names(cfg.verdict.required, distributed=world > 1) + claim_required(cfg.get("claim"))
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
+    if claim:
+        meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
     if world > 1:
@@ -90,13 +96,16 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         return EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
+    rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
     mark_pending(out_dir, meta, required, pdf=cfg.report.pdf, sign=key is not None)  # an interrupt from here on:
     render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
+    write_ci_outputs(frame, meta, verdict, required, out_dir)  # junit.xml, summary.md: signed with the rest
     sign_run(frame, meta, verdict, out_dir, key, required=required)
     clear_pending(out_dir)
+    finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:
@@ -106,6 +115,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         for line in why_lines(frame):
             print(line)
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")
+    print("\n".join(console_lines(frame, out_dir / "report.html")))
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
 
 

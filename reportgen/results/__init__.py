@@ -90,6 +90,8 @@ class Role:
     CHANGED_IN_BACKWARD = "changed_in_backward"
     #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
     RETAINED_GRAD = "retained_grad"
+    #: One clause of the release claim (``claim=<name>``), judged from the rows it reads (reportgen/claim/).
+    CLAUSE = "claim_clause"
 
 
 @dataclass(kw_only=True)

@@ -26,6 +26,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from reportgen.checks import required_names
+from reportgen.ci import JUNIT_NAME, SUMMARY_NAME, VERDICT_NAME, finish_ci_outputs, write_ci_outputs
+from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
 from reportgen.report.render import render_report
 from reportgen.results import INCONCLUSIVE, PASS, claim_verdict, frame_from_json
@@ -42,7 +44,7 @@ from reportgen.trust.signing import (
 from reportgen.verify.run import status_mismatches
 
 #: What an interrupted render or signing may have left; rewritten by :func:`finish_run`.
-LEFT_HALF_DONE = ("report.html", PDF_NAME, UNSIGNED_PDF_NAME, ENVELOPE_NAME)
+LEFT_HALF_DONE = ("report.html", PDF_NAME, UNSIGNED_PDF_NAME, ENVELOPE_NAME, JUNIT_NAME, SUMMARY_NAME, VERDICT_NAME)
 
 
 class FinishRefusedError(Exception):
@@ -97,7 +99,8 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     config = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config) if config.is_file() else OmegaConf.create({})
     world = int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1)
-    required = required_names(OmegaConf.select(cfg, "verdict.required", default=None), distributed=world > 1)
+    required = (required_names(OmegaConf.select(cfg, "verdict.required", default=None), distributed=world > 1)
+                + claim_required(cfg.get("claim")))
     configured_key = key_path or OmegaConf.select(cfg, "report.key_path", default=None)
     key = load_signing_key(True, configured_key)
     verdict = claim_verdict(frame, required)
@@ -106,8 +109,10 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     start_manifest(run_dir)
     meta = record["meta"] | {"signature": f"sha256:{key.fingerprint}"}
     render_report(frame, meta, verdict, run_dir, pdf=bool(record.get("pdf", True)), required=required)
+    write_ci_outputs(frame, meta, verdict, required, run_dir)  # as the run would have: signed with the rest
     sign_run(frame, meta, verdict, run_dir, key, required=required)
     clear_pending(run_dir)
+    finish_ci_outputs(frame, verdict, run_dir)
     return verdict
 
 

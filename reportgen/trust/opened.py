@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import reportgen
 from reportgen.trust.sources import is_library_file, library_roots
