@@ -90,7 +90,7 @@ def check_side(side: Side, public_key, given: bool) -> None:
     or it does not verify with the given key; None not verified otherwise), ``side.verify_lines``
     and ``side.problem``.
     """
-    wrong = status_mismatches(side.frame)
+    wrong = status_mismatches(side.frame, side.config)  # on_miss as the checks configure it, not the row's own
     if public_key is not None:
         checks = verify(side.path, public_key)
         side.verify_lines = [c.line for c in checks]

@@ -92,12 +92,12 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     run_dir = Path(run_dir)
     record = pending_record(run_dir)
     frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
-    wrong = status_mismatches(frame)
-    if wrong:
-        raise FinishRefusedError(f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do not "
-                            f"give, e.g. {wrong[0]}; nothing was signed")
     config = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config) if config.is_file() else OmegaConf.create({})
+    wrong = status_mismatches(frame, {"memory.peak_on_miss": OmegaConf.select(cfg, "memory.peak_on_miss", default=None)})
+    if wrong:
+        raise FinishRefusedError(f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do "
+                                 f"not give, e.g. {wrong[0]}; nothing was signed")
     world = int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1)
     required = (required_names(OmegaConf.select(cfg, "verdict.required", default=None), distributed=world > 1)
                 + claim_required(cfg.get("claim")))

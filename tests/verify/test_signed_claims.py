@@ -401,6 +401,18 @@ def test_compare_of_a_run_that_does_not_verify_is_cannot_tell(tmp_path, keys, ca
                          "--out", str(tmp_path / "d")]) == 3
     out = capsys.readouterr().out
     assert "NEW NOT VERIFIED" in out and "OK:" not in out
+    assert "says on_miss 'WARN'; its check misses as FAIL" in out  # re-judged as the check configures it
+
+
+def test_a_parity_row_signed_with_a_lenient_on_miss_never_verifies(tmp_path, keys):
+    """A signer whose results say a missed gradient is only WARN (on_miss edited before signing)."""
+    (private, public), _ = keys
+    frame = tiny_frame(failing=True)
+    frame.loc[1, ["on_miss", "status"]] = ["WARN", "WARN"]
+    run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)
+    lines = failed(verify_dir(run, public).checks)
+    assert any("blocks.0.lin.weight.grad / recompute / max_abs_err says on_miss 'WARN'; its check misses as FAIL"
+               in line for line in lines)
 
 
 def test_compare_out_onto_an_existing_folder_is_one_line_exit_2(tmp_path, capsys):
