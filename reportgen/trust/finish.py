@@ -94,7 +94,8 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
     config = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config) if config.is_file() else OmegaConf.create({})
-    wrong = status_mismatches(frame, {"memory.peak_on_miss": OmegaConf.select(cfg, "memory.peak_on_miss", default=None)})
+    peak_on_miss = OmegaConf.select(cfg, "memory.peak_on_miss", default=None)
+    wrong = status_mismatches(frame, {"memory.peak_on_miss": peak_on_miss})
     if wrong:
         raise FinishRefusedError(f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do "
                                  f"not give, e.g. {wrong[0]}; nothing was signed")

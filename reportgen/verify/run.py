@@ -52,7 +52,8 @@ def status_mismatches(frame, config: dict | None = None) -> list[str]:
                                               f"{record.get('variant')} / {record.get('metric')}")
         configured = configured_on_miss(record, config)
         if record.get("comparator") and configured and (record.get("on_miss") or ROW_FAIL) != configured:
-            problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; its check misses as {configured}")
+            problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; "
+                            f"its check misses as {configured}")
         if record.get("comparator"):
             expected = judge_record(record)
             if expected != stated:
