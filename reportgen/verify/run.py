@@ -28,7 +28,7 @@ def configured_on_miss(record: dict, config: dict | None) -> str | None:
     if record.get("role") in PARITY_ROLES and record.get("variant") == "recompute":
         return ROW_FAIL
     if record.get("role") == Role.PEAK_SAVING and config and config.get("memory.peak_on_miss"):
-        return str(config["memory.peak_on_miss"])
+        return str(config["memory.peak_on_miss"]).strip('"\'')  # a flattened config holds it as JSON text
     return None
 
 

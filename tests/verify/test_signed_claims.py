@@ -641,3 +641,14 @@ def test_the_signed_summary_pdf_links_its_jobs_relatively(summary_pdf):
             for a in page.get_object().get("/Annots", []) if "/URI" in a.get_object().get("/A", {})]
     assert "0/report.pdf" in uris and "1/report.pdf" in uris
     assert not any(u.startswith("file:") for u in uris) and b"file://" not in summary_pdf.read_bytes()
+
+
+def test_the_configured_on_miss_reads_a_flattened_config_as_compare_holds_it():
+    """compare's flattened config holds values as JSON text ('"WARN"'): a genuine WARN peak row agrees."""
+    from reportgen.verify.run import configured_on_miss
+
+    peak = {"role": Role.PEAK_SAVING, "variant": "recompute", "on_miss": "WARN"}
+    assert configured_on_miss(peak, {"memory.peak_on_miss": '"WARN"'}) == "WARN"
+    assert configured_on_miss(peak, {"memory.peak_on_miss": "FAIL"}) == "FAIL"
+    assert configured_on_miss({"role": Role.PARAM_GRAD, "variant": "recompute"}, None) == "FAIL"
+    assert configured_on_miss({"role": Role.PARAM_GRAD, "variant": "aa"}, None) is None
