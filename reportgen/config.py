@@ -73,6 +73,10 @@ class RecomputeConfig:
     determinism_check: str = "default"
     #: Selective mode only: ops whose outputs are saved, e.g. ``aten.mm`` or ``aten.mm.default``.
     save_ops: List[str] = field(default_factory=list)
+    #: Selective mode only: ``{op: n}`` for ops of ``save_ops`` whose output is saved only on the
+    #: 1st, (n+1)-th, (2n+1)-th ... call within one region's forward (the others are recomputed);
+    #: torchtitan's selective op policy is ``{aten.mm: 2}`` ("all compute ops except every second mm").
+    save_period: Dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -23,7 +23,8 @@ from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
 from reportgen.distributed.launch import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from reportgen.errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError, UsageError, console_text
+from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError, UsageError,
+                              clip_words, console_text)
 from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
 from reportgen.memory.saved import observation_rows, observe_twins
 from reportgen.report.metadata import recompute_settings, run_metadata
@@ -110,7 +111,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:
         detail = console_text(f"{item}: {detail}")
-        print(f"reportgen: WARN {check}: {detail[:170]}{'…' if len(detail) > 170 else ''}")
+        print(f"reportgen: WARN {check}: {clip_words(detail)}")
     if verdict != PASS:
         for line in why_lines(frame):
             print(line)

@@ -376,13 +376,18 @@ def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward
 
 def _add_whole_modules(model: nn.Module, names: dict, ran: set[str], again: list[str]) -> None:
     """Insert into ``again`` (before its first child) every non-root module that ran in the forward,
-    did not run again itself, and whose children that ran all ran again; innermost first, so a
-    module whose children were added this way counts too."""
+    did not run again itself, and whose children that ran and hold parameters all ran again (all
+    its children that ran, when none holds parameters); innermost first, so a module whose children
+    were added this way counts too. A trailing parameter-free child (a dropout with p=0, an
+    activation) that non-reentrant recompute never runs again, because it stops once every saved
+    tensor is back, does not hide the layer (GPT-NeoX, Phi-3, StableLM layers end in one)."""
     for module in reversed(list(names)):
         path = names[module]
-        children = [names[c] for c in module.children() if c in names and names[c] in ran]
-        if path and path in ran and path not in again and children and all(c in again for c in children):
-            again.insert(min(again.index(c) for c in children), path)
+        children = [c for c in module.children() if c in names and names[c] in ran]
+        holders = [names[c] for c in children if any(True for _ in c.parameters())]
+        needed = holders or [names[c] for c in children]
+        if path and path in ran and path not in again and needed and all(c in again for c in needed):
+            again.insert(min(again.index(c) for c in needed), path)
 
 
 def _runs_eagerly(setup: Setup) -> bool:

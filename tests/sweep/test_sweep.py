@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from reportgen import sweep
 from reportgen.config import TIME
+from reportgen.errors import ExitCode
 from reportgen.trust.keys import generate_key, load_public_key
 
 
@@ -55,7 +56,7 @@ def test_failures_are_listed_not_lost(fake_sweep):
     assert broken.verdict.item() == "NOT_STARTED" and broken.exit_code.item() == 2
     assert "match no module" in broken.error.item() and broken.recompute.item() == "broken"
     killed = frame[frame.job == 4]
-    assert killed.verdict.item() == sweep.MISSING and killed.exit_code.item() == sweep.EXIT_CRASHED
+    assert killed.verdict.item() == sweep.MISSING and killed.exit_code.item() == ExitCode.BUG
     assert "no job.json" in killed.error.item() and killed.recompute.item() == "killed"
 
 

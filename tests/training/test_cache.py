@@ -14,7 +14,7 @@ import torch
 from conftest import compose_config, small_setup
 from reportgen.training import cache
 from reportgen.results import FAIL, WARN, Role
-from reportgen.training.train import BudgetRuns
+from reportgen.training.train import BudgetRuns, budget_runs
 
 #: A recompute target class in a user module: GELU, edited to Tanh by the attacks.
 BLOCK = '''from torch import nn
@@ -188,7 +188,7 @@ def test_the_recompute_twins_run_stored_under_the_plain_key_is_a_warn_and_a_fres
     honest = task_metrics(setup)
     worst = next(r for r in honest if r.role == Role.WORST)
     assert worst.status == FAIL
-    recompute = setup.budget_runs.get(setup, True, 0, 8)
+    recompute = budget_runs(setup).get(setup, True, 0, 8)
     meta, entry = _entry(cache_folder)
     entry["record"] = {name: getattr(recompute, name) for name in cache.RECORD_FIELDS}  # the digest is not redone
     buffer = io.BytesIO()
@@ -200,8 +200,8 @@ def test_the_recompute_twins_run_stored_under_the_plain_key_is_a_warn_and_a_fres
     rows = task_metrics(again)
     (warn,) = _rejection(rows)
     assert warn.status == WARN and "digest mismatch" in warn.detail and "trained afresh" in warn.detail
-    plain = again.budget_runs.get(again, False, 0, 8)
-    assert plain.cache_key is None and plain.metrics == setup.budget_runs.get(setup, False, 0, 8).metrics
+    plain = budget_runs(again).get(again, False, 0, 8)
+    assert plain.cache_key is None and plain.metrics == budget_runs(setup).get(setup, False, 0, 8).metrics
     assert next(r for r in rows if r.role == Role.WORST).status == FAIL  # the verdict did not move
     assert not _rejection(task_metrics(small_setup(*overrides, user_conf=True)))  # the entry was replaced
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Upper bounds of the architecture fields, far above every published model (Llama 3.1 405B:
-#: 126 layers, hidden 16384, intermediate 53248, 128 heads, vocabulary 128256).
-BOUNDS = {"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 262144,
+#: Upper bounds of the sizes, far above every published model (Llama 3.1 405B: hidden 16384,
+#: intermediate 53248, 128 heads, vocabulary 128256); the layer count's is ``plan.args.MAX_LAYERS``.
+BOUNDS = {"hidden_size": 65536, "intermediate_size": 262144,
           "num_attention_heads": 1024, "num_key_value_heads": 1024, "vocab_size": 4_194_304,
           "max_position_embeddings": 4_194_304, "head_dim": 4096}
 
