@@ -205,7 +205,8 @@ def job_log_path(run_dir: Path | None = None) -> Path | None:
     files = [Path(h.baseFilename) for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     files = [f for f in files if str(f) != os.devnull]
     inside = [f for f in files if run_dir is not None and f.is_relative_to(Path(run_dir).absolute())]
-    return (inside or files or [None])[0]
+    found = inside or files
+    return found[0] if found else None
 
 
 def forget_unstarted_run(folder: Path) -> None:

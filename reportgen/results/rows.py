@@ -63,8 +63,8 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
             from the plain tensor goes in ``aa_max_abs_err`` / ``aa_excess`` beside the row's.
     """
     if plain is None or recompute is None:
-        rt, at = tolerances((plain if plain is not None else recompute).dtype, rtol, atol) \
-            if (plain is not None or recompute is not None) else (0.0, 0.0)
+        present = plain if plain is not None else recompute
+        rt, at = tolerances(present.dtype, rtol, atol) if present is not None else (0.0, 0.0)
         extra = _aa_extra(plain, aa, rt, at)
         if plain is None and recompute is None:
             return Row(check=check, item=item, variant="recompute", metric="max_abs_err", value=0.0, threshold="", comparator="allclose", detail="None in both runs",

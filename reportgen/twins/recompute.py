@@ -203,7 +203,7 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
     With ``recompute.method=model_switch`` the model's own switch is called instead
     (``recompute.enable``, e.g. :func:`reportgen.models.hf.enable`) and nothing is wrapped: the
     modules that recompute are found by observing the twin
-    (:func:`reportgen.memory.saved.observe_recompute`).
+    (:func:`reportgen.twins.observe.observe_recompute`).
 
     Raises:
         RecomputeConfigError: see :func:`find_targets` and :func:`resolve_ops`; a switch

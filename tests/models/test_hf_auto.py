@@ -18,7 +18,7 @@ from reportgen.models import hf
 from reportgen.models.hf import auto as hf_auto
 from reportgen.models.hf import masked as hf_masked
 from reportgen.errors import SetupError
-from reportgen.memory.saved import observe_recompute
+from reportgen.twins.observe import observe_recompute
 from reportgen.report.metadata import recompute_settings
 from reportgen.paths import conf_dir
 from reportgen.run import prepare

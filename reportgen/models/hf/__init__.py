@@ -20,7 +20,7 @@ The switch sets two attributes on every module that has a ``gradient_checkpointi
 transformers 5 also calls ``enable_input_require_grads()`` for models fed ``input_ids`` (a forward
 hook on the input embeddings, kept in ``_require_grads_hook``), and it recomputes a layer's
 ``forward``, not its ``__call__``, so the layer's own hooks do not run again in backward (its
-children's do: :func:`reportgen.memory.saved.observe_recompute` counts such a layer as recomputed).
+children's do: :func:`reportgen.twins.observe.observe_recompute` counts such a layer as recomputed).
 The shipped configs declare the attributes with ``state.ignore_attributes``.
 """
 from __future__ import annotations
