@@ -33,6 +33,7 @@ from reportgen.results.rounding import GradientNudge
 from reportgen.structure import batch_size_of, call_model
 from reportgen.tasks import batch_to
 from reportgen.twins.setup import Setup
+from reportgen.trust.opened import opened_files
 
 log = logging.getLogger("reportgen")
 
@@ -380,12 +381,13 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
                              final_params=tensors)
         result.cache_key = key
         return result
-    result = train()
+    with opened_files(ignore=(folder,)) as opened:  # data the model or task read while training
+        result = train()
     result.cache_rejected = rejected
     if result.complete:
         record = {name: getattr(result, name) for name in cache.RECORD_FIELDS}
         try:
-            cache.store(folder, key, material, record, result.final_params, secret)
+            cache.store(folder, key, material, record, result.final_params, secret, opened=opened)
         except OSError as exc:
             log.warning("could not write the %s-twin cache entry into %s: %s", twin, folder, exc)
     return result
