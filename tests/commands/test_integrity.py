@@ -289,10 +289,10 @@ def _job(monkeypatch, tmp_path, **patches):
 
 
 def test_ctrl_c_before_the_checks_is_one_line_exit_130(monkeypatch, tmp_path, capsys):
-    def interrupted(cfg):
+    def interrupted(cfg, **kwargs):
         raise KeyboardInterrupt
 
-    assert _job(monkeypatch, tmp_path, build_setup=interrupted) == 130
+    assert _job(monkeypatch, tmp_path, prepare_twins=interrupted) == 130
     out = capsys.readouterr()
     assert out.out == "reportgen: interrupted (Ctrl-C) before any check finished\n" and out.err == ""
 

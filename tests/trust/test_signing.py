@@ -109,10 +109,10 @@ def test_unusable_key_is_one_line_naming_the_fixes(tmp_path, content, message):
 def test_run_without_key_exits_2_before_any_model_work(compose_cfg, tmp_path, monkeypatch, capsys):
     import reportgen.run as pipeline
 
-    def no_model_work(cfg):
+    def no_model_work(cfg, **kwargs):
         raise AssertionError("the model was built although the key is missing")
 
-    monkeypatch.setattr(pipeline, "build_setup", no_model_work)
+    monkeypatch.setattr(pipeline, "prepare_twins", no_model_work)
     cfg = compose_cfg("+model=ffn", f"report.key_path={tmp_path / 'missing.pem'}")
     assert pipeline.run(cfg, tmp_path) == 2
     out = capsys.readouterr().out
