@@ -200,7 +200,55 @@ class DistributedStrategy(Enum):
     """How the twins are spread over the ranks."""
 
     ddp = "ddp"  #: ``DistributedDataParallel``: full replica per rank, gradients all-reduced
-    fsdp2 = "fsdp2"  #: ``fully_shard`` per recompute target (after its recompute wrapper), then on the root
+    fsdp2 = "fsdp2"  #: ``fully_shard`` on each unit (``distributed.fsdp.units``; recompute wrapper inside), then the root
+    fsdp1 = "fsdp1"  #: ``FullyShardedDataParallel`` with an auto-wrap policy over ``distributed.fsdp.units``
+    custom = "custom"  #: the user's own function (``distributed.wrap``) spreads each twin
+
+
+@dataclass
+class DDPConfig:
+    """Arguments of ``torch.nn.parallel.DistributedDataParallel`` (``distributed.strategy=ddp``), passed as given."""
+
+    #: Traverse the graph after each forward to find parameters that get no gradient (torch default false).
+    find_unused_parameters: bool = False
+    #: The graph is the same every iteration: DDP records it once (allows a parameter used twice under
+    #: reentrant recompute). torch default false.
+    static_graph: bool = False
+    #: Gradients are views into DDP's all-reduce buckets (saves one copy). torch default false.
+    gradient_as_bucket_view: bool = False
+    #: Broadcast rank 0's buffers (BatchNorm running stats) before every forward. torch default true.
+    broadcast_buffers: bool = True
+    #: Size of a gradient all-reduce bucket, MiB (null = torch's default, 25).
+    bucket_cap_mb: Optional[float] = None
+
+
+@dataclass
+class FSDPConfig:
+    """Sharding units and precision of FSDP (``distributed.strategy=fsdp2`` or ``fsdp1``)."""
+
+    #: Modules that become their own FSDP unit: class names (``Block``) or module-path globs (``blocks.*``,
+    #: plain-twin paths); null = the recompute targets. A unit inside a recomputed block is allowed.
+    units: Optional[List[str]] = None
+    #: FSDP2 ``fully_shard(reshard_after_forward=...)``: free the gathered parameters after forward
+    #: (true, ZeRO-3) or keep them for backward (false, ZeRO-2). FSDP1 says it with ``fsdp1.sharding_strategy``.
+    reshard_after_forward: bool = True
+    #: Mixed precision: dtype of the gathered parameters in forward/backward (null = the model's).
+    param_dtype: Optional[str] = None
+    #: Mixed precision: dtype gradients are reduced in (null = the parameters' dtype).
+    reduce_dtype: Optional[str] = None
+
+
+@dataclass
+class FSDP1Config:
+    """Arguments of ``torch.distributed.fsdp.FullyShardedDataParallel`` (``distributed.strategy=fsdp1``)."""
+
+    #: Keep the original parameters visible (torch default true since 2.x for torch.compile; the
+    #: parity checks compare them by name, so false is refused).
+    use_orig_params: bool = True
+    #: ``ShardingStrategy`` name: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_* need a 2-D mesh).
+    sharding_strategy: str = "FULL_SHARD"
+    #: Broadcast rank 0's parameters and buffers at wrap time. torch default false.
+    sync_module_states: bool = False
 
 
 @dataclass
@@ -223,6 +271,15 @@ class DistributedConfig:
     #: null = the first of ``budget.seeds`` only (each seed is two sharded training runs; the spread
     #: over seeds is the single-process task-metrics check's).
     budget_seeds: Optional[List[int]] = None
+    #: ``DistributedDataParallel`` arguments (strategy ddp).
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    #: FSDP units and mixed precision (strategy fsdp2 or fsdp1).
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    #: ``FullyShardedDataParallel`` arguments (strategy fsdp1).
+    fsdp1: FSDP1Config = field(default_factory=FSDP1Config)
+    #: ``pkg.module.fn`` (strategy custom): ``fn(model, mesh) -> module to train``, called on each twin after
+    #: recompute is applied (the recompute twin's wrappers already in place); null otherwise.
+    wrap: Optional[str] = None
 
 
 @dataclass

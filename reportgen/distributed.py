@@ -38,6 +38,8 @@ from .structure import batch_size_of, map_tensors
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 #: Segment DDP puts before every parameter name.
 DDP_PREFIX = "module."
+#: Segment FSDP1 puts before the names inside each of its units.
+FSDP1_PREFIX = "_fsdp_wrapped_module."
 
 
 class RankFailure(Exception):
@@ -218,38 +220,10 @@ def shard_batch(batch: tuple, rank: int, world_size: int) -> tuple:
     return tuple(map_tensors(take, part) for part in batch)
 
 
-def distribute(model: nn.Module, strategy: str, paths: list[str], group: Group) -> nn.Module:
-    """Spread one twin over the ranks.
-
-    Args:
-        model: a plain or recompute twin (for the recompute twin, the wrapper already sits at
-            each target's path).
-        strategy: ``ddp`` (``DistributedDataParallel``) or ``fsdp2``.
-        paths: the recompute targets' module paths (``blocks.0``); with ``fsdp2`` each becomes
-            its own ``fully_shard`` unit (wrapper outside, as in torchtitan), then the root.
-        group: this rank's :class:`Group`.
-
-    Returns:
-        The module to call: the DDP wrapper, or ``model`` itself sharded in place.
-    """
-    if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [group.device.index] if group.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = mesh_of(group)
-    for path in paths:
-        fully_shard(model.get_submodule(path), mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
-
-
 def dist_name(name: str) -> str:
     """A distributed twin's parameter name as the plain single-process twin spells it (DDP's
     ``module.`` and the recompute wrapper's segment removed)."""
-    return plain_name(name.removeprefix(DDP_PREFIX))
+    return plain_name(name.removeprefix(DDP_PREFIX).replace(FSDP1_PREFIX, ""))
 
 
 def full(t: Tensor) -> Tensor:
@@ -260,20 +234,46 @@ def full(t: Tensor) -> Tensor:
     return t.detach().clone()
 
 
+def is_fsdp1(model: nn.Module) -> bool:
+    """True for a ``FullyShardedDataParallel`` (FSDP1) root."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(model, FullyShardedDataParallel)
+
+
+def full_view(model: nn.Module, with_grads: bool = False):
+    """A context in which ``model.named_parameters()`` are whole tensors: FSDP1's
+    ``summon_full_params`` (a collective; with the gradients when ``with_grads``), else nothing."""
+    if not is_fsdp1(model):
+        return contextlib.nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return FullyShardedDataParallel.summon_full_params(model, writeback=False, with_grads=with_grads)
+
+
 def full_grads(model: nn.Module) -> dict[str, Tensor | None]:
-    """``{plain name: full gradient or None}`` of every trainable parameter (collective under FSDP2)."""
-    return {dist_name(n): (full(p.grad) if p.grad is not None else None)
-            for n, p in model.named_parameters() if p.requires_grad}
+    """``{plain name: full gradient or None}`` of every trainable parameter (collective under FSDP)."""
+    with full_view(model, with_grads=True):
+        return {dist_name(n): (full(p.grad) if p.grad is not None else None)
+                for n, p in model.named_parameters() if p.requires_grad}
 
 
 def full_params(model: nn.Module) -> dict[str, Tensor]:
-    """``{plain name: full parameter}`` (collective under FSDP2)."""
-    return {dist_name(n): full(p) for n, p in model.named_parameters()}
+    """``{plain name: full parameter}`` (collective under FSDP)."""
+    with full_view(model):
+        return {dist_name(n): full(p) for n, p in model.named_parameters()}
 
 
 def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Tensor]:
     """``{"<plain param name>.<state key>": full tensor}`` of the optimizer state (AdamW's
-    ``exp_avg``, ``step``, ...), as :func:`reportgen.snapshot.take` names them (collective under FSDP2)."""
+    ``exp_avg``, ``step``, ...), as :func:`reportgen.snapshot.take` names them (collective under FSDP).
+    FSDP1 keeps it per flat shard: torch's ``get_optimizer_state_dict(full_state_dict=True)`` gathers it."""
+    if is_fsdp1(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))["state"]
+        return {f"{dist_name(str(n))}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
+                for n, values in state.items() for k, v in values.items()}
     names = {p: dist_name(n) for n, p in model.named_parameters()}
     return {f"{names[p]}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
             for p, state in optimizer.state.items() for k, v in state.items()}

@@ -11,8 +11,9 @@ elastic launcher and become ERROR rows naming them.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from omegaconf import DictConfig
 
@@ -114,11 +115,24 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                     measured[0].seconds = time.perf_counter() - start
                 rows += measured
             except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
-                row = ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start), group.rank)
+                row = ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start,
+                                       twin=getattr(exc, "reportgen_twin", None)), group.rank)
                 rows.append(row)
                 said = row.detail
         failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
     return rows
+
+
+@contextlib.contextmanager
+def twin(name: str) -> Iterator[None]:
+    """Mark an exception raised inside the block with the twin that was running (``plain``, ``aa``,
+    ``recompute``), so its ERROR row says which twin raised (:func:`reportgen.results.error_status`)."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "reportgen_twin"):
+            exc.reportgen_twin = name  # type: ignore[attr-defined]
+        raise
 
 
 def failure_rows(ranks: dict[int, str], names: Sequence[str]) -> list[Row]:

@@ -61,6 +61,8 @@ class Role:
     OUTPUT_OTHER = "output_other"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.cache)
     RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
+    #: One twin's replicated state (parameters, buffers) compared across ranks after every step (sharded checks).
+    RANK_SYNC = "rank_sync"
     #: Output leaves that changed while backward ran (a recomputation wrote the forward's outputs again).
     CHANGED_IN_BACKWARD = "changed_in_backward"
     #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
@@ -214,6 +216,18 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
     for check in required - set(frame.check):
         out.append({"check": check, "status": NOT_RUN, "required": True, "rows": 0, "failing": 0})
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
+
+
+#: Twins that are the baseline: an exception or a drift there leaves nothing to judge recompute against.
+BASELINE_TWINS = ("plain", "aa")
+
+
+def error_status(twin: str | None) -> str:
+    """The status of an exception raised while ``twin`` ran (``plain``, ``aa``, ``recompute`` or None
+    for the check's own code): INCONCLUSIVE for a baseline twin (DESIGN.md, "Cannot be judged is not
+    a failure"), ERROR otherwise. The one place this rule lives; every ERROR row that names a twin
+    (column ``twin``) is made with it."""
+    return INCONCLUSIVE if twin in BASELINE_TWINS else ERROR
 
 
 def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from .distance import measure, nonfinite_count, tolerances
-from .results import ERROR, INCONCLUSIVE, Role, Row
+from .results import ERROR, INCONCLUSIVE, Role, Row, error_status
 
 
 #: Marker for "the A/A twin was not run" (``aa`` arguments default to it).
@@ -199,23 +199,28 @@ def raised_for_lack_of_grad(rows: list[Row]) -> bool:
     return any(r.status == ERROR and r.item == "recompute" and NO_GRAD_GRAPH in r.detail for r in rows)
 
 
-def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0) -> Row:
-    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check".
+def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
+    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check" (or, in a
+    sharded check, "rank 1"); ``twin`` the twin that was running (defaults to ``where`` when that names
+    a twin), recorded in the ``twin`` column; its status follows :func:`reportgen.results.error_status`.
 
     The detail holds the message's first paragraph (at most :data:`MAX_MESSAGE` characters), then
     the exception's notes (``add_note``), e.g. the output leaves that changed during backward."""
+    twin = twin or (where if where in ("plain", "aa", "recompute") else None)
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
     message = str(exc).split("\n\n")[0]  # torch appends long tips after a blank line
     message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " …"
     message += "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))  # what reportgen saw (setup.forward_backward)
-    if where == "plain":
-        detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
+    status = error_status(twin)  # a baseline that raised: nothing to judge against
+    said = where if twin is None or where == twin else f"{twin} twin on {where}"
+    if status == INCONCLUSIVE:
+        detail = f"the {said} run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:
-        detail = f"the {where} run raised {type(exc).__name__}: {message}{at}"
-    status = INCONCLUSIVE if where == "plain" else ERROR  # no baseline, nothing to judge against
+        detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
+    extra = {"exception_type": type(exc).__name__} | ({"twin": twin} if twin else {})
     return Row(check, where, "recompute", "exception", float("nan"), "", "", status, detail, seconds,
-               role=Role.EXCEPTION, extra={"exception_type": type(exc).__name__})
+               role=Role.EXCEPTION, extra=extra)
 
 
 def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[Row]]:

@@ -32,6 +32,7 @@ from .rundir import forget_unstarted_run
 from .setup import Setup, build_setup
 from .signing import SigningError, load_signing_key, sign_run, signature_label
 from .threads import apply_threads
+from .wrapping import settings_in_force, wrap_order
 
 log = logging.getLogger("reportgen")
 
@@ -160,10 +161,12 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
     dc, world = cfg.distributed, int(cfg.distributed.world_size)
     strategy = getattr(dc.strategy, "value", str(dc.strategy))
     commands = launch_commands(world)
+    mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
     return {"world_size": world, "strategy": strategy, "backend": resolve_backend(str(dc.backend), setup.device),
-            "mesh": f"1-D, {world} ranks ({'replicated, gradients all-reduced' if strategy == 'ddp' else 'sharded'})",
+            "mesh": f"1-D, {world} ranks ({mesh})",
             "timeout_s": float(dc.timeout_s), "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
-            "launch": commands["reportgen"], "torchrun": commands["torchrun"]}
+            "launch": commands["reportgen"], "torchrun": commands["torchrun"],
+            "settings": settings_in_force(dc, [w.path for w in setup.wrapped]), "order": wrap_order(dc)}
 
 
 def check_limits(cfg: DictConfig | None) -> tuple[float | None, float | None]:

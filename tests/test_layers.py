@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reportgen"
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"reportgen", "paths", "files", "errors", "config", "distance", "rounding", "rng", "structure", "keys",
                     "fetcher", "cache", "attachments", "sources", "limits", "bootstrap", "models", "models.ffn",
-                    "models.mlp", "models.gpt", "threads", "progress"}),
+                    "models.mlp", "models.gpt", "threads", "progress", "dist_settings"}),
     ("core", {"results", "recompute", "tasks"}),
     ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "hf_auto", "hf_masked", "contract", "plots", "diagnose",
-               "duration", "distributed", "ranks", "sharded_budget"}),
+               "duration", "distributed", "wrapping", "rank_sync", "ranks", "sharded_budget"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
     ("registry", {"checks", "validation", "render_guard", "metadata"}),

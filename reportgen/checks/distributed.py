@@ -31,10 +31,12 @@ from hydra.utils import instantiate
 
 from ..bootstrap import bootstrap_ratio_ci
 from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
-from ..distributed import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
+from ..distributed import (Group, dist_name, full, full_grads, full_optimizer_state, full_params,
                            max_over_ranks, shard_batch)
 from ..ranks import follow as ranks_follow
-from ..ranks import ranked, run_sharded
+from ..ranks import ranked, run_sharded, twin
+from ..rank_sync import Drift, replicated_state, sync_row
+from ..rank_sync import measure as measure_sync
 from ..measure import make_train_step, saved_activation_bytes
 from ..peak import warm_step_peak
 from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
@@ -44,6 +46,7 @@ from ..sharded_budget import budget_rows
 from ..snapshot import Snapshot, module_attributes, snapshot_rows
 from ..tasks import batch_to
 from ..train import step_seed
+from ..wrapping import wrap_twin
 from .base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
@@ -73,8 +76,7 @@ def follow(setup: Setup) -> list[Row] | None:
 
 def _twin(setup: Setup, group: Group, recompute: bool):
     """A fresh twin (shared initial weights), spread over the ranks by ``distributed.strategy``."""
-    strategy = getattr(setup.cfg.distributed.strategy, "value", str(setup.cfg.distributed.strategy))
-    return distribute(setup.build(recompute), strategy, [w.path for w in setup.wrapped], group)
+    return wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
 
 
 def _local(setup: Setup, group: Group) -> tuple:
@@ -124,11 +126,14 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
     """
     rtol, atol = setup.tolerance()
     local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
-    runs = {}
+    runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        model = _twin(setup, group, recompute)
-        out = forward_backward(model, local, loss, seed)
-        runs[name] = (out, full_grads(model))  # collective under FSDP2: every rank, same order
+        with twin(name):
+            model = _twin(setup, group, recompute)
+            out = forward_backward(model, local, loss, seed)
+            runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
+        drifts[name] = measure_sync({f"{n}.grad": g for n, g in runs[name][1].items() if g is not None}
+                                    | replicated_state(model), group, 1, rtol, atol)
     (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
     rows = [ranked(tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss),
                     group.rank)]
@@ -142,6 +147,8 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
                         Role.PARAM_GRAD, aa=aa_g.get(name)) for name in sorted(set(plain_g) | set(rc_g))]
     _, reference = reference_grads(setup, group.world_size)
     rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads)]
+    rows += [sync_row(DIST_GRADIENT_PARITY, name, [drift], group.world_size, rtol, atol, "backward")
+             for name, drift in drifts.items()]
     return rows + _reference_rows(DIST_GRADIENT_PARITY, "", {f"{n}.grad": g for n, g in reference.items()},
                                   {f"{n}.grad": g for n, g in plain_g.items()},
                                   {f"{n}.grad": g for n, g in rc_g.items()}, rtol, atol)
@@ -157,8 +164,10 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
         One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
     """
     seed, loss = setup.cfg.forward_seed, setup.task.loss
-    plain = forward_backward(setup.build(False), local, loss, seed)
-    rc = forward_backward(setup.build(True), local, loss, seed)
+    with twin("plain"):
+        plain = forward_backward(setup.build(False), local, loss, seed)
+    with twin("recompute"):
+        rc = forward_backward(setup.build(True), local, loss, seed)
     compared = [tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
                 for n in sorted(set(plain.grads) | set(rc.grads))]
     bad = sorted((r for r in compared if r.status != PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
@@ -197,13 +206,15 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     """
     rtol, atol = setup.tolerance()
     local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
-    snaps = {}
+    snaps, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        model = _twin(setup, group, recompute)
-        optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
-        out = forward_backward(model, local, loss, seed)
-        optimizer.step()
-        snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+        with twin(name):
+            model = _twin(setup, group, recompute)
+            optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+            out = forward_backward(model, local, loss, seed)
+            optimizer.step()
+            snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+        drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
     compared = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol,
                              list(setup.cfg.state.ignore_attributes))
     rows = []
@@ -217,6 +228,7 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     rows.append(ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
     if group.rank != 0:
         return rows
+    rows += [sync_row(DIST_STEP_PARITY, name, [drift], group.world_size, rtol, atol) for name, drift in drifts.items()]
     reference, _ = reference_grads(setup, group.world_size)
     instantiate(setup.cfg.parity.optimizer, params=[p for p in reference.parameters() if p.requires_grad]).step()
     ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
@@ -224,16 +236,17 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
                                   snaps["recompute"].params, rtol, atol)
 
 
-def _trajectory(setup: Setup, group: Group, recompute: bool) -> list[Snapshot]:
+def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snapshot], list[Drift | None]]:
     """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
     after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
     by ``cfg.seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
-    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory."""
-    cfg = setup.cfg
+    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory.
+    After every step the ranks' replicated state is compared (:mod:`reportgen.rank_sync`)."""
+    cfg, (rtol, atol) = setup.cfg, setup.tolerance()
     model = _twin(setup, group, recompute)
     optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
     generator = torch.Generator().manual_seed(int(cfg.seed))
-    snaps = []
+    snaps, drifts = [], []
     for k in range(int(cfg.parity.steps)):
         batch = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
         optimizer.zero_grad(set_to_none=True)
@@ -241,7 +254,8 @@ def _trajectory(setup: Setup, group: Group, recompute: bool) -> list[Snapshot]:
         out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task.loss, seed)
         optimizer.step()
         snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
-    return snaps
+        drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))
+    return snaps, drifts
 
 
 def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
@@ -253,9 +267,12 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
         their own buffers, attributes and generators) and one ``aa`` row (INCONCLUSIVE when missed).
     """
     rtol, atol = setup.tolerance()
-    runs = {name: _trajectory(setup, group, recompute)
-            for name, recompute in (("plain", False), ("aa", False), ("recompute", True))}
-    rows = []
+    runs, drifts = {}, {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        with twin(name):
+            runs[name], drifts[name] = _trajectory(setup, group, recompute)
+    rows = [] if group.rank else [sync_row(DIST_TRAJECTORY, name, d, group.world_size, rtol, atol)
+                                  for name, d in drifts.items()]
     for k, (p, a, r) in enumerate(zip(runs["plain"], runs["aa"], runs["recompute"]), start=1):
         compared = [x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
                     if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)]
