@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from .errors import Terminated  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
 from .errors import (EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,  # noqa: F401
                      console_text, exception_label, usage)
 from .files import OutputWriteError
@@ -38,10 +39,6 @@ from .rundir import StartRefused, job_log_path
 
 log = logging.getLogger("reportgen")
 _codes: list[int] = []
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept)."""
 
 
 _terminated = False
@@ -157,7 +154,8 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
     with sigterm_as_interrupt():
         try:
             code = run(cfg, out_dir)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            _terminated = _terminated or isinstance(exc, Terminated)  # also SIGTERM seen by torch's elastic agent
             partial = out_dir / "results.partial.json"
             kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)

@@ -22,6 +22,7 @@ import faulthandler
 import logging
 import os
 import shlex
+import signal
 import sys
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .errors import Terminated
 from .recompute import plain_name
 from .structure import batch_size_of, map_tensors
 
@@ -47,11 +49,18 @@ class RankFailure(Exception):
 
     Attributes:
         ranks: ``{global rank: one-line message}``, the first failure first.
+        signals: ``{global rank: signal name}`` of the ranks the operating system ended with a
+            signal (``SIGKILL`` from the OOM killer, ``SIGSEGV``, ...), not by their own code.
     """
 
-    def __init__(self, ranks: dict[int, str]):
+    def __init__(self, ranks: dict[int, str], signals: dict[int, str] | None = None):
         super().__init__("; ".join(f"rank {r}: {m}" for r, m in ranks.items()))
         self.ranks = ranks
+        self.signals = signals or {}
+
+
+#: Signals torch's elastic agent turns into ``SignalException`` while ranks run.
+AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 @dataclass
@@ -312,8 +321,22 @@ def watchdog(seconds: float) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+def signal_name(exitcode: int) -> str:
+    """``"SIGKILL"`` for a process that ended with exit code ``-9`` (killed by that signal); ``""`` otherwise."""
+    if exitcode >= 0:
+        return ""
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
 def _failure_message(failure: Any) -> str:
     """One line from a torch elastic ``ProcessFailure``: the exception, else how the rank ended."""
+    if name := signal_name(int(failure.exitcode)):
+        said = {"SIGKILL": " (the kernel's out-of-memory killer sends it, or someone ran kill -9)",
+                "SIGSEGV": " (a crash inside native code)", "SIGBUS": " (a crash inside native code)"}.get(name, "")
+        return f"the rank's process was killed by {name}{said}; the operating system ended it, not its code"
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
@@ -354,6 +377,10 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
 
     Raises:
         RankFailure: a rank raised, crashed or was stopped; every failed rank with its message.
+        reportgen.errors.Terminated: SIGTERM reached this process, or the first rank to fail was ended by
+            SIGTERM (a preemption); KeyboardInterrupt: SIGINT (or SIGHUP, SIGQUIT) likewise. torch's
+            elastic agent installs its own handlers while ranks run (and does not restore them): they are
+            restored here, and its ``SignalException`` becomes the interruption it is.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -361,17 +388,30 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=f"reportgen-{uuid.uuid4().hex[:12]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                           start_method=start_method)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     elastic = logging.getLogger("torch.distributed.elastic")
     level = elastic.level
     elastic.setLevel(logging.CRITICAL)  # a failed rank is reported as rows, not as the agent's log lines
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in AGENT_SIGNALS if hasattr(signal, name)}
     try:
         return elastic_launch(config, fn)(*args)
+    except SignalException as exc:
+        raise (Terminated() if exc.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     except ChildFailedError as exc:
         first = exc.get_first_failure()[0]
+        ended_by = signal_name(int(exc.failures[first].exitcode))
+        if ended_by in ("SIGTERM", "SIGINT"):  # a preemption or Ctrl-C reached the ranks first
+            raise (Terminated() if ended_by == "SIGTERM" else KeyboardInterrupt()) from None
         ordered = [first] + sorted(r for r in exc.failures if r != first)
-        raise RankFailure({r: _failure_message(exc.failures[r]) for r in ordered}) from None
+        signals = {r: name for r in ordered if (name := signal_name(int(exc.failures[r].exitcode)))
+                   and name not in ("SIGTERM", "SIGINT")}
+        raise RankFailure({r: _failure_message(exc.failures[r]) for r in ordered}, signals) from None
     finally:
         elastic.setLevel(level)
+        for name, handler in handlers.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
 
 
 def launch_commands(world_size: int) -> dict[str, str]:

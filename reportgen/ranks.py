@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from .distributed import (Group, RankFailure, all_gather_objects, gather_objects, join, launch, launched, leave,
                           rank_config, resolve_backend, start_method, watchdog)
 from .measure import observe_twins
-from .results import ERROR, NOT_RUN, Role, Row
+from .results import ERROR, INCONCLUSIVE, NOT_RUN, Role, Row
 from .rows import error_row
 from .setup import Setup, build_setup
 
@@ -47,7 +47,7 @@ def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
         results = launch(rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size),
                          method)
     except RankFailure as exc:
-        return failure_rows(exc.ranks, [name for name, _ in parts])
+        return failure_rows(exc.ranks, [name for name, _ in parts], exc.signals)
     return list(results[0])
 
 
@@ -135,11 +135,18 @@ def twin(name: str) -> Iterator[None]:
         raise
 
 
-def failure_rows(ranks: dict[int, str], names: Sequence[str]) -> list[Row]:
+def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int, str] | None = None) -> list[Row]:
     """Rows for ranks that failed as processes (an elastic launch reported them): one ERROR row per
-    rank in the first section of ``names``, NOT_RUN rows in the others, each naming the ranks."""
-    rows = [ranked(Row(names[0], f"rank {r}", "recompute", "exception", status=ERROR, role=Role.EXCEPTION,
-                       detail=f"rank {r} failed: {message}"), r) for r, message in ranks.items()]
+    rank in the first section of ``names``, NOT_RUN rows in the others, each naming the ranks.
+
+    A rank the operating system ended with a signal (``signals``: the OOM killer's SIGKILL, a
+    segfault) is the environment, not recompute: its row is INCONCLUSIVE (column ``signal``)."""
+    signals = signals or {}
+    rows = [ranked(Row(names[0], f"rank {r}", "recompute", "exception",
+                       status=INCONCLUSIVE if r in signals else ERROR, role=Role.EXCEPTION,
+                       detail=f"rank {r} failed: {message}" + ("; the claim cannot be judged from an interrupted run"
+                                                               if r in signals else ""),
+                       extra={"signal": signals[r]} if r in signals else {}), r) for r, message in ranks.items()]
     return rows + [Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                        detail=f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
 

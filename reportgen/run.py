@@ -20,7 +20,8 @@ from .diagnose import diagnose
 from .duration import refuse_long_runs
 from .distributed import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from .errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, SetupError, console_text
+from .errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, SetupError,
+                     Terminated, console_text)
 from .limits import CheckLimitExceeded, default_max_rss_gib, limited
 from .measure import observation_rows, observe_twins
 from .metadata import recompute_settings, run_metadata
@@ -42,7 +43,15 @@ VERDICT_EXIT = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
 
 class Interrupted(Exception):
-    """Ctrl-C (or SIGTERM) during the checks, after the partial frame (with NOT_RUN rows) was written."""
+    """Ctrl-C (or SIGTERM) during the checks, after the partial frame (with NOT_RUN rows) was written.
+
+    Attributes:
+        terminated: True for SIGTERM (exit 143), False for Ctrl-C / SIGINT (exit 130).
+    """
+
+    def __init__(self, terminated: bool = False):
+        super().__init__("SIGTERM" if terminated else "SIGINT")
+        self.terminated = terminated
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -83,9 +92,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:
         rows = run_checks(setup, out_dir)
-    except Interrupted:
-        print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
-        return EXIT_INTERRUPTED
+    except Interrupted as exc:  # nothing interrupted is signed as a verdict
+        print(f"reportgen: interrupted ({exc}); what was measured is in {out_dir / 'results.partial.json'}")
+        return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
     frame = to_frame(rows)
@@ -200,12 +209,12 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
             rows.append(Row(check.name, f"stopped at checks.{exc.limit}", "recompute", "exception", status=ERROR,
                             detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
                             extra={"exception_type": "CheckLimitExceeded"}))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
                      for later in registry[index:] for s in later.sections]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
-            raise Interrupted from None
+            raise Interrupted(isinstance(exc, Terminated)) from None
         except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
             log.exception("check %s raised", check.name)
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))

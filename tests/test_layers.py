@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                     "fetcher", "cache", "attachments", "sources", "limits", "bootstrap", "models", "models.ffn",
                     "models.mlp", "models.gpt", "threads", "progress", "dist_settings"}),
     ("core", {"results", "recompute", "tasks"}),
-    ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "hf_auto", "hf_masked", "contract", "plots", "diagnose",
+    ("twins", {"setup", "train", "rows", "measure", "peak", "snapshot", "estimate", "hf", "hf_auto", "hf_masked", "contract", "plots", "diagnose_distributed", "diagnose",
                "duration", "distributed", "wrapping", "rank_sync", "ranks", "sharded_budget"}),
     ("checks", {"checks.base", "checks.parity", "checks.step", "checks.trajectory", "checks.policy",
                 "checks.memory", "checks.timing", "checks.budget", "checks.larger_batch", "checks.distributed"}),
