@@ -3,7 +3,7 @@
     python benchmarks/peak_cuda_check.py          # on a CUDA machine, from the repository root
     DEV=cpu python benchmarks/peak_cuda_check.py  # dry run of the same code on CPU
 
-Needs torch with CUDA, hydra-core and omegaconf (reportgen.peak imports hydra.utils); set
+Needs torch with CUDA, hydra-core and omegaconf (reportgen.memory.peak imports hydra.utils); set
 PYTHONPATH to a folder holding them if the machine lacks them. For tests/user_models/peak.py's
 6-layer stack (plain, one region around the stack, one region per layer) at two sizes and the
 ReLU-only model it prints tracker peak, max_memory_allocated, max_memory_reserved, their ratio
@@ -14,7 +14,7 @@ import gc, os, sys, time
 sys.path[:0] = [".", "tests"]
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from reportgen.peak import format_bytes, warm_step_peak
+from reportgen.memory.peak import format_bytes, warm_step_peak
 from user_models import peak as pm
 
 dev = torch.device(os.environ.get("DEV", "cuda"))

@@ -55,7 +55,7 @@ def make_sweep(root: Path, jobs: int, seed: int = 0) -> Path:
         plain_bytes = float(varied.loc[(varied.metric == "saved_activation_bytes") & (varied.variant == "plain")
                                        & (varied["item"] == "saved activations (total)"), "value"].iloc[0])
         varied.loc[saved, "value"] = plain_bytes * kept
-        if "role" in varied.columns:  # the saving row that reportgen.render.headline_costs reads
+        if "role" in varied.columns:  # the saving row that reportgen.report.render.headline_costs reads
             saving = varied.role == "saving"
             varied.loc[saving, ["value", "recompute_bytes", "saving_bytes"]] = [1 - kept, plain_bytes * kept,
                                                                                 plain_bytes * (1 - kept)]

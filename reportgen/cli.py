@@ -29,12 +29,12 @@ from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import Terminated  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
-from .errors import (EXIT_BUG, EXIT_CODES_HELP, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,  # noqa: F401
+from reportgen.errors import Terminated  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
+from reportgen.errors import (EXIT_BUG, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,
                      console_text, exception_label, usage)
-from .files import OutputWriteError
-from .paths import builtin_models
-from .rundir import StartRefused, job_log_path
+from reportgen.files import OutputWriteError
+from reportgen.paths import builtin_models
+from reportgen.commands.rundir import StartRefused, job_log_path
 
 
 log = logging.getLogger("reportgen")
@@ -101,8 +101,8 @@ def one_line_console(log_path: Path | None) -> None:
 def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     """One Hydra job (:func:`_run_job`), its outcome (exit code, verdict, overrides, error) recorded
     in ``out_dir/job.json`` for a sweep's summary (``reportgen.sweep``), whichever launcher ran it."""
-    from .distributed import adopt_slurm_env, launch_rank, launched  # torch: imported only once a job runs
-    from .sweep import recorded_job
+    from reportgen.distributed.launch import adopt_slurm_env, launch_rank, launched  # torch: imported only once a job runs
+    from reportgen.sweep import recorded_job
 
     if int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1) > 1:
         adopt_slurm_env()  # srun / submitit tasks of one sharded job: RANK, WORLD_SIZE, ... for torch
@@ -125,7 +125,7 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     Raises:
         SystemExit: an interrupted sweep job (after recording its code), to stop the sweep.
     """
-    from .validation import config_problems
+    from reportgen.commands.validation import config_problems
 
     for noisy in ("fontTools", "weasyprint", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -147,7 +147,7 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
 
 def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
     """``run.run`` with SIGTERM handled as Ctrl-C and any escaping exception as reportgen's bug (70)."""
-    from .run import run
+    from reportgen.run import run
 
     global _terminated
     _terminated = False
@@ -210,7 +210,7 @@ def exit_code(app: Callable[[], None]) -> int:
                   f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}.")
             return EXIT_USAGE
         raise
-    from .sweep import sweep_exit_code
+    from reportgen.sweep import sweep_exit_code
 
     swept = sweep_exit_code()  # a multirun: the worst code in the jobs' job.json files
     return swept if swept is not None else (max(_codes) if _codes else EXIT_HOLDS)

@@ -58,7 +58,7 @@ class RecomputeConfig:
     #: ``wrap`` (reportgen wraps the targets) or ``model_switch`` (the model's own switch).
     method: RecomputeMethod = RecomputeMethod.wrap
     #: ``model_switch`` only: dotted path of ``fn(model, recompute_cfg)`` that turns recomputation
-    #: on, e.g. ``reportgen.hf.enable`` (Hugging Face ``activation_checkpointing_enable``, 4.x
+    #: on, e.g. ``reportgen.models.hf.enable`` (Hugging Face ``activation_checkpointing_enable``, 4.x
     #: ``gradient_checkpointing_enable``); it may return the ``use_reentrant`` it put in force.
     enable: Optional[str] = None
     #: ``wrap`` only: class names (matching subclasses too) or module-path globs (``blocks.*``);

@@ -15,10 +15,30 @@ code   meaning (DESIGN.md "Exit code")
 """
 from __future__ import annotations
 
-from .paths import builtin_models
+import enum
 
-EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = 0, 1, 2, 3, 70
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143  #: 128 + the signal number, as shells report it
+from reportgen.paths import builtin_models
+
+
+class ExitCode(enum.IntEnum):
+    """Every command's exit codes, in one place (like pytest's ``ExitCode``; table above).
+
+    ``reportgen.verify`` reads 0 as VERIFIED and 1 as NOT VERIFIED; ``reportgen.compare`` 1 as a
+    regression; the numbers are the same for every command.
+    """
+
+    HOLDS = 0
+    FAILS = 1
+    USAGE = 2
+    INCONCLUSIVE = 3
+    BUG = 70  #: EX_SOFTWARE of BSD's sysexits.h
+    SIGINT = 130  #: 128 + the signal number, as shells report it
+    SIGTERM = 143
+
+
+EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = (
+    ExitCode.HOLDS, ExitCode.FAILS, ExitCode.USAGE, ExitCode.INCONCLUSIVE, ExitCode.BUG)
+EXIT_SIGINT, EXIT_SIGTERM = ExitCode.SIGINT, ExitCode.SIGTERM
 EXIT_CODES_HELP = ("exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
                    "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "
                    "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)")
@@ -28,7 +48,15 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept, exit 143)."""
 
 
-class SetupError(ValueError):
+class UsageError(Exception):
+    """The command could not start, and the user can fix it: the message names the fix.
+
+    Every command maps it, and only it, to :attr:`ExitCode.USAGE` (2). Subclasses say which input
+    was wrong (a setting, the task contract, a key file, a plan's shape, ...).
+    """
+
+
+class SetupError(UsageError, ValueError):
     """The model, task or precision in the config cannot be built (a usage error, exit 2)."""
 
 

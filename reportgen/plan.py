@@ -6,12 +6,12 @@ describes is built with ``transformers.AutoConfig`` + ``AutoModelForCausalLM.fro
 is downloaded, ``HF_HUB_OFFLINE=1``), with its own attention implementation (sdpa unless
 ``attn=`` says otherwise), its full vocabulary, an all-ones attention mask in the batch and its
 own recompute switch ``gradient_checkpointing_enable(gradient_checkpointing_kwargs=
-{"use_reentrant": ...})`` (:func:`reportgen.hf.enable`'s call).
+{"use_reentrant": ...})`` (:func:`reportgen.models.hf.enable`'s call).
 
 For each recompute setting (:data:`SETTINGS`: none, the model's switch reentrant, the model's
 switch non-reentrant) it counts, with the same tracker as the measured figure
-(:func:`reportgen.peak.warm_step_peak`, torch's ``MemTracker``) and the same saved-bytes counter
-(:func:`reportgen.measure.saved_activation_bytes`):
+(:func:`reportgen.memory.peak.warm_step_peak`, torch's ``MemTracker``) and the same saved-bytes counter
+(:func:`reportgen.memory.saved.saved_activation_bytes`):
 
 * saved-activation bytes after the forward, total and per decoder layer;
 * the peak of live tensor bytes of one warm training step (forward, loss, backward, AdamW
@@ -25,7 +25,7 @@ What is not counted (:data:`ASSUMPTIONS`): anything that is not a tensor (alloca
 fragmentation and caching, communication buffers, CUDA workspaces).
 
 Output: ``plan.csv``, ``plan.html`` (``templates/plan.html.j2``) and ``plan.pdf``
-(:func:`reportgen.render.write_pdf`) in a new folder ``outputs/plans/<date>/<time>/`` (or
+(:func:`reportgen.report.render.write_pdf`) in a new folder ``outputs/plans/<date>/<time>/`` (or
 ``out=DIR``, which must not exist yet), and a console table. Bad input ends with one line
 naming the fix and exit 2; nothing is written then.
 """
@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import datetime as dt
 import importlib
-import io
 import json
 import math
 import os
@@ -50,9 +49,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
-from .estimate import default_dtype
-from .peak import StepPeak, format_bytes, warm_step_peak
+from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE, UsageError
+from reportgen.memory.estimate import default_dtype
+from reportgen.memory.peak import StepPeak, format_bytes, warm_step_peak
 
 #: Recompute settings planned, in report order: ``(name, use_reentrant)``; None = no recompute.
 SETTINGS: tuple[tuple[str, bool | None], ...] = (("none", None), ("reentrant", True), ("non-reentrant", False))
@@ -89,14 +88,14 @@ ASSUMPTIONS = (
     "with torch >= 2.8) unless optim=foreach (torch's default on CUDA), whose step adds parameter-sized temporaries.",
     "The batch is packed: an all-ones attention mask (bool), so transformers' sdpa path uses is_causal and "
     "materialises no sequence x sequence mask; padded batches with a mask that is not all ones can need more.",
-    "The loss is the cross-entropy of the float32 logits over the full vocabulary (reportgen.hf.CausalLMTask's "
+    "The loss is the cross-entropy of the float32 logits over the full vocabulary (reportgen.models.hf.CausalLMTask's "
     "loss); a fused or chunked cross-entropy kernel needs less.",
     "The step peak is affine in the batch for a fixed sequence length: fitted from two batch sizes, "
     "the largest batch is confirmed by one more count at that batch.",
 )
 
 
-class PlanError(ValueError):
+class PlanError(UsageError, ValueError):
     """Bad command-line input or a config that cannot be planned (exit 2, one line, the fix)."""
 
 
@@ -245,7 +244,7 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str, use_reentrant: b
 
     Call it inside a ``FakeTensorMode`` for the plan (no memory, no data) or outside for a real
     model (the equality test). Parameters are created in ``dtype`` directly (default dtype and
-    device contexts, as :func:`reportgen.estimate.fake_model`): fake parameters cannot be
+    device contexts, as :func:`reportgen.memory.estimate.fake_model`): fake parameters cannot be
     converted by ``Module.to``.
 
     Raises:
@@ -267,7 +266,7 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str, use_reentrant: b
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise PlanError(f"{type(model).__name__} has no gradient-checkpointing switch, so the recompute settings "
                             "cannot be planned; give a model type that supports it (e.g. llama)")
-        from .hf import switch  # activation_checkpointing_enable on transformers 5, the old name on 4.x
+        from reportgen.models.hf import switch  # activation_checkpointing_enable on transformers 5, the old name on 4.x
 
         switch(model)({"use_reentrant": use_reentrant})
     return model.train()
@@ -289,7 +288,7 @@ def layer_paths(model: nn.Module) -> list[str]:
 
 def causal_lm_loss(output: Any, target: Tensor) -> Tensor:
     """Mean cross-entropy of ``output.logits`` ``[b, s, vocab]`` in float32 against next-token ids
-    ``[b, s]`` (the loss of :class:`reportgen.hf.CausalLMTask`)."""
+    ``[b, s]`` (the loss of :class:`reportgen.models.hf.CausalLMTask`)."""
     return F.cross_entropy(output.logits.flatten(0, 1).float(), target.flatten())
 
 
@@ -356,7 +355,7 @@ class SettingPlan:
         saved_bytes: activation bytes autograd keeps after the forward at the reported batch, B.
         saved_per_layer: ``{layer path: bytes}`` of those, per decoder layer (plus
             ``"(rest of model)"``: embeddings, final norm, logits, loss), B.
-        peak: the warm step's peak at the reported batch (:class:`reportgen.peak.StepPeak`).
+        peak: the warm step's peak at the reported batch (:class:`reportgen.memory.peak.StepPeak`).
         peaks: ``{batch: peak bytes}`` of every batch counted, B.
         slope_bytes, intercept_bytes: the affine fit ``peak(b) = intercept + slope*b``, B (None
             when only one batch was needed: it does not fit at batch 1).
@@ -522,7 +521,7 @@ def plan_setting(config: Any, args: PlanArgs, name: str, use_reentrant: bool | N
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .measure import saved_activation_bytes
+    from reportgen.memory.saved import saved_activation_bytes
 
     memory_bytes = args.memory_gib * 2**30
     # any size: only the mask is made a constant, and a mask that does not fit is never counted
@@ -621,7 +620,7 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
 
 def where_text(peak: StepPeak) -> str:
     """Where a peak happened, for the table: ``"backward at model.layers.3"``."""
-    from .peak import where
+    from reportgen.memory.peak import where
 
     return where(peak)
 
@@ -651,7 +650,7 @@ def console_table(plan: Plan) -> str:
 
 def html_text(plan: Plan) -> str:
     """plan.html: the plan through ``templates/plan.html.j2`` (autoescape, StrictUndefined)."""
-    from .render import environment
+    from reportgen.report.render import environment
 
     return environment().get_template("plan.html.j2").render(plan=plan, assumptions=ASSUMPTIONS, where=where_text)
 
@@ -685,7 +684,7 @@ def write_plan(plan: Plan, folder: Path, pdf: bool = True) -> dict[str, Path]:
     Raises:
         PlanError: the folder cannot be written (the message names it).
     """
-    from .render import write_pdf
+    from reportgen.report.render import write_pdf
 
     files = {"plan.csv": csv_text(plan).encode(), "plan.html": html_text(plan).encode()}
     if pdf:

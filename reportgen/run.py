@@ -13,27 +13,26 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checks import REGISTRY, required_names, run_order
-from .checks.distributed import follow
-from .contract import check_task_contract
-from .diagnose import diagnose
-from .duration import refuse_long_runs
-from .distributed import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
+from reportgen.checks import REGISTRY, required_names, run_order
+from reportgen.checks.distributed import follow
+from reportgen.twins.contract import check_task_contract
+from reportgen.report.diagnose import diagnose
+from reportgen.training.duration import refuse_long_runs
+from reportgen.distributed.launch import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from .errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, SetupError,
-                     Terminated, console_text)
-from .limits import CheckLimitExceeded, default_max_rss_gib, limited
-from .measure import observation_rows, observe_twins
-from .metadata import recompute_settings, run_metadata
-from .recompute import RecomputeConfigError
-from .render import render_report
-from .results import ERROR, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
-from .rows import error_row
-from .rundir import forget_unstarted_run
-from .setup import Setup, build_setup
-from .signing import SigningError, load_signing_key, sign_run, signature_label
-from .threads import apply_threads
-from .wrapping import settings_in_force, wrap_order
+from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,
+                              SetupError, Terminated, UsageError, console_text)
+from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
+from reportgen.memory.saved import observation_rows, observe_twins
+from reportgen.report.metadata import recompute_settings, run_metadata
+from reportgen.report.render import render_report
+from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from reportgen.results.rows import error_row
+from reportgen.commands.rundir import forget_unstarted_run
+from reportgen.twins.setup import Setup, build_setup
+from reportgen.trust.signing import load_signing_key, sign_run, signature_label
+from reportgen.threads import apply_threads
+from reportgen.distributed.wrapping import settings_in_force, wrap_order
 
 log = logging.getLogger("reportgen")
 
@@ -59,7 +58,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
 
     Returns:
         0 when the claim holds, 1 when it fails, 2 when the run could not start (including
-        settings estimated past ``run.max_estimated_minutes``, :mod:`reportgen.duration`), 3 when the
+        settings estimated past ``run.max_estimated_minutes``, :mod:`reportgen.training.duration`), 3 when the
         claim cannot be judged (INCONCLUSIVE), 130 when it was interrupted during the checks
         (``results.partial.json`` keeps what was measured).
     """
@@ -81,7 +80,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             refuse_long_runs(setup)  # settings that imply hours: exit 2 with the estimate and the override
     except CheckLimitExceeded as exc:  # a twin that never returns while timed: the checks say so, each as a row
         log.error("%s", exc.message)
-    except (SigningError, SetupError, RecomputeConfigError) as exc:
+    except UsageError as exc:
         print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
@@ -115,7 +114,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
 
 
 def why_lines(frame, most: int = 3) -> list[str]:
-    """Console lines for a claim that does not hold: one per diagnosis (``reportgen.diagnose``) with the
+    """Console lines for a claim that does not hold: one per diagnosis (``reportgen.report.diagnose``) with the
     checks it explains and its fix, at most ``most``; the cause and the evidence are in the report."""
     said: dict[str, tuple[list[str], str]] = {}
     if "fix" not in frame.columns:  # no diagnosis row (e.g. only NOT_RUN checks)
@@ -130,7 +129,7 @@ def prepare(cfg: DictConfig) -> Setup:
 
     Raises:
         SetupError: the model or task cannot be built, the task breaks its contract
-            (``reportgen.contract.TaskContractError``), or sharded ranks on CUDA have no GPU each;
+            (``reportgen.twins.contract.TaskContractError``), or sharded ranks on CUDA have no GPU each;
             the run exits 2.
         RecomputeConfigError: the recompute settings cannot be applied to this model.
     """
@@ -157,7 +156,7 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     """
     try:
         setup = prepare(cfg)
-    except (SetupError, RecomputeConfigError) as exc:
+    except UsageError as exc:
         print(f"reportgen: rank {launch_rank()} cannot start: {console_text(str(exc))}")
         return EXIT_USAGE
     follow(setup)  # writes nothing: out_dir may be rank 0's own folder (srun tasks share one)

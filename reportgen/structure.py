@@ -98,7 +98,7 @@ def other_leaves(obj: Any, prefix: str) -> dict[str, str]:
         found = {prefix: f"cache {type(obj).__name__}, {count} tensors"}
     elif obj is None or isinstance(obj, (bool, int, float, str)):
         return {prefix: "None" if obj is None else f"{type(obj).__name__} {obj!r}"}
-    elif (children := _children(obj)) is None:
+    elif _children(obj) is None:
         return {prefix: f"object {type(obj).__name__} (not compared)"}
     else:
         found = {}

@@ -7,14 +7,14 @@ digits images and the documentation text inside Python (``pydoc_data.topics``).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 from hydra.utils import get_method
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .structure import call_model, to_device
+from reportgen.structure import call_model, to_device
 
 #: ``(inputs, targets)``: inputs a Tensor, a tuple/list or a dict of tensors (see
 #: :mod:`reportgen.structure`); targets any nesting of tensors the task's loss understands.

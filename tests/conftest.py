@@ -12,13 +12,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from reportgen import keys
+from reportgen.trust import keys
 from reportgen.config import MEMORY, TIME, register_configs
 from reportgen.paths import conf_dir
-from reportgen.render import render_report
+from reportgen.report.render import render_report
 from reportgen.results import Role, Row, claim_verdict, to_frame
 from reportgen.run import write_results
-from reportgen.signing import load_signing_key, sign_run, signature_label
+from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
 #: One intra-op thread in tests: the models here are tiny, and on a shared 2-core machine torch's
 #: OpenMP threads wait for each other at every op (measured: the same 8-step training took 4.6 s
@@ -53,7 +53,7 @@ def compose_config(*overrides: str, user_conf: bool = False):
 
 
 def small_setup(*overrides: str, user_conf: bool = False):
-    """A :class:`reportgen.setup.Setup` from the real config with :data:`SMALL` budgets."""
+    """A :class:`reportgen.twins.setup.Setup` from the real config with :data:`SMALL` budgets."""
     from reportgen.run import prepare
 
     return prepare(compose_config(*SMALL, *overrides, user_conf=user_conf))
@@ -221,7 +221,6 @@ def cli_env(pythonpath: str = "") -> dict:
 def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = "", timeout: float = 600):
     """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text)."""
     import subprocess
-    import sys
 
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(pythonpath),
                           capture_output=True, text=True, timeout=timeout)
@@ -229,8 +228,8 @@ def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = 
 
 @pytest.fixture(scope="session")
 def signing_key_pair(tmp_path_factory) -> tuple[Path, Path]:
-    """``(private, public)`` key files made by ``reportgen.keys.generate_key`` (private mode 0600)."""
-    from reportgen.keys import generate_key
+    """``(private, public)`` key files made by ``reportgen.trust.keys.generate_key`` (private mode 0600)."""
+    from reportgen.trust.keys import generate_key
 
     return generate_key(tmp_path_factory.mktemp("keys") / "signing-key.pem")
 
@@ -243,7 +242,6 @@ TINY_JOB = list(SMALL_RUN)
 def reportgen_cli(cwd: Path, *args: str, module: str = "reportgen", env: dict | None = None):
     """Run ``python -m MODULE ARGS`` in ``cwd`` with the clone on PYTHONPATH; the CompletedProcess."""
     import subprocess
-    import sys
 
     full_env = {**cli_env(), **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True,
@@ -254,7 +252,7 @@ def job_cost_rows(plain_bytes: float = 1000.0, recompute_bytes: float = 250.0, r
                   ci: tuple[float, float] = (1.2, 1.4), metric_diff: float = 0.0, parity: str = "PASS",
                   metric: str = "accuracy") -> list:
     """Result rows of one job whose headline costs are known, tagged with the roles that
-    ``reportgen.render.headline_costs`` reads: the saving (plain vs recompute saved-activation
+    ``reportgen.report.render.headline_costs`` reads: the saving (plain vs recompute saved-activation
     bytes), the overhead ratio with its CI, the per-seed task-metric difference, and a
     gradient-parity row that passes or fails as ``parity`` says (judged, like a real row)."""
     share = (plain_bytes - recompute_bytes) / plain_bytes
@@ -301,8 +299,8 @@ def write_job(folder: Path, job: int, overrides: list[str], exit_code: int | Non
 
 def measured(setup, recompute: bool):
     """Saved-activation bytes of one twin of ``setup`` on its fixed batch, per wrapped module
-    (``reportgen.measure.saved_activation_bytes``)."""
-    from reportgen.measure import saved_activation_bytes
+    (``reportgen.memory.saved.saved_activation_bytes``)."""
+    from reportgen.memory.saved import saved_activation_bytes
 
     model = setup.build(recompute)
     return saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed,

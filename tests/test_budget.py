@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from reportgen.checks.budget import task_metrics
-from reportgen.plots import task_metric_plots
-from reportgen.render import environment
+from reportgen.checks.plots import task_metric_plots
+from reportgen.report.render import environment
 from reportgen.results import check_summary, to_frame
 from reportgen.run import prepare
-from reportgen.train import step_seed, train_to_budget
+from reportgen.training.train import step_seed, train_to_budget
 from user_models.nonfinite import SometimesInfTask, build, is_poisoned
 
 from conftest import compose_config

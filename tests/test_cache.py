@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from conftest import compose_config, small_setup
-from reportgen import cache
+from reportgen.training import cache
 from reportgen.results import FAIL, WARN, Role
-from reportgen.train import BudgetRuns
+from reportgen.training.train import BudgetRuns
 
 #: A recompute target class in a user module: GELU, edited to Tanh by the attacks.
 BLOCK = '''from torch import nn
@@ -228,7 +228,7 @@ def test_an_edited_or_moved_entry_is_a_warn_and_a_fresh_run(cache_folder, attack
     result = plain_run(small_setup("+model=ffn"))
     assert result.cache_key is None and result.metrics == first.metrics
     assert result.cache_rejected is not None and len(result.cache_rejected[0]) == 64
-    from reportgen.train import run_rows
+    from reportgen.training.train import run_rows
 
     (warn,) = _rejection(run_rows("task metrics", "plain", "seed 0", 0, result, "loss"))
     assert warn.status == WARN and warn.extra["cache_problem"] == result.cache_rejected[1]
@@ -304,7 +304,7 @@ def test_cache_enabled_false_neither_reads_nor_writes(cache_folder):
 @pytest.mark.parametrize("setting", ["budget.seeds", "larger_batch.seeds"])
 def test_duplicate_seeds_are_refused_before_any_model_work(setting, tmp_path, capsys):
     from reportgen import cli
-    from reportgen.validation import config_problems
+    from reportgen.commands.validation import config_problems
 
     cfg = compose_config("+model=ffn", f"{setting}=[0,1,0]")
     problems = config_problems(cfg)
@@ -326,7 +326,7 @@ def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_stil
     from reportgen import run as pipeline
     from reportgen.checks import REGISTRY
     from reportgen.config import LARGER_BATCH, TASK_METRICS
-    from reportgen.keys import load_public_key
+    from reportgen.trust.keys import load_public_key
     from reportgen.results import FLAGGED
     from reportgen.verify import FAIL as VERIFY_FAIL, verify
 

@@ -1,7 +1,5 @@
 """The Hydra entry point as a user runs it: exit codes, messages, outputs (slow: subprocesses)."""
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 

@@ -3,9 +3,9 @@ import math
 
 import torch
 
-from reportgen.distance import measure, tolerances
+from reportgen.results.distance import measure, tolerances
 from reportgen.results import PASS, judge
-from reportgen.rows import tensor_row
+from reportgen.results.rows import tensor_row
 
 
 def within(d):

@@ -15,7 +15,7 @@ from reportgen.checks.distributed import distributed_checks
 from reportgen.config import (DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME,
                               DIST_TRAJECTORY)
 from reportgen.results import ERROR, FAIL, INFO, NOT_RUN, PASS, Role, to_frame
-from reportgen.validation import config_problems
+from reportgen.commands.validation import config_problems
 
 #: 2 ranks; a test's collective gives up after 20 s.
 SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20")
@@ -156,7 +156,7 @@ def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
 
 
 def test_slurm_tasks_become_ranks_and_a_mismatched_launch_is_refused(monkeypatch):
-    from reportgen.distributed import adopt_slurm_env, launch_problem, launch_rank, launched
+    from reportgen.distributed.launch import adopt_slurm_env, launch_problem, launch_rank, launched
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.setenv(name, "")  # recorded, so what adopt_slurm_env exports is undone after the test
@@ -190,7 +190,7 @@ def test_the_slurm_launcher_config_runs_one_two_task_job_per_point():
 def test_ranks_on_cuda_need_a_gpu_each(monkeypatch):
     import torch
 
-    from reportgen.distributed import device_problem
+    from reportgen.distributed.launch import device_problem
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
@@ -212,7 +212,7 @@ def test_built_in_models_run_sharded_on_cpu(model, strategy):
 
 
 def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
-    from reportgen.diagnose import diagnose
+    from reportgen.report.diagnose import diagnose
     from reportgen.results import Row
 
     local = [Row(DIST_GRADIENT_PARITY, f"rank {r}: local gradients before reduction", "recompute",

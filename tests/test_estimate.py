@@ -5,8 +5,8 @@ import resource
 import pytest
 
 from reportgen.checks.memory import estimate_rows, measure_saved
-from reportgen.estimate import EstimateConfigError, TransformerShape, estimate_saved_activations, validate_overrides
-from reportgen.measure import REST
+from reportgen.memory.estimate import EstimateConfigError, TransformerShape, estimate_saved_activations, validate_overrides
+from reportgen.memory.saved import REST
 from reportgen.results import PASS
 from reportgen.run import prepare
 

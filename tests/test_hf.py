@@ -1,4 +1,4 @@
-"""Hugging Face models (``reportgen.hf``): tiny factories, the task's keyword batches, the model's switch.
+"""Hugging Face models (``reportgen.models.hf``): tiny factories, the task's keyword batches, the model's switch.
 
 Tests marked ``hf`` need the ``hf`` extra (transformers) and skip cleanly without it (conftest
 skips the marker; each also calls ``pytest.importorskip``). The unmarked tests check what a user
@@ -16,13 +16,13 @@ import yaml
 from torch import nn
 from torch.nn import functional as F
 
-from reportgen import hf
+from reportgen.models import hf
 from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.paths import conf_dir
 from reportgen.errors import SetupError
-from reportgen.measure import observe_recompute
+from reportgen.memory.saved import observe_recompute
 from reportgen.run import prepare
-from reportgen.setup import build_setup
+from reportgen.twins.setup import build_setup
 from reportgen.tasks import CharTextTask
 
 from conftest import REPO, compose_config
@@ -106,13 +106,13 @@ def test_factories_and_task_stop_with_the_install_line(no_transformers, call):
 
 
 def test_config_naming_the_task_stops_setup_with_the_install_line(no_transformers):
-    cfg = compose_config("+model=gpt", "task._target_=reportgen.hf.CausalLMTask")
+    cfg = compose_config("+model=gpt", "task._target_=reportgen.models.hf.CausalLMTask")
     with pytest.raises(SetupError, match=r'pip install -e "\.\[hf\]"'):
         prepare(cfg)
 
 
 def test_importing_reportgen_hf_does_not_import_transformers():
-    code = "import sys, reportgen.hf; print('transformers' in sys.modules)"
+    code = "import sys, reportgen.models.hf; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -287,7 +287,7 @@ def test_attributes_the_switch_sets_are_the_configs_ignored_ones(task, name):
     config = yaml.safe_load((conf_dir() / "model" / f"hf_{name}.yaml").read_text())
     globs = config["state"]["ignore_attributes"]
     assert all(any(fnmatch.fnmatchcase(attr, g) for g in globs) for attr in changed)
-    assert config["recompute"] == {"method": "model_switch", "enable": "reportgen.hf.enable"}
+    assert config["recompute"] == {"method": "model_switch", "enable": "reportgen.models.hf.enable"}
 
 
 @pytest.mark.hf

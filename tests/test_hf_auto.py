@@ -1,4 +1,4 @@
-"""``+model=hf_causal_lm`` (``reportgen.hf_auto``) and the model's own recompute default.
+"""``+model=hf_causal_lm`` (``reportgen.models.hf.auto``) and the model's own recompute default.
 
 The config.json fixtures are written here from scratch (a tiny GPT-2 and a T5); tests marked
 ``hf`` need the ``hf`` extra and skip without it. Each runs on transformers 4.x and 5.x: where
@@ -14,13 +14,15 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from reportgen import hf, hf_auto, hf_masked
+from reportgen.models import hf
+from reportgen.models.hf import auto as hf_auto
+from reportgen.models.hf import masked as hf_masked
 from reportgen.errors import SetupError
-from reportgen.measure import observe_recompute
-from reportgen.metadata import recompute_settings
+from reportgen.memory.saved import observe_recompute
+from reportgen.report.metadata import recompute_settings
 from reportgen.paths import conf_dir
 from reportgen.run import prepare
-from reportgen.validation import config_problems
+from reportgen.commands.validation import config_problems
 
 from conftest import SMALL, compose_config, reportgen_cli, run_dirs
 
@@ -275,7 +277,7 @@ def test_a_window_of_no_characters_is_refused_naming_the_setting(gpt2_json, bloc
     user's make_batch; reportgen's own task says what is wrong."""
     with pytest.raises(SetupError, match=r"task.block_size=-?\d must be a whole number of characters, at least 1"):
         hf_auto.TextCausalLMTask(config=str(gpt2_json), block_size=block_size)
-    from reportgen.hf_masked import TextMaskedLMTask
+    from reportgen.models.hf.masked import TextMaskedLMTask
 
     with pytest.raises(SetupError, match="at least 1"):
         TextMaskedLMTask(config=str(gpt2_json), block_size=block_size)

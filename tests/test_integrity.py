@@ -23,14 +23,14 @@ import torch
 
 from conftest import SMALL_RUN, TESTS, cli_env, compose_config, run_cli
 from reportgen import cli
-from reportgen.contract import TaskContractError, check_task_contract
-from reportgen.fetcher import LocalOnlyFetcher, RefusedURL
-from reportgen.keys import KeyFileError, generate_key, load_private_key
+from reportgen.twins.contract import TaskContractError, check_task_contract
+from reportgen.report.fetcher import LocalOnlyFetcher, RefusedURL
+from reportgen.trust.keys import KeyFileError, generate_key, load_private_key
 from reportgen.results import atomic_write, frame_from_json
-from reportgen.rundir import LOCK_NAME, FolderLock, output_file_mode, run_markers
-from reportgen.signing import SigningError, load_signing_key
+from reportgen.commands.rundir import LOCK_NAME, FolderLock, output_file_mode, run_markers
+from reportgen.trust.signing import SigningError, load_signing_key
 from reportgen.tasks import FunctionTask
-from reportgen.validation import config_problems
+from reportgen.commands.validation import config_problems
 from reportgen.verify import unlisted_files
 
 INTEGRITY_CONF = TESTS / "integrity_conf"
@@ -76,7 +76,7 @@ def test_every_problem_is_listed_in_one_paragraph():
 def test_check_names_allowed_in_verdict_required_are_the_checks_names():
     from reportgen.checks import default_required
     from reportgen.config import SELECTIVE_POLICY
-    from reportgen.validation import check_names
+    from reportgen.commands.validation import check_names
 
     assert SELECTIVE_POLICY in check_names() and set(default_required()) <= set(check_names())
     assert "larger-batch experiment" not in check_names()
@@ -200,7 +200,7 @@ def test_fetcher_serves_only_files_under_its_roots(tmp_path):
 def test_pdf_render_contacts_no_server_and_reads_no_outside_file(http_server, tmp_path, caplog):
     from weasyprint import HTML
 
-    from reportgen.render import write_pdf
+    from reportgen.report.render import write_pdf
 
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-CONTENT")
@@ -229,7 +229,7 @@ def contract_setup():
     ("make_batch", "loss_per_example", "returned a torch.float32 tensor of shape [2], not a scalar floating tensor"),
 ])
 def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batch, loss, expected, monkeypatch):
-    from reportgen.setup import Setup
+    from reportgen.twins.setup import Setup
 
     monkeypatch.syspath_prepend(str(TESTS))
     from user_models import integrity
@@ -333,7 +333,7 @@ def test_sigterm_handler_raises_a_keyboard_interrupt_and_is_restored():
 
 @pytest.mark.slow
 def test_every_section_renders_with_every_optional_value_missing(signed_run):
-    from reportgen.render import render_html, view_model
+    from reportgen.report.render import render_html, view_model
 
     run_dir, _ = signed_run
     frame = frame_from_json((run_dir / "results.json").read_text())

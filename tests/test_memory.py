@@ -20,7 +20,7 @@ from torch import nn
 from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, saved_rows, measure_saved, saving_share
 from reportgen.results import Role, judge
 from reportgen.config import MEMORY
-from reportgen.measure import REST, saved_activation_bytes
+from reportgen.memory.saved import REST, saved_activation_bytes
 from reportgen.results import FAIL, INFO, PASS, WARN
 from reportgen.run import prepare
 
@@ -162,7 +162,7 @@ def test_saved_bytes_on_cuda_equal_the_cpu_count():
 
 
 def _render_section(rows):
-    from reportgen.render import environment, view_model
+    from reportgen.report.render import environment, view_model
     from reportgen.results import to_frame
 
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from reportgen.checks.parity import _tensor_rows
-from reportgen.setup import StepOutput
+from reportgen.twins.setup import StepOutput
 from reportgen.structure import named_tensors, other_leaves
 
 
@@ -54,7 +54,7 @@ def test_python_scalars_are_compared_and_a_difference_fails():
 
 
 def test_names_wrap_after_dots_never_mid_word():
-    from reportgen.render import fmt_name
+    from reportgen.report.render import fmt_name
 
     assert str(fmt_name("model.embed_tokens.weight.grad")) == "model.<wbr>embed_tokens.<wbr>weight.<wbr>grad"
     assert str(fmt_name('output["<x>"]')) == "output<wbr>[&#34;&lt;x&gt;&#34;]"  # still escaped

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import DOCUMENTED_EXIT_CODES, SMALL_RUN, compose_config, run_cli
-from reportgen.validation import config_problems
+from reportgen.commands.validation import config_problems
 
 #: Settings whose values validation judges, plus names that do not exist. Budget sizes are
 #: left out on purpose: a valid but huge budget is a long run, not a bug.

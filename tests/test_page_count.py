@@ -17,7 +17,7 @@ import pytest
 from reportgen.checks import required_names, timing
 from reportgen.config import TIME
 from reportgen.paths import templates_dir
-from reportgen.render import render_pages
+from reportgen.report.render import render_pages
 from reportgen.results import INFO, PASS, WARN, Role, Row, claim_verdict, frame_from_json, to_frame
 
 from conftest import tiny_meta

@@ -8,14 +8,13 @@ all 6 layers at once: the peak is exactly the plain twin's. One region per layer
 its input [B, 32] for the recompute while the next Linear still keeps its output, so recompute
 keeps 5 more [B, 32] float32 tensors (160 KiB) than the plain twin, and the peak rises by as much.
 """
-import math
 
 import pytest
 import torch
 
 from reportgen.checks.memory import measure_peaks, measure_saved, peak_rows, saved_rows, warm_step_memory
 from reportgen.config import MEMORY
-from reportgen.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
+from reportgen.memory.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
 from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge_record
 from reportgen.run import prepare
 
@@ -59,7 +58,7 @@ def test_peak_on_miss_fail_makes_the_whole_stack_region_fail_the_memory_check():
     row = verdict_row(memory_rows(setup)[1])
     assert row.status == FAIL
     assert judge_record(row.record()) == FAIL  # reportgen.verify re-judges it from its numbers
-    from reportgen.diagnose import diagnose
+    from reportgen.report.diagnose import diagnose
 
     (why,) = diagnose([row], {})
     assert why.extra["rule"] == "region recomputed whole" and "one region per layer" in why.detail
@@ -146,14 +145,14 @@ def test_the_tracker_counts_a_view_once_and_sees_what_backward_frees():
 @pytest.mark.parametrize("setting, value", [("memory.min_peak_saving_share", "0"), ("memory.min_peak_saving_share", "1.5"),
                                             ("memory.peak_on_miss", "ERROR")])
 def test_bad_peak_settings_are_refused_with_their_name(setting, value):
-    from reportgen.validation import config_problems
+    from reportgen.commands.validation import config_problems
 
     problems = config_problems(compose_config("+model=ffn", f"{setting}={value}"))
     assert setting in problems
 
 
 def test_memory_section_shows_both_peaks_and_the_verdict():
-    from reportgen.render import environment, view_model
+    from reportgen.report.render import environment, view_model
     from reportgen.results import to_frame
 
     from reportgen.checks.memory import estimate_rows
@@ -204,7 +203,7 @@ def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(m
 @pytest.mark.parametrize("model", ["gpt", pytest.param("hf_gpt2", marks=pytest.mark.hf),
                                    pytest.param("hf_llama", marks=pytest.mark.hf)])
 def test_the_estimated_step_peak_of_transformers_equals_the_measurement(model):
-    from reportgen.estimate import estimate_saved_activations
+    from reportgen.memory.estimate import estimate_saved_activations
 
     setup = prepare(compose_config(f"+model={model}", "device=cpu"))
     peaks, _ = measure_peaks(setup)
@@ -218,7 +217,7 @@ def test_the_estimated_step_peak_of_transformers_equals_the_measurement(model):
 
 def test_the_target_shape_estimate_reports_the_peak_of_both_twins():
     """peak_stack at batch 512 on fake tensors: one region per layer lowers the estimated peak."""
-    from reportgen.estimate import estimate_saved_activations
+    from reportgen.memory.estimate import estimate_saved_activations
 
     setup = stack("recompute.targets=[Layer]")
     est = estimate_saved_activations(setup, {"batch_size": 512})
@@ -235,7 +234,7 @@ def test_the_cuda_figures_of_the_same_step_are_stated_beside_the_peak():
     """The CUDA branch of the rows, on CPU: a StepPeak as warm_step_peak returns it on CUDA."""
     import dataclasses
 
-    from reportgen.render import environment, view_model
+    from reportgen.report.render import environment, view_model
     from reportgen.results import to_frame
 
     setup = stack("recompute.targets=[Layer]")
@@ -263,7 +262,7 @@ def test_frozen_parameters_are_tracked_without_gradient_hooks():
     import torch
     from torch import nn
 
-    from reportgen.peak import warm_step_peak
+    from reportgen.memory.peak import warm_step_peak
 
     model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8))
     model[0].requires_grad_(False)

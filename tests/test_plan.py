@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from reportgen import plan
-from reportgen.measure import saved_activation_bytes
-from reportgen.peak import warm_step_peak
+from reportgen.memory.saved import saved_activation_bytes
+from reportgen.memory.peak import warm_step_peak
 
 pytestmark = pytest.mark.hf
 

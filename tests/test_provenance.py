@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REQUIRED, small_setup, tiny_frame
-from reportgen.metadata import rerun_command, run_metadata
-from reportgen.sources import git_repositories, user_source_files
+from reportgen.report.metadata import rerun_command, run_metadata
+from reportgen.trust.sources import git_repositories, user_source_files
 
 
 def test_rerun_command_carries_pythonpath_and_config_dir_relative_to_the_working_folder(tmp_path):
@@ -72,9 +72,9 @@ def test_git_repositories_report_dirty_trees_and_tolerate_no_git(user_repo, tmp_
 
 
 def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(user_repo, tmp_path):
-    from reportgen.render import render_html
-    from reportgen.signing import claim_predicate
-    from reportgen.sources import file_sha256
+    from reportgen.report.render import render_html
+    from reportgen.trust.signing import claim_predicate
+    from reportgen.trust.sources import file_sha256
 
     setup = small_setup("+model=ffn", "model._target_=provpkg.blocks.build")
     module = (user_repo / "provpkg" / "blocks.py").resolve()

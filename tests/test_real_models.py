@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reportgen import run as pipeline
-from reportgen.recompute import RecomputeConfigError, find_targets
-from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role, frame_from_json
+from reportgen.twins.recompute import RecomputeConfigError, find_targets
+from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
 from reportgen.structure import batch_size_of, call_model, describe, named_tensors
 
-from conftest import SMALL, compose_config, run_pipeline
+from conftest import run_pipeline
 from user_models import real
 
 def run_model(tmp_path, *overrides):
@@ -112,7 +111,7 @@ def test_hugging_face_models_through_their_own_switch_hold(tmp_path, model):
     import transformers
 
     default = int(transformers.__version__.split(".")[0]) < 5  # the switch's own use_reentrant default: 4.x True, 5.x False
-    assert f"the model&#39;s own default (use_reentrant={default})" in html and "reportgen.hf.enable" in html
+    assert f"the model&#39;s own default (use_reentrant={default})" in html and "reportgen.models.hf.enable" in html
     assert set(frame[frame.role == Role.IGNORED].status) == {"INFO"}
     assert frame[frame.role == Role.BASELINE].value.item() == 0
 

@@ -4,7 +4,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from reportgen.recompute import RecomputeConfigError, apply_recompute, find_targets, plain_name, resolve_ops
+from reportgen.twins.recompute import RecomputeConfigError, apply_recompute, find_targets, plain_name, resolve_ops
 from user_models.faults import build_frozen, build_layers
 
 

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from reportgen.checks.parity import gradient_parity
-from reportgen.diagnose import diagnose
-from reportgen.recompute import RecomputeHazard, guard_returned_leaves
+from reportgen.report.diagnose import diagnose
+from reportgen.twins.recompute import RecomputeHazard, guard_returned_leaves
 from reportgen.results import ERROR, FAIL, Role, Row, check_summary, to_frame
 from reportgen.run import prepare
 from reportgen.structure import changed_leaves, leaf_states

@@ -11,7 +11,7 @@ from reportgen.checks import Check, Section, default_required, flagged_names
 from reportgen.checks.memory import warm_step_memory
 from reportgen.checks.timing import warm_step_time
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STATE_PARITY, TIME
-from reportgen.render import headline_costs, render_html
+from reportgen.report.render import headline_costs, render_html
 from reportgen.results import FAIL, PASS, WARN, Role, Row, frame_from_json, judge, to_frame
 from reportgen.run import prepare
 

@@ -9,8 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import TESTS, job_cost_rows, reportgen_cli, write_job
-from reportgen import compare
-from reportgen.keys import generate_key
+from reportgen.compare import command as compare
+from reportgen.trust.keys import generate_key
 
 
 def run_folder(root: Path, name: str, rows: list, config: dict | None = None) -> Path:

@@ -6,8 +6,8 @@ import io
 import time
 from pathlib import Path
 
-from reportgen.metadata import report_time
-from reportgen.render import render_report
+from reportgen.report.metadata import report_time
+from reportgen.report.render import render_report
 from reportgen.results import claim_verdict, frame_to_json
 
 from conftest import REQUIRED, tiny_frame, tiny_meta

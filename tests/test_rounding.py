@@ -15,9 +15,9 @@ from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
 from reportgen.checks.trajectory import trajectory_parity
 from reportgen.results import FAIL, PASS, Role, judge, judge_record, to_frame
-from reportgen.rounding import GradientNudge, envelope, grads_at_rounding_level
-from reportgen.rows import ROUNDING_LEVEL, tensor_row, with_rounding
-from reportgen.train import TrainResult
+from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
+from reportgen.results.rows import ROUNDING_LEVEL, tensor_row, with_rounding
+from reportgen.training.train import TrainResult
 
 from conftest import small_setup
 
@@ -197,8 +197,8 @@ def test_rounding_level_model_holds_end_to_end_and_every_status_rejudges_from_th
 
 
 def test_the_rounding_twins_budget_run_is_cached_under_its_own_key(tmp_path, monkeypatch):
-    from reportgen import cache
-    from reportgen.train import BudgetRuns
+    from reportgen.training import cache
+    from reportgen.training.train import BudgetRuns
 
     monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
     setup = small_setup("+model=rounding_level", user_conf=True)
@@ -216,7 +216,7 @@ def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_roun
     envelope (about Adam's learning rate) passed it; gradients taken in lockstep at identical
     weights differ from step 11 on, so the envelope does not apply and the twins trained apart."""
     from reportgen.checks.budget import task_metrics
-    from reportgen.train import lockstep_gradients
+    from reportgen.training.train import lockstep_gradients
 
     setup = small_setup("+model=late_fault", "budget.examples=256", "budget.batch_size=16", user_conf=True)
     assert lockstep_gradients(setup, 0, 16) == 11  # forward + recompute: call 21 is step 11's forward

@@ -19,14 +19,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from reportgen import keys
+from reportgen.trust import keys
 from reportgen.config import MEMORY, TIME
-from reportgen.render import render_report
 from reportgen.results import FAIL, PASS, claim_verdict, frame_from_json, to_frame
-from reportgen.signing import (ENVELOPE_NAME, PREDICATE_TYPE, SigningError, claim_predicate, decimal_string,
-                               load_signing_key, run_files, sign_run, signature_label)
+from reportgen.trust.signing import (ENVELOPE_NAME, PREDICATE_TYPE, SigningError, claim_predicate, decimal_string,
+                               load_signing_key, run_files, signature_label)
 
-from conftest import REQUIRED, cost_rows, make_key, signed_run, tiny_frame, tiny_meta
+from conftest import REQUIRED, cost_rows, make_key, signed_run, tiny_meta
 
 @pytest.fixture(scope="module")
 def key_pair(tmp_path_factory) -> tuple[Path, Path]:

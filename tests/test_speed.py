@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from conftest import compose_config, run_pipeline
-from reportgen import duration, progress, threads
+from reportgen import progress, threads
+from reportgen.training import duration
 from reportgen.checks import timing
-from reportgen.duration import Estimate, RunTooLong, format_duration, refuse_long_runs
+from reportgen.training.duration import Estimate, RunTooLong, format_duration, refuse_long_runs
 from reportgen.errors import EXIT_USAGE
 from reportgen.results import PASS, WARN
-from reportgen.validation import config_problems
+from reportgen.commands.validation import config_problems
 
 
 # --------------------------------------------------------------------------- threads

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job
 from reportgen import sweep
 from reportgen.config import TIME
-from reportgen.keys import generate_key, load_public_key
+from reportgen.trust.keys import generate_key, load_public_key
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_summarize_writes_csv_html_pdf_with_matrix_scatter_and_links(fake_sweep)
 def test_signed_summary_lists_every_job_statement(fake_sweep, tmp_path):
     from securesystemslib.dsse import Envelope
 
-    from reportgen.signing import sslib_public_key
+    from reportgen.trust.signing import sslib_public_key
 
     (fake_sweep / "0" / "statement.dsse.json").write_text('{"stand-in": "job 0 envelope"}\n')
     private, public = generate_key(tmp_path / "keys" / "k.pem")
@@ -238,7 +238,7 @@ def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
 
 def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_path, monkeypatch, caplog):
     from reportgen.run import prepare
-    from reportgen.train import BudgetRuns
+    from reportgen.training.train import BudgetRuns
 
     monkeypatch.setenv("REPORTGEN_CACHE_DIR", str(tmp_path / "cache"))
     setup = prepare(compose_cfg("+model=ffn", "budget.examples=32", "report.sign=false"))

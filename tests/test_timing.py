@@ -5,7 +5,7 @@ import torch
 
 from reportgen.checks.timing import (bootstrap_ratio_ci, flops_row, interleaved_times, median_rows, overhead_row,
                                      step_flops, timed, warm_step_time)
-from reportgen.measure import make_train_step
+from reportgen.memory.saved import make_train_step
 from reportgen.config import TIME
 from reportgen.results import FAIL, INFO, PASS, WARN, Role
 from reportgen.run import prepare

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from conftest import REQUIRED, job_cost_rows, make_key, signed_run, tiny_frame, tiny_meta, write_job
-from reportgen import compare, sweep
+from reportgen.compare import command as compare
+from reportgen import sweep
 from reportgen import verify as verifier
-from reportgen.keys import load_public_key
-from reportgen.render import render_report
+from reportgen.trust.keys import load_public_key
+from reportgen.report.render import render_report
 from reportgen.config import TIME
 from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, frame_from_json, to_frame
 from reportgen.run import write_results
-from reportgen.signing import load_signing_key, sign_run, signature_label
+from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
 
 def failed(checks) -> list[str]:
@@ -265,7 +266,7 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
 
 
 def test_an_empty_claim_is_refused_before_anything_runs(compose_cfg):
-    from reportgen.validation import config_problems
+    from reportgen.commands.validation import config_problems
 
     problem = config_problems(compose_cfg("+model=ffn", "verdict.required=[]"))
     assert "names no parity check" in problem and "an empty claim" in problem
@@ -307,7 +308,7 @@ def test_a_read_only_output_folder_is_named_not_called_another_run(tmp_path, mon
     import errno
     import os
 
-    from reportgen.rundir import FolderLock, StartRefused
+    from reportgen.commands.rundir import FolderLock, StartRefused
 
     real = os.open
 

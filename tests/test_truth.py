@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from reportgen import run as pipeline
-from reportgen.diagnose import diagnose
-from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role, frame_from_json
+from reportgen.report.diagnose import diagnose
+from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
 from reportgen.rng import fingerprint, seeded
 
 from conftest import SMALL, compose_config, run_pipeline

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reportgen.keys import fingerprint, load_public_key
-from reportgen.signing import ENVELOPE_NAME
+from reportgen.trust.keys import fingerprint, load_public_key
+from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify import FAIL, NOTE, PASS, main, verify, verify_pdf
 
 from conftest import TESTS

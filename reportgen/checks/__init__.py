@@ -4,13 +4,13 @@ config validation and signing.
 A check is a module with a function ``fn(setup) -> list[Row]`` and a :class:`Check` record
 named ``CHECK``; adding one is that module plus one line in :data:`REGISTRY`. Checks never
 import each other: what they share (training steps, saved-activation counts, row builders)
-lives below them in ``reportgen.measure``, ``reportgen.train``, ``reportgen.estimate`` and
-``reportgen.rows``.
+lives below them in ``reportgen.memory.saved``, ``reportgen.training.train``, ``reportgen.memory.estimate`` and
+``reportgen.results.rows``.
 """
 from __future__ import annotations
 
-from . import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
-from .base import ROWS_TEMPLATE, Check, Section  # noqa: F401 - the records, re-exported with the registry
+from reportgen.checks import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
+from reportgen.checks.base import ROWS_TEMPLATE, Check, Section  # noqa: F401 - the records, re-exported with the registry
 
 #: Every check, in checklist (and report) order.
 REGISTRY: list[Check] = [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK,

@@ -10,7 +10,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..results import Row
+from reportgen.results import Row
 
 #: The generic rows template: one table, worst first, passing groups collapsed.
 ROWS_TEMPLATE = "sections/rows.html.j2"
@@ -24,7 +24,7 @@ class Section:
         name: the check name, e.g. ``"gradient parity"`` (also what ``verdict.required`` lists).
         intro: the sentence that introduces the section in the report.
         template: the section's template under ``templates/`` (reads only ``section``).
-        plotter: ``fn(rows of this check) -> list[reportgen.plots.Plot]``, or None.
+        plotter: ``fn(rows of this check) -> list[reportgen.checks.plots.Plot]``, or None.
         required: part of the claim by default (``verdict.required`` when it is null).
         flagged: a separate experiment: every row is FLAGGED and never counts.
         distributed: measured only with ``distributed.world_size > 1``, and then required by

@@ -3,7 +3,7 @@
 Gradient parity on one batch is necessary, not sufficient: the release claim is about
 training. For each seed, the plain and the recompute twin are trained from the same initial
 weights, on the same data order with the same dropout seeds, until each has accepted
-``budget.examples`` examples (see :mod:`reportgen.train`); then the task metric is evaluated
+``budget.examples`` examples (see :mod:`reportgen.training.train`); then the task metric is evaluated
 on held-out data. The check *measures* each seed's metric difference; the condition
 ``|recompute - plain| <= budget.metric_tolerance`` *judges* it.
 """
@@ -15,12 +15,12 @@ import statistics
 import time
 from typing import Any
 
-from ..config import TASK_METRICS
-from ..plots import task_metric_plots
-from ..results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
-from ..rows import error_row, metric_diff_row, trained_params_row
-from ..train import TrainResult, lockstep_gradients, run_rows
-from .base import Check, Section
+from reportgen.config import TASK_METRICS
+from reportgen.checks.plots import task_metric_plots
+from reportgen.results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
+from reportgen.results.rows import error_row, metric_diff_row, trained_params_row
+from reportgen.training.train import budget_runs, TrainResult, lockstep_gradients, run_rows
+from reportgen.checks.base import Check, Section
 
 log = logging.getLogger("reportgen")
 
@@ -36,7 +36,7 @@ def describe_optimizer(node: Any) -> str:
 
 def final_params_row(setup, seed: int, plain: TrainResult, recompute: TrainResult,
                      rounding: TrainResult | None = None) -> Row:
-    """The trained twins themselves (:func:`reportgen.rows.trained_params_row` at the parity
+    """The trained twins themselves (:func:`reportgen.results.rows.trained_params_row` at the parity
     tolerances): the held-out metric can agree within its tolerance while the weights have
     drifted apart. ``rounding``: the rounding twin trained to the same budget
     (reportgen/rounding.py), whose distance from plain is each parameter's rounding envelope."""
@@ -49,7 +49,7 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
     """The rounding twin trained to the same budget, when it is needed and applies: the envelope
     is on (the caller asks only when a trained parameter is outside tolerance), and at every step
     of the budget run the recompute twin's gradients, taken at the plain twin's weights, stay
-    within tolerance (:func:`reportgen.train.lockstep_gradients`): the envelope models gradient
+    within tolerance (:func:`reportgen.training.train.lockstep_gradients`): the envelope models gradient
     noise, so a fault that changes gradients, at once or from any later step, keeps its verdict.
     None otherwise; then ``found["lockstep_step"]`` (when ``found`` is given) is the first step whose
     gradients differ at identical weights."""
@@ -62,7 +62,7 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
         log.info("task metrics, seed %d: gradients at identical weights differ from step %d of the budget run; "
                  "the rounding envelope does not apply", seed, first)
         return None
-    return setup.budget_runs.get(setup, False, seed, batch_size, rounding=True)
+    return budget_runs(setup).get(setup, False, seed, batch_size, rounding=True)
 
 
 def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResult]
@@ -112,7 +112,7 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
     """Train one twin; an exception or an incomplete budget becomes an ERROR row."""
     item, start = f"seed {seed}", time.perf_counter()
     try:
-        result = setup.budget_runs.get(setup, recompute, seed, batch_size)
+        result = budget_runs(setup).get(setup, recompute, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
         return None, [Row(TASK_METRICS, item, variant, "exception", math.nan, "", "", ERROR,

@@ -14,7 +14,7 @@ generator states are compared per rank (a ``rank`` column), so a difference visi
 only is reported with its rank. Memory (saved activation bytes) and warm step time are measured
 per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
 
-With world_size 1 the check adds no rows. Otherwise :func:`reportgen.ranks.run_sharded` runs
+With world_size 1 the check adds no rows. Otherwise :func:`reportgen.distributed.ranks.run_sharded` runs
 :data:`PARTS` on every rank: it starts the ranks with torch's elastic launcher, or, inside a
 torchrun/srun launch, runs this process's part as one rank of that group; rank 0 gathers every
 rank's rows.
@@ -22,48 +22,40 @@ rank's rows.
 from __future__ import annotations
 
 import math
-import statistics
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from hydra.utils import instantiate
 
-from ..bootstrap import bootstrap_ratio_ci
-from ..config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
-from ..distributed import (Group, dist_name, full, full_grads, full_optimizer_state, full_params,
-                           max_over_ranks, shard_batch)
-from ..ranks import follow as ranks_follow
-from ..ranks import ranked, run_sharded, twin
-from ..rank_sync import Drift, replicated_state, sync_row
-from ..rank_sync import measure as measure_sync
-from ..measure import make_train_step, saved_activation_bytes
-from ..peak import warm_step_peak
-from ..results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
-from ..rows import aa_row, tensor_row
-from ..setup import Setup, forward_backward
-from ..sharded_budget import budget_rows
-from ..snapshot import Snapshot, module_attributes, snapshot_rows
-from ..tasks import batch_to
-from ..train import step_seed
-from ..wrapping import wrap_twin
-from .base import Check, Section
+from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
+from reportgen.distributed.full import dist_name, full, full_grads, full_optimizer_state, full_params
+from reportgen.distributed.launch import Group, shard_batch
+from reportgen.distributed.ranks import follow as ranks_follow
+from reportgen.distributed.ranks import ranked, run_sharded, twin
+from reportgen.distributed.sync import Drift, replicated_state, sync_row
+from reportgen.distributed.sync import measure as measure_sync
+from reportgen.distributed.wrapping import spread_twin
+from reportgen.checks.distributed_cost import (ROLE_MAX_OVERHEAD, ROLE_MAX_PEAK, ROLE_MAX_SAVED, ROLE_MAX_STEP,  # noqa: F401
+                                              ROLE_RANK_PEAK, ROLE_RANK_STEP, ROLE_RANK_TOTAL, local_share,
+                                              memory_rows, time_rows)
+from reportgen.results import FAIL, INCONCLUSIVE, PASS, WARN, Role, Row
+from reportgen.results.rows import aa_row, tensor_row
+from reportgen.twins.setup import Setup, forward_backward
+from reportgen.distributed.budget import budget_rows
+from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
+from reportgen.tasks import batch_to
+from reportgen.training.train import step_seed
+from reportgen.checks.base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
-ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
-ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
-ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
-ROLE_RANK_PEAK = "rank_step_peak"  #: live tensor bytes at the peak of one rank's warm step
-ROLE_MAX_PEAK = "max_rank_step_peak"  #: the step peak of the worst rank (plain, recompute)
-ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
-ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
+
 
 
 
 def distributed_checks(setup: Setup) -> list[Row]:
     """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1), run by
-    :func:`reportgen.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
+    :func:`reportgen.distributed.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
     it, and the parts it stopped NOT_RUN rows."""
     return run_sharded(setup, PARTS)
 
@@ -76,11 +68,11 @@ def follow(setup: Setup) -> list[Row] | None:
 
 def _twin(setup: Setup, group: Group, recompute: bool):
     """A fresh twin (shared initial weights), spread over the ranks by ``distributed.strategy``."""
-    return wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
+    return spread_twin(setup, group, recompute)
 
 
 def _local(setup: Setup, group: Group) -> tuple:
-    return shard_batch(setup.batch, group.rank, group.world_size)
+    return local_share(setup, group)
 
 
 def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
@@ -106,10 +98,10 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
 def _reference_rows(check: str, prefix: str, reference: dict, plain: dict, recompute: dict, rtol, atol) -> list[Row]:
     """Advisory rows (WARN on a miss): each distributed twin vs the single-process reference."""
     rows = []
-    for variant, twin in (("plain", plain), ("recompute", recompute)):
-        for name in sorted(set(reference) | set(twin)):
+    for variant, values in (("plain", plain), ("recompute", recompute)):
+        for name in sorted(set(reference) | set(values)):
             row = tensor_row(check, f"{prefix}{name} ({variant}, distributed vs single-process)", reference.get(name),
-                             twin.get(name), rtol, atol, ROLE_REFERENCE)
+                             values.get(name), rtol, atol, ROLE_REFERENCE)
             row.variant, row.on_miss = variant, WARN
             row.__post_init__()  # judged again by results.judge with the advisory on_miss
             rows.append(row)
@@ -201,7 +193,7 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         Per rank (``rank`` column): buffers, plain module attributes and generator states after
         backward (bitwise), and that rank's A/A row. On rank 0 also: full parameters and optimizer
         state, recompute vs plain, and (advisory) the full parameters vs one step of the
-        single-process reference. Compared by :func:`reportgen.snapshot.snapshot_rows`, with
+        single-process reference. Compared by :func:`reportgen.twins.snapshot.snapshot_rows`, with
         ``state.ignore_attributes`` honoured.
     """
     rtol, atol = setup.tolerance()
@@ -241,7 +233,7 @@ def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snaps
     after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
     by ``cfg.seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
     generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory.
-    After every step the ranks' replicated state is compared (:mod:`reportgen.rank_sync`)."""
+    After every step the ranks' replicated state is compared (:mod:`reportgen.distributed.sync`)."""
     cfg, (rtol, atol) = setup.cfg, setup.tolerance()
     model = _twin(setup, group, recompute)
     optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
@@ -286,97 +278,6 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
                                     float(len(moved)), "allclose per item", "allclose", detail=detail,
                                     role=Role.TRAJECTORY, unit="items", on_miss=on_miss,
                                     extra={"step": k, "excess": worst, "items": len(compared)}), group.rank))
-    return rows
-
-
-def memory_rows(setup: Setup, group: Group) -> list[Row]:
-    """Memory of each rank, in runs of their own: bytes autograd saves for backward (forward and loss on
-    the rank's share) and the peak of live tensor bytes in one warm training step
-    (:func:`reportgen.peak.warm_step_peak`, torch's MemTracker; on CUDA the allocator's peaks beside
-    it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
-    (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
-    local, paths = _local(setup, group), [w.path for w in setup.wrapped]
-    measured = {}
-    for variant, recompute in (("plain", False), ("recompute", True)):
-        model = _twin(setup, group, recompute)
-        measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
-                                                   paths).total_bytes
-    rows = [ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
-                        float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
-                        detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
-            for variant, value in measured.items()]
-    peaks = {variant: warm_step_peak(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
-                                     setup.cfg.forward_seed, warm_steps=1)
-             for variant, recompute in (("plain", False), ("recompute", True))}
-    rows += [ranked(Row(DIST_MEMORY, f"step peak ({variant})", variant, "peak_live_bytes", float(peak.peak_bytes),
-                        unit="B", role=ROLE_RANK_PEAK, status=INFO,
-                        detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
-                               f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
-                        extra={"phase": peak.phase, **(peak.cuda or {})}), group.rank)
-             for variant, peak in peaks.items()]
-    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"]),
-                            float(peaks["plain"].peak_bytes), float(peaks["recompute"].peak_bytes)], group)
-    if group.rank != 0:
-        return rows
-    on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
-    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (plain)", "plain", "peak_live_bytes", worst[2], unit="B",
-                    role=ROLE_MAX_PEAK, status=INFO, detail=f"the largest plain step peak of the {group.world_size} ranks"))
-    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (recompute)", "recompute", "peak_live_bytes", worst[3],
-                    f"<= {worst[2]:.0f} B (plain, max over ranks)", "<=", role=ROLE_MAX_PEAK, unit="B",
-                    threshold_value=worst[2], on_miss=on_miss,
-                    detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
-                           "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)"))
-    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (plain)", "plain", "saved_activation_bytes",
-                    worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
-                    detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
-    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (recompute)", "recompute", "saved_activation_bytes",
-                    worst[1], f"< {worst[0]:.0f} B (plain, max over ranks)", "<", role=ROLE_MAX_SAVED, unit="B",
-                    threshold_value=worst[0], on_miss=WARN,
-                    detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain"))
-    return rows
-
-
-def time_rows(setup: Setup, group: Group) -> list[Row]:
-    """Warm training steps of the distributed plain and recompute twins, interleaved; each step's time is
-    the maximum over ranks (the slowest rank sets the pace). Rows: each rank's median (per rank) and,
-    on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
-    (:func:`reportgen.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
-    against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
-    tc, local = setup.cfg.timing, _local(setup, group)
-    steps: dict[str, Callable[[], None]] = {
-        variant: make_train_step(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
-                                 setup.cfg.forward_seed)
-        for variant, recompute in (("plain", False), ("recompute", True))}
-    sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {"plain": [], "recompute": []}
-    for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
-        for variant, step in steps.items():
-            sync()
-            start = time.perf_counter()
-            step()
-            sync()
-            if index >= int(tc.warmup_steps):
-                times[variant].append((time.perf_counter() - start) * 1e3)
-    rows = [ranked(Row(DIST_TIME, f"median step ({variant})", variant, "step_time_ms", statistics.median(ms),
-                        unit="ms", role=ROLE_RANK_STEP, status=INFO,
-                        detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
-            for variant, ms in times.items()]
-    worst = {variant: max_over_ranks(ms, group) for variant, ms in times.items()}
-    if group.rank != 0:
-        return rows
-    plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
-    rows += [Row(DIST_TIME, f"median step, max over ranks ({variant})", variant, "step_time_ms", value, unit="ms",
-                 role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
-             for variant, value in (("plain", plain), ("recompute", recompute))]
-    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
-    bound = tc.max_overhead_ratio
-    detail = (f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
-              f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}")
-    rows.append(Row(DIST_TIME, "overhead ratio (slowest rank per step)", "recompute", "overhead_ratio", ratio,
-                    f"<= {bound}" if bound is not None else "", "ci<=" if bound is not None else "",
-                    role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
-                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail,
-                    extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))
     return rows
 
 

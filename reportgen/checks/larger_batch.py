@@ -12,7 +12,7 @@ base batch (``budget.batch_size``)", measured as
   ``torch.cuda.reset_peak_memory_stats`` right before it, synchronized, read with
   ``torch.cuda.max_memory_allocated``; an out-of-memory is a measured boundary (does not fit);
 * elsewhere: bytes of the activations autograd saves for backward
-  (:func:`reportgen.measure.saved_activation_bytes`, exact on any device).
+  (:func:`reportgen.memory.saved.saved_activation_bytes`, exact on any device).
 
 Search: doubling from the base batch until a batch does not fit (or the ceiling
 ``larger_batch.max_batch_size``, or the most examples the task can put in one batch), then
@@ -29,13 +29,13 @@ from typing import Callable
 
 import torch
 
-from ..config import LARGER_BATCH
-from ..measure import cuda_step_peaks, saved_activation_bytes
-from ..plots import larger_batch_plots
-from ..results import FLAGGED, Role, Row
-from ..structure import batch_size_of
-from ..train import LR_SCALING, run_rows
-from .base import Check, Section
+from reportgen.config import LARGER_BATCH
+from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
+from reportgen.checks.plots import larger_batch_plots
+from reportgen.results import FLAGGED, Role, Row
+from reportgen.structure import batch_size_of
+from reportgen.training.train import budget_runs, LR_SCALING, run_rows
+from reportgen.checks.base import Check, Section
 
 log = logging.getLogger("reportgen")
 
@@ -114,7 +114,7 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
 
 def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     """Peak allocated CUDA bytes of a warm training step of a fresh twin on a probe batch
-    (one warm step first; see :func:`reportgen.measure.cuda_step_peaks`).
+    (one warm step first; see :func:`reportgen.memory.saved.cuda_step_peaks`).
 
     Returns:
         ``(peak allocated bytes, examples actually in the batch)``.
@@ -153,7 +153,7 @@ def larger_batch_experiment(setup) -> list[Row]:
     """Find the largest batch whose recompute memory fits the plain run's; train at it.
 
     The learning rate is unchanged unless ``larger_batch.lr_scaling`` names a rule
-    (:data:`reportgen.train.LR_SCALING`); the rule and the lr used are in the rows.
+    (:data:`reportgen.training.train.LR_SCALING`); the rule and the lr used are in the rows.
 
     Returns:
         FLAGGED rows only (variant ``larger_batch``): the reference bytes, each search probe
@@ -221,7 +221,7 @@ def _experiment(setup) -> list[Row]:
     larger, plain = [], []
     for seed in seeds:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
-            result = setup.budget_runs.get(setup, recompute, seed, batch_size, lr_scale)
+            result = budget_runs(setup).get(setup, recompute, seed, batch_size, lr_scale)
             if not result.complete:
                 rows.append(Row(LARGER_BATCH, f"seed {seed} batch {batch_size}", "larger_batch", "accepted_examples",
                                 result.accepted_examples, str(budget.examples), ">=", FLAGGED,

@@ -5,7 +5,7 @@ stores, so nothing here shares a run with the parity checks):
 
 1. **Saved activations, any device.** Bytes of the tensors autograd keeps for backward,
    plain vs recompute, per wrapped module and for the rest of the model
-   (:func:`reportgen.measure.saved_activation_bytes`). A saving below
+   (:func:`reportgen.memory.saved.saved_activation_bytes`). A saving below
    ``memory.negligible_saving_share`` of the plain figure is a WARN: recomputation is on but
    buys almost nothing (e.g. a target that matches only a tiny module).
 2. **Lost gradients.** A saving is only real if the recompute twin still computes every
@@ -17,12 +17,12 @@ stores, so nothing here shares a run with the parity checks):
    (reserved = held by the caching allocator, allocated or not). Elsewhere one row says they
    were not measured; there are never zeros.
 4. **GPU-free estimate.** The same counter on ``FakeTensorMode`` tensors
-   (:mod:`reportgen.estimate`): at the measured shape, where it must equal the measurement,
+   (:mod:`reportgen.memory.estimate`): at the measured shape, where it must equal the measurement,
    and at the target shape of ``memory.estimate``; transformer-shaped models also get the
    per-layer Korthikanti et al. 2022 figure. Both shapes also give each fake twin's step peak.
 5. **Step peak, any device: the verdict.** Peak of live tensor bytes through one warm step
    (forward, backward, optimizer step) of each twin, counted with torch's ``MemTracker``
-   (:mod:`reportgen.peak`), with the phase and module at the peak and what is alive then by
+   (:mod:`reportgen.memory.peak`), with the phase and module at the peak and what is alive then by
    category; on CUDA the allocator's peaks of the same step beside it. The verdict row
    (``peak_saving_share``) needs recompute to lower the peak by ``memory.min_peak_saving_share``
    of the plain peak (``memory.peak_on_miss`` when it does not) and names the cause when it does
@@ -35,15 +35,15 @@ import time
 import warnings
 from typing import Any, Callable
 
-from ..config import MEMORY
-from ..estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
-from ..measure import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
-from ..peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
-from ..plots import memory_plots
-from ..results import ERROR, INFO, NOT_RUN, WARN, Role, Row
-from ..setup import Setup, forward_backward
-from ..structure import describe
-from .base import Check, Section
+from reportgen.config import MEMORY
+from reportgen.memory.estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
+from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
+from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
+from reportgen.checks.plots import memory_plots
+from reportgen.results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from reportgen.twins.setup import Setup, forward_backward
+from reportgen.structure import describe
+from reportgen.checks.base import Check, Section
 
 VARIANTS = (("plain", False), ("recompute", True))
 
@@ -157,7 +157,7 @@ def _classes(setup: Setup) -> dict[str, str]:
 
 def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     """Peak of live tensor bytes of one warm step of fresh plain and recompute twins on the
-    fixed batch (:func:`reportgen.peak.warm_step_peak`, ``memory.warm_steps`` steps first).
+    fixed batch (:func:`reportgen.memory.peak.warm_step_peak`, ``memory.warm_steps`` steps first).
 
     The twins are not compiled (``torch.compile`` would hide the ops from the tracker).
 

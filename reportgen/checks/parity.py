@@ -1,7 +1,7 @@
 """Fixed-input parity: loss, outputs, input gradient and every trainable parameter's gradient.
 
 Twins from one state_dict, cloned inputs, one shared function
-(:func:`reportgen.setup.forward_backward`) — the pattern of torchtitan's
+(:func:`reportgen.twins.setup.forward_backward`) — the pattern of torchtitan's
 ``test_activation_checkpoint.py``. A second plain twin, built independently, runs the same
 batch (the A/A control): every row shows how far it is from the plain twin beside the
 recompute difference, and a plain twin that does not reproduce itself makes the claim
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import warnings
 
-from ..config import GRADIENT_PARITY
-from ..results import INCONCLUSIVE, INFO, Role, Row
-from ..rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
-from ..setup import Setup, StepOutput, changes_said, forward_backward
-from ..structure import describe, has_floating
-from .base import Check, Section
+from reportgen.config import GRADIENT_PARITY
+from reportgen.results import INCONCLUSIVE, INFO, Role, Row
+from reportgen.results.rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
+from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backward
+from reportgen.structure import describe, has_floating
+from reportgen.checks.base import Check, Section
 
 
 def _runs(setup: Setup, input_grad: bool):

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..config import SELECTIVE_POLICY, RecomputeMode
-from ..recompute import resolve_ops
-from ..rng import seeded
-from ..results import WARN, Role, Row
-from ..setup import Setup
-from ..structure import call_model, clone_inputs
-from .base import Check, Section
+from reportgen.config import SELECTIVE_POLICY, RecomputeMode
+from reportgen.twins.recompute import resolve_ops
+from reportgen.rng import seeded
+from reportgen.results import WARN, Role, Row
+from reportgen.twins.setup import Setup
+from reportgen.structure import call_model, clone_inputs
+from reportgen.checks.base import Check, Section
 
 
 

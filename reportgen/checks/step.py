@@ -8,14 +8,14 @@ from __future__ import annotations
 from hydra.utils import instantiate
 from torch import nn
 
-from ..config import STATE_PARITY, STEP_PARITY
-from ..results import Row
-from ..rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
-from ..setup import Setup, forward_backward
-from ..rounding import GradientNudge, grads_at_rounding_level
-from ..snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
-from ..structure import has_floating
-from .base import Check, Section
+from reportgen.config import STATE_PARITY, STEP_PARITY
+from reportgen.results import Row
+from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
+from reportgen.twins.setup import Setup, forward_backward
+from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
+from reportgen.twins.snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.structure import has_floating
+from reportgen.checks.base import Check, Section
 
 
 def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:

@@ -30,14 +30,14 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..config import TIME
-from ..bootstrap import bootstrap_ratio_ci
-from ..measure import make_train_step, training_optimizer
-from ..plots import timing_plots
-from ..progress import progress
-from ..results import INFO, NOT_RUN, WARN, Role, Row
-from ..setup import Setup
-from .base import Check, Section
+from reportgen.config import TIME
+from reportgen.results.bootstrap import bootstrap_ratio_ci
+from reportgen.memory.saved import make_train_step, training_optimizer
+from reportgen.checks.plots import timing_plots
+from reportgen.progress import progress
+from reportgen.results import INFO, NOT_RUN, WARN, Role, Row
+from reportgen.twins.setup import Setup
+from reportgen.checks.base import Check, Section
 
 VARIANTS = ("plain", "recompute")
 

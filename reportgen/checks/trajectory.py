@@ -20,19 +20,19 @@ import math
 import torch
 from hydra.utils import instantiate
 
-from ..config import TRAJECTORY
-from ..plots import trajectory_plots
-from ..progress import progress
-from ..results import INCONCLUSIVE, INFO, Role, Row
-from ..rng import fingerprint, seeded
-from ..rounding import GradientNudge, grads_at_rounding_level
-from ..rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
-from ..setup import Setup
-from ..snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
-from ..structure import call_model
-from ..tasks import batch_to
-from ..train import step_seed
-from .base import Check, Section
+from reportgen.config import TRAJECTORY
+from reportgen.checks.plots import trajectory_plots
+from reportgen.progress import progress
+from reportgen.results import INCONCLUSIVE, INFO, Role, Row
+from reportgen.rng import fingerprint, seeded
+from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
+from reportgen.results.rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
+from reportgen.twins.setup import Setup
+from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.structure import call_model
+from reportgen.tasks import batch_to
+from reportgen.training.train import step_seed
+from reportgen.checks.base import Check, Section
 
 
 def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None) -> list[Snapshot]:
@@ -70,7 +70,7 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
     """Two rows for one step, each valued by the largest share of its tolerance any item uses
-    (:func:`reportgen.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs plain (judged ``allclose`` on the worst excess over
+    (:func:`reportgen.results.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs plain (judged ``allclose`` on the worst excess over
     every compared item, passed too when every item outside tolerance is within its rounding
     envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same
     way on tolerance alone, INCONCLUSIVE when missed)."""

@@ -47,15 +47,17 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..keys import KeyFileError, fingerprint, load_public_key
-from ..results import INCONCLUSIVE
-from ..signing import ENVELOPE_NAME, PREDICATE_TYPE
-from .common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
-from .comparison import COMPARISON, verify_comparison, verify_comparison_dir, verify_comparison_pdf  # noqa: F401
-from .run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_dir, verify_run_pdf  # noqa: F401
-from .sweep import SUMMARY, verify_summary, verify_summary_pdf, verify_sweep, verify_sweep_dir  # noqa: F401
+from reportgen.errors import ExitCode
+from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
+from reportgen.results import INCONCLUSIVE
+from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
+from reportgen.verify.common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
+from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_dir, verify_comparison_pdf  # noqa: F401
+from reportgen.verify.run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_dir, verify_run_pdf  # noqa: F401
+from reportgen.verify.sweep import SUMMARY, verify_summary, verify_summary_pdf, verify_sweep, verify_sweep_dir  # noqa: F401
 
-EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = (ExitCode.HOLDS, ExitCode.FAILS, ExitCode.USAGE,
+                                                               ExitCode.INCONCLUSIVE)
 #: Each kind of signed document with its folder and PDF verifiers (each returns ``Verified``).
 KINDS = {RUN.predicate_type: (RUN, verify_run, verify_run_pdf),
          SUMMARY.predicate_type: (SUMMARY, verify_sweep, verify_summary),

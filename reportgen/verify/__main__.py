@@ -1,6 +1,6 @@
 """``python -m reportgen.verify``: see :mod:`reportgen.verify`."""
 import sys
 
-from . import main
+from reportgen.verify import main
 
 sys.exit(main())

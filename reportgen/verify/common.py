@@ -15,11 +15,11 @@ from typing import Callable
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
-from ..keys import fingerprint
-from ..signing import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, decode_b64, envelope_file_bytes, sslib_public_key
-from .outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, sha256_hex, short_digest  # noqa: F401
-from .pdf import check_pdf, first_revision_digests
+from reportgen.trust.attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
+from reportgen.trust.keys import fingerprint
+from reportgen.trust.signing import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, decode_b64, envelope_file_bytes, sslib_public_key
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, sha256_hex, short_digest  # noqa: F401
+from reportgen.verify.pdf import check_pdf, first_revision_digests
 
 
 # --------------------------------------------------------------------------- the statement

@@ -1,13 +1,13 @@
 """Verify a comparison: its signed document, both runs it names, and that it follows from them.
 
-``reportgen.compare`` copies both runs' signed files into ``inputs/base`` and ``inputs/new`` of
+``reportgen.compare.command`` copies both runs' signed files into ``inputs/base`` and ``inputs/new`` of
 the comparison folder and names each run's statement digest in its own statement. Verifying the
 folder checks, beyond the document itself (``reportgen.verify.common``):
 
 - each side's statement verifies with the same key and is the one the comparison names;
 - each side's results.json (and ``.hydra/config.yaml`` where copied) is the file its own
   statement vouches for, and every row's status follows from its numbers;
-- the comparison re-derived from the two sides (``reportgen.comparison.compare``, with the
+- the comparison re-derived from the two sides (``reportgen.compare.derive.compare``, with the
   signed limits) equals the signed compare.json, byte for byte.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..comparison import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
-from ..results import frame_to_json
-from ..signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
-from .common import (FAIL, NOTE, Check, Document, Verified, attempt, check_envelope, require, safe_relative,
+from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
+from reportgen.results import frame_to_json
+from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
+from reportgen.verify.common import (FAIL, NOTE, Check, Document, Verified, attempt, check_envelope, require, safe_relative,
                      sha256_hex, subject_digests, verify_document_dir, verify_signed_pdf)
-from .run import check_run_predicate, check_verdict
+from reportgen.verify.run import check_run_predicate, check_verdict
 
 
 def check_comparison_predicate(predicate: dict) -> str:

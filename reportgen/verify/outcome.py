@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
-from ..attachments import AttachmentError
+from reportgen.trust.attachments import AttachmentError
 
 PASS, FAIL, NOTE = "PASS", "FAIL", "NOTE"
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..attachments import embedded_files
-from ..keys import fingerprint
-from ..signing import ENVELOPE_NAME
-from .outcome import Check, attempt, require, sha256_hex, short_digest
+from reportgen.trust.attachments import embedded_files
+from reportgen.trust.keys import fingerprint
+from reportgen.trust.signing import ENVELOPE_NAME
+from reportgen.verify.outcome import Check, VerifyError, attempt, require, sha256_hex, short_digest
 
 
 @dataclass

@@ -5,12 +5,12 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..checks import flagged_names
-from ..results import FAIL as ROW_FAIL
-from ..results import FLAGGED, PASS as ROW_PASS
-from ..results import INCONCLUSIVE, claim_verdict, frame_from_json, judge_record
-from ..signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
-from .common import FAIL, Check, Document, Verified, attempt, require, verify_document_dir, verify_signed_pdf
+from reportgen.checks import flagged_names
+from reportgen.results import FAIL as ROW_FAIL
+from reportgen.results import FLAGGED, PASS as ROW_PASS
+from reportgen.results import INCONCLUSIVE, claim_verdict, frame_from_json, judge_record
+from reportgen.trust.signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
+from reportgen.verify.common import FAIL, Check, Document, Verified, attempt, require, verify_document_dir, verify_signed_pdf
 
 
 def status_mismatches(frame) -> list[str]:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..results import frame_to_json
-from ..signing import ENVELOPE_NAME
-from ..sweep import (INCOMPLETE_MARK, SUMMARY_ENVELOPE, SWEEP_PREDICATE_TYPE, VERDICT_BY_CODE, job_dirs, load_jobs,
+from reportgen.results import frame_to_json
+from reportgen.trust.signing import ENVELOPE_NAME
+from reportgen.sweep import (INCOMPLETE_MARK, SUMMARY_ENVELOPE, SWEEP_PREDICATE_TYPE, VERDICT_BY_CODE, job_dirs, load_jobs,
                      summary_frame)
-from .common import (FAIL, NOTE, PASS, Check, Document, Verified, attempt, require, safe_relative, sha256_hex,
+from reportgen.verify.common import (FAIL, NOTE, PASS, Check, Document, Verified, attempt, require, safe_relative, sha256_hex,
                      verify_document_dir, verify_signed_pdf)
-from .run import verify_run
+from reportgen.verify.run import verify_run
 
 #: Exit codes of jobs that ran their checks and therefore signed their run.
 SIGNED_CODES = (0, 1, 3)

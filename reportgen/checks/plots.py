@@ -1,0 +1,278 @@
+"""SVG plots built from the results frame (matplotlib's SVG backend, no pyplot).
+
+Each plot reads only rows of the frame, like the templates, selected by ``role``. A check's
+registry record (reportgen/checks/__init__.py) names its plotter,
+``fn(rows_of_that_check) -> list[Plot]``. Point layers are rasterised (``rasterized=True``)
+so WeasyPrint does not draw them point by point; axes and text stay vector.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from reportgen.results import Role
+
+
+@dataclass
+class Plot:
+    """An inline SVG figure (``svg`` is markup, trusted: we made it) and its caption."""
+
+    svg: str
+    caption: str
+
+
+def to_svg(fig) -> str:
+    """Serialise a matplotlib figure to an SVG string with deterministic ids (no dates, fixed
+    hashsalt) so two renders of the same frame are byte-identical.
+
+    Build figures with ``matplotlib.figure.Figure`` (no pyplot state, no GUI backend)."""
+    import matplotlib
+
+    for ax in fig.axes:  # data layers (lines z=2, patches and collections z=1) as one image; axes, grid, text vector
+        ax.set_rasterization_zorder(2.4)
+    buf = io.StringIO()
+    # Text as <text> in the report's own font (WeasyPrint draws it like the page's text);
+    # glyphs as paths cost WeasyPrint a path per character.
+    with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "none",
+                                "font.family": ["DejaVu Sans"], "savefig.dpi": 150}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": "reportgen"})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def finish_axes(fig, ax, xlabel: str, ylabel: str) -> None:
+    """The house style of every plot: 8-pt labels, 7-pt ticks and legend, light grid, tight layout."""
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+
+
+def section_plots(plotter: Callable[[pd.DataFrame], list[Plot]] | None, rows: pd.DataFrame) -> list[dict]:
+    """Plots for one check's section as ``[{"svg": ..., "caption": ...}]`` (empty when none).
+
+    ``plotter`` comes from the check's registry record. A plot that fails to draw is skipped
+    with its error as the caption: the report renders.
+    """
+    if plotter is None:
+        return []
+    try:
+        return [{"svg": p.svg, "caption": p.caption} for p in plotter(rows)]
+    except Exception as exc:  # noqa: BLE001 - a plot never stops the report
+        return [{"svg": "", "caption": f"plot unavailable: {type(exc).__name__}: {exc}"}]
+
+
+# --- task metrics and the larger-batch experiment ------------------------------------------
+def role_rows(rows: pd.DataFrame, role: str, *numeric: str) -> pd.DataFrame:
+    """The rows of one ``role`` (a copy), with ``value`` and each column in ``numeric`` as numbers
+    (NaN where missing: a frame read back from results.json may hold None)."""
+    picked = rows[rows.role == role].copy()
+    for col in ("value", *numeric):
+        if col in picked.columns:
+            picked[col] = pd.to_numeric(picked[col], errors="coerce")
+    return picked
+
+
+def _curves(rows: pd.DataFrame) -> pd.DataFrame:
+    """Learning-curve rows (metric ``curve_<metric>``) with numeric ``accepted_examples``."""
+    return role_rows(rows, Role.CURVE, "accepted_examples", "seed", "batch_size")
+
+
+def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
+    """Learning curves (held-out task metric vs accepted examples), one panel per seed, plain
+    solid and recompute dashed; plus the per-point |recompute - plain| when any is non-zero.
+
+    Reads the ``curve_<metric>`` rows of the task-metrics check (columns ``seed``,
+    ``accepted_examples``, ``variant``, ``value``).
+    """
+    from matplotlib.figure import Figure
+
+    curves = _curves(rows)
+    if curves.empty:
+        return []
+    metric = curves.metric.iloc[0].removeprefix("curve_")
+    seeds = sorted(curves.seed.dropna().unique())
+    fig = Figure(figsize=(7.5, 2.5))
+    axes = fig.subplots(1, len(seeds), sharey=True, squeeze=False)[0]
+    diffs = []
+    for ax, seed in zip(axes, seeds):
+        per_seed = curves[curves.seed == seed]
+        lines = {}
+        for variant, style in (("plain", dict(color="#1f5fa8", lw=2.2)), ("recompute", dict(color="#d0621b", lw=1.2, ls="--"))):
+            part = per_seed[per_seed.variant == variant].sort_values("accepted_examples")
+            ax.plot(part.accepted_examples, part.value, label=variant, rasterized=True, **style)
+            lines[variant] = part.set_index("accepted_examples").value
+        if len(lines) == 2:
+            joined = pd.concat(lines, axis=1).dropna()
+            diffs.append((seed, (joined.recompute - joined.plain).abs()))
+        ax.set_title(f"seed {int(seed)}", fontsize=9)
+        ax.set_xlabel("accepted examples", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"held-out {metric}", fontsize=8)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    plots = [Plot(to_svg(fig), f"Learning curves: held-out {metric} after each block of accepted examples; recompute "
+                               "(dashed) is drawn over plain (solid), so identical curves overlap.")]
+    if any((d > 0).any() for _, d in diffs):
+        fig = Figure(figsize=(7.5, 2.3))
+        ax = fig.subplots()
+        for seed, d in diffs:
+            ax.plot(d.index, d.values, marker="o", ms=3, label=f"seed {int(seed)}")
+        finish_axes(fig, ax, "accepted examples", f"|recompute − plain| {metric}")
+        plots.append(Plot(to_svg(fig), f"How far the twins drift apart: |recompute − plain| held-out {metric} at each "
+                                       "learning-curve point, per seed."))
+    return plots
+
+
+def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
+    """The batch search (criterion bytes vs batch, reference line) and learning curves of the
+    larger batch against the plain run at the base batch.
+
+    Reads the larger-batch rows: probes are rows whose ``item`` starts with ``recompute at batch``
+    (columns ``batch_size``, ``fits``, ``threshold`` = reference bytes); curves are
+    ``curve_<metric>`` rows (columns ``seed``, ``batch_size``, ``accepted_examples``).
+    """
+    from matplotlib.figure import Figure
+
+    plots = []
+    probes = role_rows(rows, Role.PROBE, "batch_size")
+    if not probes.empty:
+        fits = probes.fits.astype(bool)
+        reference = float(probes.reference_bytes.iloc[0])
+        found = rows[rows.role == Role.BATCH_FOUND]
+        fig = Figure(figsize=(7.5, 2.4))
+        ax = fig.subplots()
+        ax.axhline(reference / 2**20, color="#1f5fa8", lw=1.5, label="plain at the base batch (reference)")
+        ax.scatter(probes.batch_size[fits], probes.value[fits] / 2**20, color="#0a7d2e", marker="o", s=18, label="fits",
+                   rasterized=True)
+        ax.scatter(probes.batch_size[~fits], probes.value[~fits] / 2**20, color="#b01c1c", marker="x", s=22,
+                   label="does not fit", rasterized=True)
+        if not found.empty and pd.notna(found.value.iloc[0]):
+            ax.axvline(float(found.value.iloc[0]), color="#5a2a7a", ls=":", lw=1.2, label="batch found")
+        ax.set_xscale("log", base=2)
+        finish_axes(fig, ax, "batch size, examples (recompute twin)", f"{probes.metric.iloc[0]}, MiB")
+        plots.append(Plot(to_svg(fig), "Batch search: memory of the recompute twin at each probed batch (doubling, then "
+                                       "bisection) against the plain twin's at the base batch."))
+    curves = _curves(rows)
+    if not curves.empty:
+        metric = curves.metric.iloc[0].removeprefix("curve_")
+        fig = Figure(figsize=(7.5, 2.4))
+        ax = fig.subplots()
+        batches = sorted(curves.batch_size.dropna().unique())
+        colors = ["#1f5fa8", "#d0621b", "#0a7d2e", "#5a2a7a"]
+        for i, batch in enumerate(batches):
+            for j, (seed, part) in enumerate(curves[curves.batch_size == batch].groupby("seed")):
+                part = part.sort_values("accepted_examples")
+                ax.plot(part.accepted_examples, part.value, color=colors[i % len(colors)], alpha=0.85, lw=1.3,
+                        label=f"batch {int(batch)}" if j == 0 else None)
+        finish_axes(fig, ax, "accepted examples", f"held-out {metric}")
+        plots.append(Plot(to_svg(fig), f"Held-out {metric} vs accepted examples, one line per seed: the larger batch "
+                                       "(recompute twin) against the plain twin at the base batch. A second experiment, "
+                                       "not a parity test."))
+    return plots
+
+
+
+
+# --- warm-step memory and time ---------------------------------------------------------------
+_PLAIN, _RECOMPUTE = "#1f5fa8", "#d0621b"
+
+
+def memory_plots(rows: pd.DataFrame) -> list[Plot]:
+    """Saved-activation bars, plain vs recompute, per wrapped module and in total (MiB).
+
+    Reads the ``saved_activation_bytes`` rows of the warm-step memory check: per-module rows
+    carry ``module`` and ``module_order``; totals have item ``saved activations (total)``.
+    """
+    from matplotlib.figure import Figure
+
+    saved = rows[rows.role.isin([Role.SAVED_TOTAL, Role.SAVED_MODULE])].copy()
+    if saved.empty:
+        return []
+    saved["value"] = pd.to_numeric(saved.value, errors="coerce") / 2**20
+    per_module = saved[saved.role == Role.SAVED_MODULE].copy()
+    totals = saved[saved.role == Role.SAVED_TOTAL].set_index("variant").value
+    modules = []
+    if not per_module.empty:
+        per_module["module_order"] = pd.to_numeric(per_module.module_order, errors="coerce")
+        modules = list(per_module.sort_values("module_order").module.drop_duplicates())[:24]
+    labels = modules + ["total"]
+    height = 0.8 + 0.28 * len(labels)
+    fig = Figure(figsize=(7.5, min(height, 7.5)))
+    ax = fig.subplots()
+    for i, (variant, color) in enumerate((("plain", _PLAIN), ("recompute", _RECOMPUTE))):
+        values = [float(per_module[(per_module.module == m) & (per_module.variant == variant)].value.sum())
+                  for m in modules] + [float(totals.get(variant, float("nan")))]
+        ypos = [k + (i - 0.5) * 0.4 for k in range(len(labels))]
+        ax.barh(ypos, values, height=0.4, color=color, label=variant, rasterized=True)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("saved activations, MiB", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return [Plot(to_svg(fig), "Bytes autograd keeps for backward, plain vs recompute: per wrapped module, the rest of "
+                              "the model, and in total (each storage counted once).")]
+
+
+def timing_plots(rows: pd.DataFrame) -> list[Plot]:
+    """Step-time distributions (box and points per variant) and the measured steps in order.
+
+    Reads the per-step ``step_time_ms`` rows of the warm-step time check (column ``step_index``).
+    """
+    from matplotlib.figure import Figure
+
+    steps = role_rows(rows, Role.STEP, "step_index")
+    if steps.empty:
+        return []
+    fig = Figure(figsize=(7.5, 2.6))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
+    data = [steps[steps.variant == v].sort_values("step_index") for v in ("plain", "recompute")]
+    left.boxplot([d.value for d in data], tick_labels=["plain", "recompute"], widths=0.5, showfliers=False)
+    for i, (d, color) in enumerate(zip(data, (_PLAIN, _RECOMPUTE)), start=1):
+        jitter = [(k % 7 - 3) * 0.03 for k in range(len(d))]
+        left.scatter([i + j for j in jitter], d.value, s=8, color=color, alpha=0.7, zorder=3, rasterized=True)
+        right.plot(d.step_index, d.value, marker="o", ms=2.5, lw=1, color=color, label=("plain", "recompute")[i - 1],
+                   rasterized=True)
+    left.set_ylabel("step time, ms", fontsize=8)
+    right.set_xlabel("measured round", fontsize=8)
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return [Plot(to_svg(fig), "Step-time distributions (box: quartiles; points: every measured step) and the same "
+                              "steps in the order they ran, plain and recompute interleaved.")]
+
+
+def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
+    """The largest share of its tolerance any compared item uses after each step
+    (|twin - plain| / (atol + rtol |plain|), 1 = at the tolerance): recompute vs plain and the
+    A/A control (0 when it reproduced everything), on one log axis with the tolerance line.
+
+    Reads the ``trajectory`` rows (columns ``step``, ``variant``, ``value``).
+    """
+    from matplotlib.figure import Figure
+
+    steps = role_rows(rows, Role.TRAJECTORY, "step")
+    if steps.empty:
+        return []
+    fig = Figure(figsize=(7.5, 2.3))
+    ax = fig.subplots()
+    floor = 1e-4  # zero differences (and shares below it) drawn at the floor of the log axis
+    for variant, color, label in (("recompute", _RECOMPUTE, "recompute vs plain"), ("aa", _PLAIN, "plain vs plain (A/A)")):
+        part = steps[steps.variant == variant].sort_values("step")
+        ax.plot(part.step, part.value.clip(lower=floor), marker="o", ms=3, lw=1.2, color=color, label=label)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="#888888", ls="--", lw=0.8, label="tolerance")
+    finish_axes(fig, ax, "optimizer step", "share of tolerance used")
+    return [Plot(to_svg(fig), f"After each step, the largest share of its tolerance any item uses (above 1 is outside "
+                              f"tolerance, unless within the rounding envelope; shares below {floor:g}, exact equality "
+                              "included, are drawn at it). A recompute line above the A/A line is a difference recomputation made.")]

@@ -1,0 +1,210 @@
+"""The run folder: refuse one that holds a run, lock it, and write files as the umask says.
+
+Hydra's ``run_job`` writes ``.hydra/*.yaml`` into the output folder before reportgen's job
+function runs, and ``Callback.on_job_start`` runs after that write too. The earliest hook
+that already knows the resolved folder is ``Callback.on_run_start`` (``on_multirun_start``
+for a sweep): Hydra calls it right after composing the config, before ``run_job``. The
+``${now:...}`` resolver caches its value in the config object, so the folder resolved here
+is the one ``run_job`` then uses. :class:`RunFolderGuard` is registered in
+``conf/config.yaml`` (``hydra.callbacks.run_folder``) and, in that hook:
+
+1. refuses (exit 2, naming the folder) a folder that already holds a run (``.hydra/``,
+   results, report, statement, or another run's lock), so an earlier signed run keeps
+   verifying and no work is thrown away after it ran;
+2. takes ``.reportgen.lock`` in the folder (``O_CREAT | O_EXCL``, then ``fcntl.flock``), so a
+   second run started into the same folder at the same moment is refused as well. The lock
+   file is removed when the run ends; a run killed hard leaves it, and the folder stays
+   refused (it holds a partial run).
+"""
+from __future__ import annotations
+
+import atexit
+import errno
+import fcntl
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from reportgen.errors import EXIT_USAGE, usage
+from reportgen.files import current_umask, output_file_mode, write_failure  # noqa: F401 - re-exported for the run folder's callers
+from reportgen.commands.validation import config_problems
+
+#: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
+LOCK_NAME = ".reportgen.lock"
+#: Names whose presence means a folder holds a run (or a sweep) already.
+RUN_MARKERS = (".hydra", "results.csv", "results.json", "results.partial.json", "report.html", "report.pdf",
+               "report.unsigned.pdf", "statement.dsse.json", "multirun.yaml", LOCK_NAME)
+
+
+class StartRefused(SystemExit):
+    """The run must not start: prints ``reportgen: cannot start: MESSAGE`` when made, exits 2.
+
+    A ``SystemExit`` subclass because Hydra's ``run_and_report`` catches every ``Exception``
+    and turns it into exit 1 with a traceback-like print; this one passes through Hydra
+    untouched to ``cli.exit_code``.
+
+    Args:
+        message: one paragraph naming the problem and the fix.
+        headline: prefix ``reportgen: cannot start:`` (off for a message that has its own).
+    """
+
+    def __init__(self, message: str, headline: bool = True):
+        print(f"reportgen: cannot start: {message}" if headline else message, flush=True)
+        super().__init__(EXIT_USAGE)
+
+
+def run_markers(folder: Path, depth: int = 0) -> list[str]:
+    """What in ``folder`` shows it holds a run, as relative POSIX paths (empty: none).
+
+    Args:
+        folder: the candidate output folder.
+        depth: also look this many levels of subfolders down (1 for a sweep folder, whose
+            jobs live in ``0/``, ``1/``, ...).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [name for name in RUN_MARKERS if (folder / name).exists() or (folder / name).is_symlink()]
+    if depth > 0:
+        for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            found += [f"{child.name}/{m}" for m in run_markers(child, depth - 1)]
+    return found
+
+
+class FolderLock:
+    """An exclusive lock on a run folder: ``.reportgen.lock`` made with ``O_EXCL``, held with ``flock``.
+
+    Args:
+        folder: the run (or sweep) folder; created when missing.
+
+    Raises:
+        StartRefused: the folder holds a run already, or another run took the lock first.
+    """
+
+    def __init__(self, folder: Path, depth: int = 0):
+        self.folder = Path(folder).absolute()
+        self.path = self.folder / LOCK_NAME
+        self.fd: int | None = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartRefused(f"cannot create the output folder {self.folder}: {exc.strerror}. Choose another "
+                               "with hydra.run.dir=...") from None
+        found = run_markers(self.folder, depth)
+        if found == [LOCK_NAME] and lock_is_held(self.path):
+            raise StartRefused(another_run_is_writing(self.folder))
+        if found:
+            raise StartRefused(already_holds_a_run(self.folder, found))
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+            if exc.errno != errno.EEXIST and not isinstance(exc, BlockingIOError):  # not another run: the folder
+                raise StartRefused(f"{write_failure(self.path, exc)}. Nothing was written.") from None
+            raise StartRefused(another_run_is_writing(self.folder)) from None
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+        atexit.register(self.release)
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (idempotent; also runs at interpreter exit)."""
+        if self.fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self.fd)  # closing the descriptor releases the flock
+        self.fd = None
+
+
+def lock_is_held(path: Path) -> bool:
+    """Whether a live process holds the ``flock`` on a lock file (False for a stale one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe's own lock
+    return False
+
+
+def another_run_is_writing(folder: Path) -> str:
+    """The refusal for a folder whose lock another live run holds."""
+    return (f"another reportgen run is writing into {folder} right now ({LOCK_NAME}); two runs never share a "
+            "folder. Leave hydra.run.dir at its default (a new timestamped folder per run) or choose an empty folder.")
+
+
+def already_holds_a_run(folder: Path, found: list[str]) -> str:
+    """The one-paragraph refusal for a folder that holds a run: the folder, what is in it, the fix."""
+    shown = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+    return (f"the output folder {folder} already holds a run ({shown}); reportgen never writes into it, so that "
+            "run stays as it was signed. Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which makes "
+            "a new timestamped folder per run, or point it at a new or empty folder.")
+
+
+class RunFolderGuard(Callback):
+    """Hydra callback: validate the config and claim the output folder before Hydra writes into it."""
+
+    def __init__(self) -> None:
+        self.lock: FolderLock | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Single run: refuse bad settings, then a folder that holds a run; lock ``hydra.run.dir``."""
+        if config.get("model") is None or config.get("task") is None:
+            raise StartRefused(usage(), headline=False)  # no model chosen: write no folder at all
+        problems = config_problems(config)
+        if problems:
+            raise StartRefused(problems)
+        self.lock = FolderLock(Path(str(config.hydra.run.dir)))
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Drop the lock; the folder now holds a run (``.hydra/`` and results) and stays refused."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Sweep: refuse a sweep folder that holds runs (its own or its jobs'); lock it."""
+        self.lock = FolderLock(Path(str(config.hydra.sweep.dir)), depth=1)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Drop the sweep folder's lock."""
+        if self.lock is not None:
+            self.lock.release()
+
+
+# --------------------------------------------------------------------------- permissions
+
+
+def job_log_path(run_dir: Path | None = None) -> Path | None:
+    """The file Hydra's job logging writes to (``<run dir>/<job name>.log``), or None.
+
+    Args:
+        run_dir: prefer a log file inside this folder (the run's own log).
+    """
+    files = [Path(h.baseFilename) for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    files = [f for f in files if str(f) != os.devnull]
+    inside = [f for f in files if run_dir is not None and f.is_relative_to(Path(run_dir).absolute())]
+    return (inside or files or [None])[0]
+
+
+def forget_unstarted_run(folder: Path) -> None:
+    """After a run that could not start (exit 2 before anything was measured), remove the
+    ``.hydra/`` Hydra wrote into its folder, so the corrected command can use the same folder.
+
+    Only when nothing else marks a run there (no results, report or statement): a folder that
+    holds a measured or signed run is never touched.
+    """
+    folder = Path(folder)
+    others = [m for m in run_markers(folder) if m not in (".hydra", LOCK_NAME)]
+    if not others and (folder / ".hydra").is_dir():
+        import shutil
+
+        shutil.rmtree(folder / ".hydra", ignore_errors=True)

@@ -1,0 +1,210 @@
+"""Values the schema's types cannot refuse: enums, finite ranges, known check names.
+
+The dataclass schema (``reportgen.config``) refuses wrong types while Hydra composes; this
+module refuses wrong *values* right after composing, before any folder is written or model
+built (``rundir.RunFolderGuard.on_run_start``; ``cli.run_job`` again for each sweep job).
+NaN is refused everywhere: it compares false with every bound, so a NaN deadline would
+otherwise pass "within the deadline of nan".
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from reportgen.checks import flagged_names, sections
+from reportgen.config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, GRADIENT_PARITY, LARGER_BATCH,
+                     STATE_PARITY, STEP_PARITY)
+from reportgen.distributed.settings import distributed_setting_problems
+from reportgen.threads import threads_problem
+
+#: A claim must require at least one of these (DESIGN.md: no empty claims).
+PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY,
+                 DIST_TRAJECTORY)
+
+
+def check_names() -> tuple[str, ...]:
+    """Names ``verdict.required`` may use: every registered check's name except the flagged
+    experiments (reportgen/checks/__init__.py)."""
+    return tuple(s.name for s in sections() if s.name not in flagged_names())
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+DETERMINISM_CHECKS = ("default", "none")  #: torch.utils.checkpoint's determinism_check values
+LR_SCALINGS = ("none", "linear", "sqrt")
+PEAK_ON_MISS = ("WARN", "FAIL")  #: statuses of a step peak that recompute does not lower enough
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+DEVICES = "auto, cpu, cuda, cuda:N"
+
+#: ``(setting, lower bound, bound included, may be null)``: finite numbers with a lower bound.
+BOUNDED = [
+    ("parity.rtol", 0.0, True, True),
+    ("parity.atol", 0.0, True, True),
+    ("parity.rounding_factor", 1.0, True, False),
+    ("budget.metric_tolerance", 0.0, True, False),
+    ("timing.max_overhead_ratio", 0.0, False, True),
+    ("timing.max_step_time_ms", 0.0, False, True),
+    ("timing.target_ci_half_width_pp", 0.0, False, True),
+    ("timing.max_measure_seconds", 0.0, False, False),
+    ("budget.max_steps_factor", 1.0, True, False),
+    ("budget.metric_rtol", 0.0, True, False),
+    ("memory.negligible_saving_share", 0.0, True, False),
+    ("memory.min_peak_saving_share", 0.0, False, False),
+    ("parity.batch_size", 1, True, False),
+    ("parity.steps", 1, True, False),
+    ("budget.examples", 1, True, False),
+    ("budget.batch_size", 1, True, False),
+    ("timing.measured_steps", 1, True, False),
+    ("timing.warmup_steps", 0, True, False),
+    ("memory.warm_steps", 0, True, False),
+    ("checks.timeout_s", 0.0, False, True),
+    ("checks.max_rss_gib", 0.0, False, True),
+    ("run.max_estimated_minutes", 0.0, False, True),
+    ("distributed.world_size", 1, True, False),
+    ("distributed.timeout_s", 0.0, False, False),
+]
+BACKENDS = ("auto", "gloo", "nccl")
+START_METHODS = ("auto", "spawn", "forkserver", "fork")
+#: ``precision.autocast`` values (null = off).
+AUTOCASTS = (None, "bf16", "fp16")
+
+
+def _number_problem(name: str, value: Any, low: float, inclusive: bool, nullable: bool) -> str | None:
+    """The problem with one bounded setting, or None when it is fine."""
+    if value is None:
+        return None if nullable else f"{name} must be set (a finite number)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name}={value!r} must be a number"
+    rule = f"{'>=' if inclusive else '>'} {low:g}"
+    if not math.isfinite(value):
+        return f"{name}={value} must be a finite number {rule}" + (" (or null for none)" if nullable else "")
+    if value < low or (value == low and not inclusive):
+        return f"{name}={value:g} must be {rule}"
+    return None
+
+
+def config_problems(cfg: DictConfig) -> str:
+    """Every bad value in a composed config, as one paragraph naming each setting and its rule.
+
+    Args:
+        cfg: the composed config (the job's; ``hydra`` node optional).
+
+    Returns:
+        ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
+    """
+    names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
+                                              "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
+                                              "precision.autocast", "memory.peak_on_miss", "threads", "distributed.backend",
+                                              "distributed.start_method", "compile.enabled", "recompute.mode",
+                                              "recompute.method", "distributed.budget_seeds", "budget.batch_size",
+                                              "budget.examples", "budget.enabled"]
+    values, problems = {}, []
+    for name in names:
+        try:
+            values[name] = _select(cfg, name)
+        except OmegaConfBaseException as exc:  # e.g. an interpolation ${...} to a key that does not exist
+            problems.append(f"{name} cannot be resolved ({str(exc).splitlines()[0]})")
+    problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
+                 and (p := _number_problem(name, values[name], low, inclusive, nullable))]
+    enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
+             ("larger_batch.lr_scaling", LR_SCALINGS), ("memory.peak_on_miss", PEAK_ON_MISS),
+             ("distributed.backend", BACKENDS), ("distributed.start_method", START_METHODS)]
+    problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
+                 if name in values and values[name] not in allowed]
+    problems += [p for name in ("budget.seeds", "larger_batch.seeds", "distributed.budget_seeds")
+                 if (p := _seeds_problem(name, values.get(name)))]
+    if values.get("precision.autocast") not in AUTOCASTS:
+        problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
+    for name in ("memory.negligible_saving_share", "memory.min_peak_saving_share"):
+        if (share := values.get(name)) is not None and isinstance(share, (int, float)) and share > 1:
+            problems.append(f"{name}={share} must be between 0 and 1 (a share of the plain figure)")
+    if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
+        problems.append(problem)
+    problems += _distributed_problems(values) + _mode_problem(values)
+    problems += distributed_setting_problems(cfg.get("distributed"))
+    device = values.get("device", "auto")
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        problems.append(f"device={device!r} must be one of {DEVICES}")
+    required = values.get("verdict.required") or []
+    names = check_names()
+    unknown = [name for name in required if name not in names]
+    named_badly = bool(unknown)  # one problem at a time for verdict.required: the names first
+    if LARGER_BATCH in unknown:
+        problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
+                        "verdict (it changes the optimisation), so remove it")
+        unknown.remove(LARGER_BATCH)
+    if unknown:
+        problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
+                        f"(the checks: {', '.join(names)})")
+    if values.get("verdict.required") is not None and not named_badly and not set(required) & set(PARITY_CHECKS):
+        problems.append(f"verdict.required={list(required)} names no parity check, so the claim would hold whatever "
+                        f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
+                        "leave verdict.required=null for the default")
+    if not problems:
+        return ""
+    return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+
+
+def _mode_problem(values: dict[str, Any]) -> list[str]:
+    """``recompute.mode`` unset (``recompute=model_default``) is only meaningful with the model's own
+    switch, which then applies its own default; reportgen's wrapper needs a mode."""
+    method = getattr(values.get("recompute.method"), "value", values.get("recompute.method"))
+    if "recompute.mode" in values and values["recompute.mode"] is None and method != "model_switch":
+        return ["recompute.mode=null (recompute=model_default: the model's own default) needs "
+                "recompute.method=model_switch; with recompute.method=wrap choose recompute=non_reentrant, "
+                "reentrant or selective"]
+    return []
+
+
+def _distributed_problems(values: dict[str, Any]) -> list[str]:
+    """Settings a sharded run (``distributed.world_size > 1``) cannot use, each naming the fix."""
+    world = values.get("distributed.world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
+        return []
+    problems = []
+    batch = values.get("parity.batch_size")
+    if isinstance(batch, int) and batch % world:
+        problems.append(f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
+                        f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}")
+    for name in ("budget.batch_size", "budget.examples"):  # the sharded task metrics split every global batch
+        value = values.get(name)
+        if values.get("budget.enabled", True) and isinstance(value, int) and value % world:
+            problems.append(f"{name}={value} must be a multiple of distributed.world_size={world} (the sharded task "
+                            f"metrics give each rank an equal share of every global batch), e.g. "
+                            f"{name}={value + world - value % world}")
+    if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
+        problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
+    if values.get("compile.enabled"):
+        problems.append("compile.enabled=true is not supported with distributed.world_size>1; set compile.enabled=false")
+    return problems
+
+
+def _seeds_problem(name: str, seeds: Any) -> str | None:
+    """The problem with a list of seeds, or None: it must be non-empty (``budget.seeds``) and
+    hold no seed twice (a repeated seed is the same run again, reported as if it were another)."""
+    if seeds is None:
+        return None
+    seeds = list(seeds)
+    if not seeds and name == "budget.seeds":
+        return f"{name}=[] must list at least one seed, e.g. {name}=[0]"
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+    if repeated:
+        unique = list(dict.fromkeys(seeds))
+        return (f"{name}={seeds} repeats seed(s) {', '.join(map(str, repeated))}: each seed must appear once "
+                f"(a repeated seed is the same training run again, not more evidence), e.g. "
+                f"{name}=[{','.join(map(str, unique))}]")
+    return None
+
+
+def _select(cfg: DictConfig, dotted: str) -> Any:
+    """``cfg.a.b`` for ``"a.b"``; None when a level is missing.
+
+    Raises:
+        omegaconf.errors.OmegaConfBaseException: the value is an interpolation that cannot resolve.
+    """
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if node is not None and hasattr(node, "get") else None
+    return node

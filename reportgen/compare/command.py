@@ -1,0 +1,228 @@
+"""``python -m reportgen.compare BASE NEW [--key PUB]``: what changed since the last release's report.
+
+BASE and NEW are run folders (``outputs/DATE/TIME``) or signed ``report.pdf`` files. Both are
+verified first (``reportgen.verify``, with ``--key`` or else the public key beside the default
+signing key) and every row of both is re-judged from its numbers; a comparison is signed only
+when both sides verify (otherwise it is written UNSIGNED and says why). The comparison
+(``compare.csv/json/html/pdf`` in ``outputs/comparisons/DATE/TIME`` or ``--out``) shows, NEW
+against BASE:
+
+- the claim verdict and each check's status, and which changed;
+- saved-activation share and step-time overhead ratio (``reportgen.report.render.headline_costs``),
+  the overhead's 95% CIs side by side and whether they overlap; the largest held-out metric
+  difference between the twins;
+- tolerances and thresholds that changed, and the config diff (from ``.hydra/config.yaml``
+  in a run folder; from the signed statement's claim for a lone PDF).
+
+The folder also keeps copies of both sides' signed files under ``inputs/base`` and
+``inputs/new``, so ``reportgen.verify`` can re-derive the comparison from them.
+
+Exit code: 0 NEW holds and did not regress; 1 NEW fails, regresses (overhead up by more than
+``--max-overhead-increase-pp`` percentage points of the plain step time with the CIs apart or
+both timings trustworthy, or saving down by more than ``--max-saving-decrease-pp`` points), or
+a side does not verify; 2 the command cannot start (no such run, unusable key, ``--out``
+exists); 3 cannot tell (the overhead moved, but within the noise of untrustworthy timing).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+from reportgen.trust.attachments import read_attachments
+from reportgen.compare.derive import (COMPARE_PREDICATE_TYPE, MAX_OVERHEAD_INCREASE_PP, MAX_SAVING_DECREASE_PP, OUTCOME_EXIT,
+                         CompareError, Side, compare, comparison_frame, load_side)
+from reportgen.errors import EXIT_USAGE
+from reportgen.files import atomic_write
+from reportgen.trust.keys import KeyFileError, default_key_path, load_public_key, public_key_path
+from reportgen.report.metadata import report_time
+from reportgen.report.render import environment, write_pdf
+from reportgen.results import frame_to_json
+from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME, SigningError, load_signing_key, sign_document, signature_label
+from reportgen.verify import FAIL, status_mismatches, verify
+
+#: Where a side's signed files are copied inside the comparison folder, by label.
+INPUTS = {"BASE": "inputs/base", "NEW": "inputs/new"}
+#: A run folder's files that a comparison re-derives from (relative to the run folder).
+SIDE_FILES = (RESULTS_NAME, ENVELOPE_NAME, ".hydra/config.yaml")
+
+
+def render_comparison(result: dict, base: Side, new: Side, out_dir: Path, created: str, signature: str,
+                      pdf: bool = True) -> dict[str, Path]:
+    """Write compare.csv, compare.json, compare.html (and compare.pdf) into ``out_dir``.
+
+    Raises:
+        FileExistsError: a comparison exists already in ``out_dir``.
+    """
+    frame = comparison_frame(result)
+    table = frame_to_json(frame)
+    view = {"result": result, "created": created, "signature": signature,
+            "sides": [{"label": s.label, "path": str(s.path), "verdict": s.verdict, "verified": s.verified,
+                       "verify_lines": s.verify_lines, "signed": s.statement is not None,
+                       "created": (s.statement or {}).get("predicate", {}).get("created", "—")} for s in (base, new)]}
+    html = environment().get_template("compare.html.j2").render(**view)
+    paths = {"csv": atomic_write(out_dir / "compare.csv", frame.to_csv(index=False)),
+             "json": atomic_write(out_dir / "compare.json", table),
+             "html": atomic_write(out_dir / "compare.html", html)}
+    if pdf:
+        attached = ("compare.json", table.encode(), "Data", "The comparison this document was rendered from.")
+        paths["pdf"] = atomic_write(out_dir / "compare.pdf", write_pdf(html, created, [attached]))
+    return paths
+
+
+def check_side(side: Side, public_key, given: bool) -> None:
+    """Verify ``side`` with ``public_key`` and re-judge its rows; record the outcome on the side.
+
+    Args:
+        side: from :func:`reportgen.compare.derive.load_side`.
+        public_key: the key to verify with, or None (then only the rows are re-judged).
+        given: the key was passed with ``--key``: a side that does not verify with it then is
+            a failure (exit 1). With the default key, such a side only keeps the comparison
+            unsigned.
+
+    Sets ``side.verified`` (True verified; False a row states a status its numbers do not give,
+    or it does not verify with the given key; None not verified otherwise), ``side.verify_lines``
+    and ``side.problem``.
+    """
+    wrong = status_mismatches(side.frame)
+    if public_key is not None:
+        checks = verify(side.path, public_key)
+        side.verify_lines = [c.line for c in checks]
+        failed = [c.line for c in checks if c.status == FAIL]
+        side.verified = True if not failed else (False if given else None)
+        side.problem = (f"does not verify with the {'given' if given else 'default'} key: {failed[0]}"
+                        if failed else "")
+    if wrong:
+        side.verified, side.problem = False, f"{len(wrong)} row(s) state a status their numbers do not give: {wrong[0]}"
+        side.verify_lines += [f"FAIL {line}" for line in wrong]
+
+
+def copy_inputs(side: Side, out_dir: Path) -> list[str]:
+    """Copy a side's signed files into ``out_dir/inputs/<label>`` (from the folder, or from the PDF's
+    attachments); returns their paths relative to ``out_dir`` (statement subjects)."""
+    target = out_dir / INPUTS[side.label]
+    written = []
+    if side.path.is_dir():
+        sources = {name: side.path / name for name in SIDE_FILES if (side.path / name).is_file()}
+        for name, source in sources.items():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target / name)
+            written.append(f"{INPUTS[side.label]}/{name}")
+    else:
+        files = read_attachments(side.path.read_bytes())
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (RESULTS_NAME, ENVELOPE_NAME):
+            if name in files:
+                atomic_write(target / name, files[name])
+                written.append(f"{INPUTS[side.label]}/{name}")
+    return written
+
+
+def _default_public_key():
+    """The public key beside the default signing key, or None when there is none."""
+    try:
+        return load_public_key(public_key_path(default_key_path()[0]))
+    except (KeyFileError, OSError):
+        return None
+
+
+def _out_dir(given: str | None) -> Path:
+    """``--out``, or ``outputs/comparisons/DATE/TIME`` (like Hydra's run folders).
+
+    Raises:
+        CompareError: ``--out`` exists already (a comparison never overwrites one).
+    """
+    if given:
+        out = Path(given)
+        if out.exists():
+            raise CompareError(f"--out {out} exists already; a comparison never writes into an existing folder: "
+                               "choose a new folder or leave --out out (outputs/comparisons/DATE/TIME)")
+        return out
+    now = dt.datetime.now()
+    return Path("outputs") / "comparisons" / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S-%f")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m reportgen.compare",
+                                     description="Compare a new reportgen report with the last release's.")
+    parser.add_argument("base", help="the last release's run folder or report.pdf")
+    parser.add_argument("new", help="the new run folder or report.pdf")
+    parser.add_argument("--key", help="public key (PEM) both reports must verify with (default: the public key beside "
+                                      "the default signing key)")
+    parser.add_argument("--out", help="a new folder for the comparison (default outputs/comparisons/DATE/TIME)")
+    parser.add_argument("--max-overhead-increase-pp", "--compare.max_overhead_increase_pp", type=float,
+                        default=MAX_OVERHEAD_INCREASE_PP, dest="max_overhead",
+                        help="largest allowed rise of the overhead ratio, percentage points (default %(default)s)")
+    parser.add_argument("--max-saving-decrease-pp", "--compare.max_saving_decrease_pp", type=float,
+                        default=MAX_SAVING_DECREASE_PP, dest="max_saving",
+                        help="largest allowed drop of the saved-activation share, percentage points (default %(default)s)")
+    parser.add_argument("--signing-key", help="private key that signs the comparison (default: as for a run: "
+                                              "$REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem)")
+    parser.add_argument("--no-sign", action="store_true", help="write an UNSIGNED comparison")
+    parser.add_argument("--no-pdf", action="store_true", help="HTML only")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring. Returns the exit code (0, 1, 2 or 3)."""
+    args = _parser().parse_args(argv)
+    for noisy in ("pyhanko", "pyhanko_certvalidator", "securesystemslib", "fontTools", "weasyprint", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
+    try:
+        public_key = load_public_key(args.key) if args.key else _default_public_key()
+        signing_key = load_signing_key(not args.no_sign, args.signing_key)
+        base, new = load_side("BASE", args.base), load_side("NEW", args.new)
+        out_dir = _out_dir(args.out)
+    except (KeyFileError, SigningError, CompareError) as exc:
+        print(f"reportgen.compare.command: cannot start: {exc}".replace("report.sign=false", "--no-sign"), file=sys.stderr)
+        return EXIT_USAGE
+    for side in (base, new):
+        check_side(side, public_key, given=bool(args.key))
+        said = {True: "VERIFIED", False: "NOT VERIFIED", None: "NOT VERIFIED"}
+        print(f"{side.label} {said[side.verified]}: {side.path}" + (f" ({side.problem})" if side.problem else ""))
+    unverified = [s.label for s in (base, new) if not s.verified]
+    if signing_key is not None and unverified:
+        print(f"reportgen.compare.command: the comparison is written UNSIGNED: {' and '.join(unverified)} did not verify, "
+              "and reportgen signs only what it verified")
+        signing_key = None
+    result = compare(base, new, args.max_overhead, args.max_saving)
+    code = OUTCOME_EXIT[result["outcome"]]
+    out_dir.mkdir(parents=True)
+    created = report_time()
+    render_comparison(result, base, new, out_dir, created, signature_label(signing_key), pdf=not args.no_pdf)
+    if signing_key is not None:
+        inputs = [*copy_inputs(base, out_dir), *copy_inputs(new, out_dir)]
+        predicate = {"exit_code": code, "created": created, "outcome": result["outcome"], "holds": result["holds"],
+                     "regressions": result["regressions"], "unclear": result["unclear"],
+                     "verdicts": result["verdicts"], "limits": result["limits"],
+                     "signer": {"publicKeySha256": signing_key.fingerprint},
+                     "inputs": [{"label": s.label, "path": str(s.path), "dir": INPUTS[s.label],
+                                 "statement_sha256": s.envelope_sha256} for s in (base, new)]}
+        sign_document(out_dir, "compare", ["compare.csv", "compare.json", "compare.html", *inputs], predicate,
+                      COMPARE_PREDICATE_TYPE, signing_key, f"reportgen comparison; NEW {result['outcome']}")
+    _print_result(result, out_dir)
+    return code
+
+
+def _print_result(result: dict, out_dir: Path) -> None:
+    costs = result["costs"]
+    print(f"claim {result['verdicts']['base']} → {result['verdicts']['new']}; "
+          f"saved activations {_fmt_pp(costs['saving_change_pp'])}; overhead {_fmt_pp(costs['overhead_change_pp'])}"
+          f"{'' if costs['ci_overlap'] is None else (' (CIs overlap)' if costs['ci_overlap'] else ' (CIs do not overlap)')}")
+    for reason in result["regressions"]:
+        print(f"REGRESSED: {reason}")
+    for reason in result["unclear"]:
+        print(f"CANNOT TELL: {reason}")
+    said = {"holds": "OK", "regressed": "REGRESSED", "cannot tell": "CANNOT TELL"}[result["outcome"]]
+    print(f"{said}: comparison in {out_dir / 'compare.html'}")
+
+
+def _fmt_pp(value: float | None) -> str:
+    return "not measured on both sides" if value is None else f"{value:+.1f} pp"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

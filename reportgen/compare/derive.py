@@ -1,0 +1,234 @@
+"""Two signed runs side by side: what changed, and whether NEW regressed (``reportgen.compare.command``'s logic).
+
+Read by the ``reportgen.compare.command`` command, which verifies, renders and signs, and by
+``reportgen.verify``, which re-derives a signed comparison from the two runs it names. Nothing
+here verifies or writes anything.
+
+A regression in time is called only when it can be told from noise: the overhead rose by
+more than the limit, and either the two runs' 95% CIs do not overlap or both runs' own
+timing met its CI-width target. Otherwise the comparison says it cannot tell (exit 3).
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from reportgen.errors import UsageError
+from reportgen.trust.attachments import AttachmentError, read_attachments
+from reportgen.checks import required_names
+from reportgen.files import sha256_bytes
+from reportgen.results import PASS, Role, check_summary, claim_verdict, frame_from_json
+from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
+from reportgen.sweep import job_costs
+
+#: in-toto predicate type of a comparison's statement.
+COMPARE_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-compare/v1"
+#: Defaults of the regression thresholds, percentage points.
+MAX_OVERHEAD_INCREASE_PP = 5.0
+MAX_SAVING_DECREASE_PP = 5.0
+#: Outcomes of a comparison and their exit codes.
+HOLDS, REGRESSED, CANNOT_TELL = "holds", "regressed", "cannot tell"
+OUTCOME_EXIT = {HOLDS: 0, REGRESSED: 1, CANNOT_TELL: 3}
+
+
+class CompareError(UsageError):
+    """A side cannot be read (no such run, no results); the message names what to pass instead."""
+
+
+@dataclass
+class Side:
+    """One report being compared.
+
+    Attributes:
+        label: ``"BASE"`` or ``"NEW"``.
+        path: the run folder or PDF given.
+        frame: its results frame (results.json).
+        required: the checks its verdict needs (from its statement, else its config, else the default).
+        config: flattened settings, ``{"parity.rtol": "null", ...}``.
+        statement: the in-toto statement inside its DSSE envelope, or ``None`` when unsigned.
+        envelope_sha256: SHA-256 of its statement.dsse.json, hex (``None`` when unsigned).
+        verified: ``None`` when no key was given, else whether ``reportgen.verify`` passed.
+        verify_lines: what ``reportgen.verify`` printed for it.
+        problem: why it does not verify, one line (empty when it does).
+    """
+
+    label: str
+    path: Path
+    frame: pd.DataFrame
+    required: list[str]
+    config: dict[str, str]
+    statement: dict | None = None
+    envelope_sha256: str | None = None
+    verified: bool | None = None
+    verify_lines: list[str] = field(default_factory=list)
+    problem: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """The claim verdict recomputed from the frame (``results.claim_verdict``)."""
+        return claim_verdict(self.frame, self.required)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts → ``{"a.b": "value"}`` with values as compact JSON text."""
+    if isinstance(data, dict):
+        out: dict[str, str] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): json.dumps(data, sort_keys=True, default=str)}
+
+
+def _statement(envelope: bytes) -> dict:
+    """The in-toto statement inside a DSSE envelope (not verified here: ``--key`` does that)."""
+    return json.loads(base64.b64decode(json.loads(envelope)["payload"]))
+
+
+def load_side(label: str, path: str | Path) -> Side:
+    """Read one side: a run folder (results.json, .hydra/config.yaml, statement.dsse.json) or a
+    report.pdf (its attached results.json and statement.dsse.json).
+
+    Raises:
+        CompareError: no such path, or it holds no results.json.
+    """
+    path = Path(path)
+    envelope = None
+    if path.is_dir():
+        if not (path / RESULTS_NAME).exists():
+            raise CompareError(f"{label} {path} has no {RESULTS_NAME}: pass a finished run folder "
+                               "(outputs/DATE/TIME) or its report.pdf")
+        results = (path / RESULTS_NAME).read_text()
+        if (path / ENVELOPE_NAME).exists():
+            envelope = (path / ENVELOPE_NAME).read_bytes()
+        config_file = path / ".hydra" / "config.yaml"
+        config = OmegaConf.to_container(OmegaConf.load(config_file), resolve=False) if config_file.exists() else {}
+    elif path.is_file():
+        try:
+            files = read_attachments(path.read_bytes())
+        except AttachmentError as exc:
+            raise CompareError(f"{label} {path} is not a reportgen report.pdf ({exc})") from None
+        if RESULTS_NAME not in files:
+            raise CompareError(f"{label} {path} has no attached {RESULTS_NAME}: is it a reportgen report.pdf?")
+        results = files[RESULTS_NAME].decode()
+        envelope = files.get(ENVELOPE_NAME)
+        config = {}
+    else:
+        raise CompareError(f"{label} {path}: no such run folder or report.pdf")
+    statement = _statement(envelope) if envelope else None
+    predicate = (statement or {}).get("predicate", {})
+    if not config and predicate:  # a lone PDF: what the signed claim says about the settings
+        config = {"claim": predicate.get("claim", {}), "tolerances": {k: v for k, v in predicate.get("tolerances", {}).items()
+                                                                      if k != "thresholds"},
+                  "command": predicate.get("command")}
+    required = predicate.get("required") or required_names(OmegaConf.select(OmegaConf.create(config),
+                                                                            "verdict.required", default=None))
+    return Side(label, path, frame_from_json(results), list(required), _flatten(config), statement,
+                sha256_bytes(envelope) if envelope else None)
+
+
+def _costs(side: Side) -> dict[str, Any]:
+    """The side's headline costs (``sweep.job_costs``) and whether its own timing can be trusted:
+    its overhead CI met the width target (the ``overhead_ci`` row passed), None when not measured."""
+    ci = side.frame[side.frame.role == Role.OVERHEAD_CI]
+    trusted = None if ci.empty else bool((ci.status == PASS).all())
+    return {**job_costs(side.frame), "timing_trusted": trusted}
+
+
+def _pp(value: float | None) -> float | None:
+    return None if value is None else 100.0 * value
+
+
+def compare(base: Side, new: Side, max_overhead_increase_pp: float = MAX_OVERHEAD_INCREASE_PP,
+            max_saving_decrease_pp: float = MAX_SAVING_DECREASE_PP) -> dict[str, Any]:
+    """NEW against BASE: verdicts, per-check status changes, cost changes, tolerances, config diff.
+
+    Args:
+        base, new: from :func:`load_side`.
+        max_overhead_increase_pp: a larger rise of the overhead ratio (recompute / plain step
+            time), in percentage points of the plain step time (1.30 → 1.40 is +10 pp), is a regression.
+        max_saving_decrease_pp: a larger drop of the saved-activation share, in percentage
+            points of the plain twin's saved bytes (75% → 60% is −15 pp), is a regression.
+
+    Returns:
+        ``{"verdicts", "checks", "costs", "tolerances", "config", "regressions", "unclear",
+        "outcome", "holds", "limits"}``; ``regressions`` lists one sentence per reason NEW is
+        worse, ``unclear`` one per change that cannot be told from noise; ``outcome`` is
+        ``holds``, ``regressed`` or ``cannot tell`` (module docstring).
+    """
+    b_sum = check_summary(base.frame, base.required).set_index("check").status.to_dict()
+    n_sum = check_summary(new.frame, new.required).set_index("check").status.to_dict()
+    checks = [{"check": c, "base": b_sum.get(c), "new": n_sum.get(c), "changed": b_sum.get(c) != n_sum.get(c),
+               "required": c in new.required}
+              for c in dict.fromkeys([*b_sum, *n_sum])]
+    bc, nc = _costs(base), _costs(new)
+    saving_change = None if bc["saved_activation_share"] is None or nc["saved_activation_share"] is None else \
+        _pp(nc["saved_activation_share"] - bc["saved_activation_share"])
+    overhead_change = None if bc["overhead_ratio"] is None or nc["overhead_ratio"] is None else \
+        _pp(nc["overhead_ratio"] - bc["overhead_ratio"])
+    overlap = None
+    if None not in (bc["overhead_ci_low"], bc["overhead_ci_high"], nc["overhead_ci_low"], nc["overhead_ci_high"]):
+        overlap = bc["overhead_ci_low"] <= nc["overhead_ci_high"] and nc["overhead_ci_low"] <= bc["overhead_ci_high"]
+    costs = {"base": bc, "new": nc, "saving_change_pp": saving_change, "overhead_change_pp": overhead_change,
+             "ci_overlap": overlap}
+
+    def thresholds(frame: pd.DataFrame) -> dict[str, str]:
+        return {f"{c} · {m}": t for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t}
+
+    bt, nt = thresholds(base.frame), thresholds(new.frame)
+    tolerances = [{"name": k, "base": bt.get(k), "new": nt.get(k)} for k in sorted({*bt, *nt}) if bt.get(k) != nt.get(k)]
+    config = [{"key": k, "base": base.config.get(k), "new": new.config.get(k)}
+              for k in sorted({*base.config, *new.config}) if base.config.get(k) != new.config.get(k)]
+    regressions, unclear = [], []
+    if new.verdict != PASS:
+        failing = [c["check"] for c in checks if c["required"] and c["new"] not in (PASS, "WARN", "INFO", None)]
+        regressions.append(f"NEW's claim fails ({', '.join(failing) or 'required checks missing'})")
+    if overhead_change is not None and overhead_change > max_overhead_increase_pp:
+        rose = (f"overhead ratio rose by {overhead_change:.1f} pp ({bc['overhead_ratio']:.3f} → "
+                f"{nc['overhead_ratio']:.3f}), more than the allowed {max_overhead_increase_pp:g} pp")
+        if overlap is False or (bc["timing_trusted"] and nc["timing_trusted"]):
+            regressions.append(rose)
+        else:
+            noisy = [s.label for s, c in ((base, bc), (new, nc)) if not c["timing_trusted"]]
+            unclear.append(f"{rose}, but the 95% CIs overlap and the timing of {' and '.join(noisy)} was too noisy "
+                           "to trust (its CI missed the width target): rerun both on a quiet machine")
+    if saving_change is not None and -saving_change > max_saving_decrease_pp:
+        regressions.append(f"saved-activation share fell by {-saving_change:.1f} pp "
+                           f"({100 * bc['saved_activation_share']:.1f}% → {100 * nc['saved_activation_share']:.1f}%), "
+                           f"more than the allowed {max_saving_decrease_pp:g} pp")
+    for side in (base, new):
+        if side.verified is False:
+            regressions.append(f"{side.label} {side.problem or 'does not verify'}")
+    outcome = REGRESSED if regressions else (CANNOT_TELL if unclear else HOLDS)
+    return {"verdicts": {"base": base.verdict, "new": new.verdict}, "checks": checks, "costs": costs,
+            "tolerances": tolerances, "config": config, "regressions": regressions, "unclear": unclear,
+            "outcome": outcome, "holds": outcome == HOLDS,
+            "limits": {"max_overhead_increase_pp": max_overhead_increase_pp,
+                       "max_saving_decrease_pp": max_saving_decrease_pp}}
+
+
+def comparison_frame(result: dict) -> pd.DataFrame:
+    """compare.csv: one row per check, cost and changed setting: ``kind, name, base, new, change``."""
+    rows = [{"kind": "verdict", "name": "claim", "base": result["verdicts"]["base"], "new": result["verdicts"]["new"],
+             "change": "changed" if result["verdicts"]["base"] != result["verdicts"]["new"] else ""}]
+    rows += [{"kind": "check", "name": c["check"], "base": c["base"], "new": c["new"], "change": "changed" if c["changed"] else ""}
+             for c in result["checks"]]
+    costs = result["costs"]
+    for name, key, change in (("saved_activation_share", "saved_activation_share", costs["saving_change_pp"]),
+                              ("overhead_ratio", "overhead_ratio", costs["overhead_change_pp"]),
+                              ("overhead_ci_low", "overhead_ci_low", None), ("overhead_ci_high", "overhead_ci_high", None),
+                              ("metric_abs_diff", "metric_abs_diff", None)):
+        rows.append({"kind": "cost", "name": name, "base": costs["base"][key], "new": costs["new"][key],
+                     "change": "" if change is None else f"{change:+.2f} pp"})
+    rows += [{"kind": "tolerance", "name": t["name"], "base": t["base"], "new": t["new"], "change": "changed"}
+             for t in result["tolerances"]]
+    rows += [{"kind": "config", "name": c["key"], "base": c["base"], "new": c["new"], "change": "changed"}
+             for c in result["config"]]
+    rows += [{"kind": "regression", "name": r, "base": None, "new": None, "change": "regressed"} for r in result["regressions"]]
+    rows += [{"kind": "unclear", "name": r, "base": None, "new": None, "change": "cannot tell"} for r in result["unclear"]]
+    return pd.DataFrame(rows, columns=["kind", "name", "base", "new", "change"])

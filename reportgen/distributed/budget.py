@@ -1,0 +1,116 @@
+"""Task metrics of the sharded twins: both trained to the same *global* accepted-example budget.
+
+The part of the distributed checks (``distributed.world_size > 1``) that makes the training claim
+under sharding: for each seed of ``distributed.budget_seeds`` (default: the first of
+``budget.seeds``) the distributed plain twin and the distributed
+recompute twin (``distributed.strategy``, the same wrapping as the other sharded checks) are
+trained from the same initial weights with :func:`reportgen.training.train.train_to_budget`. Every rank
+draws the same global batches of ``budget.batch_size`` examples and trains on its share; a step
+is applied on every rank or on none (a non-finite loss or gradient on any rank skips it
+everywhere), and the budget counts the *global* examples of the applied steps, so both twins
+have applied updates for exactly ``budget.examples`` examples in all, whatever the world size.
+The held-out metric (every rank evaluates; FSDP2 gathers parameters in the forward) and the
+full trained parameters are then compared as in the single-process task-metrics check.
+"""
+from __future__ import annotations
+
+import math
+
+import torch.distributed as dist
+import torch
+
+from reportgen.config import DIST_TASK_METRICS
+from reportgen.distributed.full import full_params
+from reportgen.distributed.launch import Group, shard_batch
+from reportgen.distributed.ranks import twin
+from reportgen.distributed.wrapping import wrap_twin
+from reportgen.results import INFO, NOT_RUN, Role, Row
+from reportgen.results.rows import metric_diff_row, trained_params_row
+from reportgen.training.train import Sharding, TrainResult, run_rows, train_to_budget
+
+VARIANTS = (("plain", False), ("recompute", True))
+
+
+def all_ranks(flag: bool, group: Group) -> bool:
+    """True when ``flag`` is true on every rank (a collective on the control group)."""
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group.control)
+    return bool(t.item())
+
+
+def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
+    """One distributed twin trained to ``budget.examples`` global accepted examples (every rank calls it).
+
+    Raises:
+        ValueError: ``budget.batch_size`` (or the budget) is not a multiple of the world size.
+    """
+    cfg, world = setup.cfg.budget, group.world_size
+    if int(cfg.batch_size) % world or int(cfg.examples) % world:
+        raise ValueError(f"budget.batch_size={cfg.batch_size} and budget.examples={cfg.examples} must both be "
+                         f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
+                         "global batch; set them so")
+    model = wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
+    sharding = Sharding(share=lambda batch: shard_batch(batch, group.rank, world),
+                        agree=lambda finite: all_ranks(finite, group), final_params=full_params, ranks=world)
+    variant = "recompute" if recompute else "plain"
+    return train_to_budget(model, setup.task, examples=int(cfg.examples), batch_size=int(cfg.batch_size), seed=seed,
+                           forward_seed=setup.cfg.forward_seed, optimizer=cfg.optimizer, device=setup.device,
+                           dtype=setup.dtype, eval_every=int(cfg.eval_every),
+                           max_steps=int(cfg.max_steps_factor * math.ceil(int(cfg.examples) / int(cfg.batch_size))),
+                           desc=f"sharded {variant} seed {seed} rank {group.rank}", sharding=sharding)
+
+
+def sharded_seeds(cfg) -> list[int]:
+    """``distributed.budget_seeds``, or (null) the first of ``budget.seeds``."""
+    chosen = cfg.distributed.get("budget_seeds")
+    return [int(s) for s in (chosen if chosen is not None else list(cfg.budget.seeds)[:1])]
+
+
+def budget_rows(setup, group: Group) -> list[Row]:
+    """The distributed task-metrics rows (on rank 0; the other ranks train and return none).
+
+    Returns:
+        One INFO row stating the global budget; per seed and twin the run's rows
+        (:func:`reportgen.training.train.run_rows`: metric, held-out metrics, global accepted examples,
+        skipped steps, curve); per seed ``abs_diff_<metric>`` judged against
+        ``budget.metric_tolerance (+ metric_rtol·|plain|)`` and ``final_params_tolerance_used``
+        (every full trained parameter, :func:`reportgen.results.rows.trained_params_row`). NOT_RUN when
+        ``budget.enabled`` is false.
+    """
+    cfg, task = setup.cfg.budget, setup.task
+    if not cfg.enabled:
+        return [] if group.rank else [Row(DIST_TASK_METRICS, "budget", "recompute", "not_run", status=NOT_RUN,
+                                          role=Role.DISABLED, detail="not run: budget.enabled=false")]
+    seeds = sharded_seeds(setup.cfg)
+    results = {}
+    for seed in seeds:
+        for variant, recompute in VARIANTS:
+            with twin(variant):
+                results[(variant, seed)] = sharded_run(setup, group, recompute, seed)
+    if group.rank:
+        return []
+    share = int(cfg.batch_size) // group.world_size
+    rows = [Row(DIST_TASK_METRICS, "budget", "recompute", "budget_examples", int(cfg.examples), status=INFO,
+                unit="examples", role=Role.BUDGET,
+                detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
+                       f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
+                       f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
+                       f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})")]
+    for seed in seeds:
+        plain, recompute = results[("plain", seed)], results[("recompute", seed)]
+        for variant, result in (("plain", plain), ("recompute", recompute)):
+            rows += run_rows(DIST_TASK_METRICS, variant, f"seed {seed}", int(seed), result, task.metric)
+        rows += compare_rows(setup, int(seed), plain, recompute)
+    return rows
+
+
+def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -> list[Row]:
+    """The seed's metric difference (judged by ``budget.metric_tolerance``) and the worst full
+    trained parameter (judged ``allclose`` at the parity tolerances)."""
+    metric, cfg = setup.task.metric, setup.cfg.budget
+    p, r = plain.metrics[metric], recompute.metrics[metric]
+    allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
+    rows = [metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better)]
+    rows.append(trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params,
+                                   *setup.tolerance(), float(setup.cfg.parity.rounding_factor)))
+    return rows

@@ -1,0 +1,164 @@
+"""Running a sharded check's parts on every rank: start the ranks or join a launch, agree on
+failures, gather every rank's rows to rank 0.
+
+A sharded check (``reportgen.checks.distributed``) hands its parts here as ``(section name,
+fn(setup, group) -> [Row])`` pairs. Every rank runs every part in order, each inside its own
+``try`` and a watchdog; after each part the ranks agree, over the gloo control group, on which
+of them failed, and later parts become NOT_RUN rows naming those ranks (a failed collective
+leaves the default group unusable). Rank 0 gathers every rank's rows. Ranks that fail as
+processes (raised outside a part, crashed, stopped by their watchdog) are reported by torch's
+elastic launcher and become ERROR rows naming them.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from omegaconf import DictConfig
+
+from reportgen.distributed.launch import (Group, RankFailure, all_gather_objects, gather_objects, join, launch, launched, leave,
+                          rank_config, resolve_backend, start_method, watchdog)
+from reportgen.memory.saved import observe_twins
+from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, Role, Row
+from reportgen.results.rows import error_row
+from reportgen.twins.setup import Setup, build_setup
+
+#: One part of a sharded check: the section its rows go to, and ``fn(setup, group) -> [Row]``
+#: (module-level, so that a spawned rank can import it by name).
+Part = tuple[str, Callable[[Setup, Group], list[Row]]]
+
+
+def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
+    """Every rank's rows of ``parts`` (none when ``distributed.world_size`` is 1).
+
+    Returns:
+        In the process that launched the ranks, or on rank 0 of a torchrun/srun launch, the rows of
+        every rank; on the other ranks of such a launch, nothing (rank 0 reports them). A rank that
+        raised, crashed or hung gives ERROR rows naming it, and the parts it stopped NOT_RUN rows.
+    """
+    dc = setup.cfg.distributed
+    if int(dc.world_size) <= 1:
+        return []
+    if launched():
+        return follow(setup, parts) or []
+    method = start_method(str(dc.start_method), setup.device)
+    try:  # a forked rank inherits the twins' setup; a spawned one builds its own from the config
+        results = launch(rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size),
+                         method)
+    except RankFailure as exc:
+        return failure_rows(exc.ranks, [name for name, _ in parts], exc.signals)
+    return list(results[0])
+
+
+def follow(setup: Setup, parts: Sequence[Part]) -> list[Row] | None:
+    """This process's part as one rank of an existing group: join it, measure, gather to rank 0.
+
+    Returns:
+        Every rank's rows on rank 0, None on the other ranks.
+    """
+    dc = setup.cfg.distributed
+    group = join(resolve_backend(str(dc.backend), setup.device), float(dc.timeout_s), setup.device)
+    try:
+        rows = rank_rows(setup, group, parts)
+        gathered = gather_objects(rows, group)
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot reach the others says so
+        return [ranked(error_row(parts[0][0], exc, f"rank {group.rank} gather"), group.rank)]
+    finally:
+        leave()
+    return None if gathered is None else [row for part in gathered for row in part]
+
+
+def rank_worker(given: Setup | DictConfig, parts: Sequence[Part]) -> list[Row] | None:
+    """The function each elastic-launched rank runs: the setup (inherited from the launching
+    process under ``fork``; built from the config, on this rank's device, otherwise), then
+    :func:`follow`. Building the setup runs under the watchdog too, so a rank stuck there is
+    stopped after ``1.5 × timeout_s + 10`` s."""
+    if isinstance(given, Setup):
+        return follow(given, parts)
+    with watchdog(1.5 * float(given.distributed.timeout_s) + 10):
+        setup = rank_setup(rank_config(given))
+    return follow(setup, parts)
+
+
+def rank_setup(cfg: DictConfig) -> Setup:
+    """A spawned rank's setup: what ``run.prepare`` builds (twins' weights, the fixed batch, the modules
+    seen recomputing), without the task-contract probe the launching process already passed."""
+    setup = build_setup(cfg)
+    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    observe_twins(setup)
+    return setup
+
+
+def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
+    """Run every part on this rank, in order, each inside its own ``try`` and watchdog; after each
+    part the ranks agree (control group) on who failed, and later parts become NOT_RUN rows
+    naming those ranks.
+
+    The watchdog (:func:`reportgen.distributed.launch.watchdog`) allows ``1.5 × timeout_s + 10`` s per
+    part: longer than a collective's timeout, so a rank waiting for a failed one reports it first.
+    """
+    timeout = float(setup.cfg.distributed.timeout_s)
+    rows: list[Row] = []
+    failed: dict[int, str] = {}
+    for name, part in parts:
+        if failed:
+            if group.rank == 0:
+                rows.append(Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+                                detail=f"not run: {ranks_said(failed)} failed in an earlier part"))
+            continue
+        start, said = time.perf_counter(), ""
+        with watchdog(1.5 * timeout + 10):
+            try:
+                measured = part(setup, group)
+                if measured:  # the part's wall time, once (seconds sum per check)
+                    measured[0].seconds = time.perf_counter() - start
+                rows += measured
+            except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
+                row = ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start,
+                                       twin=getattr(exc, "reportgen_twin", None)), group.rank)
+                rows.append(row)
+                said = row.detail
+        failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
+    return rows
+
+
+@contextlib.contextmanager
+def twin(name: str) -> Iterator[None]:
+    """Mark an exception raised inside the block with the twin that was running (``plain``, ``aa``,
+    ``recompute``), so its ERROR row says which twin raised (:func:`reportgen.results.error_status`)."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "reportgen_twin"):
+            exc.reportgen_twin = name  # type: ignore[attr-defined]
+        raise
+
+
+def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int, str] | None = None) -> list[Row]:
+    """Rows for ranks that failed as processes (an elastic launch reported them): one ERROR row per
+    rank in the first section of ``names``, NOT_RUN rows in the others, each naming the ranks.
+
+    A rank the operating system ended with a signal (``signals``: the OOM killer's SIGKILL, a
+    segfault) is the environment, not recompute: its row is INCONCLUSIVE (column ``signal``)."""
+    signals = signals or {}
+    rows = [ranked(Row(names[0], f"rank {r}", "recompute", "exception",
+                       status=INCONCLUSIVE if r in signals else ERROR, role=Role.EXCEPTION,
+                       detail=f"rank {r} failed: {message}" + ("; the claim cannot be judged from an interrupted run"
+                                                               if r in signals else ""),
+                       extra={"signal": signals[r]} if r in signals else {}), r) for r, message in ranks.items()]
+    return rows + [Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+                       detail=f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
+
+
+def ranks_said(ranks: dict[int, Any]) -> str:
+    """``"rank 1"`` or ``"ranks 0, 1"``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def ranked(row: Row, rank: int) -> Row:
+    """``row`` with a ``rank`` column, and the rank in its item (``"rank 1: loss"``)."""
+    row.extra["rank"] = rank
+    if not row.item.startswith("rank "):
+        row.item = f"rank {rank}: {row.item}"
+    return row

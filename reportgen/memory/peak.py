@@ -1,0 +1,423 @@
+"""Peak live tensor memory of one warm training step, on any device, counted with torch's own tracker.
+
+What autograd keeps after the forward (:mod:`reportgen.memory.saved`) is not what a step needs: a
+recompute region's activations are alive again while backward recomputes it, and gradients,
+optimizer state and backward temporaries come on top. A memory claim is about the step's
+**peak** (DESIGN.md, contracts), so this module counts the live tensor bytes through forward,
+backward and the optimizer step with ``torch.distributed._tools.mem_tracker.MemTracker``, a
+``TorchDispatchMode`` that sees every op's outputs and counts each storage once (a view and its
+base are one storage), categorised as parameters, buffers, gradients, activations,
+temporaries and optimizer state. :class:`StepTracker` extends it with what a report needs at
+the moment of the peak:
+
+* the **phase**: ``forward``, ``backward``, ``recompute`` (a region's forward running again
+  inside backward) or ``optimizer step``;
+* the **module** active then (innermost, in the plain model's naming) and, during a
+  recompute, the **region** being recomputed;
+* **saved activations** (forward activations autograd keeps for backward, and the inputs a
+  recompute region keeps) and **recomputed activations** split out of the tracker's
+  activations.
+
+It runs unchanged on ``FakeTensorMode`` tensors (MemTracker supports fake mode), and on CUDA the
+same step also reads ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` so the two
+counts can be compared: the allocator rounds every block up (512 B granularity) and keeps
+workspace (cuBLAS), so its allocated peak is at least the tracker's.
+
+Known limits (MemTracker's docstring): tensors created under ``no_dispatch`` and storages
+resized outside ``UntypedStorage.resize_`` are not seen; fragmentation and the caching
+allocator's reserve are not tensors and are never counted here.
+"""
+from __future__ import annotations
+
+import gc
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+from torch.utils._pytree import tree_leaves
+
+from reportgen.memory.saved import REST, SavedActivations, make_train_step
+from reportgen.twins.recompute import plain_name
+from reportgen.tasks import Batch
+
+#: Phases of a training step, in order (``recompute`` happens inside backward).
+PHASES = ("forward", "backward", "recompute", "optimizer step")
+
+#: Categories of what is alive at the peak, in report order; they sum to the peak. From
+#: MemTracker: parameters, buffers, gradients (of parameters), optimizer state (also the
+#: optimizer step's own temporaries: MemTracker files everything created in ``step()`` there),
+#: batch (the tensors passed to ``track_external``), backward temporaries (created in backward
+#: outside any recompute: activation gradients and the like). Its activations are split here:
+#: saved activations (forward outputs autograd keeps, and recompute regions' inputs),
+#: recomputed activations (created while a region's forward runs again in backward) and other
+#: activations (forward outputs nobody keeps for backward, e.g. the loss).
+CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "batch", "saved activations",
+              "recomputed activations", "other activations", "backward temporaries")
+
+#: Module name at a peak that happens outside every module (the loss, the optimizer).
+OUTSIDE = "(outside every module)"
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes for a sentence, in binary units: ``"512 B"``, ``"42.75 KiB"``, ``"8.98 MiB"``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass
+class StepPeak:
+    """The peak of live tensor bytes during one warm training step of one twin.
+
+    Attributes:
+        peak_bytes: live tensor bytes at the peak, B (every category below, summed).
+        baseline_bytes: live tensor bytes when the step starts (weights, optimizer state, the
+            batch), B.
+        phase: one of :data:`PHASES`: what was running when the peak was reached.
+        module: innermost module running at the peak, plain-model path (``""`` = the root
+            module; :data:`OUTSIDE` when none ran, e.g. in the optimizer step).
+        region: during ``recompute``, the plain-model path of the region being recomputed
+            (else None).
+        recomputed_by_region: ``{region path: bytes}`` of recomputed activations alive at the
+            peak, per region that produced them (empty without recompute), B.
+        categories: ``{category: bytes}`` alive at the peak, keys :data:`CATEGORIES`, B.
+        device: the device counted (``"cpu"``, ``"cuda:0"``).
+        phase_peaks: ``{phase: bytes}``, the peak of live tensor bytes within each phase of
+            :data:`PHASES` that ran (the largest of them is ``peak_bytes``), B.
+        cuda: on CUDA, ``{"peak_allocated_bytes", "peak_reserved_bytes",
+            "baseline_allocated_bytes"}`` of the same step (``torch.cuda`` memory statistics,
+            reset right before it), B; None elsewhere.
+    """
+
+    peak_bytes: int
+    baseline_bytes: int
+    phase: str
+    module: str
+    region: str | None
+    categories: dict[str, int]
+    device: str
+    recomputed_by_region: dict[str, int] = field(default_factory=dict)
+    cuda: dict[str, int] | None = None
+    phase_peaks: dict[str, int] = field(default_factory=dict)
+
+    def largest_region(self) -> tuple[str, int] | None:
+        """``(region path, bytes)`` of the region with the most recomputed activations alive
+        at the peak, or None when none are."""
+        live = [(r, b) for r, b in self.recomputed_by_region.items() if b > 0]
+        return max(live, key=lambda item: item[1]) if live else None
+
+
+class StepTracker(MemTracker):
+    """``MemTracker`` that also records, at each new peak, the phase, the active module and
+    which activations are saved for backward or recomputed.
+
+    Use it like MemTracker: ``track_external(model, optimizer, batch tensors)`` before entering,
+    then run one step inside ``with tracker:``; read :meth:`step_peak` after.
+
+    Args:
+        model: the twin whose step is tracked (region names are read from its wrappers).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self._regions = {module: plain_name(name) for name, module in model.named_modules()
+                         if isinstance(module, CheckpointWrapper)}
+        self._live: dict[str, int] = {"saved": 0}  # bytes of live marked storages: "saved", "recomputed <region>"
+        self._marked: set[int] = set()  # id(storage object) of marked storages (each counted once)
+        self._handles: list[Any] = []
+        self._saved_hooks: Any = None
+        self._peak_where: dict[torch.device, tuple] = {}
+        self._phase_peaks: dict[torch.device, dict[str, int]] = {}
+
+    # -- marking saved and recomputed storages -------------------------------------------
+    def _mark(self, kind: str, t: Any) -> None:
+        """Count ``t``'s storage as ``kind`` (``"saved"``, ``"recomputed <region>"``) while it
+        lives, once, and only if the tracker calls it an activation (weights and the batch keep
+        their category)."""
+        if not isinstance(t, Tensor):
+            return
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
+            return
+        winfo, _ = self._WINFO.get(storage, (None, None))
+        if winfo is None or winfo.reftype != _MemRefType.ACT or id(storage) in self._marked:
+            return
+        nbytes = int(winfo.mem_consumed)
+        self._marked.add(id(storage))
+        self._live[kind] = self._live.get(kind, 0) + nbytes
+        key = id(storage)
+
+        def release(live=self._live, marked=self._marked) -> None:
+            live[kind] -= nbytes
+            marked.discard(key)
+
+        weakref.finalize(storage, release)
+
+    def _pack(self, t: Tensor) -> Tensor:
+        """Saved-tensor pack hook: identity (what is stored is unchanged), marks the storage."""
+        self._mark("saved", t)
+        return t
+
+    def _region_inputs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        """A region's inputs are kept for its recompute (non-reentrant keeps them in a closure)."""
+        if not self._mod_tracker.is_bw:
+            for leaf in tree_leaves((args, kwargs)):
+                self._mark("saved", leaf)
+
+    # -- MemTracker extension points -------------------------------------------------------
+    def __enter__(self) -> "StepTracker":
+        super().__enter__()
+        if self._depth == 1:
+            self._handles = [m.register_forward_pre_hook(self._region_inputs, with_kwargs=True) for m in self._regions]
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+            self._saved_hooks.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        if self._depth == 1:
+            self._saved_hooks.__exit__(*args)
+            for handle in self._handles:
+                handle.remove()
+        super().__exit__(*args)
+
+    def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
+        """MemTracker's accounting of parameters and buffers, with gradient hooks on trainable
+        parameters only: torch's own registers one on every parameter and raises on a frozen one
+        ("cannot register a hook on a tensor that doesn't require gradient"), so a frozen
+        embedding or LoRA's frozen base could not be tracked."""
+        sizes = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+        if install_grad_hooks:
+            for param in module.parameters():
+                if param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
+                    def on_grad(grad: Tensor) -> None:
+                        self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+                    self._param_to_grad_hook_handles[param] = (
+                        param.register_hook(on_grad),
+                        param.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad)))
+        return sizes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105 - MemTracker's
+        res = super().__torch_dispatch__(func, types, args, kwargs)
+        if self._in_ac and self._mod_tracker.is_bw:
+            kind = f"recomputed {self._region() or '(unknown region)'}"
+            for leaf in tree_leaves(res):
+                self._mark(kind, leaf)
+        return res
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        """The device-wide peak only, where it happened, and the peak within each phase. MemTracker's own version also
+        updates every active module's local peak with a deep copy after each op, which this
+        report does not read and which made a 24-layer fake step 40x slower."""
+        phase = self._phase()
+        for dev, dev_snap in self._curr_mem_snap.items():
+            per_phase = self._phase_peaks.setdefault(dev, {})
+            if per_phase.get(phase, -1) < dev_snap[_TOTAL_KEY]:
+                per_phase[phase] = int(dev_snap[_TOTAL_KEY])
+            if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+                self._peak_mem_snap[dev] = dict(dev_snap)
+                self._peak_where[dev] = (phase, self._innermost(), self._region(), dict(self._live))
+
+    # -- what is running ---------------------------------------------------------------------
+    def _phase(self) -> str:
+        if self._in_opt:
+            return "optimizer step"
+        if self._mod_tracker.is_bw:
+            return "recompute" if self._in_ac else "backward"
+        return "forward"
+
+    @staticmethod
+    def _plain_path(fqn: str) -> str:
+        """ModTracker's ``Root.a.b`` as the plain model's ``a.b`` (root: ``""``)."""
+        return plain_name(fqn.split(".", 1)[1] if "." in fqn else "")
+
+    def _innermost(self) -> str:
+        names = [n for n in self._mod_tracker.parents if n != "Global"]
+        if not names:
+            return OUTSIDE
+        return self._plain_path(max(names, key=lambda n: n.count(".")))
+
+    def _region(self) -> str | None:
+        """The region being recomputed: a wrapped module, or (a model's own switch) the
+        outermost module whose forward runs again inside backward."""
+        if not self._in_ac or self._ac_mod is None:
+            return None
+        module = self._ac_mod()
+        if module is None:
+            return None
+        if module in self._regions:
+            return self._regions[module]
+        fqn = self._mod_tracker.get_known_fqn(module)
+        return self._plain_path(fqn) if fqn is not None else None
+
+    # -- the result --------------------------------------------------------------------------
+    def step_peak(self, device: torch.device, baseline_bytes: int) -> StepPeak:
+        """The peak on ``device`` since entering, with its phase, module and categories.
+
+        Args:
+            device: the device of the twin.
+            baseline_bytes: live bytes before the step (:meth:`live_bytes` before entering).
+
+        Raises:
+            RuntimeError: nothing was counted on ``device`` (the step ran elsewhere).
+        """
+        snap = self.get_tracker_snapshot("peak").get(device)
+        if snap is None or device not in self._peak_where:
+            raise RuntimeError(f"the memory tracker counted no tensor on {device} during the step")
+        phase, module, region, live = self._peak_where[device]
+        activations = int(snap.get(_MemRefType.ACT, 0))
+        by_region = {k.removeprefix("recomputed "): v for k, v in live.items() if k.startswith("recomputed ")}
+        saved = min(live["saved"], activations)
+        recomputed = min(sum(by_region.values()), activations - saved)
+        categories = {
+            "parameters": int(snap.get(_MemRefType.PARAM, 0)), "buffers": int(snap.get(_MemRefType.BUFFER, 0)),
+            "gradients": int(snap.get(_MemRefType.GRAD, 0)), "optimizer state": int(snap.get(_MemRefType.OPT, 0)),
+            "batch": int(snap.get(_MemRefType.OTH, 0)), "saved activations": saved,
+            "recomputed activations": recomputed, "other activations": activations - saved - recomputed,
+            "backward temporaries": int(snap.get(_MemRefType.TEMP, 0))}
+        return StepPeak(int(self._peak_mem[device]), int(baseline_bytes), phase, module, region, categories,
+                        str(device), by_region, phase_peaks=dict(self._phase_peaks.get(device, {})))
+
+    def live_bytes(self, device: torch.device) -> int:
+        """Live tensor bytes the tracker counts on ``device`` now, B."""
+        return int(self.get_tracker_snapshot("current").get(device, {}).get(_TOTAL_KEY, 0))
+
+
+def _device_key(device: torch.device) -> torch.device:
+    """The device as MemTracker keys it (``cuda`` gets its index)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def warm_step_peak(model: nn.Module, batch: Batch, loss_fn: Callable[[Tensor, Tensor], Tensor], optimizer_cfg: Any,
+                   forward_seed: int | None, warm_steps: int = 1) -> StepPeak:
+    """Peak live tensor bytes of one warm training step of ``model``: forward, loss, backward,
+    optimizer step, ``zero_grad(set_to_none=True)``.
+
+    ``warm_steps`` steps run first untracked, so the optimizer state exists (0: one optimizer
+    step on zero gradients instead, which creates the same state tensors without a forward;
+    the estimate uses it, since a forward on fake tensors costs seconds at a target shape);
+    then the model, optimizer and batch are registered with the tracker
+    (``MemTracker.track_external``) and one step runs inside it. On CUDA the allocator's
+    statistics are reset right before that step and read after ``torch.cuda.synchronize``
+    (torch.cuda memory-statistics docs), so both peaks describe the same step.
+
+    Args:
+        model: a twin in train mode (its weights change: a training step runs).
+        batch: ``(inputs, targets)``, e.g. ``[batch, features]`` and ``[batch]``, on the model's device.
+        loss_fn: ``fn(output, target) -> scalar``.
+        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
+        forward_seed: seeds every generator before each forward (None = leave them alone).
+        warm_steps: untracked training steps first (0: an optimizer step on zero gradients).
+
+    Returns:
+        :class:`StepPeak` (bytes, B).
+    """
+    step = make_train_step(model, batch, loss_fn, optimizer_cfg, forward_seed)
+    optimizer = step.optimizer
+    if warm_steps > 0:
+        for _ in range(warm_steps):
+            step()
+    else:  # the optimizer state only: one step on zero gradients (same tensors, no forward)
+        for p in model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    device = _device_key(next(iter(model.parameters()), torch.empty(0)).device)
+    tracker = StepTracker(model)
+    tracker.track_external(model, optimizer, *(t for t in tree_leaves(batch) if isinstance(t, Tensor)))
+    baseline = tracker.live_bytes(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        gc.collect()
+        torch.cuda.synchronize(device)
+        allocated_before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    with tracker:
+        step()
+    peak = tracker.step_peak(device, baseline)
+    if cuda:
+        torch.cuda.synchronize(device)
+        peak.cuda = {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+                     "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+                     "baseline_allocated_bytes": int(allocated_before)}
+    return peak
+
+
+# --------------------------------------------------------------------------- wording for the rows
+def where(peak: StepPeak) -> str:
+    """``"backward at blocks.3.mlp"``, ``"recompute of blocks.0 at blocks.0.attn"``, ``"optimizer step"``."""
+    if peak.phase == "optimizer step":
+        return peak.phase
+    if peak.module == OUTSIDE:
+        return f"{peak.phase}, outside every module (the loss)"
+    at = peak.module or "the model's own forward"
+    return f"{peak.phase} of {peak.region} at {at}" if peak.region else f"{peak.phase} at {at}"
+
+
+def increase_cause(plain: SavedActivations, rec: SavedActivations, classes: dict[str, str] | None = None) -> str:
+    """Which wrapped modules cause recompute to keep more than the plain run, for a detail sentence.
+
+    A module's cost is what is kept while it runs or as its inputs, plus its outputs kept by the
+    rest of the model (:meth:`reportgen.memory.saved.SavedActivations.caused_by`), so a recomputed
+    ReLU whose output the next Linear still keeps is charged to the ReLU, not to "the rest".
+
+    Args:
+        plain, rec: saved activations of the two twins (same module paths).
+        classes: ``{path: class name}`` to name the modules by (optional).
+    """
+    classes = classes or {}
+    order = {p: i for i, p in enumerate(plain.per_module)}
+    grown = sorted(((rec.caused_by(p) - plain.caused_by(p), p) for p in plain.per_module if p != REST),
+                   key=lambda item: (-item[0], order[item[1]]))  # largest first, then in model order
+    grown = [(delta, p) for delta, p in grown if delta > 0]
+    if not grown:
+        return f"the increase is outside every wrapped module ({REST})"
+    names = ", ".join(f"{p} ({classes[p]})" if p in classes else p for _, p in grown[:4]) + (f" and {len(grown) - 4} more" if len(grown) > 4 else "")
+    outputs = sum(rec.produced_by.get(p, 0) for _, p in grown)
+    why = (": each region keeps its input for the recompute while the layer after it still keeps its output"
+           if outputs else "")
+    return (f"the increase ({format_bytes(sum(d for d, _ in grown))}) comes from the wrapped module(s) {names}{why}; "
+            "recompute larger blocks (e.g. whole layers) instead")
+
+
+def peak_sentence(plain: StepPeak, rec: StepPeak, share: float, share_min: float,
+                  saved: dict[str, SavedActivations] | None, classes: dict[str, str] | None = None) -> str:
+    """The verdict row's detail: the peak saving, or the increase and who causes it, or why
+    recompute does not lower the peak and what to change."""
+    both = (f"{format_bytes(plain.peak_bytes)} plain ({where(plain)}) → {format_bytes(rec.peak_bytes)} recompute "
+            f"({where(rec)})")
+    if share >= share_min:
+        return f"recompute lowers the step's peak by {share:.1%} ({format_bytes(plain.peak_bytes - rec.peak_bytes)}): {both}"
+    if rec.peak_bytes > plain.peak_bytes:
+        cause = increase_cause(saved["plain"], saved["recompute"], classes) if saved else "the saved-bytes measurement failed"
+        return f"{-share:+.1%}: recompute costs memory here: the step's peak rises, {both}; {cause}"
+    head = f"recompute does not lower the step's peak (by {share:.1%}, threshold {share_min:.1%}): {both}"
+    region = rec.largest_region()
+    if region is not None and rec.phase in ("backward", "recompute"):
+        path, nbytes = region
+        held = saved["plain"].per_module.get(path) if saved else None
+        if held is not None and saved["plain"].total_bytes:
+            held_share = held / saved["plain"].total_bytes
+        else:  # a model's own switch: compare with the activations alive at the plain peak
+            acts = plain.categories["saved activations"] + plain.categories["other activations"]
+            held_share = nbytes / acts if acts else 1.0
+        return (f"{head}; one region ({path}) holds {held_share:.0%} of the activations and is recomputed at once, so "
+                f"backward brings {format_bytes(nbytes)} of them back together; split it (e.g. one region per layer)")
+    if plain.phase == "optimizer step" and rec.phase == "optimizer step":
+        fixed = sum(rec.categories[c] for c in ("parameters", "buffers", "gradients", "optimizer state"))
+        return (f"{head}; both peaks are in the optimizer step, where parameters, gradients and optimizer state "
+                f"({format_bytes(fixed)}) are alive and no activation is: recompute cannot lower it at this batch; "
+                "activations set the peak only at a larger batch or sequence")
+    acts = sum(rec.categories[c] for c in ("saved activations", "recomputed activations", "other activations"))
+    return (f"{head}; at the recompute peak {format_bytes(acts)} are activations and "
+            f"{format_bytes(rec.peak_bytes - acts)} weights, gradients, optimizer state, batch and backward temporaries")

@@ -1,0 +1,440 @@
+"""Count the bytes autograd keeps for backward (saved activations), on any device.
+
+Shared API: :func:`saved_activation_bytes` is used by the warm-step memory check, the
+GPU-free estimate (it runs unchanged on ``FakeTensorMode`` tensors) and the larger-batch
+search.
+
+What is counted, during one forward and the loss (no backward):
+
+* every tensor packed by :class:`torch.autograd.graph.saved_tensors_hooks`;
+* the tensor inputs of each recompute-wrapped region. Non-reentrant
+  ``torch.utils.checkpoint`` keeps its inputs alive in a closure, so saved-tensor hooks
+  never see them; a forward pre-hook on each ``CheckpointWrapper`` records them;
+* in selective mode, the op outputs the policy saved (``MUST_SAVE``/``PREFER_SAVE``), which
+  ``torch.utils.checkpoint``'s caching dispatch mode keeps in its own storage.
+
+Each storage is counted once (a view and its base, or ``q, k, v`` split from one ``qkv``,
+are one storage), with ``untyped_storage().nbytes()``; storages of parameters and buffers
+are excluded (weights are not activations). References are held until the count is done,
+so an address is never reused for another tensor during the measurement.
+
+Saved-tensor hooks bypass autograd's in-place checks and change what is stored, so callers
+measure memory in runs separate from the parity runs (docs/architecture.md).
+
+Also the training-step helpers every measuring check shares: :func:`make_train_step`,
+:func:`training_optimizer` and :func:`cuda_step_peaks`.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import torch
+from hydra.utils import instantiate
+from torch import Tensor, nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+from torch.utils._pytree import tree_leaves
+
+from reportgen.config import GRADIENT_PARITY
+from reportgen.twins.recompute import Wrapped, plain_name
+from reportgen.results import Role, Row
+from reportgen.rng import seeded
+from reportgen.structure import call_model, clone_inputs
+from reportgen.tasks import Batch
+
+if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
+    from reportgen.twins.setup import Setup
+
+#: Key of :attr:`SavedActivations.per_module` for storages saved outside every listed module.
+REST = "(rest of model)"
+
+
+@dataclass
+class SavedActivations:
+    """What autograd keeps for backward after one forward and the loss.
+
+    Attributes:
+        total_bytes: bytes of unique storages kept for backward (parameters and buffers
+            excluded), B.
+        per_module: ``{module path: bytes}`` for each path asked for (recompute-wrapper
+            segments removed, so plain and recompute twins share keys), plus ``REST``
+            (``"(rest of model)"``) for storages saved outside all of them. Sums to
+            ``total_bytes``.
+        storages: number of unique storages counted.
+        per_module_storages: ``{module path: number of storages}``, same keys as ``per_module``.
+        produced_by: ``{module path: bytes}`` of the storages in ``per_module[REST]`` that a
+            listed module produced (its output, kept by a layer outside every listed module),
+            B. Not in ``per_module``: it says who *causes* them. A recompute region whose
+            output the next layer keeps (a recomputed ReLU before a Linear) shows here.
+    """
+
+    total_bytes: int
+    per_module: dict[str, int]
+    storages: int = 0
+    per_module_storages: dict[str, int] = field(default_factory=dict)
+    produced_by: dict[str, int] = field(default_factory=dict)
+
+    def caused_by(self, path: str) -> int:
+        """Bytes kept because of module ``path``: saved while it runs or as its inputs, plus its
+        outputs kept outside every listed module (``per_module`` + ``produced_by``), B."""
+        return self.per_module.get(path, 0) + self.produced_by.get(path, 0)
+
+
+def _storage_key(t: Tensor) -> tuple[Any, ...]:
+    """A key equal for tensors sharing memory: ``(device, data_ptr)`` for real tensors, the
+    storage object's address for fake/meta tensors (their data pointer is 0)."""
+    storage = t.untyped_storage()
+    if not isinstance(t, torch._subclasses.FakeTensor) and t.device.type != "meta":
+        ptr = storage.data_ptr()
+        if ptr:
+            return (str(t.device), ptr)
+    return ("storage", storage._cdata)
+
+
+class _Ledger:
+    """Unique storages seen so far, each with the module it is attributed to."""
+
+    def __init__(self, excluded: set):
+        self.excluded = excluded
+        self.seen: dict[tuple, tuple[str, int]] = {}
+        self.refs: list[Any] = []  # keep storages alive: no address reuse while counting
+
+    def add(self, t: Any, owner: str) -> None:
+        if not isinstance(t, Tensor):
+            return
+        key, nbytes, ref = _identify(t)
+        if key in self.excluded or key in self.seen:
+            return
+        self.seen[key] = (owner, nbytes)
+        self.refs.append(ref)
+
+
+def _identify(t: Tensor) -> tuple[tuple, int, Any]:
+    """``(storage key, storage bytes, object to hold)`` of a tensor (sparse and nested tensors,
+    which have no plain storage, are keyed by the tensor itself)."""
+    try:
+        storage = t.untyped_storage()
+        return _storage_key(t), int(storage.nbytes()), storage
+    except (RuntimeError, NotImplementedError):
+        return ("tensor", id(t)), t.numel() * t.element_size(), t
+
+
+def _weight_keys(model: nn.Module) -> set:
+    keys = set()
+    for t in (*model.parameters(), *model.buffers()):
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            keys.add(_storage_key(t))
+    return keys
+
+
+def _tracking_context_fn(original: Callable, contexts: list, owner: Callable[[], str]) -> Callable:
+    """Wrap a selective-recompute ``context_fn`` to remember each forward context's storage."""
+
+    def context_fn():
+        forward_ctx, recompute_ctx = original()
+        if hasattr(forward_ctx, "storage"):
+            contexts.append((owner(), forward_ctx.storage))
+        return forward_ctx, recompute_ctx
+
+    return context_fn
+
+
+def _selective_saved(storage: dict) -> Iterable[Tensor]:
+    """Tensors a selective policy kept: values of ``_CachingTorchDispatchMode.storage``."""
+    for per_index in storage.values():
+        values = per_index.values() if isinstance(per_index, dict) else per_index
+        for value in values:
+            for leaf in tree_leaves(value):
+                leaf = getattr(leaf, "val", leaf)  # _VersionWrapper(detached tensor)
+                if isinstance(leaf, Tensor):
+                    yield leaf
+
+
+def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, Tensor], Tensor],
+                           forward_seed: int | None, module_paths: list[str]) -> SavedActivations:
+    """Bytes of the tensors autograd keeps for backward after ``loss_fn(model(x), y)``.
+
+    Runs one forward and the loss on clones of ``batch`` (no backward; the graph is dropped
+    on return). Works on real tensors of any device and on ``FakeTensorMode`` tensors
+    (call it inside the same fake mode that built ``model`` and ``batch``).
+
+    Args:
+        model: a plain or recompute twin, in the mode to measure (``train()`` for training).
+        batch: ``(inputs, targets)``, e.g. inputs ``[batch, seq]`` ids or ``[batch, features]``.
+        loss_fn: ``fn(output, target) -> scalar``; what it saves counts (it is kept for backward).
+        forward_seed: seeds every generator (:func:`reportgen.rng.seeded`) for the forward
+            (None = leave them alone).
+        module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
+            usually the wrapped modules' paths. Each storage goes to the innermost listed
+            module running when it was saved (or, for a recompute region's inputs, to that
+            region), else to ``"(rest of model)"``; a storage of the rest that a listed
+            module produced (its output) is also counted in ``produced_by`` for that module.
+
+    Returns:
+        :class:`SavedActivations` with total and per-module bytes (B) and storage counts.
+    """
+    paths = set(module_paths)
+    ledger = _Ledger(_weight_keys(model))
+    stack: list[str] = []
+    owner = lambda: stack[-1] if stack else REST  # noqa: E731
+    handles, contexts, restore = [], [], []
+
+    def push(name: str):
+        return lambda module, args: stack.append(name)
+
+    produced: dict[tuple, str] = {}  # storage key of a listed module's output -> its path
+    produced_refs: list[Any] = []  # outputs held until the count is done: no address reuse
+
+    def pop(module, args, output):
+        name = stack.pop()
+        for leaf in tree_leaves(output):
+            if isinstance(leaf, Tensor):
+                key, _, ref = _identify(leaf)
+                if key not in produced:
+                    produced[key] = name
+                    produced_refs.append(ref)
+
+    def record_inputs(name: str):
+        def hook(module, args, kwargs):
+            for leaf in tree_leaves((args, kwargs)):
+                ledger.add(leaf, name if name in paths else owner())
+        return hook
+
+    for raw_name, module in model.named_modules():
+        name = plain_name(raw_name)
+        if isinstance(module, CheckpointWrapper):
+            handles.append(module.register_forward_pre_hook(record_inputs(name), with_kwargs=True))
+            fn = module.checkpoint_fn
+            if isinstance(fn, functools.partial) and fn.keywords.get("context_fn") is not None:
+                restore.append((module, fn))
+                module.checkpoint_fn = functools.partial(
+                    fn.func, *fn.args, **{**fn.keywords, "context_fn": _tracking_context_fn(fn.keywords["context_fn"], contexts, owner)})
+        if name in paths:
+            handles.append(module.register_forward_pre_hook(push(name)))
+            handles.append(module.register_forward_hook(pop, always_call=True))
+
+    def pack(t: Tensor) -> Tensor:
+        ledger.add(t, owner())
+        return t
+
+    x, y = clone_inputs(batch[0]), batch[1]
+    try:
+        with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(call_model(model, x), y)
+        for name, storage in contexts:
+            for t in _selective_saved(storage):
+                ledger.add(t, name)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, fn in restore:
+            module.checkpoint_fn = fn
+    del loss
+    per_module = {p: 0 for p in module_paths} | {REST: 0}
+    counts = dict.fromkeys(per_module, 0)
+    produced_by = dict.fromkeys(module_paths, 0)
+    for key, (name, nbytes) in ledger.seen.items():
+        per_module[name] += nbytes
+        counts[name] += 1
+        if name == REST and key in produced:
+            produced_by[produced[key]] += nbytes
+    return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts, produced_by)
+
+
+def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any,
+                    forward_seed: int | None = None) -> Callable[[], None]:
+    """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
+
+    Gradients are freed at the end of each step, so between steps only weights and optimizer
+    state are allocated (the baseline of a step's peak).
+
+    Args:
+        model: a twin in train mode.
+        batch: ``(inputs, targets)``, used as is (never modified).
+        loss_fn: ``fn(output, target) -> scalar``.
+        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
+        forward_seed: seeds every generator before each forward and backward
+            (:func:`reportgen.rng.seeded`; None = leave them alone).
+
+    Returns:
+        The step; its ``optimizer`` attribute is the optimizer it steps (a memory tracker
+        counts that optimizer's state).
+    """
+    optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
+    x, y = batch
+
+    def step() -> None:
+        with seeded(forward_seed):
+            loss_fn(call_model(model, x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step.optimizer = optimizer
+    return step
+
+
+def training_optimizer(setup: Setup) -> Any:
+    """The optimizer node of a representative training step: ``budget.optimizer``."""
+    return setup.cfg.budget.optimizer
+
+
+def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch | None = None) -> dict[str, int]:
+    """Allocator peaks of one warm training step of a fresh twin on CUDA, on ``batch``
+    (default: the fixed batch; the larger-batch search passes its probe batch).
+
+    ``warm_steps`` steps first (optimizer state initialised, allocator caches warm, same batch
+    shape), then ``torch.cuda.reset_peak_memory_stats`` immediately before the measured step,
+    and ``torch.cuda.synchronize`` before each read (torch.cuda memory-statistics docs).
+
+    Returns:
+        ``{"peak_allocated_bytes", "peak_reserved_bytes", "baseline_allocated_bytes"}``, B;
+        the baseline is what is allocated right before the step (weights, optimizer state).
+
+    Raises:
+        RuntimeError: the setup's device is not CUDA.
+        torch.cuda.OutOfMemoryError: the step does not fit; the next call frees what it left.
+    """
+    device = setup.device
+    if device.type != "cuda":
+        raise RuntimeError(f"CUDA peaks need a CUDA device, this run is on {device}")
+    gc.collect()
+    torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
+    model = setup.build(recompute)
+    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup),
+                           setup.cfg.forward_seed)
+    for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
+        step()
+    torch.cuda.synchronize(device)
+    baseline = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    peaks = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+             "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
+             "baseline_allocated_bytes": baseline}
+    del model, step
+    gc.collect()
+    torch.cuda.empty_cache()
+    return peaks
+
+
+def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward_seed: int | None,
+                      whole_modules: bool = False) -> list[str]:
+    """Paths of the modules that actually recompute: whose forward runs again during backward.
+
+    Implementation-agnostic: a global forward pre-hook records every module whose forward
+    starts while autograd's engine is running a backward (``torch._C._current_graph_task_id()``
+    is not -1), which is what any recomputation (reentrant, non-reentrant, selective, a
+    model's own switch) does. Only the outermost such modules are returned (their children
+    run again because they do), with recompute-wrapper segments removed.
+
+    Args:
+        model: a twin in train mode (not modified; one forward and backward run on it).
+        batch: ``(inputs, targets)``.
+        loss_fn: ``fn(output, target) -> scalar``.
+        forward_seed: seeds every generator for the forward and backward.
+        whole_modules: also count a module (not the root) as recomputed when its own hook did not
+            run again but every child that ran in the forward did: a switch that recomputes a
+            layer's ``forward`` rather than its ``__call__`` (transformers 5's
+            ``GradientCheckpointingLayer``) never runs the layer's hooks again. For the model's
+            own switch; a childless module recomputed that way stays unseen.
+
+    Returns:
+        Module paths in the plain model's naming, in the order they recomputed; empty when
+        nothing recomputes.
+    """
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    names = {module: plain_name(name) for name, module in model.named_modules()
+             if not isinstance(module, CheckpointWrapper)}
+    again: list[str] = []
+    ran: set[str] = set()
+
+    def record(module: nn.Module, args: Any) -> None:
+        if module not in names:
+            return
+        if torch._C._current_graph_task_id() == -1:
+            ran.add(names[module])
+        elif names[module] not in again:
+            again.append(names[module])
+
+    handle = register_module_forward_pre_hook(record)
+    x, y = clone_inputs(batch[0]), batch[1]
+    try:
+        with seeded(forward_seed):
+            loss_fn(call_model(model, x), y).backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    if whole_modules:
+        _add_whole_modules(model, names, ran, again)
+    return [p for p in again if not any(p.startswith(q + ".") or (q == "" and p) for q in again if q != p)]
+
+
+def _add_whole_modules(model: nn.Module, names: dict, ran: set[str], again: list[str]) -> None:
+    """Insert into ``again`` (before its first child) every non-root module that ran in the forward,
+    did not run again itself, and whose children that ran all ran again; innermost first, so a
+    module whose children were added this way counts too."""
+    for module in reversed(list(names)):
+        path = names[module]
+        children = [names[c] for c in module.children() if c in names and names[c] in ran]
+        if path and path in ran and path not in again and children and all(c in again for c in children):
+            again.insert(min(again.index(c) for c in children), path)
+
+
+def _runs_eagerly(setup: Setup) -> bool:
+    """True when an uncompiled plain twin runs a forward and backward on the fixed batch."""
+    try:
+        observe_recompute(setup.build(False, compiled=False), setup.batch, setup.task.loss, setup.cfg.forward_seed)
+    except Exception:  # noqa: BLE001 - the model itself is broken; the checks say so
+        return False
+    return True
+
+
+def observe_twins(setup: Setup) -> None:
+    """Which modules recompute in each twin, observed (:func:`reportgen.memory.saved.observe_recompute`).
+
+    Sets ``setup.observed`` (recompute twin) and ``setup.baseline_recomputes`` (plain twin;
+    a baseline that already recomputes cannot be compared). With the model's own switch the
+    observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
+    to the checks, which turn the exception into rows.
+
+    When the model's own switch ran and nothing recomputes, that is evidence, not a usage error
+    (a frozen base under reentrant recompute, e.g. LoRA without ``enable_input_require_grads()``):
+    ``setup.nothing_recomputes`` says so and :func:`observation_rows` makes it a FAIL row.
+    """
+    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    try:
+        switch = not setup.wrapped  # the model's own switch may recompute a layer's forward, not its __call__
+        plain = setup.build(False)
+        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed, whole_modules=switch)
+        flag = getattr(plain, "is_activation_checkpointing", None)  # transformers 5 (the 4.x name warns there)
+        if flag if flag is not None else getattr(plain, "is_gradient_checkpointing", False):
+            setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
+        twin = setup.build(True)
+        setup.observed = observe_recompute(twin, setup.batch, loss, seed, whole_modules=switch)
+    except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
+        if setup.cfg.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
+            setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+        return
+    if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
+        classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
+        setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
+        if not setup.wrapped:
+            setup.nothing_recomputes = (f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of "
+                                        "the recompute twin runs its forward again in backward: nothing recomputes, "
+                                        "so the configured recompute is not what trains")
+
+
+def observation_rows(setup: Setup) -> list[Row]:
+    """A FAIL row of gradient parity when the model's switch recomputes nothing (else none).
+
+    Judged like every row: ``recomputed_regions >= 1``, so ``reportgen.verify`` re-derives it.
+    """
+    if not setup.nothing_recomputes:
+        return []
+    return [Row(GRADIENT_PARITY, "regions recomputed", "recompute", "recomputed_regions", 0.0, ">= 1", ">=",
+                threshold_value=1.0, role=Role.OBSERVED, unit="regions", detail=setup.nothing_recomputes)]

@@ -1,0 +1,133 @@
+"""Any Hugging Face masked LM from a local ``config.json`` (or local weights), and a text task for it.
+
+``python -m reportgen +model=hf_masked_lm model.config=PATH``: the masked-LM twin of
+:mod:`reportgen.models.hf.auto`'s ``hf_causal_lm`` (same config loading, same text, same refusals).
+
+- :func:`masked_lm` builds ``AutoModelForMaskedLM`` (BERT, RoBERTa, ...) with random weights
+  (seeded by reportgen) or loads local weights (``from_pretrained(local_files_only=True)``).
+- :class:`TextMaskedLMTask` masks characters of windows of the text (BERT's objective, without
+  the random-token and keep-token variants): each position is masked with probability
+  ``mask_prob`` and at least one per window; the loss is the cross-entropy over masked
+  positions only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from reportgen.errors import SetupError
+from reportgen.models.hf.auto import auto_model, char_ids, check_block_size, model_config, read_text
+from reportgen.tasks import _device_dtype
+
+#: ``ignore_index`` of the targets at positions that are not masked (torch's cross-entropy default).
+IGNORE = -100
+
+
+def masked_lm(task: Any, config: str | None = None, pretrained: str | None = None,
+              attn_implementation: str | None = None) -> nn.Module:
+    """A Hugging Face masked LM: random weights from a local config.json, or local weights.
+
+    Args:
+        task: a :class:`TextMaskedLMTask` (its ids, mask id included, must fit the embedding).
+        config: a local ``config.json`` or a folder holding one (random init, seeded by reportgen).
+        pretrained: a local ``save_pretrained`` folder (``local_files_only``); this or ``config``.
+        attn_implementation: ``"eager"``, ``"sdpa"``, ...; None = what transformers picks.
+
+    Returns:
+        The ``AutoModelForMaskedLM`` class for the config's ``model_type``, e.g. ``BertForMaskedLM``.
+
+    Raises:
+        SetupError: see :func:`reportgen.models.hf.auto.model_config`; the architecture has no
+            masked-LM head; the task does not fit the config.
+    """
+    cfg = model_config(config, pretrained)
+    return auto_model("AutoModelForMaskedLM", "masked-LM head", "+model=hf_masked_lm tests encoder models with a "
+                      "masked-LM head", task, cfg, pretrained, attn_implementation)
+
+
+class TextMaskedLMTask:
+    """Character-level masked LM on a local text, sized to a Hugging Face config.
+
+    Characters get ids as in :func:`reportgen.models.hf.auto.char_ids`, clipped to ``vocab_size - 1``;
+    the next id is the mask id. The last ``val_fraction`` of the text is held out. Batches are
+    ``({"input_ids": [b, s], "attention_mask": [b, s]}, targets [b, s])`` with targets
+    ``IGNORE`` (-100) where nothing is masked. Metric: held-out cross-entropy per masked
+    character in bits (lower is better).
+
+    Args:
+        config: the model's local config.json (or folder); read for ``vocab_size``.
+        pretrained: or the model's local ``save_pretrained`` folder.
+        text_file: a UTF-8 text file; None = Python's bundled docs (``pydoc_data.topics``).
+        block_size: characters per window (sequence length, tokens).
+        mask_prob: probability that a position is masked (BERT: 0.15).
+        val_fraction: share of the text held out.
+        eval_batches: held-out batches of ``eval_batch_size`` windows for evaluation.
+        eval_batch_size: windows per held-out batch.
+
+    Raises:
+        SetupError: see :func:`reportgen.models.hf.auto.model_config`; a missing text file; a text too
+            short for the windows; ``mask_prob`` outside (0, 1].
+    """
+
+    metric = "bits_per_masked_char"
+    higher_is_better = False
+
+    def __init__(self, config: str | None = None, pretrained: str | None = None, text_file: str | None = None,
+                 block_size: int = 32, mask_prob: float = 0.15, val_fraction: float = 0.1, eval_batches: int = 8,
+                 eval_batch_size: int = 16):
+        if not 0.0 < mask_prob <= 1.0:
+            raise SetupError(f"task.mask_prob={mask_prob} must be in (0, 1] (BERT masks 0.15)")
+        cfg = model_config(config, pretrained)
+        text = read_text(text_file)
+        self.vocab, ids = char_ids(text, int(cfg.vocab_size) - 1)
+        self.mask_id = len(self.vocab)
+        n_val = int(len(ids) * val_fraction)
+        check_block_size(block_size)
+        if n_val < block_size or len(ids) - n_val < block_size:
+            raise SetupError(f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
+                             f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text")
+        self.train, self.val = ids[:-n_val], ids[-n_val:]
+        self.block_size, self.mask_prob = block_size, mask_prob
+        self.eval_batches, self.eval_batch_size = eval_batches, eval_batch_size
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids in use: the characters' and the mask id."""
+        return self.mask_id + 1
+
+    def _masked(self, data: Tensor, generator: torch.Generator, batch_size: int) -> tuple[dict[str, Tensor], Tensor]:
+        start = torch.randint(0, len(data) - self.block_size, (batch_size,), generator=generator)
+        ids = data[start[:, None] + torch.arange(self.block_size)]
+        masked = torch.rand(ids.shape, generator=generator) < self.mask_prob
+        masked[torch.arange(batch_size), torch.randint(0, self.block_size, (batch_size,), generator=generator)] = True
+        inputs = torch.where(masked, torch.full_like(ids, self.mask_id), ids)
+        return {"input_ids": inputs, "attention_mask": torch.ones_like(ids)}, torch.where(masked, ids, IGNORE)
+
+    def make_batch(self, generator: torch.Generator, batch_size: int) -> tuple[dict[str, Tensor], Tensor]:
+        """Random training windows, masked, drawn with ``generator``.
+
+        Returns:
+            ``({"input_ids": [b, s] int64 with mask ids, "attention_mask": [b, s] int64 ones},
+            targets [b, s] int64: the original id where masked, -100 elsewhere)``.
+        """
+        return self._masked(self.train, generator, batch_size)
+
+    def loss(self, output: Any, target: Tensor) -> Tensor:
+        """Mean cross-entropy (nats per masked character) of ``output.logits`` ``[b, s, vocab]``, in float32."""
+        return F.cross_entropy(output.logits.flatten(0, 1).float(), target.flatten(), ignore_index=IGNORE)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Held-out masked loss (nats per masked character) and bits per masked character (= loss / ln 2)
+        on fixed held-out windows and masks."""
+        generator = torch.Generator().manual_seed(10_007)
+        device, _ = _device_dtype(model)
+        losses = []
+        for _ in range(self.eval_batches):
+            inputs, targets = self._masked(self.val, generator, self.eval_batch_size)
+            losses.append(float(self.loss(model(**{k: v.to(device) for k, v in inputs.items()}), targets.to(device))))
+        loss = sum(losses) / len(losses)
+        return {"val_masked_loss": loss, "bits_per_masked_char": loss / math.log(2)}

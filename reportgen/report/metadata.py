@@ -1,0 +1,217 @@
+"""Run metadata shown in the report: the claim, environment, seeds, command, config."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf
+
+from reportgen import __version__
+from reportgen.results.distance import tolerances
+from reportgen.twins.recompute import use_reentrant
+from reportgen.rng import GENERATORS
+from reportgen.twins.setup import Setup
+from reportgen.trust.sources import (PACKAGE_DIR, display_path, git_repositories, pythonpath_entries, reportgen_sources_sha256,
+                      user_source_digests)
+
+#: Hydra's options that name the primary config; they travel into the rerun command.
+CONFIG_OPTIONS = {"--config-dir": "--config-dir", "-cd": "--config-dir", "--config-path": "--config-path",
+                  "-cp": "--config-path", "--config-name": "--config-name", "-cn": "--config-name"}
+#: Options naming a folder relative to the working folder, shown relative to it where possible
+#: (``--config-path`` is relative to reportgen's entry module, so it is kept as given).
+FOLDER_OPTIONS = ("--config-dir",)
+
+
+def report_time() -> str:
+    """UTC time of the run, ISO 8601; ``SOURCE_DATE_EPOCH`` (reproducible builds) wins."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch else dt.datetime.now(dt.timezone.utc)
+    return when.replace(microsecond=0).isoformat()
+
+
+def user_code_commit(target: str) -> str:
+    """Git commit (and ``+dirty``) of the repository holding the model factory's source file,
+    or ``"not in a git repository"``."""
+    try:
+        source = Path(sys.modules[get_method(target).__module__].__file__).resolve().parent
+        head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode:
+            return "not in a git repository"
+        dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain"], capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, AttributeError, KeyError, ImportError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _split_argv(args: list[str]) -> tuple[list[tuple[str, str]], list[str], bool]:
+    """``(config options as (long name, value), other arguments, multirun flag)`` of Hydra's argv."""
+    options, rest, multirun, index = [], [], False, 0
+    while index < len(args):
+        arg = args[index]
+        name, eq, value = arg.partition("=")
+        if name in CONFIG_OPTIONS and eq:
+            options.append((CONFIG_OPTIONS[name], value))
+        elif arg in CONFIG_OPTIONS and index + 1 < len(args):
+            options.append((CONFIG_OPTIONS[arg], args[index + 1]))
+            index += 1
+        elif arg in ("-m", "--multirun"):
+            multirun = True
+        else:
+            rest.append(arg)
+        index += 1
+    return options, rest, multirun
+
+
+def rerun_command(argv: list[str] | None = None, environ: dict | None = None, cwd: Path | None = None,
+                  job_overrides: list[str] | None = None) -> str:
+    """The command line that reruns this job from the folder it ran in.
+
+    ``PYTHONPATH=...`` when the process had one (each folder relative to ``cwd`` when inside
+    it), then ``python -m reportgen``, the config options given (``--config-dir``,
+    ``--config-path``, ``--config-name``; folders relative where possible) and the overrides.
+    In a multirun job, ``job_overrides`` (Hydra's ``overrides.task`` of the job) replace the
+    sweep's comma lists and ``-m``, so each job's report says how to rerun that job alone; a
+    ``hydra.searchpath`` override is kept.
+
+    Args:
+        argv: the process's arguments (default ``sys.argv``).
+        environ: the environment (default ``os.environ``).
+        cwd: the working folder (default the current one).
+        job_overrides: the job's own overrides in a multirun, else None.
+
+    Returns:
+        One shell-quoted line, e.g. ``PYTHONPATH=my_project python -m reportgen --config-dir my_project/conf +model=mine``.
+    """
+    argv = sys.argv if argv is None else argv
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    options, overrides, multirun = _split_argv(list(argv[1:]))
+    if job_overrides is not None:
+        overrides = [o for o in overrides if o.startswith("hydra.searchpath")] + list(job_overrides)
+    elif multirun:
+        overrides = ["-m", *overrides]
+    parts = ["python", "-m", "reportgen"]
+    for name, value in options:
+        folder = display_path(cwd / value, cwd) if name in FOLDER_OPTIONS and not value.startswith("pkg://") else value
+        parts += [name, folder]
+    command = shlex.join(parts + overrides)
+    entries = pythonpath_entries(environ)
+    if entries:
+        command = f"PYTHONPATH={shlex.quote(os.pathsep.join(display_path(cwd / e, cwd) for e in entries))} {command}"
+    return command
+
+
+def _job_overrides() -> list[str] | None:
+    """The overrides of this multirun job (Hydra's ``overrides.task``), or None outside a multirun."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return list(HydraConfig.get().overrides.task)
+    except (ImportError, ValueError):
+        pass
+    return None
+
+
+def provenance(cwd: Path | None = None) -> dict[str, Any]:
+    """What the run's code was: the user's source files and the git state around them.
+
+    Read from ``sys.modules`` after the model and task were built (:mod:`reportgen.trust.sources`):
+    every loaded module outside the standard library, site-packages and reportgen.
+
+    Returns:
+        ``{"user_sources": {path: hex SHA-256}, "user_repositories": [{"repository",
+        "commit", "dirty", "files"}], "reportgen_sources_sha256", "reportgen_repository"}``;
+        paths relative to ``cwd`` where inside it; ``dirty`` is None when git could not tell
+        (not installed, not a repository).
+    """
+    digests = user_source_digests()
+    repos = git_repositories(digests)
+    for repo in repos:
+        if repo["repository"] is not None:
+            repo["repository"] = display_path(repo["repository"], cwd)
+    own = git_repositories([PACKAGE_DIR / "__init__.py"])[0]
+    if own["repository"] is not None:
+        own["repository"] = display_path(own["repository"], cwd)
+    return {"user_sources": {display_path(p, cwd): d for p, d in digests.items()}, "user_repositories": repos,
+            "reportgen_sources_sha256": reportgen_sources_sha256(), "reportgen_repository": own}
+
+
+def recompute_settings(cfg: DictConfig, setup: Setup | None = None) -> dict[str, Any]:
+    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``, and
+    ``strategy`` (``distributed.strategy`` of a sharded run, else None).
+
+    ``mode`` is the mode in force: ``setup.mode`` (which says what the model's own default was when
+    ``recompute.mode`` is unset), else the configured one; None when neither says.
+    """
+    rc = cfg.recompute
+    mode = setup.mode if setup is not None and setup.mode is not None else getattr(rc.mode, "value", rc.mode)
+    dc = cfg.get("distributed")
+    strategy = getattr(dc.strategy, "value", str(dc.strategy)) if dc is not None and int(dc.world_size) > 1 else None
+    return {"mode": mode, "preserve_rng_state": bool(rc.preserve_rng_state), "strategy": strategy}
+
+
+def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:
+    """Everything the report shows besides the frame.
+
+    Returns:
+        dict with ``claim`` (model, mode, targets, wrapped, precision, device, rng settings),
+        ``tolerances`` (rtol/atol used and where they come from), ``environment``, ``command``,
+        ``config_yaml``, ``out_dir`` and ``created`` (ISO time). ``environment`` carries the
+        :func:`provenance` of the code (user source digests, their repositories' dirty flags),
+        which the signed statement repeats.
+    """
+    rc = cfg.recompute
+    configured = setup.tolerance()
+    rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *configured)
+    source = "configured" if cfg.parity.rtol is not None or cfg.parity.atol is not None else \
+        f"torch.testing.assert_close defaults for {cfg.dtype}" if setup.autocast_dtype is None else \
+        f"torch.testing.assert_close defaults for the autocast dtype {cfg.precision.autocast}"
+    return {
+        "title": cfg.report.title,
+        "created": report_time(),
+        "claim": {
+            "model": str(cfg.model._target_),
+            "task": str(cfg.task._target_),
+            "mode": recompute_settings(cfg, setup)["mode"] or "the model's own default",
+            "mode_note": setup.mode_note,
+            "targets": list(rc.targets),
+            "wrapped": [{"path": w.path, "cls": w.cls} for w in setup.wrapped],
+            "preserve_rng_state": bool(rc.preserve_rng_state),
+            "determinism_check": str(rc.determinism_check),
+            "save_ops": list(rc.save_ops),
+            "precision": cfg.dtype + (f", autocast {cfg.precision.autocast}" if cfg.precision.autocast else ""),
+            "compiled": (f"torch.compile (backend {cfg.compile.backend}) on both twins: the baseline is the compiled "
+                         "plain twin" if cfg.compile.enabled else None),
+            "device": str(setup.device),
+            "method": getattr(rc.method, "value", str(rc.method)),
+            "enable": rc.get("enable"),
+            "use_reentrant": use_reentrant(rc) if setup.mode is None else setup.mode == "reentrant",
+            "observed": list(setup.observed) if setup.observed is not None else None,
+            "ignored_attributes": list(cfg.state.ignore_attributes),
+            "generators": list(GENERATORS) if cfg.forward_seed is not None else [],
+        },
+        "tolerances": {"rtol": rtol, "atol": atol, "source": source},
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "reportgen": __version__,
+            "platform": platform.platform(),
+            "device": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor() or "cpu",
+            "seed": cfg.seed,
+            "forward_seed": cfg.forward_seed,
+            "user_code_commit": user_code_commit(cfg.model._target_),
+            **provenance(),
+        },
+        "command": rerun_command(job_overrides=_job_overrides()),
+        "config_yaml": OmegaConf.to_yaml(cfg, resolve=True),
+        "out_dir": str(out_dir),
+    }

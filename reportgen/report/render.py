@@ -1,0 +1,355 @@
+"""Frame + metadata → view model → ``templates/report.html.j2`` → report.html → report.pdf.
+
+Markup lives only in templates (autoescape on, StrictUndefined); this module shapes data.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
+
+from reportgen.paths import templates_dir
+from reportgen.checks import ROWS_TEMPLATE, section as registered_section
+from reportgen.memory.peak import CATEGORIES
+from reportgen.checks.plots import section_plots
+from reportgen.results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
+                      frame_to_json)
+from reportgen.report.guard import guard_costs, guard_sections
+
+#: How a group of rows (one role) is named when it collapses to one summary line.
+ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD: "parameter gradients",
+               Role.INPUT_GRAD: "input gradient", Role.PARAM: "parameters after the step",
+               Role.OPTIMIZER_STATE: "optimizer-state tensors", Role.BUFFER: "buffers",
+               Role.ATTRIBUTE: "plain module attributes", Role.RNG: "RNG states", Role.WARNING: "torch warnings",
+               Role.EXCEPTION: "errors", Role.SAVE_OP: "save_ops entries"}
+
+#: Rows shown per section in the report; the rest (all passing when the table is sorted worst
+#: first and no more fail) are summarised in one line and stay in results.csv.
+SHOWN_ROWS = 30
+
+
+def fmt_num(value: Any) -> str:
+    """Numbers for people: 3 significant digits, ``—`` for missing, ``inf`` spelled out."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if math.isinf(value):
+            return "inf"
+        return f"{value:.3g}" if value != int(value) or abs(value) >= 1e6 else f"{int(value)}"
+    return str(value)
+
+
+def fmt_bytes(value: Any) -> str:
+    """Bytes in binary units (KiB, MiB, GiB)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    value = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value} TiB"
+
+
+def fmt_int(value: Any) -> str:
+    """An exact integer (e.g. bytes) with thousands separators, ``—`` for missing."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—" if value is None or math.isnan(value) else fmt_num(value)
+    return f"{int(value):,}"
+
+
+def fmt_name(name: Any) -> Markup:
+    """A dotted name (``model.embed_tokens.weight.grad``) that may wrap after each dot, never mid-word.
+
+    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; the
+    ``code.name`` CSS rule keeps words whole (``overflow-wrap: normal``), so a PDF table cell
+    breaks it only at those points.
+    """
+    text = str(name)
+    parts = [escape(p) for p in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00")]
+    return Markup("<wbr>").join(parts)
+
+
+def environment() -> Environment:
+    """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters."""
+    env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int, name=fmt_name)
+    env.globals.update(R=Role, CATEGORIES=CATEGORIES)
+    return env
+
+
+def _records(group: pd.DataFrame) -> list[dict]:
+    """Rows of one check, worst status first, then largest value first."""
+    order = {s: i for i, s in enumerate(SEVERITY)}
+    group = group.assign(_sev=group.status.map(order), _val=pd.to_numeric(group.value, errors="coerce").fillna(-1))
+    group = group.sort_values(["_sev", "_val"], ascending=[True, False], kind="stable")
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in group.drop(columns=["_sev", "_val"]).to_dict("records")]
+
+
+def row_groups(records: list[dict]) -> list[dict]:
+    """Rows of one section grouped by ``role`` (first-seen order), for the generic rows table.
+
+    A group whose rows all PASS (or are INFO) and that has more than one row collapses to one
+    summary line with its worst value; the full rows stay in results.csv/json and, in the
+    HTML, behind a ``<details>`` (print CSS hides it in the PDF).
+
+    Returns:
+        ``[{"role", "label", "rows", "collapsed", "worst", "statuses"}]``; ``worst`` is the
+        row with the largest value.
+    """
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(record.get("role") or "", []).append(record)
+    out = []
+    for role, rows in groups.items():
+        statuses = sorted({r["status"] for r in rows}, key=SEVERITY.index)
+        values = [r for r in rows if isinstance(r.get("value"), (int, float))]
+        worst = max(values, key=lambda r: r["value"]) if values else rows[0]
+        out.append({"role": role, "label": ROLE_LABELS.get(role, role or "rows"), "rows": rows, "worst": worst,
+                    "statuses": statuses, "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO}})
+    return out
+
+
+def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str]) -> dict:
+    """What the templates read: metadata, verdict, per-check summary and sections.
+
+    Each section's intro, template and plotter come from the check registry
+    (reportgen/checks/__init__.py); a check name the registry does not know (e.g. rows of a
+    removed check) gets the generic rows table.
+    """
+    summary = check_summary(frame, required)
+    sections = []
+    for check in summary.check:
+        group = frame[frame.check == check]
+        spec = registered_section(check)
+        records = _records(group)
+        not_passing = int(group.status.isin([FAIL, ERROR, NOT_RUN, WARN]).sum())
+        sections.append({"check": check, "status": summary.loc[summary.check == check, "status"].iloc[0],
+                         "intro": spec.intro if spec else "", "rows": records, "groups": row_groups(records),
+                         "anchor": check.replace(" ", "-"), "shown": max(SHOWN_ROWS, not_passing),
+                         "template": spec.template if spec else ROWS_TEMPLATE,
+                         "plots": section_plots(spec.plotter if spec else None, group)})
+    plain_failed = bool(((frame.role == Role.EXCEPTION) & (frame["item"] == "plain")).any())
+    sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
+    return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
+            "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required),
+            "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame),
+            "rounded": passed_at_rounding_level(frame)}
+
+
+def cached_runs(frame: pd.DataFrame) -> list[dict]:
+    """Training runs loaded from the plain-twin cache (``reportgen.training.cache``): ``[{"item", "key"}]``."""
+    if "cache_key" not in frame.columns:
+        return []
+    hits = frame[(frame.role == Role.RUN) & frame.cache_key.notna()]
+    return [{"item": f"{r['check']}, {r['item']}", "key": r["cache_key"]} for r in hits.to_dict("records")]
+
+
+def passed_at_rounding_level(frame: pd.DataFrame) -> list[dict]:
+    """Rows outside tolerance that passed only because they lie within their rounding envelope
+    (``excess > 0``, ``rounding_excess <= 0``; reportgen/rounding.py), so page 1 can say the
+    verdict leans on it: ``[{"check", "item"}]``, one per row (aggregate rows included)."""
+    if "rounding_excess" not in frame.columns:
+        return []
+    excess = pd.to_numeric(frame.get("excess"), errors="coerce")
+    rounding = pd.to_numeric(frame.rounding_excess, errors="coerce")
+    hits = frame[(excess > 0) & (rounding <= 0) & (frame.status == "PASS")]
+    return [{"check": r["check"], "item": r["item"]} for r in hits.to_dict("records")]
+
+
+def rejected_cache_entries(frame: pd.DataFrame) -> list[dict]:
+    """Plain-twin cache entries that were not trusted (``Role.CACHE`` rows): ``[{"item", "key", "why"}]``."""
+    rows = frame[frame.role == Role.CACHE]
+    return [{"item": f"{r['check']}, {r['item']}", "key": r.get("cache_key"),
+             "why": r.get("cache_problem")}
+            for r in rows.to_dict("records")]
+
+
+#: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.
+WHY_ORDER = [Role.EXCEPTION, Role.NONFINITE, Role.AA, Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD,
+             Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.PARAM, Role.OPTIMIZER_STATE, Role.TRAJECTORY]
+
+
+def _distinct(a: Any, b: Any) -> tuple[str, str]:
+    """Two numbers with just enough significant digits that different values read differently."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)) or a == b:
+        return (fmt_num(a) if isinstance(a, (int, float)) else str(a)), (fmt_num(b) if isinstance(b, (int, float)) else str(b))
+    for digits in range(3, 18):
+        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if left != right:
+            return left, right
+    return repr(a), repr(b)
+
+
+def _both(row: dict) -> tuple[str, str]:
+    """The plain and recompute values of a failing row, for people (enough digits to differ)."""
+    for plain_key, rec_key, fmt in (("plain_value", "recompute_value", "{}"), ("plain_norm", "recompute_norm", "‖·‖ = {}")):
+        plain, rec = row.get(plain_key), row.get(rec_key)
+        if plain is not None or rec is not None:
+            left, right = _distinct(plain, rec)
+            return fmt.format(left), fmt.format(right)
+    if row.get("worst_item"):  # an aggregate row (a trajectory step): where it differs most
+        return "—", f"worst: {row['worst_item']}"
+    return "—", "—"
+
+
+def why_it_fails(frame: pd.DataFrame, required: list[str], limit: int = 3) -> list[dict]:
+    """Page 1's "Why it fails": the ``limit`` most important FAIL/ERROR/INCONCLUSIVE rows of the
+    required checks, each with both twins' values and its check's diagnosis (cause, fix).
+
+    Order: INCONCLUSIVE first, then by :data:`WHY_ORDER` role, then by check order; one row
+    per check so three different problems are shown before three tensors of one.
+    """
+    bad = frame[frame.status.isin([FAIL, ERROR, INCONCLUSIVE]) & frame.check.isin(required)]
+    if bad.empty:
+        return []
+    diagnosis = frame[frame.role == Role.DIAGNOSIS].set_index("check")
+    checks = list(dict.fromkeys(frame.check))
+    rank = lambda r: (r["status"] != INCONCLUSIVE, WHY_ORDER.index(r["role"]) if r["role"] in WHY_ORDER else 99,  # noqa: E731
+                      checks.index(r["check"]))
+    out, seen = [], set()
+    for row in sorted((_clean(r) for r in bad.to_dict("records")), key=rank):
+        if row["check"] in seen:
+            continue
+        seen.add(row["check"])
+        plain, recompute = _both(row)
+        why = diagnosis.loc[row["check"]] if row["check"] in diagnosis.index else None
+        out.append({"check": row["check"], "item": row["item"], "status": row["status"], "detail": row["detail"],
+                    "plain": plain, "recompute": recompute,
+                    "cause": None if why is None else why["cause"], "fix": None if why is None else why["fix"]})
+        if len(out) == limit:
+            break
+    return out
+
+
+def _clean(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+
+
+def _role_row(frame: pd.DataFrame, role: str, variant: str = "recompute") -> pd.Series | None:
+    hit = frame[(frame.role == role) & (frame.variant == variant)]
+    return hit.iloc[0] if len(hit) else None
+
+
+def headline_costs(frame: pd.DataFrame) -> dict:
+    """Page-1 figures of the claim's cost, read from the frame by role: saved-activation bytes
+    plain vs recompute and the saving's share (the ``saving`` row), and the step-time overhead
+    ratio with its 95% CI (the ``overhead`` row).
+
+    Also the memory verdict: the step peak of both twins and its share saved (the
+    ``peak_saving`` row).
+
+    Returns:
+        ``{"memory": {"plain", "recompute", "saved" (B), "share", "status"} | None,
+        "peak": {"plain", "recompute", "saved" (B), "share", "status"} | None,
+        "time": {"ratio", "low", "high", "status"} | None}``; None = not measured (the
+        template says so).
+    """
+    saving, overhead = _role_row(frame, Role.SAVING), _role_row(frame, Role.OVERHEAD)
+    memory = None
+    if saving is not None and pd.notna(saving.value) and pd.notna(saving.get("plain_bytes")):
+        memory = {"plain": saving["plain_bytes"], "recompute": saving["recompute_bytes"],
+                  "saved": saving["saving_bytes"], "share": saving.value, "status": saving.status}
+    peak_row, peak = _role_row(frame, Role.PEAK_SAVING), None
+    if peak_row is not None and pd.notna(peak_row.value) and pd.notna(peak_row.get("plain_peak_bytes")):
+        peak = {"plain": peak_row["plain_peak_bytes"], "recompute": peak_row["recompute_peak_bytes"],
+                "saved": peak_row["peak_saving_bytes"], "share": peak_row.value, "status": peak_row.status}
+    time = None
+    if overhead is not None and pd.notna(overhead.value):
+        time = {"ratio": overhead.value, "low": _optional(overhead.get("ci_low")),
+                "high": _optional(overhead.get("ci_high")), "status": overhead.status}
+    return {"memory": memory, "peak": peak, "time": time}
+
+
+def _optional(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+#: PDF flavour of report.pdf: PDF/A-3b (ISO 19005-3, level B) is archival PDF that may carry
+#: attached files (results.json, the signed statement) with a stated relationship.
+PDF_VARIANT = "pdf/a-3b"
+
+
+def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = ()) -> bytes:
+    """Lay out ``html`` with WeasyPrint and return a PDF/A-3b file with ``attachments``.
+
+    The bytes depend only on the arguments (and the installed fonts and WeasyPrint
+    version): every date in the file (Info /CreationDate and /ModDate, XMP dates, each
+    attachment's /Params dates) is ``created``, the trailer /ID is pydyf's MD5 of the
+    objects, and font subset tags are MD5s of font descriptions. So with
+    ``SOURCE_DATE_EPOCH`` fixed (which fixes ``created``, see ``metadata.report_time``),
+    two renders of the same frame are byte-identical.
+
+    Args:
+        html: the rendered report.html.
+        created: ISO 8601 time of the run, e.g. ``2024-01-01T00:00:00+00:00``.
+        attachments: ``(file name, data, AFRelationship, description)`` per file; the
+            relationship is a PDF/A-3 one: ``Data``, ``Source``, ``Supplement``, ...
+
+    Returns:
+        The PDF file, bytes.
+
+    Raises:
+        ValueError: ``created`` is not an ISO 8601 time.
+    """
+    from weasyprint import HTML, Attachment
+
+    from reportgen.report.fetcher import LocalOnlyFetcher
+
+    when = dt.datetime.fromisoformat(created).astimezone(dt.timezone.utc)
+    fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own (item 11)
+    document = HTML(string=html, base_url=str(templates_dir()), url_fetcher=fetcher).render(pdf_variant=PDF_VARIANT)
+    document.metadata.created = document.metadata.modified = when.isoformat()
+    files = [Attachment(file_obj=io.BytesIO(data), name=name, description=description, relationship=relationship,
+                        created=when, modified=when) for name, data, relationship, description in attachments]
+    return document.write_pdf(pdf_variant=PDF_VARIANT, attachments=files)
+
+
+def render_html(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> str:
+    """report.html as text: the view model through ``templates/report.html.j2``."""
+    return render_pages(frame, meta, verdict, required)[0]
+
+
+def render_pages(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> tuple[str, str]:
+    """``(report.html, the HTML the PDF is laid out from)``, from one view model (plots drawn once).
+
+    The two differ only in what a page cannot hold: the PDF's HTML leaves out the
+    ``<details>`` blocks that repeat every row of a collapsed table (they are in results.csv
+    and results.json, attached to the PDF, and in report.html), which also spares WeasyPrint
+    the styles and layout of hundreds of hidden rows.
+    """
+    template = environment().get_template("report.html.j2")
+    model = view_model(frame, meta, verdict, list(required or []))
+    return template.render(**model, medium="html"), template.render(**model, medium="pdf")
+
+
+def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True,
+                  required: list[str] | None = None) -> dict[str, Path]:
+    """Write report.html (and report.pdf, PDF/A-3b with results.json attached) into ``out_dir``.
+
+    The PDF is unsigned here; ``signing.sign_run`` signs it afterwards when signing is on.
+    With ``SOURCE_DATE_EPOCH`` fixed, the same frame and metadata give byte-identical files.
+
+    Returns:
+        ``{"html": path, "pdf": path}`` of what was written.
+
+    Raises:
+        FileExistsError: a report exists already in ``out_dir``.
+    """
+    html, pdf_html = render_pages(frame, meta, verdict, required)
+    paths = {"html": atomic_write(out_dir / "report.html", html)}
+    if pdf:
+        results = ("results.json", frame_to_json(frame).encode(), "Data",
+                   "The results frame this report was rendered from (reportgen.results.frame_to_json).")
+        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(pdf_html, meta["created"], [results]))
+    return paths

@@ -1,0 +1,231 @@
+"""Signing keys: generate a pair, find the private key, load keys, fingerprint them.
+
+``python -m reportgen.keys generate [--out PATH]`` writes an ECDSA P-256 private key (PEM,
+PKCS#8, mode 0600) and its public key beside it (``<stem>.pub.pem``). One P-256 key serves
+both signatures reportgen makes: the DSSE envelope (securesystemslib ``CryptoSigner``,
+scheme ``ecdsa-sha2-nistp256``) and the PAdES signature of the PDF (pyHanko, with a
+self-signed X.509 certificate for the same key).
+
+Where the private key is looked up, first match wins:
+
+1. ``report.key_path`` in the composed config;
+2. the environment variable ``REPORTGEN_SIGNING_KEY``;
+3. ``~/.config/reportgen/signing-key.pem``.
+
+The fingerprint shown on page 1 of a signed report and printed by ``reportgen.verify`` is
+the SHA-256 of the DER ``SubjectPublicKeyInfo`` of the public key, in hex
+(``openssl pkey -pubin -in KEY.pub.pem -outform DER | sha256sum`` prints the same digits).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from reportgen.errors import UsageError
+
+#: Environment variable naming the private key when the config does not.
+KEY_ENV = "REPORTGEN_SIGNING_KEY"
+#: Command that creates a key, quoted in every "no key" message.
+GENERATE_COMMAND = "python -m reportgen.keys generate"
+
+
+class KeyFileError(UsageError):
+    """A key file is missing, unreadable, or not a supported key (one-line message)."""
+
+
+def default_key_path(configured: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """Where the private key is, and which rule chose it.
+
+    Args:
+        configured: ``report.key_path`` from the config (``None`` when unset).
+
+    Returns:
+        ``(path, source)``: source is ``"report.key_path"``, ``"$REPORTGEN_SIGNING_KEY"`` or
+        ``"default location"``. The path is expanded (``~``) but need not exist.
+    """
+    if configured:
+        return Path(configured).expanduser(), "report.key_path"
+    if os.environ.get(KEY_ENV):
+        return Path(os.environ[KEY_ENV]).expanduser(), f"${KEY_ENV}"
+    return Path("~/.config/reportgen/signing-key.pem").expanduser(), "default location"
+
+
+def public_key_path(private_path: str | os.PathLike) -> Path:
+    """The public key written beside a private key: ``signing-key.pem`` → ``signing-key.pub.pem``."""
+    private_path = Path(private_path)
+    stem = private_path.name[:-4] if private_path.name.endswith(".pem") else private_path.name
+    return private_path.with_name(stem + ".pub.pem")
+
+
+def fingerprint(public_key: ec.EllipticCurvePublicKey) -> str:
+    """SHA-256 of the DER SubjectPublicKeyInfo, 64 lowercase hex digits."""
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()
+
+
+def _check_supported(key, path: Path):
+    """Return ``key`` when it is an ECDSA P-256 key, else raise :class:`KeyFileError`."""
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)) \
+            or not isinstance(key.curve, ec.SECP256R1):
+        kind = getattr(getattr(key, "curve", None), "name", None) or type(key).__name__
+        raise KeyFileError(f"{path}: unsupported key ({kind}); reportgen signs with ECDSA P-256 keys "
+                           f"made by `{GENERATE_COMMAND}`")
+    return key
+
+
+def _read(path: Path) -> bytes:
+    """Bytes of a key file, or :class:`KeyFileError` with a one-line reason."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise KeyFileError(f"{path}: no such key file") from None
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read key file ({exc.strerror})") from None
+
+
+def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
+    """Load an unencrypted PEM private key (PKCS#8 or SEC1).
+
+    Args:
+        path: the private key file.
+
+    Returns:
+        The ECDSA P-256 private key.
+
+    Raises:
+        KeyFileError: the file is missing, unreadable, encrypted, not a PEM private key,
+            readable or writable by group or others (mode & 0o077), or not ECDSA P-256.
+    """
+    path = Path(path)
+    data = _read(path)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise KeyFileError(f"{path}: the key is encrypted; reportgen needs an unencrypted key "
+                           "(protect it with file permissions, mode 0600)") from None
+    except ValueError:
+        raise KeyFileError(f"{path}: not a PEM private key") from None
+    key = _check_supported(key, path)
+    _check_private_mode(path)
+    return key
+
+
+def _check_private_mode(path: Path) -> None:
+    """Refuse a private key file that group or others may read or write, as ssh does.
+
+    Raises:
+        KeyFileError: the mode has any of the 0o077 bits; the message gives the ``chmod``.
+    """
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise KeyFileError(f"{path}: the private key is accessible by others (mode {mode:04o}); anyone who can "
+                           f"read it can sign reports as you. Run `chmod 600 {path}` (and make a new key with "
+                           f"`{GENERATE_COMMAND}` if others may have read it)")
+
+
+def load_public_key(path: str | os.PathLike) -> ec.EllipticCurvePublicKey:
+    """Load a PEM public key (``-----BEGIN PUBLIC KEY-----``), as reviewers receive it.
+
+    Args:
+        path: the public key file, e.g. ``signing-key.pub.pem``.
+
+    Returns:
+        The ECDSA P-256 public key.
+
+    Raises:
+        KeyFileError: the file is missing, unreadable, not a PEM public key (a private key is
+            refused: reviewers must never need it), or not ECDSA P-256.
+    """
+    path = Path(path)
+    data = _read(path)
+    if b"PRIVATE KEY" in data:
+        raise KeyFileError(f"{path}: this is a private key; pass the public key ({public_key_path(path).name})")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except ValueError:
+        raise KeyFileError(f"{path}: not a PEM public key") from None
+    return _check_supported(key, path)
+
+
+def generate_key(out: str | os.PathLike) -> tuple[Path, Path]:
+    """Create an ECDSA P-256 key pair: private PEM at ``out`` (mode 0600), public beside it.
+
+    The private file is created with ``O_CREAT | O_EXCL`` and mode 0600, so it is never
+    readable by others, not even for a moment, and an existing key is never overwritten.
+
+    Args:
+        out: path of the private key; parent folders are created (mode 0700).
+
+    Returns:
+        ``(private_path, public_path)``.
+
+    Raises:
+        FileExistsError: the private or the public key file exists already.
+        OSError: the folder or file cannot be created.
+    """
+    private_path = Path(out).expanduser()
+    public_path = public_key_path(private_path)
+    for path in (private_path, public_path):
+        if path.exists():
+            raise FileExistsError(f"{path} exists already; reportgen never overwrites a key")
+    private_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = ec.generate_private_key(ec.SECP256R1())
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # the umask may have removed bits, never added any
+        handle.write(private_pem)
+    try:
+        fd = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(public_pem)
+    except BaseException:
+        private_path.unlink(missing_ok=True)
+        raise
+    return private_path, public_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reportgen.keys generate [--out PATH]`` / ``fingerprint PUBLIC_KEY``.
+
+    Returns:
+        0 on success, 1 when the key exists already or cannot be written/read, 2 on usage errors.
+    """
+    parser = argparse.ArgumentParser(prog="python -m reportgen.keys", description="reportgen signing keys")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="create an ECDSA P-256 key pair (private key mode 0600)")
+    gen.add_argument("--out", help=f"private key path (default: ${KEY_ENV}, else ~/.config/reportgen/signing-key.pem)")
+    fp = sub.add_parser("fingerprint", help="print the SHA-256 fingerprint of a public key, as on page 1")
+    fp.add_argument("public_key")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fingerprint":
+            print(f"sha256:{fingerprint(load_public_key(args.public_key))}")
+            return 0
+        out = Path(args.out) if args.out else default_key_path()[0]
+        private_path, public_path = generate_key(out)
+    except (FileExistsError, KeyFileError) as exc:
+        print(f"reportgen.trust.keys: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"reportgen.trust.keys: cannot write the key: {exc}", file=sys.stderr)
+        return 1
+    print(f"private key: {private_path} (mode 0600; keep it secret, never commit it)")
+    print(f"public key:  {public_path} (give this to reviewers)")
+    print(f"fingerprint: sha256:{fingerprint(load_public_key(public_path))}")
+    if args.out:
+        print(f"use it with: python -m reportgen +model=... report.key_path={private_path}  "
+              f"(or export {KEY_ENV}={private_path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

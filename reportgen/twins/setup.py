@@ -1,0 +1,322 @@
+"""Everything the checks share: the task, seeded twins from one state_dict, the fixed batch.
+
+Every check asks for fresh twins, so one check's side effects (counters, running stats,
+RNG draws) never leak into the next one's measurements.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hydra.utils import get_method, instantiate
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from reportgen.results.distance import tolerances
+from reportgen.twins.recompute import (Wrapped, apply_recompute, effective_mode, guard_returned_leaves, is_model_switch,
+                        named_inner_modules, plain_name, switch_on)
+from reportgen.errors import SetupError
+from reportgen.rng import fingerprint, seeded
+from reportgen.structure import cache_paths, call_model, changed_leaves, clone_inputs, leaf_states, named_tensors, other_leaves
+from reportgen.tasks import Batch, batch_to
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: ``precision.autocast`` values and their dtypes.
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Setup:
+    """The run's shared inputs.
+
+    Attributes:
+        cfg: the composed config.
+        task: the instantiated task (see :class:`reportgen.tasks.Task`).
+        device: where both twins run.
+        dtype: precision of both twins.
+        state: the one initial ``state_dict`` both twins load.
+        wrapped: modules the recompute twin wraps (path and class).
+        batch: the fixed parity batch ``(inputs, targets)`` on ``device``.
+        observed: modules seen recomputing in the recompute twin (None: not observed).
+        baseline_recomputes: modules seen recomputing in the plain twin (must be empty).
+        compile_error: why ``torch.compile`` could not run the twins (None when it could or is off).
+        nothing_recomputes: why the model's own switch is judged inert (it ran, and no module of the
+            recompute twin runs its forward again in backward); None when something recomputes. A
+            finding, not a usage error: the pipeline adds it as a FAIL row.
+        mode: the recompute mode in force (``non_reentrant``, ``reentrant``, ``selective``; None when
+            ``recompute.mode`` is unset and the switch did not say), what the report and diagnosis read.
+        mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default
+            (use_reentrant=True)" (:func:`reportgen.twins.recompute.effective_mode`).
+    """
+
+    cfg: DictConfig
+    task: Any
+    device: torch.device
+    dtype: torch.dtype
+    state: dict[str, Tensor]
+    wrapped: list[Wrapped]
+    batch: Batch
+    observed: list[str] | None = None
+    baseline_recomputes: list[str] = field(default_factory=list)
+    compile_error: str | None = None
+    nothing_recomputes: str | None = None
+    mode: str | None = None
+    mode_note: str | None = None
+
+    def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
+        """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
+        (wraps the targets, or calls the model's own switch); every twin's forward is guarded
+        (:func:`reportgen.twins.recompute.guard_returned_leaves`). Under ``precision.autocast`` every
+        forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
+        (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``."""
+        model = _instantiate_model(self.cfg, self.task, self.device, self.dtype)
+        model.load_state_dict(self.state)
+        if recompute:
+            apply_recompute(model, self.cfg.recompute)
+        guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
+        if self.autocast_dtype is not None:
+            model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
+        if self.cfg.compile.enabled and compiled:
+            model.compile(backend=str(self.cfg.compile.backend))
+        return model.train()
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The ``torch.autocast`` dtype of every forward, or None (``precision.autocast: null``)."""
+        name = self.cfg.precision.autocast
+        return None if name is None else AUTOCAST[str(name)]
+
+    def tolerance(self) -> tuple[float | None, float | None]:
+        """``(rtol, atol)`` for parity: configured values, else (under autocast) torch.testing's
+        defaults for the autocast dtype, else None (each tensor's own dtype decides)."""
+        rtol, atol = self.cfg.parity.rtol, self.cfg.parity.atol
+        if self.autocast_dtype is not None:
+            default = tolerances(self.autocast_dtype)
+            return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
+        return rtol, atol
+
+    def twins(self) -> tuple[nn.Module, nn.Module]:
+        """``(plain, recompute)`` twins built from the same ``state_dict``."""
+        return self.build(False), self.build(True)
+
+    def make_batch(self, batch_size: int, seed: int) -> Batch:
+        """A task batch of ``batch_size`` examples drawn with ``seed``, on device."""
+        generator = torch.Generator().manual_seed(seed)
+        return batch_to(self.task.make_batch(generator, batch_size), self.device, self.dtype)
+
+
+def autocast_forward(forward, device_type: str, dtype: torch.dtype):
+    """``forward`` run under ``torch.autocast(device_type, dtype)`` (recomputation replays the
+    autocast state it recorded, torch.utils.checkpoint docs)."""
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return forward(*args, **kwargs)
+    return autocast_forward
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → cuda when available, else cpu.
+
+    Raises:
+        SetupError: cuda asked for where there is none.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SetupError("device=cuda but torch sees no CUDA device; use device=cpu or device=auto")
+    return torch.device(name)
+
+
+def _instantiate_model(cfg: DictConfig, task: Any, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    factory = get_method(cfg.model._target_)
+    params = inspect.signature(factory).parameters
+    extra = {"task": task} if "task" in params else {}
+    torch.manual_seed(cfg.seed)
+    model = instantiate(cfg.model, **extra)
+    if not isinstance(model, nn.Module):
+        raise SetupError(f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module")
+    return model.to(device=device, dtype=dtype)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Range checks the schema's types cannot express; run before any model work.
+
+    Raises:
+        SetupError: every problem found, each naming the setting and its allowed range.
+    """
+    problems = [f"{name}={value} must be {rule}" for name, value, ok, rule in [
+        ("parity.batch_size", cfg.parity.batch_size, cfg.parity.batch_size >= 1, ">= 1 example"),
+        ("budget.examples", cfg.budget.examples, cfg.budget.examples >= 1, ">= 1 accepted example"),
+        ("budget.batch_size", cfg.budget.batch_size, cfg.budget.batch_size >= 1, ">= 1 example"),
+        ("budget.seeds", list(cfg.budget.seeds), len(cfg.budget.seeds) >= 1, "a non-empty list"),
+        ("budget.seeds", list(cfg.budget.seeds), len(set(cfg.budget.seeds)) == len(cfg.budget.seeds),
+         "a list without repeated seeds"),
+        ("timing.measured_steps", cfg.timing.measured_steps, cfg.timing.measured_steps >= 1, ">= 1 round"),
+        ("timing.warmup_steps", cfg.timing.warmup_steps, cfg.timing.warmup_steps >= 0, ">= 0"),
+        ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
+        ("memory.negligible_saving_share", cfg.memory.negligible_saving_share,
+         0 <= cfg.memory.negligible_saving_share <= 1, "between 0 and 1"),
+        ("memory.min_peak_saving_share", cfg.memory.min_peak_saving_share,
+         0 < cfg.memory.min_peak_saving_share <= 1, "a share in (0, 1]"),
+    ] if not ok]
+    if problems:
+        raise SetupError("; ".join(problems))
+
+
+def build_setup(cfg: DictConfig) -> Setup:
+    """Instantiate the task and model and validate the recompute targets (the first stage).
+
+    The fixed batch is drawn after the task contract is probed, and the twins are observed
+    after that: both are the pipeline's own stages (``reportgen.run.prepare``), so this module
+    never reaches up to the contract probe or the measurements.
+
+    Raises:
+        SetupError: model/task cannot be imported or built, or bad dtype/device.
+        reportgen.twins.recompute.RecomputeConfigError: targets match nothing, bad save_ops, ...
+    """
+    validate(cfg)
+    if cfg.dtype not in DTYPES:
+        raise SetupError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
+    if cfg.precision.autocast is not None and str(cfg.precision.autocast) not in AUTOCAST:
+        raise SetupError(f"precision.autocast={cfg.precision.autocast!r} is not one of null, {', '.join(AUTOCAST)}")
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    try:
+        task = instantiate(cfg.task)
+        model = _instantiate_model(cfg, task, device, dtype)
+    except SetupError:
+        raise
+    except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
+        if isinstance(exc.__cause__, SetupError):  # Hydra wraps what a factory raises; ours says the fix
+            raise exc.__cause__ from None
+        raise SetupError(f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
+                         "and that your code is importable (PYTHONPATH).") from exc
+    probe = copy.deepcopy(model)
+    if is_model_switch(cfg.recompute):
+        wrapped, reported = [], switch_on(probe, cfg.recompute)
+    else:
+        wrapped, reported = apply_recompute(probe, cfg.recompute), None
+    mode, mode_note = effective_mode(cfg.recompute, reported)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return Setup(cfg, task, device, dtype, state, wrapped, batch=(), mode=mode, mode_note=mode_note)
+
+
+@dataclass
+class StepOutput:
+    """What one forward/backward produced.
+
+    Attributes:
+        loss: scalar loss (detached).
+        output: ``{path: tensor}`` of every tensor leaf of the model output (detached), e.g.
+            ``{"output": ...}`` or ``{"output.logits": ..., "output.past_key_values[0][0]": ...}``.
+        input_grad: ``{input path: gradient}`` of the floating input leaves (empty when not
+            asked or when no input is floating).
+        grads: ``{plain parameter name: grad or None}`` for every trainable parameter.
+        rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
+        others: ``{path: description}`` of every output leaf that is not a tensor (None, numbers,
+            strings, unknown objects) and of every cache object
+            (:func:`reportgen.structure.other_leaves`), so no output goes unaccounted for.
+        changed: ``{path: description}`` of the output's tensor leaves that changed while backward
+            ran (:func:`reportgen.structure.changed_leaves`): a recomputation that wrote the forward's
+            outputs again, e.g. a key/value cache appended twice. Empty in a plain run.
+        caches: paths of the key/value cache objects in the output.
+        retained: ``{module.attribute.grad: grad or None}`` of the tensors kept as module
+            attributes that retain their gradient (:func:`retained_grads`).
+        use_cache: the model's ``config.use_cache`` (None when it has no such attribute).
+    """
+
+    loss: Tensor
+    output: dict[str, Tensor]
+    input_grad: dict[str, Tensor | None]
+    grads: dict[str, Tensor | None]
+    rng: dict[str, Tensor] = field(default_factory=dict)
+    others: dict[str, str] = field(default_factory=dict)
+    changed: dict[str, str] = field(default_factory=dict)
+    caches: list[str] = field(default_factory=list)
+    retained: dict[str, Tensor | None] = field(default_factory=dict)
+    use_cache: bool | None = None
+
+
+#: Words of the note :func:`forward_backward` adds to an exception raised in backward when the
+#: output changed meanwhile, and of :func:`changes_said`; ``reportgen.report.diagnose`` matches them.
+CHANGED_IN_BACKWARD = "changed while backward ran"
+#: Words said when the changed leaves lie in a key/value cache.
+CACHE_WRITTEN_AGAIN = "a key/value cache the forward appends to"
+
+
+def use_cache_of(model: nn.Module) -> bool | None:
+    """``model.config.use_cache`` (Hugging Face's switch, and any model that copies it), else None."""
+    value = getattr(getattr(model, "config", None), "use_cache", None)
+    return value if isinstance(value, bool) else None
+
+
+def changes_said(changed: dict[str, str], caches: list[str], use_cache: bool | None) -> str:
+    """One sentence on output leaves that changed during backward: which, how, and whether in a cache."""
+    listed = ", ".join(f"{path} ({how})" for path, how in list(changed.items())[:4])
+    more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+    said = (f"output leaves {CHANGED_IN_BACKWARD}, so the recomputation wrote the forward's outputs again: "
+            f"{listed}{more}")
+    in_cache = [c for c in caches if any(p.startswith(c + ".") for p in changed)]
+    if in_cache:
+        said += f"; they lie in {CACHE_WRITTEN_AGAIN} ({', '.join(in_cache)})"
+    if use_cache:
+        said += "; the model's config says use_cache=True"
+    return said
+
+
+def retained_grads(model: nn.Module) -> dict[str, Tensor | None]:
+    """``{module.attribute.grad: grad or None}`` of tensors kept as plain module attributes (not
+    parameters or buffers) that called ``retain_grad()``, in plain-model naming.
+
+    Under non-reentrant recompute the forward of a region runs again in backward and rebinds such
+    an attribute to the recomputed tensor, whose graph backward never walks: its ``.grad`` is None
+    where the plain twin has one. Retained tensors kept anywhere else (a list, a global) are not seen.
+    """
+    found = {}
+    for path, module in named_inner_modules(model):
+        for attr, value in vars(module).items():
+            if isinstance(value, Tensor) and not isinstance(value, nn.Parameter) and value.retains_grad:
+                found[f"{path}.{attr}.grad".lstrip(".")] = None if value.grad is None else value.grad.detach().clone()
+    return found
+
+
+def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
+                     input_grad: bool = False) -> StepOutput:
+    """One forward and backward on a clone of ``batch`` (the shared parity function).
+
+    Args:
+        model: a twin in train mode.
+        batch: ``(inputs, targets)`` of any structure; inputs are cloned, never modified.
+        loss_fn: ``fn(output, target) -> scalar``.
+        forward_seed: seeds every generator (:mod:`reportgen.rng`) right before the forward;
+            the caller's generator states are restored afterwards (None = leave them alone).
+        input_grad: make a floating input require grad and return its gradient. Off for the
+            training-like runs: a leaf that requires grad changes what the reentrant
+            implementation does, so it is measured in a separate run.
+
+    Raises:
+        Exception: whatever the forward or backward raises; when the output's tensor leaves
+            changed while backward ran, the exception carries a note (``__notes__``) saying
+            which (:func:`changes_said`), for the ERROR row and the diagnosis.
+    """
+    x, y = clone_inputs(batch[0], requires_grad=input_grad), batch[1]
+    with seeded(forward_seed):
+        output = call_model(model, x)
+        loss = loss_fn(output, y)
+        before = leaf_states(output, "output")
+        try:
+            loss.backward()
+        except Exception as exc:
+            if changed := changed_leaves(before, output, "output"):
+                exc.add_note(changes_said(changed, cache_paths(output, "output"), use_cache_of(model)))
+            raise
+        rng = fingerprint()
+    grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+             for n, p in model.named_parameters() if p.requires_grad}
+    outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
+    inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
+    return StepOutput(loss.detach(), outputs, inputs, grads, rng, other_leaves(output, "output"),
+                      changed_leaves(before, output, "output"), cache_paths(output, "output"), retained_grads(model),
+                      use_cache_of(model))

@@ -1,0 +1,149 @@
+"""A twin's whole training state after a step, and the rows that compare two of them.
+
+Shared by the one-step parity check and the trajectory check: parameters, optimizer state,
+buffers (BatchNorm running statistics, ``num_batches_tracked``), plain Python attributes of
+modules (counters, flags) and every random generator's state after backward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+import torch
+from torch import nn
+
+from reportgen.config import STATE_PARITY, STEP_PARITY
+from reportgen.twins.recompute import named_inner_modules, plain_name
+from reportgen.results import INFO, Role, Row
+from reportgen.results.rounding import envelope
+from reportgen.results.rows import NO_AA, tensor_row, value_row, with_rounding
+
+_SCALARS = (bool, int, float, str)
+_SIZED = (list, tuple, dict, set)
+
+
+@dataclass
+class Snapshot:
+    """A twin's state after one forward, backward and optimizer step.
+
+    Attributes:
+        params: ``{plain parameter name: tensor}``.
+        optimizer_state: ``{"<param>.<state key>": tensor}`` (e.g. AdamW's ``exp_avg``).
+        buffers: ``{plain buffer name: tensor}``.
+        attributes: plain Python attributes of modules (:func:`module_attributes`).
+        rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
+        loss: the step's loss (detached, scalar).
+        grads: ``{plain parameter name: gradient or None}`` after backward, before the step (and
+            before any rounding nudge); empty when not taken.
+    """
+
+    params: dict[str, torch.Tensor]
+    optimizer_state: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    attributes: dict[str, Any]
+    rng: dict[str, torch.Tensor]
+    loss: torch.Tensor | None = None
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
+
+
+def module_attributes(model: nn.Module) -> dict[str, Any]:
+    """Plain Python attributes of every module: numbers, bools and strings as they are,
+    lists/tuples/dicts/sets as ``len(...)``. Keys ``<module path>.<attr>``; private names skipped."""
+    out: dict[str, Any] = {}
+    for path, module in named_inner_modules(model):
+        for key, value in vars(module).items():
+            if key.startswith("_"):
+                continue
+            name = f"{path}.{key}" if path else key
+            if isinstance(value, _SCALARS):
+                out[name] = value
+            elif isinstance(value, _SIZED):
+                out[f"len({name})"] = len(value)
+    return out
+
+
+def take(model: nn.Module, optimizer: torch.optim.Optimizer, rng: dict[str, torch.Tensor],
+         loss: torch.Tensor | None = None, grads: dict[str, torch.Tensor | None] | None = None) -> Snapshot:
+    """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (tensors cloned;
+    ``grads``, taken by the caller before the step, kept as given)."""
+    names = {p: plain_name(n) for n, p in model.named_parameters()}
+    opt_state = {f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
+                 for p, state in optimizer.state.items() for k, v in state.items()}
+    return Snapshot({names[p]: p.detach().clone() for p in names}, opt_state,
+                    {plain_name(n): b.detach().clone() for n, b in model.named_buffers()},
+                    module_attributes(model), {k: v.clone() for k, v in rng.items()},
+                    None if loss is None else loss.detach().clone(), dict(grads or {}))
+
+
+def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
+    """``{plain parameter name: cloned gradient or None}`` of every trainable parameter."""
+    return {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+            for n, p in model.named_parameters() if p.requires_grad}
+
+
+#: Row roles whose floating tensors the rounding envelope applies to (RNG states and Python
+#: attributes stay exact), with the item prefix :func:`snapshot_rows` gives them.
+ENVELOPED = {Role.PARAM: ("param ", "params"), Role.OPTIMIZER_STATE: ("optimizer ", "optimizer_state"),
+             Role.BUFFER: ("buffer ", "buffers")}
+
+
+def outside_tolerance(rows: list[Row]) -> bool:
+    """True when some floating-state row (parameter, optimizer state, buffer) misses tolerance:
+    the only case in which the rounding twin is worth building."""
+    return any(r.role in ENVELOPED and not r.extra.get("excess", 0.0) <= 0 for r in rows)
+
+
+def with_envelope(rows: list[Row], plain: Snapshot, rounding: Snapshot, factor: float) -> list[Row]:
+    """Judge every parameter, optimizer-state and buffer row of ``rows`` (from
+    :func:`snapshot_rows`) against the rounding envelope of its item (:mod:`reportgen.results.rounding`);
+    other rows unchanged. Returns ``rows``."""
+    envelopes = {role: envelope(getattr(plain, part), getattr(rounding, part))
+                 for role, (_, part) in ENVELOPED.items()}
+    for row in rows:
+        if row.role in ENVELOPED:
+            key = row.item.removeprefix(ENVELOPED[row.role][0])
+            if key in envelopes[row.role]:
+                with_rounding(row, envelopes[row.role][key], factor)
+    return rows
+
+
+def _tensor_rows(check: str, prefix: str, role: str, plain: dict, recompute: dict, aa: dict | None,
+                 rtol: float | None, atol: float | None) -> list[Row]:
+    return [tensor_row(check, f"{prefix}{k}", plain.get(k), recompute.get(k), rtol, atol, role,
+                       aa=NO_AA if aa is None else aa.get(k))
+            for k in sorted(set(plain) | set(recompute))]
+
+
+def snapshot_rows(plain: Snapshot, recompute: Snapshot, aa: Snapshot | None, rtol: float | None,
+                  atol: float | None, ignore: list[str] = ()) -> list[Row]:
+    """Rows comparing two snapshots (and the A/A twin's, when given) item by item.
+
+    Module attributes whose ``<module path>.<attr>`` matches a glob in ``ignore``
+    (``state.ignore_attributes``) are not compared: each gets an INFO row that shows both
+    values and says it was ignored, so nothing is skipped silently.
+
+    Returns:
+        ``optimizer-step parity`` rows (each parameter, each optimizer-state tensor) and
+        ``state parity`` rows (each buffer, each plain attribute, each generator state; a
+        generator state is compared bitwise: any difference means later draws differ).
+    """
+    pick = (lambda s, part: getattr(s, part) if s is not None else None)  # noqa: E731
+    out = _tensor_rows(STEP_PARITY, "param ", Role.PARAM, plain.params, recompute.params, pick(aa, "params"), rtol, atol)
+    out += _tensor_rows(STEP_PARITY, "optimizer ", Role.OPTIMIZER_STATE, plain.optimizer_state,
+                        recompute.optimizer_state, pick(aa, "optimizer_state"), rtol, atol)
+    out += _tensor_rows(STATE_PARITY, "buffer ", Role.BUFFER, plain.buffers, recompute.buffers, pick(aa, "buffers"),
+                        rtol, atol)
+    for key in sorted(set(plain.attributes) | set(recompute.attributes)):
+        pattern = next((p for p in ignore if fnmatchcase(key.removeprefix("len(").removesuffix(")"), p)), None)
+        if pattern is not None:
+            out.append(Row(STATE_PARITY, f"attribute {key}", "recompute", "ignored", status=INFO, role=Role.IGNORED,
+                           detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
+                                  f"recompute={recompute.attributes.get(key)!r}"))
+            continue
+        out.append(value_row(STATE_PARITY, f"attribute {key}", plain.attributes.get(key), recompute.attributes.get(key),
+                             Role.ATTRIBUTE, aa=NO_AA if aa is None else aa.attributes.get(key)))
+    for key in plain.rng:
+        out.append(tensor_row(STATE_PARITY, f"RNG {key} after backward", plain.rng[key], recompute.rng.get(key), 0.0,
+                              0.0, Role.RNG, aa=NO_AA if aa is None else aa.rng.get(key)))
+    return out
