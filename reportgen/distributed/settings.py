@@ -88,6 +88,9 @@ def distributed_setting_problems(dc: Any) -> list[str]:
             users = [s for s, used in USED_BY.items() if group in used]
             problems.append(f"{', '.join(changed)} would be ignored with {why}: it is passed to torch only with "
                             f"distributed.strategy={' or '.join(users)} and world_size > 1; remove it or change the strategy")
+    if strategy == "fsdp1" and not dc.fsdp.reshard_after_forward:
+        problems.append("distributed.fsdp.reshard_after_forward=false is FSDP2's; with distributed.strategy=fsdp1 say it "
+                        "with distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP (gathered parameters kept for backward)")
     if strategy == "custom" and dc.get("wrap") is None:
         problems.append("distributed.strategy=custom needs distributed.wrap=pkg.module.fn, your fn(model, mesh) "
                         "returning the module to train")
