@@ -33,6 +33,7 @@ from reportgen.twins.setup import Setup, build_setup
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
 from reportgen.distributed.wrapping import settings_in_force, wrap_order
+from reportgen.training.user_step import step_said
 
 log = logging.getLogger("reportgen")
 
@@ -174,7 +175,8 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
             "mesh": f"1-D, {world} ranks ({mesh})",
             "timeout_s": float(dc.timeout_s), "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
             "launch": commands["reportgen"], "torchrun": commands["torchrun"],
-            "settings": settings_in_force(dc, [w.path for w in setup.wrapped]), "order": wrap_order(dc)}
+            "settings": settings_in_force(dc, [w.path for w in setup.wrapped]), "order": wrap_order(dc),
+            "step": step_said(setup.task)}
 
 
 def check_limits(cfg: DictConfig | None) -> tuple[float | None, float | None]:

@@ -25,7 +25,6 @@ import math
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
 from reportgen.distributed.full import dist_name, full, full_grads, full_optimizer_state, full_params
@@ -40,7 +39,8 @@ from reportgen.checks.distributed_cost import (ROLE_MAX_OVERHEAD, ROLE_MAX_PEAK,
                                               memory_rows, time_rows)
 from reportgen.results import FAIL, INCONCLUSIVE, PASS, WARN, Role, Row
 from reportgen.results.rows import aa_row, tensor_row
-from reportgen.twins.setup import Setup, forward_backward
+from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward
+from reportgen.twins.setup import Setup
 from reportgen.distributed.budget import budget_rows
 from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
 from reportgen.tasks import batch_to
@@ -83,8 +83,8 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
     model, per_rank = setup.build(False), []
     for rank in range(world_size):
         model.zero_grad(set_to_none=True)
-        per_rank.append(forward_backward(model, shard_batch(setup.batch, rank, world_size), setup.task.loss,
-                                         setup.cfg.forward_seed).grads)
+        per_rank.append(run_forward_backward(setup.task, model, shard_batch(setup.batch, rank, world_size),
+                                             setup.cfg.forward_seed).grads)
     grads = {}
     for name in per_rank[0]:
         parts = [g.get(name) for g in per_rank]  # None on any share: None (never skipped)
@@ -117,12 +117,12 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
         distributed twins vs the single-process reference.
     """
     rtol, atol = setup.tolerance()
-    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
+    local, seed = _local(setup, group), setup.cfg.forward_seed
     runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with twin(name):
             model = _twin(setup, group, recompute)
-            out = forward_backward(model, local, loss, seed)
+            out = run_forward_backward(setup.task, model, local, seed)
             runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
         drifts[name] = measure_sync({f"{n}.grad": g for n, g in runs[name][1].items() if g is not None}
                                     | replicated_state(model), group, 1, rtol, atol)
@@ -155,11 +155,11 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     Returns:
         One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
     """
-    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    seed = setup.cfg.forward_seed
     with twin("plain"):
-        plain = forward_backward(setup.build(False), local, loss, seed)
+        plain = run_forward_backward(setup.task, setup.build(False), local, seed)
     with twin("recompute"):
-        rc = forward_backward(setup.build(True), local, loss, seed)
+        rc = run_forward_backward(setup.task, setup.build(True), local, seed)
     compared = [tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
                 for n in sorted(set(plain.grads) | set(rc.grads))]
     bad = sorted((r for r in compared if r.status != PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
@@ -197,14 +197,14 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         ``state.ignore_attributes`` honoured.
     """
     rtol, atol = setup.tolerance()
-    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
+    local, seed = _local(setup, group), setup.cfg.forward_seed
     snaps, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with twin(name):
             model = _twin(setup, group, recompute)
-            optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
-            out = forward_backward(model, local, loss, seed)
-            optimizer.step()
+            optimizer = make_optimizer(setup.task, setup.cfg.parity.optimizer, model)
+            out = run_forward_backward(setup.task, model, local, seed)
+            optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
             snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
         drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
     compared = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol,
@@ -222,7 +222,8 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         return rows
     rows += [sync_row(DIST_STEP_PARITY, name, [drift], group.world_size, rtol, atol) for name, drift in drifts.items()]
     reference, _ = reference_grads(setup, group.world_size)
-    instantiate(setup.cfg.parity.optimizer, params=[p for p in reference.parameters() if p.requires_grad]).step()
+    optimizer = make_optimizer(setup.task, setup.cfg.parity.optimizer, reference)
+    optimizer_step(setup.task, reference, optimizer, make_scheduler(setup.task, optimizer))
     ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
     return rows + _reference_rows(DIST_STEP_PARITY, "param ", ref_params, snaps["plain"].params,
                                   snaps["recompute"].params, rtol, atol)
@@ -236,15 +237,16 @@ def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snaps
     After every step the ranks' replicated state is compared (:mod:`reportgen.distributed.sync`)."""
     cfg, (rtol, atol) = setup.cfg, setup.tolerance()
     model = _twin(setup, group, recompute)
-    optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    optimizer = make_optimizer(setup.task, cfg.parity.optimizer, model)
+    scheduler = make_scheduler(setup.task, optimizer)
     generator = torch.Generator().manual_seed(int(cfg.seed))
     snaps, drifts = [], []
     for k in range(int(cfg.parity.steps)):
         batch = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
         optimizer.zero_grad(set_to_none=True)
         seed = None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)
-        out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task.loss, seed)
-        optimizer.step()
+        out = run_forward_backward(setup.task, model, shard_batch(batch, group.rank, group.world_size), seed)
+        optimizer_step(setup.task, model, optimizer, scheduler)
         snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
         drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))
     return snaps, drifts
