@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, USER_CONF, cli_env, small_setup
+from conftest import SMALL, USER_CONF, cli_env, run_pipeline, small_setup
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
 from reportgen.report.diagnose import diagnose
@@ -39,6 +39,15 @@ SCENARIOS = {
     "fsdp2 no reshard": (MLP + ("distributed.strategy=fsdp2", "distributed.fsdp.reshard_after_forward=false"), False),
     "fsdp1 linear units": (MLP + ("distributed.strategy=fsdp1", "distributed.fsdp.units=[Linear]"), False),
 }
+#: The user's training step (tests/user_models/dist_step.py): 8 examples, 4 per rank, 4 micro-batches of 1.
+STEP = tuple(o for o in BASE if not o.startswith("parity.batch_size")) + ("parity.batch_size=8",)
+STEP_SCENARIOS = {
+    "two forwards reentrant": ("+model=two_forwards", "recompute=reentrant"),
+    "two forwards non-reentrant": ("+model=two_forwards",),
+    "accumulate ddp": ("+model=accumulate_step",),
+    "accumulate fsdp2": ("+model=accumulate_step", "distributed.strategy=fsdp2"),
+    "accumulate rng not preserved": ("+model=accumulate_step", "recompute.preserve_rng_state=false"),
+}
 SETTINGS = {"preserve_rng_state": True, "strategy": "ddp"}
 
 
@@ -49,8 +58,8 @@ def launched():
 
     def get(name: str):
         if name not in cache:
-            overrides, user = SCENARIOS[name]
-            rows = distributed_checks(small_setup(*BASE, *overrides, user_conf=user))
+            overrides, user = SCENARIOS[name] if name in SCENARIOS else ((*STEP, *STEP_SCENARIOS[name]), True)
+            rows = distributed_checks(small_setup(*(BASE if name in SCENARIOS else ()), *overrides, user_conf=user))
             cache[name] = rows, to_frame(rows)
         return cache[name]
 
@@ -100,6 +109,16 @@ def test_a_plain_twin_broken_by_itself_cannot_be_judged(launched):
     assert set(baseline.twin.dropna()) <= {"plain", "aa"} and len(baseline)
 
 
+def test_the_pipeline_exits_3_for_a_plain_twin_broken_by_itself_and_page_one_shows_the_wrapping(tmp_path):
+    code, frame = run_pipeline(tmp_path, "+model=unused_param", *BASE, "distributed.ddp.bucket_cap_mb=1",
+                               "run.max_estimated_minutes=null", user_conf=True)
+    assert code == 3  # INCONCLUSIVE: the baseline breaks DDP by itself
+    assert frame[frame.role == Role.RANK_SYNC].twin.isin(["plain", "aa"]).any()
+    html = (tmp_path / "report.html").read_text()
+    assert "ddp.find_unused_parameters=False" in html and "ddp.bucket_cap_mb=1.0" in html
+    assert "order: build from the shared initial weights" in html and "training step: reportgen" in html
+
+
 def test_a_rank_the_os_killed_is_named_and_cannot_be_judged(launched):
     _, frame = launched("killed rank")
     killed = frame[frame.status == INCONCLUSIVE].iloc[0]
@@ -114,6 +133,31 @@ def test_fsdp_settings_users_train_with_pass(launched, name):
     assert verdict(frame) == PASS, parity[parity.status != PASS][["item", "detail"]]
     grads = parity[(parity.role == Role.PARAM_GRAD)]
     assert len(grads) == 3 * 6 and grads.bitwise_equal.astype(bool).all()  # full tensors, every parameter
+
+
+def test_two_forwards_before_one_backward_in_the_users_step_errors_under_reentrant_only(launched):
+    _, reentrant = launched("two forwards reentrant")
+    assert verdict(reentrant) == FAIL and (reentrant[reentrant.status == ERROR].twin == "recompute").all()
+    _, non_reentrant = launched("two forwards non-reentrant")
+    assert verdict(non_reentrant) == PASS
+
+
+@pytest.mark.parametrize("name", ["accumulate ddp", "accumulate fsdp2"])
+def test_accumulation_clipping_adamw_and_a_cosine_schedule_pass(launched, name):
+    _, frame = launched(name)
+    parity = frame[frame.check.isin(PARITY)]
+    assert verdict(frame) == PASS, parity[parity.status != PASS][["item", "detail"]]
+    state = parity[(parity.role == Role.OPTIMIZER_STATE)]
+    assert state["item"].str.contains("exp_avg_sq").any()  # AdamW's, the user's optimizer
+    steps = parity[(parity.check == DIST_TRAJECTORY) & (parity.role == Role.TRAJECTORY)]
+    assert set(steps.status) == {PASS} and len(steps) == 2 * 2 * 3  # 3 steps, recompute and A/A rows, 2 ranks
+
+
+def test_the_users_step_fails_when_its_regions_rng_is_not_preserved(launched):
+    _, frame = launched("accumulate rng not preserved")
+    assert verdict(frame) == FAIL
+    grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
+    assert (grads.status == FAIL).any()
 
 
 def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_rows_and_no_signature(tmp_path):

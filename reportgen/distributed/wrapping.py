@@ -133,8 +133,8 @@ def wrap_fsdp1(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
     precision = None
     if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
         precision = MixedPrecision(param_dtype=_dtype(dc.fsdp.param_dtype), reduce_dtype=_dtype(dc.fsdp.reduce_dtype))
-    device = group.device if group.device.type == "cuda" else None
-    return FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=precision, device_id=device,
+    # device_id given on every device: without it FSDP1 refuses a CPU-only machine (gloo ranks on CPU)
+    return FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=precision, device_id=group.device,
                                     use_orig_params=bool(dc.fsdp1.use_orig_params),
                                     sharding_strategy=ShardingStrategy[str(dc.fsdp1.sharding_strategy)],
                                     sync_module_states=bool(dc.fsdp1.sync_module_states))

@@ -59,3 +59,13 @@ def adamw(params):
 def cosine(optimizer):
     """A cosine learning-rate schedule over 10 steps."""
     return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)
+
+
+def build_after_input(width: int = 24):
+    """An input layer, then two ``DropoutFFN`` blocks: the recomputed blocks' inputs require grad, so
+    reentrant recompute runs them (a model whose first block reads the raw data would not)."""
+    from torch import nn
+
+    from user_models.faults import DropoutFFN
+
+    return nn.Sequential(nn.Linear(width, width), DropoutFFN(width), DropoutFFN(width))
