@@ -133,6 +133,7 @@ def test_fsdp_settings_users_train_with_pass(launched, name):
     assert verdict(frame) == PASS, parity[parity.status != PASS][["item", "detail"]]
     grads = parity[(parity.role == Role.PARAM_GRAD)]
     assert len(grads) == 3 * 6 and grads.bitwise_equal.astype(bool).all()  # full tensors, every parameter
+    assert not (frame.status == ERROR).any(), frame[frame.status == ERROR][["check", "detail"]]  # memory, time too
 
 
 def test_two_forwards_before_one_backward_in_the_users_step_errors_under_reentrant_only(launched):
