@@ -93,7 +93,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     try:
         rows = run_checks(setup, out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
-        print(f"reportgen: interrupted ({exc}); what was measured is in {out_dir / 'results.partial.json'}")
+        print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
