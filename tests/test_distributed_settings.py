@@ -118,7 +118,8 @@ SETTINGS = {"mode": "reentrant", "preserve_rng_state": True, "strategy": "ddp"}
 
 
 def test_ddp_errors_are_diagnosed_from_torchs_own_words_and_quoted():
-    ready = _raised("Expected to mark a variable ready only once. This error is caused by one of the following reasons")
+    ready = _raised("Expected to mark a variable ready only once. This error is caused by one of the following reasons: "
+                    "1) Use of a module parameter outside the `forward` function.")
     (said,) = diagnose([ready], SETTINGS)
     assert said.extra["rule"] == "DDP: parameter ready twice" and "static_graph=true" in said.extra["fix"]
     assert 'the recompute twin on rank 0 raised: "Expected to mark a variable ready only once"' in said.extra["cause"]

@@ -31,7 +31,9 @@ def matching(rows: list[Row], words: tuple[str, ...]) -> Row | None:
 
 def quote(row: Row) -> str:
     """``raised by the plain twin on rank 1: "<torch's first sentence>"``."""
-    message = row.detail.split(": ", 2)[-1] if ": " in row.detail else row.detail
+    kind = row.extra.get("exception_type")
+    marker = f"{kind}: " if kind and f"{kind}: " in row.detail else ": "  # the message starts after the type
+    message = row.detail.split(marker, 1)[-1]
     first = message.split(". ")[0].strip().rstrip(".")[:300]
     twin, rank = row.extra.get("twin"), row.extra.get("rank")
     who = " ".join(x for x in (f"the {twin} twin" if twin else "", f"on rank {rank}" if rank is not None else "") if x)
