@@ -11,7 +11,7 @@ import torch
 
 from reportgen.config import DIST_MEMORY, DIST_TIME
 from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
-from reportgen.distributed.ranks import ranked
+from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import make_train_step, saved_activation_bytes
@@ -42,16 +42,19 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     local, paths = local_share(setup, group), [w.path for w in setup.wrapped]
     measured = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
-        model = spread_twin(setup, group, recompute)
-        measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
-                                                   paths).total_bytes
+        with twin(variant):  # an exception names the twin that raised
+            model = spread_twin(setup, group, recompute)
+            measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
+                                                       paths).total_bytes
     rows = [ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
                         float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
                         detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
             for variant, value in measured.items()]
-    peaks = {variant: warm_step_peak(spread_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
-                                     setup.cfg.forward_seed, warm_steps=1)
-             for variant, recompute in (("plain", False), ("recompute", True))}
+    peaks = {}
+    for variant, recompute in (("plain", False), ("recompute", True)):
+        with twin(variant):
+            peaks[variant] = warm_step_peak(spread_twin(setup, group, recompute), local, setup.task.loss,
+                                            setup.cfg.parity.optimizer, setup.cfg.forward_seed, warm_steps=1)
     rows += [ranked(Row(DIST_MEMORY, f"step peak ({variant})", variant, "peak_live_bytes", float(peak.peak_bytes),
                         unit="B", role=ROLE_RANK_PEAK, status=INFO,
                         detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
@@ -97,7 +100,8 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
         for variant, step in steps.items():
             sync()
             start = time.perf_counter()
-            step()
+            with twin(variant):
+                step()
             sync()
             if index >= int(tc.warmup_steps):
                 times[variant].append((time.perf_counter() - start) * 1e3)
