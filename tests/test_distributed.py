@@ -43,7 +43,9 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     for check, role in ((DIST_GRADIENT_PARITY, Role.LOSS), (DIST_STEP_PARITY, Role.RNG),
                         (DIST_MEMORY, "rank_saved_total"), (DIST_MEMORY, "rank_step_peak"), (DIST_TIME, "rank_step")):
         assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
-    steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute")]
+    steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute") & (frame.role == Role.TRAJECTORY)]
+    synced = frame[frame.role == Role.RANK_SYNC]  # every twin's ranks in sync after every step of the 3 parity checks
+    assert len(synced) == 3 * 3 and set(synced.status) == {PASS} and synced.bitwise_equal.astype(bool).all()
     assert len(steps) == 2 * 3 and set(steps.step.astype(int)) == {1, 2, 3}  # parity.steps=3, on both ranks
     worst = frame[(frame.role == "max_rank_saved_total") & (frame.variant == "recompute")].iloc[0]
     assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
