@@ -1,17 +1,6 @@
 """Exit codes around Hydra (DESIGN.md "Exit code"), and what the console shows.
 
-=====  =====================================================================================
-code   meaning
-=====  =====================================================================================
-0      the claim holds
-1      the claim fails
-2      the run could not start: config, usage, an output folder that holds a run, the task
-       contract; the message names the fix
-3      the claim cannot be judged (INCONCLUSIVE)
-70     reportgen itself failed (a bug); the message gives the run's log file with the traceback
-130    interrupted by SIGINT (Ctrl-C); the partial frame keeps NOT_RUN rows for what did not run
-143    interrupted by SIGTERM (CI timeout, SLURM, ``docker stop``); same as 130
-=====  =====================================================================================
+The codes are :class:`reportgen.errors.ExitCode`; docs/exit-codes.md is their one table.
 
 Hydra reports a compose error (unknown ``+model=nope``, a typo in a schema field) by
 printing it and calling ``sys.exit(1)`` before any job starts; that is a usage error here,

@@ -31,6 +31,9 @@ DIST_TRAJECTORY = "distributed trajectory parity"
 DIST_MEMORY = "distributed memory per rank"
 DIST_TIME = "distributed step time"
 DIST_TASK_METRICS = "distributed task metrics"
+#: The release claim's clauses (``claim=<name>``, reportgen/claim/): one judged row per clause;
+#: required whenever a claim file states clauses.
+RELEASE_CLAIM = "release claim"
 
 
 class RecomputeMode(Enum):
@@ -89,7 +92,7 @@ class ParityConfig:
     optimizer: Any = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "lr": 1e-3})
     #: Judge step, trajectory and trained-parameter differences outside tolerance against a
     #: rounding envelope: how far a plain twin moves when its gradients are nudged by the
-    #: gradient tolerance before each optimizer step (reportgen/rounding.py). Built only when
+    #: gradient tolerance before each optimizer step (reportgen/results/rounding.py). Built only when
     #: some item is outside tolerance. false = tolerance alone decides, as a bitwise A/A floor.
     rounding_envelope: bool = True
     #: A difference outside tolerance passes when it is at most this many times the rounding
@@ -101,7 +104,7 @@ class ParityConfig:
 class MemoryConfig:
     """Warm-step memory: saved activations everywhere, allocator peaks on CUDA."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the check is not run (one NOT_RUN row; it fails the claim if required)
     #: Steps run before the measured step (optimizer state initialised, caches warm).
     warm_steps: int = 3
     #: WARN when recompute saves less than this share of the plain run's saved bytes.
@@ -121,7 +124,7 @@ class MemoryConfig:
 class TimingConfig:
     """Warm-step time of plain vs recompute, interleaved."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the check is not run (one NOT_RUN row; it fails the claim if required)
     warmup_steps: int = 3  #: excluded from timing
     measured_steps: int = 20  #: per variant, interleaved plain/recompute (the minimum when adaptive)
     bootstrap_samples: int = 2000  #: resamples for the 95% CI of the overhead ratio
@@ -140,9 +143,11 @@ class TimingConfig:
 class BudgetConfig:
     """Equal accepted-example budget training and task metrics."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the check is not run (one NOT_RUN row; it fails the claim if required)
     examples: int = 2048  #: accepted examples per run
     batch_size: int = 32  #: examples per step
+    #: One training run per twin and seed (the seed fixes data order and dropout masks); a seed
+    #: listed twice is refused (exit 2).
     seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
     #: Largest allowed |plain - recompute| difference of the task metric, per seed (absolute).
     metric_tolerance: float = 1e-4
@@ -161,7 +166,7 @@ class BudgetConfig:
 class LargerBatchConfig:
     """The flagged larger-batch experiment (never part of the verdict)."""
 
-    enabled: bool = True
+    enabled: bool = True  #: false = the experiment is not run
     max_batch_size: int = 4096  #: search ceiling, examples
     #: Learning-rate scaling rule for the larger batch: "none", "linear" or "sqrt".
     lr_scaling: str = "none"
@@ -182,7 +187,7 @@ class PrecisionConfig:
 class CompileConfig:
     """``torch.compile`` of both twins (the baseline is then the compiled plain twin)."""
 
-    enabled: bool = False
+    enabled: bool = False  #: true = ``torch.compile`` both twins before any check
     #: torch.compile backend: "inductor" (default), "aot_eager" (no code generation), ...
     backend: str = "inductor"
 
@@ -211,8 +216,7 @@ class DDPConfig:
 
     #: Traverse the graph after each forward to find parameters that get no gradient (torch default false).
     find_unused_parameters: bool = False
-    #: The graph is the same every iteration: DDP records it once (allows a parameter used twice under
-    #: reentrant recompute). torch default false.
+    #: The graph is the same every iteration (a parameter used twice under reentrant recompute). torch default false.
     static_graph: bool = False
     #: Gradients are views into DDP's all-reduce buckets (saves one copy). torch default false.
     gradient_as_bucket_view: bool = False
@@ -232,18 +236,15 @@ class FSDPConfig:
     #: FSDP2 ``fully_shard(reshard_after_forward=...)``: free the gathered parameters after forward
     #: (true, ZeRO-3) or keep them for backward (false, ZeRO-2). FSDP1 says it with ``fsdp1.sharding_strategy``.
     reshard_after_forward: bool = True
-    #: Mixed precision: dtype of the gathered parameters in forward/backward (null = the model's).
-    param_dtype: Optional[str] = None
-    #: Mixed precision: dtype gradients are reduced in (null = the parameters' dtype).
-    reduce_dtype: Optional[str] = None
+    param_dtype: Optional[str] = None  #: mixed precision: gathered parameters' dtype (null = the model's)
+    reduce_dtype: Optional[str] = None  #: mixed precision: dtype gradients are reduced in (null = the parameters')
 
 
 @dataclass
 class FSDP1Config:
     """Arguments of ``torch.distributed.fsdp.FullyShardedDataParallel`` (``distributed.strategy=fsdp1``)."""
 
-    #: Keep the original parameters visible (torch default true since 2.x for torch.compile; the
-    #: parity checks compare them by name, so false is refused).
+    #: Keep the original parameters visible; the checks compare them by name, so false is refused.
     use_orig_params: bool = True
     #: ``ShardingStrategy`` name: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_* need a 2-D mesh).
     sharding_strategy: str = "FULL_SHARD"
@@ -258,6 +259,7 @@ class DistributedConfig:
     #: Ranks (processes). >1 starts them with torch's elastic launcher (the machinery of torchrun),
     #: or joins the group of an existing torchrun / srun launch (RANK, WORLD_SIZE, LOCAL_RANK set).
     world_size: int = 1
+    #: ``ddp``, ``fsdp2``, ``fsdp1`` or ``custom`` (``distributed.wrap``); docs/distributed_wrapping.md.
     strategy: DistributedStrategy = DistributedStrategy.ddp
     #: ``auto`` (nccl on CUDA, gloo on CPU), ``gloo`` or ``nccl``.
     backend: str = "auto"
@@ -284,8 +286,8 @@ class DistributedConfig:
 
 @dataclass
 class CacheConfig:
-    """The plain-twin cache shared by a sweep's jobs (reportgen/cache.py; README, "The plain twin
-    is trained once per sweep")."""
+    """The plain-twin cache shared by a sweep's jobs (reportgen/training/cache.py;
+    docs/sweeps.md, "The plain twin is trained once per sweep")."""
 
     #: false = train the plain twin in every run, never read or write the cache (the folder is
     #: ``$REPORTGEN_CACHE_DIR``, else ``<sweep dir>/.reportgen-cache`` in a multirun).
@@ -309,9 +311,9 @@ class ChecksConfig:
 class ReportConfig:
     """Rendering and signing."""
 
-    title: str = "Activation recomputation report"
-    pdf: bool = True
-    sign: bool = True
+    title: str = "Activation recomputation report"  #: heading of page 1
+    pdf: bool = True  #: false = report.html only, no PDF
+    sign: bool = True  #: false = an UNSIGNED report (page 1 says so), no signing key needed
     #: Private key (PEM). Null = $REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem.
     key_path: Optional[str] = None
 
@@ -322,7 +324,7 @@ class RunConfig:
 
     #: Refuse to start (exit 2) when the settings imply a run longer than this many minutes,
     #: estimated before any check from one timed training step of each twin
-    #: (reportgen/duration.py); the message gives the estimate and the override. Null = no limit.
+    #: (reportgen/training/duration.py); the message gives the estimate and the override. Null = no limit.
     max_estimated_minutes: Optional[float] = 60.0
 
 
@@ -336,10 +338,32 @@ class VerdictConfig:
 
 
 @dataclass
+class ClaimConfig:
+    """The release note's claim (``claim=<name>``, conf/claim/*.yaml; reportgen/claim/clauses.py).
+
+    Without ``text`` and ``clauses`` the generic claim stands: turning recomputation on keeps
+    training behaviour identical within the stated tolerances.
+    """
+
+    #: The release-note sentence, printed on page 1 as written and signed; null = the generic claim.
+    text: Optional[str] = None
+    #: One clause per entry, each a measured quantity, a comparator and a bound: ``training unchanged``
+    #: (always added), ``peak_saving_share >= 0.40``, ``overhead_ratio <= 1.30`` (judged on the upper
+    #: end of its 95% CI), ``step_time_ms <= 250`` (median), ``fits: batch 16 [at seq 1024] within 80 GiB``,
+    #: ``task metric within tolerance``.
+    clauses: List[str] = field(default_factory=list)
+    #: The task's keyword that sets tokens per example, overridden by a ``fits: ... at seq S`` clause
+    #: in the GPU-free estimate (``block_size`` for the built-in character task).
+    seq_key: str = "block_size"
+
+
+@dataclass
 class Config:
     """The primary config. ``model`` and ``task`` come from ``+model=x``."""
 
+    #: The model factory, a ``_target_`` node (set by ``+model=NAME``; see docs/own-model.md).
     model: Any = None
+    #: The task (batches, loss, held-out metric), a ``_target_`` node (set by ``+model=NAME``).
     task: Any = None
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
     seed: int = 0  #: seeds the weights of both twins
@@ -365,6 +389,7 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     run: RunConfig = field(default_factory=RunConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
+    claim: ClaimConfig = field(default_factory=ClaimConfig)
 
 
 def register_configs() -> None:

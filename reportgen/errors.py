@@ -1,17 +1,7 @@
 """Exit codes, the usage message and the exceptions every layer shares (the lowest layer).
 
-=====  =====================================================================================
-code   meaning (DESIGN.md "Exit code")
-=====  =====================================================================================
-0      the claim holds
-1      the claim fails
-2      the run could not start: config, usage, an output folder that holds a run or cannot be
-       written, the task contract; the message names the fix
-3      the claim cannot be judged (INCONCLUSIVE)
-70     reportgen itself failed (a bug); the message gives the run's log file with the traceback
-130    interrupted by SIGINT (Ctrl-C); the partial frame keeps NOT_RUN rows for what did not run
-143    interrupted by SIGTERM (CI timeout, SLURM, ``docker stop``); same as 130
-=====  =====================================================================================
+:class:`ExitCode` holds every command's codes (DESIGN.md "Exit code"); what each code means for
+each command is the one table in docs/exit-codes.md, which tests/test_docs.py checks against it.
 """
 from __future__ import annotations
 
@@ -21,7 +11,7 @@ from reportgen.paths import builtin_models
 
 
 class ExitCode(enum.IntEnum):
-    """Every command's exit codes, in one place (like pytest's ``ExitCode``; table above).
+    """Every command's exit codes, in one place (like pytest's ``ExitCode``; what each means: docs/exit-codes.md).
 
     ``reportgen.verify`` reads 0 as VERIFIED and 1 as NOT VERIFIED; ``reportgen.compare`` 1 as a
     regression; the numbers are the same for every command.
@@ -65,7 +55,7 @@ def usage() -> str:
     models = builtin_models()
     return (f"reportgen: choose a model. Built-in models: {', '.join(models)}.\n"
             f"  python -m reportgen +model={models[0]}\n"
-            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see README, 'Your own model').\n"
+            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see docs/own-model.md).\n"
             f"  ({EXIT_CODES_HELP})")
 
 

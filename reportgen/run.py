@@ -13,8 +13,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from reportgen.checks import REGISTRY, required_names, run_order
+from reportgen.checks import REGISTRY, Check, required_names, run_order
 from reportgen.checks.distributed import follow
+from reportgen.ci import finish_ci_outputs, write_ci_outputs
+from reportgen.claim import claim_required, parse_claim
+from reportgen.claim.stage import console_lines, judge_claim
 from reportgen.twins.contract import check_task_contract
 from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
@@ -26,7 +29,7 @@ from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
 from reportgen.memory.saved import observation_rows, observe_twins
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
-from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from reportgen.results import ERROR, FLAGGED, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from reportgen.results.rows import error_row
 from reportgen.commands.rundir import forget_unstarted_run
 from reportgen.twins.setup import Setup, build_setup
@@ -75,6 +78,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         if launch_rank() != 0:
             return run_rank(cfg, out_dir)
     try:
+        claim = parse_claim(cfg.get("claim"))  # the release note's clauses (exit 2 on one it cannot read)
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         setup = prepare(cfg)
         with limited("estimating the run's duration", *check_limits(cfg)):
@@ -85,8 +89,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return EXIT_USAGE
-    required = required_names(cfg.verdict.required, distributed=world > 1)
+    required = required_names(cfg.verdict.required, distributed=world > 1) + claim_required(cfg.get("claim"))
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
+    if claim:
+        meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     if world > 1:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
@@ -97,11 +103,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
+    rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
     render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)
+    write_ci_outputs(frame, meta, verdict, required, out_dir)  # junit.xml, summary.md: signed with the rest
     sign_run(frame, meta, verdict, out_dir, key, required=required)
+    finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:
@@ -111,6 +120,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         for line in why_lines(frame):
             print(line)
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")
+    print("\n".join(console_lines(frame, out_dir / "report.html")))
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
 
 
@@ -193,12 +203,15 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     rows: list[Row] = []
     registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
     if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
-        return [Row(s.name, "compile", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+        return [Row(check=s.name, item="compile", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                     detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                            f"({setup.compile_error}); run with compile.enabled=false")
                 for check in registry for s in check.sections]
     limits = check_limits(getattr(setup, "cfg", None))
     for index, check in enumerate(registry):
+        if _disabled(setup, check):
+            rows += disabled_rows(check)
+            continue
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
@@ -207,11 +220,11 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                 rows += check.run(setup)                      # records torch's warnings as rows itself
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
             log.error("check %s stopped: %s", check.name, exc.message)
-            rows.append(Row(check.name, f"stopped at checks.{exc.limit}", "recompute", "exception", status=ERROR,
+            rows.append(Row(check=check.name, item=f"stopped at checks.{exc.limit}", variant="recompute", metric="exception", status=ERROR,
                             detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
                             extra={"exception_type": "CheckLimitExceeded"}))
         except KeyboardInterrupt as exc:
-            rows += [Row(s.name, "interrupted", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+            rows += [Row(check=s.name, item="interrupted", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
                      for later in registry[index:] for s in later.sections]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
@@ -221,6 +234,21 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
     return rows
+
+
+def _disabled(setup: Setup, check: Check) -> bool:
+    """The check's config group says ``enabled: false`` (checks without a group always run)."""
+    cfg = getattr(setup, "cfg", None)
+    return bool(check.config and cfg is not None
+                and not OmegaConf.select(cfg, f"{check.config}.enabled", default=True))
+
+
+def disabled_rows(check: Check) -> list[Row]:
+    """One row per section of a check turned off by ``<group>.enabled=false``: NOT_RUN (a required
+    check without rows fails the claim), FLAGGED for a flagged experiment (never counts)."""
+    return [Row(check=s.name, item=str(check.config), variant="recompute", metric="not_run",
+                status=FLAGGED if s.flagged else NOT_RUN, role=Role.DISABLED,
+                detail=f"not run: {check.config}.enabled=false") for s in check.sections]
 
 
 def _world_size(setup: Setup | None) -> int:

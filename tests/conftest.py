@@ -119,13 +119,13 @@ def tiny_frame(failing: bool = False):
     """A results frame as the parity checks would write it (checks with no section template of
     their own, so the test does not depend on how other sections render)."""
     rows = [
-        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0, "atol=1e-05, rtol=1.3e-06", "allclose",
+        Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0, threshold="atol=1e-05, rtol=1.3e-06", comparator="allclose",
             detail="bitwise equal", seconds=0.01, role=Role.LOSS,
             extra={"max_rel_err": 0.0, "bitwise_equal": True, "excess": -1e-5}),
-        Row("gradient parity", "blocks.0.lin.weight.grad", "recompute", "max_abs_err", 3e-7 if not failing else 0.5,
-            "atol=1e-05, rtol=1.3e-06", "allclose", seconds=0.01, role=Role.PARAM_GRAD,
+        Row(check="gradient parity", item="blocks.0.lin.weight.grad", variant="recompute", metric="max_abs_err", value=3e-7 if not failing else 0.5,
+            threshold="atol=1e-05, rtol=1.3e-06", comparator="allclose", seconds=0.01, role=Role.PARAM_GRAD,
             extra={"max_rel_err": 1e-6, "bitwise_equal": False, "excess": -9.7e-6 if not failing else 0.49}),
-        Row("state parity", "RNG torch.get_rng_state()", "recompute", "bytes_differing", 0, "0", "==",
+        Row(check="state parity", item="RNG torch.get_rng_state()", variant="recompute", metric="bytes_differing", value=0, threshold="0", comparator="==",
             role=Role.RNG, threshold_value=0.0, extra={"max_rel_err": 0.0, "bitwise_equal": True}),
     ]
     return to_frame(rows)
@@ -134,14 +134,14 @@ def tiny_frame(failing: bool = False):
 def cost_rows():
     """Rows of the memory and time checks, as the predicate's ``costs`` reads them."""
     return [
-        Row(MEMORY, "saved activations (total)", "plain", "saved_activation_bytes", 4 * 2**20, seconds=0.2,
+        Row(check=MEMORY, item="saved activations (total)", variant="plain", metric="saved_activation_bytes", value=4 * 2**20, seconds=0.2,
             role=Role.SAVED_TOTAL),
-        Row(MEMORY, "saved activations (total)", "recompute", "saved_activation_bytes", 2**20, seconds=0.2,
+        Row(check=MEMORY, item="saved activations (total)", variant="recompute", metric="saved_activation_bytes", value=2**20, seconds=0.2,
             role=Role.SAVED_TOTAL),
-        Row(MEMORY, "saving", "recompute", "saving_share", 0.75, ">= 0.05 of plain", ">=", threshold_value=0.05,
+        Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=0.75, threshold=">= 0.05 of plain", comparator=">=", threshold_value=0.05,
             on_miss="WARN", role=Role.SAVING, detail="saves 75%",
             extra={"plain_bytes": 4 * 2**20, "recompute_bytes": 2**20, "saving_bytes": 3 * 2**20}),
-        Row(TIME, "overhead", "recompute", "overhead_ratio", 1.27, seconds=1.5, role=Role.OVERHEAD,
+        Row(check=TIME, item="overhead", variant="recompute", metric="overhead_ratio", value=1.27, seconds=1.5, role=Role.OVERHEAD,
             extra={"ci_low": 1.2, "ci_high": 1.3}),
     ]
 
@@ -203,10 +203,10 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.skip(reason=reason))
 
 
-# --- end-to-end runs through the command line (tests/test_integrity.py, test_overrides_property.py)
+# --- end-to-end runs through the command line (tests/commands/test_integrity.py, test_overrides_property.py)
 #: Overrides that make a built-in ffn run take seconds, not minutes (the checks all still run).
 SMALL_RUN = ("+model=ffn", *(o for o in SMALL if not o.startswith("report.")))
-#: Every exit code README and DESIGN.md document for ``python -m reportgen``.
+#: Every exit code docs/exit-codes.md and DESIGN.md document for ``python -m reportgen``.
 DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 70, 130, 143}
 
 
@@ -257,15 +257,15 @@ def job_cost_rows(plain_bytes: float = 1000.0, recompute_bytes: float = 250.0, r
     gradient-parity row that passes or fails as ``parity`` says (judged, like a real row)."""
     share = (plain_bytes - recompute_bytes) / plain_bytes
     return [
-        Row("gradient parity", "loss", "recompute", "max_abs_err", 0.0 if parity == "PASS" else 1.0, "1e-05", "<=",
+        Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0 if parity == "PASS" else 1.0, threshold="1e-05", comparator="<=",
             threshold_value=1e-5, role=Role.LOSS),
-        Row(MEMORY, "saving", "recompute", "saving_share", share, ">= 0.05 of plain", ">=", threshold_value=0.05,
+        Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=share, threshold=">= 0.05 of plain", comparator=">=", threshold_value=0.05,
             on_miss="WARN", role=Role.SAVING, unit="share",
             extra={"saving_bytes": plain_bytes - recompute_bytes, "plain_bytes": plain_bytes,
                    "recompute_bytes": recompute_bytes}),
-        Row(TIME, "overhead", "recompute", "overhead_ratio", ratio, "", "", "INFO", role=Role.OVERHEAD, unit="ratio",
+        Row(check=TIME, item="overhead", variant="recompute", metric="overhead_ratio", value=ratio, threshold="", comparator="", status="INFO", role=Role.OVERHEAD, unit="ratio",
             extra={"ci_low": ci[0], "ci_high": ci[1]}),
-        Row("task metrics", "seed 0", "recompute", f"abs_diff_{metric}", metric_diff, "0.0001", "<=",
+        Row(check="task metrics", item="seed 0", variant="recompute", metric=f"abs_diff_{metric}", value=metric_diff, threshold="0.0001", comparator="<=",
             threshold_value=1e-4, role=Role.METRIC_DIFF),
     ]
 

@@ -1,7 +1,7 @@
 """The handed cases in ../shared/cases, run through the CLI as a user would.
 
 Not part of the test suite (its name does not start with ``test_``): the suite depends on no
-file outside the repository, and tests/test_fault_cases.py, test_memory.py and test_recompute.py
+file outside the repository, and tests/checks/test_fault_cases.py, test_memory.py and test_recompute.py
 assert the same faults on our own fixtures. Run it by hand where ../shared exists:
 
     python -m pytest tests/handed_cases.py
@@ -88,7 +88,7 @@ def test_sac_packet_policy_is_not_silent(tmp_path):
 
 
 # --------------------------------------------------------------------------- measured bytes of the handed cases
-# (moved from tests/test_memory.py: they import the case files themselves)
+# (moved from tests/memory/test_memory.py: they import the case files themselves)
 from reportgen.run import prepare  # noqa: E402
 
 from conftest import compose_config, measured  # noqa: E402

@@ -47,10 +47,14 @@ class Check:
     Attributes:
         run: ``fn(setup) -> list[Row]``; an exception becomes an ERROR row of ``sections[0]``.
         sections: the names it produces, in report order.
+        config: the config group whose ``enabled: false`` turns the check off (e.g. ``"memory"``),
+            or None (always runs). The runner then writes one NOT_RUN row per section (FLAGGED for
+            a flagged experiment) and does not call ``run``.
     """
 
     run: Callable[..., list[Row]]
     sections: tuple[Section, ...] = field(default_factory=tuple)
+    config: str | None = None
 
     @property
     def name(self) -> str:

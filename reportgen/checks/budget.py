@@ -17,7 +17,7 @@ from typing import Any
 
 from reportgen.config import TASK_METRICS
 from reportgen.checks.plots import task_metric_plots
-from reportgen.results import ERROR, INFO, NOT_RUN, PASS, WARN, Role, Row
+from reportgen.results import ERROR, INFO, PASS, WARN, Role, Row
 from reportgen.results.rows import error_row, metric_diff_row, trained_params_row
 from reportgen.training.train import budget_runs, TrainResult, lockstep_gradients, run_rows
 from reportgen.checks.base import Check, Section
@@ -97,8 +97,8 @@ def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResu
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
     if rounding is not None and rounding.cache_rejected:
         key, why = rounding.cache_rejected
-        errors.append(Row(TASK_METRICS, f"seed {seed}", "rounding", "cache_entry_rejected", math.nan, "", "", WARN,
-                          f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
+        errors.append(Row(check=TASK_METRICS, item=f"seed {seed}", variant="rounding", metric="cache_entry_rejected", value=math.nan, threshold="", comparator="", status=WARN,
+                          detail=f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
                           "was trained afresh in this run and the entry replaced",
                           extra={"seed": seed, "cache_key": key, "cache_problem": why}, role=Role.CACHE))
     final = None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
@@ -115,17 +115,17 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
         result = budget_runs(setup).get(setup, recompute, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
-        return None, [Row(TASK_METRICS, item, variant, "exception", math.nan, "", "", ERROR,
-                          f"the {variant} training run raised {type(exc).__name__}: {exc}", time.perf_counter() - start,
+        return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="exception", value=math.nan, threshold="", comparator="", status=ERROR,
+                          detail=f"the {variant} training run raised {type(exc).__name__}: {exc}", seconds=time.perf_counter() - start,
                           extra={"seed": seed}, role=Role.EXCEPTION)]
     if not result.complete:
         cap = result.steps + result.skipped_steps
-        return None, [Row(TASK_METRICS, item, variant, "accepted_examples", result.accepted_examples,
-                          str(setup.cfg.budget.examples), "", ERROR,
-                          f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
+        return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="accepted_examples", value=result.accepted_examples,
+                          threshold=str(setup.cfg.budget.examples), comparator="", status=ERROR,
+                          detail=f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
                           f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
                           "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
-                          result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
+                          seconds=result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
                                                  "batch_size": batch_size}, role=Role.ACCEPTED, unit="examples")]
     return result, []
 
@@ -146,12 +146,9 @@ def task_metrics(setup) -> list[Row]:
     """
     cfg, task = setup.cfg.budget, setup.task
     metric, tol, rtol = task.metric, float(cfg.metric_tolerance), float(cfg.metric_rtol)
-    if not cfg.enabled:
-        return [Row(TASK_METRICS, "budget", "recompute", f"abs_diff_{metric}", math.nan, "", "", NOT_RUN,
-                    "disabled by budget.enabled=false", role=Role.DISABLED)]
     bs = int(cfg.batch_size)
-    rows = [Row(TASK_METRICS, "budget", "recompute", "budget_examples", int(cfg.examples), "", "", INFO,
-                f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
+    rows = [Row(check=TASK_METRICS, item="budget", variant="recompute", metric="budget_examples", value=int(cfg.examples), threshold="", comparator="", status=INFO,
+                detail=f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
                 f"seeds {', '.join(str(s) for s in cfg.seeds)}; learning-curve point every {cfg.eval_every} accepted "
                 f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
                 f"tolerance |recompute - plain| <= {tol:g}" + (f" + {rtol:g}·|plain|" if rtol else "") +
@@ -176,19 +173,19 @@ def task_metrics(setup) -> list[Row]:
         diffs.append(diff)
         sp, sr = results["plain"].skipped_steps, results["recompute"].skipped_steps
         if sp != sr:
-            rows.append(Row(TASK_METRICS, f"seed {seed}", "recompute", "skipped_steps_diff", sr - sp, "0", "==",
+            rows.append(Row(check=TASK_METRICS, item=f"seed {seed}", variant="recompute", metric="skipped_steps_diff", value=sr - sp, threshold="0", comparator="==",
                             detail=f"the twins skipped different numbers of steps (plain {sp}, recompute {sr}): they did "
                             "not see the same updates", extra={"seed": seed}, role=Role.SKIPPED_DIFF, unit="steps",
                             threshold_value=0.0, on_miss=WARN))
     for variant, values in finals.items():
         if values:
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            rows.append(Row(TASK_METRICS, "all seeds", variant, f"mean_{metric}", statistics.fmean(values), "", "", INFO,
-                            f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
+            rows.append(Row(check=TASK_METRICS, item="all seeds", variant=variant, metric=f"mean_{metric}", value=statistics.fmean(values), threshold="", comparator="", status=INFO,
+                            detail=f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
                             extra={"std": std, "n_seeds": len(values)}, role=Role.MEAN))
     if diffs:
         seed, worst, allowed, rounding_excess = max(diffs, key=_effective)
-        rows.append(Row(TASK_METRICS, "all seeds", "recompute", f"worst_abs_diff_{metric}", worst, f"{allowed:g}", "<=",
+        rows.append(Row(check=TASK_METRICS, item="all seeds", variant="recompute", metric=f"worst_abs_diff_{metric}", value=worst, threshold=f"{allowed:g}", comparator="<=",
                         detail=f"the per-seed |recompute - plain| {metric} closest to (or furthest past) its tolerance "
                                f"(seed {seed}), over {len(diffs)} seeds"
                                + (", within its rounding envelope" if worst > allowed and _effective(
@@ -210,4 +207,4 @@ CHECK = Check(task_metrics, (Section(
     TASK_METRICS, "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins are "
     "trained from the same initial weights on the same data order and seeds until each has accepted the same number of "
     "examples, then evaluated on held-out data. Trained parameters outside tolerance (then the metric) may pass "
-    "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.", template="sections/task-metrics.html.j2", plotter=task_metric_plots),))
+    "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.", template="sections/task-metrics.html.j2", plotter=task_metric_plots),), config="budget")

@@ -167,8 +167,8 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     detail = (f"all {len(compared)} gradients of this rank's share {'bitwise equal' if equal else 'within tolerance'}"
               if not bad else f"{len(bad)} of {len(compared)} gradients of this rank's share differ before reduction; "
               f"worst {bad[0].item} (max abs err {bad[0].value:.3g}, {bad[0].detail})")
-    return Row(DIST_GRADIENT_PARITY, "local gradients before reduction", "recompute", "tensors_outside_tolerance",
-               float(len(bad)), "0", "==", detail=detail, role=Role.RANK_LOCAL_GRADS, unit="tensors", threshold_value=0.0,
+    return Row(check=DIST_GRADIENT_PARITY, item="local gradients before reduction", variant="recompute", metric="tensors_outside_tolerance",
+               value=float(len(bad)), threshold="0", comparator="==", detail=detail, role=Role.RANK_LOCAL_GRADS, unit="tensors", threshold_value=0.0,
                extra={"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""})
 
 
@@ -276,8 +276,8 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
             worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)
             detail = (f"all {len(compared)} items within tolerance" if not moved else
                       f"{len(moved)} of {len(compared)} items outside tolerance, e.g. {', '.join(moved[:3])}")
-            rows.append(ranked(Row(DIST_TRAJECTORY, f"step {k}", variant, "items_outside_tolerance",
-                                    float(len(moved)), "allclose per item", "allclose", detail=detail,
+            rows.append(ranked(Row(check=DIST_TRAJECTORY, item=f"step {k}", variant=variant, metric="items_outside_tolerance",
+                                    value=float(len(moved)), threshold="allclose per item", comparator="allclose", detail=detail,
                                     role=Role.TRAJECTORY, unit="items", on_miss=on_miss,
                                     extra={"step": k, "excess": worst, "items": len(compared)}), group.rank))
     return rows

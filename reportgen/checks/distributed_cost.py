@@ -46,8 +46,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
             model = spread_twin(setup, group, recompute)
             measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
                                                        paths).total_bytes
-    rows = [ranked(Row(DIST_MEMORY, f"saved activations ({variant})", variant, "saved_activation_bytes",
-                        float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
+    rows = [ranked(Row(check=DIST_MEMORY, item=f"saved activations ({variant})", variant=variant, metric="saved_activation_bytes",
+                        value=float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
                         detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
             for variant, value in measured.items()]
     peaks = {}
@@ -55,7 +55,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         with twin(variant):
             peaks[variant] = warm_step_peak(spread_twin(setup, group, recompute), local, setup.task.loss,
                                             setup.cfg.parity.optimizer, setup.cfg.forward_seed, warm_steps=1)
-    rows += [ranked(Row(DIST_MEMORY, f"step peak ({variant})", variant, "peak_live_bytes", float(peak.peak_bytes),
+    rows += [ranked(Row(check=DIST_MEMORY, item=f"step peak ({variant})", variant=variant, metric="peak_live_bytes", value=float(peak.peak_bytes),
                         unit="B", role=ROLE_RANK_PEAK, status=INFO,
                         detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
                                f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
@@ -66,18 +66,18 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     if group.rank != 0:
         return rows
     on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
-    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (plain)", "plain", "peak_live_bytes", worst[2], unit="B",
+    rows.append(Row(check=DIST_MEMORY, item="step peak, max over ranks (plain)", variant="plain", metric="peak_live_bytes", value=worst[2], unit="B",
                     role=ROLE_MAX_PEAK, status=INFO, detail=f"the largest plain step peak of the {group.world_size} ranks"))
-    rows.append(Row(DIST_MEMORY, "step peak, max over ranks (recompute)", "recompute", "peak_live_bytes", worst[3],
-                    f"<= {worst[2]:.0f} B (plain, max over ranks)", "<=", role=ROLE_MAX_PEAK, unit="B",
+    rows.append(Row(check=DIST_MEMORY, item="step peak, max over ranks (recompute)", variant="recompute", metric="peak_live_bytes", value=worst[3],
+                    threshold=f"<= {worst[2]:.0f} B (plain, max over ranks)", comparator="<=", role=ROLE_MAX_PEAK, unit="B",
                     threshold_value=worst[2], on_miss=on_miss,
                     detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
                            "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)"))
-    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (plain)", "plain", "saved_activation_bytes",
-                    worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
+    rows.append(Row(check=DIST_MEMORY, item="saved activations, max over ranks (plain)", variant="plain", metric="saved_activation_bytes",
+                    value=worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
                     detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
-    rows.append(Row(DIST_MEMORY, "saved activations, max over ranks (recompute)", "recompute", "saved_activation_bytes",
-                    worst[1], f"< {worst[0]:.0f} B (plain, max over ranks)", "<", role=ROLE_MAX_SAVED, unit="B",
+    rows.append(Row(check=DIST_MEMORY, item="saved activations, max over ranks (recompute)", variant="recompute", metric="saved_activation_bytes",
+                    value=worst[1], threshold=f"< {worst[0]:.0f} B (plain, max over ranks)", comparator="<", role=ROLE_MAX_SAVED, unit="B",
                     threshold_value=worst[0], on_miss=WARN,
                     detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain"))
     return rows
@@ -105,7 +105,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
             sync()
             if index >= int(tc.warmup_steps):
                 times[variant].append((time.perf_counter() - start) * 1e3)
-    rows = [ranked(Row(DIST_TIME, f"median step ({variant})", variant, "step_time_ms", statistics.median(ms),
+    rows = [ranked(Row(check=DIST_TIME, item=f"median step ({variant})", variant=variant, metric="step_time_ms", value=statistics.median(ms),
                         unit="ms", role=ROLE_RANK_STEP, status=INFO,
                         detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
             for variant, ms in times.items()]
@@ -113,15 +113,15 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     if group.rank != 0:
         return rows
     plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
-    rows += [Row(DIST_TIME, f"median step, max over ranks ({variant})", variant, "step_time_ms", value, unit="ms",
+    rows += [Row(check=DIST_TIME, item=f"median step, max over ranks ({variant})", variant=variant, metric="step_time_ms", value=value, unit="ms",
                  role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
              for variant, value in (("plain", plain), ("recompute", recompute))]
     ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
     bound = tc.max_overhead_ratio
     detail = (f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
               f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}")
-    rows.append(Row(DIST_TIME, "overhead ratio (slowest rank per step)", "recompute", "overhead_ratio", ratio,
-                    f"<= {bound}" if bound is not None else "", "ci<=" if bound is not None else "",
+    rows.append(Row(check=DIST_TIME, item="overhead ratio (slowest rank per step)", variant="recompute", metric="overhead_ratio", value=ratio,
+                    threshold=f"<= {bound}" if bound is not None else "", comparator="ci<=" if bound is not None else "",
                     role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
                     threshold_value=float(bound) if bound is not None else float("nan"), detail=detail,
                     extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))

@@ -40,7 +40,7 @@ from reportgen.memory.estimate import Estimate, dropout_mask_bytes, estimate_sav
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
-from reportgen.results import ERROR, INFO, NOT_RUN, WARN, Role, Row
+from reportgen.results import ERROR, INFO, WARN, Role, Row
 from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
 from reportgen.checks.base import Check, Section
@@ -57,10 +57,6 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         ``lost_gradients``, ``peak_allocated_bytes`` /
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
-    mc = setup.cfg.memory
-    if not mc.enabled:
-        return [Row(MEMORY, "warm-step memory", "recompute", "saved_activation_bytes", status=NOT_RUN, role=Role.DISABLED,
-                    detail="memory.enabled=false: no memory figure was measured")]
     rows: list[Row] = []
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
@@ -83,7 +79,7 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - failures are data
-        rows.append(Row(MEMORY, item, "recompute", "exception", status=status, seconds=time.perf_counter() - start,
+        rows.append(Row(check=MEMORY, item=item, variant="recompute", metric="exception", status=status, seconds=time.perf_counter() - start,
                         role=Role.EXCEPTION,
                         detail=f"not measured: {type(exc).__name__}: {exc}"))
         return None
@@ -132,18 +128,18 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
         sentence = (f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
                     "nothing, check recompute.targets")
     rows = [
-        Row(MEMORY, "saved activations (total)", variant, "saved_activation_bytes", s.total_bytes, status=INFO,
+        Row(check=MEMORY, item="saved activations (total)", variant=variant, metric="saved_activation_bytes", value=s.total_bytes, status=INFO,
             detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
             seconds=seconds[variant], role=Role.SAVED_TOTAL, unit="B", extra={"storages": s.storages})
         for variant, s in (("plain", plain), ("recompute", rec))]
-    rows.append(Row(MEMORY, "saving", "recompute", "saving_share", share, f">= {share_min:g} of plain", ">=",
+    rows.append(Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=share, threshold=f">= {share_min:g} of plain", comparator=">=",
                     detail=sentence, role=Role.SAVING, unit="share", threshold_value=share_min, on_miss=WARN,
                     extra={"saving_bytes": plain.total_bytes - rec.total_bytes, "plain_bytes": plain.total_bytes,
                            "recompute_bytes": rec.total_bytes}))
     for order, path in enumerate(plain.per_module):
         for variant, s in (("plain", plain), ("recompute", rec)):
             what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
-            rows.append(Row(MEMORY, f"module {path}", variant, "saved_activation_bytes", s.per_module[path], status=INFO,
+            rows.append(Row(check=MEMORY, item=f"module {path}", variant=variant, metric="saved_activation_bytes", value=s.per_module[path], status=INFO,
                             detail=what, role=Role.SAVED_MODULE, unit="B",
                             extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0),
                                    "produced_saved_bytes": s.produced_by.get(path, 0)}))
@@ -201,12 +197,12 @@ def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float
             detail += (f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
                        f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
                        f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}")
-        rows.append(Row(MEMORY, "step peak", variant, "peak_live_bytes", peak.peak_bytes, status=INFO,
+        rows.append(Row(check=MEMORY, item="step peak", variant=variant, metric="peak_live_bytes", value=peak.peak_bytes, status=INFO,
                         detail=detail, seconds=seconds[variant], role=Role.STEP_PEAK, unit="B", extra=extra))
     plain, rec = peaks["plain"], peaks["recompute"]
     share = saving_share(plain.peak_bytes, rec.peak_bytes)
-    rows.append(Row(MEMORY, "step peak saving", "recompute", "peak_saving_share", share,
-                    f">= {share_min:g} of the plain peak", ">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
+    rows.append(Row(check=MEMORY, item="step peak saving", variant="recompute", metric="peak_saving_share", value=share,
+                    threshold=f">= {share_min:g} of the plain peak", comparator=">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
                     role=Role.PEAK_SAVING, unit="share", threshold_value=share_min, on_miss=on_miss,
                     extra={"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes,
                            "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes}))
@@ -229,7 +225,7 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
                   f"recompute ({names}); their activations are not kept because they are never used")
     else:
         detail = "every parameter with a gradient in the plain run has one under recompute"
-    return [Row(MEMORY, "gradients behind the saving", "recompute", "lost_gradients", float(len(lost)), "0", "==",
+    return [Row(check=MEMORY, item="gradients behind the saving", variant="recompute", metric="lost_gradients", value=float(len(lost)), threshold="0", comparator="==",
                 detail=detail, seconds=time.perf_counter() - start, role=Role.LOST_GRADIENTS, unit="parameters",
                 threshold_value=0.0)]
 
@@ -238,7 +234,7 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
     """``peak_allocated_bytes`` and ``peak_reserved_bytes`` per variant on CUDA; elsewhere one
     INFO row that says they were not measured (value NaN, never 0)."""
     if setup.device.type != "cuda":
-        return [Row(MEMORY, "CUDA allocator peaks", "plain", "peak_allocated_bytes", float("nan"), status=INFO,
+        return [Row(check=MEMORY, item="CUDA allocator peaks", variant="plain", metric="peak_allocated_bytes", value=float("nan"), status=INFO,
                     role=Role.NOTE,
                     detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
                            "The saved-activation bytes above are exact on every device.")]
@@ -251,11 +247,11 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
         extra = {"baseline_allocated_bytes": peaks["baseline_allocated_bytes"], "reserved_gap_bytes": gap,
                  "warm_steps": warm}
         seconds = time.perf_counter() - start
-        rows.append(Row(MEMORY, "CUDA step peak", variant, "peak_allocated_bytes", peaks["peak_allocated_bytes"],
+        rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_allocated_bytes", value=peaks["peak_allocated_bytes"],
                         status=INFO, seconds=seconds, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak of tensors allocated during the step after {warm} warm step(s); "
                                f"{peaks['baseline_allocated_bytes']} B were allocated before it (weights, optimizer state)"))
-        rows.append(Row(MEMORY, "CUDA step peak", variant, "peak_reserved_bytes", peaks["peak_reserved_bytes"],
+        rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=peaks["peak_reserved_bytes"],
                         status=INFO, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak held by the caching allocator, {gap} B above the allocated peak"))
     return rows
@@ -276,14 +272,14 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
     for variant in ("plain", "recompute"):
         est = getattr(here, variant).total_bytes
         if measured is None:
-            rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
+            rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
                             status=WARN, detail="no measurement to validate the estimator against", seconds=seconds,
                             role=Role.ESTIMATE_MEASURED, unit="B",
                             extra={"estimate_inputs": here.inputs}))
             continue
         real = measured[variant].total_bytes
         ratio = est / real if real else float("nan")
-        rows.append(Row(MEMORY, "estimate at measured shape", variant, "estimated_saved_activation_bytes", est,
+        rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
                         threshold="= measured", comparator="==", seconds=seconds, role=Role.ESTIMATE_MEASURED,
                         unit="B", threshold_value=real, on_miss=WARN,
                         detail=("estimate (fake tensors, no allocation) equals the measurement" if est == real else
@@ -300,8 +296,8 @@ def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
     overrides = ", ".join(f"{k}={v}" for k, v in _flat(far.overrides))
     share = saving_share(far.plain.total_bytes, far.recompute.total_bytes)
     for variant in ("plain", "recompute"):
-        rows.append(Row(MEMORY, "estimate at target shape", variant, "estimated_saved_activation_bytes",
-                        getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
+        rows.append(Row(check=MEMORY, item="estimate at target shape", variant=variant, metric="estimated_saved_activation_bytes",
+                        value=getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
                         detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}",
                         extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
     return rows + korthikanti_rows(setup, far, "target shape") + estimate_peak_rows(far, "target shape", seconds)
@@ -318,7 +314,7 @@ def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
     categories), and at the measured shape ``estimated_peak_rel_diff`` per twin, judged
     ``<= PEAK_ESTIMATE_TOLERANCE`` (WARN when missed: do not trust the target-shape peak)."""
     if estimate.plain_peak is None or estimate.recompute_peak is None:
-        return [Row(MEMORY, f"step peak estimate, {where_}", "recompute", "estimated_peak_live_bytes", status=WARN,
+        return [Row(check=MEMORY, item=f"step peak estimate, {where_}", variant="recompute", metric="estimated_peak_live_bytes", status=WARN,
                     role=Role.ESTIMATE_PEAK, unit="B", seconds=seconds,
                     detail=f"the step peak could not be estimated on fake tensors ({estimate.peak_error})")]
     rows = []
@@ -327,7 +323,7 @@ def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
         extra: dict[str, Any] = {"estimate_inputs": estimate.inputs, "estimate_shape": where_, "peak_phase": peak.phase,
                                  "peak_module": peak.module, "peak_region": peak.region or "",
                                  **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
-        rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_live_bytes", peak.peak_bytes,
+        rows.append(Row(check=MEMORY, item=f"step peak estimate, {where_}", variant=variant, metric="estimated_peak_live_bytes", value=peak.peak_bytes,
                         status=INFO, seconds=seconds, role=Role.ESTIMATE_PEAK, unit="B", extra=extra,
                         detail=f"fake tensors, inputs {estimate.inputs}, {estimate.dtype}: reached in {where(peak)}; "
                                "allocator fragmentation and caching, communication buffers and CUDA workspaces are "
@@ -335,8 +331,8 @@ def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
         if measured_peaks is not None and variant in measured_peaks:
             real = measured_peaks[variant].peak_bytes
             diff = abs(peak.peak_bytes - real) / real if real else float("nan")
-            rows.append(Row(MEMORY, f"step peak estimate, {where_}", variant, "estimated_peak_rel_diff", diff,
-                            f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", "<=", role=Role.ESTIMATE_PEAK, unit="share",
+            rows.append(Row(check=MEMORY, item=f"step peak estimate, {where_}", variant=variant, metric="estimated_peak_rel_diff", value=diff,
+                            threshold=f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", comparator="<=", role=Role.ESTIMATE_PEAK, unit="share",
                             threshold_value=PEAK_ESTIMATE_TOLERANCE, on_miss=WARN,
                             detail=(f"estimated step peak {format_bytes(peak.peak_bytes)}, measured {format_bytes(real)}"
                                     + ("" if diff <= PEAK_ESTIMATE_TOLERANCE else
@@ -374,7 +370,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
                "layernorms": norms}
     plain = estimate.per_layer("plain")
     formula = shape.formula_bytes(e, m)
-    rows = [Row(MEMORY, f"per layer, {where}", "plain", "estimated_saved_activation_bytes", plain, status=INFO,
+    rows = [Row(check=MEMORY, item=f"per layer, {where}", variant="plain", metric="estimated_saved_activation_bytes", value=plain, status=INFO,
                 role=Role.PER_LAYER, unit="B",
                 detail="median over wrapped modules; Korthikanti et al. 2022 eq. (1) beside it",
                 extra={**symbols, "korthikanti_16bit_bytes": shape.formula_bytes(2), "formula_bytes": formula,
@@ -382,7 +378,7 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
                        "formula_ratio": plain / formula})]
     rec = estimate.per_layer("recompute")
     full = shape.full_recompute_bytes(e)
-    rows.append(Row(MEMORY, f"per layer, {where}", "recompute", "estimated_saved_activation_bytes", rec, status=INFO,
+    rows.append(Row(check=MEMORY, item=f"per layer, {where}", variant="recompute", metric="estimated_saved_activation_bytes", value=rec, status=INFO,
                     role=Role.PER_LAYER, unit="B",
                     detail="median over wrapped modules; full recomputation keeps the layer input only (2sbh in 16-bit)",
                     extra={**symbols, "korthikanti_16bit_bytes": shape.full_recompute_bytes(2), "formula_bytes": full,
@@ -394,4 +390,4 @@ CHECK = Check(warm_step_memory, (Section(
     MEMORY, "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
     "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
     "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
-    template="sections/warm-step-memory.html.j2", plotter=memory_plots),))
+    template="sections/warm-step-memory.html.j2", plotter=memory_plots),), config="memory")

@@ -49,7 +49,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
     """
     rtol, atol = setup.tolerance()
     plain, aa, recompute, out, caught = _runs(setup, input_grad=False)
-    out += [Row(GRADIENT_PARITY, "torch warning", "recompute", "warning", detail=w, status=INFO, role=Role.WARNING)
+    out += [Row(check=GRADIENT_PARITY, item="torch warning", variant="recompute", metric="warning", detail=w, status=INFO, role=Role.WARNING)
             for w in caught]
     if plain is None:  # the plain run raised: nothing to compare against
         return out
@@ -58,7 +58,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
     if not has_floating(setup.batch[0]):
-        out.append(Row(GRADIENT_PARITY, "input.grad", "recompute", "max_abs_err", status=INFO, role=Role.INPUT_GRAD,
+        out.append(Row(check=GRADIENT_PARITY, item="input.grad", variant="recompute", metric="max_abs_err", status=INFO, role=Role.INPUT_GRAD,
                        detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient"))
         return out + [aa_row(GRADIENT_PARITY, out)]
     plain_g, aa_g, recompute_g, errors, _ = _runs(setup, input_grad=True)
@@ -80,7 +80,7 @@ def baseline_row(setup: Setup) -> Row:
     detail = ("the plain twin recomputes nothing in backward" if not found else
               f"the plain twin already recomputes ({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): the "
               "baseline is not plain, so the claim cannot be judged. Build the model without recomputation")
-    return Row(GRADIENT_PARITY, "plain twin is plain", "plain", "recomputing_modules", float(len(found)), "0", "==",
+    return Row(check=GRADIENT_PARITY, item="plain twin is plain", variant="plain", metric="recomputing_modules", value=float(len(found)), threshold="0", comparator="==",
                detail=detail, role=Role.BASELINE, unit="modules", threshold_value=0.0, on_miss=INCONCLUSIVE,
                extra={"modules": ", ".join(found)})
 
@@ -108,11 +108,11 @@ def _other_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
         scalars = all(x.split(" ", 1)[0] in ("bool", "int", "float", "str") for x in (p, r))
         said = f"plain returned {p}, recompute returned {r}"
         if scalars:
-            rows.append(Row(GRADIENT_PARITY, name, "recompute", "equal", float(p == r), "== 1", "==",
+            rows.append(Row(check=GRADIENT_PARITY, item=name, variant="recompute", metric="equal", value=float(p == r), threshold="== 1", comparator="==",
                             threshold_value=1.0, role=Role.OUTPUT_OTHER, detail=said))
         else:
             cache = "cache" in p + r and p != r
-            rows.append(Row(GRADIENT_PARITY, name, "recompute", "not_compared", status=INFO, role=Role.OUTPUT_OTHER,
+            rows.append(Row(check=GRADIENT_PARITY, item=name, variant="recompute", metric="not_compared", status=INFO, role=Role.OUTPUT_OTHER,
                             detail=(said + ("; a cache present in one twin only is stated, not a failure (Hugging Face "
                                             "turns use_cache off under gradient checkpointing)" if cache else
                                             "; not a tensor, not compared" if p != r else "; not a tensor"))))
@@ -129,8 +129,8 @@ def _changed_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
     in_cache = any(p.startswith(c + ".") for c in recompute.caches for p in extra_changes)
     detail = (changes_said(extra_changes, recompute.caches, recompute.use_cache) if extra_changes else
               "the output changes during backward in the plain twin too (not caused by recompute)")
-    return [Row(GRADIENT_PARITY, "output leaves changed during backward", "recompute", "changed_leaves",
-                float(len(extra_changes)), "0", "==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD,
+    return [Row(check=GRADIENT_PARITY, item="output leaves changed during backward", variant="recompute", metric="changed_leaves",
+                value=float(len(extra_changes)), threshold="0", comparator="==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD,
                 unit="leaves", detail=detail,
                 extra={"in_cache": in_cache, "use_cache": recompute.use_cache, "leaves": ", ".join(extra_changes)})]
 

@@ -65,7 +65,7 @@ def selective_policy(setup: Setup) -> list[Row]:
     matched = [f"{name} ×{n}" for name, n in calls.items() if n > 0]
     rows = []
     for name, n in calls.items():
-        rows.append(Row(SELECTIVE_POLICY, name, "recompute", "matched_calls", float(n), "> 0", ">",
+        rows.append(Row(check=SELECTIVE_POLICY, item=name, variant="recompute", metric="matched_calls", value=float(n), threshold="> 0", comparator=">",
                         detail=_policy_detail(name, n, matched, listing), role=Role.SAVE_OP, unit="calls",
                         threshold_value=0.0, on_miss=WARN))
     return rows

@@ -35,7 +35,7 @@ from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.checks.plots import timing_plots
 from reportgen.progress import progress
-from reportgen.results import INFO, NOT_RUN, WARN, Role, Row
+from reportgen.results import INFO, WARN, Role, Row
 from reportgen.twins.setup import Setup
 from reportgen.checks.base import Check, Section
 
@@ -134,9 +134,6 @@ def warm_step_time(setup: Setup) -> list[Row]:
         ``timing.target_ci_half_width_pp`` (too noisy to trust).
     """
     tc = setup.cfg.timing
-    if not tc.enabled:
-        return [Row(TIME, "warm-step time", "recompute", "overhead_ratio", status=NOT_RUN, role=Role.DISABLED,
-                    detail="timing.enabled=false: no step time was measured")]
     start = time.perf_counter()
     models = dict(zip(VARIANTS, setup.twins()))
     steps = {v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.cfg.forward_seed)
@@ -148,7 +145,7 @@ def warm_step_time(setup: Setup) -> list[Row]:
     times, stopped = interleaved_times(steps, int(tc.warmup_steps), int(tc.measured_steps), setup.device, enough,
                                        float(tc.max_measure_seconds))
     seconds = time.perf_counter() - start
-    rows = [Row(TIME, f"step {k}", v, "step_time_ms", ms, status=INFO, detail="one measured step", role=Role.STEP,
+    rows = [Row(check=TIME, item=f"step {k}", variant=v, metric="step_time_ms", value=ms, status=INFO, detail="one measured step", role=Role.STEP,
                 unit="ms", extra={"step_index": k})
             for v in VARIANTS for k, ms in enumerate(times[v])]
     rows += median_rows(times, tc.max_step_time_ms, seconds)
@@ -176,7 +173,7 @@ def counted_flops(steps: dict[str, Callable[[], None]]) -> tuple[dict[str, int],
         for step in steps.values():
             step()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return {}, Row(TIME, "expected from FLOPs", "recompute", "expected_overhead_ratio", status=WARN,
+        return {}, Row(check=TIME, item="expected from FLOPs", variant="recompute", metric="expected_overhead_ratio", status=WARN,
                        role=Role.FLOPS, unit="ratio",
                        detail=f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "
                               "the measured step times above stand on their own")
@@ -193,7 +190,7 @@ def ci_width_row(overhead: Row, target_pp: float, stopped: str) -> Row:
         why = "rounds ended" if "target reached" in stopped else stopped
         detail = (f"too noisy to trust: ±{half:.1f} pp is wider than the ±{target_pp:g} pp target after {rounds} "
                   f"rounds ({why}); is the machine busy? Rerun on an idle one, or give timing.max_measure_seconds more")
-    return Row(TIME, "overhead confidence", "recompute", "ci_half_width_pp", half, f"<= {target_pp:g} pp", "<=",
+    return Row(check=TIME, item="overhead confidence", variant="recompute", metric="ci_half_width_pp", value=half, threshold=f"<= {target_pp:g} pp", comparator="<=",
                detail=detail, role=Role.OVERHEAD_CI, unit="pp", threshold_value=target_pp, on_miss=WARN)
 
 
@@ -216,7 +213,7 @@ def machine_load_row() -> Row | None:
     if busy:
         detail += (": other work shared the CPUs while timing, so step times are inflated and noisier than on an "
                    "idle machine; rerun on an idle machine before quoting them")
-    return Row(TIME, "machine load", "plain", "load_average", load, f"< {threads + 1}", "<", detail=detail,
+    return Row(check=TIME, item="machine load", variant="plain", metric="load_average", value=load, threshold=f"< {threads + 1}", comparator="<", detail=detail,
                role=Role.LOAD, threshold_value=threads + 1, on_miss=WARN, extra={"cpus": cpus, "torch_threads": threads})
 
 
@@ -237,8 +234,8 @@ def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, s
             detail += (f"; within the deadline of {max_step_time_ms:g} ms" if over <= 0 else
                        f"; deadline missed: {med:.3g} ms vs {max_step_time_ms:g} ms allowed, "
                        f"{over:.3g} ms ({over / max_step_time_ms:.1%}) over")
-        rows.append(Row(TIME, "median step", variant, "step_time_ms", float(med), threshold, comparator, INFO,
-                        detail, seconds if variant == "plain" else 0.0, extra, role=Role.MEDIAN, unit="ms",
+        rows.append(Row(check=TIME, item="median step", variant=variant, metric="step_time_ms", value=float(med), threshold=threshold, comparator=comparator, status=INFO,
+                        detail=detail, seconds=seconds if variant == "plain" else 0.0, extra=extra, role=Role.MEDIAN, unit="ms",
                         threshold_value=limit))
     return rows
 
@@ -265,7 +262,7 @@ def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float |
             detail += f"; median within {max_ratio:g} but the CI reaches {high:.3f}: not conclusive, measure more steps"
         else:
             detail += f"; within the deadline of {max_ratio:g}"
-    return Row(TIME, "overhead", "recompute", "overhead_ratio", ratio, threshold, comparator, INFO, detail, 0.0, extra,
+    return Row(check=TIME, item="overhead", variant="recompute", metric="overhead_ratio", value=ratio, threshold=threshold, comparator=comparator, status=INFO, detail=detail, seconds=0.0, extra=extra,
                role=Role.OVERHEAD, unit="ratio", threshold_value=limit)
 
 
@@ -275,7 +272,7 @@ def flops_row(flops: dict[str, int]) -> Row:
     plain, rec = flops["plain"], flops["recompute"]
     ratio = rec / plain if plain else float("nan")
     extra = {"plain_step_flops": plain, "recompute_step_flops": rec, "wrapped_forward_flops": rec - plain}
-    return Row(TIME, "expected from FLOPs", "recompute", "expected_overhead_ratio", ratio, status=INFO, extra=extra,
+    return Row(check=TIME, item="expected from FLOPs", variant="recompute", metric="expected_overhead_ratio", value=ratio, status=INFO, extra=extra,
                role=Role.FLOPS, unit="ratio",
                detail=(f"the recomputed forward of the wrapped regions adds {rec - plain:.3g} FLOPs to a "
                        f"{plain:.3g}-FLOP plain step (FlopCounterMode: matmul, convolution, attention)"))
@@ -284,4 +281,4 @@ def flops_row(flops: dict[str, int]) -> Row:
 CHECK = Check(warm_step_time, (Section(
     TIME, "What recomputation costs: warm training steps of both twins, interleaved; median, spread and a 95% "
     "confidence interval of the overhead, beside the FLOP bound of one extra forward.",
-    template="sections/warm-step-time.html.j2", plotter=timing_plots),))
+    template="sections/warm-step-time.html.j2", plotter=timing_plots),), config="timing")

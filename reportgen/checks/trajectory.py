@@ -90,7 +90,7 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
             detail += (f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
                        f"largest {extra['rounding_envelope']:.3g})" if not far else
                        f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}")
-        out.append(Row(TRAJECTORY, f"step {step}", variant, "tolerance_used", largest, "allclose per item", "allclose",
+        out.append(Row(check=TRAJECTORY, item=f"step {step}", variant=variant, metric="tolerance_used", value=largest, threshold="allclose per item", comparator="allclose",
                        detail=detail, role=Role.TRAJECTORY, on_miss=on_miss, extra=extra))
     return out
 
@@ -138,7 +138,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
               + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
               + ("; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
                  if first > 1 else ""))
-    out.append(Row(TRAJECTORY, "first diverging step", "recompute", "first_diverging_step", float(first),
+    out.append(Row(check=TRAJECTORY, item="first diverging step", variant="recompute", metric="first_diverging_step", value=float(first),
                    status=INFO, detail=detail, role=Role.FIRST_DIVERGENCE, unit="step",
                    extra={"steps": steps, "first_items": ", ".join(first_items[:8])}))
     return out

@@ -144,7 +144,7 @@ def config_problems(cfg: DictConfig) -> str:
                         "leave verdict.required=null for the default")
     if not problems:
         return ""
-    return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in README, 'Settings that change what is measured')."
+    return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in docs/configuration.md)."
 
 
 def _mode_problem(values: dict[str, Any]) -> list[str]:

@@ -33,6 +33,8 @@ import sys
 from pathlib import Path
 
 from reportgen.trust.attachments import read_attachments
+from reportgen.ci.junit import JUNIT_NAME, comparison_junit_xml
+from reportgen.ci.summary import SUMMARY_NAME, append_step_summary, comparison_markdown
 from reportgen.compare.derive import (COMPARE_PREDICATE_TYPE, MAX_OVERHEAD_INCREASE_PP, MAX_SAVING_DECREASE_PP, OUTCOME_EXIT,
                          CompareError, Side, compare, comparison_frame, load_side)
 from reportgen.errors import EXIT_USAGE
@@ -193,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True)
     created = report_time()
     render_comparison(result, base, new, out_dir, created, signature_label(signing_key), pdf=not args.no_pdf)
+    summary = comparison_markdown(result, str(base.path), str(new.path), out_dir)  # CI outputs, signed below
+    atomic_write(out_dir / JUNIT_NAME, comparison_junit_xml(result, f"reportgen compare ({out_dir.name})"))
+    atomic_write(out_dir / SUMMARY_NAME, summary)
     if signing_key is not None:
         inputs = [*copy_inputs(base, out_dir), *copy_inputs(new, out_dir)]
         predicate = {"exit_code": code, "created": created, "outcome": result["outcome"], "holds": result["holds"],
@@ -201,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                      "signer": {"publicKeySha256": signing_key.fingerprint},
                      "inputs": [{"label": s.label, "path": str(s.path), "dir": INPUTS[s.label],
                                  "statement_sha256": s.envelope_sha256} for s in (base, new)]}
-        sign_document(out_dir, "compare", ["compare.csv", "compare.json", "compare.html", *inputs], predicate,
+        sign_document(out_dir, "compare", ["compare.csv", "compare.json", "compare.html", JUNIT_NAME, SUMMARY_NAME,
+                                           *inputs], predicate,
                       COMPARE_PREDICATE_TYPE, signing_key, f"reportgen comparison; NEW {result['outcome']}")
+    append_step_summary(summary)
     _print_result(result, out_dir)
     return code
 

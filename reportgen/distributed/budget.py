@@ -79,7 +79,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
     """
     cfg, task = setup.cfg.budget, setup.task
     if not cfg.enabled:
-        return [] if group.rank else [Row(DIST_TASK_METRICS, "budget", "recompute", "not_run", status=NOT_RUN,
+        return [] if group.rank else [Row(check=DIST_TASK_METRICS, item="budget", variant="recompute", metric="not_run", status=NOT_RUN,
                                           role=Role.DISABLED, detail="not run: budget.enabled=false")]
     seeds = sharded_seeds(setup.cfg)
     results = {}
@@ -90,7 +90,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
     if group.rank:
         return []
     share = int(cfg.batch_size) // group.world_size
-    rows = [Row(DIST_TASK_METRICS, "budget", "recompute", "budget_examples", int(cfg.examples), status=INFO,
+    rows = [Row(check=DIST_TASK_METRICS, item="budget", variant="recompute", metric="budget_examples", value=int(cfg.examples), status=INFO,
                 unit="examples", role=Role.BUDGET,
                 detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
                        f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "

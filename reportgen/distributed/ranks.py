@@ -104,7 +104,7 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
     for name, part in parts:
         if failed:
             if group.rank == 0:
-                rows.append(Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+                rows.append(Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                                 detail=f"not run: {ranks_said(failed)} failed in an earlier part"))
             continue
         start, said = time.perf_counter(), ""
@@ -142,12 +142,12 @@ def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int,
     A rank the operating system ended with a signal (``signals``: the OOM killer's SIGKILL, a
     segfault) is the environment, not recompute: its row is INCONCLUSIVE (column ``signal``)."""
     signals = signals or {}
-    rows = [ranked(Row(names[0], f"rank {r}", "recompute", "exception",
+    rows = [ranked(Row(check=names[0], item=f"rank {r}", variant="recompute", metric="exception",
                        status=INCONCLUSIVE if r in signals else ERROR, role=Role.EXCEPTION,
                        detail=f"rank {r} failed: {message}" + ("; the claim cannot be judged from an interrupted run"
                                                                if r in signals else ""),
                        extra={"signal": signals[r]} if r in signals else {}), r) for r, message in ranks.items()]
-    return rows + [Row(name, "not run", "recompute", "not_run", status=NOT_RUN, role=Role.DISABLED,
+    return rows + [Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                        detail=f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
 
 

@@ -110,7 +110,7 @@ def sync_row(check: str, twin: str, drifts: list[Drift], world_size: int, rtol: 
         value, bitwise = float(len(first.drifting)), False
         if twin in BASELINE_TWINS:
             detail += "; the plain twin itself drifts, so recompute cannot be judged under this wrapping"
-    return Row(check, f"rank sync ({twin})", twin,
-               "tensors_out_of_sync", value, "0", "==", detail=detail, role=Role.RANK_SYNC, unit="tensors",
+    return Row(check=check, item=f"rank sync ({twin})", variant=twin, metric="tensors_out_of_sync", value=value,
+               threshold="0", comparator="==", detail=detail, role=Role.RANK_SYNC, unit="tensors",
                threshold_value=0.0, on_miss=INCONCLUSIVE if twin in BASELINE_TWINS else FAIL,
                extra={"twin": twin, "bitwise_equal": bitwise, "first_drift_step": first.step if first else None})

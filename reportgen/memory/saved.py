@@ -436,5 +436,5 @@ def observation_rows(setup: Setup) -> list[Row]:
     """
     if not setup.nothing_recomputes:
         return []
-    return [Row(GRADIENT_PARITY, "regions recomputed", "recompute", "recomputed_regions", 0.0, ">= 1", ">=",
+    return [Row(check=GRADIENT_PARITY, item="regions recomputed", variant="recompute", metric="recomputed_regions", value=0.0, threshold=">= 1", comparator=">=",
                 threshold_value=1.0, role=Role.OBSERVED, unit="regions", detail=setup.nothing_recomputes)]

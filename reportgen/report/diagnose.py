@@ -254,7 +254,7 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
             cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
         if rule is not None and rule.name == "a rank failed":
             fix = rank_failed_fix(rows)
-        out.append(Row(check, "why it fails", "recompute", "diagnosis", status=INFO, role=Role.DIAGNOSIS,
+        out.append(Row(check=check, item="why it fails", variant="recompute", metric="diagnosis", status=INFO, role=Role.DIAGNOSIS,
                        detail=f"Likely cause: {cause}. Fix: {fix}.",
                        extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""}))
     return out

@@ -16,6 +16,7 @@ from markupsafe import Markup, escape
 
 from reportgen.paths import templates_dir
 from reportgen.checks import ROWS_TEMPLATE, section as registered_section
+from reportgen.claim.rows import claim_table
 from reportgen.memory.peak import CATEGORIES
 from reportgen.checks.plots import section_plots
 from reportgen.results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
@@ -144,7 +145,7 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
             "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required),
             "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame),
-            "rounded": passed_at_rounding_level(frame)}
+            "rounded": passed_at_rounding_level(frame), "clauses": claim_table(frame)}
 
 
 def cached_runs(frame: pd.DataFrame) -> list[dict]:
@@ -210,7 +211,8 @@ def why_it_fails(frame: pd.DataFrame, required: list[str], limit: int = 3) -> li
     Order: INCONCLUSIVE first, then by :data:`WHY_ORDER` role, then by check order; one row
     per check so three different problems are shown before three tensors of one.
     """
-    bad = frame[frame.status.isin([FAIL, ERROR, INCONCLUSIVE]) & frame.check.isin(required)]
+    bad = frame[frame.status.isin([FAIL, ERROR, INCONCLUSIVE]) & frame.check.isin(required)
+                & (frame.role != Role.CLAUSE)]  # the claim's own table names its clauses
     if bad.empty:
         return []
     diagnosis = frame[frame.role == Role.DIAGNOSIS].set_index("check")

@@ -10,6 +10,7 @@ Checks *measure*: a row carries a value, a numeric threshold and a comparator. O
 from __future__ import annotations
 
 import json
+import enum
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
@@ -18,15 +19,40 @@ import pandas as pd
 
 from reportgen.files import atomic_write, replace_write  # noqa: F401 - re-exported: the writers of a run's files
 
-PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = "PASS", "WARN", "FAIL", "ERROR", "NOT_RUN", "INFO", "FLAGGED"
+
+class Status(enum.StrEnum):
+    """A row's status (the values in results.csv/json). PASS, WARN and FAIL come from
+    :func:`judge` only; the others are stated as facts (docs/architecture.md "Verdict")."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    NOT_RUN = "NOT_RUN"
+    INFO = "INFO"
+    FLAGGED = "FLAGGED"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.NOT_RUN,
+                                                    Status.INFO, Status.FLAGGED)
 #: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
 #: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
-INCONCLUSIVE = "INCONCLUSIVE"
+INCONCLUSIVE = Status.INCONCLUSIVE
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
 SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
 COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value", "comparator",
-           "on_miss", "status", "detail", "seconds"]
+           "on_miss", "status", "detail", "seconds", "schema_version"]
+#: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
+#: files before the ``schema_version`` column existed (same core columns); 2: with it.
+SCHEMA_VERSION = 2
+#: The versions this reportgen reads (``frame_from_json``); anything else is refused.
+READABLE_SCHEMA_VERSIONS = (1, 2)
+
+
+class SchemaVersionError(ValueError):
+    """results.json was written by a reportgen whose schema this one cannot read."""
 
 #: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
 #: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
@@ -66,9 +92,11 @@ class Role:
     CHANGED_IN_BACKWARD = "changed_in_backward"
     #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
     RETAINED_GRAD = "retained_grad"
+    #: One clause of the release claim (``claim=<name>``), judged from the rows it reads (reportgen/claim/).
+    CLAUSE = "claim_clause"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Row:
     """One measured fact (the row contract in docs/architecture.md).
 
@@ -194,6 +222,7 @@ def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records([row.record() for row in rows])
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)
+    frame["schema_version"] = SCHEMA_VERSION
     extras = [c for c in frame.columns if c not in COLUMNS]
     return frame[COLUMNS + extras]
 
@@ -269,8 +298,21 @@ def frame_to_json(frame: pd.DataFrame) -> str:
 
 
 def frame_from_json(text: str) -> pd.DataFrame:
-    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``); fixed columns first."""
+    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``); fixed columns first.
+
+    Raises:
+        SchemaVersionError: a record's ``schema_version`` is not one of
+            :data:`READABLE_SCHEMA_VERSIONS` (a file from a newer reportgen, or an edited one).
+    """
     frame = pd.DataFrame.from_records(json.loads(text))
+    versions = set(frame["schema_version"].dropna()) if "schema_version" in frame.columns else set()
+    unknown = sorted(str(v) for v in versions if v not in READABLE_SCHEMA_VERSIONS)
+    if unknown:
+        raise SchemaVersionError(
+            f"results.json has schema version {', '.join(unknown)}; this reportgen reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (docs/results-schema.md): verify it with the "
+            "reportgen that wrote it, or a newer one")
+    frame["schema_version"] = frame["schema_version"].fillna(1) if "schema_version" in frame.columns else 1
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = math.nan

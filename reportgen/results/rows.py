@@ -67,10 +67,10 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
             if (plain is not None or recompute is not None) else (0.0, 0.0)
         extra = _aa_extra(plain, aa, rt, at)
         if plain is None and recompute is None:
-            return Row(check, item, "recompute", "max_abs_err", 0.0, "", "allclose", detail="None in both runs",
+            return Row(check=check, item=item, variant="recompute", metric="max_abs_err", value=0.0, threshold="", comparator="allclose", detail="None in both runs",
                        role=role, extra={"excess": 0.0, **extra})
         missing = "recompute" if recompute is None else "plain"
-        return Row(check, item, "recompute", "max_abs_err", float("inf"), "", "allclose", role=role,
+        return Row(check=check, item=item, variant="recompute", metric="max_abs_err", value=float("inf"), threshold="", comparator="allclose", role=role,
                    detail=f"None in the {missing} run, a tensor in the other: it would not train the same",
                    extra={"excess": float("inf"), "plain_value": "None" if plain is None else "tensor",
                           "recompute_value": "None" if recompute is None else "tensor", **extra})
@@ -87,7 +87,7 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
                   + (f" ({d.tolerance_used:.3g}× the tolerance)" if d.tolerance_used < float("inf") else ""))
     if recompute.shape != plain.shape:
         detail = f"shape {tuple(recompute.shape)} vs plain {tuple(plain.shape)}"
-    return Row(check, item, "recompute", "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", "allclose",
+    return Row(check=check, item=item, variant="recompute", metric="max_abs_err", value=d.max_abs_err, threshold=f"atol={at:g} rtol={rt:g}", comparator="allclose",
                detail=detail, role=role,
                extra={"max_rel_err": d.max_rel_err, "tolerance_used": d.tolerance_used,
                       "bitwise_equal": d.bitwise_equal, "atol": at, "rtol": rt,
@@ -109,8 +109,8 @@ ROUNDING_LEVEL = "differs at rounding level, as any re-association would"
 
 #: The report's sentence on the rounding envelope, for the sections that use it.
 ROUNDING_NOTE = ("An item outside tolerance passes if within parity.rounding_factor × its rounding envelope (how far a "
-                 "plain twin moves when its gradients are nudged by the gradient tolerance; README, \"Rounding is not a "
-                 "fault\"), for floating tensors and only while the recompute gradients are at rounding level.")
+                 "plain twin moves when its gradients are nudged by the gradient tolerance; docs/verdict.md, \"Rounding is not "
+                 "a fault\"), for floating tensors and only while the recompute gradients are at rounding level.")
 
 
 def effective_excess(row: Row) -> float:
@@ -151,7 +151,7 @@ def value_row(check: str, item: str, plain: Any, recompute: Any, role: str = "",
              "excess": 0.0 if plain == recompute else float("inf")}
     if aa is not NO_AA:
         extra["aa_excess"] = 0.0 if aa == plain else float("inf")
-    return Row(check, item, "recompute", "abs_diff" if numeric else "mismatch", value, "0", "==",
+    return Row(check=check, item=item, variant="recompute", metric="abs_diff" if numeric else "mismatch", value=value, threshold="0", comparator="==",
                detail=f"plain={plain!r}, recompute={recompute!r}", role=role, threshold_value=0.0, extra=extra)
 
 
@@ -170,7 +170,7 @@ def aa_row(check: str, rows: list[Row]) -> Row:
               if not moved else
               f"the plain twin is not reproducible against itself: {len(moved)} of {len(measured)} items moved between "
               f"two plain runs ({names}); largest A/A difference {worst:.3g}. The claim cannot be judged")
-    return Row(check, "plain vs plain (A/A control)", "aa", "aa_items_outside_tolerance", float(len(moved)), "0", "==",
+    return Row(check=check, item="plain vs plain (A/A control)", variant="aa", metric="aa_items_outside_tolerance", value=float(len(moved)), threshold="0", comparator="==",
                detail=detail, role=Role.AA, unit="items", threshold_value=0.0, on_miss=INCONCLUSIVE,
                extra={"aa_items": len(measured), "aa_worst_abs_err": worst})
 
@@ -182,7 +182,7 @@ def nonfinite_row(check: str, named: dict[str, Tensor | None]) -> Row:
     detail = ("every plain loss and gradient is finite" if not bad else
               f"the plain twin computes non-finite values (NaN/Inf), first in {bad[0][0]} ({bad[0][1]} element(s)); "
               f"{len(bad)} tensor(s) in all. Nothing can be compared: fix the model, data or loss first")
-    return Row(check, "plain twin finite", "plain", "nonfinite_tensors", float(len(bad)), "0", "==", detail=detail,
+    return Row(check=check, item="plain twin finite", variant="plain", metric="nonfinite_tensors", value=float(len(bad)), threshold="0", comparator="==", detail=detail,
                role=Role.NONFINITE, unit="tensors", threshold_value=0.0, on_miss=INCONCLUSIVE,
                extra={"first_nonfinite": bad[0][0] if bad else ""})
 
@@ -219,8 +219,8 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, 
     else:
         detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
     extra = {"exception_type": type(exc).__name__} | ({"twin": twin} if twin else {})
-    return Row(check, where, "recompute", "exception", float("nan"), "", "", status, detail, seconds,
-               role=Role.EXCEPTION, extra=extra)
+    return Row(check=check, item=where, variant="recompute", metric="exception", value=float("nan"), threshold="",
+               comparator="", status=status, detail=detail, seconds=seconds, role=Role.EXCEPTION, extra=extra)
 
 
 def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[Row]]:
@@ -279,7 +279,7 @@ def trained_params_row(check: str, seed: int, plain: dict[str, Tensor], recomput
                    f"; {len(far)} also outside {factor:g}× the rounding envelope (e.g. {far[0].item}): the twins trained apart")
     elif moved:
         detail += ": the twins trained apart"
-    return Row(check, f"seed {seed}", "recompute", "final_params_tolerance_used", used, worst.threshold, "allclose",
+    return Row(check=check, item=f"seed {seed}", variant="recompute", metric="final_params_tolerance_used", value=used, threshold=worst.threshold, comparator="allclose",
                detail=detail, role=Role.FINAL_PARAMS, extra=extra)
 
 
@@ -308,5 +308,5 @@ def metric_diff_row(check: str, seed: int, plain: float, recompute: float, allow
         if diff > allowed:
             detail += (f"; {ROUNDING_LEVEL} (within {factor:g}× the rounding twin's {envelope_:.3g})"
                        if diff <= factor * envelope_ else f"; also outside {factor:g}× the rounding envelope {envelope_:.3g}")
-    return Row(check, f"seed {seed}", "recompute", f"abs_diff_{metric}", diff, f"{allowed:g}", "<=",
+    return Row(check=check, item=f"seed {seed}", variant="recompute", metric=f"abs_diff_{metric}", value=diff, threshold=f"{allowed:g}", comparator="<=",
                detail=detail, role=Role.METRIC_DIFF, threshold_value=allowed, extra=extra)

@@ -41,6 +41,8 @@ from reportgen.files import OutputWriteError, sha256_file
 from reportgen.report.metadata import report_time, rerun_command
 from reportgen.checks.plots import finish_axes, to_svg
 from reportgen.report.render import environment, headline_costs, write_pdf
+from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
+from reportgen.claim import claim_required
 from reportgen.results import ERROR, FAIL, PASS, atomic_write, check_summary, frame_from_json, frame_to_json
 from reportgen.trust.signing import ENVELOPE_NAME, SigningError, load_signing_key, sign_document, signature_label
 
@@ -65,7 +67,8 @@ SUMMARY_COLUMNS = ["job", "overrides", "verdict", "exit_code", "error", "check",
 #: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
 SUMMARY_ENVELOPE, INCOMPLETE_MARK = "summary.dsse.json", "summary.incomplete"
 #: Every file a summary consists of (removed before a summary is written again).
-SUMMARY_FILES = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "summary.unsigned.pdf", SUMMARY_ENVELOPE)
+SUMMARY_FILES = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "summary.unsigned.pdf", SUMMARY_ENVELOPE,
+                 JUNIT_NAME)
 
 _last_sweep: dict[str, Any] = {}
 
@@ -178,6 +181,7 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         if (hydra_dir / "config.yaml").exists():
             job_cfg = OmegaConf.load(hydra_dir / "config.yaml")
             required = required_names(OmegaConf.select(job_cfg, "verdict.required", default=None))
+            required += claim_required(job_cfg.get("claim"))  # the job's release claim, when it had one
         frame = None
         for name in ("results.json", "results.partial.json"):
             if (folder / name).exists():
@@ -437,6 +441,8 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code,
             "signature": signature_label(key), "command": command, "swept": swept_keys(jobs)}
     render_summary(frame, meta, sweep_dir, pdf=pdf)
+    junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
+    atomic_write(sweep_dir / JUNIT_NAME, junit)
     if key is not None:
         statements = [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
         predicate = {"exit_code": code, "created": meta["created"], "command": command,
@@ -446,7 +452,7 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
                                "statement_sha256": (sha256_file(sweep_dir / j["dir"] / ENVELOPE_NAME)
                                                     if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists() else None)}
                               for j in jobs]}
-        subjects = ["summary.csv", "summary.json", "summary.html", "multirun.yaml", *statements,
+        subjects = ["summary.csv", "summary.json", "summary.html", JUNIT_NAME, "multirun.yaml", *statements,
                     *[f"{j['dir']}/{JOB_FILE}" for j in jobs]]
         sign_document(sweep_dir, "summary", subjects, predicate, SWEEP_PREDICATE_TYPE, key,
                       f"reportgen sweep summary; worst job exit code {code}")

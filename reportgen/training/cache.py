@@ -3,7 +3,7 @@
 **The key** is the SHA-256 of every input that can change the plain twin's training result:
 
 - the whole composed config except the groups that only the recompute twin or the output
-  reads (:data:`NOT_IN_KEY`: ``recompute``, ``report``, ``verdict``, ``cache``); so
+  reads (:data:`NOT_IN_KEY`: ``recompute``, ``report``, ``verdict``, ``claim``, ``cache``); so
   precision and autocast, ``compile.*``, dtype, device, seeds, budget, optimizer, task and
   model arguments are in, and so is any setting added later (a deny-list, not an allow-list);
 - the run's own seed, batch size and learning-rate factor, the device and its kind (GPU name);
@@ -61,7 +61,7 @@ SECRET_BYTES = 32
 #: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
 FORMAT = 2
 #: Config groups left out of the key: read only for the recompute twin or for the output.
-NOT_IN_KEY = ("recompute", "report", "verdict", "cache", "checks", "run", "hydra")
+NOT_IN_KEY = ("recompute", "report", "verdict", "claim", "cache", "checks", "run", "hydra")
 #: Fields of a stored run's numbers (``reportgen.training.train.TrainResult`` without its tensors).
 RECORD_FIELDS = ("metrics", "accepted_examples", "steps", "skipped_steps", "skipped_examples", "curve", "lr",
                  "batch_size", "seconds", "complete")

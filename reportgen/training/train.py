@@ -357,7 +357,7 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
         secret = cache.cache_secret()
     except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
         log.warning("%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
-                    "(%s: %s; the secret is %s, see README)", twin, seed, batch_size, type(exc).__name__, exc,
+                    "(%s: %s; the secret is %s, see docs/sweeps.md)", twin, seed, batch_size, type(exc).__name__, exc,
                     cache.secret_path())
         return train()
     rejected = None
@@ -408,27 +408,27 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
     run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
            "skipped_steps": result.skipped_steps, "lr": result.lr}
     cached = f"; from the plain-twin cache (key sha256:{result.cache_key})" if result.cache_key else ""
-    rows = [Row(check, item, variant, metric, result.metrics[metric], "", "", status,
-                f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
-                f"lr {result.lr:g}{cached}", result.seconds,
+    rows = [Row(check=check, item=item, variant=variant, metric=metric, value=result.metrics[metric], threshold="", comparator="", status=status,
+                detail=f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
+                f"lr {result.lr:g}{cached}", seconds=result.seconds,
                 extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})}, role=Role.RUN)]
     if result.cache_rejected:
         rejected_key, why = result.cache_rejected
-        rows.append(Row(check, item, variant, "cache_entry_rejected", math.nan, "", "",
-                        FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
-                        f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
+        rows.append(Row(check=check, item=item, variant=variant, metric="cache_entry_rejected", value=math.nan, threshold="", comparator="",
+                        status=FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
+                        detail=f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
                         f"{why}; the plain twin was trained afresh in this run and the entry replaced",
                         extra={**common, "cache_key": rejected_key, "cache_problem": why}, role=Role.CACHE))
-    rows += [Row(check, item, variant, name, value, "", "", status, "held-out, same data as the task metric",
+    rows += [Row(check=check, item=item, variant=variant, metric=name, value=value, threshold="", comparator="", status=status, detail="held-out, same data as the task metric",
                  extra=dict(common), role=Role.HELD_OUT) for name, value in sorted(result.metrics.items()) if name != metric]
     skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
                    "or gradient; their examples are not accepted") if result.skipped_steps else "no step skipped"
-    rows.append(Row(check, item, variant, "accepted_examples", result.accepted_examples, "", "", status,
-                    f"examples whose update was applied; {result.steps} applied steps", extra=dict(common),
+    rows.append(Row(check=check, item=item, variant=variant, metric="accepted_examples", value=result.accepted_examples, threshold="", comparator="", status=status,
+                    detail=f"examples whose update was applied; {result.steps} applied steps", extra=dict(common),
                     role=Role.ACCEPTED, unit="examples"))
-    rows.append(Row(check, item, variant, "skipped_steps", result.skipped_steps, "", "", status, skip_detail,
+    rows.append(Row(check=check, item=item, variant=variant, metric="skipped_steps", value=result.skipped_steps, threshold="", comparator="", status=status, detail=skip_detail,
                     extra={**common, "skipped_examples": result.skipped_examples}, role=Role.SKIPPED, unit="steps"))
-    rows += [Row(check, item, variant, f"curve_{metric}", value, "", "", status, "learning-curve point",
+    rows += [Row(check=check, item=item, variant=variant, metric=f"curve_{metric}", value=value, threshold="", comparator="", status=status, detail="learning-curve point",
                  extra={**common, "accepted_examples": n}, role=Role.CURVE) for n, value in result.curve]
     return rows
 

@@ -48,7 +48,7 @@ RESULTS_NAME = "results.json"
 #: in-toto Statement v1 and its DSSE payload type (in-toto attestation framework spec).
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-#: What the predicate is; documented in README ("For reviewers: verify a report").
+#: What the predicate is; documented in docs/reviewers.md ("Verify a report").
 PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-claim/v1"
 #: Name of the PDF signature field.
 SIGNATURE_FIELD = "reportgen"

@@ -1,6 +1,6 @@
 """The task contract, checked on a small batch before any check runs.
 
-A task that breaks the contract (README, "The task object") would otherwise surface as an
+A task that breaks the contract (docs/own-model.md, "The task object") would otherwise surface as an
 ERROR row in every check, or, worse, as a parity result measured on data that differs
 between the twins. So before the checks, one plain forward and backward on a small batch
 must show:
@@ -33,7 +33,7 @@ from reportgen.errors import SetupError
 
 #: Examples in the probe batch: small, and above 1 so a batch dimension cannot hide.
 PROBE_BATCH = 2
-CONTRACT = ("the task contract (README, 'The task object'): make_batch(generator, batch_size) -> (inputs, targets) "
+CONTRACT = ("the task contract (docs/own-model.md, 'The task object'): make_batch(generator, batch_size) -> (inputs, targets) "
             "with batch_size examples in the leading dimension, drawn only with `generator`; loss(output, target) "
             "-> a scalar floating tensor")
 

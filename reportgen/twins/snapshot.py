@@ -137,7 +137,7 @@ def snapshot_rows(plain: Snapshot, recompute: Snapshot, aa: Snapshot | None, rto
     for key in sorted(set(plain.attributes) | set(recompute.attributes)):
         pattern = next((p for p in ignore if fnmatchcase(key.removeprefix("len(").removesuffix(")"), p)), None)
         if pattern is not None:
-            out.append(Row(STATE_PARITY, f"attribute {key}", "recompute", "ignored", status=INFO, role=Role.IGNORED,
+            out.append(Row(check=STATE_PARITY, item=f"attribute {key}", variant="recompute", metric="ignored", status=INFO, role=Role.IGNORED,
                            detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
                                   f"recompute={recompute.attributes.get(key)!r}"))
             continue

@@ -27,14 +27,16 @@ Checks, for a lone signed PDF (everything comes from inside the PDF; ``reportgen
    statement's unsigned-PDF subject;
 8. what the data states follows from what it is made of: for a run (``.run``), every row's
    status recomputed from its signed value, threshold and comparator equals the status it
-   states, then the verdict recomputed from those statuses; for a sweep (``.sweep``), every
+   states, then the verdict recomputed from those statuses, then each clause of a signed release
+   claim (``claim=<name>``) re-derived from the checks' signed rows (``.claim``); for a sweep (``.sweep``), every
    job verifies on its own and the summary re-derived from the jobs' signed files equals the
    signed summary; for a comparison (``.comparison``), both runs verify and the comparison
    re-derived from them equals the signed one.
 
 For a folder, additionally: the envelope on disk is the one attached in the PDF, and every
-subject of the statement exists with its digest. Files of a run folder that the statement
-does not list are named in ``NOTE`` lines: nothing vouches for them.
+subject of the statement exists with its digest; a run's verdict.json (written after signing)
+names the envelope's SHA-256 and agrees with the signed verdict and clauses. Other files of a
+run folder that the statement does not list are named in ``NOTE`` lines: nothing vouches for them.
 """
 from __future__ import annotations
 

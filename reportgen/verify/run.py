@@ -10,6 +10,8 @@ from reportgen.results import FAIL as ROW_FAIL
 from reportgen.results import FLAGGED, PASS as ROW_PASS
 from reportgen.results import INCONCLUSIVE, claim_verdict, frame_from_json, judge_record
 from reportgen.trust.signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
+from reportgen.ci.verdict import VERDICT_NAME
+from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import FAIL, Check, Document, Verified, attempt, require, verify_document_dir, verify_signed_pdf
 
 
@@ -69,13 +71,24 @@ def check_run_predicate(predicate: dict) -> str:
 RUN = Document("run", ENVELOPE_NAME, PDF_NAME, UNSIGNED_PDF_NAME, RESULTS_NAME, PREDICATE_TYPE, check_run_predicate)
 
 
-def _with_verdict(found: Verified) -> list[Check]:
-    """The document's checks plus check 8 on the results.json its statement vouches for."""
+def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
+    """The document's checks plus check 8 on the results.json its statement vouches for: row
+    statuses and verdict, the release claim's clauses (``reportgen.verify.claim``) and, in a
+    folder, verdict.json (which replaces its "not covered" note)."""
     if found.statement is None:
         return found.checks
     if found.data is None:
         return found.checks + [Check(FAIL, "verdict", "not checked: no signed results.json")]
-    return found.checks + [check_verdict(found.statement, found.data)]
+    checks = [check_verdict(found.statement, found.data)]
+    try:
+        frame = frame_from_json(found.data.decode())
+    except ValueError:
+        return found.checks + checks
+    checks.append(check_claim(found.statement["predicate"], frame))
+    if folder is not None:
+        found.checks = [c for c in found.checks if c.name != f"not covered: {VERDICT_NAME}"]
+        checks += [c for c in [check_verdict_file(folder, found.statement["predicate"], frame)] if c is not None]
+    return found.checks + checks
 
 
 def verify_run_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verified:
@@ -101,7 +114,7 @@ def verify_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> list[Check
 def verify_run(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Verified:
     """A run folder's checks and what they vouch for (the statement, results.json's bytes)."""
     found = verify_document_dir(Path(run_dir), public_key, RUN)
-    found.checks = _with_verdict(found)
+    found.checks = _with_verdict(found, Path(run_dir))
     return found
 
 

@@ -1,6 +1,6 @@
 """A user task whose loss goes non-finite for some training batches (not for held-out ones).
 
-Used by tests/test_budget.py through tests/user_conf/model/nonfinite_loss.yaml, the way a user
+Used by tests/training/test_budget.py through tests/user_conf/model/nonfinite_loss.yaml, the way a user
 points reportgen at their own code; imports nothing from reportgen.
 """
 import torch

@@ -1,4 +1,4 @@
-"""Models whose step peak tells a different story from their saved bytes (tests/test_peak.py).
+"""Models whose step peak tells a different story from their saved bytes (tests/memory/test_peak.py).
 
 * ``build_stack``: 6 residual feed-forward ``Layer`` s inside one ``Stack``. One recompute
   region around the ``Stack`` keeps almost nothing after the forward, but backward recomputes

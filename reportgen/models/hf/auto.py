@@ -76,7 +76,7 @@ def load_config(path: str) -> Any:
                          "config.json names its architecture there")
     if fields.get("auto_map"):
         raise SetupError(f"model.config={path}: {file} needs remote code (auto_map), which reportgen never downloads or "
-                         "runs; use an architecture built into transformers, or your own factory (README, 'Your own model')")
+                         "runs; use an architecture built into transformers, or your own factory (docs/own-model.md)")
     kind = fields.pop("model_type")
     try:
         return AutoConfig.for_model(kind, **fields)
@@ -215,7 +215,7 @@ def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pret
             raise
         raise SetupError(f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {head} in transformers "
                          f"{_version()}: {scope} ({auto_class}). For another architecture write a factory "
-                         "(README, 'Your own model')") from None
+                         "(docs/own-model.md)") from None
     except OSError as exc:
         raise SetupError(f"model.pretrained={pretrained}: the local weights cannot be loaded ({str(exc).splitlines()[0]}); "
                          "give a folder written by save_pretrained") from None

@@ -1,0 +1,258 @@
+"""junit.xml: the run as JUnit XML, the format CI test reporters read (GitHub, GitLab, Jenkins).
+
+One ``<testsuite>`` per run inside ``<testsuites>``; one ``<testcase>`` per check, per clause of
+the release claim, and one for the claim verdict itself, so the report is red whenever the
+claim does not hold (also when only a NOT_RUN check makes it fail). A required check or clause
+that FAILs carries ``<failure>`` with the failing rows, the likely cause and the fix; one that
+raised or cannot be judged (INCONCLUSIVE) carries ``<error>``; NOT_RUN is ``<skipped>``. A check that is not
+required (an informational or flagged experiment) never fails the suite: its status is in
+``<system-out>``. Built with :mod:`xml.etree.ElementTree` (escaping is the library's).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from reportgen.claim.rows import claim_table
+from reportgen.config import RELEASE_CLAIM
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, check_summary
+
+#: File name in the run folder.
+JUNIT_NAME = "junit.xml"
+
+
+def _seconds(value: Any) -> str:
+    """Seconds with 3 decimals (the SUREFIRE time form reporters parse)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "0.000"
+    return f"{value:.3f}" if math.isfinite(value) and value >= 0 else "0.000"
+
+
+def _failing_text(rows: pd.DataFrame, most: int = 8) -> str:
+    """The failing rows of a check, one line each: item, status, value vs threshold, detail."""
+    lines = [
+        f"{r['status']} {r['item']} [{r['variant']}] {r['metric']} = {r['value']} "
+        f"(threshold {r['threshold'] or '-'}): {r['detail']}"
+        for r in rows.head(most).to_dict("records")
+    ]
+    if len(rows) > most:
+        lines.append(f"... and {len(rows) - most} more rows in results.csv")
+    return "\n".join(lines)
+
+
+def _diagnoses(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """``{check: (cause, fix)}`` from the diagnosis rows (reportgen.diagnose)."""
+    if "fix" not in frame.columns:
+        return {}
+    rows = frame[frame.role == Role.DIAGNOSIS]
+    return {r["check"]: (str(r.get("cause") or ""), str(r.get("fix") or "")) for r in rows.to_dict("records")}
+
+
+def _outcome(case: ET.Element, status: str, required: bool, message: str, text: str) -> str:
+    """Add the child that says how a test case ended; returns ``failure``/``error``/``skipped``/``passed``."""
+    if status == FAIL and required:
+        ET.SubElement(case, "failure", message=message, type=status).text = text
+        return "failure"
+    if status in (ERROR, INCONCLUSIVE) and required:
+        ET.SubElement(case, "error", message=message, type=status).text = text
+        return "error"
+    if status == NOT_RUN:
+        ET.SubElement(case, "skipped", message=message, type=status).text = text
+        return "skipped"
+    if status not in (PASS,) or not required:
+        ET.SubElement(case, "system-out").text = f"{status}{'' if required else ' (not required)'}: {message}"
+    return "passed"
+
+
+def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite: str, command: str = "") -> bytes:
+    """The run as JUnit XML.
+
+    Args:
+        frame: the results frame (clause rows included).
+        verdict: the claim verdict.
+        required: the checks the verdict needs.
+        suite: the suite's name (the model and the run folder, say).
+        command: the verify command, named in the verdict case when it fails.
+
+    Returns:
+        UTF-8 bytes with an XML declaration.
+    """
+    required = set(required)
+    diagnoses = _diagnoses(frame)
+    summary = check_summary(frame[frame.check != RELEASE_CLAIM], required - {RELEASE_CLAIM})  # clauses: their own cases
+    root = ET.Element("testsuites", name="reportgen")
+    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
+    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    seconds = frame.groupby("check", sort=False)["seconds"].sum() if len(frame) else pd.Series(dtype=float)
+    for s in summary.to_dict("records"):
+        case = ET.SubElement(
+            suite_el,
+            "testcase",
+            classname="reportgen.check",
+            name=s["check"],
+            time=_seconds(seconds.get(s["check"], 0.0)),
+        )
+        rows = frame[(frame.check == s["check"]) & frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE])]
+        cause, fix = diagnoses.get(s["check"], ("", ""))
+        text = _failing_text(rows) + (f"\nLikely cause: {cause}.\nFix: {fix}." if fix else "")
+        message = f"{s['check']}: {s['status']}, {s['failing']} of {s['rows']} rows not passing"
+        counts[_outcome(case, s["status"], bool(s["required"]), message, text)] += 1
+    for c in claim_table(frame):
+        case = ET.SubElement(
+            suite_el, "testcase", classname="reportgen.claim", name=f"clause: {c['clause']}", time="0.000"
+        )
+        message = f"{c['clause']}: {c['outcome']} (measured {c['value']}, bound {c['bound']})"
+        counts[
+            _outcome(
+                case,
+                c["status"],
+                RELEASE_CLAIM in required,
+                message,
+                f"{c['detail']}\nFix: {c['fix']}." if c["fix"] else c["detail"],
+            )
+        ] += 1
+    case = ET.SubElement(suite_el, "testcase", classname="reportgen", name="claim verdict", time="0.000")
+    said = {str(PASS): "the claim holds", str(INCONCLUSIVE): "the claim cannot be judged"}.get(
+        verdict, "the claim fails"
+    )
+    counts[
+        _outcome(
+            case,
+            verdict if verdict in (PASS, INCONCLUSIVE) else FAIL,
+            True,
+            f"verdict {verdict}: {said}",
+            f"verdict {verdict}; open report.html; check the signature with {command}" if command else said,
+        )
+    ] += 1
+    total = sum(counts.values())
+    attributes = {
+        "tests": str(total),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "skipped": str(counts["skipped"]),
+        "time": _seconds(seconds.sum() if len(seconds) else 0.0),
+    }
+    suite_el.attrib.update(attributes)
+    root.attrib.update({k: v for k, v in attributes.items() if k != "skipped"})
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | None = None) -> bytes:
+    """A sweep as JUnit XML: one ``<testcase>`` per job (named by its number and overrides).
+
+    Exit code 0 passes; 1 (the claim fails) is a ``<failure>`` naming the checks and clauses that
+    did not pass; 3 (cannot be judged), 2, 70 or a job without an outcome is an ``<error>``.
+
+    Args:
+        jobs: ``reportgen.sweep.load_jobs``'s records (``job``, ``dir``, ``overrides``,
+            ``exit_code``, ``verdict``, ``error``, ``frame``, ``required``).
+        suite: the suite's name.
+        swept: the override keys that differ between jobs; a case is named by those alone
+            (all of the job's overrides without them).
+    """
+    root = ET.Element("testsuites", name="reportgen sweep")
+    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
+    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    total_seconds = 0.0
+    for job in jobs:
+        frame = job.get("frame")
+        seconds = float(frame.seconds.sum()) if frame is not None and len(frame) else 0.0
+        total_seconds += seconds
+        shown = [o for o in job["overrides"] if not swept or o.lstrip("+~").split("=", 1)[0] in swept]
+        name = f"job {job['job']}: {' '.join(shown) or '(no overrides)'}"
+        case = ET.SubElement(suite_el, "testcase", classname="reportgen.sweep", name=name, time=_seconds(seconds))
+        code = int(job["exit_code"])
+        status = PASS if code == 0 else FAIL if code == 1 else ERROR
+        text = f"{job['dir']}/report.html: verdict {job['verdict']}, exit code {code}"
+        if frame is not None and len(frame) and code == 1:
+            text += "\n" + _failing_text(
+                frame[frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE]) & frame.check.isin(job["required"])]
+            )
+        message = job.get("error") or f"verdict {job['verdict']} (exit {code})"
+        counts[_outcome(case, status, True, message, text)] += 1
+    attributes = {
+        "tests": str(len(jobs)),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "time": _seconds(total_seconds),
+    }
+    suite_el.attrib.update({**attributes, "skipped": "0"})
+    root.attrib.update(attributes)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
+    """A comparison of two signed runs (``reportgen.compare``) as JUnit XML.
+
+    Test cases: each side verifies; NEW's claim holds; the overhead ratio did not rise past its
+    limit; the saved-activation share did not fall past its limit. A regression is a
+    ``<failure>``; a rise that cannot be told from noise an ``<error>`` ("cannot tell"); a
+    figure one side did not measure ``<skipped>``.
+
+    Args:
+        result: ``reportgen.compare.derive.compare``'s result.
+        suite: the suite's name.
+    """
+    costs, limits, regressions = result["costs"], result["limits"], result["regressions"]
+    overhead, saving = costs["overhead_change_pp"], costs["saving_change_pp"]
+
+    def said(prefix: str) -> str | None:
+        return next((r for r in [*regressions, *result["unclear"]] if r.startswith(prefix)), None)
+
+    def status(prefix: str, measured: Any) -> str:
+        hit = said(prefix)
+        if measured is None:
+            return NOT_RUN
+        return PASS if hit is None else FAIL if hit in regressions else ERROR
+
+    cases = [
+        (f"{label} verifies", FAIL if said(label) else PASS, said(label) or f"{label} verifies")
+        for label in ("BASE", "NEW")
+    ]
+    cases.append(
+        (
+            "NEW's claim holds",
+            PASS if result["verdicts"]["new"] == PASS else FAIL,
+            said("NEW's claim") or f"NEW's claim verdict {result['verdicts']['new']}",
+        )
+    )
+    cases.append(
+        (
+            f"overhead ratio rises at most {limits['max_overhead_increase_pp']:g} pp",
+            status("overhead ratio rose", overhead),
+            said("overhead ratio rose") or f"change {overhead} pp",
+        )
+    )
+    cases.append(
+        (
+            f"saved-activation share falls at most {limits['max_saving_decrease_pp']:g} pp",
+            status("saved-activation share fell", saving),
+            said("saved-activation share fell") or f"change {saving} pp",
+        )
+    )
+    root = ET.Element("testsuites", name="reportgen compare")
+    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
+    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    for name, state, message in cases:
+        case = ET.SubElement(suite_el, "testcase", classname="reportgen.compare", name=name, time="0.000")
+        counts[_outcome(case, state, True, message, message)] += 1
+    attributes = {
+        "tests": str(len(cases)),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "time": "0.000",
+    }
+    suite_el.attrib.update({**attributes, "skipped": str(counts["skipped"])})
+    root.attrib.update(attributes)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

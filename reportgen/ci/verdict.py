@@ -1,0 +1,117 @@
+"""verdict.json: the run's verdict for machines, bound to the signed statement by its digest.
+
+The statement cannot list a file that names the statement's own digest, so verdict.json is
+written *after* signing and is not a statement subject. It is bound instead: it names the
+SHA-256 of statement.dsse.json, and ``reportgen.verify`` checks that digest against the
+envelope on disk and that every figure in it (verdict, exit code, each clause's status and
+value) equals what the signed statement and results.json give; an edited verdict.json fails
+verification. Without signing it says ``"statement": null`` and nothing vouches for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reportgen.claim.rows import claim_table
+from reportgen.errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE
+from reportgen.files import atomic_write
+from reportgen.results import INCONCLUSIVE, PASS
+
+#: File name in the run folder, and the envelope it is bound to.
+VERDICT_NAME = "verdict.json"
+ENVELOPE = "statement.dsse.json"
+#: Version of the verdict.json layout.
+VERSION = 1
+
+
+def exit_code(verdict: str) -> int:
+    """The run's exit code for a claim verdict: 0 holds, 1 fails, 3 cannot be judged."""
+    codes: dict[str, int] = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+    return int(codes.get(verdict, EXIT_FAILS))
+
+
+def _number(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per clause of the release claim: text, status, outcome, value, bound (comparator and number)."""
+    rows = {r["clause"]: r for r in claim_table(frame)}
+    judged = frame[frame.role == "claim_clause"]
+    return [
+        {
+            "clause": r["item"],
+            "status": r["status"],
+            "outcome": rows[r["item"]]["outcome"],
+            "value": _number(r["value"]),
+            "comparator": r["comparator"] or None,
+            "bound": _number(r["threshold_value"]),
+            "measured": rows[r["item"]]["measured"],
+        }
+        for r in judged.to_dict("records")
+    ]
+
+
+def verdict_record(frame: pd.DataFrame, verdict: str, out_dir: Path) -> dict[str, Any]:
+    """verdict.json's content: ``{"version", "verdict", "exit_code", "clauses", "statement", "report"}``."""
+    envelope = Path(out_dir) / ENVELOPE
+    statement = (
+        {"name": ENVELOPE, "sha256": hashlib.sha256(envelope.read_bytes()).hexdigest()} if envelope.is_file() else None
+    )
+    return {
+        "version": VERSION,
+        "verdict": verdict,
+        "exit_code": exit_code(verdict),
+        "clauses": clause_results(frame),
+        "statement": statement,
+        "report": "report.html",
+    }
+
+
+def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:
+    """Write verdict.json (after signing: see the module docstring).
+
+    Raises:
+        FileExistsError: the run folder holds one already.
+    """
+    record = verdict_record(frame, verdict, out_dir)
+    return atomic_write(Path(out_dir) / VERDICT_NAME, json.dumps(record, indent=2, allow_nan=False) + "\n")
+
+
+def verdict_problems(raw: bytes, envelope: bytes, verdict: str, frame: pd.DataFrame) -> list[str]:
+    """Where a verdict.json disagrees with the signed run (empty = it agrees).
+
+    Args:
+        raw: verdict.json's bytes.
+        envelope: statement.dsse.json's bytes (the one verified).
+        verdict: the signed statement's verdict.
+        frame: the signed results.json's frame.
+    """
+    try:
+        record = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return [f"verdict.json is not JSON ({exc})"]
+    problems = []
+    digest = hashlib.sha256(envelope).hexdigest()
+    if (record.get("statement") or {}).get("sha256") != digest:
+        problems.append(
+            f"it names statement sha256 {(record.get('statement') or {}).get('sha256')}, the envelope has {digest}"
+        )
+    if record.get("verdict") != verdict or record.get("exit_code") != exit_code(verdict):
+        problems.append(
+            f"it says {record.get('verdict')} (exit {record.get('exit_code')}), the statement {verdict} "
+            f"(exit {exit_code(verdict)})"
+        )
+    if record.get("clauses") != clause_results(frame):
+        problems.append("its clause results differ from the signed results.json")
+    return problems

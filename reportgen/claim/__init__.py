@@ -1,0 +1,16 @@
+"""The release claim (issue 26): the release note's sentence and its clauses, each judged as a row.
+
+``clauses`` parses ``claim=<name>`` (conf/claim/*.yaml), ``rows`` turns each clause into a row of
+the ``release claim`` section from the checks' rows, ``fits`` predicts the step peak a ``fits``
+clause bounds. docs/ci.md is the guide.
+"""
+
+from reportgen.claim.clauses import (  # noqa: F401
+    Claim,
+    ClaimError,
+    Clause,
+    claim_from_record,
+    claim_required,
+    parse_claim,
+)
+from reportgen.claim.rows import claim_table, clause_rows, outcome  # noqa: F401

@@ -1,0 +1,200 @@
+"""The release claim: the release note's sentence and its clauses, parsed from ``claim=<name>``.
+
+A claim file (conf/claim/*.yaml, schema :class:`reportgen.config.ClaimConfig`) holds the
+sentence as written and one clause per measured promise. Each clause is a measured quantity,
+a comparator and a bound; :mod:`reportgen.claim.rows` turns each into one judged row of the
+``release claim`` section, so ``reportgen.verify`` re-judges it from the signed numbers.
+
+Clauses (case and spacing free)::
+
+    training unchanged                       the parity checks pass (always part of a claim)
+    peak_saving_share >= 0.40                share of the plain twin's step peak saved (or 40 %)
+    overhead_ratio <= 1.30                   recompute/plain step time, upper end of its 95% CI
+    step_time_ms <= 250                      median recompute step time
+    fits: batch 16 [at seq 1024] within 80 GiB   the recompute twin's step peak at that shape
+    task metric within tolerance             every seed's held-out metric within budget tolerance
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from reportgen.config import RELEASE_CLAIM
+from reportgen.errors import SetupError
+
+#: Kinds of clause.
+UNCHANGED, QUANTITY, FITS, TASK = "training unchanged", "quantity", "fits", "task metric"
+#: The clause every claim holds: recomputation is a memory optimisation, never a change of training.
+UNCHANGED_TEXT = "training unchanged"
+TASK_TEXT = "task metric within tolerance"
+
+#: Quantities a clause may bound, and the comparators that make sense for each (a saving is a
+#: lower bound, a cost an upper bound).
+QUANTITIES = {"peak_saving_share": (">=", ">"), "overhead_ratio": ("<=", "<"), "step_time_ms": ("<=", "<")}
+#: Binary units a ``fits`` clause may name, in bytes.
+UNITS = {"MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_QUANTITY = re.compile(rf"^([a-z_]+)\s*(>=|<=|>|<|==|=)\s*{_NUMBER}\s*(%?)$")
+_FITS = re.compile(
+    rf"^fits:?\s*batch\s+(\d+)(?:\s+at\s+seq\s+(\d+))?\s+within\s+{_NUMBER}\s*([A-Za-z]+)$", re.IGNORECASE
+)
+
+
+class ClaimError(SetupError):
+    """A clause reportgen cannot read; the run exits 2 before any model work, naming the fix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Clause:
+    """One promise of the release note, as measured quantity, comparator and bound.
+
+    Attributes:
+        text: the clause as written in the claim file.
+        kind: :data:`UNCHANGED`, :data:`QUANTITY`, :data:`FITS` or :data:`TASK`.
+        metric: the clause row's metric (unit in the name): ``parity_checks_not_passing``,
+            ``peak_saving_share``, ``overhead_ratio_ci_high``, ``step_time_ms``,
+            ``fits_peak_bytes`` or ``task_seeds_outside_tolerance``.
+        comparator: how the row is judged (``results.judge``).
+        bound: the threshold in the row's unit (a share, a ratio, ms, bytes, a count).
+        batch: ``fits`` only: examples per batch of the target shape.
+        seq: ``fits`` only: tokens per example of the target shape (None = as measured).
+        unit: the unit of the row's value.
+    """
+
+    text: str
+    kind: str
+    metric: str
+    comparator: str
+    bound: float
+    batch: int | None = None
+    seq: int | None = None
+    unit: str = ""
+
+    def record(self) -> dict[str, Any]:
+        """The clause as plain data (what the signed statement's claim holds)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """The release note's sentence and its clauses (``training unchanged`` always first).
+
+    Attributes:
+        text: the sentence as written (page 1 prints it verbatim).
+        clauses: the parsed clauses, in file order after ``training unchanged``.
+    """
+
+    text: str
+    clauses: tuple[Clause, ...]
+
+    def record(self) -> dict[str, Any]:
+        """``{"text", "clauses": [...]}``: signed in the statement's ``claim.release``."""
+        return {"text": self.text, "clauses": [c.record() for c in self.clauses]}
+
+
+def parse_clause(text: str) -> Clause:
+    """One clause string → :class:`Clause`.
+
+    Raises:
+        ClaimError: an unknown quantity, a comparator pointing the wrong way, or a ``fits``
+            clause without a batch or a binary unit; the message shows the accepted forms.
+    """
+    said = " ".join(str(text).split())
+    plain = said.lower()
+    if plain == UNCHANGED_TEXT:
+        return Clause(
+            text=said, kind=UNCHANGED, metric="parity_checks_not_passing", comparator="<=", bound=0.0, unit="checks"
+        )
+    if plain == TASK_TEXT:
+        return Clause(
+            text=said, kind=TASK, metric="task_seeds_outside_tolerance", comparator="<=", bound=0.0, unit="seeds"
+        )
+    if plain.startswith("fits"):
+        return _fits(said)
+    match = _QUANTITY.match(plain)
+    if not match:
+        raise ClaimError(f"claim clause {said!r} is not one reportgen reads; write one of: {FORMS}")
+    quantity, comparator, number, percent = match.groups()
+    if quantity not in QUANTITIES:
+        raise ClaimError(f"claim clause {said!r}: unknown quantity {quantity!r}; known: {', '.join(QUANTITIES)}")
+    if comparator not in QUANTITIES[quantity]:
+        raise ClaimError(
+            f"claim clause {said!r}: {quantity} is bounded with {' or '.join(QUANTITIES[quantity])}, "
+            f"e.g. `{quantity} {QUANTITIES[quantity][0]} {number}`"
+        )
+    bound = float(number) / (100.0 if percent else 1.0)
+    metric = "overhead_ratio_ci_high" if quantity == "overhead_ratio" else quantity
+    unit = {"peak_saving_share": "share", "overhead_ratio": "ratio", "step_time_ms": "ms"}[quantity]
+    return Clause(text=said, kind=QUANTITY, metric=metric, comparator=comparator, bound=bound, unit=unit)
+
+
+def _fits(said: str) -> Clause:
+    """``fits: batch B [at seq S] within M GiB`` → a clause bounding the predicted step peak, B."""
+    match = _FITS.match(said)
+    if not match:
+        raise ClaimError(
+            f"claim clause {said!r}: write `fits: batch 16 within 80 GiB` or `fits: batch 16 at seq 1024 within 80 GiB`"
+        )
+    batch, seq, amount, unit = match.groups()
+    unit = next((u for u in UNITS if u.lower() == unit.lower()), None)
+    if unit is None:
+        raise ClaimError(f"claim clause {said!r}: give the memory in {', '.join(UNITS)} (binary units)")
+    if int(batch) < 1 or (seq is not None and int(seq) < 1):
+        raise ClaimError(f"claim clause {said!r}: batch and seq are at least 1")
+    return Clause(
+        text=said,
+        kind=FITS,
+        metric="fits_peak_bytes",
+        comparator="<=",
+        bound=float(amount) * UNITS[unit],
+        batch=int(batch),
+        seq=None if seq is None else int(seq),
+        unit="B",
+    )
+
+
+#: The accepted clause forms, for error messages.
+FORMS = (
+    "`training unchanged`, `peak_saving_share >= 0.40`, `overhead_ratio <= 1.30`, `step_time_ms <= 250`, "
+    "`fits: batch 16 at seq 1024 within 80 GiB`, `task metric within tolerance`"
+)
+
+
+def parse_claim(claim_cfg: Any) -> Claim | None:
+    """The ``claim`` config node → :class:`Claim`, or None for the generic claim (no text, no clauses).
+
+    ``training unchanged`` is always a clause: it is added first when the file leaves it out.
+    A claim with clauses but no sentence is stated as its clauses joined.
+
+    Raises:
+        ClaimError: a clause cannot be read, or one is given twice.
+    """
+    text = claim_cfg.get("text") if claim_cfg is not None else None
+    written = [str(c) for c in (claim_cfg.get("clauses") or [])] if claim_cfg is not None else []
+    if not text and not written:
+        return None
+    clauses = [parse_clause(c) for c in written]
+    if not any(c.kind == UNCHANGED for c in clauses):
+        clauses.insert(0, parse_clause(UNCHANGED_TEXT))
+    seen = [c.text.lower() for c in clauses]
+    if len(set(seen)) != len(seen):
+        raise ClaimError(f"claim.clauses names a clause twice: {sorted({s for s in seen if seen.count(s) > 1})}")
+    sentence = " ".join(str(text).split()) if text else "; ".join(c.text for c in clauses) + "."
+    return Claim(text=sentence, clauses=tuple(clauses))
+
+
+def claim_required(claim_cfg: Any) -> list[str]:
+    """``["release claim"]`` when ``claim_cfg`` states a claim (text or clauses), else ``[]``: the
+    section a run with a claim file requires, also when a sweep re-reads a job's config."""
+    stated = claim_cfg is not None and (claim_cfg.get("text") or claim_cfg.get("clauses"))
+    return [RELEASE_CLAIM] if stated else []
+
+
+def claim_from_record(record: dict[str, Any] | None) -> Claim | None:
+    """The signed ``claim.release`` record back into a :class:`Claim` (``reportgen.verify``)."""
+    if not record:
+        return None
+    return Claim(text=record["text"], clauses=tuple(Clause(**c) for c in record["clauses"]))

@@ -1,0 +1,89 @@
+"""A passing mlp report has the same pages whether the timing was quiet or noisy (issue 19, item 5).
+
+The frame is a real passing ``+model=mlp`` run (tests/data/mlp_passing_results.json.gz, its
+warm-step time rows removed) with warm-step time rows made by the timing check's own row
+functions from quiet or noisy step times. On a busy machine the noisy rows used to add
+sentences to the timing section, and a ninth page.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reportgen.checks import required_names, timing
+from reportgen.config import TIME
+from reportgen.paths import templates_dir
+from reportgen.report.render import render_pages
+from reportgen.results import INFO, PASS, WARN, Role, Row, claim_verdict, frame_from_json, to_frame
+
+from conftest import tiny_meta
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
+MAX_PAGES = 8
+
+
+def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
+    """The warm-step time rows of a quiet run (40 tight rounds) or a noisy one (200 rounds spread
+    over two orders of magnitude, a load average of 6.5 on the CPUs)."""
+    rng = np.random.default_rng(0)
+    rounds = 200 if noisy else 40
+    plain = 16 + (rng.exponential(40, rounds) if noisy else rng.normal(0, 0.05, rounds))
+    recompute = plain * 1.25 * (1 + (rng.normal(0, 0.3, rounds) if noisy else rng.normal(0, 0.002, rounds)))
+    times = {"plain": list(np.abs(plain)), "recompute": list(np.abs(recompute))}
+    stopped = "time budget of 10 s spent" if noisy else "confidence target reached"
+    rows = [Row(check=TIME, item=f"step {k}", variant=v, metric="step_time_ms", value=ms, status=INFO, role=Role.STEP, unit="ms",
+                extra={"step_index": k}) for v in timing.VARIANTS for k, ms in enumerate(times[v])]
+    rows += timing.median_rows(times, None, 10.0)
+    overhead = timing.overhead_row(times, 2000, None)
+    overhead.extra.update({"rounds": rounds, "stopped": stopped, "target_ci_half_width_pp": 2.0})
+    rows += [overhead, timing.ci_width_row(overhead, 2.0, stopped), timing.flops_row({"plain": 10**6, "recompute": 13 * 10**5})]
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (6.5 if noisy else 0.2, 0.0, 0.0))
+    return rows + [timing.machine_load_row()]
+
+
+def mlp_frame(noisy: bool, monkeypatch) -> pd.DataFrame:
+    with gzip.open(DATA, "rt") as f:
+        base = frame_from_json(f.read())
+    return pd.concat([base, to_frame(timing_rows(noisy, monkeypatch))], ignore_index=True)
+
+
+def layout(frame: pd.DataFrame, tmp_path: Path):
+    """The PDF's pages as WeasyPrint lays them out, and ``{section id: (page, y)}`` of each section's
+    top (sections without an id, such as "Environment and reproduction", by their position)."""
+    from weasyprint import HTML
+
+    required = required_names(None)
+    _, pdf_html = render_pages(frame, tiny_meta(tmp_path), claim_verdict(frame, required), required)
+    document = HTML(string=pdf_html, base_url=str(templates_dir())).render()
+    tops, seen = {}, set()
+    for number, page in enumerate(document.pages):
+        for box in page._page_box.descendants():
+            element = getattr(box, "element", None)
+            if element is None or element.tag != "div" or "section" not in (element.get("class") or "").split() \
+                    or id(element) in seen:
+                continue
+            seen.add(id(element))  # the first box of a section (it may continue on the next page)
+            tops[element.get("id") or f"section {len(tops)}"] = (number, round(box.position_y, 1))
+    return document.pages, tops
+
+
+@pytest.mark.slow
+def test_noisy_timing_adds_no_page_and_moves_nothing(tmp_path, monkeypatch):
+    quiet, noisy = mlp_frame(False, monkeypatch), mlp_frame(True, monkeypatch)
+    statuses = lambda f: set(f[f.role.isin([Role.OVERHEAD_CI, Role.LOAD])].status)  # noqa: E731
+    assert statuses(quiet) == {PASS} and statuses(noisy) == {WARN}  # the two frames really differ
+    assert claim_verdict(noisy, required_names(None)) == PASS
+    quiet_pages, quiet_tops = layout(quiet, tmp_path)
+    noisy_pages, noisy_tops = layout(noisy, tmp_path)
+    assert len(quiet_pages) <= MAX_PAGES and len(noisy_pages) == len(quiet_pages)
+    # every section after the timing one starts where it did on the quiet machine: the noisy
+    # detail takes the same one line as the passing one
+    assert list(noisy_tops) == list(quiet_tops)
+    moved = {name: (quiet_tops[name], top) for name, top in noisy_tops.items()
+             if top[0] != quiet_tops[name][0] or abs(top[1] - quiet_tops[name][1]) > 1.0}
+    assert moved == {}  # before the fix the section after timing moved down 124 px (about 6 lines)
+    assert list(quiet_tops).index("warm-step-time") < len(quiet_tops) - 1  # a section follows it, so growth would show

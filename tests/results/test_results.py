@@ -1,0 +1,71 @@
+"""Verdict rules of the claim (docs/architecture.md) and the frame contract."""
+import pytest
+
+from reportgen.results import Row, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
+
+REQ = ["gradient parity", "state parity"]
+
+
+def frame(*rows):
+    return to_frame([Row(check=check, item="x", variant="recompute", metric="m", value=1.0, status=status) for check, status in rows])
+
+
+def test_all_required_pass_holds():
+    assert claim_verdict(frame(("gradient parity", "PASS"), ("state parity", "PASS")), REQ) == "PASS"
+
+
+@pytest.mark.parametrize("bad", ["FAIL", "ERROR", "NOT_RUN"])
+def test_required_fail_error_not_run_fail_the_claim(bad):
+    assert claim_verdict(frame(("gradient parity", "PASS"), ("state parity", bad)), REQ) == "FAIL"
+
+
+def test_missing_required_check_fails_the_claim():
+    assert claim_verdict(frame(("gradient parity", "PASS")), REQ) == "FAIL"
+
+
+def test_warn_and_info_do_not_fail_and_flagged_never_counts():
+    f = frame(("gradient parity", "PASS"), ("gradient parity", "INFO"), ("state parity", "WARN"),
+              ("larger-batch experiment", "FLAGGED"), ("state parity", "FLAGGED"))
+    assert claim_verdict(f, REQ) == "PASS"
+
+
+def test_not_required_check_does_not_fail_the_claim():
+    f = frame(("gradient parity", "PASS"), ("state parity", "PASS"), ("warm-step time", "FAIL"))
+    assert claim_verdict(f, REQ) == "PASS"
+    assert claim_verdict(f, REQ + ["warm-step time"]) == "FAIL"
+
+
+def test_check_status_is_most_severe_and_fail_outranks_error():
+    s = check_summary(frame(("gradient parity", "PASS"), ("gradient parity", "ERROR"), ("gradient parity", "FAIL")), [])
+    assert s.status.tolist() == ["FAIL"] and s.failing.tolist() == [2]
+
+
+def test_json_round_trip_keeps_values(tmp_path):
+    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="max_abs_err", value=0.25, status="FAIL",
+                      extra={"bitwise_equal": False})])
+    back = frame_from_json(frame_to_json(f))
+    assert back.value.tolist() == [0.25] and back.bitwise_equal.tolist() == [False]
+
+
+def test_atomic_write_never_overwrites(tmp_path):
+    atomic_write(tmp_path / "a.txt", "one")
+    with pytest.raises(FileExistsError):
+        atomic_write(tmp_path / "a.txt", "two")
+    assert (tmp_path / "a.txt").read_text() == "one"
+
+
+def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
+    """Ctrl-C inside a check: the rows measured so far and NOT_RUN rows for the rest stay on disk."""
+    from reportgen import run as pipeline
+
+    def boom(setup):
+        raise KeyboardInterrupt
+
+    use_checks(("gradient parity", lambda s: [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0,
+                                                  comparator="<=", threshold_value=0.0)]),
+               ("warm-step time", boom), ("task metrics", boom))
+    with pytest.raises(pipeline.Interrupted):
+        pipeline.run_checks(None, tmp_path)
+    partial = frame_from_json((tmp_path / "results.partial.json").read_text())
+    assert partial.status.tolist() == ["PASS", "NOT_RUN", "NOT_RUN"]
+    assert partial.check.tolist() == ["gradient parity", "warm-step time", "task metrics"]

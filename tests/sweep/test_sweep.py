@@ -1,0 +1,273 @@
+"""Sweeps: each job's job.json, the on_multirun_end summary, and the worst job's exit code."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job
+from reportgen import sweep
+from reportgen.config import TIME
+from reportgen.errors import ExitCode
+from reportgen.trust.keys import generate_key, load_public_key
+
+
+@pytest.fixture
+def fake_sweep(tmp_path) -> Path:
+    """Four jobs: 0 holds (75% saved, x1.30), 1 holds but is dominated (50%, x1.50),
+    2 fails gradient parity, 3 could not start (exit 2, no results), and a killed job 4."""
+    root = tmp_path / "sweep"
+    root.mkdir()
+    write_job(root / "0", 0, ["+model=mlp", "recompute=non_reentrant"], 0, job_cost_rows(1000, 250, 1.3, (1.2, 1.4)))
+    write_job(root / "1", 1, ["+model=mlp", "recompute=reentrant"], 0, job_cost_rows(1000, 500, 1.5, (1.4, 1.6)))
+    write_job(root / "2", 2, ["+model=mlp", "recompute=selective"], 1,
+              job_cost_rows(1000, 100, 1.1, (1.0, 1.2), metric_diff=0.02, parity="FAIL"))
+    write_job(root / "3", 3, ["+model=mlp", "recompute=broken"], 2, None,
+              error="recompute.targets ['Nothing'] match no module; the model has: Block, Linear")
+    write_job(root / "4", 4, ["+model=mlp", "recompute=killed"], None, None)
+    OmegaConf.save(OmegaConf.create({}), root / "multirun.yaml")
+    return root
+
+
+def test_summary_frame_one_row_per_job_and_check_with_costs(fake_sweep):
+    jobs = sweep.load_jobs(fake_sweep)
+    frame = sweep.summary_frame(jobs)
+    assert [j["job"] for j in jobs] == [0, 1, 2, 3, 4]
+    assert list(frame.columns[:3]) == ["job", "recompute", "overrides"]  # +model is not swept: no column
+    job0 = frame[frame.job == 0]
+    assert sorted(job0.check) == ["gradient parity", "task metrics", "warm-step memory", "warm-step time"]
+    assert job0.saved_activation_share.unique().tolist() == [0.75]  # (1000 - 250) / 1000
+    assert job0.overhead_ratio.unique().tolist() == [1.3]
+    assert (job0.overhead_ci_low.iloc[0], job0.overhead_ci_high.iloc[0]) == (1.2, 1.4)
+    job2 = frame[frame.job == 2]
+    assert job2.metric_abs_diff.iloc[0] == pytest.approx(0.02) and job2.metric.iloc[0] == "accuracy"
+    assert job2.error.iloc[0] == "claim fails: gradient parity FAIL, task metrics FAIL"
+    assert job2[job2.check == "gradient parity"].status.item() == "FAIL"
+
+
+def test_failures_are_listed_not_lost(fake_sweep):
+    frame = sweep.summary_frame(sweep.load_jobs(fake_sweep))
+    broken = frame[frame.job == 3]
+    assert len(broken) == 1 and broken.check.isna().item()
+    assert broken.verdict.item() == "NOT_STARTED" and broken.exit_code.item() == 2
+    assert "match no module" in broken.error.item() and broken.recompute.item() == "broken"
+    killed = frame[frame.job == 4]
+    assert killed.verdict.item() == sweep.MISSING and killed.exit_code.item() == ExitCode.BUG
+    assert "no job.json" in killed.error.item() and killed.recompute.item() == "killed"
+
+
+def test_worst_code_is_the_largest_job_code(fake_sweep):
+    jobs = sweep.load_jobs(fake_sweep)
+    assert sweep.worst_code(jobs) == 70
+    assert sweep.worst_code([j for j in jobs if j["job"] < 4]) == 2
+    assert sweep.worst_code([j for j in jobs if j["job"] < 2]) == 0
+    assert sweep.worst_code([]) == 0
+
+
+def test_pareto_front_keeps_only_undominated_configurations_that_hold():
+    jobs = pd.DataFrame({"job": [0, 1, 2, 3, 4], "verdict": ["PASS", "PASS", "FAIL", "PASS", "PASS"],
+                         "saved_activation_share": [0.75, 0.5, 0.9, 0.8, math.nan],
+                         "overhead_ratio": [1.3, 1.5, 1.0, 1.6, 1.0]})
+    front = sweep.pareto_front(jobs)
+    # 1 is dominated by 0; 2 fails (however cheap); 4 has no saving measured.
+    assert front.job.tolist() == [0, 3]
+
+
+def test_recorded_job_writes_outcome_and_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sweep, "_job_identity", lambda: {"job": 7, "job_id": "7", "overrides": ["a=1"]})
+
+    def cannot_start() -> int:
+        print("reportgen: cannot start: recompute.targets match nothing")
+        return 2
+
+    (tmp_path / "a").mkdir()
+    assert sweep.recorded_job(tmp_path / "a", cannot_start) == 2
+    record = json.loads((tmp_path / "a" / "job.json").read_text())
+    assert record["job"] == 7 and record["overrides"] == ["a=1"] and record["verdict"] == "NOT_STARTED"
+    assert record["error"] == "cannot start: recompute.targets match nothing"
+    assert "cannot start" in capsys.readouterr().out  # the line still reaches the console
+
+    (tmp_path / "b").mkdir()
+
+    def crashes() -> int:
+        raise ZeroDivisionError("boom")
+
+    assert sweep.recorded_job(tmp_path / "b", crashes) == 70
+    record = json.loads((tmp_path / "b" / "job.json").read_text())
+    assert record["verdict"] == "CRASHED" and record["error"] == "ZeroDivisionError: boom"
+
+
+def test_single_run_writes_no_job_file(tmp_path):
+    assert sweep.recorded_job(tmp_path, lambda: 1) == 1  # no Hydra multirun here
+    assert not (tmp_path / "job.json").exists()
+
+
+def test_summarize_writes_csv_html_pdf_with_matrix_scatter_and_links(fake_sweep):
+    frame, code = sweep.summarize(fake_sweep, pdf=True, command="python -m reportgen -m ...")
+    assert code == 70
+    csv = pd.read_csv(fake_sweep / "summary.csv")
+    assert len(csv) == len(frame) == 4 + 4 + 4 + 1 + 1
+    html = (fake_sweep / "summary.html").read_text()
+    assert "3 of 5" not in html and "2 of 5 configurations hold" in html
+    assert 'href="0/report.html"' in html and 'href="3/report.html"' not in html
+    assert "<svg" in html and "Pareto front" in html and "UNSIGNED" in html
+    assert "match no module" in html and "no job.json" in html
+    assert html.count('class="cell FAIL"') == 2  # job 2: gradient parity and task metrics
+    assert (fake_sweep / "summary.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_signed_summary_lists_every_job_statement(fake_sweep, tmp_path):
+    from securesystemslib.dsse import Envelope
+
+    from reportgen.trust.signing import sslib_public_key
+
+    (fake_sweep / "0" / "statement.dsse.json").write_text('{"stand-in": "job 0 envelope"}\n')
+    private, public = generate_key(tmp_path / "keys" / "k.pem")
+    sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
+    envelope = Envelope.from_dict(json.loads((fake_sweep / "summary.dsse.json").read_text()))
+    envelope.verify([sslib_public_key(load_public_key(public))], 1)  # raises unless signed by this key
+    statement = json.loads(envelope.payload)
+    names = {s["name"] for s in statement["subject"]}
+    assert {"summary.csv", "summary.html", "summary.unsigned.pdf", "0/statement.dsse.json", "0/job.json"} <= names
+    jobs = {j["job"]: j for j in statement["predicate"]["jobs"]}
+    assert jobs[0]["statement_sha256"] is not None and jobs[1]["statement_sha256"] is None
+    assert statement["predicate"]["exit_code"] == 70
+    assert (fake_sweep / "summary.pdf").read_bytes().startswith((fake_sweep / "summary.unsigned.pdf").read_bytes())
+
+
+def test_callback_sets_the_exit_code_from_the_files(fake_sweep, capsys):
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(fake_sweep)}},
+                            "report": {"sign": False, "key_path": None, "pdf": False, "title": "T"}})
+    sweep.SweepSummary().on_multirun_end(cfg)
+    assert sweep.sweep_exit_code() == 70
+    out = capsys.readouterr().out
+    assert "2 of 5 jobs hold; exit code 70" in out and "recompute=broken" in out
+
+
+def test_launcher_configs_compose(compose_cfg):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    from hydra import compose, initialize_config_dir
+
+    from reportgen.config import register_configs
+    from reportgen.paths import conf_dir
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        slurm = compose("config", overrides=["+model=ffn", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+                                              "hydra.launcher.gpus_per_node=2"], return_hydra_config=True)
+        parallel = compose("config", overrides=["+model=ffn", "hydra/launcher=parallel"], return_hydra_config=True)
+    assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert (slurm.hydra.launcher.partition, slurm.hydra.launcher.gpus_per_node) == ("gpu", 2)
+    assert slurm.hydra.job.env_set.OMP_NUM_THREADS == str(slurm.hydra.launcher.cpus_per_task)
+    assert parallel.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert int(parallel.hydra.launcher.n_jobs) * int(parallel.hydra.job.env_set.OMP_NUM_THREADS) <= 2
+
+
+test_launcher_configs_compose = pytest.mark.cluster(test_launcher_configs_compose)
+
+
+# --------------------------------------------------------------------------- end to end
+
+#: 4 jobs: 0 holds, 1 fails gradient parity (dropout RNG not replayed), 2 and 3 cannot start
+#: (targets match nothing): the sweep exits 2.
+SWEEP = [*TINY_JOB, "recompute.targets=[FeedForwardBlock],[Nothing]", "recompute.preserve_rng_state=true,false",
+         "report.sign=false"]
+#: Columns that are measured times and may differ between two sweeps of the same configurations.
+TIMED = ["overhead_ratio", "overhead_ci_low", "overhead_ci_high"]
+
+
+#: Jobs 0 and 1 of :data:`SWEEP` alone (holds, fails), no PDF: what the other launchers run.
+TWO_JOBS = [*TINY_JOB, "recompute.targets=[FeedForwardBlock]", "recompute.preserve_rng_state=true,false",
+            "report.sign=false", "report.pdf=false"]
+#: Summary columns that follow from the jobs' outcomes (not timings, not the swept-key columns).
+OUTCOME = ["job", "verdict", "exit_code", "check", "status", "required"]
+
+
+def run_sweep(tmp_path: Path, *launcher: str, overrides: list[str] = SWEEP):
+    proc = reportgen_cli(tmp_path, "-m", *launcher, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    return proc, tmp_path / "sweep"
+
+
+@pytest.fixture(scope="module")
+def basic_sweep(tmp_path_factory):
+    return run_sweep(tmp_path_factory.mktemp("basic"))
+
+
+def comparable(folder: Path) -> pd.DataFrame:
+    frame = pd.read_csv(folder / "summary.csv")
+    return frame.drop(columns=TIMED).sort_values(["job", "check"], na_position="first").reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_basic_launcher_sweep_summary(basic_sweep):
+    proc, folder = basic_sweep
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    frame = pd.read_csv(folder / "summary.csv")
+    verdicts = frame.drop_duplicates("job").set_index("job").verdict.to_dict()
+    assert verdicts == {0: "PASS", 1: "FAIL", 2: "NOT_STARTED", 3: "NOT_STARTED"}
+    not_started = frame[frame.job == 2]
+    assert "FeedForwardBlock" in not_started.error.item()  # the message names the model's classes
+    assert frame[frame.job == 0].saved_activation_share.iloc[0] > 0
+    html = (folder / "summary.html").read_text()
+    assert "Verdict matrix" in html and "<svg" in html and "Pareto front" in html and 'href="0/report.html"' in html
+    assert (folder / "summary.pdf").stat().st_size > 0
+    assert "1 of 4 jobs hold; exit code 2" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize("launcher", ["parallel", "subprocess"])
+def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher" if launcher == "parallel"
+                        else "hydra_plugins.hydra_submitit_launcher")
+    proc, folder = run_sweep(tmp_path, f"hydra/launcher={launcher}", overrides=TWO_JOBS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    basic = comparable(basic_sweep[1])
+    measured = comparable(folder)  # step times (and so the timing check's WARN) differ between any two runs
+    pd.testing.assert_frame_equal(measured[measured.check != TIME][OUTCOME].reset_index(drop=True),
+                                  basic[(basic.job < 2) & (basic.check != TIME)][OUTCOME].reset_index(drop=True),
+                                  check_dtype=False)
+
+
+# --------------------------------------------------------------------------- the plain twin's cache
+
+
+def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_path, monkeypatch, caplog):
+    from reportgen.run import prepare
+    from reportgen.training.train import BudgetRuns
+
+    monkeypatch.setenv("REPORTGEN_CACHE_DIR", str(tmp_path / "cache"))
+    setup = prepare(compose_cfg("+model=ffn", "budget.examples=32", "report.sign=false"))
+    caplog.set_level("INFO", logger="reportgen")
+    first = BudgetRuns().get(setup, False, 0, 8)
+    assert "from cache" not in caplog.text and first.cache_key is None
+    second = BudgetRuns().get(setup, False, 0, 8)  # a later job: a fresh per-run cache
+    assert "from cache" in caplog.text and len(second.cache_key) == 64
+    assert second.metrics == first.metrics and second.curve == first.curve
+    assert second.accepted_examples == first.accepted_examples == 32
+    recompute = BudgetRuns().get(setup, True, 0, 8)  # the recompute twin is never cached
+    assert getattr(recompute, "cache_key", None) is None
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 1
+
+
+# the key's inputs, entry digests and the attacks on the cache: tests/training/test_cache.py
+
+
+@pytest.mark.slow
+def test_sweep_over_recompute_settings_trains_the_plain_twin_once(tmp_path):
+    proc = reportgen_cli(tmp_path, "-m", *TINY_JOB, "recompute.preserve_rng_state=true,false",
+                         "recompute.determinism_check=default,none", "report.sign=false", "report.pdf=false",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"REPORTGEN_CACHE_DIR": ""})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert out.count("training plain twin") == 1  # job 0 trains it ...
+    assert out.count("plain twin, seed 0, batch") == 3 and out.count("from cache") == 3  # ... jobs 1-3 load it
+    assert len(list((tmp_path / "sweep" / ".reportgen-cache").glob("*.pt"))) == 1
+    pages = {job: (tmp_path / "sweep" / job / "report.html").read_text() for job in ("0", "1")}
+    assert "From the plain-twin cache" not in pages["0"]  # job 0 trained it
+    assert "From the plain-twin cache" in pages["1"] and "task metrics, seed 0 (key <code>sha256:" in pages["1"]
