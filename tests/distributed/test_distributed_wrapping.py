@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, USER_CONF, cli_env, run_pipeline, small_setup
+from conftest import SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
 from reportgen.report.diagnose import diagnose
@@ -169,7 +169,7 @@ def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_row
             "recompute.targets=[SleepsOnRank]", "task.make_batch=user_models.faults.batch_small", "parity.batch_size=4",
             "distributed.world_size=2", "distributed.timeout_s=300", *SMALL, "report.sign=false",
             "run.max_estimated_minutes=null", f"hydra.run.dir={out}"]
-    env = cli_env(str(Path(__file__).parent))
+    env = cli_env(str(TESTS))  # user_models importable
     proc = subprocess.Popen([sys.executable, "-m", "reportgen", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 400
