@@ -1,14 +1,12 @@
-"""Process groups, launch, sharding and gathering for sharded twins (``distributed.world_size > 1``).
+"""Process groups, launch and gathering for sharded twins (``distributed.world_size > 1``).
 
 Machinery only: ``reportgen.checks.distributed`` measures with it. Ranks are started with
 torch's own elastic launcher (``torch.distributed.launcher.api.elastic_launch``, the machinery
 behind ``torchrun``), never a hand-written process pool; under an existing ``torchrun`` or
 SLURM ``srun`` launch (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set) reportgen joins that group.
 
-Sharding follows torchtitan (``parallelize`` of its llama model): the recompute wrapper goes
-on each target first, then ``fully_shard`` on each target and on the root. Full tensors come
-from ``DTensor.full_tensor()`` (FSDP2) or are the all-reduced gradients (DDP), as PyTorch's
-own FSDP2 tests compare them with a single-process reference.
+How each twin is spread (DDP, FSDP2, FSDP1, the user's function) is
+:mod:`reportgen.distributed.wrapping`; whole tensors of a spread twin, :mod:`reportgen.distributed.full`.
 
 Two process groups: the default one (``distributed.backend``) carries the training
 collectives; a second gloo group ("control") carries rows and the ranks' agreement on
