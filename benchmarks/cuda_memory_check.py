@@ -21,7 +21,7 @@ from reportgen.checks.memory import CHECK  # noqa: E402
 from reportgen.config import register_configs  # noqa: E402
 from reportgen.paths import conf_dir  # noqa: E402
 from reportgen.twins.contract import check_task_contract  # noqa: E402
-from reportgen.memory.saved import observe_twins  # noqa: E402
+from reportgen.twins.observe import observe_twins  # noqa: E402
 from reportgen.twins.setup import build_setup  # noqa: E402
 
 DEV = os.environ.get("DEV", "cuda")

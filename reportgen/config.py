@@ -73,6 +73,10 @@ class RecomputeConfig:
     determinism_check: str = "default"
     #: Selective mode only: ops whose outputs are saved, e.g. ``aten.mm`` or ``aten.mm.default``.
     save_ops: List[str] = field(default_factory=list)
+    #: Selective mode only: ``{op: n}`` for ops of ``save_ops`` whose output is saved only on the
+    #: 1st, (n+1)-th, (2n+1)-th ... call within one region's forward (the others are recomputed);
+    #: torchtitan's selective op policy is ``{aten.mm: 2}`` ("all compute ops except every second mm").
+    save_period: Dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -205,7 +209,7 @@ class DistributedStrategy(Enum):
     """How the twins are spread over the ranks."""
 
     ddp = "ddp"  #: ``DistributedDataParallel``: full replica per rank, gradients all-reduced
-    fsdp2 = "fsdp2"  #: ``fully_shard`` on each unit (``distributed.fsdp.units``; recompute wrapper inside), then the root
+    fsdp2 = "fsdp2"  #: ``fully_shard`` on each unit (``distributed.fsdp.units``), then on the root
     fsdp1 = "fsdp1"  #: ``FullyShardedDataParallel`` with an auto-wrap policy over ``distributed.fsdp.units``
     custom = "custom"  #: the user's own function (``distributed.wrap``) spreads each twin
 
@@ -230,11 +234,9 @@ class DDPConfig:
 class FSDPConfig:
     """Sharding units and precision of FSDP (``distributed.strategy=fsdp2`` or ``fsdp1``)."""
 
-    #: Modules that become their own FSDP unit: class names (``Block``) or module-path globs (``blocks.*``,
-    #: plain-twin paths); null = the recompute targets. A unit inside a recomputed block is allowed.
+    #: Class names (``Block``) or plain path globs (``blocks.*``) that become FSDP units; null = the targets.
     units: Optional[List[str]] = None
-    #: FSDP2 ``fully_shard(reshard_after_forward=...)``: free the gathered parameters after forward
-    #: (true, ZeRO-3) or keep them for backward (false, ZeRO-2). FSDP1 says it with ``fsdp1.sharding_strategy``.
+    #: FSDP2 only: free gathered parameters after forward (true, ZeRO-3) or keep them for backward (false).
     reshard_after_forward: bool = True
     param_dtype: Optional[str] = None  #: mixed precision: gathered parameters' dtype (null = the model's)
     reduce_dtype: Optional[str] = None  #: mixed precision: dtype gradients are reduced in (null = the parameters')
@@ -279,8 +281,7 @@ class DistributedConfig:
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     #: ``FullyShardedDataParallel`` arguments (strategy fsdp1).
     fsdp1: FSDP1Config = field(default_factory=FSDP1Config)
-    #: ``pkg.module.fn`` (strategy custom): ``fn(model, mesh) -> module to train``, called on each twin after
-    #: recompute is applied (the recompute twin's wrappers already in place); null otherwise.
+    #: ``pkg.module.fn`` (strategy custom): ``fn(model, mesh) -> module``, on each twin after recompute is applied.
     wrap: Optional[str] = None
 
 

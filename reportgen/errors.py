@@ -92,6 +92,14 @@ def exception_label(exc: BaseException) -> str:
     return TORCH_ERROR if type(exc).__name__ in torch_internal_names() else type(exc).__name__
 
 
+def clip_words(text: str, most: int = 170) -> str:
+    """``text`` cut to at most ``most`` characters at a word boundary, with ``…`` when cut (console
+    lines never end mid-word; ``textwrap.shorten`` does the cutting)."""
+    import textwrap
+
+    return textwrap.shorten(text, width=most + 2, placeholder=" …") if len(text) > most else text
+
+
 def console_text(text: str) -> str:
     """``text`` with every torch-internal exception class name replaced by :data:`TORCH_ERROR`.
 

@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 #: Bytes in a GiB.
 GIB = 2**30
@@ -119,3 +119,11 @@ def limited(name: str, timeout_s: float | None, max_rss_gib: float | None, poll_
             watcher.join()
         finally:  # a signal that arrives late is ignored, never SIGUSR1's default (ending the process)
             signal.signal(signal.SIGUSR1, signal.SIG_IGN if previous in (signal.SIG_DFL, None) else previous)
+
+
+def check_limits(cfg: Any) -> tuple[float | None, float | None]:
+    """``(checks.timeout_s, checks.max_rss_gib)``, the ceiling defaulting to 90 % of physical memory;
+    no limits without a config (checks called directly, as tests do)."""
+    if cfg is None:
+        return None, None
+    return cfg.checks.timeout_s, cfg.checks.max_rss_gib or default_max_rss_gib()

@@ -6,6 +6,7 @@ and the report still renders.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import warnings
@@ -18,21 +19,22 @@ from reportgen.checks.distributed import follow
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
-from reportgen.twins.contract import check_task_contract
 from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
 from reportgen.distributed.launch import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,
-                              SetupError, Terminated, UsageError, console_text)
-from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
-from reportgen.memory.saved import observation_rows, observe_twins
+from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Terminated,
+                              UsageError,
+                              clip_words, console_text)
+from reportgen.limits import CheckLimitExceeded, check_limits, limited
+from reportgen.twins.observe import observation_rows
+from reportgen.twins.prepare import prepare as prepare_twins
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
 from reportgen.results import ERROR, FLAGGED, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from reportgen.results.rows import error_row
 from reportgen.commands.rundir import forget_unstarted_run
-from reportgen.twins.setup import Setup, build_setup
+from reportgen.twins.setup import Setup
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
 from reportgen.distributed.wrapping import settings_in_force, wrap_order
@@ -115,7 +117,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:
         detail = console_text(f"{item}: {detail}")
-        print(f"reportgen: WARN {check}: {detail[:170]}{'…' if len(detail) > 170 else ''}")
+        print(f"reportgen: WARN {check}: {clip_words(detail)}")
     if verdict != PASS:
         for line in why_lines(frame):
             print(line)
@@ -136,7 +138,8 @@ def why_lines(frame, most: int = 3) -> list[str]:
 
 
 def prepare(cfg: DictConfig) -> Setup:
-    """The stages before any check: build, probe the task contract, draw the batch, observe the twins.
+    """The stages before any check (:func:`reportgen.twins.prepare.prepare`), refusing sharded ranks on
+    CUDA that would not have a GPU each.
 
     Raises:
         SetupError: the model or task cannot be built, the task breaks its contract
@@ -144,18 +147,8 @@ def prepare(cfg: DictConfig) -> Setup:
             the run exits 2.
         RecomputeConfigError: the recompute settings cannot be applied to this model.
     """
-    setup = build_setup(cfg)
     world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
-    if problem := device_problem(world, setup.device):  # every rank prepares the same way
-        raise SetupError(problem)
-    check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
-    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    try:  # which modules recompute in each twin, and whether compile can run them; under the checks' limits
-        with limited("observing which modules recompute", *check_limits(cfg)):
-            observe_twins(setup)
-    except CheckLimitExceeded as exc:  # a region that never returns: the checks each end as an ERROR row
-        log.error("%s", exc.message)
-    return setup
+    return prepare_twins(cfg, device_problem=functools.partial(device_problem, world))
 
 
 def run_rank(cfg: DictConfig, out_dir: Path) -> int:
@@ -187,14 +180,6 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
             "launch": commands["reportgen"], "torchrun": commands["torchrun"],
             "settings": settings_in_force(dc, [w.path for w in setup.wrapped]), "order": wrap_order(dc),
             "step": step_said(setup.task)}
-
-
-def check_limits(cfg: DictConfig | None) -> tuple[float | None, float | None]:
-    """``(checks.timeout_s, checks.max_rss_gib)``, the ceiling defaulting to 90 % of physical memory;
-    no limits without a config (checks called directly, as tests do)."""
-    if cfg is None:
-        return None, None
-    return cfg.checks.timeout_s, cfg.checks.max_rss_gib or default_max_rss_gib()
 
 
 def run_checks(setup: Setup, out_dir: Path) -> list[Row]:

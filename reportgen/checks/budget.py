@@ -17,8 +17,8 @@ from typing import Any
 
 from reportgen.config import TASK_METRICS
 from reportgen.checks.plots import task_metric_plots
-from reportgen.results import ERROR, INFO, PASS, WARN, Role, Row
-from reportgen.results.rows import error_row, metric_diff_row, trained_params_row
+from reportgen.results import ERROR, INFO, PASS, TWIN, WARN, Role, Row
+from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
 from reportgen.training.train import budget_runs, TrainResult, lockstep_gradients, run_rows
 from reportgen.checks.base import Check, Section
 
@@ -115,9 +115,12 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
         result = budget_runs(setup).get(setup, recompute, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
-        return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="exception", value=math.nan, threshold="", comparator="", status=ERROR,
-                          detail=f"the {variant} training run raised {type(exc).__name__}: {exc}", seconds=time.perf_counter() - start,
-                          extra={"seed": seed}, role=Role.EXCEPTION)]
+        return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="exception", value=math.nan, threshold="",
+                          comparator="", status=ERROR, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
+                          detail=f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
+                          + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain"
+                             else ""),
+                          extra={"seed": seed, "exception_type": type(exc).__name__, TWIN: variant})]
     if not result.complete:
         cap = result.steps + result.skipped_steps
         return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="accepted_examples", value=result.accepted_examples,
@@ -125,9 +128,19 @@ def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size:
                           detail=f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
                           f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
                           "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
-                          seconds=result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
-                                                 "batch_size": batch_size}, role=Role.ACCEPTED, unit="examples")]
+                           seconds=result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
+                                                  "batch_size": batch_size, TWIN: variant},
+                           role=Role.ACCEPTED, unit="examples")]
     return result, []
+
+
+def nonfinite_metric_row(seed: int, metric: str, value: float) -> Row:
+    """An ERROR of the baseline (``twin`` = plain): the plain twin's held-out metric is NaN or infinite, so
+    the seed's metric cannot be compared and the check cannot be judged."""
+    return Row(check=TASK_METRICS, item=f"seed {seed}", variant="plain", metric=f"abs_diff_{metric}", status=ERROR,
+               role=Role.METRIC_DIFF, detail=f"the plain twin's held-out {metric} is {value}: the baseline itself "
+               "computes non-finite values, so this check cannot be judged; fix the model, data or loss first",
+               extra={"seed": seed, "plain_value": value, TWIN: "plain"})
 
 
 def task_metrics(setup) -> list[Row]:
@@ -167,6 +180,9 @@ def task_metrics(setup) -> list[Row]:
                 rows += run_rows(TASK_METRICS, variant, f"seed {seed}", seed, result, metric)
                 finals[variant].append(result.metrics[metric])
         if len(results) < 2:
+            continue
+        if not math.isfinite(results["plain"].metrics[metric]):  # no baseline to compare the metric with
+            rows.append(nonfinite_metric_row(seed, metric, results["plain"].metrics[metric]))
             continue
         seed_rows, diff = compare_seed(setup, seed, bs, results)
         rows += seed_rows

@@ -31,16 +31,20 @@ stores, so nothing here shares a run with the parity checks):
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from typing import Any, Callable
 
 from reportgen.config import MEMORY
-from reportgen.memory.estimate import Estimate, dropout_mask_bytes, estimate_saved_activations, layernorm_stat_bytes
+from reportgen.memory.estimate import dropout_mask_bytes  # noqa: F401 - re-exported (benchmarks/estimate_7b.py)
+from reportgen.checks.memory_estimate import (PEAK_ESTIMATE_TOLERANCE, estimate_peak_rows, estimate_rows,  # noqa: F401
+                                              korthikanti_rows, not_estimated_row, saving_share)
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
 from reportgen.checks.plots import memory_plots
-from reportgen.results import ERROR, INFO, WARN, Role, Row
+from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
+from reportgen.results.rows import exception_message
 from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
 from reportgen.checks.base import Check, Section
@@ -79,10 +83,26 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - failures are data
-        rows.append(Row(check=MEMORY, item=item, variant="recompute", metric="exception", status=status, seconds=time.perf_counter() - start,
-                        role=Role.EXCEPTION,
-                        detail=f"not measured: {type(exc).__name__}: {exc}"))
+        twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
+        said = f"the {twin} twin raised " if twin else ""
+        rows.append(Row(check=MEMORY, item=item, variant=twin or "recompute", metric="exception",
+                        status=status, seconds=time.perf_counter() - start,
+                        role=Role.EXCEPTION, detail=f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}",
+                        extra={TWIN: twin} if twin else {}))
         return None
+
+
+@contextlib.contextmanager
+def _twin(variant: str):
+    """Mark an exception raised inside with the twin that raised it (``reportgen_twin``), for the row's
+    ``twin`` column: an ERROR row of the plain twin (:data:`reportgen.results.BASELINE`) leaves the check
+    without a baseline; a WARN row (an advisory figure, e.g. the step peak under ``memory.peak_on_miss``)
+    stays a WARN."""
+    try:
+        yield
+    except Exception as exc:
+        exc.reportgen_twin = variant  # type: ignore[attr-defined]
+        raise
 
 
 def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, float]]:
@@ -95,17 +115,12 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
     saved, seconds = {}, {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
-        model = setup.build(recompute)
-        saved[variant] = saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, paths)
+        with _twin(variant):
+            model = setup.build(recompute)
+            saved[variant] = saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, paths)
         seconds[variant] = time.perf_counter() - start
         del model
     return saved, seconds
-
-
-def saving_share(plain_bytes: int, recompute_bytes: int) -> float:
-    """Share of the plain run's saved-activation bytes that recomputation saves:
-    ``(plain - recompute) / plain`` (0 when plain saves nothing; negative when recompute keeps more)."""
-    return (plain_bytes - recompute_bytes) / plain_bytes if plain_bytes else 0.0
 
 
 def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[str, float]) -> list[Row]:
@@ -164,7 +179,7 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
         model = setup.build(recompute, compiled=False)
-        with warnings.catch_warnings():  # torch's warnings are reported by the parity checks
+        with warnings.catch_warnings(), _twin(variant):  # torch's warnings are reported by the parity checks
             warnings.simplefilter("ignore")
             peaks[variant] = warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup),
                                             setup.cfg.forward_seed, max(1, int(setup.cfg.memory.warm_steps)))
@@ -254,135 +269,6 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
         rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=peaks["peak_reserved_bytes"],
                         status=INFO, extra=extra, role=Role.CUDA_PEAK, unit="B",
                         detail=f"peak held by the caching allocator, {gap} B above the allocated peak"))
-    return rows
-
-
-def estimate_rows(setup: Setup, measured: dict[str, SavedActivations] | None,
-                  measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
-    """The estimator at the measured shape (must equal the measurement) and at the target shape:
-    saved bytes, and the step peak (:func:`estimate_peak_rows`).
-
-    At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted); an
-    estimator that cannot run is a WARN too: the measured figures above stand on their own.
-    """
-    rows: list[Row] = []
-    start = time.perf_counter()
-    here = estimate_saved_activations(setup, {})
-    seconds = time.perf_counter() - start
-    for variant in ("plain", "recompute"):
-        est = getattr(here, variant).total_bytes
-        if measured is None:
-            rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
-                            status=WARN, detail="no measurement to validate the estimator against", seconds=seconds,
-                            role=Role.ESTIMATE_MEASURED, unit="B",
-                            extra={"estimate_inputs": here.inputs}))
-            continue
-        real = measured[variant].total_bytes
-        ratio = est / real if real else float("nan")
-        rows.append(Row(check=MEMORY, item="estimate at measured shape", variant=variant, metric="estimated_saved_activation_bytes", value=est,
-                        threshold="= measured", comparator="==", seconds=seconds, role=Role.ESTIMATE_MEASURED,
-                        unit="B", threshold_value=real, on_miss=WARN,
-                        detail=("estimate (fake tensors, no allocation) equals the measurement" if est == real else
-                                f"estimate differs from the measurement ({est} vs {real} B): do not trust the target-shape figure"),
-                        extra={"measured_bytes": real, "estimate_to_measured_ratio": ratio, "estimate_inputs": here.inputs}))
-    rows += korthikanti_rows(setup, here, "measured shape")
-    rows += estimate_peak_rows(here, "measured shape", seconds, measured_peaks)
-    target = setup.cfg.memory.estimate
-    if not target:
-        return rows
-    start = time.perf_counter()
-    far = estimate_saved_activations(setup, target)
-    seconds = time.perf_counter() - start
-    overrides = ", ".join(f"{k}={v}" for k, v in _flat(far.overrides))
-    share = saving_share(far.plain.total_bytes, far.recompute.total_bytes)
-    for variant in ("plain", "recompute"):
-        rows.append(Row(check=MEMORY, item="estimate at target shape", variant=variant, metric="estimated_saved_activation_bytes",
-                        value=getattr(far, variant).total_bytes, status=INFO, seconds=seconds, role=Role.ESTIMATE_TARGET, unit="B",
-                        detail=f"inputs {far.inputs}, {far.dtype}; overrides: {overrides}",
-                        extra={"estimate_inputs": far.inputs, "estimate_overrides": overrides, "saving_share": share}))
-    return rows + korthikanti_rows(setup, far, "target shape") + estimate_peak_rows(far, "target shape", seconds)
-
-
-#: Largest relative difference of the estimated from the measured step peak at the measured
-#: shape (issue 15: "within 1 %"); both count the same tensors, so they agree exactly in practice.
-PEAK_ESTIMATE_TOLERANCE = 0.01
-
-
-def estimate_peak_rows(estimate: Estimate, where_: str, seconds: float,
-                       measured_peaks: dict[str, StepPeak] | None = None) -> list[Row]:
-    """``estimated_peak_live_bytes`` of both fake twins at one shape (INFO, with phase, module and
-    categories), and at the measured shape ``estimated_peak_rel_diff`` per twin, judged
-    ``<= PEAK_ESTIMATE_TOLERANCE`` (WARN when missed: do not trust the target-shape peak)."""
-    if estimate.plain_peak is None or estimate.recompute_peak is None:
-        return [Row(check=MEMORY, item=f"step peak estimate, {where_}", variant="recompute", metric="estimated_peak_live_bytes", status=WARN,
-                    role=Role.ESTIMATE_PEAK, unit="B", seconds=seconds,
-                    detail=f"the step peak could not be estimated on fake tensors ({estimate.peak_error})")]
-    rows = []
-    for variant in ("plain", "recompute"):
-        peak: StepPeak = getattr(estimate, f"{variant}_peak")
-        extra: dict[str, Any] = {"estimate_inputs": estimate.inputs, "estimate_shape": where_, "peak_phase": peak.phase,
-                                 "peak_module": peak.module, "peak_region": peak.region or "",
-                                 **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
-        rows.append(Row(check=MEMORY, item=f"step peak estimate, {where_}", variant=variant, metric="estimated_peak_live_bytes", value=peak.peak_bytes,
-                        status=INFO, seconds=seconds, role=Role.ESTIMATE_PEAK, unit="B", extra=extra,
-                        detail=f"fake tensors, inputs {estimate.inputs}, {estimate.dtype}: reached in {where(peak)}; "
-                               "allocator fragmentation and caching, communication buffers and CUDA workspaces are "
-                               "not tensors and not counted"))
-        if measured_peaks is not None and variant in measured_peaks:
-            real = measured_peaks[variant].peak_bytes
-            diff = abs(peak.peak_bytes - real) / real if real else float("nan")
-            rows.append(Row(check=MEMORY, item=f"step peak estimate, {where_}", variant=variant, metric="estimated_peak_rel_diff", value=diff,
-                            threshold=f"<= {PEAK_ESTIMATE_TOLERANCE:g} of measured", comparator="<=", role=Role.ESTIMATE_PEAK, unit="share",
-                            threshold_value=PEAK_ESTIMATE_TOLERANCE, on_miss=WARN,
-                            detail=(f"estimated step peak {format_bytes(peak.peak_bytes)}, measured {format_bytes(real)}"
-                                    + ("" if diff <= PEAK_ESTIMATE_TOLERANCE else
-                                       ": do not trust the target-shape peak")),
-                            extra={"estimate_shape": where_, "estimated_peak_bytes": peak.peak_bytes,
-                                   "measured_peak_bytes": real}))
-    return rows
-
-
-def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    """``{"model": {"width": 8}, "batch_size": 2}`` → ``[("model.width", 8), ("batch_size", 2)]``."""
-    out = []
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out += _flat(value, f"{prefix}{key}.")
-        else:
-            out.append((f"{prefix}{key}", value))
-    return out
-
-
-def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
-    """Per-layer saved bytes beside Korthikanti et al. 2022 (transformer-shaped models only).
-
-    Plain: ``sbh(16e + 2m) + as²b(2e + m)`` (the paper's ``sbh(34 + 5as/h)`` for e=2, m=1),
-    plus LayerNorm statistics the paper leaves out; recompute: ``e·sbh`` (the paper's ``2sbh``).
-    """
-    shape = estimate.transformer
-    if shape is None:
-        return []
-    e = shape.element_bytes
-    m = dropout_mask_bytes(setup.device, e)
-    norms = shape.layernorms
-    ln_stats = norms * 2 * shape.b * shape.s * layernorm_stat_bytes(setup.device, e)  # mean and rstd, [b, s] each
-    symbols = {"seq_s": shape.s, "batch_b": shape.b, "width_h": shape.h, "heads_a": shape.a, "element_bytes": e, "mask_bytes": m,
-               "layernorms": norms}
-    plain = estimate.per_layer("plain")
-    formula = shape.formula_bytes(e, m)
-    rows = [Row(check=MEMORY, item=f"per layer, {where}", variant="plain", metric="estimated_saved_activation_bytes", value=plain, status=INFO,
-                role=Role.PER_LAYER, unit="B",
-                detail="median over wrapped modules; Korthikanti et al. 2022 eq. (1) beside it",
-                extra={**symbols, "korthikanti_16bit_bytes": shape.formula_bytes(2), "formula_bytes": formula,
-                       "layernorm_stats_bytes": ln_stats, "residual_bytes": plain - formula - ln_stats,
-                       "formula_ratio": plain / formula})]
-    rec = estimate.per_layer("recompute")
-    full = shape.full_recompute_bytes(e)
-    rows.append(Row(check=MEMORY, item=f"per layer, {where}", variant="recompute", metric="estimated_saved_activation_bytes", value=rec, status=INFO,
-                    role=Role.PER_LAYER, unit="B",
-                    detail="median over wrapped modules; full recomputation keeps the layer input only (2sbh in 16-bit)",
-                    extra={**symbols, "korthikanti_16bit_bytes": shape.full_recompute_bytes(2), "formula_bytes": full,
-                           "layernorm_stats_bytes": 0, "residual_bytes": rec - full, "formula_ratio": rec / full}))
     return rows
 
 

@@ -19,10 +19,10 @@ from omegaconf import DictConfig
 
 from reportgen.distributed.launch import (Group, RankFailure, all_gather_objects, gather_objects, join, launch, launched, leave,
                           rank_config, resolve_backend, start_method, watchdog)
-from reportgen.memory.saved import observe_twins
+from reportgen.twins.prepare import prepare
 from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, Role, Row
 from reportgen.results.rows import error_row
-from reportgen.twins.setup import Setup, build_setup
+from reportgen.twins.setup import Setup
 
 #: One part of a sharded check: the section its rows go to, and ``fn(setup, group) -> [Row]``
 #: (module-level, so that a spawned rank can import it by name).
@@ -82,12 +82,9 @@ def rank_worker(given: Setup | DictConfig, parts: Sequence[Part]) -> list[Row] |
 
 
 def rank_setup(cfg: DictConfig) -> Setup:
-    """A spawned rank's setup: what ``run.prepare`` builds (twins' weights, the fixed batch, the modules
-    seen recomputing), without the task-contract probe the launching process already passed."""
-    setup = build_setup(cfg)
-    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    observe_twins(setup)
-    return setup
+    """A spawned rank's setup: :func:`reportgen.twins.prepare.prepare` (twins' weights, the fixed batch,
+    the modules seen recomputing), without the task-contract probe the launching process already passed."""
+    return prepare(cfg, probe_contract=False)
 
 
 def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
@@ -126,7 +123,8 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
 @contextlib.contextmanager
 def twin(name: str) -> Iterator[None]:
     """Mark an exception raised inside the block with the twin that was running (``plain``, ``aa``,
-    ``recompute``), so its ERROR row says which twin raised (:func:`reportgen.results.error_status`)."""
+    ``recompute``), so its ERROR row says which twin raised (column ``twin``; a baseline twin's check cannot be judged,
+    :func:`reportgen.results.judged_status`)."""
     try:
         yield
     except Exception as exc:

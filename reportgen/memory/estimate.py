@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,12 +40,82 @@ from reportgen.twins.setup import DTYPES, Setup, autocast_forward
 from reportgen.structure import describe, named_tensors
 from reportgen.tasks import batch_to
 
+log = logging.getLogger("reportgen")
+
 #: Keys ``cfg.memory.estimate`` understands.
 ESTIMATE_KEYS = {"model", "task", "batch_size", "dtype"}
 
 
 class EstimateConfigError(UsageError, ValueError):
     """``cfg.memory.estimate`` has an unknown key or a bad value."""
+
+
+class NotEstimableError(Exception):
+    """The model cannot run on fake tensors; ``reason`` says why in words (never the exception text)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: The precision the fake (shape-only) kernel of ``aten._grouped_mm`` accepts in torch 2.13 (its meta
+#: function checks for bfloat16, although the CPU kernel takes float32): mixture-of-experts layers of
+#: transformers 5 call it, so their estimate runs in this precision.
+FAKE_KERNEL_DTYPE = "bfloat16"
+
+#: Exception class names (torch's fake-tensor internals) that mean "the code read a tensor's values".
+DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException", "GuardOnDataDependentSymNode",
+                  "UnsupportedOperatorException")
+
+
+def fake_failure(exc: BaseException) -> str:
+    """Why a model cannot run on fake tensors, in words a user can act on (the log has the exception)."""
+    names = {type(e).__name__ for e in _chain(exc)}
+    text = " ".join(str(e) for e in _chain(exc))
+    if names & set(DATA_DEPENDENT) or "data-dependent" in text or "data dependent" in text:
+        return ("the model's code reads tensor values while it is built or run (.item(), torch.allclose, a shape that "
+                "depends on the data, e.g. routing to experts), and fake tensors have shapes but no values")
+    if "Expected inputs of BF16" in text:
+        return (f"a shape-only kernel the model uses (torch._grouped_mm, mixture-of-experts layers) accepts only "
+                f"{FAKE_KERNEL_DTYPE}")
+    return ("an operation of the model has no shape-only (fake-tensor) kernel in this torch, or fails on one; "
+            "the run's log has the exception")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (Hydra wraps a factory's exception in an InstantiationException)."""
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def estimate_or_reason(setup: Setup, overrides: Any = None) -> Estimate:
+    """:func:`estimate_saved_activations`, run again in :data:`FAKE_KERNEL_DTYPE` when a shape-only kernel
+    accepts only that precision (``Estimate.dtype_note`` says so).
+
+    Raises:
+        EstimateConfigError: see :func:`validate_overrides`.
+        NotEstimableError: the model cannot run on fake tensors (:func:`fake_failure` says why).
+    """
+    over = validate_overrides(overrides)
+    try:
+        return estimate_saved_activations(setup, over)
+    except EstimateConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the reason goes in words into the report, the exception into the log
+        log.info("memory estimate on fake tensors failed", exc_info=True)
+        reason = fake_failure(exc)
+        if FAKE_KERNEL_DTYPE not in reason or over.get("dtype", setup.cfg.dtype) == FAKE_KERNEL_DTYPE:
+            raise NotEstimableError(reason) from None
+    try:
+        estimate = estimate_saved_activations(setup, {**over, "dtype": FAKE_KERNEL_DTYPE})
+    except Exception as exc:  # noqa: BLE001 - as above
+        log.info("memory estimate on fake tensors in %s failed", FAKE_KERNEL_DTYPE, exc_info=True)
+        raise NotEstimableError(fake_failure(exc)) from None
+    estimate.dtype_note = f"estimated in {FAKE_KERNEL_DTYPE}, not {over.get('dtype', setup.cfg.dtype)}: {reason}"
+    return estimate
 
 
 @dataclass
@@ -108,7 +179,8 @@ class Estimate:
         wrapped_paths: the wrapped modules' paths in the plain model at this shape.
         plain_peak, recompute_peak: peak of live tensor bytes of one warm step of each twin
             (:class:`reportgen.memory.peak.StepPeak`), or None when it could not be counted.
-        peak_error: why the step peak could not be counted ("" when it was).
+        peak_error: why the step peak could not be counted, in words ("" when it was).
+        dtype_note: why the estimate ran in another precision than asked ("" when it did not).
     """
 
     inputs: str
@@ -121,6 +193,7 @@ class Estimate:
     plain_peak: StepPeak | None = None
     recompute_peak: StepPeak | None = None
     peak_error: str = ""
+    dtype_note: str = ""
 
     def per_layer(self, variant: str) -> float:
         """Median bytes over the wrapped modules (one transformer layer each, for a stack), B."""
@@ -257,7 +330,8 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
                     peaks[recompute] = warm_step_peak(model, batch, task.loss, cfg.budget.optimizer, cfg.forward_seed,
                                                       warm_steps=0)
                 except Exception as exc:  # noqa: BLE001 - the saved-bytes estimate stands on its own
-                    peak_error = f"{type(exc).__name__}: {exc}"
+                    log.info("step peak estimate on fake tensors failed", exc_info=True)
+                    peak_error = fake_failure(exc)
             del model
         inputs = describe(batch[0])
     return Estimate(inputs, over, saved[False], saved[True], shape, dtype_name, paths,

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from reportgen.twins.recompute import RETURNED_LEAF
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
-from reportgen.results import BASELINE_TWINS, ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, Role, Row
+from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, TWIN, Role, Row
 from reportgen.twins.setup import CACHE_WRITTEN_AGAIN
 
 BAD = (FAIL, ERROR, INCONCLUSIVE)
@@ -112,11 +112,13 @@ RULES: tuple[Rule, ...] = (
          "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
          "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
          "fix what the named rank reports (run it alone with distributed.world_size=1 first), then rerun"),
-    Rule("plain twin raised", lambda rows, s: any(r.role == Role.EXCEPTION and r.status in BAD and
-                                                  (r.item == "plain" or r.extra.get("twin") in BASELINE_TWINS)
+    Rule("plain twin raised", lambda rows, s: any(r.extra.get(TWIN) == BASELINE and r.status in (ERROR, NOT_RUN)
                                                   for r in rows),
-         "the model or task raises without any recomputation, so there is no baseline to compare with",
-         "fix the model, task or config until a plain forward and backward run (the ERROR row has the message)"),
+         "the plain twin breaks without any recomputation (it raises, e.g. in training or in the evaluation under "
+         "torch.no_grad, or cannot reach the budget), so this check has no baseline to compare with: it cannot be "
+         "judged, and the recompute twin is not blamed",
+         "fix the model, task or config until the plain twin trains and evaluates (the ERROR row has the message; a "
+         "forward that calls register_hook or retain_grad must skip it when the tensor does not require grad)"),
     Rule("baseline recomputes", lambda rows, s: bool(_bad(rows, Role.BASELINE)),
          "the model factory (or its config) already turns recomputation on, so the plain twin is not plain",
          "build the model without recomputation (e.g. do not call gradient_checkpointing_enable in the factory); "

@@ -30,6 +30,42 @@ CONFIG_OPTIONS = {"--config-dir": "--config-dir", "-cd": "--config-dir", "--conf
 FOLDER_OPTIONS = ("--config-dir",)
 
 
+#: Model-config keys that may name a local file or folder the model is built from (Hugging Face's
+#: ``model.config`` / ``model.pretrained``); page 1 names each with its digest.
+MODEL_FILE_KEYS = ("config", "pretrained")
+
+
+def file_digest(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (of ``config.json`` inside a folder)."""
+    import hashlib
+
+    path = path / "config.json" if path.is_dir() else path
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def model_files(model_cfg: Any, cwd: Path | None = None) -> list[dict[str, str]]:
+    """The local files the model is built from: ``[{"key", "path" (relative to ``cwd`` where inside it),
+    "sha256" (of the file, or of config.json in a folder)}]`` for each of :data:`MODEL_FILE_KEYS` that
+    names an existing file or folder."""
+    out = []
+    for key in MODEL_FILE_KEYS:
+        value = model_cfg.get(key) if hasattr(model_cfg, "get") else None
+        path = Path(str(value)) if isinstance(value, str) and value else None
+        if path is None or not path.exists() or (path.is_dir() and not (path / "config.json").is_file()):
+            continue
+        out.append({"key": f"model.{key}", "path": display_path(path, cwd), "sha256": file_digest(path)})
+    return out
+
+
+def relative_override(override: str, cwd: Path) -> str:
+    """``key=/abs/path`` → ``key=rel/path`` when the value is an existing path inside ``cwd`` (a rerun
+    command that works from the run's folder on any machine); anything else unchanged."""
+    key, eq, value = override.partition("=")
+    if not eq or not value.startswith("/") or not Path(value).exists():
+        return override
+    return f"{key}={display_path(value, cwd)}"
+
+
 def report_time() -> str:
     """UTC time of the run, ISO 8601; ``SOURCE_DATE_EPOCH`` (reproducible builds) wins."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
@@ -101,7 +137,7 @@ def rerun_command(argv: list[str] | None = None, environ: dict | None = None, cw
     for name, value in options:
         folder = display_path(cwd / value, cwd) if name in FOLDER_OPTIONS and not value.startswith("pkg://") else value
         parts += [name, folder]
-    command = shlex.join(parts + overrides)
+    command = shlex.join(parts + [relative_override(o, cwd) for o in overrides])
     entries = pythonpath_entries(environ)
     if entries:
         command = f"PYTHONPATH={shlex.quote(os.pathsep.join(display_path(cwd / e, cwd) for e in entries))} {command}"
@@ -180,6 +216,8 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
         "created": report_time(),
         "claim": {
             "model": str(cfg.model._target_),
+            "architecture": setup.architecture,
+            "model_files": model_files(cfg.model),
             "task": str(cfg.task._target_),
             "mode": recompute_settings(cfg, setup)["mode"] or "the model's own default",
             "mode_note": setup.mode_note,

@@ -19,9 +19,10 @@ from reportgen.checks import ROWS_TEMPLATE, section as registered_section
 from reportgen.claim.rows import claim_table
 from reportgen.memory.peak import CATEGORIES
 from reportgen.checks.plots import section_plots
-from reportgen.results import (ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, SEVERITY, WARN, Role, atomic_write, check_summary,
+from reportgen.results import (INFO, PASS, SEVERITY, Role, atomic_write, check_summary,
                       frame_to_json)
 from reportgen.report.guard import guard_costs, guard_sections
+from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
 ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD: "parameter gradients",
@@ -30,9 +31,10 @@ ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD
                Role.ATTRIBUTE: "plain module attributes", Role.RNG: "RNG states", Role.WARNING: "torch warnings",
                Role.EXCEPTION: "errors", Role.SAVE_OP: "save_ops entries"}
 
-#: Rows shown per section in the report; the rest (all passing when the table is sorted worst
-#: first and no more fail) are summarised in one line and stay in results.csv.
-SHOWN_ROWS = 30
+#: Failing rows shown per group of one section, worst share of its tolerance first; the rest of the
+#: group (rows that say the same thing) is one line with their count and the range of their shares,
+#: and stays in results.csv/json and, in the HTML, behind a ``<details>``.
+FEW_ROWS = 5
 
 
 def fmt_num(value: Any) -> str:
@@ -67,16 +69,31 @@ def fmt_int(value: Any) -> str:
     return f"{int(value):,}"
 
 
+#: Characters of a name part (between dots) past which it gets break points of its own.
+LONG_PART = 24
+
+
 def fmt_name(name: Any) -> Markup:
     """A dotted name (``model.embed_tokens.weight.grad``) that may wrap after each dot, never mid-word.
 
-    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; the
-    ``code.name`` CSS rule keeps words whole (``overflow-wrap: normal``), so a PDF table cell
-    breaks it only at those points.
+    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; a part longer
+    than :data:`LONG_PART` characters (an identifier with no dot to break at) also gets one after
+    each ``_``, else every :data:`LONG_PART` characters. The ``code.name`` CSS rule keeps words whole
+    (``overflow-wrap: normal``), so a PDF table cell breaks it only at those points and nothing runs
+    past the cell.
     """
     text = str(name)
-    parts = [escape(p) for p in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00")]
-    return Markup("<wbr>").join(parts)
+    parts = [p for raw in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00") for p in _long_part(raw)]
+    return Markup("<wbr>").join(escape(p) for p in parts)
+
+
+def _long_part(part: str) -> list[str]:
+    """``part`` cut after each ``_`` when one of its words is longer than :data:`LONG_PART`, and any
+    piece still longer than it cut every :data:`LONG_PART` characters."""
+    if max(len(word) for word in part.split(" ")) <= LONG_PART:  # spaces break it already
+        return [part]
+    pieces = [p for p in part.replace("_", "_\x00").split("\x00") if p]
+    return [p[i : i + LONG_PART] for p in pieces for i in range(0, len(p), LONG_PART)]
 
 
 def environment() -> Environment:
@@ -84,29 +101,37 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int, name=fmt_name)
-    env.globals.update(R=Role, CATEGORIES=CATEGORIES)
+    env.globals.update(R=Role, CATEGORIES=CATEGORIES, inf=math.inf)
     return env
 
 
 def _records(group: pd.DataFrame) -> list[dict]:
-    """Rows of one check, worst status first, then largest value first."""
+    """Rows of one check, worst status first, then the largest share of its tolerance
+    (:func:`reportgen.report.evidence.tolerance_share`), then the largest value."""
     order = {s: i for i, s in enumerate(SEVERITY)}
-    group = group.assign(_sev=group.status.map(order), _val=pd.to_numeric(group.value, errors="coerce").fillna(-1))
-    group = group.sort_values(["_sev", "_val"], ascending=[True, False], kind="stable")
+    records = group.to_dict("records")
+    share = pd.Series([tolerance_share(r) for r in records], index=group.index).fillna(-1)
+    group = group.assign(_sev=group.status.map(order), _share=share,
+                         _val=pd.to_numeric(group.value, errors="coerce").fillna(-1))
+    group = group.sort_values(["_sev", "_share", "_val"], ascending=[True, False, False], kind="stable")
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-            for r in group.drop(columns=["_sev", "_val"]).to_dict("records")]
+            for r in group.drop(columns=["_sev", "_share", "_val"]).to_dict("records")]
 
 
-def row_groups(records: list[dict]) -> list[dict]:
+def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
     """Rows of one section grouped by ``role`` (first-seen order), for the generic rows table.
 
     A group whose rows all PASS (or are INFO) and that has more than one row collapses to one
-    summary line with its worst value; the full rows stay in results.csv/json and, in the
-    HTML, behind a ``<details>`` (print CSS hides it in the PDF).
+    summary line with its worst value. Any other group shows its not-passing rows, at most
+    ``few`` of them (worst first: the records arrive sorted by :func:`_records`), and one line
+    for the rest (``more``): how many, their statuses and the range of their shares of the
+    tolerance. Every row stays in results.csv/json and, in the HTML, behind a ``<details>``
+    (print CSS hides it in the PDF).
 
     Returns:
-        ``[{"role", "label", "rows", "collapsed", "worst", "statuses"}]``; ``worst`` is the
-        row with the largest value.
+        ``[{"role", "label", "rows", "collapsed", "worst", "statuses", "shown", "more"}]``; ``worst`` is
+        the row with the largest value; ``more`` is None or ``{"count", "statuses", "low", "high"}``
+        (shares, NaN when the rows have none).
     """
     groups: dict[str, list[dict]] = {}
     for record in records:
@@ -116,8 +141,16 @@ def row_groups(records: list[dict]) -> list[dict]:
         statuses = sorted({r["status"] for r in rows}, key=SEVERITY.index)
         values = [r for r in rows if isinstance(r.get("value"), (int, float))]
         worst = max(values, key=lambda r: r["value"]) if values else rows[0]
+        bad = [r for r in rows if r["status"] not in (PASS, INFO)]
+        shown = (bad or rows)[:few] if len(rows) > few + 1 else rows
+        rest = rows[len(shown):]
+        shares = [x for x in (tolerance_share(r) for r in rest) if not math.isnan(x)]
+        more = None if not rest else {"count": len(rest), "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index),
+                                      "low": min(shares, default=math.nan), "high": max(shares, default=math.nan),
+                                      "failing": sum(r["status"] not in (PASS, INFO) for r in rest)}
         out.append({"role": role, "label": ROLE_LABELS.get(role, role or "rows"), "rows": rows, "worst": worst,
-                    "statuses": statuses, "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO}})
+                    "statuses": statuses, "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO},
+                    "shown": shown, "more": more})
     return out
 
 
@@ -134,16 +167,15 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
         group = frame[frame.check == check]
         spec = registered_section(check)
         records = _records(group)
-        not_passing = int(group.status.isin([FAIL, ERROR, NOT_RUN, WARN]).sum())
         sections.append({"check": check, "status": summary.loc[summary.check == check, "status"].iloc[0],
                          "intro": spec.intro if spec else "", "rows": records, "groups": row_groups(records),
-                         "anchor": check.replace(" ", "-"), "shown": max(SHOWN_ROWS, not_passing),
+                         "anchor": check.replace(" ", "-"),
                          "template": spec.template if spec else ROWS_TEMPLATE,
                          "plots": section_plots(spec.plotter if spec else None, group)})
-    plain_failed = bool(((frame.role == Role.EXCEPTION) & (frame["item"] == "plain")).any())
     sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
     return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "plain_failed": plain_failed, "costs": guard_costs(headline_costs, frame), "why": why_it_fails(frame, required),
+            "baseline": baseline_breaks(frame), "costs": guard_costs(headline_costs, frame),
+            "why": lead_evidence(frame, required),
             "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame),
             "rounded": passed_at_rounding_level(frame), "clauses": claim_table(frame)}
 
@@ -174,68 +206,6 @@ def rejected_cache_entries(frame: pd.DataFrame) -> list[dict]:
     return [{"item": f"{r['check']}, {r['item']}", "key": r.get("cache_key"),
              "why": r.get("cache_problem")}
             for r in rows.to_dict("records")]
-
-
-#: Roles shown first in "Why it fails": a different forward (the loss) is named before what follows.
-WHY_ORDER = [Role.EXCEPTION, Role.NONFINITE, Role.AA, Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD,
-             Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.PARAM, Role.OPTIMIZER_STATE, Role.TRAJECTORY]
-
-
-def _distinct(a: Any, b: Any) -> tuple[str, str]:
-    """Two numbers with just enough significant digits that different values read differently."""
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)) or a == b:
-        return (fmt_num(a) if isinstance(a, (int, float)) else str(a)), (fmt_num(b) if isinstance(b, (int, float)) else str(b))
-    for digits in range(3, 18):
-        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
-        if left != right:
-            return left, right
-    return repr(a), repr(b)
-
-
-def _both(row: dict) -> tuple[str, str]:
-    """The plain and recompute values of a failing row, for people (enough digits to differ)."""
-    for plain_key, rec_key, fmt in (("plain_value", "recompute_value", "{}"), ("plain_norm", "recompute_norm", "‖·‖ = {}")):
-        plain, rec = row.get(plain_key), row.get(rec_key)
-        if plain is not None or rec is not None:
-            left, right = _distinct(plain, rec)
-            return fmt.format(left), fmt.format(right)
-    if row.get("worst_item"):  # an aggregate row (a trajectory step): where it differs most
-        return "—", f"worst: {row['worst_item']}"
-    return "—", "—"
-
-
-def why_it_fails(frame: pd.DataFrame, required: list[str], limit: int = 3) -> list[dict]:
-    """Page 1's "Why it fails": the ``limit`` most important FAIL/ERROR/INCONCLUSIVE rows of the
-    required checks, each with both twins' values and its check's diagnosis (cause, fix).
-
-    Order: INCONCLUSIVE first, then by :data:`WHY_ORDER` role, then by check order; one row
-    per check so three different problems are shown before three tensors of one.
-    """
-    bad = frame[frame.status.isin([FAIL, ERROR, INCONCLUSIVE]) & frame.check.isin(required)
-                & (frame.role != Role.CLAUSE)]  # the claim's own table names its clauses
-    if bad.empty:
-        return []
-    diagnosis = frame[frame.role == Role.DIAGNOSIS].set_index("check")
-    checks = list(dict.fromkeys(frame.check))
-    rank = lambda r: (r["status"] != INCONCLUSIVE, WHY_ORDER.index(r["role"]) if r["role"] in WHY_ORDER else 99,  # noqa: E731
-                      checks.index(r["check"]))
-    out, seen = [], set()
-    for row in sorted((_clean(r) for r in bad.to_dict("records")), key=rank):
-        if row["check"] in seen:
-            continue
-        seen.add(row["check"])
-        plain, recompute = _both(row)
-        why = diagnosis.loc[row["check"]] if row["check"] in diagnosis.index else None
-        out.append({"check": row["check"], "item": row["item"], "status": row["status"], "detail": row["detail"],
-                    "plain": plain, "recompute": recompute,
-                    "cause": None if why is None else why["cause"], "fix": None if why is None else why["fix"]})
-        if len(out) == limit:
-            break
-    return out
-
-
-def _clean(record: dict) -> dict:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
 def _role_row(frame: pd.DataFrame, role: str, variant: str = "recompute") -> pd.Series | None:

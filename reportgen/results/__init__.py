@@ -42,6 +42,12 @@ INCONCLUSIVE = Status.INCONCLUSIVE
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
 SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
+#: Column ``twin`` of an ERROR or NOT_RUN row: the twin that broke. :data:`BASELINE` ("plain") means the plain
+#: twin itself raised, computed non-finite values or (sharded) drifted across ranks: the check has no baseline
+#: and cannot be judged (:func:`judged_status`), which is never a recompute failure. "recompute" (or no
+#: column) is a failure of the recompute twin, judged as ERROR.
+TWIN = "twin"
+BASELINE = "plain"
 COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value", "comparator",
            "on_miss", "status", "detail", "seconds", "schema_version"]
 #: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
@@ -233,29 +239,40 @@ def check_status(statuses: Iterable[str]) -> str:
     return next((s for s in SEVERITY if s in present), NOT_RUN)
 
 
+def baseline_rows(group: pd.DataFrame) -> pd.DataFrame:
+    """The ERROR and NOT_RUN rows of ``group`` that the baseline caused (column ``twin`` == :data:`BASELINE`)."""
+    if TWIN not in group.columns:
+        return group.iloc[0:0]
+    return group[group.status.isin([ERROR, NOT_RUN]) & (group[TWIN] == BASELINE)]
+
+
+def judged_status(group: pd.DataFrame) -> str:
+    """Status of one check from its rows: the most severe (:func:`check_status`), except that a check
+    whose plain twin broke (:func:`baseline_rows`) and that measured no FAIL cannot be judged:
+    INCONCLUSIVE, whatever the recompute twin did there (it ran without a working baseline)."""
+    status = check_status(group.status)
+    if status in (ERROR, NOT_RUN) and len(baseline_rows(group)):
+        return INCONCLUSIVE
+    return status
+
+
 def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
-    """One row per check: ``check, status, required, rows, failing`` in first-seen order."""
+    """One row per check: ``check, status, required, rows, failing`` in first-seen order (``status`` by
+    :func:`judged_status`)."""
     required = set(required)
     out = []
     for check, group in frame.groupby("check", sort=False):
         bad = group[group.status.isin([FAIL, ERROR, NOT_RUN])]
-        out.append({"check": check, "status": check_status(group.status), "required": check in required,
+        out.append({"check": check, "status": judged_status(group), "required": check in required,
                     "rows": len(group), "failing": len(bad)})
     for check in required - set(frame.check):
         out.append({"check": check, "status": NOT_RUN, "required": True, "rows": 0, "failing": 0})
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
 
 
-#: Twins that are the baseline: an exception or a drift there leaves nothing to judge recompute against.
+#: Twins that are the baseline (the plain twin and its A/A copy): an exception there is recorded as
+#: ``twin`` = :data:`BASELINE`, a drift across ranks there is INCONCLUSIVE (reportgen.distributed.sync).
 BASELINE_TWINS = ("plain", "aa")
-
-
-def error_status(twin: str | None) -> str:
-    """The status of an exception raised while ``twin`` ran (``plain``, ``aa``, ``recompute`` or None
-    for the check's own code): INCONCLUSIVE for a baseline twin (DESIGN.md, "Cannot be judged is not
-    a failure"), ERROR otherwise. The one place this rule lives; every ERROR row that names a twin
-    (column ``twin``) is made with it."""
-    return INCONCLUSIVE if twin in BASELINE_TWINS else ERROR
 
 
 def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
@@ -263,14 +280,19 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
 
     INCONCLUSIVE when any row says the claim cannot be judged (e.g. the plain twin is not
     reproducible against itself); it outranks everything else. Otherwise a required check
-    fails the claim when it has any FAIL, ERROR or NOT_RUN row, or no rows at all. WARN and
-    INFO rows do not fail it; FLAGGED rows never count, whatever the check.
+    fails the claim when it has any FAIL, ERROR or NOT_RUN row of the recompute twin, or no rows
+    at all. A required check whose plain twin broke (:func:`judged_status`: INCONCLUSIVE) makes
+    the claim INCONCLUSIVE unless another required check fails it: the recompute twin raising
+    where the plain twin does not is still a failure. WARN and INFO rows do not fail it;
+    FLAGGED rows never count, whatever the check.
     """
     if (frame.status == INCONCLUSIVE).any():
         return INCONCLUSIVE
     summary = check_summary(frame[frame.status != FLAGGED], required)
-    bad = summary[summary.required & summary.status.isin([FAIL, ERROR, NOT_RUN])]
-    return FAIL if len(bad) else PASS
+    summary = summary[summary.required]
+    if summary.status.isin([FAIL, ERROR, NOT_RUN]).any():
+        return FAIL
+    return INCONCLUSIVE if (summary.status == INCONCLUSIVE).any() else PASS
 
 
 def _plain_value(value: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from reportgen.results.distance import measure, nonfinite_count, tolerances
-from reportgen.results import ERROR, INCONCLUSIVE, Role, Row, error_status
+from reportgen.results import BASELINE, BASELINE_TWINS, ERROR, INCONCLUSIVE, TWIN, Role, Row
 
 
 #: Marker for "the A/A twin was not run" (``aa`` arguments default to it).
@@ -199,28 +199,38 @@ def raised_for_lack_of_grad(rows: list[Row]) -> bool:
     return any(r.status == ERROR and r.item == "recompute" and NO_GRAD_GRAPH in r.detail for r in rows)
 
 
+def exception_message(exc: BaseException) -> str:
+    """The first paragraph of ``exc``'s message (torch appends long tips after a blank line), at most
+    :data:`MAX_MESSAGE` characters, then its notes (``add_note``: what reportgen saw)."""
+    message = str(exc).split("\n\n")[0]
+    message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " …"
+    return message + "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+
+
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
     """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check" (or, in a
-    sharded check, "rank 1"); ``twin`` the twin that was running (defaults to ``where`` when that names
-    a twin), recorded in the ``twin`` column; its status follows :func:`reportgen.results.error_status`.
+    sharded check, "rank 1"); ``twin`` the twin that was running there (``plain``, ``aa``, ``recompute``;
+    defaults to ``where`` when that names a twin). A baseline twin (plain or A/A) is recorded as
+    column ``twin`` = :data:`reportgen.results.BASELINE`.
 
+    A row of the plain twin (``where="plain"``) is an ERROR of the baseline (column ``twin`` =
+    :data:`reportgen.results.BASELINE`): its check cannot be judged (:func:`reportgen.results.judged_status`).
     The detail holds the message's first paragraph (at most :data:`MAX_MESSAGE` characters), then
     the exception's notes (``add_note``), e.g. the output leaves that changed during backward."""
     twin = twin or (where if where in ("plain", "aa", "recompute") else None)
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-    message = str(exc).split("\n\n")[0]  # torch appends long tips after a blank line
-    message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " …"
-    message += "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))  # what reportgen saw (setup.forward_backward)
-    status = error_status(twin)  # a baseline that raised: nothing to judge against
+    message = exception_message(exc)
+    twin = twin or (where if where in ("plain", "aa", "recompute") else None)
     said = where if twin is None or where == twin else f"{twin} twin on {where}"
-    if status == INCONCLUSIVE:
+    if twin in BASELINE_TWINS:
         detail = f"the {said} run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:
         detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
-    extra = {"exception_type": type(exc).__name__} | ({"twin": twin} if twin else {})
+    broke = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # plain: nothing to judge against
     return Row(check=check, item=where, variant="recompute", metric="exception", value=float("nan"), threshold="",
-               comparator="", status=status, detail=detail, seconds=seconds, role=Role.EXCEPTION, extra=extra)
+               comparator="", status=ERROR, detail=detail, seconds=seconds, role=Role.EXCEPTION,
+               extra={"exception_type": type(exc).__name__, **broke})
 
 
 def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[Row]]:

@@ -8,8 +8,10 @@ Zero matches is an error, never a silent no-op.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any
 
 import torch
 from hydra.utils import get_method
@@ -23,8 +25,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from reportgen.errors import UsageError
 from reportgen.config import RecomputeMethod, RecomputeMode
+from reportgen.errors import UsageError
 
 
 class RecomputeConfigError(UsageError, ValueError):
@@ -124,6 +126,48 @@ def _save_listed(ops: frozenset, ctx, func, *args, **kwargs) -> CheckpointPolicy
     return CheckpointPolicy.MUST_SAVE if func in ops else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def _periodic_policy(ops: frozenset, periods: dict) -> Callable:
+    """A fresh policy for one region's call: ops of ``periods`` (``{overload: n}``) are saved only on
+    their 1st, (n+1)-th ... call, counted separately in the forward and in the recompute (as
+    torchtitan's selective op policy counts ``aten.mm``); other listed ops are always saved."""
+    counts: dict[tuple[bool, Any], int] = {}
+
+    def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:
+        if func not in ops:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        period = periods.get(func)
+        if period is None:
+            return CheckpointPolicy.MUST_SAVE
+        key = (ctx.is_recompute, func)
+        counts[key] = counts.get(key, 0) + 1
+        return CheckpointPolicy.MUST_SAVE if counts[key] % period == 1 % period else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def _periodic_context(ops: frozenset, periods: dict):
+    """``context_fn`` of a selective region with periods: a new counting policy per call."""
+    return create_selective_checkpoint_contexts(_periodic_policy(ops, periods))
+
+
+def resolve_periods(periods: Any, save_ops: list[str]) -> dict:
+    """``recompute.save_period`` as ``{overload: n}``.
+
+    Raises:
+        RecomputeConfigError: an entry not in ``save_ops``, or a period that is not a whole number >= 1.
+    """
+    resolved = {}
+    for name, n in dict(periods or {}).items():
+        if name not in save_ops:
+            raise RecomputeConfigError(f"recompute.save_period: {name!r} is not in recompute.save_ops; list it "
+                                       "there too")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise RecomputeConfigError(f"recompute.save_period.{name}={n!r} must be a whole number >= 1 (2: every "
+                                       "second call is recomputed)")
+        resolved.update({op: n for op in resolve_ops([name])})
+    return resolved
+
+
 def checkpoint_kwargs(rc) -> tuple[CheckpointImpl, dict]:
     """Translate ``cfg.recompute`` into checkpoint_wrapper's implementation and kwargs."""
     mode = configured_mode(rc)
@@ -137,10 +181,15 @@ def checkpoint_kwargs(rc) -> tuple[CheckpointImpl, dict]:
     if mode is RecomputeMode.selective:
         if not rc.save_ops:
             raise RecomputeConfigError("recompute.mode=selective needs recompute.save_ops, e.g. ['aten.mm']")
-        policy = functools.partial(_save_listed, frozenset(resolve_ops(list(rc.save_ops))))
-        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
-    elif rc.save_ops:
-        raise RecomputeConfigError("recompute.save_ops is only used with recompute=selective")
+        ops = frozenset(resolve_ops(list(rc.save_ops)))
+        periods = resolve_periods(getattr(rc, "save_period", None), list(rc.save_ops))
+        if periods:
+            kwargs["context_fn"] = functools.partial(_periodic_context, ops, periods)
+        else:
+            policy = functools.partial(_save_listed, ops)
+            kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
+    elif rc.save_ops or getattr(rc, "save_period", None):
+        raise RecomputeConfigError("recompute.save_ops and save_period are only used with recompute=selective")
     return CheckpointImpl.NO_REENTRANT, kwargs
 
 
@@ -154,7 +203,7 @@ def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
     With ``recompute.method=model_switch`` the model's own switch is called instead
     (``recompute.enable``, e.g. :func:`reportgen.models.hf.enable`) and nothing is wrapped: the
     modules that recompute are found by observing the twin
-    (:func:`reportgen.memory.saved.observe_recompute`).
+    (:func:`reportgen.twins.observe.observe_recompute`).
 
     Raises:
         RecomputeConfigError: see :func:`find_targets` and :func:`resolve_ops`; a switch

@@ -48,6 +48,8 @@ class Setup:
             finding, not a usage error: the pipeline adds it as a FAIL row.
         mode: the recompute mode in force (``non_reentrant``, ``reentrant``, ``selective``; None when
             ``recompute.mode`` is unset and the switch did not say), what the report and diagnosis read.
+        architecture: the plain model's class, ``module.QualName`` (e.g.
+            ``transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM``); what page 1 names.
         mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default
             (use_reentrant=True)" (:func:`reportgen.twins.recompute.effective_mode`).
     """
@@ -65,6 +67,7 @@ class Setup:
     nothing_recomputes: str | None = None
     mode: str | None = None
     mode_note: str | None = None
+    architecture: str = ""
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
@@ -200,7 +203,8 @@ def build_setup(cfg: DictConfig) -> Setup:
         wrapped, reported = apply_recompute(probe, cfg.recompute), None
     mode, mode_note = effective_mode(cfg.recompute, reported)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return Setup(cfg, task, device, dtype, state, wrapped, batch=(), mode=mode, mode_note=mode_note)
+    return Setup(cfg, task, device, dtype, state, wrapped, batch=(), mode=mode, mode_note=mode_note,
+                 architecture=f"{type(model).__module__}.{type(model).__qualname__}")
 
 
 @dataclass

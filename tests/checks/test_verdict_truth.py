@@ -104,7 +104,15 @@ def test_a_failing_report_explains_itself_with_both_values(tmp_path):
     html = (tmp_path / "report.html").read_text()
     page_one = html[:html.index("<h2>Checks</h2>")]
     assert "Why it fails" in page_one and "preserve_rng_state=true" in page_one
-    assert page_one.count("‖·‖ = ") >= 2  # both twins' values, not only "exceeds tolerance"
+    # the worst item of each check, its measured difference and share of tolerance, and how many fail
+    # (issue 28: not the first failing row, not two rounded norms that look equal)
+    grads = frame[(frame.check == "gradient parity") & (frame.status == FAIL)]
+    worst = grads.loc[grads.tolerance_used.idxmax()]
+    why = page_one[page_one.index("Why it fails"):]
+    assert why.index(worst["item"].split(".")[-2]) < why.index("optimizer-step parity")
+    assert f"difference {worst.value:.3g}, {worst.tolerance_used:.3g}× its tolerance" in why
+    assert f"{len(grads)} of " in why and "‖·‖" not in why
+    assert why.count("Likely cause:") == 1 and "the same cause and fix as gradient parity" in why
 
 
 def test_diagnosis_names_a_different_forward_first():

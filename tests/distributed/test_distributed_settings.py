@@ -13,7 +13,8 @@ from reportgen.distributed.ranks import failure_rows, twin
 from reportgen.distributed.settings import known_settings
 from reportgen.distributed.wrapping import ddp_kwargs, settings_in_force, unit_modules, wrap_order
 from reportgen.report.diagnose import diagnose
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, PASS, Role, Row, claim_verdict, error_status, to_frame
+from reportgen.results import (BASELINE, ERROR, FAIL, INCONCLUSIVE, PASS, TWIN, Role, Row, claim_verdict,
+                               to_frame)
 from reportgen.results.rows import error_row
 from reportgen.twins.recompute import CheckpointWrapper
 
@@ -86,17 +87,19 @@ def test_fsdp_units_by_class_or_glob_are_the_recompute_wrapper_when_it_sits_ther
 
 
 def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_be_judged():
-    assert (error_status("plain"), error_status("aa"), error_status("recompute"), error_status(None)) == \
-           (INCONCLUSIVE, INCONCLUSIVE, ERROR, ERROR)
     try:
-        with twin("plain"):
+        with twin("aa"):  # the A/A copy is a plain twin too
             raise RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one")
     except RuntimeError as exc:
         row = error_row(DIST_TRAJECTORY, exc, "rank 1", twin=exc.reportgen_twin)
-    assert row.status == INCONCLUSIVE and row.extra["twin"] == "plain" and "the plain twin on rank 1 run failed" in row.detail
-    frame = to_frame([row, Row(check=GRADIENT_PARITY, item="x", variant="recompute", metric="max_abs_err", value=0.0,
-                                      threshold="0", comparator="==", threshold_value=0.0)])
+    assert row.status == ERROR and row.extra[TWIN] == BASELINE and "the aa twin on rank 1 run failed" in row.detail
+    passed = Row(check=GRADIENT_PARITY, item="x", variant="recompute", metric="max_abs_err", value=0.0,
+                 threshold="0", comparator="==", threshold_value=0.0)
+    frame = to_frame([row, passed])
     assert claim_verdict(frame, [GRADIENT_PARITY, DIST_TRAJECTORY]) == INCONCLUSIVE  # exit 3, never "recompute fails"
+    raised = error_row(DIST_TRAJECTORY, RuntimeError("boom"), "rank 0", twin="recompute")
+    assert raised.extra[TWIN] == "recompute" and "the recompute twin on rank 0 run raised" in raised.detail
+    assert claim_verdict(to_frame([raised, passed]), [GRADIENT_PARITY, DIST_TRAJECTORY]) == FAIL
 
 
 def test_a_rank_the_os_killed_is_named_with_its_signal_and_cannot_be_judged():

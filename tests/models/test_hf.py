@@ -20,7 +20,7 @@ from reportgen.models import hf
 from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.paths import conf_dir
 from reportgen.errors import SetupError
-from reportgen.memory.saved import observe_recompute
+from reportgen.twins.observe import observe_recompute
 from reportgen.run import prepare
 from reportgen.twins.setup import build_setup
 from reportgen.tasks import CharTextTask

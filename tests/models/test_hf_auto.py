@@ -18,7 +18,7 @@ from reportgen.models import hf
 from reportgen.models.hf import auto as hf_auto
 from reportgen.models.hf import masked as hf_masked
 from reportgen.errors import SetupError
-from reportgen.memory.saved import observe_recompute
+from reportgen.twins.observe import observe_recompute
 from reportgen.report.metadata import recompute_settings
 from reportgen.paths import conf_dir
 from reportgen.run import prepare
@@ -311,3 +311,43 @@ def test_an_encoder_as_a_causal_lm_is_refused_unless_it_is_a_decoder(tmp_path, g
     (tmp_path / "config.json").write_text(json.dumps({**bert, "is_decoder": True}))
     model = hf_auto.causal_lm(text_task(gpt2_json), config=str(tmp_path / "config.json"))
     assert type(model).__name__ == "BertLMHeadModel" and model.training  # the probe leaves train mode as it was
+
+
+def test_observe_whole_modules_names_a_layer_whose_trailing_dropout_is_not_run_again():
+    """GPT-NeoX, Phi-3, StableLM end a layer with a dropout (p=0: it saves nothing), and non-reentrant
+    recompute stops once every saved tensor is back, before that dropout runs again (issue 28 item 5):
+    every child that holds parameters ran again, so the layer is named, not its children."""
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.drop = nn.Linear(4, 4), nn.Linear(4, 4), nn.Dropout(0.0)
+
+        def forward(self, x):
+            return checkpoint(lambda h: self.drop(self.b(torch.tanh(self.a(h)))), x, use_reentrant=False)
+
+    class HalfLayer(Layer):  # only one of the children holding parameters runs under recompute
+        def forward(self, x):
+            return self.b(checkpoint(lambda h: self.drop(torch.tanh(self.a(h))), x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Layer(), nn.Linear(4, 4), Layer(), HalfLayer())
+    batch = (torch.randn(3, 4), torch.zeros(3, 4))
+    loss = lambda out, y: (out - y).square().mean()  # noqa: E731
+    assert "2.drop" not in observe_recompute(model, batch, loss, 0)  # the early stop: dropout never runs again
+    assert observe_recompute(model, batch, loss, 0, whole_modules=True) == ["3.a", "2", "0"]
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_a_gpt_neox_layer_is_observed_as_the_layer_not_its_children(tmp_path):
+    """Before issue 28 item 5 the page listed 10 children (input_layernorm ... post_attention_dropout ... mlp)
+    of the two GPTNeoXLayer s: their trailing dropout is not run again by non-reentrant recompute."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "neox.json"
+    config.write_text(json.dumps({"model_type": "gpt_neox", "vocab_size": 96, "hidden_size": 32,
+                                  "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                  "max_position_embeddings": 64, "rotary_pct": 0.25, "use_cache": False}))
+    setup = prepare(compose_config(*SMALL, "+model=hf_causal_lm", f"model.config={config}", "parity.batch_size=2"))
+    assert setup.architecture.endswith(".GPTNeoXForCausalLM")
+    assert [(w.path, w.cls) for w in setup.wrapped] == [("gpt_neox.layers.1", "GPTNeoXLayer"),
+                                                         ("gpt_neox.layers.0", "GPTNeoXLayer")]

@@ -60,3 +60,6 @@ def test_names_wrap_after_dots_never_mid_word():
     assert str(fmt_name('output["<x>"]')) == "output<wbr>[&#34;&lt;x&gt;&#34;]"  # still escaped
     css = (Path(__file__).resolve().parents[2] / "templates" / "report.css").read_text()
     assert "code.name { overflow-wrap: normal; word-break: normal; }" in css
+    long = "x" * 30 + "_a_name_without_dots_" + "y" * 50  # no dot to break at: after each _, else every 24
+    assert str(fmt_name(long)).split("<wbr>") == ["x" * 24, "x" * 6 + "_", "a_", "name_", "without_", "dots_",
+                                                  "y" * 24, "y" * 24, "y" * 2]

@@ -23,7 +23,11 @@ from reportgen.results import INFO, PASS, WARN, Role, Row, claim_verdict, frame_
 from conftest import tiny_meta
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
+#: A real failing ``+model=mlp recompute.preserve_rng_state=false`` run (issue 28 item 8): five required
+#: checks fail, 27 of 36 gradients among them.
+FAILING = Path(__file__).resolve().parents[1] / "data" / "mlp_failing_results.json.gz"
 MAX_PAGES = 8
+MAX_FAILING_PAGES = 12
 
 
 def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
@@ -45,9 +49,10 @@ def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
     return rows + [timing.machine_load_row()]
 
 
-def mlp_frame(noisy: bool, monkeypatch) -> pd.DataFrame:
-    with gzip.open(DATA, "rt") as f:
+def mlp_frame(noisy: bool, monkeypatch, data: Path = DATA) -> pd.DataFrame:
+    with gzip.open(data, "rt") as f:
         base = frame_from_json(f.read())
+    base = base[base.check != TIME]  # the timing rows of this machine's load replace the recorded ones
     return pd.concat([base, to_frame(timing_rows(noisy, monkeypatch))], ignore_index=True)
 
 
@@ -87,3 +92,30 @@ def test_noisy_timing_adds_no_page_and_moves_nothing(tmp_path, monkeypatch):
              if top[0] != quiet_tops[name][0] or abs(top[1] - quiet_tops[name][1]) > 1.0}
     assert moved == {}  # before the fix the section after timing moved down 124 px (about 6 lines)
     assert list(quiet_tops).index("warm-step-time") < len(quiet_tops) - 1  # a section follows it, so growth would show
+
+
+def page_text(page) -> str:
+    """Every word laid out on one page, joined by spaces."""
+    return " ".join(b.text for b in page._page_box.descendants() if hasattr(b, "text") and b.text).replace("\u200b", "")
+
+
+@pytest.mark.slow
+def test_a_failing_report_fits_twelve_pages_with_every_failing_checks_evidence_on_page_one(tmp_path, monkeypatch):
+    from reportgen.report.evidence import lead_evidence
+
+    frame = mlp_frame(True, monkeypatch, FAILING)  # noisy timing: the worst case of a loaded machine
+    required = required_names(None)
+    assert claim_verdict(frame, required) == "FAIL"
+    pages, _ = layout(frame, tmp_path)
+    assert len(pages) <= MAX_FAILING_PAGES
+    lead = lead_evidence(frame, required)
+    failing = [c for c in dict.fromkeys(frame.check)
+               if c in required and (frame[frame.check == c].status == "FAIL").any()]
+    assert [e["check"] for e in lead] == failing and len(failing) == 5
+    first = page_text(pages[0]).replace(" ", "")
+    for entry in lead:  # each failing check, its worst item and how many of its items fail, on page 1
+        assert entry["check"].replace(" ", "") in first
+        assert entry["item"].replace(" ", "") in first, entry["item"]
+        assert f"{entry['failing']}of{entry['judged']}" in first
+    grads = frame[(frame.check == "gradient parity") & (frame.status == "FAIL")]
+    assert lead[0]["item"] == grads.loc[grads.tolerance_used.idxmax(), "item"]  # the worst, not the first

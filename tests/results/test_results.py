@@ -69,3 +69,43 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     partial = frame_from_json((tmp_path / "results.partial.json").read_text())
     assert partial.status.tolist() == ["PASS", "NOT_RUN", "NOT_RUN"]
     assert partial.check.tolist() == ["gradient parity", "warm-step time", "task metrics"]
+
+
+def baseline_frame(*extra_rows):
+    """Task metrics whose plain twin raised (an ERROR of the baseline) and whose recompute twin raised too."""
+    broke = {"check": "task metrics", "item": "seed 0", "metric": "exception", "status": "ERROR"}
+    rows = [Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"),
+            Row(**broke, variant="plain", extra={"twin": "plain"}),
+            Row(**broke, variant="recompute", extra={"twin": "recompute"}),
+            *extra_rows]
+    return to_frame(rows)
+
+
+def test_a_check_whose_plain_twin_broke_cannot_be_judged_not_failed():
+    req = ["gradient parity", "task metrics"]
+    f = baseline_frame()
+    assert dict(zip(*check_summary(f, req)[["check", "status"]].values.T)) == {
+        "gradient parity": "PASS", "task metrics": "INCONCLUSIVE"}
+    assert claim_verdict(f, req) == "INCONCLUSIVE"
+    assert claim_verdict(f, ["gradient parity"]) == "PASS"  # not required: it decides nothing
+
+
+def test_a_recompute_twin_raising_where_plain_does_not_still_fails_the_claim():
+    req = ["gradient parity", "task metrics", "state parity"]
+    f = baseline_frame(Row(check="state parity", item="recompute", variant="recompute", metric="exception",
+                           status="ERROR", extra={"twin": "recompute"}))
+    assert claim_verdict(f, req) == "FAIL"
+    # a measured FAIL in the same check outranks the broken baseline of another seed
+    g = baseline_frame(Row(check="task metrics", item="seed 1", variant="recompute", metric="abs_diff_x", value=1.0,
+                           threshold="0", comparator="<=", threshold_value=0.0))
+    assert check_summary(g, req).set_index("check").status["task metrics"] == "FAIL"
+    assert claim_verdict(g, req[:2]) == "FAIL"
+
+
+def test_a_plain_metric_that_is_not_finite_is_an_error_of_the_baseline():
+    from reportgen.checks.budget import nonfinite_metric_row
+
+    row = nonfinite_metric_row(3, "accuracy", float("nan"))
+    assert row.status == "ERROR" and row.extra["twin"] == "plain" and "non-finite" in row.detail
+    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"), row])
+    assert claim_verdict(f, ["gradient parity", "task metrics"]) == "INCONCLUSIVE"

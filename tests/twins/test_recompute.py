@@ -127,3 +127,35 @@ def test_selective_policy_check_is_silent_in_other_modes(compose_cfg):
     from reportgen.run import prepare
 
     assert selective_policy(prepare(compose_cfg("+model=dropout_rng", user_conf=True))) == []
+
+
+def test_save_period_saves_every_second_call_as_torchtitans_op_policy():
+    """save_period {aten.addmm: 2}: of three addmm in a region, the 1st and 3rd are saved, the 2nd recomputed."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountMM(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.mm = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.mm += func is torch.ops.aten.addmm.default
+            return func(*args, **(kwargs or {}))
+
+    def backward_mm(**settings):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8)))
+        apply_recompute(model, rc(mode="selective", targets=["0"], **settings))
+        loss = model(torch.randn(4, 8)).square().mean()
+        with CountMM() as counter:
+            loss.backward()
+        return counter.mm
+
+    assert backward_mm(save_ops=["aten.addmm"]) == 0  # every output saved: no addmm runs again
+    assert backward_mm(save_ops=["aten.addmm"], save_period={"aten.addmm": 2}) == 1  # the 2nd runs again
+
+
+def test_save_period_of_an_op_not_saved_is_refused():
+    with pytest.raises(RecomputeConfigError, match="save_period"):
+        apply_recompute(build_layers(1), rc(mode="selective", targets=["Layer"], save_ops=["aten.mm"],
+                                            save_period={"aten.addmm": 2}))

@@ -272,3 +272,27 @@ class TableValueNet(nn.Module):
 def build_returns_table_value():
     """A :class:`TableValueNet` (recompute its ``TableValue``: under reentrant recompute backward would recurse)."""
     return TableValueNet()
+
+
+# --- a layer whose forward registers a gradient hook unconditionally (issue 28 item 6) -------------
+class HookingBlock(nn.Module):
+    """``relu(Linear(x))`` that registers a hook on its pre-activation in every forward, even where the
+    pre-activation does not require grad: evaluation under ``torch.no_grad`` raises in either twin
+    (the baseline cannot be evaluated), and reentrant recompute's no-grad forward raises too."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        pre = self.lin(x)
+        pre.register_hook(self._count)  # RuntimeError when pre does not require grad
+        return torch.relu(pre)
+
+    def _count(self, grad):
+        return grad
+
+
+def build_hooking():
+    """A stem ``Linear`` (so each block's input requires grad), then two :class:`HookingBlock` s."""
+    return nn.Sequential(nn.Linear(WIDTH, WIDTH), HookingBlock(), HookingBlock())

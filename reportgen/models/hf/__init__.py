@@ -20,7 +20,7 @@ The switch sets two attributes on every module that has a ``gradient_checkpointi
 transformers 5 also calls ``enable_input_require_grads()`` for models fed ``input_ids`` (a forward
 hook on the input embeddings, kept in ``_require_grads_hook``), and it recomputes a layer's
 ``forward``, not its ``__call__``, so the layer's own hooks do not run again in backward (its
-children's do: :func:`reportgen.memory.saved.observe_recompute` counts such a layer as recomputed).
+children's do: :func:`reportgen.twins.observe.observe_recompute` counts such a layer as recomputed).
 The shipped configs declare the attributes with ``state.ignore_attributes``.
 """
 from __future__ import annotations
@@ -28,15 +28,16 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from reportgen.twins.recompute import CheckpointImpl, checkpoint_kwargs
 from reportgen.errors import SetupError
 from reportgen.tasks import CharTextTask, _device_dtype
+from reportgen.twins.recompute import CheckpointImpl, RecomputeConfigError, checkpoint_kwargs, matches
 
 #: The command that adds the extra; every "transformers is missing" message names it.
 INSTALL = 'pip install -e ".[hf]"'
@@ -124,12 +125,40 @@ def enable(model: nn.Module, rc: Any) -> bool | None:
         turn_on()
         in_force = switched_use_reentrant(model)
         if in_force is None or (rc.preserve_rng_state and (in_force or str(rc.determinism_check) == "default")):
+            keep_only_targets(model, list(getattr(rc, "targets", None) or []))
             return in_force
         rc = OmegaConf.merge(rc, {"mode": "reentrant" if in_force else "non_reentrant"})
     impl, kwargs = checkpoint_kwargs(rc)
     in_force = impl is CheckpointImpl.REENTRANT
     turn_on({"use_reentrant": in_force, **kwargs})
+    keep_only_targets(model, list(getattr(rc, "targets", None) or []))
     return in_force
+
+
+def keep_only_targets(model: nn.Module, targets: list[str]) -> list[str]:
+    """With ``recompute.targets`` given to the model's switch: only the layers they match keep
+    recomputing (e.g. every k-th decoder layer, ``[model.layers.0, model.layers.2, ...]``); the switch's
+    other layers get ``gradient_checkpointing = False`` (transformers' per-layer flag,
+    ``GradientCheckpointingLayer``). No targets: every layer the switch turned on keeps it.
+
+    Returns:
+        Paths of the layers left recomputing.
+
+    Raises:
+        reportgen.recompute.RecomputeConfigError: a target matches no layer the switch turned on.
+    """
+    layers = [(p, m) for p, m in model.named_modules() if getattr(m, "gradient_checkpointing", False) is True]
+    if not targets:
+        return [p for p, _ in layers]
+    kept = []
+    for path, module in layers:
+        module.gradient_checkpointing = any(matches(path, module, t) for t in targets)
+        kept += [path] if module.gradient_checkpointing else []
+    missed = [t for t in targets if not any(matches(p, m, t) for p, m in layers)]
+    if missed:
+        raise RecomputeConfigError(f"recompute.targets: {', '.join(map(repr, missed))} matched none of the layers the "
+                                   f"model's switch recomputes ({', '.join(p for p, _ in layers[:3])}, ...)")
+    return kept
 
 
 def _context_of(task: Any) -> tuple[int, int]:

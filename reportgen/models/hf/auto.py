@@ -166,11 +166,15 @@ def refuse_non_causal(model: nn.Module, cfg: Any) -> None:
     eval mode without grad (no generator is drawn from, no weight changes); every position but
     the last must agree (``allclose``, rtol 1e-4, atol 1e-5).
 
+    A model built on fake tensors (the GPU-free memory estimate, :mod:`reportgen.memory.estimate`)
+    is not probed: fake tensors have shapes but no values to compare, and the same factory already
+    probed the real twins with the same config.
+
     Raises:
         SetupError: naming ``is_decoder: true`` in config.json as the fix.
     """
     vocab, length = int(cfg.vocab_size), min(8, max_positions(cfg) or 8)
-    if vocab < 2 or length < 2:
+    if vocab < 2 or length < 2 or on_fake_tensors(model):
         return
     ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
@@ -186,6 +190,13 @@ def refuse_non_causal(model: nn.Module, cfg: Any) -> None:
         raise SetupError(f"{type(model).__name__} is not causal with this config: changing the last token changes the "
                          "logits of earlier positions, so a next-token metric would read the answer; set "
                          "\"is_decoder\": true in config.json (encoder models such as BERT), or give a decoder-only config")
+
+
+def on_fake_tensors(model: nn.Module) -> bool:
+    """True when ``model``'s parameters are fake tensors (built under ``FakeTensorMode``): shapes, no values."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return any(is_fake(p) for p in model.parameters())
 
 
 def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pretrained: str | None,

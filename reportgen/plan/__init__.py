@@ -1,0 +1,12 @@
+"""``python -m reportgen.plan``: will a Hugging Face causal LM's training step fit, per rank, offline.
+
+Modules, lowest first: :mod:`.args` (command line, config), :mod:`.model` (the model at any depth,
+batch, loss), :mod:`.policies` (recompute policies and the planned recompute file), :mod:`.trace`
+(one step on fake tensors at small depth, scaled), :mod:`.rank` (per-rank timeline, reserved upper
+bound), :mod:`.page` (plan.html, plan.pdf), :mod:`.cli` (the command).
+"""
+
+from reportgen.plan.args import PlanArgs, PlanError, parse_args
+from reportgen.plan.cli import main
+
+__all__ = ["PlanArgs", "PlanError", "main", "parse_args"]

@@ -1,0 +1,335 @@
+"""The command line of ``python -m reportgen.plan`` and the config it reads, checked: one line naming
+the fix on bad input.
+
+Every refusal is a :class:`PlanError` (exit 2, nothing written): unknown words, bad values, a
+config transformers cannot read, a config that needs remote code (``auto_map``: the plan never
+runs code from a model repository), more decoder layers than any published model
+(:data:`MAX_LAYERS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reportgen.errors import UsageError
+
+
+class PlanError(UsageError, ValueError):
+    """Bad command-line input or a config that cannot be planned (exit 2, one line, the fix)."""
+
+
+#: ``dtype=`` words and the dtype they mean.
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
+
+#: Sharding strategies: ``none`` (one process holds everything), ``ddp`` (replicated state, gradient
+#: buckets), ``fsdp`` (FSDP2 ``fully_shard`` over all ranks), ``hsdp`` (``replicate`` groups, each
+#: sharding over ``world_size / replicate`` ranks).
+STRATEGIES = ("none", "ddp", "fsdp", "hsdp")
+
+#: Optimizers: AdamW fused (one kernel, no temporaries; transformers' Trainer default with torch >=
+#: 2.8) or foreach (torch's CUDA default: one parameter-sized temporary, ``_multi_tensor_adamw``'s
+#: ``exp_avg_sq_sqrt``), SGD with momentum (one state), Adafactor-like factored second moment (a row
+#: and a column vector per matrix, full size for vectors; torch.optim.Adafactor).
+OPTIMS = ("fused", "foreach", "sgd", "adafactor")
+
+#: More decoder layers than this is refused: the largest published decoder stacks have ~128.
+MAX_LAYERS = 1024
+
+#: ``key=value`` words the command takes, with their defaults (None = required; "" = not given).
+WORDS = {
+    "seq": None,
+    "batch": "1",
+    "dtype": "bf16",
+    "memory_gib": "",
+    "attn": "sdpa",
+    "optim": "fused",
+    "world_size": "1",
+    "strategy": "none",
+    "replicate": "1",
+    "master_dtype": "",
+    "reduce_dtype": "",
+    "optim_dtype": "",
+    "grad_accum": "1",
+    "recompute": "",
+    "safety_margin": "0.05",
+    "fragmentation": "0.10",
+    "largest_batch": "false",
+    "out": "",
+    "pdf": "true",
+}
+
+USAGE = "usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80"
+
+
+@dataclass(kw_only=True)
+class PlanArgs:
+    """The command line, checked.
+
+    Attributes:
+        config: the ``config.json`` file.
+        seq: tokens per sequence; batch: sequences per micro-batch per rank.
+        dtype: compute dtype (parameters as the layers see them, activations); dtype_name: its word.
+        memory_gib: device memory per rank, GiB (None: no budget, nothing is chosen).
+        attn: ``attn_implementation`` (``sdpa``, ``eager``).
+        optim: a word of :data:`OPTIMS`.
+        world_size: ranks; strategy: a word of :data:`STRATEGIES`; replicate: HSDP replica groups.
+        master_dtype: dtype the parameters are stored (and sharded) in; reduce_dtype: gradient
+            reduction dtype; optim_dtype: optimizer-state dtype.
+        grad_accum: micro-batches per optimizer step (gradients stay alive across them).
+        recompute: a policy name to plan alone, or None (every policy of
+            :func:`reportgen.plan.policies.candidates`).
+        safety_margin: share of ``memory_gib`` kept free beyond the reserved upper bound.
+        fragmentation: the allocator model's share of transient bytes held as cached, unusable blocks.
+        largest_batch: also solve the largest micro-batch per policy (traces at ``batch + 1`` too).
+        out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf.
+    """
+
+    config: Path
+    seq: int
+    batch: int
+    dtype: torch.dtype
+    dtype_name: str
+    memory_gib: float | None
+    attn: str = "sdpa"
+    optim: str = "fused"
+    world_size: int = 1
+    strategy: str = "none"
+    replicate: int = 1
+    master_dtype: torch.dtype = torch.float32
+    reduce_dtype: torch.dtype = torch.float32
+    optim_dtype: torch.dtype = torch.float32
+    grad_accum: int = 1
+    recompute: str | None = None
+    safety_margin: float = 0.05
+    fragmentation: float = 0.10
+    largest_batch: bool = False
+    out: Path | None = None
+    pdf: bool = True
+
+    @property
+    def shard(self) -> int:
+        """Ranks one copy of the state is sharded over (1 for ``none`` and ``ddp``)."""
+        if self.strategy == "fsdp":
+            return self.world_size
+        return self.world_size // self.replicate if self.strategy == "hsdp" else 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`PlanError` (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        raise PlanError(f"{message}; {USAGE}")
+
+
+def _whole(key: str, value: str, example: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise PlanError(f"{key}={value!r} must be a positive whole number, e.g. {key}={example}")
+    return number
+
+
+def _share(key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not (0 <= number < 1):
+        raise PlanError(f"{key}={value!r} must be a share between 0 and 1, e.g. {key}=0.05")
+    return number
+
+
+def _dtype(key: str, value: str) -> torch.dtype:
+    if value not in DTYPES:
+        raise PlanError(f"{key}={value!r} is not one of {', '.join(DTYPES)}; e.g. {key}=bf16")
+    return DTYPES[value]
+
+
+def _choice(key: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise PlanError(f"{key}={value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def read_words(argv: Sequence[str]) -> tuple[str, dict[str, str], str | None]:
+    """``(CONFIG, {word: value}, --out)`` from the command line, defaults filled in.
+
+    Raises:
+        PlanError: no CONFIG, an unknown option or word.
+    """
+    parser = _Parser(
+        prog="python -m reportgen.plan",
+        add_help=True,
+        description="Will a Hugging Face causal LM's training step fit per rank? Offline, on fake tensors.",
+    )
+    parser.add_argument("config", nargs="?", help="a local config.json, or a folder holding one")
+    parser.add_argument("words", nargs="*", help=f"key=value: {', '.join(WORDS)}")
+    parser.add_argument("--out", dest="out_flag", default=None, help="output folder (must not exist yet)")
+    ns, unknown = parser.parse_known_args(list(argv))
+    if unknown:
+        raise PlanError(f"unknown option(s) {' '.join(unknown)}; use key=value words: {', '.join(WORDS)}")
+    if not ns.config:
+        raise PlanError(f"give a Hugging Face config.json (or its folder); {USAGE}")
+    words = dict(WORDS)
+    for word in ns.words:
+        key, eq, value = word.partition("=")
+        if not eq or key not in WORDS:
+            raise PlanError(f"{word!r} is not a known key=value word; use {', '.join(WORDS)} ({USAGE})")
+        words[key] = value
+    if words["seq"] is None:
+        raise PlanError(f"give the sequence length in tokens, e.g. seq=8192 ({USAGE})")
+    return ns.config, words, ns.out_flag
+
+
+def parse_args(argv: Sequence[str]) -> PlanArgs:
+    """Read ``CONFIG key=value ...`` (and ``--out DIR``); the words and defaults are :data:`WORDS`.
+
+    Mixed precision defaults (FSDP2's ``MixedPrecisionPolicy`` as torchtitan sets it): with
+    ``strategy=fsdp``/``hsdp`` and a 16-bit ``dtype``, parameters are stored in float32 and
+    gradients reduced in float32; otherwise everything is in ``dtype`` (pure low-precision
+    training). The optimizer state follows the stored parameters unless ``optim_dtype`` says.
+
+    Raises:
+        PlanError: a missing CONFIG, an unknown word, or a bad value (the message names the fix).
+    """
+    config, words, out_flag = read_words(argv)
+    from reportgen.plan.policies import names as policy_names
+
+    dtype = _dtype("dtype", words["dtype"])
+    strategy = _choice("strategy", words["strategy"], STRATEGIES)
+    world, replicate = _whole("world_size", words["world_size"], "8"), _whole("replicate", words["replicate"], "2")
+    if strategy == "none" and world > 1:
+        raise PlanError(f"world_size={world} needs a strategy: strategy=fsdp, hsdp or ddp")
+    if strategy == "hsdp" and (world % replicate or replicate == world):
+        raise PlanError(
+            f"strategy=hsdp needs replicate= dividing world_size={world} into groups of 2 or more ranks, "
+            f"e.g. replicate={max(1, world // 8)}"
+        )
+    sharded_mp = strategy in ("fsdp", "hsdp") and dtype.itemsize == 2
+    master = (
+        _dtype("master_dtype", words["master_dtype"])
+        if words["master_dtype"]
+        else (torch.float32 if sharded_mp else dtype)
+    )
+    reduce = _dtype("reduce_dtype", words["reduce_dtype"]) if words["reduce_dtype"] else master
+    optim_dtype = _dtype("optim_dtype", words["optim_dtype"]) if words["optim_dtype"] else master
+    memory = None
+    if words["memory_gib"]:
+        try:
+            memory = float(words["memory_gib"])
+        except ValueError:
+            memory = float("nan")
+        if not (math.isfinite(memory) and memory > 0):
+            raise PlanError(f"memory_gib={words['memory_gib']!r} must be a positive number of GiB, e.g. memory_gib=80")
+    recompute = words["recompute"] or None
+    if recompute is not None and recompute not in policy_names():
+        raise PlanError(
+            f"recompute={recompute!r} is not one of {', '.join(policy_names())} (or leave it out: "
+            "every policy is planned)"
+        )
+    for key in ("pdf", "largest_batch"):
+        if words[key].lower() not in ("true", "false"):
+            raise PlanError(f"{key}={words[key]!r} must be true or false")
+    if words["largest_batch"].lower() == "true" and memory is None:
+        raise PlanError("largest_batch=true needs the device memory: give memory_gib=, e.g. memory_gib=80")
+    out = out_flag or words["out"] or None
+    return PlanArgs(
+        config=config_file(config),
+        seq=_whole("seq", words["seq"], "8192"),
+        batch=_whole("batch", words["batch"], "1"),
+        dtype=dtype,
+        dtype_name=words["dtype"],
+        memory_gib=memory,
+        attn=words["attn"],
+        optim=_choice("optim", words["optim"], OPTIMS),
+        world_size=world,
+        strategy=strategy,
+        replicate=replicate if strategy == "hsdp" else 1,
+        master_dtype=master,
+        reduce_dtype=reduce,
+        optim_dtype=optim_dtype,
+        grad_accum=_whole("grad_accum", words["grad_accum"], "1"),
+        recompute=recompute,
+        safety_margin=_share("safety_margin", words["safety_margin"]),
+        fragmentation=_share("fragmentation", words["fragmentation"]),
+        out=Path(out) if out else None,
+        pdf=words["pdf"].lower() == "true",
+        largest_batch=words["largest_batch"].lower() == "true",
+    )
+
+
+def config_file(path: str | Path) -> Path:
+    """The ``config.json`` that ``path`` names: the file itself, or ``<folder>/config.json``.
+
+    Raises:
+        PlanError: nothing there, or a folder without ``config.json``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise PlanError(
+            f"no Hugging Face config at {str(path)!r}; give a local config.json or the folder that holds "
+            "one (e.g. conf/plan/llama3_8b/config.json)"
+        )
+    return path
+
+
+def load_config(path: Path) -> Any:
+    """``transformers.AutoConfig`` of a local ``config.json``, offline (``HF_HUB_OFFLINE=1``), never
+    running remote code, with ``use_cache=False`` (training does not use the key/value cache).
+
+    Raises:
+        PlanError: transformers is missing; the file is not a config transformers knows (not
+            JSON, no or an unknown ``model_type``); it needs remote code (``auto_map``); it has
+            more than :data:`MAX_LAYERS` decoder layers.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        from transformers import AutoConfig
+    except ImportError as exc:
+        raise PlanError(
+            f'the plan needs Hugging Face transformers ({exc}); install the hf extra: pip install -e ".[hf]"'
+        ) from exc
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PlanError(
+            f"{str(path)!r} is not a JSON model config ({type(exc).__name__}); give a Hugging Face config.json"
+        ) from exc
+    if isinstance(raw, dict) and raw.get("auto_map"):
+        raise PlanError(
+            f"{str(path)!r} needs the model repository's own code (auto_map); the plan never runs remote "
+            "code: give a config whose model_type transformers ships (e.g. llama, qwen2, mistral)"
+        )
+    try:
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:  # noqa: BLE001 - ValueError (unknown model_type), KeyError, OSError ...
+        reason = " ".join(str(exc).split())[:200]
+        raise PlanError(
+            f"transformers cannot read {str(path)!r} as a model config ({type(exc).__name__}: {reason}); "
+            'give a Hugging Face config.json with a model_type transformers knows (e.g. "llama")'
+        ) from exc
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and not 1 <= layers <= MAX_LAYERS:
+        raise PlanError(f"num_hidden_layers={layers} is outside 1..{MAX_LAYERS}; give the model's real layer count")
+    config.use_cache = False
+    return config

@@ -1,0 +1,216 @@
+"""``python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80``.
+
+CONFIG is a local Hugging Face ``config.json`` (or its folder). Per recompute policy
+(:mod:`reportgen.plan.policies`; one with ``recompute=NAME``) the step is traced on fake tensors
+at small depth and scaled (:mod:`reportgen.plan.trace`), composed per rank
+(:mod:`reportgen.plan.rank`), and printed as a Pareto table: per-rank tensor peak, reserved upper
+bound, extra FLOPs of recompute, fits or not. With ``memory_gib=`` the cheapest policy (fewest
+FLOPs) whose upper bound plus ``safety_margin`` fits is chosen and written as a recompute config
+file, ``OUT/recompute/planned.yaml``, which the main command takes with
+``--config-dir OUT ... recompute=planned`` (docs/plan.md). Also written: ``OUT/plan.csv``.
+Bad input: one line naming the fix, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
+from reportgen.memory.peak import format_bytes
+from reportgen.plan.args import PlanArgs, PlanError, load_config, parse_args
+from reportgen.plan.model import layer_count, layer_prefix
+from reportgen.plan.page import html_text, pdf_bytes
+from reportgen.plan.policies import POLICIES, Policy, by_name, recompute_file
+from reportgen.plan.rank import RankPlan, compose, largest_batch
+from reportgen.plan.trace import PHASES, scaled_figures
+
+#: Columns of plan.csv: one row per policy, phase and component (bytes in B).
+CSV_COLUMNS = ("policy", "phase", "component", "bytes", "gib")
+
+
+def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None) -> tuple[Any, list[RankPlan], int]:
+    """Trace and compose every policy asked for.
+
+    Returns:
+        ``(config, [RankPlan per policy], traced steps)``.
+
+    Raises:
+        PlanError: the config or a trace cannot be planned.
+    """
+    config = load_config(args.config)
+    chosen = [by_name(args.recompute)] if args.recompute else list(POLICIES)
+    plans, traces, start = [], 0, time.perf_counter()
+    for policy in chosen:
+        figures, n = scaled_figures(config, policy, args, args.batch)
+        plans.append(compose(figures, args, policy.name))
+        traces += n
+        if args.largest_batch:
+            following, n = scaled_figures(config, policy, args, args.batch + 1)
+            plans[-1].largest_batch = largest_batch(plans[-1], compose(following, args, policy.name), args)
+            traces += n
+        log(
+            f"  {policy.name}: {format_bytes(plans[-1].reserved_upper)} reserved upper bound per rank "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
+    return config, plans, traces
+
+
+def choose(plans: list[RankPlan], args: PlanArgs) -> RankPlan | None:
+    """The policy with the fewest FLOPs whose upper bound + margin fits (None: none fits, or no budget)."""
+    fitting = [p for p in plans if p.fits(args)]
+    return min(fitting, key=lambda p: (p.flops, p.reserved_upper)) if fitting else None
+
+
+def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str:
+    """The console table: per policy peak, bound, extra FLOPs vs no recompute, fits; Pareto-optimal marked."""
+    largest = args.largest_batch
+    lines = [
+        f"{'recompute':<14}{'tensor peak':>13}{'reserved <=':>13}  {'peak phase':<16}{'extra FLOPs':>12}"
+        + ("  largest batch" if largest else "")
+        + "  fits"
+    ]
+    for p in plans:
+        extra = f"{p.recompute_flops / (p.flops - p.recompute_flops):+.1%}"
+        dominated = any(q.flops <= p.flops and q.reserved_upper < p.reserved_upper for q in plans)
+        fits = {True: "yes", False: "no", None: "-"}[p.fits(args)]
+        mark = " <- chosen" if p is chosen else ("" if dominated else " (Pareto)")
+        lines.append(
+            f"{p.policy:<14}{format_bytes(p.tensor_peak):>13}{format_bytes(p.reserved_upper):>13}  "
+            f"{p.peak_phase:<16}{extra:>12}" + (f"  {p.largest_batch:>13}" if largest else "") + f"  {fits}{mark}"
+        )
+    return "\n".join(lines)
+
+
+def timeline(plan: RankPlan) -> str:
+    """The chosen (or only) policy's step by phase, per component."""
+    lines = [f"per-rank step of {plan.policy}, by phase:"]
+    for phase in PHASES:
+        if phase in plan.timeline:
+            parts = plan.timeline[phase]
+            lines.append(
+                f"  {phase:<15}{format_bytes(sum(parts.values())):>12} = "
+                + " + ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
+            )
+    return "\n".join(lines)
+
+
+def csv_text(plans: list[RankPlan]) -> str:
+    """plan.csv: per policy, phase and component, then each policy's tensor peak and reserved bound."""
+    import pandas as pd
+
+    rows = [(p.policy, ph, c, b) for p in plans for ph, parts in p.timeline.items() for c, b in parts.items()]
+    rows += [
+        (p.policy, p.peak_phase, k, v)
+        for p in plans
+        for k, v in (("tensor peak", p.tensor_peak), ("reserved upper bound", p.reserved_upper), ("flops", p.flops))
+    ]
+    frame = pd.DataFrame([(a, b, c, int(round(d)), round(d / 2**30, 4)) for a, b, c, d in rows], columns=CSV_COLUMNS)
+    return frame.to_csv(index=False)
+
+
+def new_folder(out: Path | None, now: dt.datetime) -> Path:
+    """``out`` (which must not exist) or ``outputs/plans/<date>/<time>/`` (suffix -1, -2 ... if taken).
+
+    Raises:
+        PlanError: ``out`` exists already (a plan is never overwritten).
+    """
+    if out is not None:
+        if out.exists():
+            raise PlanError(f"out={str(out)!r} exists; give a new folder (plans are never overwritten)")
+        return out
+    base = Path("outputs") / "plans" / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+    folder, n = base, 0
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def write_files(folder: Path, files: dict[str, str | bytes]) -> None:
+    """Write ``{relative path: text}`` into the new ``folder``, all or nothing (a staging folder renamed).
+
+    Raises:
+        PlanError: the folder cannot be written.
+    """
+    staging = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        staging.chmod(0o755)
+        for name, text in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_bytes(text.encode() if isinstance(text, str) else text)
+        os.rename(staging, folder)
+    except OSError as exc:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise PlanError(
+            f"cannot write the plan to {str(folder)!r} ({exc.strerror or exc}); give a writable out="
+        ) from exc
+
+
+def planned_file(policy: Policy, plan: RankPlan, args: PlanArgs, config: Any, folder: Path) -> str:
+    """The recompute config file's text for the chosen policy."""
+    header = [
+        f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} recompute=planned",
+        f"planned by python -m reportgen.plan: {policy.name} ({policy.label}); per-rank tensor peak "
+        f"{format_bytes(plan.tensor_peak)}, reserved <= {format_bytes(plan.reserved_upper)} at seq={args.seq} "
+        f"batch={args.batch} world_size={args.world_size} strategy={args.strategy}",
+    ]
+    prefix = layer_prefix(config, args.dtype, args.attn)
+    return recompute_file(policy, layer_count(config), prefix, header)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Plan, print, write. Returns 0 (written), 2 (bad input: one line, nothing written), 70
+    (reportgen's own bug, one line), 130 (Ctrl-C)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parse_args(argv)
+        folder = new_folder(args.out, dt.datetime.now())
+        start = time.perf_counter()
+        config, plans, traces = plan_policies(args, log=lambda line: print(line, file=sys.stderr, flush=True))
+        chosen = choose(plans, args)
+        created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        seconds = time.perf_counter() - start
+        meta = {"config": str(args.config), "traces": traces, "seconds": seconds, "created": created}
+        files: dict[str, str | bytes] = {"plan.csv": csv_text(plans), "plan.html": html_text(plans, args, chosen, meta)}
+        if args.pdf:
+            files["plan.pdf"] = pdf_bytes(str(files["plan.html"]), created, str(files["plan.csv"]))
+        if chosen is not None and chosen.policy != "none":
+            files["recompute/planned.yaml"] = planned_file(by_name(chosen.policy), chosen, args, config, folder)
+        write_files(folder, files)
+    except PlanError as exc:
+        print(f"reportgen.plan: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("reportgen.plan: interrupted; nothing written", file=sys.stderr)
+        return EXIT_SIGINT
+    except Exception as exc:  # noqa: BLE001 - reportgen's own bug: one line, not a traceback
+        reason = " ".join(str(exc).split())[:300]
+        print(
+            f"reportgen.plan: internal error ({type(exc).__name__}: {reason}); nothing written; please report it "
+            "with the command line",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
+    budget = f", budget {args.memory_gib:g} GiB - {args.safety_margin:.0%} margin" if args.memory_gib else ""
+    print(
+        f"{args.config}: seq={args.seq} batch={args.batch} dtype={args.dtype_name} "
+        f"world_size={args.world_size} strategy={args.strategy} optim={args.optim}{budget} "
+        f"({traces} traced steps, {time.perf_counter() - start:.1f} s)"
+    )
+    print(table(plans, args, chosen))
+    print(timeline(chosen or plans[-1]))
+    if args.memory_gib and chosen is None:
+        print("no policy fits: give a smaller batch= or seq=, more ranks, or a larger memory_gib=")
+    print(f"wrote {', '.join(str(folder / n) for n in files)}")
+    return 0

@@ -1,0 +1,168 @@
+"""Page 1's evidence: per failing required check, its worst item, the measured difference and how
+many items fail; per check whose plain twin broke, what broke (issue 28, items 2 and 6).
+
+Reads only the results frame (rows of :mod:`reportgen.results`); the report template shows it in
+"Why it fails" / "Why it cannot be judged" before the claim table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, NOT_RUN, TWIN, Role, baseline_rows, judged_status
+
+#: At most this many failing checks are led on page 1 (every one is in the checks table below it).
+MOST_CHECKS = 6
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def tolerance_share(record: dict) -> float:
+    """How many times its tolerance a compared item uses: ``tolerance_used`` (the worst element's
+    ``|recompute − plain| ÷ (atol + rtol·|plain|)``) where the row has it, else ``value ÷ threshold``
+    of a ``<=``/``<`` row (a metric difference, a final-parameters share), else inf for a missed
+    exact comparison (``excess > 0``) and NaN when nothing says (an exception, a count).
+
+    Returns:
+        The share (1 = exactly the tolerance), ratio.
+    """
+    used = _number(record.get("tolerance_used"))
+    if not math.isnan(used):
+        return used
+    if record.get("metric") == "final_params_tolerance_used":
+        return _number(record.get("value"))
+    threshold, value = _number(record.get("threshold_value")), _number(record.get("value"))
+    if record.get("comparator") in ("<=", "<") and threshold > 0 and not math.isnan(value):
+        return value / threshold
+    return math.inf if _number(record.get("excess")) > 0 else math.nan
+
+
+def measured_difference(record: dict) -> float:
+    """``max |recompute − plain|`` of the row's item (its value for ``max_abs_err`` and ``abs_diff_*``
+    rows, the worst parameter's for a final-parameters row), NaN when the row measures none."""
+    metric = str(record.get("metric") or "")
+    if metric == "max_abs_err" or metric.startswith("abs_diff"):
+        return _number(record.get("value"))
+    return _number(record.get("max_abs_err"))
+
+
+def _rank(record: dict) -> float:
+    share = tolerance_share(record)
+    return -1.0 if math.isnan(share) else share
+
+
+def worst_row(group: pd.DataFrame) -> dict | None:
+    """The FAIL row of one check with the largest share of its tolerance; without FAIL rows its first
+    ERROR or NOT_RUN row; None when nothing in it fails."""
+    records = [_clean(r) for r in group.to_dict("records")]
+    failed = [r for r in records if r["status"] == FAIL]
+    if failed:
+        return max(failed, key=_rank)
+    return next((r for r in records if r["status"] in (ERROR, NOT_RUN, INCONCLUSIVE)), None)
+
+
+def _clean(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+
+
+def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> dict | None:
+    """One failing check's lead: ``{"check", "status", "item", "status_row", "share", "difference",
+    "tolerance", "failing", "judged", "plain", "recompute", "detail", "baseline", "cause", "fix"}``.
+
+    ``baseline`` is True when the plain twin broke (the check cannot be judged); then ``item`` and
+    ``detail`` are those of the plain twin's first broken row. ``failing`` counts the check's FAIL
+    rows, ``judged`` its rows with a comparator.
+    """
+    status = judged_status(group)
+    broken = baseline_rows(group)
+    if status == INCONCLUSIVE and len(broken):
+        lead = _clean(broken.iloc[0].to_dict())
+    else:
+        lead = worst_row(group)
+    if lead is None:
+        return None
+    failing, judged = int((group.status == FAIL).sum()), int(group.comparator.fillna("").astype(bool).sum())
+    if lead.get("items_outside") is not None and lead.get("items"):  # an aggregate row (a trajectory step): its items
+        failing, judged = int(lead["items_outside"]), int(lead["items"])
+    item = str(lead["item"]) + (f": {lead['worst_item']}" if lead.get("worst_item") else "")
+    plain, recompute = scalar_values(lead)
+    return {
+        "check": check,
+        "status": status,
+        "item": item,
+        "status_row": lead["status"],
+        "share": tolerance_share(lead),
+        "difference": measured_difference(lead),
+        "tolerance": lead.get("threshold"),
+        "failing": failing,
+        "judged": judged,
+        "plain": plain,
+        "recompute": recompute,
+        "detail": lead.get("detail") or "",
+        "baseline": lead.get(TWIN) == BASELINE and status == INCONCLUSIVE,
+        "cause": None if diagnosis is None else diagnosis.get("cause"),
+        "fix": None if diagnosis is None else diagnosis.get("fix"),
+        "rule": None if diagnosis is None else (diagnosis.get("rule") or diagnosis.get("fix")),
+        "same_as": None,
+    }
+
+
+def scalar_values(record: dict) -> tuple[str | None, str | None]:
+    """Both twins' values of a row that compares two numbers (a loss, a metric), with enough digits
+    that different values read differently; ``(None, None)`` for tensors (their L2 norms prove
+    nothing: the measured difference is what counts)."""
+    a, b = record.get("plain_value"), record.get("recompute_value")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+        return None, None
+    if a == b:
+        return f"{a:.6g}", f"{b:.6g}"
+    for digits in range(3, 18):
+        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if left != right:
+            return left, right
+    return repr(a), repr(b)
+
+
+def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHECKS) -> list[dict]:
+    """Page 1's lead, one entry per required check that fails or cannot be judged (at most ``most``):
+    failing checks in the checklist's order, then those whose plain twin broke (:func:`check_evidence`
+    per check). An entry whose diagnosis (cause and fix) an earlier entry already gave has
+    ``same_as`` = that entry's check."""
+    diagnosis = {r["check"]: r for r in frame[frame.role == Role.DIAGNOSIS].to_dict("records")}
+    out = []
+    judged = frame.check.isin(required) & ~frame.role.isin([Role.DIAGNOSIS, Role.CLAUSE])  # the claim's table names clauses
+    for check, group in frame[judged].groupby("check", sort=False):
+        if judged_status(group) not in (FAIL, ERROR, NOT_RUN, INCONCLUSIVE):
+            continue
+        if (group.status == NOT_RUN).all():  # disabled or interrupted: the checks table says so
+            continue
+        entry = check_evidence(check, group, diagnosis.get(check))
+        if entry is not None:
+            out.append(entry)
+    out.sort(key=lambda e: e["baseline"])  # failures first; checks without a baseline after (or alone)
+    first: dict[str, str] = {}
+    for entry in out:  # one cause named once: later checks it explains point back to the first
+        if entry["rule"] is not None:
+            entry["same_as"] = first.get(entry["rule"])
+            first.setdefault(entry["rule"], entry["check"])
+    return out[:most]
+
+
+def baseline_breaks(frame: pd.DataFrame) -> list[dict]:
+    """What in the plain twin broke, per check: ``[{"check", "item", "detail"}]`` (first broken row each)."""
+    out = []
+    for check, group in frame.groupby("check", sort=False):
+        broken = baseline_rows(group)
+        if len(broken):
+            row = broken.iloc[0]
+            out.append({"check": check, "item": row["item"], "detail": row["detail"]})
+    return out
