@@ -24,6 +24,7 @@ from reportgen.errors import (EXIT_BUG, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, E
 from reportgen.files import OutputWriteError
 from reportgen.paths import builtin_models
 from reportgen.commands.rundir import StartRefused, job_log_path
+from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
 
 log = logging.getLogger("reportgen")
@@ -145,8 +146,11 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             code = run(cfg, out_dir)
         except KeyboardInterrupt as exc:
             _terminated = _terminated or isinstance(exc, Terminated)  # also SIGTERM seen by torch's elastic agent
-            partial = out_dir / "results.partial.json"
+            partial, pending = out_dir / "results.partial.json", out_dir / PENDING_NAME
             kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
+            if pending.exists():
+                kept = (f": all checks finished; the report was not signed. Results are in {out_dir / 'results.json'}; "
+                        f"render and sign it with {SIGN_COMMAND} {out_dir}")
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
             code = EXIT_SIGINT
         except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug

@@ -92,7 +92,33 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    record_written(path)
     return path
+
+
+#: Folders whose files this process writes are listed, as it goes, in the folder's manifest
+#: (``reportgen.trust.manifest``): ``{absolute folder: manifest file name}``.
+_MANIFESTS: dict[Path, str] = {}
+_LISTED: dict[Path, set[str]] = {}
+
+
+def track_writes(folder: Path, manifest_name: str) -> None:
+    """From now on, every :func:`atomic_write` under ``folder`` appends its path (relative, POSIX)
+    to ``folder/manifest_name``, one line per file, flushed at once."""
+    _MANIFESTS[Path(folder).absolute()] = manifest_name
+    _LISTED[Path(folder).absolute()] = set()
+
+
+def record_written(path: Path) -> None:
+    """Append ``path`` to the manifest of the tracked folder it lies in (if any): a file this
+    process wrote, or renamed into place."""
+    path = Path(path).absolute()
+    for folder, name in _MANIFESTS.items():
+        relative = path.relative_to(folder).as_posix() if path.is_relative_to(folder) else None
+        if relative is not None and path.name != name and relative not in _LISTED[folder]:
+            _LISTED[folder].add(relative)
+            with open(folder / name, "a", encoding="utf-8") as handle:
+                handle.write(relative + "\n")
 
 
 def replace_write(path: Path, data: bytes | str) -> Path:
@@ -117,3 +143,35 @@ def sha256_file(path: Path) -> str:
 def sha256_bytes(data: bytes | str) -> str:
     """SHA-256 of bytes (a str is UTF-8 encoded first), hex."""
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+class NotRegularFile(OSError):
+    """A path that must be a file (or folder) is a device, FIFO or socket: reading it would never end."""
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (``None`` otherwise).
+
+    Returns:
+        ``"a character device"``, ``"a block device"``, ``"a FIFO (named pipe)"``, ``"a socket"``.
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), None)
+
+
+def refuse_special(path: Path) -> None:
+    """Refuse, in one line, a path that is a device, FIFO or socket (``/dev/zero``, ``mkfifo``).
+
+    Raises:
+        NotRegularFile: ``path`` is one; the message names it and what to pass instead.
+    """
+    kind = special_kind(Path(path))
+    if kind:
+        raise NotRegularFile(f"{path} is {kind}, not a regular file; pass the file itself")

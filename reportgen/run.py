@@ -39,6 +39,8 @@ from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
 from reportgen.distributed.wrapping import settings_in_force, wrap_order
 from reportgen.training.user_step import step_said
+from reportgen.trust.launch import job_launch
+from reportgen.trust.manifest import clear_pending, mark_pending, start_manifest
 
 log = logging.getLogger("reportgen")
 
@@ -68,6 +70,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         claim cannot be judged (INCONCLUSIVE), 130 when it was interrupted during the checks
         (``results.partial.json`` keeps what was measured).
     """
+    start_manifest(out_dir)  # the statement signs only what this run writes (reportgen.trust.manifest)
     threads = apply_threads(cfg.get("threads", "auto"))  # the one place: every twin, rank and job of this process
     log.info("torch threads: %s", threads.describe())
     world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
@@ -96,6 +99,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if claim:
         meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
+    meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
     if world > 1:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:
@@ -109,9 +113,11 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
-    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)
+    mark_pending(out_dir, meta, required, pdf=cfg.report.pdf, sign=key is not None)  # an interrupt from here on:
+    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
     write_ci_outputs(frame, meta, verdict, required, out_dir)  # junit.xml, summary.md: signed with the rest
     sign_run(frame, meta, verdict, out_dir, key, required=required)
+    clear_pending(out_dir)
     finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")

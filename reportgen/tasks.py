@@ -6,9 +6,13 @@ digits images and the documentation text inside Python (``pydoc_data.topics``).
 """
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import math
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
+import numpy as np
 import torch
 from hydra.utils import get_method
 from torch import Tensor, nn
@@ -116,6 +120,26 @@ class SquaredOutputTask(FunctionTask):
         return output.square().mean()
 
 
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits: ``(images [1797, 64] float64 in 0..16, labels [1797] int)``.
+
+    Read from scikit-learn's own data file (``sklearn/datasets/data/digits.csv.gz``) with
+    ``np.loadtxt``, as ``sklearn.datasets.load_digits`` reads it (same values, same order), but
+    without importing scikit-learn, which costs about a second of every run; where that file is
+    not found (another layout), ``load_digits`` itself.
+    """
+    spec = importlib.util.find_spec("sklearn")  # locates the package without running it
+    path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec and spec.origin else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        data = load_digits()
+        return data.data, data.target
+    with gzip.open(path, "rt") as f:
+        table = np.loadtxt(f, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(int)
+
+
 class DigitsTask:
     """scikit-learn's bundled digits (1797 images, 8×8, 10 classes), as ``[batch, 64]`` floats in [0, 1].
 
@@ -128,11 +152,9 @@ class DigitsTask:
     higher_is_better = True
 
     def __init__(self, val_fraction: float = 0.2, split_seed: int = 0):
-        from sklearn.datasets import load_digits
-
-        data = load_digits()
-        x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-        y = torch.tensor(data.target, dtype=torch.int64)
+        images, labels = load_digits_arrays()
+        x = torch.tensor(images, dtype=torch.float32) / 16.0
+        y = torch.tensor(labels, dtype=torch.int64)
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(split_seed))
         n_val = int(round(len(x) * val_fraction))
         self.x_val, self.y_val = x[order[:n_val]], y[order[:n_val]]

@@ -305,3 +305,45 @@ def measured(setup, recompute: bool):
     model = setup.build(recompute)
     return saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed,
                                   [w.path for w in setup.wrapped])
+
+
+def write_launch(sweep_dir: Path, task: list[str]) -> Path:
+    """Hydra's launch record (``multirun.yaml``) of a basic-sweeper multirun with command-line
+    overrides ``task`` (e.g. ``["+model=ffn", "recompute=a,b"]``: jobs 0 and 1)."""
+    from omegaconf import OmegaConf
+
+    from reportgen.trust.launch import BASIC_SWEEPER, LAUNCH_FILE
+
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    record = {"hydra": {"sweeper": {"_target_": BASIC_SWEEPER, "max_batch_size": None, "params": None},
+                        "sweep": {"dir": str(sweep_dir), "subdir": "${hydra.job.num}"},
+                        "overrides": {"hydra": [], "task": list(task)}}}
+    OmegaConf.save(OmegaConf.create(record), sweep_dir / LAUNCH_FILE)
+    return sweep_dir / LAUNCH_FILE
+
+
+def job_sweep(sweep_dir: Path, job: int, overrides: list[str]) -> dict:
+    """What a sweep job's statement signs about its launch (``reportgen.trust.launch.job_launch``)."""
+    from reportgen.files import sha256_file
+
+    return {"job": job, "overrides": list(overrides), "launch_sha256": sha256_file(sweep_dir / "multirun.yaml")}
+
+
+def sign_folder(folder: Path, key: Path, required: list[str], sweep: dict | None = None) -> Path:
+    """Sign a folder made by :func:`write_job` as its run would have: results written again, then
+    ``sign_run`` over them (``job.json`` is written after, as a job writes it after signing).
+    ``sweep``: what the job's statement signs about its launch (:func:`job_sweep`)."""
+    from reportgen.results import frame_from_json
+
+    frame = frame_from_json((folder / "results.json").read_text())
+    (folder / "results.json").unlink()
+    record = folder / "job.json"
+    text = record.read_text() if record.exists() else None
+    record.unlink(missing_ok=True)
+    signing = load_signing_key(True, str(key))
+    write_results(frame, folder)
+    meta = tiny_meta(folder, signature_label(signing)) | ({"sweep": sweep} if sweep else {})
+    sign_run(frame, meta, claim_verdict(frame, required), folder, signing, required=required)
+    if text is not None:
+        record.write_text(text)
+    return folder

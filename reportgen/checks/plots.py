@@ -30,7 +30,10 @@ def to_svg(fig) -> str:
 
     Build figures with ``matplotlib.figure.Figure`` (no pyplot state, no GUI backend)."""
     import matplotlib
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
 
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):  # left by a one-time tight_layout():
+        fig.set_layout_engine(None)  # savefig would lay out nothing but still pre-draw the figure (same bytes)
     for ax in fig.axes:  # data layers (lines z=2, patches and collections z=1) as one image; axes, grid, text vector
         ax.set_rasterization_zorder(2.4)
     buf = io.StringIO()
@@ -38,7 +41,9 @@ def to_svg(fig) -> str:
     # glyphs as paths cost WeasyPrint a path per character.
     with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "none",
                                 "font.family": ["DejaVu Sans"], "savefig.dpi": 150}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": "reportgen"})
+        # No bbox_inches="tight": every plotter lays its figure out with tight_layout already, and a
+        # tight bounding box costs a second draw of the figure. One draw per figure, at savefig.
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "reportgen"})
     text = buf.getvalue()
     return text[text.index("<svg"):]
 

@@ -215,7 +215,7 @@ def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
             return NOT_RUN
         return PASS if hit is None else FAIL if hit in regressions else ERROR
 
-    cases = [
+    cases: list[tuple[str, str, str]] = [
         (f"{label} verifies", FAIL if said(label) else PASS, said(label) or f"{label} verifies")
         for label in ("BASE", "NEW")
     ]

@@ -10,7 +10,9 @@ is the one ``run_job`` then uses. :class:`RunFolderGuard` is registered in
 
 1. refuses (exit 2, naming the folder) a folder that already holds a run (``.hydra/``,
    results, report, statement, or another run's lock), so an earlier signed run keeps
-   verifying and no work is thrown away after it ran;
+   verifying and no work is thrown away after it ran,
+   and a folder holding anything else (``notes.txt``, ``sub/``): a run signs only the files it
+   writes (``reportgen.trust.manifest``), so it starts only in a new or empty folder;
 2. takes ``.reportgen.lock`` in the folder (``O_CREAT | O_EXCL``, then ``fcntl.flock``), so a
    second run started into the same folder at the same moment is refused as well. The lock
    file is removed when the run ends; a run killed hard leaves it, and the folder stays
@@ -99,6 +101,9 @@ class FolderLock:
             raise StartRefused(another_run_is_writing(self.folder))
         if found:
             raise StartRefused(already_holds_a_run(self.folder, found))
+        others = sorted(p.name + ("/" if p.is_dir() else "") for p in self.folder.iterdir())
+        if others:
+            raise StartRefused(holds_other_files(self.folder, others))
         try:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -150,6 +155,14 @@ def already_holds_a_run(folder: Path, found: list[str]) -> str:
             "a new timestamped folder per run, or point it at a new or empty folder.")
 
 
+def holds_other_files(folder: Path, found: list[str]) -> str:
+    """The refusal for a folder that holds files no run wrote: a run signs only what it writes."""
+    shown = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+    return (f"the output folder {folder} holds files that are not a run's ({shown}); a run starts only in a new "
+            "or empty folder, so that its signed statement covers exactly what it wrote. Move them, or leave "
+            "hydra.run.dir (hydra.sweep.dir for -m) at its default, a new timestamped folder per run.")
+
+
 class RunFolderGuard(Callback):
     """Hydra callback: validate the config and claim the output folder before Hydra writes into it."""
 
@@ -192,7 +205,8 @@ def job_log_path(run_dir: Path | None = None) -> Path | None:
     files = [Path(h.baseFilename) for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     files = [f for f in files if str(f) != os.devnull]
     inside = [f for f in files if run_dir is not None and f.is_relative_to(Path(run_dir).absolute())]
-    return (inside or files or [None])[0]
+    found = inside or files
+    return found[0] if found else None
 
 
 def forget_unstarted_run(folder: Path) -> None:

@@ -127,9 +127,9 @@ def config_problems(cfg: DictConfig) -> str:
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
-    required = values.get("verdict.required") or []
-    names = check_names()
-    unknown = [name for name in required if name not in names]
+    required = list(values.get("verdict.required") or [])
+    known = check_names()
+    unknown = [name for name in required if name not in known]
     named_badly = bool(unknown)  # one problem at a time for verdict.required: the names first
     if LARGER_BATCH in unknown:
         problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
@@ -137,7 +137,7 @@ def config_problems(cfg: DictConfig) -> str:
         unknown.remove(LARGER_BATCH)
     if unknown:
         problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
-                        f"(the checks: {', '.join(names)})")
+                        f"(the checks: {', '.join(known)})")
     if values.get("verdict.required") is not None and not named_badly and not set(required) & set(PARITY_CHECKS):
         problems.append(f"verdict.required={list(required)} names no parity check, so the claim would hold whatever "
                         f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "

@@ -17,11 +17,12 @@ against BASE:
 The folder also keeps copies of both sides' signed files under ``inputs/base`` and
 ``inputs/new``, so ``reportgen.verify`` can re-derive the comparison from them.
 
-Exit code: 0 NEW holds and did not regress; 1 NEW fails, regresses (overhead up by more than
+Exit code: 0 NEW holds and did not regress; 1 NEW fails or regresses (overhead up by more than
 ``--max-overhead-increase-pp`` percentage points of the plain step time with the CIs apart or
-both timings trustworthy, or saving down by more than ``--max-saving-decrease-pp`` points), or
-a side does not verify; 2 the command cannot start (no such run, unusable key, ``--out``
-exists); 3 cannot tell (the overhead moved, but within the noise of untrustworthy timing).
+both timings trustworthy, or saving down by more than ``--max-saving-decrease-pp`` points);
+2 the command cannot start (no such run, unusable key, ``--out`` exists); 3 cannot tell: either
+side does not verify (unsigned, another key, no key to check it with, an edited file), or the
+overhead moved within the noise of untrustworthy timing. Nothing unverified yields 0 or 1.
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def check_side(side: Side, public_key, given: bool) -> None:
     or it does not verify with the given key; None not verified otherwise), ``side.verify_lines``
     and ``side.problem``.
     """
-    wrong = status_mismatches(side.frame)
+    wrong = status_mismatches(side.frame, side.config)  # on_miss as the checks configure it, not the row's own
     if public_key is not None:
         checks = verify(side.path, public_key)
         side.verify_lines = [c.line for c in checks]

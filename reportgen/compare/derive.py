@@ -201,10 +201,10 @@ def compare(base: Side, new: Side, max_overhead_increase_pp: float = MAX_OVERHEA
         regressions.append(f"saved-activation share fell by {-saving_change:.1f} pp "
                            f"({100 * bc['saved_activation_share']:.1f}% → {100 * nc['saved_activation_share']:.1f}%), "
                            f"more than the allowed {max_saving_decrease_pp:g} pp")
-    for side in (base, new):
-        if side.verified is False:
-            regressions.append(f"{side.label} {side.problem or 'does not verify'}")
-    outcome = REGRESSED if regressions else (CANNOT_TELL if unclear else HOLDS)
+    unverified = [f"{side.label} {side.problem or 'does not verify (no key to verify it with, or it is unsigned)'}"
+                  for side in (base, new) if side.verified is not True]
+    unclear += unverified  # nothing unverified decides the outcome, either way
+    outcome = CANNOT_TELL if unverified else (REGRESSED if regressions else (CANNOT_TELL if unclear else HOLDS))
     return {"verdicts": {"base": base.verdict, "new": new.verdict}, "checks": checks, "costs": costs,
             "tolerances": tolerances, "config": config, "regressions": regressions, "unclear": unclear,
             "outcome": outcome, "holds": outcome == HOLDS,

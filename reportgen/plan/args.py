@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from reportgen.errors import UsageError
+from reportgen.models.hf.bounds import config_problem
 
 
 class PlanError(UsageError, ValueError):
@@ -320,6 +321,8 @@ def load_config(path: Path) -> Any:
             f"{str(path)!r} needs the model repository's own code (auto_map); the plan never runs remote "
             "code: give a config whose model_type transformers ships (e.g. llama, qwen2, mistral)"
         )
+    if problem := config_problem(raw, str(path)):  # sizes: positive and below stated bounds (models/hf/bounds.py)
+        raise PlanError(problem)
     try:
         config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - ValueError (unknown model_type), KeyError, OSError ...

@@ -218,7 +218,8 @@ def judge_record(record: Mapping[str, Any]) -> str:
     comparator = record.get("comparator") or ""
     if not comparator:
         return record.get("status", INFO)
-    return judge(record.get("value"), comparator, record.get("threshold_value"), record.get("on_miss") or FAIL,
+    number = lambda key: math.nan if record.get(key) is None else float(record[key])
+    return judge(number("value"), comparator, number("threshold_value"), record.get("on_miss") or FAIL,
                  excess=record.get("excess"), ci_high=record.get("ci_high"),
                  rounding_excess=record.get("rounding_excess"))
 

@@ -63,8 +63,8 @@ def tensor_row(check: str, item: str, plain: Tensor | None, recompute: Tensor | 
             from the plain tensor goes in ``aa_max_abs_err`` / ``aa_excess`` beside the row's.
     """
     if plain is None or recompute is None:
-        rt, at = tolerances((plain if plain is not None else recompute).dtype, rtol, atol) \
-            if (plain is not None or recompute is not None) else (0.0, 0.0)
+        present = plain if plain is not None else recompute
+        rt, at = tolerances(present.dtype, rtol, atol) if present is not None else (0.0, 0.0)
         extra = _aa_extra(plain, aa, rt, at)
         if plain is None and recompute is None:
             return Row(check=check, item=item, variant="recompute", metric="max_abs_err", value=0.0, threshold="", comparator="allclose", detail="None in both runs",
@@ -123,6 +123,18 @@ def effective_excess(row: Row) -> float:
     return excess if rounding is None or rounding != rounding else min(excess, rounding)
 
 
+def envelope_used(difference: float, envelope: float, factor: float) -> float:
+    """How far inside its rounding allowance a difference is: ``difference / (factor × envelope)``
+    (0.41 = uses 0.41 of what the envelope allows; <= 1 passes; inf for a zero envelope)."""
+    allowed = factor * envelope
+    return difference / allowed if allowed > 0 else (0.0 if difference == 0 else float("inf"))
+
+
+def _uses(share: float, factor: float) -> str:
+    """``uses 0.41 of its 2× rounding envelope`` (the margin a passing item has left)."""
+    return f"uses {share:.2f} of its {factor:g}× rounding envelope"
+
+
 def with_rounding(row: Row, envelope: float, factor: float) -> Row:
     """Add the rounding envelope to a tensor row (``max_abs_err``) and judge it again.
 
@@ -135,7 +147,8 @@ def with_rounding(row: Row, envelope: float, factor: float) -> Row:
     row.extra.update(rounding_envelope=envelope, rounding_factor=factor, rounding_excess=rounding_excess)
     if not row.extra.get("excess", 0.0) <= 0:
         row.detail = (f"{ROUNDING_LEVEL}: max abs {row.value:.3g} is within {factor:g}× the rounding envelope "
-                      f"{envelope:.3g} (the rounding twin)" if rounding_excess <= 0 else
+                      f"{envelope:.3g} (the rounding twin; {_uses(envelope_used(row.value, envelope, factor), factor)})"
+                      if rounding_excess <= 0 else
                       f"{row.detail}; also outside {factor:g}× the rounding envelope {envelope:.3g}")
     row.rejudge()
     return row
@@ -284,8 +297,9 @@ def trained_params_row(check: str, seed: int, plain: dict[str, Tensor], recomput
     if moved and envelopes:
         extra.update(rounding_excess=max(effective_excess(r) for r in rows), rounding_factor=factor,
                      rounding_envelope=max(r.extra.get("rounding_envelope", float("nan")) for r in moved))
+        closest = max(envelope_used(r.value, r.extra.get("rounding_envelope", 0.0), factor) for r in moved)
         detail += (f"; every one {ROUNDING_LEVEL} (within {factor:g}× the rounding envelope, largest "
-                   f"{extra['rounding_envelope']:.3g})" if not far else
+                   f"{extra['rounding_envelope']:.3g}; the closest {_uses(closest, factor)})" if not far else
                    f"; {len(far)} also outside {factor:g}× the rounding envelope (e.g. {far[0].item}): the twins trained apart")
     elif moved:
         detail += ": the twins trained apart"
@@ -316,7 +330,8 @@ def metric_diff_row(check: str, seed: int, plain: float, recompute: float, allow
         envelope_ = abs(rounding - plain)
         extra.update(rounding_envelope=envelope_, rounding_factor=factor, rounding_excess=diff - factor * envelope_)
         if diff > allowed:
-            detail += (f"; {ROUNDING_LEVEL} (within {factor:g}× the rounding twin's {envelope_:.3g})"
+            detail += (f"; {ROUNDING_LEVEL} (within {factor:g}× the rounding twin's {envelope_:.3g}: "
+                       f"{_uses(envelope_used(diff, envelope_, factor), factor)})"
                        if diff <= factor * envelope_ else f"; also outside {factor:g}× the rounding envelope {envelope_:.3g}")
     return Row(check=check, item=f"seed {seed}", variant="recompute", metric=f"abs_diff_{metric}", value=diff, threshold=f"{allowed:g}", comparator="<=",
                detail=detail, role=Role.METRIC_DIFF, threshold_value=allowed, extra=extra)

@@ -45,6 +45,7 @@ from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
 from reportgen.claim import claim_required
 from reportgen.results import ERROR, FAIL, PASS, atomic_write, check_summary, frame_from_json, frame_to_json
 from reportgen.trust.signing import ENVELOPE_NAME, SigningError, load_signing_key, sign_document, signature_label
+from reportgen.trust.jobs import job_problems
 
 log = logging.getLogger("reportgen")
 
@@ -71,6 +72,16 @@ SUMMARY_FILES = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "
                  JUNIT_NAME)
 
 _last_sweep: dict[str, Any] = {}
+
+
+class SweepMismatch(Exception):
+    """The jobs in a sweep folder are not the ones its launch made, or do not say what their signed
+    runs say; ``problems`` names each difference, and the summary is not written."""
+
+    def __init__(self, sweep_dir: Path, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{sweep_dir} is not summarised: {len(problems)} difference(s) from its launch and its "
+                         "jobs' signed runs:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 # --------------------------------------------------------------------------- in each job
@@ -348,7 +359,7 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
     Args:
         frame: :func:`summary_frame`.
         meta: ``{"title", "created", "sweep_dir", "exit_code", "signature", "command", "swept"}``.
-        link_base: prefix of links to job reports (``""`` for relative, a ``file://`` URI in the PDF).
+        link_base: prefix of links to job reports (``""``: relative, in the HTML and in the PDF).
         link_file: ``"report.html"`` or ``"report.pdf"``.
     """
     jobs = job_table(frame)
@@ -384,9 +395,10 @@ def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = T
              "json": atomic_write(out_dir / "summary.json", table)}
     paths["html"] = atomic_write(out_dir / "summary.html", template.render(**summary_view(frame, meta, "", "report.html")))
     if pdf:
-        html = template.render(**summary_view(frame, meta, out_dir.resolve().as_uri() + "/", "report.pdf"))
+        html = template.render(**summary_view(frame, meta, "", "report.pdf"))  # relative: no path of this machine
         attached = ("summary.json", table.encode(), "Data", "The sweep summary this document was rendered from.")
-        paths["pdf"] = atomic_write(out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached]))
+        paths["pdf"] = atomic_write(out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached],
+                                                                      relative_links=True))
     return paths
 
 
@@ -427,15 +439,21 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     Raises:
         reportgen.trust.signing.SigningError: signing is on and there is no usable key.
         reportgen.files.OutputWriteError: a summary file could not be written (disk full, ...).
+        SweepMismatch: the jobs on disk are not the jobs the launch made (``multirun.yaml``), or
+            (with a key) a job's run does not verify or its job.json disagrees with its signed
+            run; nothing is written.
     """
     sweep_dir = Path(sweep_dir)
     key = load_signing_key(sign, key_path)
+    jobs = load_jobs(sweep_dir)
+    launch, problems = job_problems(sweep_dir, jobs, key.public_key if key else None)
+    if problems:
+        raise SweepMismatch(sweep_dir, problems)
     for name in (*SUMMARY_FILES, INCOMPLETE_MARK) if rewrite else ():
         (sweep_dir / name).unlink(missing_ok=True)
     mark = sweep_dir / INCOMPLETE_MARK
     atomic_write(mark, f"this summary is being written or was interrupted; write it again with\n"
                        f"  python -m reportgen.sweep summarize {sweep_dir}\n")
-    jobs = load_jobs(sweep_dir)
     code = worst_code(jobs)
     frame = summary_frame(jobs)
     meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code,
@@ -445,7 +463,7 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     atomic_write(sweep_dir / JUNIT_NAME, junit)
     if key is not None:
         statements = [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
-        predicate = {"exit_code": code, "created": meta["created"], "command": command,
+        predicate = {"exit_code": code, "created": meta["created"], "command": command, "launch": launch,
                      "signer": {"publicKeySha256": key.fingerprint},
                      "jobs": [{"job": j["job"], "dir": j["dir"], "overrides": j["overrides"], "exit_code": j["exit_code"],
                                "verdict": j["verdict"], "error": j["error"],
@@ -483,7 +501,7 @@ class SweepSummary(Callback):
             print(f"reportgen: the sweep summary was interrupted and is marked incomplete; write it again with "
                   f"python -m reportgen.sweep summarize {sweep_dir}", flush=True)
             raise
-        except (SigningError, OutputWriteError) as exc:
+        except (SigningError, OutputWriteError, SweepMismatch) as exc:
             jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
             _last_sweep["code"] = max(worst_code(jobs), 2)
             print(f"reportgen: the sweep summary could not be written: {exc}; job folders are in {sweep_dir}; "
@@ -530,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
                                 command=f"python -m reportgen.sweep summarize {sweep_dir}", rewrite=True)
     except (SigningError, OutputWriteError) as exc:
         print(f"reportgen.sweep: cannot write the summary: {exc}", file=sys.stderr)
+        return 2
+    except SweepMismatch as exc:
+        print(f"reportgen.sweep: refused: {exc}", file=sys.stderr)
         return 2
     print(console_table(frame, code, sweep_dir / "summary.html"))
     return code

@@ -11,7 +11,11 @@
   transformers versions;
 - the SHA-256 of every user source file, read from ``sys.modules`` after the model and task
   were built (:mod:`reportgen.trust.sources`): whatever the package layout (a namespace package
-  without ``__init__.py``, a library imported from another folder), an edit is a miss.
+  without ``__init__.py``, a library imported from another folder), an edit is a miss;
+- the SHA-256 of the contents of every file the config names (``model.config``, every file of
+  a ``model.pretrained`` folder, ``task.text_file``, a user task's data file: any config string
+  that is a path on disk; ``reportgen.trust.sources.named_file_digests``): the same path with
+  edited contents (SiLU → GELU in config.json) is a miss, never the stale run.
 
 **An entry is data only**: ``<key>.json`` (the key material, the run's numbers, the digest of
 the tensor file, the user sources loaded by the end of training, and a SHA-256 ``digest`` over
@@ -49,7 +53,9 @@ from pathlib import Path
 from typing import Any
 
 from reportgen import __version__
-from reportgen.trust.sources import canonical_sha256, digest_files, file_sha256, reportgen_sources_sha256, user_source_digests
+from reportgen.files import special_kind
+from reportgen.trust.sources import (canonical_sha256, digest_files, file_sha256, named_file_digests,
+                                     reportgen_sources_sha256, user_source_digests)
 
 log = logging.getLogger("reportgen")
 
@@ -182,6 +188,7 @@ def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_s
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
                      "numpy": numpy.__version__, "transformers": _version("transformers"), "reportgen": __version__},
         "sources": {"reportgen": reportgen_sources_sha256(), "user": user_source_digests(modules)},
+        "files": named_file_digests(config),  # contents, not paths: an edited config.json is a miss
     }
     material = json.loads(json.dumps(material, sort_keys=True, default=str))
     return canonical_sha256(material), material
@@ -199,6 +206,7 @@ def cache_secret() -> bytes:
 
     Raises:
         OSError: the file cannot be read or made, or holds fewer than 16 bytes.
+        CacheSecretError: it is not the user's own 0600 regular file (:func:`check_secret_file`).
     """
     path = secret_path()
     if not path.exists():
@@ -212,11 +220,38 @@ def cache_secret() -> bytes:
             pass
         finally:
             Path(tmp).unlink(missing_ok=True)
+    check_secret_file(path)
     data = path.read_bytes()
     if len(data) < 16:
         raise OSError(f"the cache secret {path} holds {len(data)} bytes (at least 16 needed); delete it and a new "
                       "one is made")
     return data
+
+
+class CacheSecretError(OSError):
+    """The cache secret is not the user's own private file; the message names the fix (``chmod 600``)."""
+
+
+def check_secret_file(path: Path) -> None:
+    """The cache secret must be a regular file of this user with mode 0600, like the signing key:
+    whoever can read it can write cache entries whose HMAC verifies.
+
+    Raises:
+        CacheSecretError: a device or FIFO, another user's file, or readable/writable by others.
+    """
+    kind = special_kind(path)
+    if kind:
+        raise CacheSecretError(f"the cache secret {path} is {kind}, not a regular file; point "
+                               f"{SECRET_ENV} at a file of your own (mode 0600), or unset it")
+    info = path.stat()
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise CacheSecretError(f"the cache secret {path} belongs to another user (uid {info.st_uid}); it must be "
+                               f"your own file (mode 0600): point {SECRET_ENV} at one, or unset it")
+    mode = info.st_mode & 0o777
+    if mode & 0o077:
+        raise CacheSecretError(f"the cache secret {path} is accessible by others (mode {mode:04o}): anyone who can "
+                               f"read it can write cache entries reportgen accepts. Run `chmod 600 {path}` (and delete "
+                               "the cache folder if others may have read it)")
 
 
 def entry_digest(entry: dict, secret: bytes) -> str:
@@ -256,8 +291,10 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
         raise Rejected(f"it was stored for other inputs (key sha256:{str(entry.get('key'))[:16]}…), "
                        "not for this run's")
     loaded = entry.get("sources_loaded") or {}
-    if not isinstance(loaded, dict):
-        raise Rejected("its list of loaded sources is not a {path: digest} map")
+    opened = entry.get("files_opened") or {}
+    if not isinstance(loaded, dict) or not isinstance(opened, dict):
+        raise Rejected("its list of loaded sources or opened files is not a {path: digest} map")
+    loaded = {**loaded, **opened}  # a data file the task read while training counts as a source
     stale = [path for path, digest in loaded.items()
              if not Path(path).is_file() or digest_files([path])[path] != digest]  # never a device or FIFO
     if stale:
@@ -315,7 +352,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, secret: bytes,
-          modules: dict | None = None) -> None:
+          modules: dict | None = None, opened: list | None = None) -> None:
     """Write an entry under ``key`` (tensor file first, then the JSON that names it; each atomic,
     so two jobs storing the same key at once leave one whole entry).
 
@@ -327,6 +364,8 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, s
         secret: :func:`cache_secret`, the key of the entry's HMAC.
         modules: module table whose user sources are recorded as loaded by the end of
             training (default ``sys.modules``).
+        opened: data files the model or task read while training (``reportgen.trust.opened``);
+            their digests are kept, and a later change makes the entry stale.
 
     Raises:
         OSError: the folder cannot be written.
@@ -345,6 +384,6 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, s
     entry = {"format": FORMAT, "key": key, "material": material,
              "record": json.loads(json.dumps({k: record[k] for k in RECORD_FIELDS})),
              "tensors": {"file": tensor_name, "sha256": file_sha256(folder / tensor_name)},
-             "sources_loaded": user_source_digests(modules)}
+             "sources_loaded": user_source_digests(modules), "files_opened": digest_files(opened or [])}
     entry["digest"] = entry_digest(entry, secret)
     _atomic_write(folder / f"{key}.json", lambda handle: handle.write(json.dumps(entry, sort_keys=True).encode()))

@@ -33,6 +33,7 @@ from reportgen.results.rounding import GradientNudge
 from reportgen.structure import batch_size_of, call_model
 from reportgen.tasks import batch_to
 from reportgen.twins.setup import Setup
+from reportgen.trust.opened import opened_files
 
 log = logging.getLogger("reportgen")
 
@@ -136,6 +137,12 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
     A sharded gradient (FSDP2's ``DTensor``) is read as this rank's shard: the ranks then agree
     (:class:`Sharding`)."""
     local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+    if local and all(g.device == loss.device and g.is_floating_point() and g.layout == torch.strided for g in local):
+        # One fused kernel list: a tensor's norm is finite only when every element is (NaN and Inf
+        # propagate). A finite tensor whose norm overflows falls through to the element-wise test.
+        norms = torch._foreach_norm(local)
+        if bool(torch.isfinite(torch.cat([loss.detach().float().reshape(-1), torch.stack(norms).float()])).all()):
+            return True
     flags = [torch.isfinite(loss).all()] + [torch.isfinite(g).all() for g in local]
     return bool(torch.stack([f.to(loss.device) for f in flags]).all())
 
@@ -374,12 +381,13 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
                              final_params=tensors)
         result.cache_key = key
         return result
-    result = train()
+    with opened_files(ignore=(folder,)) as opened:  # data the model or task read while training
+        result = train()
     result.cache_rejected = rejected
     if result.complete:
         record = {name: getattr(result, name) for name in cache.RECORD_FIELDS}
         try:
-            cache.store(folder, key, material, record, result.final_params, secret)
+            cache.store(folder, key, material, record, result.final_params, secret, opened=opened)
         except OSError as exc:
             log.warning("could not write the %s-twin cache entry into %s: %s", twin, folder, exc)
     return result

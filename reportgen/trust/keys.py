@@ -27,6 +27,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.errors import UsageError
+from reportgen.files import special_kind
 
 #: Environment variable naming the private key when the config does not.
 KEY_ENV = "REPORTGEN_SIGNING_KEY"
@@ -79,7 +80,11 @@ def _check_supported(key, path: Path):
 
 
 def _read(path: Path) -> bytes:
-    """Bytes of a key file, or :class:`KeyFileError` with a one-line reason."""
+    """Bytes of a key file, or :class:`KeyFileError` with a one-line reason (a device or FIFO,
+    e.g. ``/dev/zero``, is refused before it is read: it would never end)."""
+    kind = special_kind(path)
+    if kind:
+        raise KeyFileError(f"{path} is {kind}, not a key file; pass the PEM file itself")
     try:
         return path.read_bytes()
     except FileNotFoundError:

@@ -37,7 +37,8 @@ from cryptography.x509.oid import NameOID
 
 from reportgen.errors import UsageError
 from reportgen.trust.keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
-from reportgen.files import atomic_write, sha256_file
+from reportgen.files import atomic_write, record_written, sha256_file
+from reportgen.trust.manifest import PENDING_NAME, written_files
 from reportgen.results import Role, check_summary
 
 #: File names in a signed run folder.
@@ -118,21 +119,24 @@ def signature_label(key: SigningKey | None) -> str:
 def is_subject(relative: str) -> bool:
     """Whether a run-folder file (POSIX path relative to the folder) is a statement subject.
 
-    Everything is, except the signed outputs themselves (report.pdf, the envelope), Hydra's
+    Everything is, except the signed outputs themselves (report.pdf, the envelope), the mark of a
+    run being signed (``report.pending.json``, removed once signed), Hydra's
     job log (``*.log`` at the top; it keeps growing after signing), and hidden temporary
     files of an interrupted atomic write (``.name.xxxx``).
     """
     name = relative.rsplit("/", 1)[-1]
-    if relative in (PDF_NAME, ENVELOPE_NAME) or name.startswith("."):
+    if relative in (PDF_NAME, ENVELOPE_NAME, PENDING_NAME) or name.startswith("."):
         return False
     return not ("/" not in relative and name.endswith(".log"))
 
 
 def run_files(out_dir: Path) -> list[str]:
-    """Regular files of a run folder that are statement subjects, as sorted POSIX paths."""
+    """Regular files of a run folder that are statement subjects, as sorted POSIX paths: those the
+    run wrote (its manifest, ``reportgen.trust.manifest``), or every file of a folder without one."""
     out_dir = Path(out_dir)
     files = (p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    return sorted(f for f in files if is_subject(f))
+    written = written_files(out_dir)
+    return sorted(f for f in files if is_subject(f) and (written is None or f in written))
 
 
 def decimal_string(value: Any) -> str | None:
@@ -183,7 +187,8 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
 
     Returns:
         ``{"verdict", "required", "claim", "checks", "tolerances", "costs", "environment",
-        "created", "command", "signer"}``.
+        "created", "command", "signer"}``, and ``"sweep"`` (``meta["sweep"]``: the job's number,
+        overrides and launch digest, ``reportgen.trust.launch.job_launch``) for a sweep's job.
     """
     required = list(required)
     summary = check_summary(frame, required)
@@ -210,6 +215,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
         "created": meta["created"],
         "command": meta["command"],
         "signer": {"publicKeySha256": meta.get("signature", "").removeprefix("sha256:")},
+        **({"sweep": meta["sweep"]} if meta.get("sweep") else {}),
     }
 
 
@@ -446,6 +452,7 @@ def set_aside_unsigned(pdf: Path, unsigned: Path) -> tuple[Path, Path]:
         if unsigned.exists():
             raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
         os.replace(pdf, unsigned)
+        record_written(unsigned)
     return pdf, unsigned
 
 

@@ -167,3 +167,47 @@ def pythonpath_entries(environ: dict | None = None) -> list[str]:
     """The ``PYTHONPATH`` folders of this process (empty entries dropped), in order."""
     value = (os.environ if environ is None else environ).get("PYTHONPATH", "")
     return [p for p in value.split(os.pathsep) if p]
+
+
+def named_paths(config) -> list[Path]:
+    """Every existing file or folder a config value names (``model.config``, ``model.pretrained``,
+    ``task.text_file``, a data file of a user's task: any string that is a path on disk), sorted.
+
+    Args:
+        config: plain data (dicts, lists, scalars), e.g. the composed config as a container.
+    """
+    found: set[Path] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and node and "\n" not in node and len(node) < 4096:
+            path = Path(node).expanduser()
+            try:
+                if path.exists():
+                    found.add(path.resolve())
+            except OSError:
+                pass
+
+    walk(config)
+    return sorted(found)
+
+
+def named_file_digests(config) -> dict[str, str]:
+    """``{absolute path: hex SHA-256}`` of every file :func:`named_paths` finds; a folder counts as
+    every regular file under it (``from_pretrained`` folders: config, weights, tokenizer files).
+    A file that cannot be read maps to ``"unreadable"``; devices and FIFOs to their kind."""
+    from reportgen.files import special_kind
+
+    files: list[Path] = []
+    for path in named_paths(config):
+        files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    out = {}
+    for path in files:
+        kind = special_kind(path)
+        out[str(path)] = kind if kind else digest_files([path])[str(path)]
+    return out

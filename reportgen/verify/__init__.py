@@ -5,6 +5,10 @@ folder or its compare.pdf; the first line says which kind was found. One line pe
 ``PASS ...`` or ``FAIL ...`` (``NOTE`` lines inform and never fail); the last line says
 VERIFIED or NOT VERIFIED and what was verified.
 
+``--expect run|sweep|comparison`` (what a CI gate passes) fails any other kind; the kind is the
+verified statement's predicate type, never a file name, and a folder holding the files of two
+kinds fails. The first and the last line both name the kind found.
+
 Exit codes: 0 verified; 1 not verified (a forgery, an edit, a missing or swapped file, another
 key); 2 the command cannot start (no such path, unusable key); 3 verified, and what it
 verifies is a run whose claim cannot be judged (INCONCLUSIVE), so that an honest INCONCLUSIVE
@@ -52,6 +56,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.errors import ExitCode
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.results import INCONCLUSIVE
+from reportgen.files import NotRegularFile, refuse_special
+from reportgen.sweep import INCOMPLETE_MARK
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.verify.common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
 from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_dir, verify_comparison_pdf  # noqa: F401
@@ -81,17 +87,27 @@ class Outcome:
         return not any(c.status == FAIL for c in self.checks)
 
 
-def kind_of(target: Path) -> Document:
-    """Which kind of document ``target`` holds, from its file names or its attached envelope.
+#: What ``--expect`` accepts: each kind's label.
+EXPECT = tuple(doc.label for doc, _, _ in KINDS.values())
 
-    The envelope's claimed type only chooses the verifier; that verifier then checks the
-    type under the signature. Unknown or unreadable: a run (its checks then say what is wrong).
+
+def kinds_in_folder(folder: Path) -> list[Document]:
+    """The kinds whose own files (envelope, PDF, unsigned PDF, data file) lie at the top of ``folder``."""
+    return [doc for doc, _, _ in KINDS.values()
+            if any((folder / name).exists() or (folder / name).is_symlink()
+                   for name in (doc.envelope, doc.pdf, doc.unsigned, doc.data))]
+
+
+def kind_of(target: Path) -> Document:
+    """Which verifier to run on ``target``: a folder's one kind of files, a PDF's attached envelope.
+
+    The envelope's claimed type only chooses the verifier; that verifier then checks the type
+    under the signature, so the kind reported is the verified statement's. Unknown or
+    unreadable: a run (its checks then say what is wrong).
     """
     if target.is_dir():
-        for doc in (SUMMARY, COMPARISON):
-            if (target / doc.envelope).is_file() or (target / doc.pdf).is_file():
-                return doc
-        return RUN
+        found = kinds_in_folder(target)
+        return found[0] if len(found) == 1 else RUN
     try:
         import io
 
@@ -103,15 +119,38 @@ def kind_of(target: Path) -> Document:
     return KINDS.get(peek_predicate_type(envelope) or PREDICATE_TYPE, KINDS[PREDICATE_TYPE])[0]
 
 
-def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey) -> Outcome:
+def mixed_kinds(folder: Path, found: list[Document]) -> Check:
+    """The FAIL line for a folder holding the files of two kinds of document."""
+    parts = [f"a {doc.label} ({', '.join(n for n in (doc.envelope, doc.pdf, doc.unsigned, doc.data) if (folder / n).exists())})"
+             for doc in found]
+    return Check(FAIL, "kind", f"this folder holds the files of {' and of '.join(parts)}; a signed folder holds one "
+                               "kind of document: verify each in a folder of its own")
+
+
+def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: str | None = None) -> Outcome:
     """Verify a run, sweep or comparison, as a folder or a lone PDF.
+
+    Args:
+        target: the folder or PDF.
+        public_key: the reviewer's ``--key``.
+        expect: ``--expect``: ``"run"``, ``"sweep"`` or ``"comparison"``; any other kind found
+            (from the verified statement's predicate type) fails.
 
     Raises:
         FileNotFoundError: ``target`` does not exist.
+        NotRegularFile: ``target`` (or a file it is made of) is a device, FIFO or socket.
     """
     target = Path(target)
     if not target.exists():
         raise FileNotFoundError(f"{target}: no such file or folder")
+    refuse_special(target)
+    where = "folder" if target.is_dir() else "PDF"
+    if target.is_dir() and len(found := kinds_in_folder(target)) > 1:
+        return Outcome("mixed folder", [mixed_kinds(target, found)])
+    if target.is_dir() and (target / INCOMPLETE_MARK).is_file() and not (target / SUMMARY.envelope).is_file():
+        return Outcome("sweep folder", [Check(FAIL, "summary complete", f"{INCOMPLETE_MARK} is present and there is no "
+                                              f"{SUMMARY.envelope}: the summary was interrupted; write it again with "
+                                              f"python -m reportgen.sweep summarize {target}")])
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
     found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
@@ -119,7 +158,9 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey) -> Outcom
     verdict = None
     if doc is RUN and found.statement is not None and not any(c.status == FAIL for c in checks):
         verdict = found.statement["predicate"]["verdict"]
-    where = "folder" if target.is_dir() else "PDF"
+    if expect is not None and expect != doc.label:
+        checks.append(Check(FAIL, "expected kind", f"--expect {expect}, and this is a {doc.label} {where} (its "
+                                                   f"statement's predicate type {doc.predicate_type})"))
     return Outcome(f"{doc.label} {where}", checks, verdict)
 
 
@@ -144,13 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", help="a run folder (outputs/DATE/TIME) or report.pdf, a sweep folder or summary.pdf, "
                                        "a comparison folder or compare.pdf")
     parser.add_argument("--key", required=True, help="the signer's public key (PEM), e.g. signing-key.pub.pem")
+    parser.add_argument("--expect", choices=EXPECT, help="the kind TARGET must be (CI gates: --expect run); "
+                                                         "any other kind found fails")
     args = parser.parse_args(argv)
     for noisy in ("pyhanko", "pyhanko_certvalidator", "securesystemslib", "fontTools"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     try:
+        refuse_special(Path(args.key))
         public_key = load_public_key(args.key)
-        outcome = verify_target(Path(args.target), public_key)
-    except (KeyFileError, FileNotFoundError) as exc:
+        outcome = verify_target(Path(args.target), public_key, args.expect)
+    except (KeyFileError, FileNotFoundError, NotRegularFile) as exc:
         print(f"reportgen.verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     checks = outcome.checks

@@ -15,6 +15,7 @@ from typing import Callable
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from reportgen.files import special_kind
 from reportgen.trust.attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
 from reportgen.trust.keys import fingerprint
 from reportgen.trust.signing import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, decode_b64, envelope_file_bytes, sslib_public_key
@@ -113,6 +114,9 @@ def check_subjects(folder: Path, digests: dict[str, str]) -> list[Check]:
         def subject(name=name, digest=digest) -> str:
             require(safe_relative(name), f"subject name {name!r} points outside the folder")
             path = Path(folder) / name
+            require(path.resolve().is_relative_to(Path(folder).resolve()),
+                    f"a symbolic link leaving the folder (to {path.resolve()}): never followed")
+            require(special_kind(path) is None, f"{special_kind(path)}, not a regular file")
             require(path.is_file(), "missing")
             require(sha256_hex(path.read_bytes()) == digest, "sha256 differs from the statement: the file was changed")
             return short_digest(digest)
@@ -239,6 +243,33 @@ def verify_signed_pdf(pdf: bytes, public_key: ec.EllipticCurvePublicKey, doc: Do
     return found, evidence.attachments
 
 
+def _why_unsigned(folder: Path, doc: Document) -> str:
+    """Why a folder has no envelope: a finished run never signed, a deleted statement, or signing off."""
+    from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
+
+    if (folder / PENDING_NAME).is_file():
+        return (f"the {doc.label} finished its checks but was interrupted before it was signed ({PENDING_NAME}); "
+                f"render and sign it with {SIGN_COMMAND} {folder}")
+    pdf = folder / doc.pdf
+    if pdf.is_file():
+        try:
+            if ENVELOPE_NAME in embedded_files_of(pdf.read_bytes()):
+                return (f"it was deleted: {doc.pdf} beside it is signed and carries the statement; verify {doc.pdf} "
+                        "alone, or restore the folder")
+        except Exception:  # noqa: BLE001 - an unreadable PDF: fall through to the generic reason
+            pass
+    return f"the {doc.label} was not signed (report.sign=false?)"
+
+
+def embedded_files_of(pdf: bytes) -> dict[str, bytes]:
+    """The files attached in a PDF (empty when it has none)."""
+    import io
+
+    from pyhanko.pdf_utils.reader import PdfFileReader
+
+    return embedded_files(PdfFileReader(io.BytesIO(pdf), strict=False))
+
+
 def verify_document_dir(folder: Path, public_key: ec.EllipticCurvePublicKey, doc: Document,
                         note_unlisted: bool = True) -> Verified:
     """A folder holding a signed document of kind ``doc``: its PDF (when there is one), the
@@ -256,8 +287,7 @@ def verify_document_dir(folder: Path, public_key: ec.EllipticCurvePublicKey, doc
     folder = Path(folder)
     envelope_path, pdf_path = folder / doc.envelope, folder / doc.pdf
     if not envelope_path.is_file():
-        return Verified([Check(FAIL, "envelope signature", f"no {doc.envelope} in {folder}: the {doc.label} "
-                                                           "was not signed (report.sign=false?)")])
+        return Verified([Check(FAIL, "envelope signature", f"no {doc.envelope} in {folder}: {_why_unsigned(folder, doc)}")])
     envelope = envelope_path.read_bytes()
     found = Verified([])
     if pdf_path.is_file():

@@ -8,18 +8,41 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.checks import flagged_names
 from reportgen.results import FAIL as ROW_FAIL
 from reportgen.results import FLAGGED, PASS as ROW_PASS
-from reportgen.results import INCONCLUSIVE, claim_verdict, frame_from_json, judge_record
+from reportgen.results import INCONCLUSIVE, Role, claim_verdict, frame_from_json, judge_record
 from reportgen.trust.signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
 from reportgen.ci.verdict import VERDICT_NAME
 from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import FAIL, Check, Document, Verified, attempt, require, verify_document_dir, verify_signed_pdf
 
 
-def status_mismatches(frame) -> list[str]:
+#: Rows comparing the recompute twin with the plain one on what training computes: a miss is
+#: always FAIL (no setting makes it advisory), whatever ``on_miss`` a row may say.
+PARITY_ROLES = (Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD, Role.PARAM, Role.OPTIMIZER_STATE,
+                Role.BUFFER, Role.ATTRIBUTE, Role.RNG)
+
+
+def configured_on_miss(record: dict, config: dict | None) -> str | None:
+    """The ``on_miss`` the checks give this row, where it does not come from the row itself: FAIL
+    for a recompute parity row; ``memory.peak_on_miss`` of ``config`` (a flattened run config)
+    for the step-peak saving; ``None`` (the row's own) otherwise."""
+    if record.get("role") in PARITY_ROLES and record.get("variant") == "recompute":
+        return ROW_FAIL
+    if record.get("role") == Role.PEAK_SAVING and config and config.get("memory.peak_on_miss"):
+        return str(config["memory.peak_on_miss"]).strip('"\'')  # a flattened config holds it as JSON text
+    return None
+
+
+def status_mismatches(frame, config: dict | None = None) -> list[str]:
     """Rows whose stated status is not the one their values give, one line each (empty = all agree).
 
-    A row with a comparator must carry ``judge_record``'s status; a row without one may state
-    only a fact (never PASS or FAIL); FLAGGED belongs to flagged experiments only.
+    A row with a comparator must carry ``judge_record``'s status, judged with the ``on_miss`` the
+    checks configure (:func:`configured_on_miss`, never a lenient one a row was edited to say); a
+    row without one may state only a fact (never PASS or FAIL); FLAGGED belongs to flagged
+    experiments only.
+
+    Args:
+        frame: the results frame.
+        config: the run's config flattened to ``{"memory.peak_on_miss": ...}`` (optional).
     """
     flagged = flagged_names()
     problems = []
@@ -27,6 +50,10 @@ def status_mismatches(frame) -> list[str]:
         record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}
         stated, name = record.get("status"), (f"{record.get('check')} / {record.get('item')} / "
                                               f"{record.get('variant')} / {record.get('metric')}")
+        configured = configured_on_miss(record, config)
+        if record.get("comparator") and configured and (record.get("on_miss") or ROW_FAIL) != configured:
+            problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; "
+                            f"its check misses as {configured}")
         if record.get("comparator"):
             expected = judge_record(record)
             if expected != stated:

@@ -11,7 +11,11 @@ folder checks, beyond the document itself (``reportgen.verify.common``):
 - no job folder is on disk that the summary does not list, and none it lists is missing;
 - the summary frame re-derived from the jobs' files (``reportgen.sweep.summary_frame``) equals
   the signed summary.json, byte for byte;
-- the summary was not left incomplete by an interrupted write.
+- the summary was not left incomplete by an interrupted write;
+- the launch: the jobs re-derived from the signed ``multirun.yaml`` (Hydra's record of the
+  launch, ``reportgen.trust.launch``) are the signed launch and exactly the jobs listed, each
+  with its own number and overrides, and every signed job's statement names this launch (a
+  job copied in from another sweep fails, named).
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.sweep import (INCOMPLETE_MARK, SUMMARY_ENVELOPE, SWEEP_PREDICATE_TYPE, VERDICT_BY_CODE, job_dirs, load_jobs,
                      summary_frame)
 from reportgen.verify.common import (FAIL, NOTE, PASS, Check, Document, Verified, attempt, require, safe_relative, sha256_hex,
-                     verify_document_dir, verify_signed_pdf)
+                     subject_digests, unlisted_files, verify_document_dir, verify_signed_pdf)
+from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
 from reportgen.verify.run import verify_run
 
 #: Exit codes of jobs that ran their checks and therefore signed their run.
@@ -39,6 +44,7 @@ def check_sweep_predicate(predicate: dict) -> str:
         require(isinstance(job, dict) and {"job", "dir", "exit_code", "verdict", "statement_sha256"} <= set(job),
                 f"malformed job entry {job!r}")
         require(isinstance(job["dir"], str) and safe_relative(job["dir"]), f"job folder {job['dir']!r} is outside the sweep")
+    require(isinstance(predicate.get("launch"), dict), f"the predicate records no launch (Hydra's {LAUNCH_FILE})")
     return f"sweep of {len(jobs)} jobs, worst exit code {predicate.get('exit_code')}"
 
 
@@ -47,8 +53,9 @@ SUMMARY = Document("sweep", SUMMARY_ENVELOPE, "summary.pdf", "summary.unsigned.p
                    SWEEP_PREDICATE_TYPE, check_sweep_predicate)
 
 
-def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey) -> Check:
-    """One line for one listed job: its run verifies, is the listed statement, and agrees with the summary."""
+def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey, entry: dict) -> Check:
+    """One line for one listed job: its run verifies, is the listed statement, and agrees with the summary.
+    ``entry`` receives ``signed_launch``, the ``sweep`` its verified statement names."""
     name = f"job {job['job']} ({job['dir']}/)"
 
     def run() -> str:
@@ -59,10 +66,12 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
                     f"exit code {job['exit_code']} means its checks ran, but the summary lists no signed statement")
             return f"not signed: it did not run its checks (exit code {job['exit_code']}, {job['verdict']})"
         found = verify_run(folder, public_key)
+        entry["notes"] = [Check(NOTE, f"{job['dir']}/: {c.name}", c.detail) for c in found.checks if c.status == NOTE]
         failed = [c for c in found.checks if c.status == FAIL]
         require(not failed, f"its run does not verify: {failed[0].line if failed else ''}")
         require(sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
                 "its statement is not the one the summary lists (a swapped or replaced job)")
+        entry["signed_launch"] = found.statement["predicate"].get("sweep")
         signed = found.statement["predicate"]["verdict"]
         expected = VERDICT_BY_CODE.get(job["exit_code"])
         require(signed == job["verdict"] == expected,
@@ -82,6 +91,37 @@ def _check_folders(sweep_dir: Path, jobs: list[dict]) -> Check:
         return f"{len(on_disk)} job folders, each listed"
 
     return attempt("job folders", folders)
+
+
+def _not_covered(sweep_dir: Path, digests: dict, jobs: list[dict]) -> list[Check]:
+    """NOTE lines for what the sweep's statement does not vouch for outside its jobs' own folders
+    (a job's folder is vouched for by the job's statement; its own NOTE lines name the rest)."""
+    listed = {job["dir"] for job in jobs}
+    own = (SUMMARY.pdf, SUMMARY.envelope, INCOMPLETE_MARK)
+    grouped: dict[str, list[str]] = {}
+    for name, kind in unlisted_files(sweep_dir, digests, own=own):
+        if any(name.startswith(f"{d}/") for d in listed):
+            continue
+        top = name.split("/")[0] + ("/" if "/" in name else "")
+        grouped.setdefault(top, []).append(kind)
+    return [Check(NOTE, f"not covered: {top}", (f"{len(kinds)} files, " if top.endswith("/") else kinds[0])
+                  + "not in the sweep's statement and in no job's folder; nothing vouches for it")
+            for top, kinds in grouped.items()]
+
+
+def _check_launch(sweep_dir: Path, predicate: dict, digests: dict, entries: list[dict]) -> Check:
+    """The signed multirun.yaml re-derives the signed launch, and the listed jobs are exactly its jobs."""
+    def launch() -> str:
+        require(LAUNCH_FILE in digests, f"the statement does not cover {LAUNCH_FILE}, Hydra's record of the launch")
+        record = launch_record(sweep_dir)
+        require(record["sha256"] == digests[LAUNCH_FILE], f"{LAUNCH_FILE} is not the signed one")
+        require(record == predicate["launch"], f"the signed launch does not follow from {LAUNCH_FILE}")
+        differences = launch_differences(record, entries)
+        require(not differences, "; ".join(differences))
+        swept = ", ".join(f"{k} ({len(v)} values)" for k, v in record["swept"].items()) or "nothing swept"
+        return f"{record['job_count']} jobs re-derived from {LAUNCH_FILE} ({swept}), each listed once as launched"
+
+    return attempt("launch", launch)
 
 
 def _check_rederived(sweep_dir: Path, summary: bytes | None) -> Check:
@@ -106,8 +146,12 @@ def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Veri
     if found.statement is None:
         return found
     jobs = found.statement["predicate"]["jobs"]
-    found.checks += [_check_job(sweep_dir, job, public_key) for job in jobs]
-    found.checks += [_check_folders(sweep_dir, jobs), _check_rederived(sweep_dir, found.data)]
+    entries = [{"job": j["job"], "dir": j["dir"], "overrides": j.get("overrides", [])} for j in jobs]
+    found.checks += [_check_job(sweep_dir, job, public_key, entry) for job, entry in zip(jobs, entries)]
+    found.checks += [_check_folders(sweep_dir, jobs), _check_rederived(sweep_dir, found.data),
+                     _check_launch(sweep_dir, found.statement["predicate"], subject_digests(found.statement), entries)]
+    found.checks += [note for entry in entries for note in entry.pop("notes", [])]
+    found.checks += _not_covered(sweep_dir, subject_digests(found.statement), jobs)
     return found
 
 

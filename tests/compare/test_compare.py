@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TESTS, job_cost_rows, reportgen_cli, write_job
+from conftest import TESTS, job_cost_rows, reportgen_cli, sign_folder, write_job
 from reportgen.compare import command as compare
 from reportgen.trust.keys import generate_key
 
@@ -23,6 +23,7 @@ def run_folder(root: Path, name: str, rows: list, config: dict | None = None) ->
 def result(tmp_path, base_rows, new_rows, **limits) -> dict:
     base = compare.load_side("BASE", run_folder(tmp_path, "base", base_rows))
     new = compare.load_side("NEW", run_folder(tmp_path, "new", new_rows))
+    base.verified = new.verified = True  # the derivation alone (verification: tests/test_trust_chain.py)
     return compare.compare(base, new, **limits)
 
 
@@ -61,6 +62,7 @@ def test_tolerances_and_config_diff(tmp_path):
     looser[0].threshold = "atol=1e-03 rtol=1e-03"
     base = compare.load_side("BASE", run_folder(tmp_path, "base", job_cost_rows(), {"parity": {"rtol": None}, "seed": 0}))
     new = compare.load_side("NEW", run_folder(tmp_path, "new", looser, {"parity": {"rtol": 0.001}, "seed": 0}))
+    base.verified = new.verified = True
     out = compare.compare(base, new)
     assert out["tolerances"] == [{"name": "gradient parity · max_abs_err", "base": "1e-05",
                                   "new": "atol=1e-03 rtol=1e-03"}]
@@ -68,17 +70,19 @@ def test_tolerances_and_config_diff(tmp_path):
 
 
 def test_cli_exit_codes_and_outputs(tmp_path, capsys):
-    base = run_folder(tmp_path, "base", job_cost_rows(1000, 250, 1.30))
-    worse = run_folder(tmp_path, "worse", job_cost_rows(1000, 250, 1.50, ci=(1.45, 1.55)))
+    private, public = generate_key(tmp_path / "keys" / "k.pem")
+    required = ["gradient parity", "warm-step memory"]
+    base = sign_folder(run_folder(tmp_path, "base", job_cost_rows(1000, 250, 1.30)), private, required)
+    worse = sign_folder(run_folder(tmp_path, "worse", job_cost_rows(1000, 250, 1.50, ci=(1.45, 1.55))), private, required)
     assert compare.main([str(base), str(tmp_path / "nope"), "--no-sign"]) == 2
     assert "no such run folder" in capsys.readouterr().err
-    assert compare.main([str(base), str(worse), "--no-sign", "--out", str(tmp_path / "c1")]) == 1
+    assert compare.main([str(base), str(worse), "--key", str(public), "--no-sign", "--out", str(tmp_path / "c1")]) == 1
     assert "REGRESSED: overhead ratio rose by 20.0 pp" in capsys.readouterr().out
     csv = pd.read_csv(tmp_path / "c1" / "compare.csv")
     assert csv[(csv.kind == "cost") & (csv.name == "overhead_ratio")].change.item() == "+20.00 pp"
     assert (tmp_path / "c1" / "compare.pdf").read_bytes().startswith(b"%PDF")
     assert "UNSIGNED" in (tmp_path / "c1" / "compare.html").read_text()
-    assert compare.main([str(base), str(worse), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c2"),
+    assert compare.main([str(base), str(worse), "--key", str(public), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c2"),
                          "--compare.max_overhead_increase_pp", "25"]) == 0
 
 
@@ -94,9 +98,9 @@ def test_unsigned_runs_do_not_verify_with_a_key(tmp_path, capsys):
     _, public = generate_key(tmp_path / "keys" / "k.pem")
     base = run_folder(tmp_path, "base", job_cost_rows())
     assert compare.main([str(base), str(base), "--key", str(public), "--no-sign", "--no-pdf",
-                         "--out", str(tmp_path / "c")]) == 1
+                         "--out", str(tmp_path / "c")]) == 3
     out = capsys.readouterr().out
-    assert "BASE NOT VERIFIED" in out and "REGRESSED: BASE does not verify with the given key" in out
+    assert "BASE NOT VERIFIED" in out and "CANNOT TELL: BASE does not verify with the given key" in out
 
 
 # --------------------------------------------------------------------------- end to end

@@ -145,6 +145,8 @@ def test_llama3_8b_fsdp_selective_op_is_not_under_torchtitans_measured_peak(tmp_
         ({"model_type": "llama", "auto_map": {"AutoConfig": "x.Y"}}, "remote code"),
         ({"model_type": "llama", "num_hidden_layers": 100000}, "num_hidden_layers"),
         ({"model_type": "no-such-model", "hidden_size": 8}, "model_type"),
+        ({"model_type": "llama", "hidden_size": -64}, "hidden_size is -64; it must be a positive integer"),
+        ({"model_type": "llama", "intermediate_size": 10**9}, "intermediate_size is 1000000000, above the bound"),
         ("{not json", "JSON"),
     ],
 )
@@ -272,3 +274,19 @@ def test_largest_batch_is_solved_from_two_batches_and_holds_at_a_third(llama):
     args = parse_args([*words, "batch=1", f"memory_gib={budget}", "largest_batch=true"])
     _, plans, traces = cli.plan_policies(args)
     assert plans[0].largest_batch == 3 and traces == 4
+
+
+def test_an_unknown_model_type_never_prompts_even_with_stdin_open(tmp_path):
+    """transformers' "run the custom code? [y/N]" would wait on an open stdin; the plan says no at once (issue 27)."""
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    target = tmp_path / "config.json"
+    target.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 8}))
+    proc = subprocess.Popen([sys.executable, "-m", "reportgen.plan", str(target), "seq=16", f"out={tmp_path / 'o'}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env())
+    out, err = proc.communicate(timeout=120)  # stdin stays open until then: a prompt would hang
+    assert proc.returncode == 2 and "[y/N]" not in out + err and err.count("\n") == 1

@@ -6,6 +6,7 @@ held faults of tests/user_models/faults.py and truth.py (no ../shared needed).""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from reportgen.checks.step import step_and_state_parity
 from reportgen.checks.trajectory import trajectory_parity
 from reportgen.results import FAIL, PASS, Role, judge, judge_record, to_frame
 from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
-from reportgen.results.rows import ROUNDING_LEVEL, tensor_row, with_rounding
+from reportgen.results.rows import ROUNDING_LEVEL, envelope_used, tensor_row, with_rounding
 from reportgen.training.train import TrainResult
 
 from conftest import small_setup
@@ -62,6 +63,8 @@ def test_with_rounding_passes_inside_twice_the_envelope_and_fails_outside():
     assert inside.status == PASS and ROUNDING_LEVEL in inside.detail
     assert inside.extra["rounding_excess"] == pytest.approx(3e-4 - 4e-4)
     assert outside.status == FAIL and "outside 2× the rounding envelope" in outside.detail
+    assert "uses 0.75 of its 2× rounding envelope" in inside.detail  # 3e-4 of the 4e-4 allowed
+    assert envelope_used(3e-4, 2e-4, 2.0) == pytest.approx(0.75) and envelope_used(1e-9, 0.0, 2.0) == math.inf
 
 
 def test_envelope_skips_integer_tensors_and_the_gradient_gate_uses_it_after_the_first_step():
@@ -165,7 +168,12 @@ def test_worst_seed_row_follows_the_rounding_verdict_of_its_seed(monkeypatch):
 @pytest.mark.hf
 def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_only():
     """The issue's second case, small: gradients within tolerance but not bitwise, the trained
-    weights beyond tolerance after the budget; the envelope passes them, without it they FAIL."""
+    weights beyond tolerance after the budget; the envelope passes them, without it they FAIL.
+
+    The fixture's learning rate keeps training out of saturation (tests/user_conf/model/t5_reentrant.yaml):
+    measured across CPU kernels (ATen AVX512/AVX2/default, MKL AVX2/SSE4.2, 1-4 threads) and six
+    rounding-twin sign seeds, the worst parameter uses 0.008-0.06 of its 2× envelope, the metric at
+    most 0.41; the bound asserted here (0.5) leaves that margin eight times over for the parameters."""
     pytest.importorskip("transformers")
     from reportgen.checks.budget import task_metrics
 
@@ -179,7 +187,14 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
                                                   user_conf=True)))
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
-        assert set(frame[frame.role.isin([Role.METRIC_DIFF, Role.WORST])].status) == {expected}
+        metric = frame[frame.role.isin([Role.METRIC_DIFF, Role.WORST])]
+        if expected == PASS:
+            assert set(metric.status) == {PASS}, metric.detail.tolist()
+            used = float(re.search(r"the closest uses ([0-9.]+) of its 2× rounding envelope", final.detail).group(1))
+            assert 0 < used <= 0.5, final.detail  # measured 0.008-0.06: the margin, not the factor, passes it
+        else:  # without the envelope the metric rows follow the metric's own tolerance only
+            beyond = (metric.value.astype(float) > metric.threshold_value.astype(float)).any()
+            assert set(metric.status) == {FAIL if beyond else PASS}, metric.detail.tolist()
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job
+from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from reportgen import sweep
 from reportgen.config import TIME
 from reportgen.errors import ExitCode
@@ -29,7 +29,7 @@ def fake_sweep(tmp_path) -> Path:
     write_job(root / "3", 3, ["+model=mlp", "recompute=broken"], 2, None,
               error="recompute.targets ['Nothing'] match no module; the model has: Block, Linear")
     write_job(root / "4", 4, ["+model=mlp", "recompute=killed"], None, None)
-    OmegaConf.save(OmegaConf.create({}), root / "multirun.yaml")
+    write_launch(root, ["+model=mlp", "recompute=non_reentrant,reentrant,selective,broken,killed"])
     return root
 
 
@@ -120,23 +120,18 @@ def test_summarize_writes_csv_html_pdf_with_matrix_scatter_and_links(fake_sweep)
     assert (fake_sweep / "summary.pdf").read_bytes().startswith(b"%PDF")
 
 
-def test_signed_summary_lists_every_job_statement(fake_sweep, tmp_path):
-    from securesystemslib.dsse import Envelope
-
-    from reportgen.trust.signing import sslib_public_key
-
+def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep, tmp_path):
+    """job.json files that claim a verdict (exit 0 or 1) without a signed run, and a stand-in
+    statement: nothing is signed, and each job is named (issue 27)."""
     (fake_sweep / "0" / "statement.dsse.json").write_text('{"stand-in": "job 0 envelope"}\n')
-    private, public = generate_key(tmp_path / "keys" / "k.pem")
-    sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
-    envelope = Envelope.from_dict(json.loads((fake_sweep / "summary.dsse.json").read_text()))
-    envelope.verify([sslib_public_key(load_public_key(public))], 1)  # raises unless signed by this key
-    statement = json.loads(envelope.payload)
-    names = {s["name"] for s in statement["subject"]}
-    assert {"summary.csv", "summary.html", "summary.unsigned.pdf", "0/statement.dsse.json", "0/job.json"} <= names
-    jobs = {j["job"]: j for j in statement["predicate"]["jobs"]}
-    assert jobs[0]["statement_sha256"] is not None and jobs[1]["statement_sha256"] is None
-    assert statement["predicate"]["exit_code"] == 70
-    assert (fake_sweep / "summary.pdf").read_bytes().startswith((fake_sweep / "summary.unsigned.pdf").read_bytes())
+    private, _ = generate_key(tmp_path / "keys" / "k.pem")
+    with pytest.raises(sweep.SweepMismatch) as refused:
+        sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
+    problems = refused.value.problems
+    assert problems[0] == "job 0 (0/): its statement does not verify with this key (KeyError)"
+    assert problems[1:] == [f"job {n} ({n}/): job.json says exit code {c} ({v}), which only a signed run gives, and "
+                            "the folder holds no signed statement" for n, c, v in [(1, 0, "PASS"), (2, 1, "FAIL")]]
+    assert not (fake_sweep / "summary.dsse.json").exists() and not (fake_sweep / "summary.csv").exists()
 
 
 def test_callback_sets_the_exit_code_from_the_files(fake_sweep, capsys):
@@ -271,3 +266,21 @@ def test_sweep_over_recompute_settings_trains_the_plain_twin_once(tmp_path):
     pages = {job: (tmp_path / "sweep" / job / "report.html").read_text() for job in ("0", "1")}
     assert "From the plain-twin cache" not in pages["0"]  # job 0 trained it
     assert "From the plain-twin cache" in pages["1"] and "task metrics, seed 0 (key <code>sha256:" in pages["1"]
+
+
+@pytest.mark.slow
+def test_a_real_sweeps_jobs_are_its_launchs_and_a_deleted_one_is_refused(basic_sweep, tmp_path, capsys):
+    """Hydra's own multirun.yaml re-derives exactly the jobs it launched (numbers and overrides);
+    after a job folder is deleted the repair command refuses, naming it (issue 27)."""
+    import shutil
+
+    from reportgen.trust.launch import launch_record
+
+    folder = Path(shutil.copytree(basic_sweep[1], tmp_path / "copy"))
+    launch = launch_record(folder)
+    jobs = sweep.load_jobs(folder)
+    assert launch["job_count"] == 4 and [j["overrides"] for j in jobs] == [j["overrides"] for j in launch["jobs"]]
+    assert launch["swept"]["recompute.preserve_rng_state"] == ["True", "False"]  # as Hydra writes them
+    shutil.rmtree(folder / "1")
+    assert sweep.main(["summarize", str(folder), "--no-sign", "--no-pdf"]) == 2
+    assert "job 1 is missing: the launch made it" in capsys.readouterr().err

@@ -350,3 +350,75 @@ def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_stil
     assert "Cache entries rejected" in html and "digest mismatch" in html
     checks = verify(tmp_path / "poisoned", load_public_key(public))
     assert not [c.line for c in checks if c.status == VERIFY_FAIL]
+
+
+# --------------------------------------------------------------------------- contents, not paths (issue 27)
+
+
+def test_an_edited_config_json_under_the_same_path_is_a_miss(tmp_path):
+    """SiLU → GELU in model.config, same path: another key, so the stale plain run is never reused;
+    the same holds for task.text_file and every file of a model.pretrained folder."""
+    from reportgen.paths import conf_dir
+
+    config = tmp_path / "config.json"
+    config.write_text((conf_dir() / "examples" / "hf_causal_lm" / "config.json").read_text())
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox\n" * 20)
+    cfg = compose_config("+model=hf_causal_lm", f"model.config={config}", f"task.text_file={text}")
+    key, material = cache.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    assert set(material["files"]) == {str(config.resolve()), str(text.resolve())}
+    fields = json.loads(config.read_text())
+    fields["hidden_act"] = "gelu" if fields.get("hidden_act") != "gelu" else "silu"
+    config.write_text(json.dumps(fields))
+    assert key_of(cfg) != key
+    edited = key_of(cfg)
+    text.write_text("the quick brown fox\n" * 19 + "the quick brown cat\n")
+    assert key_of(cfg) != edited
+    weights = tmp_path / "pretrained"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"\0" * 64)
+    with_folder = compose_config("+model=hf_causal_lm", f"model.pretrained={weights}")
+    before = key_of(with_folder)
+    (weights / "model.safetensors").write_bytes(b"\1" * 64)
+    assert key_of(with_folder) != before
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660])
+def test_a_cache_secret_others_can_read_is_refused_naming_chmod_600(cache_folder, tmp_path, monkeypatch, caplog, mode):
+    secret = tmp_path / "shared" / "cache-secret"
+    secret.parent.mkdir()
+    secret.write_bytes(b"s" * cache.SECRET_BYTES)
+    secret.chmod(mode)
+    monkeypatch.setenv(cache.SECRET_ENV, str(secret))
+    with pytest.raises(cache.CacheSecretError, match=r"Run `chmod 600 .*cache-secret`"):
+        cache.cache_secret()
+    result = plain_run(small_setup("+model=ffn"))
+    assert result.cache_key is None and result.complete and not cache_folder.exists()  # never used
+    assert "chmod 600" in caplog.text and "training without the cache" in caplog.text
+
+
+def test_a_cache_secret_that_is_a_device_is_refused(monkeypatch):
+    monkeypatch.setenv(cache.SECRET_ENV, "/dev/zero")
+    with pytest.raises(cache.CacheSecretError, match="is a character device, not a regular file"):
+        cache.cache_secret()
+
+
+def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_the_entry_stale(cache_folder, tmp_path):
+    """A file no config value names (a dataset the task finds itself) is seen through Python's audit
+    hook while the plain twin trains; the entry keeps its digest, and an edit is a miss."""
+    from reportgen.trust.opened import opened_files
+
+    data = tmp_path / "dataset.txt"
+    data.write_text("1 2 3\n")
+    with opened_files(ignore=(cache_folder,)) as found:
+        assert data.read_text() == "1 2 3\n"
+        (tmp_path / "written.txt").write_text("not data")  # written, not read: not recorded
+    assert found == [data.resolve()]
+    cfg = compose_config("+model=ffn")
+    key, material = cache.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    record = {name: 0 for name in cache.RECORD_FIELDS} | {"metrics": {}, "curve": [], "complete": True}
+    secret = cache.cache_secret()
+    cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, opened=found)
+    assert cache.load(cache_folder, key, secret) is not None
+    data.write_text("1 2 4\n")
+    assert cache.load(cache_folder, key, secret) is None  # stale: trained afresh, never the old run

@@ -4,12 +4,14 @@ Each attack from issue 17 is performed here and must fail verification or be ref
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import REQUIRED, job_cost_rows, make_key, signed_run, tiny_frame, tiny_meta, write_job
+from conftest import (REQUIRED, job_cost_rows, job_sweep, make_key, sign_folder, signed_run, tiny_frame, tiny_meta,
+                      write_job, write_launch)
 from reportgen.compare import command as compare
 from reportgen import sweep
 from reportgen import verify as verifier
@@ -18,7 +20,7 @@ from reportgen.report.render import render_report
 from reportgen.config import TIME
 from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, frame_from_json, to_frame
 from reportgen.run import write_results
-from reportgen.trust.signing import load_signing_key, sign_run, signature_label
+from reportgen.trust.signing import SigningError, load_signing_key, sign_run, signature_label
 
 
 def failed(checks) -> list[str]:
@@ -32,13 +34,7 @@ JOB_REQUIRED = ["gradient parity", "warm-step memory"]
 def signed_job(folder: Path, job: int, overrides: list[str], exit_code: int, rows: list, key: Path) -> Path:
     """A sweep job as a signed multirun leaves it: job.json, .hydra/, results.json and a signed statement."""
     write_job(folder, job, overrides, exit_code, rows, required=tuple(JOB_REQUIRED))
-    frame = frame_from_json((folder / "results.json").read_text())
-    (folder / "results.json").unlink()
-    signing = load_signing_key(True, str(key))
-    verdict = claim_verdict(frame, JOB_REQUIRED)
-    write_results(frame, folder)
-    sign_run(frame, tiny_meta(folder, signature_label(signing)), verdict, folder, signing, required=JOB_REQUIRED)
-    return folder
+    return sign_folder(folder, key, JOB_REQUIRED, job_sweep(folder.parent, job, overrides))
 
 
 @pytest.fixture
@@ -51,11 +47,10 @@ def signed_sweep(tmp_path, keys):
     """Three jobs: 0 holds, 1 fails gradient parity, 2 could not start; summary signed, no PDF."""
     (private, _), _ = keys
     root = tmp_path / "sweep"
-    root.mkdir()
+    write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant,broken"])
     signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
     signed_job(root / "1", 1, ["+model=ffn", "recompute=reentrant"], 1, job_cost_rows(parity="FAIL"), private)
     write_job(root / "2", 2, ["+model=ffn", "recompute=broken"], 2, None, error="targets match nothing")
-    (root / "multirun.yaml").write_text("hydra: {}\n")
     sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
     return root
 
@@ -110,7 +105,7 @@ def test_a_summary_that_does_not_follow_from_its_jobs_fails(tmp_path, keys, monk
     """The signer's own summary lies (a failing job shown as PASS): the re-derivation catches it."""
     (private, public), _ = keys
     root = tmp_path / "lying"
-    root.mkdir()
+    write_launch(root, ["+model=ffn"])
     signed_job(root / "0", 0, ["+model=ffn"], 1, job_cost_rows(parity="FAIL"), private)
     honest = sweep.summary_frame
 
@@ -163,6 +158,159 @@ def test_a_summary_that_cannot_be_written_names_the_path(signed_sweep, keys, cap
     assert "could not write" in err and "disk is full" in err and "bug" not in err
 
 
+def refused_summary(sweep_dir: Path, private: Path, capsys) -> str:
+    """``sweep summarize`` (the repair command) on ``sweep_dir``: it must refuse; its message."""
+    before = (sweep_dir / "summary.dsse.json").read_bytes()
+    assert sweep.main(["summarize", str(sweep_dir), "--key", str(private), "--no-pdf"]) == 2
+    assert (sweep_dir / "summary.dsse.json").read_bytes() == before  # nothing re-signed
+    return capsys.readouterr().err
+
+
+def test_summarize_refuses_a_sweep_whose_failing_job_was_deleted(signed_sweep, keys, capsys):
+    (private, _), _ = keys
+    shutil.rmtree(signed_sweep / "1")
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 1 is missing: the launch made it (+model=ffn recompute=reentrant), no folder holds it" in err
+
+
+def test_summarize_refuses_a_passing_job_copied_in_from_another_sweep(signed_sweep, keys, tmp_path, capsys):
+    """Another sweep's PASS job 1 (same number, same overrides) in place of the failing job 1."""
+    (private, _), _ = keys
+    other = tmp_path / "other-sweep"
+    write_launch(other, ["+model=ffn", "recompute=non_reentrant,reentrant"])
+    signed_job(other / "1", 1, ["+model=ffn", "recompute=reentrant"], 0, job_cost_rows(), private)
+    shutil.rmtree(signed_sweep / "1")
+    shutil.copytree(other / "1", signed_sweep / "1")
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 1 (1/) was signed in another sweep (its statement names launch sha256:" in err
+
+
+def test_summarize_refuses_a_duplicated_job_number(signed_sweep, keys, capsys):
+    """A PASS job copied beside the failing one: two jobs numbered 0."""
+    (private, _), _ = keys
+    shutil.copytree(signed_sweep / "0", signed_sweep / "0-copy")
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 0 appears 2 times (0/, 0-copy/): a launch numbers each job once" in err
+
+
+def test_summarize_refuses_a_job_json_edited_to_pass(signed_sweep, keys, capsys):
+    (private, public), _ = keys
+    record = signed_sweep / "1" / "job.json"
+    record.write_text(record.read_text().replace('"exit_code": 1', '"exit_code": 0').replace('"FAIL"', '"PASS"'))
+    err = refused_summary(signed_sweep, private, capsys)
+    assert "job 1 (1/): job.json says PASS (exit code 0), its signed run says FAIL" in err
+    assert any(line.startswith("FAIL subject 1/job.json") for line in failed(verify_dir(signed_sweep, public).checks))
+
+
+def test_a_signed_summary_over_jobs_the_launch_did_not_make_fails(tmp_path, keys, monkeypatch):
+    """A signer whose summarize skipped the launch check (an older reportgen): verify re-derives the
+    jobs from the signed multirun.yaml and names the missing one."""
+    (private, public), _ = keys
+    root = tmp_path / "short"
+    write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant"])
+    signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
+    real = sweep.job_problems
+    monkeypatch.setattr(sweep, "job_problems", lambda *a: (real(*a)[0], []))
+    sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
+    lines = failed(verify_dir(root, public).checks)
+    assert lines == ["FAIL launch: job 1 is missing: the launch made it (+model=ffn recompute=reentrant), "
+                     "no folder holds it"]
+
+
+# --------------------------------------------------------------------------- what verify is told to expect
+
+
+def test_a_run_folder_with_a_genuine_sweeps_files_copied_in_fails_as_mixed(signed_sweep, keys, tmp_path, capsys):
+    """An edited run plus a copied genuine sweep summary: never "VERIFIED (sweep folder)"."""
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private, failing=True, pdf=False)
+    results = run / "results.json"
+    results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
+    for name in ("summary.dsse.json", "summary.json", "summary.csv", "summary.html", "multirun.yaml"):
+        shutil.copy(signed_sweep / name, run / name)
+    assert verifier.main([str(run), "--key", str(public)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("FAIL kind: this folder holds the files of a run (statement.dsse.json, results.json) "
+                             "and of a sweep (summary.dsse.json, summary.json)")
+    assert out[-1].startswith("NOT VERIFIED (mixed folder)")
+
+
+@pytest.fixture
+def summary_pdf(signed_sweep, keys) -> Path:
+    """The signed sweep's summary.pdf (rendered and signed again with a PDF)."""
+    (private, _), _ = keys
+    assert sweep.main(["summarize", str(signed_sweep), "--key", str(private)]) == 2  # worst job: exit 2
+    return signed_sweep / "summary.pdf"
+
+
+def test_a_summary_pdf_renamed_report_pdf_fails_expect_run(summary_pdf, keys, tmp_path, capsys):
+    (_, public), _ = keys
+    renamed = tmp_path / "report.pdf"
+    shutil.copy(summary_pdf, renamed)
+    assert verifier.main([str(renamed), "--key", str(public), "--expect", "run"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("checking a sweep PDF") and out[-1].startswith("NOT VERIFIED (sweep PDF)")
+    assert any(line.startswith("FAIL expected kind: --expect run, and this is a sweep PDF") for line in out)
+    assert verifier.main([str(renamed), "--key", str(public), "--expect", "sweep"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("VERIFIED (sweep PDF)")  # the kind on the last line too
+
+
+def test_verify_refuses_devices_and_fifos_in_one_line(signed_sweep, keys, tmp_path, capsys):
+    (private, public), _ = keys
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for argv in (["/dev/zero", "--key", str(public)], [str(fifo), "--key", str(public)],
+                 [str(signed_sweep), "--key", "/dev/zero"], [str(signed_sweep), "--key", str(fifo)]):
+        assert verifier.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "not a regular file" in err or "not a key file" in err
+        assert "\n" not in err
+    with pytest.raises(SigningError, match="is a character device, not a key file"):
+        load_signing_key(True, "/dev/zero")
+
+
+# --------------------------------------------------------------------------- a run signs only what it wrote
+
+
+def test_a_folder_holding_unrelated_files_is_refused_at_start(tmp_path, capsys):
+    from reportgen.commands.rundir import FolderLock, StartRefused
+
+    folder = tmp_path / "run"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine\n")
+    (folder / "sub" / "mine.txt").write_text("mine too\n")
+    with pytest.raises(StartRefused):
+        FolderLock(folder)
+    out = capsys.readouterr().out
+    assert "holds files that are not a run's (notes.txt, sub/)" in out and "new or empty folder" in out
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "sub"]  # nothing written
+
+
+def test_a_file_dropped_into_a_running_run_is_not_signed(tmp_path, keys):
+    """Files that appear in the folder while the run writes (not by the run) are no subjects."""
+    from reportgen.trust.manifest import start_manifest
+
+    (private, public), _ = keys
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    (out / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    start_manifest(out)
+    (out / "notes.txt").write_text("not the run's\n")
+    (out / "sub").mkdir()
+    (out / "sub" / "mine.txt").write_text("not the run's either\n")
+    frame = tiny_frame()
+    signing = load_signing_key(True, str(private))
+    write_results(frame, out)
+    render_report(frame, tiny_meta(out, signature_label(signing)), "PASS", out, pdf=False, required=REQUIRED)
+    sign_run(frame, tiny_meta(out, signature_label(signing)), "PASS", out, signing, required=REQUIRED)
+    checks = verify_dir(out, public).checks
+    subjects = sorted(c.name.removeprefix("subject ") for c in checks if c.name.startswith("subject "))
+    assert subjects == [".hydra/config.yaml", "report.html", "results.csv", "results.json"]
+    notes = [c.name for c in checks if c.status == "NOTE"]
+    assert "not covered: notes.txt" in notes and "not covered: sub/mine.txt" in notes
+
+
 # --------------------------------------------------------------------------- comparisons
 
 
@@ -208,7 +356,7 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
     results = new / "results.json"
     results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
     out = tmp_path / "cmp"
-    assert compare.main([str(base), str(new), "--signing-key", str(private), "--no-pdf", "--out", str(out)]) == 1
+    assert compare.main([str(base), str(new), "--signing-key", str(private), "--no-pdf", "--out", str(out)]) == 3
     said = capsys.readouterr().out
     assert "NEW NOT VERIFIED" in said and "says PASS" in said and "UNSIGNED" in said
     assert not (out / "compare.dsse.json").exists() and "UNSIGNED" in (out / "compare.html").read_text()
@@ -221,14 +369,50 @@ def noisy_timing(ratio: float, ci: tuple[float, float]) -> list:
                 role=Role.OVERHEAD_CI, unit="pp", threshold_value=5.0, on_miss="WARN")]
 
 
-def test_noise_is_not_called_a_regression(tmp_path, capsys):
-    base = write_job(tmp_path / "base", 0, [], 0, noisy_timing(1.30, (1.10, 1.55)))
-    new = write_job(tmp_path / "new", 0, [], 0, noisy_timing(1.43, (1.20, 1.70)))
-    assert compare.main([str(base), str(new), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")]) == 3
+def signed_folder(folder: Path, rows: list, key: Path) -> Path:
+    return sign_folder(write_job(folder, 0, [], 0, rows), key, JOB_REQUIRED)
+
+
+def test_noise_is_not_called_a_regression(tmp_path, keys, capsys):
+    (private, public), _ = keys
+    base = signed_folder(tmp_path / "base", noisy_timing(1.30, (1.10, 1.55)), private)
+    new = signed_folder(tmp_path / "new", noisy_timing(1.43, (1.20, 1.70)), private)
+    key = ["--key", str(public), "--no-sign", "--no-pdf"]
+    assert compare.main([str(base), str(new), *key, "--out", str(tmp_path / "c")]) == 3
     out = capsys.readouterr().out
     assert "CANNOT TELL: overhead ratio rose by 13.0 pp" in out and "REGRESSED" not in out
-    separated = write_job(tmp_path / "far", 0, [], 0, noisy_timing(1.90, (1.80, 2.00)))
-    assert compare.main([str(base), str(separated), "--no-sign", "--no-pdf", "--out", str(tmp_path / "d")]) == 1
+    separated = signed_folder(tmp_path / "far", noisy_timing(1.90, (1.80, 2.00)), private)
+    assert compare.main([str(base), str(separated), *key, "--out", str(tmp_path / "d")]) == 1
+
+
+def test_compare_of_a_run_that_does_not_verify_is_cannot_tell(tmp_path, keys, capsys):
+    """No --key and no default key, or an edited row that also sets on_miss: never OK (exit 0)."""
+    (private, public), _ = keys
+    base = signed_folder(tmp_path / "base", job_cost_rows(), private)
+    unsigned = write_job(tmp_path / "unsigned", 0, [], 0, job_cost_rows())
+    assert compare.main([str(base), str(unsigned), "--key", str(public), "--no-sign", "--no-pdf",
+                         "--out", str(tmp_path / "c")]) == 3
+    assert "CANNOT TELL: NEW does not verify" in capsys.readouterr().out
+    edited = signed_folder(tmp_path / "edited", job_cost_rows(parity="FAIL"), private)
+    results = edited / "results.json"
+    results.write_text(results.read_text().replace('"status":"FAIL","detail"', '"status":"WARN","detail"')
+                       .replace('"on_miss":"FAIL"', '"on_miss":"WARN"', 1))
+    assert compare.main([str(base), str(edited), "--key", str(public), "--no-sign", "--no-pdf",
+                         "--out", str(tmp_path / "d")]) == 3
+    out = capsys.readouterr().out
+    assert "NEW NOT VERIFIED" in out and "OK:" not in out
+    assert "says on_miss 'WARN'; its check misses as FAIL" in out  # re-judged as the check configures it
+
+
+def test_a_parity_row_signed_with_a_lenient_on_miss_never_verifies(tmp_path, keys):
+    """A signer whose results say a missed gradient is only WARN (on_miss edited before signing)."""
+    (private, public), _ = keys
+    frame = tiny_frame(failing=True)
+    frame.loc[1, ["on_miss", "status"]] = ["WARN", "WARN"]
+    run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)
+    lines = failed(verify_dir(run, public).checks)
+    assert any("blocks.0.lin.weight.grad / recompute / max_abs_err says on_miss 'WARN'; its check misses as FAIL"
+               in line for line in lines)
 
 
 def test_compare_out_onto_an_existing_folder_is_one_line_exit_2(tmp_path, capsys):
@@ -239,10 +423,11 @@ def test_compare_out_onto_an_existing_folder_is_one_line_exit_2(tmp_path, capsys
     assert "exists already" in err and "\n" not in err and "Traceback" not in err
 
 
-def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, monkeypatch):
-    base = write_job(tmp_path / "base", 0, [], 0, job_cost_rows())
+def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, keys, monkeypatch):
+    (private, public), _ = keys
+    base = signed_folder(tmp_path / "base", job_cost_rows(), private)
     monkeypatch.chdir(tmp_path)
-    assert compare.main([str(base), str(base), "--no-sign", "--no-pdf"]) == 0
+    assert compare.main([str(base), str(base), "--key", str(public), "--no-sign", "--no-pdf"]) == 0
     assert len(list((tmp_path / "outputs" / "comparisons").glob("*/*/compare.html"))) == 1
     assert not (tmp_path / "comparisons").exists()
 
@@ -339,3 +524,131 @@ def test_a_write_failure_during_a_run_exits_2_naming_the_file(tmp_path, monkeypa
     assert cli._guarded_run(None, tmp_path, None) == 2
     out = capsys.readouterr().out
     assert f"could not write {tmp_path / 'report.pdf'}" in out and "bug" not in out
+
+
+# --------------------------------------------------------------------------- a finished run signed later
+
+
+def test_sigterm_during_signing_then_reportgen_sign_completes_and_verifies(tmp_path, keys, monkeypatch, capsys):
+    """A real SIGTERM while the statement is signed: exit 143, the console says every check finished
+    and the report was not signed, the folder is marked; ``python -m reportgen.sign`` re-judges,
+    renders, signs, and the run then verifies as a run."""
+    import signal
+
+    from omegaconf import OmegaConf
+
+    from conftest import SMALL, compose_config
+    from reportgen import cli
+    from reportgen.trust import finish, signing
+    from reportgen.trust.manifest import PENDING_NAME
+
+    (private, public), _ = keys
+    overrides = [o for o in SMALL if not o.startswith("report.")]
+    cfg = compose_config("+model=ffn", *overrides, "report.pdf=false", f"report.key_path={private}")
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")  # what Hydra writes before the job
+    real = signing.sign_statement
+
+    def terminated_while_signing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(signing, "sign_statement", terminated_while_signing)
+    assert cli._guarded_run(cfg, out, None) == 143
+    monkeypatch.setattr(signing, "sign_statement", real)
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said.startswith("reportgen: interrupted (SIGTERM): all checks finished; the report was not signed")
+    assert f"python -m reportgen.sign {out}" in said and (out / PENDING_NAME).is_file()
+    assert verifier.main([str(out), "--key", str(public)]) == 1
+    assert "finished its checks but was interrupted before it was signed" in capsys.readouterr().out
+    code = finish.main([str(out), "--key", str(private)])
+    assert code in (0, 1, 3) and "every row re-judged" in capsys.readouterr().out
+    assert not (out / PENDING_NAME).exists()
+    assert verifier.main([str(out), "--key", str(public), "--expect", "run"]) == code
+    assert capsys.readouterr().out.splitlines()[-1].startswith("VERIFIED (run folder)")
+
+
+def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, keys, capsys):
+    from reportgen.trust import finish
+    from reportgen.trust.manifest import mark_pending
+
+    (private, _), _ = keys
+    out = tmp_path / "run"
+    out.mkdir()
+    frame = tiny_frame(failing=True)
+    write_results(frame, out)
+    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert "not a finished run waiting to be signed" in capsys.readouterr().err
+    mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True)
+    results = out / "results.json"
+    results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
+    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert "state a status their numbers do not give" in capsys.readouterr().err
+    assert not (out / "statement.dsse.json").exists()
+
+
+def test_a_statement_deleted_beside_its_signed_pdf_is_named(tmp_path, keys):
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private)
+    (run / "statement.dsse.json").unlink()
+    lines = failed(verify_dir(run, public).checks)
+    assert lines[0].startswith("FAIL envelope signature: no statement.dsse.json in") and "it was deleted" in lines[0]
+
+
+# --------------------------------------------------------------------------- the smaller items
+
+
+def test_a_subject_that_is_a_symlink_out_of_the_folder_is_refused(tmp_path, keys):
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private, pdf=False)
+    outside = tmp_path / "outside.csv"
+    shutil.copy(run / "results.csv", outside)  # same bytes, same digest: only the link is wrong
+    (run / "results.csv").unlink()
+    (run / "results.csv").symlink_to(outside)
+    assert any(line.startswith("FAIL subject results.csv: a symbolic link leaving the folder")
+               for line in failed(verify_dir(run, public).checks))
+
+
+def test_an_interrupted_summary_is_named_not_checked_as_a_run(signed_sweep, keys):
+    (_, public), _ = keys
+    (signed_sweep / "summary.dsse.json").unlink()
+    (signed_sweep / sweep.INCOMPLETE_MARK).write_text("interrupted\n")
+    outcome = verify_dir(signed_sweep, public)
+    assert outcome.kind == "sweep folder" and failed(outcome.checks) == [
+        "FAIL summary complete: summary.incomplete is present and there is no summary.dsse.json: the summary was "
+        f"interrupted; write it again with python -m reportgen.sweep summarize {signed_sweep}"]
+
+
+def test_sweep_verify_lists_what_it_did_not_cover(signed_sweep, keys):
+    (_, public), _ = keys
+    (signed_sweep / "notes.txt").write_text("mine\n")
+    (signed_sweep / "extra").mkdir()
+    (signed_sweep / "extra" / "a.txt").write_text("a\n")
+    (signed_sweep / "0" / "scratch.txt").write_text("b\n")
+    checks = verify_dir(signed_sweep, public).checks
+    notes = {c.name: c.detail for c in checks if c.status == "NOTE"}
+    assert "not covered: notes.txt" in notes and notes["not covered: extra/"].startswith("1 files")
+    assert "0/: not covered: scratch.txt" in notes
+    assert failed(checks) == []
+
+
+def test_the_signed_summary_pdf_links_its_jobs_relatively(summary_pdf):
+    from pyhanko.pdf_utils.reader import PdfFileReader
+
+    reader = PdfFileReader(open(summary_pdf, "rb"), strict=False)
+    uris = [str(a.get_object()["/A"]["/URI"]) for page in reader.root["/Pages"]["/Kids"]
+            for a in page.get_object().get("/Annots", []) if "/URI" in a.get_object().get("/A", {})]
+    assert "0/report.pdf" in uris and "1/report.pdf" in uris
+    assert not any(u.startswith("file:") for u in uris) and b"file://" not in summary_pdf.read_bytes()
+
+
+def test_the_configured_on_miss_reads_a_flattened_config_as_compare_holds_it():
+    """compare's flattened config holds values as JSON text ('"WARN"'): a genuine WARN peak row agrees."""
+    from reportgen.verify.run import configured_on_miss
+
+    peak = {"role": Role.PEAK_SAVING, "variant": "recompute", "on_miss": "WARN"}
+    assert configured_on_miss(peak, {"memory.peak_on_miss": '"WARN"'}) == "WARN"
+    assert configured_on_miss(peak, {"memory.peak_on_miss": "FAIL"}) == "FAIL"
+    assert configured_on_miss({"role": Role.PARAM_GRAD, "variant": "recompute"}, None) == "FAIL"
+    assert configured_on_miss({"role": Role.PARAM_GRAD, "variant": "aa"}, None) is None
