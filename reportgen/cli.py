@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from reportgen.errors import Terminated  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
 from reportgen.errors import (EXIT_BUG, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,
                      console_text, exception_label, usage)
 from reportgen.files import OutputWriteError
@@ -28,10 +29,6 @@ from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
 log = logging.getLogger("reportgen")
 _codes: list[int] = []
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept)."""
 
 
 _terminated = False
@@ -147,7 +144,8 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
     with sigterm_as_interrupt():
         try:
             code = run(cfg, out_dir)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            _terminated = _terminated or isinstance(exc, Terminated)  # also SIGTERM seen by torch's elastic agent
             partial, pending = out_dir / "results.partial.json", out_dir / PENDING_NAME
             kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
             if pending.exists():

@@ -209,7 +209,49 @@ class DistributedStrategy(Enum):
     """How the twins are spread over the ranks."""
 
     ddp = "ddp"  #: ``DistributedDataParallel``: full replica per rank, gradients all-reduced
-    fsdp2 = "fsdp2"  #: ``fully_shard`` per recompute target (after its recompute wrapper), then on the root
+    fsdp2 = "fsdp2"  #: ``fully_shard`` on each unit (``distributed.fsdp.units``), then on the root
+    fsdp1 = "fsdp1"  #: ``FullyShardedDataParallel`` with an auto-wrap policy over ``distributed.fsdp.units``
+    custom = "custom"  #: the user's own function (``distributed.wrap``) spreads each twin
+
+
+@dataclass
+class DDPConfig:
+    """Arguments of ``torch.nn.parallel.DistributedDataParallel`` (``distributed.strategy=ddp``), passed as given."""
+
+    #: Traverse the graph after each forward to find parameters that get no gradient (torch default false).
+    find_unused_parameters: bool = False
+    #: The graph is the same every iteration (a parameter used twice under reentrant recompute). torch default false.
+    static_graph: bool = False
+    #: Gradients are views into DDP's all-reduce buckets (saves one copy). torch default false.
+    gradient_as_bucket_view: bool = False
+    #: Broadcast rank 0's buffers (BatchNorm running stats) before every forward. torch default true.
+    broadcast_buffers: bool = True
+    #: Size of a gradient all-reduce bucket, MiB (null = torch's default, 25).
+    bucket_cap_mb: Optional[float] = None
+
+
+@dataclass
+class FSDPConfig:
+    """Sharding units and precision of FSDP (``distributed.strategy=fsdp2`` or ``fsdp1``)."""
+
+    #: Class names (``Block``) or plain path globs (``blocks.*``) that become FSDP units; null = the targets.
+    units: Optional[List[str]] = None
+    #: FSDP2 only: free gathered parameters after forward (true, ZeRO-3) or keep them for backward (false).
+    reshard_after_forward: bool = True
+    param_dtype: Optional[str] = None  #: mixed precision: gathered parameters' dtype (null = the model's)
+    reduce_dtype: Optional[str] = None  #: mixed precision: dtype gradients are reduced in (null = the parameters')
+
+
+@dataclass
+class FSDP1Config:
+    """Arguments of ``torch.distributed.fsdp.FullyShardedDataParallel`` (``distributed.strategy=fsdp1``)."""
+
+    #: Keep the original parameters visible; the checks compare them by name, so false is refused.
+    use_orig_params: bool = True
+    #: ``ShardingStrategy`` name: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_* need a 2-D mesh).
+    sharding_strategy: str = "FULL_SHARD"
+    #: Broadcast rank 0's parameters and buffers at wrap time. torch default false.
+    sync_module_states: bool = False
 
 
 @dataclass
@@ -219,7 +261,7 @@ class DistributedConfig:
     #: Ranks (processes). >1 starts them with torch's elastic launcher (the machinery of torchrun),
     #: or joins the group of an existing torchrun / srun launch (RANK, WORLD_SIZE, LOCAL_RANK set).
     world_size: int = 1
-    #: ``ddp`` (``DistributedDataParallel``) or ``fsdp2`` (``fully_shard`` per recompute target, then the root).
+    #: ``ddp``, ``fsdp2``, ``fsdp1`` or ``custom`` (``distributed.wrap``); docs/distributed_wrapping.md.
     strategy: DistributedStrategy = DistributedStrategy.ddp
     #: ``auto`` (nccl on CUDA, gloo on CPU), ``gloo`` or ``nccl``.
     backend: str = "auto"
@@ -233,6 +275,14 @@ class DistributedConfig:
     #: null = the first of ``budget.seeds`` only (each seed is two sharded training runs; the spread
     #: over seeds is the single-process task-metrics check's).
     budget_seeds: Optional[List[int]] = None
+    #: ``DistributedDataParallel`` arguments (strategy ddp).
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    #: FSDP units and mixed precision (strategy fsdp2 or fsdp1).
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    #: ``FullyShardedDataParallel`` arguments (strategy fsdp1).
+    fsdp1: FSDP1Config = field(default_factory=FSDP1Config)
+    #: ``pkg.module.fn`` (strategy custom): ``fn(model, mesh) -> module``, on each twin after recompute is applied.
+    wrap: Optional[str] = None
 
 
 @dataclass

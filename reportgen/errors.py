@@ -34,6 +34,10 @@ EXIT_CODES_HELP = ("exit codes: 0 claim holds, 1 claim fails, 2 could not start 
                    "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept, exit 143)."""
+
+
 class UsageError(Exception):
     """The command could not start, and the user can fix it: the message names the fix.
 

@@ -23,7 +23,8 @@ from reportgen.report.diagnose import diagnose
 from reportgen.training.duration import refuse_long_runs
 from reportgen.distributed.launch import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
                           resolve_backend)
-from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_USAGE, UsageError,
+from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Terminated,
+                              UsageError,
                               clip_words, console_text)
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
 from reportgen.twins.observe import observation_rows
@@ -36,6 +37,8 @@ from reportgen.commands.rundir import forget_unstarted_run
 from reportgen.twins.setup import Setup
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
+from reportgen.distributed.wrapping import settings_in_force, wrap_order
+from reportgen.training.user_step import step_said
 from reportgen.trust.launch import job_launch
 from reportgen.trust.manifest import clear_pending, mark_pending, start_manifest
 
@@ -47,7 +50,15 @@ VERDICT_EXIT = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
 
 class Interrupted(Exception):
-    """Ctrl-C (or SIGTERM) during the checks, after the partial frame (with NOT_RUN rows) was written."""
+    """Ctrl-C (or SIGTERM) during the checks, after the partial frame (with NOT_RUN rows) was written.
+
+    Attributes:
+        terminated: True for SIGTERM (exit 143), False for Ctrl-C / SIGINT (exit 130).
+    """
+
+    def __init__(self, terminated: bool = False):
+        super().__init__("SIGTERM" if terminated else "SIGINT")
+        self.terminated = terminated
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -93,9 +104,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:
         rows = run_checks(setup, out_dir)
-    except Interrupted:
+    except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
-        return EXIT_INTERRUPTED
+        return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
@@ -168,10 +179,13 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
     dc, world = cfg.distributed, int(cfg.distributed.world_size)
     strategy = getattr(dc.strategy, "value", str(dc.strategy))
     commands = launch_commands(world)
+    mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
     return {"world_size": world, "strategy": strategy, "backend": resolve_backend(str(dc.backend), setup.device),
-            "mesh": f"1-D, {world} ranks ({'replicated, gradients all-reduced' if strategy == 'ddp' else 'sharded'})",
+            "mesh": f"1-D, {world} ranks ({mesh})",
             "timeout_s": float(dc.timeout_s), "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
-            "launch": commands["reportgen"], "torchrun": commands["torchrun"]}
+            "launch": commands["reportgen"], "torchrun": commands["torchrun"],
+            "settings": settings_in_force(dc, [w.path for w in setup.wrapped]), "order": wrap_order(dc),
+            "step": step_said(setup.task)}
 
 
 def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
@@ -200,12 +214,12 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
             rows.append(Row(check=check.name, item=f"stopped at checks.{exc.limit}", variant="recompute", metric="exception", status=ERROR,
                             detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
                             extra={"exception_type": "CheckLimitExceeded"}))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             rows += [Row(check=s.name, item="interrupted", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                          detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
                      for later in registry[index:] for s in later.sections]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
-            raise Interrupted from None
+            raise Interrupted(isinstance(exc, Terminated)) from None
         except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
             log.exception("check %s raised", check.name)
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))

@@ -46,6 +46,13 @@ class Task(Protocol):
         """Held-out metrics (must include ``metric``); called under ``torch.no_grad`` in eval mode."""
 
 
+#: Optional members of a task: the user's own training step (issue 23; reportgen.training.user_step).
+#: ``forward_backward(model, batch) -> loss``: forwards and backwards (several forwards, micro-batches
+#: with ``no_sync``); ``before_step(model, optimizer)``: between backward and the optimizer step
+#: (clipping, unscaling); ``make_optimizer(params)`` and ``make_lr_scheduler(optimizer)``: factories.
+TRAINING_STEP_MEMBERS = ("forward_backward", "before_step", "make_optimizer", "make_lr_scheduler")
+
+
 class FunctionTask:
     """A task made of plain functions, for user models such as ``../shared/cases/*.py``.
 
@@ -55,16 +62,24 @@ class FunctionTask:
         eval_batches: held-out batches for the ``loss`` metric (drawn with ``eval_seed``).
         eval_batch_size: examples per held-out batch.
         eval_seed: seed of the held-out generator, disjoint from training seeds by default.
+        forward_backward, before_step, make_optimizer, make_lr_scheduler: optional dotted paths of the
+            user's training step (:data:`TRAINING_STEP_MEMBERS`); null = reportgen's own.
     """
 
     metric = "loss"
     higher_is_better = False
 
     def __init__(self, make_batch: str, loss: str, eval_batches: int = 4, eval_batch_size: int = 32,
-                 eval_seed: int = 10_007):
+                 eval_seed: int = 10_007, forward_backward: str | None = None, before_step: str | None = None,
+                 make_optimizer: str | None = None, make_lr_scheduler: str | None = None):
         self._make_batch: Callable = get_method(make_batch) if isinstance(make_batch, str) else make_batch
         self._loss: Callable = get_method(loss) if isinstance(loss, str) else loss
         self.eval_batches, self.eval_batch_size, self.eval_seed = eval_batches, eval_batch_size, eval_seed
+        given = {"forward_backward": forward_backward, "before_step": before_step, "make_optimizer": make_optimizer,
+                 "make_lr_scheduler": make_lr_scheduler}
+        for name, path in given.items():  # only the members given: the others stay reportgen's
+            if path is not None:
+                setattr(self, name, get_method(path) if isinstance(path, str) else path)
 
     def make_batch(self, generator: torch.Generator, batch_size: int) -> Batch:
         """See :class:`Task`."""

@@ -62,7 +62,7 @@ def test_reference_lists_every_field_with_its_default_and_doc():
     assert undocumented == [], "give each field a #: comment in reportgen/config.py"
     assert "| `parity.rtol` | float or null | `null` |" in text
     assert "| `budget.seeds` | list of int | `[0, 1, 2]` |" in text
-    assert "| `distributed.strategy` | one of `ddp`, `fsdp2` | `ddp` |" in text
+    assert "| `distributed.strategy` | one of `ddp`, `fsdp2`, `fsdp1`, `custom` | `ddp` |" in text
 
 
 def test_reference_command_prints_what_it_writes(capsys):

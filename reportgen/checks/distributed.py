@@ -22,24 +22,25 @@ rank's rows.
 from __future__ import annotations
 
 import math
-import statistics
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from hydra.utils import instantiate
 
-from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME, DIST_TRAJECTORY
-from reportgen.distributed.launch import (Group, dist_name, distribute, full, full_grads, full_optimizer_state, full_params,
-                           max_over_ranks, shard_batch)
+from reportgen.distributed.full import dist_name, full, full_grads, full_optimizer_state, full_params
+from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import follow as ranks_follow
-from reportgen.distributed.ranks import ranked, run_sharded
-from reportgen.memory.saved import make_train_step, saved_activation_bytes
-from reportgen.memory.peak import warm_step_peak
-from reportgen.results import FAIL, INCONCLUSIVE, INFO, PASS, WARN, Role, Row
+from reportgen.distributed.ranks import ranked, run_sharded, twin
+from reportgen.distributed.sync import Drift, replicated_state, sync_row
+from reportgen.distributed.sync import measure as measure_sync
+from reportgen.distributed.wrapping import spread_twin
+from reportgen.checks.distributed_cost import (ROLE_MAX_OVERHEAD, ROLE_MAX_PEAK, ROLE_MAX_SAVED, ROLE_MAX_STEP,  # noqa: F401
+                                              ROLE_RANK_PEAK, ROLE_RANK_STEP, ROLE_RANK_TOTAL, local_share,
+                                              memory_rows, time_rows)
+from reportgen.results import FAIL, INCONCLUSIVE, PASS, WARN, Role, Row
 from reportgen.results.rows import aa_row, tensor_row
-from reportgen.twins.setup import Setup, forward_backward
+from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward
+from reportgen.twins.setup import Setup
 from reportgen.distributed.budget import budget_rows
 from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
 from reportgen.tasks import batch_to
@@ -48,13 +49,7 @@ from reportgen.checks.base import Check, Section
 
 #: Roles of this check's rows that the generic roles do not name.
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
-ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
-ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
-ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
-ROLE_RANK_PEAK = "rank_step_peak"  #: live tensor bytes at the peak of one rank's warm step
-ROLE_MAX_PEAK = "max_rank_step_peak"  #: the step peak of the worst rank (plain, recompute)
-ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
-ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
+
 
 
 
@@ -73,12 +68,11 @@ def follow(setup: Setup) -> list[Row] | None:
 
 def _twin(setup: Setup, group: Group, recompute: bool):
     """A fresh twin (shared initial weights), spread over the ranks by ``distributed.strategy``."""
-    strategy = getattr(setup.cfg.distributed.strategy, "value", str(setup.cfg.distributed.strategy))
-    return distribute(setup.build(recompute), strategy, [w.path for w in setup.wrapped], group)
+    return spread_twin(setup, group, recompute)
 
 
 def _local(setup: Setup, group: Group) -> tuple:
-    return shard_batch(setup.batch, group.rank, group.world_size)
+    return local_share(setup, group)
 
 
 def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
@@ -89,8 +83,8 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
     model, per_rank = setup.build(False), []
     for rank in range(world_size):
         model.zero_grad(set_to_none=True)
-        per_rank.append(forward_backward(model, shard_batch(setup.batch, rank, world_size), setup.task.loss,
-                                         setup.cfg.forward_seed).grads)
+        per_rank.append(run_forward_backward(setup.task, model, shard_batch(setup.batch, rank, world_size),
+                                             setup.cfg.forward_seed).grads)
     grads = {}
     for name in per_rank[0]:
         parts = [g.get(name) for g in per_rank]  # None on any share: None (never skipped)
@@ -104,10 +98,10 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
 def _reference_rows(check: str, prefix: str, reference: dict, plain: dict, recompute: dict, rtol, atol) -> list[Row]:
     """Advisory rows (WARN on a miss): each distributed twin vs the single-process reference."""
     rows = []
-    for variant, twin in (("plain", plain), ("recompute", recompute)):
-        for name in sorted(set(reference) | set(twin)):
+    for variant, values in (("plain", plain), ("recompute", recompute)):
+        for name in sorted(set(reference) | set(values)):
             row = tensor_row(check, f"{prefix}{name} ({variant}, distributed vs single-process)", reference.get(name),
-                             twin.get(name), rtol, atol, ROLE_REFERENCE)
+                             values.get(name), rtol, atol, ROLE_REFERENCE)
             row.variant, row.on_miss = variant, WARN
             row.__post_init__()  # judged again by results.judge with the advisory on_miss
             rows.append(row)
@@ -123,12 +117,15 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
         distributed twins vs the single-process reference.
     """
     rtol, atol = setup.tolerance()
-    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
-    runs = {}
+    local, seed = _local(setup, group), setup.cfg.forward_seed
+    runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        model = _twin(setup, group, recompute)
-        out = forward_backward(model, local, loss, seed)
-        runs[name] = (out, full_grads(model))  # collective under FSDP2: every rank, same order
+        with twin(name):
+            model = _twin(setup, group, recompute)
+            out = run_forward_backward(setup.task, model, local, seed)
+            runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
+        drifts[name] = measure_sync({f"{n}.grad": g for n, g in runs[name][1].items() if g is not None}
+                                    | replicated_state(model), group, 1, rtol, atol)
     (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
     rows = [ranked(tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss),
                     group.rank)]
@@ -142,6 +139,8 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
                         Role.PARAM_GRAD, aa=aa_g.get(name)) for name in sorted(set(plain_g) | set(rc_g))]
     _, reference = reference_grads(setup, group.world_size)
     rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads)]
+    rows += [sync_row(DIST_GRADIENT_PARITY, name, [drift], group.world_size, rtol, atol, "backward")
+             for name, drift in drifts.items()]
     return rows + _reference_rows(DIST_GRADIENT_PARITY, "", {f"{n}.grad": g for n, g in reference.items()},
                                   {f"{n}.grad": g for n, g in plain_g.items()},
                                   {f"{n}.grad": g for n, g in rc_g.items()}, rtol, atol)
@@ -156,9 +155,11 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     Returns:
         One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
     """
-    seed, loss = setup.cfg.forward_seed, setup.task.loss
-    plain = forward_backward(setup.build(False), local, loss, seed)
-    rc = forward_backward(setup.build(True), local, loss, seed)
+    seed = setup.cfg.forward_seed
+    with twin("plain"):
+        plain = run_forward_backward(setup.task, setup.build(False), local, seed)
+    with twin("recompute"):
+        rc = run_forward_backward(setup.task, setup.build(True), local, seed)
     compared = [tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
                 for n in sorted(set(plain.grads) | set(rc.grads))]
     bad = sorted((r for r in compared if r.status != PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
@@ -196,14 +197,16 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         ``state.ignore_attributes`` honoured.
     """
     rtol, atol = setup.tolerance()
-    local, seed, loss = _local(setup, group), setup.cfg.forward_seed, setup.task.loss
-    snaps = {}
+    local, seed = _local(setup, group), setup.cfg.forward_seed
+    snaps, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        model = _twin(setup, group, recompute)
-        optimizer = instantiate(setup.cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
-        out = forward_backward(model, local, loss, seed)
-        optimizer.step()
-        snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+        with twin(name):
+            model = _twin(setup, group, recompute)
+            optimizer = make_optimizer(setup.task, setup.cfg.parity.optimizer, model)
+            out = run_forward_backward(setup.task, model, local, seed)
+            optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
+            snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+        drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
     compared = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol,
                              list(setup.cfg.state.ignore_attributes))
     rows = []
@@ -217,31 +220,36 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     rows.append(ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
     if group.rank != 0:
         return rows
+    rows += [sync_row(DIST_STEP_PARITY, name, [drift], group.world_size, rtol, atol) for name, drift in drifts.items()]
     reference, _ = reference_grads(setup, group.world_size)
-    instantiate(setup.cfg.parity.optimizer, params=[p for p in reference.parameters() if p.requires_grad]).step()
+    optimizer = make_optimizer(setup.task, setup.cfg.parity.optimizer, reference)
+    optimizer_step(setup.task, reference, optimizer, make_scheduler(setup.task, optimizer))
     ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
     return rows + _reference_rows(DIST_STEP_PARITY, "param ", ref_params, snaps["plain"].params,
                                   snaps["recompute"].params, rtol, atol)
 
 
-def _trajectory(setup: Setup, group: Group, recompute: bool) -> list[Snapshot]:
+def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snapshot], list[Drift | None]]:
     """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
     after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
     by ``cfg.seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
-    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory."""
-    cfg = setup.cfg
+    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory.
+    After every step the ranks' replicated state is compared (:mod:`reportgen.distributed.sync`)."""
+    cfg, (rtol, atol) = setup.cfg, setup.tolerance()
     model = _twin(setup, group, recompute)
-    optimizer = instantiate(cfg.parity.optimizer, params=[p for p in model.parameters() if p.requires_grad])
+    optimizer = make_optimizer(setup.task, cfg.parity.optimizer, model)
+    scheduler = make_scheduler(setup.task, optimizer)
     generator = torch.Generator().manual_seed(int(cfg.seed))
-    snaps = []
+    snaps, drifts = [], []
     for k in range(int(cfg.parity.steps)):
         batch = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
         optimizer.zero_grad(set_to_none=True)
         seed = None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)
-        out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task.loss, seed)
-        optimizer.step()
+        out = run_forward_backward(setup.task, model, shard_batch(batch, group.rank, group.world_size), seed)
+        optimizer_step(setup.task, model, optimizer, scheduler)
         snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
-    return snaps
+        drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))
+    return snaps, drifts
 
 
 def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
@@ -253,9 +261,12 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
         their own buffers, attributes and generators) and one ``aa`` row (INCONCLUSIVE when missed).
     """
     rtol, atol = setup.tolerance()
-    runs = {name: _trajectory(setup, group, recompute)
-            for name, recompute in (("plain", False), ("aa", False), ("recompute", True))}
-    rows = []
+    runs, drifts = {}, {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        with twin(name):
+            runs[name], drifts[name] = _trajectory(setup, group, recompute)
+    rows = [] if group.rank else [sync_row(DIST_TRAJECTORY, name, d, group.world_size, rtol, atol)
+                                  for name, d in drifts.items()]
     for k, (p, a, r) in enumerate(zip(runs["plain"], runs["aa"], runs["recompute"]), start=1):
         compared = [x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
                     if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)]
@@ -269,97 +280,6 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
                                     value=float(len(moved)), threshold="allclose per item", comparator="allclose", detail=detail,
                                     role=Role.TRAJECTORY, unit="items", on_miss=on_miss,
                                     extra={"step": k, "excess": worst, "items": len(compared)}), group.rank))
-    return rows
-
-
-def memory_rows(setup: Setup, group: Group) -> list[Row]:
-    """Memory of each rank, in runs of their own: bytes autograd saves for backward (forward and loss on
-    the rank's share) and the peak of live tensor bytes in one warm training step
-    (:func:`reportgen.memory.peak.warm_step_peak`, torch's MemTracker; on CUDA the allocator's peaks beside
-    it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
-    (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
-    local, paths = _local(setup, group), [w.path for w in setup.wrapped]
-    measured = {}
-    for variant, recompute in (("plain", False), ("recompute", True)):
-        model = _twin(setup, group, recompute)
-        measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
-                                                   paths).total_bytes
-    rows = [ranked(Row(check=DIST_MEMORY, item=f"saved activations ({variant})", variant=variant, metric="saved_activation_bytes",
-                        value=float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
-                        detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
-            for variant, value in measured.items()]
-    peaks = {variant: warm_step_peak(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
-                                     setup.cfg.forward_seed, warm_steps=1)
-             for variant, recompute in (("plain", False), ("recompute", True))}
-    rows += [ranked(Row(check=DIST_MEMORY, item=f"step peak ({variant})", variant=variant, metric="peak_live_bytes", value=float(peak.peak_bytes),
-                        unit="B", role=ROLE_RANK_PEAK, status=INFO,
-                        detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
-                               f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
-                        extra={"phase": peak.phase, **(peak.cuda or {})}), group.rank)
-             for variant, peak in peaks.items()]
-    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"]),
-                            float(peaks["plain"].peak_bytes), float(peaks["recompute"].peak_bytes)], group)
-    if group.rank != 0:
-        return rows
-    on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
-    rows.append(Row(check=DIST_MEMORY, item="step peak, max over ranks (plain)", variant="plain", metric="peak_live_bytes", value=worst[2], unit="B",
-                    role=ROLE_MAX_PEAK, status=INFO, detail=f"the largest plain step peak of the {group.world_size} ranks"))
-    rows.append(Row(check=DIST_MEMORY, item="step peak, max over ranks (recompute)", variant="recompute", metric="peak_live_bytes", value=worst[3],
-                    threshold=f"<= {worst[2]:.0f} B (plain, max over ranks)", comparator="<=", role=ROLE_MAX_PEAK, unit="B",
-                    threshold_value=worst[2], on_miss=on_miss,
-                    detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
-                           "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)"))
-    rows.append(Row(check=DIST_MEMORY, item="saved activations, max over ranks (plain)", variant="plain", metric="saved_activation_bytes",
-                    value=worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
-                    detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
-    rows.append(Row(check=DIST_MEMORY, item="saved activations, max over ranks (recompute)", variant="recompute", metric="saved_activation_bytes",
-                    value=worst[1], threshold=f"< {worst[0]:.0f} B (plain, max over ranks)", comparator="<", role=ROLE_MAX_SAVED, unit="B",
-                    threshold_value=worst[0], on_miss=WARN,
-                    detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain"))
-    return rows
-
-
-def time_rows(setup: Setup, group: Group) -> list[Row]:
-    """Warm training steps of the distributed plain and recompute twins, interleaved; each step's time is
-    the maximum over ranks (the slowest rank sets the pace). Rows: each rank's median (per rank) and,
-    on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
-    (:func:`reportgen.results.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
-    against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
-    tc, local = setup.cfg.timing, _local(setup, group)
-    steps: dict[str, Callable[[], None]] = {
-        variant: make_train_step(_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
-                                 setup.cfg.forward_seed)
-        for variant, recompute in (("plain", False), ("recompute", True))}
-    sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {"plain": [], "recompute": []}
-    for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
-        for variant, step in steps.items():
-            sync()
-            start = time.perf_counter()
-            step()
-            sync()
-            if index >= int(tc.warmup_steps):
-                times[variant].append((time.perf_counter() - start) * 1e3)
-    rows = [ranked(Row(check=DIST_TIME, item=f"median step ({variant})", variant=variant, metric="step_time_ms", value=statistics.median(ms),
-                        unit="ms", role=ROLE_RANK_STEP, status=INFO,
-                        detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
-            for variant, ms in times.items()]
-    worst = {variant: max_over_ranks(ms, group) for variant, ms in times.items()}
-    if group.rank != 0:
-        return rows
-    plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
-    rows += [Row(check=DIST_TIME, item=f"median step, max over ranks ({variant})", variant=variant, metric="step_time_ms", value=value, unit="ms",
-                 role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
-             for variant, value in (("plain", plain), ("recompute", recompute))]
-    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
-    bound = tc.max_overhead_ratio
-    detail = (f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
-              f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}")
-    rows.append(Row(check=DIST_TIME, item="overhead ratio (slowest rank per step)", variant="recompute", metric="overhead_ratio", value=ratio,
-                    threshold=f"<= {bound}" if bound is not None else "", comparator="ci<=" if bound is not None else "",
-                    role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
-                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail,
-                    extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))
     return rows
 
 

@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from reportgen.checks import flagged_names, sections
 from reportgen.config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, GRADIENT_PARITY, LARGER_BATCH,
                      STATE_PARITY, STEP_PARITY)
+from reportgen.distributed.settings import distributed_setting_problems
 from reportgen.threads import threads_problem
 
 #: A claim must require at least one of these (DESIGN.md: no empty claims).
@@ -122,6 +123,7 @@ def config_problems(cfg: DictConfig) -> str:
     if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
         problems.append(problem)
     problems += _distributed_problems(values) + _mode_problem(values)
+    problems += distributed_setting_problems(cfg.get("distributed"))
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")

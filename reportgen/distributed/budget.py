@@ -20,7 +20,10 @@ import torch.distributed as dist
 import torch
 
 from reportgen.config import DIST_TASK_METRICS
-from reportgen.distributed.launch import Group, distribute, full_params, shard_batch
+from reportgen.distributed.full import full_params
+from reportgen.distributed.launch import Group, shard_batch
+from reportgen.distributed.ranks import twin
+from reportgen.distributed.wrapping import wrap_twin
 from reportgen.results import INFO, NOT_RUN, Role, Row
 from reportgen.results.rows import metric_diff_row, trained_params_row
 from reportgen.training.train import Sharding, TrainResult, run_rows, train_to_budget
@@ -46,8 +49,7 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
         raise ValueError(f"budget.batch_size={cfg.batch_size} and budget.examples={cfg.examples} must both be "
                          f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
                          "global batch; set them so")
-    strategy = getattr(setup.cfg.distributed.strategy, "value", str(setup.cfg.distributed.strategy))
-    model = distribute(setup.build(recompute), strategy, [w.path for w in setup.wrapped], group)
+    model = wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
     sharding = Sharding(share=lambda batch: shard_batch(batch, group.rank, world),
                         agree=lambda finite: all_ranks(finite, group), final_params=full_params, ranks=world)
     variant = "recompute" if recompute else "plain"
@@ -80,7 +82,11 @@ def budget_rows(setup, group: Group) -> list[Row]:
         return [] if group.rank else [Row(check=DIST_TASK_METRICS, item="budget", variant="recompute", metric="not_run", status=NOT_RUN,
                                           role=Role.DISABLED, detail="not run: budget.enabled=false")]
     seeds = sharded_seeds(setup.cfg)
-    results = {(variant, seed): sharded_run(setup, group, recompute, seed) for seed in seeds for variant, recompute in VARIANTS}
+    results = {}
+    for seed in seeds:
+        for variant, recompute in VARIANTS:
+            with twin(variant):
+                results[(variant, seed)] = sharded_run(setup, group, recompute, seed)
     if group.rank:
         return []
     share = int(cfg.batch_size) // group.world_size

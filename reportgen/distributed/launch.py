@@ -1,14 +1,12 @@
-"""Process groups, launch, sharding and gathering for sharded twins (``distributed.world_size > 1``).
+"""Process groups, launch and gathering for sharded twins (``distributed.world_size > 1``).
 
 Machinery only: ``reportgen.checks.distributed`` measures with it. Ranks are started with
 torch's own elastic launcher (``torch.distributed.launcher.api.elastic_launch``, the machinery
 behind ``torchrun``), never a hand-written process pool; under an existing ``torchrun`` or
 SLURM ``srun`` launch (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set) reportgen joins that group.
 
-Sharding follows torchtitan (``parallelize`` of its llama model): the recompute wrapper goes
-on each target first, then ``fully_shard`` on each target and on the root. Full tensors come
-from ``DTensor.full_tensor()`` (FSDP2) or are the all-reduced gradients (DDP), as PyTorch's
-own FSDP2 tests compare them with a single-process reference.
+How each twin is spread (DDP, FSDP2, FSDP1, the user's function) is
+:mod:`reportgen.distributed.wrapping`; whole tensors of a spread twin, :mod:`reportgen.distributed.full`.
 
 Two process groups: the default one (``distributed.backend``) carries the training
 collectives; a second gloo group ("control") carries rows and the ranks' agreement on
@@ -22,6 +20,7 @@ import faulthandler
 import logging
 import os
 import shlex
+import signal
 import sys
 import uuid
 from dataclasses import dataclass
@@ -29,27 +28,29 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
 
-from reportgen.twins.recompute import plain_name
+from reportgen.errors import Terminated
 from reportgen.structure import batch_size_of, map_tensors
 
 #: Environment of an existing launch (torchrun, srun with these exported): join its group.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-#: Segment DDP puts before every parameter name.
-DDP_PREFIX = "module."
-
-
 class RankFailure(Exception):
     """One or more ranks of an elastic launch failed (raised, were stopped, or crashed).
 
     Attributes:
         ranks: ``{global rank: one-line message}``, the first failure first.
+        signals: ``{global rank: signal name}`` of the ranks the operating system ended with a
+            signal (``SIGKILL`` from the OOM killer, ``SIGSEGV``, ...), not by their own code.
     """
 
-    def __init__(self, ranks: dict[int, str]):
+    def __init__(self, ranks: dict[int, str], signals: dict[int, str] | None = None):
         super().__init__("; ".join(f"rank {r}: {m}" for r, m in ranks.items()))
         self.ranks = ranks
+        self.signals = signals or {}
+
+
+#: Signals torch's elastic agent turns into ``SignalException`` while ranks run.
+AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 @dataclass
@@ -218,67 +219,6 @@ def shard_batch(batch: tuple, rank: int, world_size: int) -> tuple:
     return tuple(map_tensors(take, part) for part in batch)
 
 
-def distribute(model: nn.Module, strategy: str, paths: list[str], group: Group) -> nn.Module:
-    """Spread one twin over the ranks.
-
-    Args:
-        model: a plain or recompute twin (for the recompute twin, the wrapper already sits at
-            each target's path).
-        strategy: ``ddp`` (``DistributedDataParallel``) or ``fsdp2``.
-        paths: the recompute targets' module paths (``blocks.0``); with ``fsdp2`` each becomes
-            its own ``fully_shard`` unit (wrapper outside, as in torchtitan), then the root.
-        group: this rank's :class:`Group`.
-
-    Returns:
-        The module to call: the DDP wrapper, or ``model`` itself sharded in place.
-    """
-    if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [group.device.index] if group.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = mesh_of(group)
-    for path in paths:
-        fully_shard(model.get_submodule(path), mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
-
-
-def dist_name(name: str) -> str:
-    """A distributed twin's parameter name as the plain single-process twin spells it (DDP's
-    ``module.`` and the recompute wrapper's segment removed)."""
-    return plain_name(name.removeprefix(DDP_PREFIX))
-
-
-def full(t: Tensor) -> Tensor:
-    """The whole tensor: ``DTensor.full_tensor()`` (a collective: every rank must call it in the
-    same order) or the tensor itself, detached and cloned."""
-    if hasattr(t, "full_tensor"):
-        t = t.full_tensor()
-    return t.detach().clone()
-
-
-def full_grads(model: nn.Module) -> dict[str, Tensor | None]:
-    """``{plain name: full gradient or None}`` of every trainable parameter (collective under FSDP2)."""
-    return {dist_name(n): (full(p.grad) if p.grad is not None else None)
-            for n, p in model.named_parameters() if p.requires_grad}
-
-
-def full_params(model: nn.Module) -> dict[str, Tensor]:
-    """``{plain name: full parameter}`` (collective under FSDP2)."""
-    return {dist_name(n): full(p) for n, p in model.named_parameters()}
-
-
-def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Tensor]:
-    """``{"<plain param name>.<state key>": full tensor}`` of the optimizer state (AdamW's
-    ``exp_avg``, ``step``, ...), as :func:`reportgen.twins.snapshot.take` names them (collective under FSDP2)."""
-    names = {p: dist_name(n) for n, p in model.named_parameters()}
-    return {f"{names[p]}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
-            for p, state in optimizer.state.items() for k, v in state.items()}
-
-
 def all_gather_objects(obj: Any, group: Group) -> list[Any]:
     """Every rank's ``obj`` (picklable), in rank order, on every rank (control group)."""
     out: list[Any] = [None] * group.world_size
@@ -312,8 +252,22 @@ def watchdog(seconds: float) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+def signal_name(exitcode: int) -> str:
+    """``"SIGKILL"`` for a process that ended with exit code ``-9`` (killed by that signal); ``""`` otherwise."""
+    if exitcode >= 0:
+        return ""
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
 def _failure_message(failure: Any) -> str:
     """One line from a torch elastic ``ProcessFailure``: the exception, else how the rank ended."""
+    if name := signal_name(int(failure.exitcode)):
+        said = {"SIGKILL": " (the kernel's out-of-memory killer sends it, or someone ran kill -9)",
+                "SIGSEGV": " (a crash inside native code)", "SIGBUS": " (a crash inside native code)"}.get(name, "")
+        return f"the rank's process was killed by {name}{said}; the operating system ended it, not its code"
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
@@ -354,6 +308,10 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
 
     Raises:
         RankFailure: a rank raised, crashed or was stopped; every failed rank with its message.
+        reportgen.errors.Terminated: SIGTERM reached this process, or the first rank to fail was ended by
+            SIGTERM (a preemption); KeyboardInterrupt: SIGINT (or SIGHUP, SIGQUIT) likewise. torch's
+            elastic agent installs its own handlers while ranks run (and does not restore them): they are
+            restored here, and its ``SignalException`` becomes the interruption it is.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -361,17 +319,30 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=f"reportgen-{uuid.uuid4().hex[:12]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                           start_method=start_method)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     elastic = logging.getLogger("torch.distributed.elastic")
     level = elastic.level
     elastic.setLevel(logging.CRITICAL)  # a failed rank is reported as rows, not as the agent's log lines
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in AGENT_SIGNALS if hasattr(signal, name)}
     try:
         return elastic_launch(config, fn)(*args)
+    except SignalException as exc:
+        raise (Terminated() if exc.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     except ChildFailedError as exc:
         first = exc.get_first_failure()[0]
+        ended_by = signal_name(int(exc.failures[first].exitcode))
+        if ended_by in ("SIGTERM", "SIGINT"):  # a preemption or Ctrl-C reached the ranks first
+            raise (Terminated() if ended_by == "SIGTERM" else KeyboardInterrupt()) from None
         ordered = [first] + sorted(r for r in exc.failures if r != first)
-        raise RankFailure({r: _failure_message(exc.failures[r]) for r in ordered}) from None
+        signals = {r: name for r in ordered if (name := signal_name(int(exc.failures[r].exitcode)))
+                   and name not in ("SIGTERM", "SIGINT")}
+        raise RankFailure({r: _failure_message(exc.failures[r]) for r in ordered}, signals) from None
     finally:
         elastic.setLevel(level)
+        for name, handler in handlers.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
 
 
 def launch_commands(world_size: int) -> dict[str, str]:

@@ -11,15 +11,16 @@ elastic launcher and become ERROR rows naming them.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from omegaconf import DictConfig
 
 from reportgen.distributed.launch import (Group, RankFailure, all_gather_objects, gather_objects, join, launch, launched, leave,
                           rank_config, resolve_backend, start_method, watchdog)
 from reportgen.twins.prepare import prepare
-from reportgen.results import ERROR, NOT_RUN, Role, Row
+from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, Role, Row
 from reportgen.results.rows import error_row
 from reportgen.twins.setup import Setup
 
@@ -46,7 +47,7 @@ def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
         results = launch(rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size),
                          method)
     except RankFailure as exc:
-        return failure_rows(exc.ranks, [name for name, _ in parts])
+        return failure_rows(exc.ranks, [name for name, _ in parts], exc.signals)
     return list(results[0])
 
 
@@ -111,18 +112,39 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                     measured[0].seconds = time.perf_counter() - start
                 rows += measured
             except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
-                row = ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start), group.rank)
+                row = ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start,
+                                       twin=getattr(exc, "reportgen_twin", None)), group.rank)
                 rows.append(row)
                 said = row.detail
         failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
     return rows
 
 
-def failure_rows(ranks: dict[int, str], names: Sequence[str]) -> list[Row]:
+@contextlib.contextmanager
+def twin(name: str) -> Iterator[None]:
+    """Mark an exception raised inside the block with the twin that was running (``plain``, ``aa``,
+    ``recompute``), so its ERROR row says which twin raised (column ``twin``; a baseline twin's check cannot be judged,
+    :func:`reportgen.results.judged_status`)."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "reportgen_twin"):
+            exc.reportgen_twin = name  # type: ignore[attr-defined]
+        raise
+
+
+def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int, str] | None = None) -> list[Row]:
     """Rows for ranks that failed as processes (an elastic launch reported them): one ERROR row per
-    rank in the first section of ``names``, NOT_RUN rows in the others, each naming the ranks."""
-    rows = [ranked(Row(check=names[0], item=f"rank {r}", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
-                       detail=f"rank {r} failed: {message}"), r) for r, message in ranks.items()]
+    rank in the first section of ``names``, NOT_RUN rows in the others, each naming the ranks.
+
+    A rank the operating system ended with a signal (``signals``: the OOM killer's SIGKILL, a
+    segfault) is the environment, not recompute: its row is INCONCLUSIVE (column ``signal``)."""
+    signals = signals or {}
+    rows = [ranked(Row(check=names[0], item=f"rank {r}", variant="recompute", metric="exception",
+                       status=INCONCLUSIVE if r in signals else ERROR, role=Role.EXCEPTION,
+                       detail=f"rank {r} failed: {message}" + ("; the claim cannot be judged from an interrupted run"
+                                                               if r in signals else ""),
+                       extra={"signal": signals[r]} if r in signals else {}), r) for r, message in ranks.items()]
     return rows + [Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
                        detail=f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
 

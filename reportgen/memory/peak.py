@@ -188,13 +188,15 @@ class StepTracker(MemTracker):
 
     def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
         """MemTracker's accounting of parameters and buffers, with gradient hooks on trainable
-        parameters only: torch's own registers one on every parameter and raises on a frozen one
+        (leaf) parameters only: torch's own registers one on every parameter and raises on a frozen one
         ("cannot register a hook on a tensor that doesn't require gradient"), so a frozen
         embedding or LoRA's frozen base could not be tracked."""
         sizes = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
         if install_grad_hooks:
             for param in module.parameters():
-                if param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
+                # a non-leaf parameter (FSDP1's use_orig_params view of its flat parameter) takes no
+                # post-accumulate hook; its gradient is counted on the flat parameter FSDP1 owns
+                if param.requires_grad and param.is_leaf and self._param_to_grad_hook_handles.get(param) is None:
                     def on_grad(grad: Tensor) -> None:
                         self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from reportgen.twins.recompute import RETURNED_LEAF
+from reportgen.report.diagnose_distributed import RULES as DIST_RULES
+from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
 from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, TWIN, Role, Row
 from reportgen.twins.setup import CACHE_WRITTEN_AGAIN
 
@@ -26,6 +28,8 @@ class Rule:
     applies: Callable[[list[Row], dict[str, Any]], bool]
     cause: str
     fix: str
+    #: Words of torch's message this rule reads: the matching ERROR row's message is quoted in the cause.
+    words: tuple[str, ...] = ()
 
 
 def _bad(rows: list[Row], role: str) -> list[Row]:
@@ -99,7 +103,11 @@ HAZARDS: tuple[Rule, ...] = (
 )
 
 
+#: Sharded runs, from torch's own messages and the rank-sync rows (reportgen.report.diagnose_distributed).
+DISTRIBUTED: tuple[Rule, ...] = tuple(Rule(*rule) for rule in DIST_RULES)
+
 RULES: tuple[Rule, ...] = (
+    *DISTRIBUTED,
     Rule("a rank failed", lambda rows, s: bool(_failed_ranks(rows)),
          "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
          "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
@@ -244,6 +252,10 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
             rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
         cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
+        if rule is not None and rule.words and (said := matching(group, rule.words) or matching(rows, rule.words)):
+            cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
+        if rule is not None and rule.name == "a rank failed":
+            fix = rank_failed_fix(rows)
         out.append(Row(check=check, item="why it fails", variant="recompute", metric="diagnosis", status=INFO, role=Role.DIAGNOSIS,
                        detail=f"Likely cause: {cause}. Fix: {fix}.",
                        extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""}))

@@ -182,14 +182,17 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
 
 
 def recompute_settings(cfg: DictConfig, setup: Setup | None = None) -> dict[str, Any]:
-    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``.
+    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``, and
+    ``strategy`` (``distributed.strategy`` of a sharded run, else None).
 
     ``mode`` is the mode in force: ``setup.mode`` (which says what the model's own default was when
     ``recompute.mode`` is unset), else the configured one; None when neither says.
     """
     rc = cfg.recompute
     mode = setup.mode if setup is not None and setup.mode is not None else getattr(rc.mode, "value", rc.mode)
-    return {"mode": mode, "preserve_rng_state": bool(rc.preserve_rng_state)}
+    dc = cfg.get("distributed")
+    strategy = getattr(dc.strategy, "value", str(dc.strategy)) if dc is not None and int(dc.world_size) > 1 else None
+    return {"mode": mode, "preserve_rng_state": bool(rc.preserve_rng_state), "strategy": strategy}
 
 
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:

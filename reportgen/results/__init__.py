@@ -92,6 +92,8 @@ class Role:
     OUTPUT_OTHER = "output_other"
     CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.training.cache)
     RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
+    #: One twin's replicated state (parameters, buffers) compared across ranks after every step (sharded checks).
+    RANK_SYNC = "rank_sync"
     #: Output leaves that changed while backward ran (a recomputation wrote the forward's outputs again).
     CHANGED_IN_BACKWARD = "changed_in_backward"
     #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
@@ -267,6 +269,11 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
     for check in required - set(frame.check):
         out.append({"check": check, "status": NOT_RUN, "required": True, "rows": 0, "failing": 0})
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
+
+
+#: Twins that are the baseline (the plain twin and its A/A copy): an exception there is recorded as
+#: ``twin`` = :data:`BASELINE`, a drift across ranks there is INCONCLUSIVE (reportgen.distributed.sync).
+BASELINE_TWINS = ("plain", "aa")
 
 
 def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from reportgen.results.distance import measure, nonfinite_count, tolerances
-from reportgen.results import BASELINE, ERROR, INCONCLUSIVE, TWIN, Role, Row
+from reportgen.results import BASELINE, BASELINE_TWINS, ERROR, INCONCLUSIVE, TWIN, Role, Row
 
 
 #: Marker for "the A/A twin was not run" (``aa`` arguments default to it).
@@ -220,24 +220,30 @@ def exception_message(exc: BaseException) -> str:
     return message + "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
 
 
-def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0) -> Row:
-    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check".
+def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
+    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check" (or, in a
+    sharded check, "rank 1"); ``twin`` the twin that was running there (``plain``, ``aa``, ``recompute``;
+    defaults to ``where`` when that names a twin). A baseline twin (plain or A/A) is recorded as
+    column ``twin`` = :data:`reportgen.results.BASELINE`.
 
     A row of the plain twin (``where="plain"``) is an ERROR of the baseline (column ``twin`` =
     :data:`reportgen.results.BASELINE`): its check cannot be judged (:func:`reportgen.results.judged_status`).
     The detail holds the message's first paragraph (at most :data:`MAX_MESSAGE` characters), then
     the exception's notes (``add_note``), e.g. the output leaves that changed during backward."""
+    twin = twin or (where if where in ("plain", "aa", "recompute") else None)
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
     message = exception_message(exc)
-    if where == "plain":
-        detail = f"the plain run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
+    twin = twin or (where if where in ("plain", "aa", "recompute") else None)
+    said = where if twin is None or where == twin else f"{twin} twin on {where}"
+    if twin in BASELINE_TWINS:
+        detail = f"the {said} run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:
-        detail = f"the {where} run raised {type(exc).__name__}: {message}{at}"
-    twin = {TWIN: where} if where in (BASELINE, "recompute") else {}  # plain: no baseline, nothing to judge against
+        detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
+    broke = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # plain: nothing to judge against
     return Row(check=check, item=where, variant="recompute", metric="exception", value=float("nan"), threshold="",
                comparator="", status=ERROR, detail=detail, seconds=seconds, role=Role.EXCEPTION,
-               extra={"exception_type": type(exc).__name__, **twin})
+               extra={"exception_type": type(exc).__name__, **broke})
 
 
 def run_twin(check: str, where: str, fn: Callable[[], Any]) -> tuple[Any, list[Row]]:

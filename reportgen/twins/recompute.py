@@ -262,7 +262,9 @@ def guard_returned_leaves(model: nn.Module) -> None:
             return
         for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
             for name, t in named:
-                if t.grad_fn is not None:
+                # a view is not a returned leaf: FSDP1 (use_orig_params) makes each parameter a view of
+                # its unit's gathered flat parameter during forward (grad_fn ViewBackward0)
+                if t.grad_fn is not None and not t._is_view():
                     raise RecomputeHazard(
                         f"after the forward, {kind} {plain_name(name)} has grad_fn {type(t.grad_fn).__name__}: a "
                         f"recompute region returned {RETURNED_LEAF} (its own {kind}), and a reentrant region's "

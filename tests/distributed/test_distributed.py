@@ -14,7 +14,7 @@ from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import (DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME,
                               DIST_TRAJECTORY)
-from reportgen.results import ERROR, FAIL, INFO, NOT_RUN, PASS, Role, to_frame
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, Role, judged_status, to_frame
 from reportgen.commands.validation import config_problems
 
 #: 2 ranks; a test's collective gives up after 20 s.
@@ -43,7 +43,9 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     for check, role in ((DIST_GRADIENT_PARITY, Role.LOSS), (DIST_STEP_PARITY, Role.RNG),
                         (DIST_MEMORY, "rank_saved_total"), (DIST_MEMORY, "rank_step_peak"), (DIST_TIME, "rank_step")):
         assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
-    steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute")]
+    steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute") & (frame.role == Role.TRAJECTORY)]
+    synced = frame[frame.role == Role.RANK_SYNC]  # every twin's ranks in sync after every step of the 3 parity checks
+    assert len(synced) == 3 * 3 and set(synced.status) == {PASS} and synced.bitwise_equal.astype(bool).all()
     assert len(steps) == 2 * 3 and set(steps.step.astype(int)) == {1, 2, 3}  # parity.steps=3, on both ranks
     worst = frame[(frame.role == "max_rank_saved_total") & (frame.variant == "recompute")].iloc[0]
     assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
@@ -76,10 +78,12 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
 def test_a_rank_that_raises_gives_an_error_row_naming_it():
     frame = sharded(*FAULT, "model._target_=user_models.sharded.build_raises_on_rank", "recompute.targets=[RankFault]",
                     "distributed.world_size=2", "distributed.timeout_s=5", user_conf=True)
-    errors = frame[frame.status == ERROR]
+    errors = frame[frame.status.isin([ERROR, INCONCLUSIVE])]
     assert 1 in set(errors["rank"].astype(int))
     raised = errors[errors["rank"] == 1].iloc[0]
     assert raised.check == DIST_GRADIENT_PARITY and "rank 1" in raised["item"] and "deliberate fault on rank 1" in raised.detail
+    # the block raises in every twin, the plain one first: the baseline is broken, so it cannot be judged
+    assert raised.twin == "plain" and judged_status(frame[frame.check == DIST_GRADIENT_PARITY]) == INCONCLUSIVE
     later = frame[frame.check.isin([DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME])]
     assert set(later.status) == {NOT_RUN} and all("rank" in d for d in later.detail)
 

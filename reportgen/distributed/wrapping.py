@@ -1,0 +1,203 @@
+"""Each twin spread over the ranks the way the user trains: DDP, FSDP2, FSDP1 or their own function.
+
+The settings under ``distributed`` (``reportgen.config.DistributedConfig``) are passed to torch as
+given: ``distributed.ddp.*`` to ``DistributedDataParallel``, ``distributed.fsdp.*`` to
+``fully_shard`` (FSDP2) or to ``FullyShardedDataParallel`` with ``distributed.fsdp1.*`` (FSDP1),
+and ``distributed.wrap`` names the user's own ``fn(model, mesh) -> module`` (``strategy=custom``).
+
+Order, the same for both twins (and stated on page 1, :func:`wrap_order`): the twin is built
+from the shared initial weights, recompute is applied to the recompute twin's targets
+(``checkpoint_wrapper`` at each target's path), then the twin is spread. An FSDP unit chosen
+by class or path is the recompute wrapper when the wrapper sits at that module's path (the
+unit boundary is the same in both twins, as torchtitan shards its wrapped blocks); a unit
+inside a recomputed block is sharded inside the recomputed region.
+"""
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import torch
+from torch import nn
+
+from reportgen.distributed.launch import Group, mesh_of
+from reportgen.twins.recompute import CheckpointWrapper, plain_name
+
+#: What ``distributed.strategy`` takes, and what each does (for messages and page 1).
+STRATEGIES = ("ddp", "fsdp2", "fsdp1", "custom")
+#: ``ShardingStrategy`` names FSDP1 accepts on a 1-D group of ranks.
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+
+
+def strategy_name(dc: Any) -> str:
+    """``distributed.strategy`` as a plain string (the schema stores an enum)."""
+    return getattr(dc.strategy, "value", str(dc.strategy))
+
+
+def unit_modules(model: nn.Module, units: list[str]) -> list[tuple[str, nn.Module]]:
+    """The modules that become FSDP units: every module whose class name is in ``units`` or whose
+    plain-twin path matches one of its globs (``fnmatch``), the model itself excluded.
+
+    A module whose parent is a recompute wrapper is replaced by that wrapper, so both twins get
+    the same unit boundaries. Deepest first: FSDP2 shards children before their parents.
+
+    Returns:
+        ``[(path in this twin, module)]``; empty when nothing matches.
+    """
+    by_name = dict(model.named_modules())
+    chosen: dict[str, nn.Module] = {}
+    for path, module in by_name.items():
+        if not path or isinstance(module, CheckpointWrapper):
+            continue
+        plain = plain_name(path)
+        if type(module).__name__ in units or any(fnmatch.fnmatchcase(plain, glob) for glob in units):
+            parent = path.rsplit(".", 1)[0] if "." in path else ""
+            if parent and isinstance(by_name.get(parent), CheckpointWrapper):
+                path, module = parent, by_name[parent]
+            chosen[path] = module
+    return sorted(chosen.items(), key=lambda item: -item[0].count("."))
+
+
+def unit_patterns(dc: Any, target_paths: list[str]) -> list[str]:
+    """``distributed.fsdp.units``, or (null) the recompute targets' plain paths."""
+    units = dc.fsdp.units
+    return [str(u) for u in units] if units is not None else [plain_name(p) for p in target_paths]
+
+
+def _dtype(name: Any) -> torch.dtype | None:
+    return None if name is None else getattr(torch, str(name))
+
+
+def wrap_ddp(model: nn.Module, dc: Any, group: Group) -> nn.Module:
+    """``DistributedDataParallel(model, **distributed.ddp)`` (``bucket_cap_mb`` null = torch's default)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    # every setting that differs from torch's default, as given (a default is left to torch: torch 2.13 warns
+    # on an explicit broadcast_buffers even when it is the default)
+    kwargs = {k: v for k, v in ddp_kwargs(dc).items() if v is not None and v != DDP_DEFAULTS[k]}
+    ids = [group.device.index] if group.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, **kwargs)
+
+
+#: ``DistributedDataParallel``'s own defaults (torch 2.x signature).
+DDP_DEFAULTS = {"find_unused_parameters": False, "static_graph": False, "gradient_as_bucket_view": False,
+                "broadcast_buffers": True, "bucket_cap_mb": None}
+
+
+def ddp_kwargs(dc: Any) -> dict[str, Any]:
+    """The keyword arguments given to ``DistributedDataParallel``."""
+    d = dc.ddp
+    return {"find_unused_parameters": bool(d.find_unused_parameters), "static_graph": bool(d.static_graph),
+            "gradient_as_bucket_view": bool(d.gradient_as_bucket_view), "broadcast_buffers": bool(d.broadcast_buffers),
+            "bucket_cap_mb": None if d.bucket_cap_mb is None else float(d.bucket_cap_mb)}
+
+
+def wrap_fsdp2(model: nn.Module, dc: Any, target_paths: list[str], group: Group) -> nn.Module:
+    """``fully_shard`` on each unit (deepest first), then on the root, with ``reshard_after_forward``
+    and a ``MixedPrecisionPolicy`` when a dtype is set.
+
+    Raises:
+        ValueError: ``distributed.fsdp.units`` matches no module.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kwargs: dict[str, Any] = {"mesh": mesh_of(group), "reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
+    if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_dtype(dc.fsdp.param_dtype),
+                                                   reduce_dtype=_dtype(dc.fsdp.reduce_dtype))
+    for _, module in _units(model, dc, target_paths):
+        fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _units(model: nn.Module, dc: Any, target_paths: list[str]) -> list[tuple[str, nn.Module]]:
+    patterns = unit_patterns(dc, target_paths)
+    units = unit_modules(model, patterns)
+    if patterns and not units:
+        raise ValueError(f"distributed.fsdp.units={patterns} matches no module of the model; name module classes "
+                         "(Block) or plain module-path globs (blocks.*)")
+    return units
+
+
+def wrap_fsdp1(model: nn.Module, dc: Any, target_paths: list[str], group: Group) -> nn.Module:
+    """``FullyShardedDataParallel(model, auto_wrap_policy=<the units>, **distributed.fsdp1)`` with
+    ``MixedPrecision`` when a dtype is set (torch's ``lambda_auto_wrap_policy`` over the chosen modules)."""
+    import functools
+
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
+
+    chosen = {id(m) for _, m in _units(model, dc, target_paths)}
+    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in chosen)
+    precision = None
+    if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
+        precision = MixedPrecision(param_dtype=_dtype(dc.fsdp.param_dtype), reduce_dtype=_dtype(dc.fsdp.reduce_dtype))
+    # device_id given on every device: without it FSDP1 refuses a CPU-only machine (gloo ranks on CPU)
+    return FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=precision, device_id=group.device,
+                                    use_orig_params=bool(dc.fsdp1.use_orig_params),
+                                    sharding_strategy=ShardingStrategy[str(dc.fsdp1.sharding_strategy)],
+                                    sync_module_states=bool(dc.fsdp1.sync_module_states))
+
+
+def wrap_custom(model: nn.Module, dc: Any, group: Group) -> nn.Module:
+    """The user's ``distributed.wrap`` function: ``fn(model, mesh)`` returns the module to train."""
+    from hydra.utils import get_method
+
+    wrapped = get_method(str(dc.wrap))(model, mesh_of(group))
+    if not isinstance(wrapped, nn.Module):
+        raise TypeError(f"distributed.wrap={dc.wrap} returned {type(wrapped).__name__}, not the nn.Module to train")
+    return wrapped
+
+
+def wrap_twin(model: nn.Module, dc: Any, target_paths: list[str], group: Group) -> nn.Module:
+    """Spread one twin over the ranks by ``distributed.strategy`` and its settings (module docstring).
+
+    Args:
+        model: a plain or recompute twin (recompute already applied to the recompute twin).
+        dc: ``cfg.distributed``.
+        target_paths: the recompute targets' paths (the default FSDP units).
+        group: this rank's :class:`reportgen.distributed.launch.Group`.
+
+    Returns:
+        The module to call (DDP/FSDP1 wrapper, the FSDP2-sharded model, or what the user's function returned).
+    """
+    strategy = strategy_name(dc)
+    if strategy == "ddp":
+        return wrap_ddp(model, dc, group)
+    if strategy == "fsdp2":
+        return wrap_fsdp2(model, dc, target_paths, group)
+    if strategy == "fsdp1":
+        return wrap_fsdp1(model, dc, target_paths, group)
+    return wrap_custom(model, dc, group)
+
+
+def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
+    """Every wrapping setting the twins ran with, for page 1 (the strategy's own, nothing else)."""
+    strategy = strategy_name(dc)
+    if strategy == "ddp":
+        return {f"ddp.{k}": ("torch default (25 MiB)" if v is None else v) for k, v in ddp_kwargs(dc).items()}
+    if strategy == "custom":
+        return {"wrap": str(dc.wrap)}
+    said = {"fsdp.units": ", ".join(unit_patterns(dc, target_paths)) + ("" if dc.fsdp.units is not None
+                                                                      else " (the recompute targets)"),
+            "fsdp.param_dtype": dc.fsdp.param_dtype or "the model's", "fsdp.reduce_dtype": dc.fsdp.reduce_dtype or
+            "the parameters'"}
+    if strategy == "fsdp2":
+        return said | {"fsdp.reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
+    return said | {f"fsdp1.{k}": dc.fsdp1[k] for k in ("use_orig_params", "sharding_strategy", "sync_module_states")}
+
+
+def wrap_order(dc: Any) -> str:
+    """The order in which each twin is made, for page 1."""
+    spread = {"ddp": "DistributedDataParallel", "fsdp2": "fully_shard on each unit, then the root",
+              "fsdp1": "FullyShardedDataParallel with an auto-wrap policy over the units",
+              "custom": f"your {dc.wrap}(model, mesh)"}[strategy_name(dc)]
+    return (f"build from the shared initial weights → recompute applied to the recompute twin's targets → {spread}; "
+            "the same calls on both twins")
+
+
+def spread_twin(setup: Any, group: Group, recompute: bool) -> nn.Module:
+    """A fresh twin of ``setup`` (shared initial weights, recompute applied to the recompute twin),
+    spread over the ranks by :func:`wrap_twin`."""
+    return wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)

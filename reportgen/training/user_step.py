@@ -1,0 +1,83 @@
+"""The user's own training step, when the task provides it (issue 23, "The user's training step").
+
+A task may carry the optional members of :data:`reportgen.tasks.TRAINING_STEP_MEMBERS`:
+``forward_backward(model, batch) -> loss`` (several forwards, micro-batch accumulation with DDP's
+``no_sync`` or FSDP2's ``set_requires_gradient_sync``), ``before_step(model, optimizer)`` (gradient
+clipping, unscaling), ``make_optimizer(params)`` and ``make_lr_scheduler(optimizer)``. Without
+them reportgen's own step applies: one forward, the task's loss, one backward, ``parity.optimizer``.
+
+reportgen keeps its seeding and observation around the user's calls: every generator is seeded
+before ``forward_backward`` (:func:`reportgen.rng.seeded`), the generator states are read right
+after it, the inputs are cloned, and gradients are read after it returns; the optimizer step is
+``before_step`` → ``optimizer.step()`` → ``scheduler.step()``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from reportgen.rng import fingerprint, seeded
+from reportgen.structure import clone_inputs
+from reportgen.tasks import TRAINING_STEP_MEMBERS, Batch
+from reportgen.twins.recompute import plain_name
+from reportgen.twins.setup import StepOutput, forward_backward
+
+
+def user_members(task: Any) -> list[str]:
+    """The training-step members the task provides (in :data:`TRAINING_STEP_MEMBERS` order)."""
+    return [name for name in TRAINING_STEP_MEMBERS if callable(getattr(task, name, None))]
+
+
+def run_forward_backward(task: Any, model: nn.Module, batch: Batch, forward_seed: int | None) -> StepOutput:
+    """The task's ``forward_backward`` (seeded, on cloned inputs), else reportgen's
+    :func:`reportgen.twins.setup.forward_backward` with ``task.loss``.
+
+    Returns:
+        A :class:`StepOutput`; with the user's call it holds the loss it returned (detached), the
+        gradients and the generator states after it, and no outputs (the user's forwards are theirs).
+    """
+    user = getattr(task, "forward_backward", None)
+    if not callable(user):
+        return forward_backward(model, batch, task.loss, forward_seed)
+    with seeded(forward_seed):
+        loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
+        rng = fingerprint()
+    grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+             for n, p in model.named_parameters() if p.requires_grad}
+    loss = loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss))
+    return StepOutput(loss, {}, {}, grads, rng)
+
+
+def make_optimizer(task: Any, optimizer_cfg: Any, model: nn.Module) -> torch.optim.Optimizer:
+    """The task's ``make_optimizer(params)``, else ``optimizer_cfg`` instantiated (trainable parameters)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    factory = getattr(task, "make_optimizer", None)
+    return factory(params) if callable(factory) else instantiate(optimizer_cfg, params=params)
+
+
+def make_scheduler(task: Any, optimizer: torch.optim.Optimizer) -> Any:
+    """The task's ``make_lr_scheduler(optimizer)``, else None."""
+    factory = getattr(task, "make_lr_scheduler", None)
+    return factory(optimizer) if callable(factory) else None
+
+
+def optimizer_step(task: Any, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:
+    """``before_step(model, optimizer)`` when the task has it, ``optimizer.step()``, then ``scheduler.step()``."""
+    before = getattr(task, "before_step", None)
+    if callable(before):
+        before(model, optimizer)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+
+
+def step_said(task: Any) -> str:
+    """Page 1's line on whose training step the sharded parity checks run."""
+    members = user_members(task)
+    if not members:
+        return "reportgen's: one forward, the task's loss, one backward, parity.optimizer"
+    return (f"yours ({', '.join(members)}) in the sharded gradient, optimizer-step and trajectory checks; reportgen's "
+            "one forward and backward in the memory, time and task-metrics checks and in the single-process checks")
