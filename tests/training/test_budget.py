@@ -104,7 +104,7 @@ def test_non_finite_steps_are_skipped_and_not_accepted():
 
 def test_step_cap_turns_an_unreachable_budget_into_an_error():
     frame, _ = budget_frame("+model=nonfinite_loss", "task.inf_share=1.0", "budget.seeds=[0]", user_conf=True)
-    assert status_of(frame) == "ERROR"
+    assert status_of(frame) == "INCONCLUSIVE"  # the plain twin cannot reach the budget either: the baseline broke
     errors = frame[frame.status == "ERROR"]
     assert set(errors.variant) == {"plain", "recompute"}
     assert errors.detail.str.contains("budget not reached: only 0 of 160 examples accepted after the cap of 40").all()
