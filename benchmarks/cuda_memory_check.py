@@ -10,6 +10,7 @@ CUDA, ``max_memory_allocated`` / ``max_memory_reserved`` of the same step beside
 a row is ERROR or when an allocator peak is below the tracker's (it never holds less than the
 live tensors).
 """
+
 import os
 import sys
 import time
@@ -25,9 +26,12 @@ from reportgen.twins.observe import observe_twins  # noqa: E402
 from reportgen.twins.setup import build_setup  # noqa: E402
 
 DEV = os.environ.get("DEV", "cuda")
-CASES = [("mlp", ["+model=mlp"]), ("gpt", ["+model=gpt"]),
-         ("stack, one region", ["+model=peak_stack", "recompute.targets=[Stack]"]),
-         ("stack, per layer", ["+model=peak_stack", "recompute.targets=[Layer]"])]
+CASES = [
+    ("mlp", ["+model=mlp"]),
+    ("gpt", ["+model=gpt"]),
+    ("stack, one region", ["+model=peak_stack", "recompute.targets=[Stack]"]),
+    ("stack, per layer", ["+model=peak_stack", "recompute.targets=[Layer]"]),
+]
 
 
 def prepare(cfg):
@@ -57,8 +61,11 @@ def main() -> int:
             print(f"== {name} ({time.perf_counter() - start:.1f} s)", flush=True)
             for row in rows:
                 extra = {k: v for k, v in row.extra.items() if "bytes" in k or "ratio" in k or k in ("phase", "module")}
-                print(f"  {row.status:<5} {row.item:<40.40} {row.variant:<10} {row.metric:<28} {row.value!r:<14} "
-                      f"{row.detail[:150]} {extra if extra else ''}", flush=True)
+                print(
+                    f"  {row.status:<5} {row.item:<40.40} {row.variant:<10} {row.metric:<28} {row.value!r:<14} "
+                    f"{row.detail[:150]} {extra if extra else ''}",
+                    flush=True,
+                )
                 if row.status == "ERROR":
                     bad.append(f"{name}: {row.item}")
                 allocated, tracked = row.extra.get("peak_allocated_bytes"), row.extra.get("peak_bytes", row.value)

@@ -15,6 +15,7 @@ Usage (from the repository root)::
 Extra arguments after ``--`` go to both runs. Defaults keep the report small (one seed, short
 budget, no PDF, unsigned) so that the sharded checks are a visible share of the time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,14 +29,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 #: Both runs: the mlp with a short budget, unsigned, HTML only.
-COMMON = ["+model=mlp", "budget.seeds=[0]", "budget.examples=512", "larger_batch.enabled=false", "report.sign=false",
-          "report.pdf=false", "timing.max_measure_seconds=2"]
+COMMON = [
+    "+model=mlp",
+    "budget.seeds=[0]",
+    "budget.examples=512",
+    "larger_batch.enabled=false",
+    "report.sign=false",
+    "report.pdf=false",
+    "timing.max_measure_seconds=2",
+]
 
 
 def wall(world_size: int, extra: list[str], folder: Path) -> tuple[float, int]:
     """Seconds and exit code of one CLI run with ``distributed.world_size=world_size``."""
-    args = [sys.executable, "-m", "reportgen", *COMMON, f"distributed.world_size={world_size}",
-            f"hydra.run.dir={folder}", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "reportgen",
+        *COMMON,
+        f"distributed.world_size={world_size}",
+        f"hydra.run.dir={folder}",
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     start = time.perf_counter()
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True)

@@ -11,6 +11,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/estimate_7b.py                       # defaults above
     .venv/bin/python benchmarks/estimate_7b.py dtype=float32 seq=2048
 """
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from conftest import compose_config  # noqa: E402
+
 from reportgen.checks.memory import dropout_mask_bytes  # noqa: E402
 from reportgen.memory.estimate import estimate_saved_activations  # noqa: E402
 from reportgen.run import prepare  # noqa: E402
@@ -40,8 +42,12 @@ def main(argv: list[str]) -> dict:
         key, _, value = arg.partition("=")
         shape[key] = value if key == "dtype" else int(value)
     setup = prepare(compose_config("+model=gpt", "device=cpu"))
-    overrides = {"model": {"width": shape["width"], "depth": shape["depth"], "heads": shape["heads"]},
-                 "task": {"block_size": shape["seq"]}, "batch_size": shape["batch"], "dtype": shape["dtype"]}
+    overrides = {
+        "model": {"width": shape["width"], "depth": shape["depth"], "heads": shape["heads"]},
+        "task": {"block_size": shape["seq"]},
+        "batch_size": shape["batch"],
+        "dtype": shape["dtype"],
+    }
     rss_before = peak_rss_mib()
     start = time.perf_counter()
     est = estimate_saved_activations(setup, overrides)
@@ -51,13 +57,18 @@ def main(argv: list[str]) -> dict:
     m = dropout_mask_bytes(setup.device, e)
     sbh, as2b = t.s * t.b * t.h, t.a * t.s * t.s * t.b
     result = {
-        "shape": shape, "estimate_s": round(seconds, 2),
-        "peak_rss_mib_before": round(rss_before, 1), "peak_rss_mib_after": round(peak_rss_mib(), 1),
+        "shape": shape,
+        "estimate_s": round(seconds, 2),
+        "peak_rss_mib_before": round(rss_before, 1),
+        "peak_rss_mib_after": round(peak_rss_mib(), 1),
         "plain_total_gib": round(est.plain.total_bytes / 2**30, 2),
         "recompute_total_gib": round(est.recompute.total_bytes / 2**30, 2),
-        "per_layer_plain_bytes": est.per_layer("plain"), "per_layer_recompute_bytes": est.per_layer("recompute"),
-        "korthikanti_16bit_bytes": t.formula_bytes(2, 1), "formula_at_e_m_bytes": t.formula_bytes(e, m),
-        "e": e, "m": m,
+        "per_layer_plain_bytes": est.per_layer("plain"),
+        "per_layer_recompute_bytes": est.per_layer("recompute"),
+        "korthikanti_16bit_bytes": t.formula_bytes(2, 1),
+        "formula_at_e_m_bytes": t.formula_bytes(e, m),
+        "e": e,
+        "m": m,
         "per_layer_plain_in_sbh_units_after_as2b": (est.per_layer("plain") - (2 * e + m) * as2b) / sbh,
         "full_recompute_2sbh_bytes": t.full_recompute_bytes(e),
     }

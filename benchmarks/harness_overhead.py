@@ -15,6 +15,7 @@ Usage (from the repository root)::
 
 The hooks themselves add a little to the model-work figure, so the ratio is a lower bound.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,6 +75,7 @@ class ModelWork:
                 self._in_backward -= 1
                 self.seconds["backward"] += time.perf_counter() - start
                 self.calls["backward"] += 1
+
         return timed_backward
 
     def pre_step(self, optimizer, args, kwargs):
@@ -89,9 +91,12 @@ def main(overrides: list[str]) -> dict:
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
         cfg = compose("config", overrides=overrides or ["+model=gpt", "report.sign=false"])
     work = ModelWork()
-    handles = [register_module_forward_pre_hook(work.pre_forward),
-               register_module_forward_hook(work.post_forward, always_call=True),
-               register_optimizer_step_pre_hook(work.pre_step), register_optimizer_step_post_hook(work.post_step)]
+    handles = [
+        register_module_forward_pre_hook(work.pre_forward),
+        register_module_forward_hook(work.post_forward, always_call=True),
+        register_optimizer_step_pre_hook(work.pre_step),
+        register_optimizer_step_post_hook(work.post_step),
+    ]
     original = torch.autograd.backward
     torch.autograd.backward = work.wrap_backward(original)
     out_dir = Path(tempfile.mkdtemp(prefix="reportgen-bench-"))
@@ -108,13 +113,19 @@ def main(overrides: list[str]) -> dict:
     overhead = frame[(frame.check == TIME) & (frame.metric == "overhead_ratio")]
     model_s = sum(work.seconds.values())
     result = {
-        "overrides": overrides, "exit_code": code, "wall_s": round(wall, 2), "model_work_s": round(model_s, 2),
+        "overrides": overrides,
+        "exit_code": code,
+        "wall_s": round(wall, 2),
+        "model_work_s": round(model_s, 2),
         "wall_over_model_work": round(wall / model_s, 2) if model_s else None,
-        "model_work_parts_s": {k: round(v, 2) for k, v in work.seconds.items()}, "calls": work.calls,
-        "check_seconds_from_rows": per_check, "torch_threads": torch.get_num_threads(),
+        "model_work_parts_s": {k: round(v, 2) for k, v in work.seconds.items()},
+        "calls": work.calls,
+        "check_seconds_from_rows": per_check,
+        "torch_threads": torch.get_num_threads(),
         "overhead_ratio": None if overhead.empty else round(float(overhead.value.iloc[0]), 4),
-        "overhead_ci": None if overhead.empty else [round(float(overhead.ci_low.iloc[0]), 4),
-                                                   round(float(overhead.ci_high.iloc[0]), 4)],
+        "overhead_ci": None
+        if overhead.empty
+        else [round(float(overhead.ci_low.iloc[0]), 4), round(float(overhead.ci_high.iloc[0]), 4)],
         "ci_half_width_pp": None if overhead.empty else round(float(overhead.ci_half_width_pp.iloc[0]), 2),
         "out_dir": str(out_dir),
     }

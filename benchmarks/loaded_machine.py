@@ -36,6 +36,7 @@ the cores (on a machine of its own, 2 busy loops on 2 cores leave it 2/3 of a co
 With a thread per core the busy loops stall every op's barrier: 4× the CPU time, 11.6× the
 wall time. Every PDF had 8 pages.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 #: Small, fixed work: the same steps however noisy the machine (no adaptive timing rounds).
-SMALL_MLP = ("+model=mlp", "budget.examples=512", "budget.seeds=[0]", "budget.eval_every=256",
-             "larger_batch.max_batch_size=256", "parity.steps=4", "timing.target_ci_half_width_pp=null",
-             "timing.measured_steps=20", "timing.warmup_steps=2", "report.sign=false")
+SMALL_MLP = (
+    "+model=mlp",
+    "budget.examples=512",
+    "budget.seeds=[0]",
+    "budget.eval_every=256",
+    "larger_batch.max_batch_size=256",
+    "parity.steps=4",
+    "timing.target_ci_half_width_pp=null",
+    "timing.measured_steps=20",
+    "timing.warmup_steps=2",
+    "report.sign=false",
+)
 
 
 def _spin() -> None:
@@ -92,8 +102,14 @@ def one_run(threads: str, overrides: list[str], timeout: float) -> dict:
         code, seconds = None, float("inf")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"seconds": seconds, "cpu": cpu, "code": code, "pages": pdf_pages(out / "report.pdf"), "load_before": load,
-            "dir": out}
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "code": code,
+        "pages": pdf_pages(out / "report.pdf"),
+        "load_before": load,
+        "dir": out,
+    }
 
 
 def main() -> None:
@@ -105,8 +121,10 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = parser.parse_args()
     n = cpus()
-    settings = [(str(n), f"all cores ({n})") if t == "all" else (t, "default (auto)" if t == "auto" else f"threads={t}")
-                for t in args.threads.split(",")]
+    settings = [
+        (str(n), f"all cores ({n})") if t == "all" else (t, "default (auto)" if t == "auto" else f"threads={t}")
+        for t in args.threads.split(",")
+    ]
     results: dict[tuple[str, str], list[dict]] = {}
     print(f"{n} CPUs; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     for threads, label in settings:
@@ -119,15 +137,20 @@ def main() -> None:
                     time.sleep(2 if spinners else 0)
                     r = one_run(threads, args.overrides, args.timeout)
                     results.setdefault((threads, state), []).append(r)
-                    print(f"  {label:<16} {state:<7} {r['seconds']:8.1f} s wall  {r['cpu']:7.1f} s CPU  exit {r['code']}  "
-                          f"pages {r['pages']}  load before {r['load_before']:.2f}", flush=True)
+                    print(
+                        f"  {label:<16} {state:<7} {r['seconds']:8.1f} s wall  {r['cpu']:7.1f} s CPU  exit {r['code']}  "
+                        f"pages {r['pages']}  load before {r['load_before']:.2f}",
+                        flush=True,
+                    )
                 finally:
                     for p in spinners:
                         p.terminate()
                     for p in spinners:
                         p.join()
-    print(f"\n{'threads':<16} {'idle s':>8} {'loaded s':>9} {'loaded/idle':>12} {'pages idle/loaded':>18}"
-          + ("   (medians)" if args.repeat > 1 else ""))
+    print(
+        f"\n{'threads':<16} {'idle s':>8} {'loaded s':>9} {'loaded/idle':>12} {'pages idle/loaded':>18}"
+        + ("   (medians)" if args.repeat > 1 else "")
+    )
     ratios = {}
     for threads, label in settings:
         idle = statistics.median(r["seconds"] for r in results[(threads, "idle")])
@@ -136,8 +159,10 @@ def main() -> None:
         pages = "/".join(",".join(str(r["pages"]) for r in results[(threads, s)]) for s in ("idle", "loaded"))
         print(f"{label:<16} {idle:>8.1f} {loaded:>9.1f} {ratios[threads]:>11.2f}× {pages:>18}")
     if "auto" in ratios:
-        print(f"\ntarget: loaded/idle ≤ 2× with the default threads: {'met' if ratios['auto'] <= 2 else 'MISSED'} "
-              f"({ratios['auto']:.2f}×)")
+        print(
+            f"\ntarget: loaded/idle ≤ 2× with the default threads: {'met' if ratios['auto'] <= 2 else 'MISSED'} "
+            f"({ratios['auto']:.2f}×)"
+        )
 
 
 if __name__ == "__main__":

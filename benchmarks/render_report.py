@@ -8,6 +8,7 @@ Usage (from the repository root)::
 
 Prints one line per stage (median of ``--repeat`` renders, seconds) and the share of each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,11 +30,28 @@ from reportgen.results import claim_verdict, frame_from_json, frame_to_json  # n
 
 def _meta(run: Path) -> dict:
     """Metadata for rendering: the signed statement's predicate where there is one, else a stub."""
-    meta = {"title": "Activation recomputation report", "created": "2026-01-01T00:00:00+00:00",
-            "claim": {"model": "?", "task": "?", "mode": "?", "targets": [], "wrapped": [], "preserve_rng_state": True,
-                      "determinism_check": "default", "save_ops": [], "precision": "float32", "device": "cpu"},
-            "tolerances": {"rtol": None, "atol": None, "source": "defaults"}, "environment": {"reportgen": "bench"},
-            "command": "", "config_yaml": "", "out_dir": str(run), "signature": ""}
+    meta = {
+        "title": "Activation recomputation report",
+        "created": "2026-01-01T00:00:00+00:00",
+        "claim": {
+            "model": "?",
+            "task": "?",
+            "mode": "?",
+            "targets": [],
+            "wrapped": [],
+            "preserve_rng_state": True,
+            "determinism_check": "default",
+            "save_ops": [],
+            "precision": "float32",
+            "device": "cpu",
+        },
+        "tolerances": {"rtol": None, "atol": None, "source": "defaults"},
+        "environment": {"reportgen": "bench"},
+        "command": "",
+        "config_yaml": "",
+        "out_dir": str(run),
+        "signature": "",
+    }
     return meta
 
 
@@ -56,9 +74,20 @@ def main() -> None:
         pdf_s.append(time.perf_counter() - start)
     pages = len(PdfFileReader(io.BytesIO(pdf)).root["/Pages"]["/Kids"])
     html_m, pdf_m = statistics.median(html_s), statistics.median(pdf_s)
-    print(json.dumps({"rows": len(frame), "html_seconds": round(html_m, 3), "pdf_seconds": round(pdf_m, 3),
-                      "pdf_to_html_ratio": round(pdf_m / html_m, 2), "pages": pages, "pdf_bytes": len(pdf),
-                      "results_json_bytes": len(frame_to_json(frame))}, indent=1))
+    print(
+        json.dumps(
+            {
+                "rows": len(frame),
+                "html_seconds": round(html_m, 3),
+                "pdf_seconds": round(pdf_m, 3),
+                "pdf_to_html_ratio": round(pdf_m / html_m, 2),
+                "pages": pages,
+                "pdf_bytes": len(pdf),
+                "results_json_bytes": len(frame_to_json(frame)),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ the scatter and the Pareto front have something to sort) and a few failing jobs,
     python benchmarks/sweep_summary.py                 # 100 jobs, unsigned
     python benchmarks/sweep_summary.py --jobs 200 --sign-key ~/.config/reportgen/signing-key.pem
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,15 +27,29 @@ sys.path.insert(0, str(REPO))
 from reportgen.results import frame_from_json, frame_to_json  # noqa: E402
 from reportgen.sweep import summarize  # noqa: E402
 
-TINY = ["+model=ffn", "budget.examples=32", "budget.seeds=[0]", "larger_batch.enabled=false", "timing.measured_steps=3",
-        "timing.target_ci_half_width_pp=null", "timing.max_measure_seconds=1", "report.sign=false", "report.pdf=false"]
+TINY = [
+    "+model=ffn",
+    "budget.examples=32",
+    "budget.seeds=[0]",
+    "larger_batch.enabled=false",
+    "timing.measured_steps=3",
+    "timing.target_ci_half_width_pp=null",
+    "timing.max_measure_seconds=1",
+    "report.sign=false",
+    "report.pdf=false",
+]
 
 
 def make_sweep(root: Path, jobs: int, seed: int = 0) -> Path:
     """A sweep folder of ``jobs`` job folders made from one real job, costs perturbed."""
     seed_dir = root / "seed"
-    proc = subprocess.run([sys.executable, "-m", "reportgen", "-m", *TINY, f"hydra.sweep.dir={seed_dir}"], cwd=root,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "reportgen", "-m", *TINY, f"hydra.sweep.dir={seed_dir}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     if proc.returncode:
         raise SystemExit(f"the seed job failed:\n{proc.stdout}\n{proc.stderr}")
     template = seed_dir / "0"
@@ -49,16 +64,28 @@ def make_sweep(root: Path, jobs: int, seed: int = 0) -> Path:
         shutil.copytree(template, folder)
         (folder / "job.json").unlink()
         varied = frame.copy()
-        saved = (varied.metric == "saved_activation_bytes") & (varied.variant == "recompute") & \
-                (varied["item"] == "saved activations (total)")
+        saved = (
+            (varied.metric == "saved_activation_bytes")
+            & (varied.variant == "recompute")
+            & (varied["item"] == "saved activations (total)")
+        )
         kept = rng.uniform(0.1, 0.9)  # recompute keeps this share of the plain twin's saved bytes
-        plain_bytes = float(varied.loc[(varied.metric == "saved_activation_bytes") & (varied.variant == "plain")
-                                       & (varied["item"] == "saved activations (total)"), "value"].iloc[0])
+        plain_bytes = float(
+            varied.loc[
+                (varied.metric == "saved_activation_bytes")
+                & (varied.variant == "plain")
+                & (varied["item"] == "saved activations (total)"),
+                "value",
+            ].iloc[0]
+        )
         varied.loc[saved, "value"] = plain_bytes * kept
         if "role" in varied.columns:  # the saving row that reportgen.report.render.headline_costs reads
             saving = varied.role == "saving"
-            varied.loc[saving, ["value", "recompute_bytes", "saving_bytes"]] = [1 - kept, plain_bytes * kept,
-                                                                                plain_bytes * (1 - kept)]
+            varied.loc[saving, ["value", "recompute_bytes", "saving_bytes"]] = [
+                1 - kept,
+                plain_bytes * kept,
+                plain_bytes * (1 - kept),
+            ]
         ratio = rng.uniform(1.0, 1.6)
         overhead = (varied.metric == "overhead_ratio") & (varied["item"] == "overhead")
         varied.loc[overhead, ["value", "ci_low", "ci_high"]] = [ratio, ratio - 0.05, ratio + 0.05]
@@ -68,8 +95,11 @@ def make_sweep(root: Path, jobs: int, seed: int = 0) -> Path:
         (folder / "results.json").unlink()
         (folder / "results.json").write_text(frame_to_json(varied))
         overrides = [f"recompute={rng.choice(['non_reentrant', 'reentrant', 'selective'])}", f"seed={job}"]
-        (folder / "job.json").write_text(json.dumps({**record, "job": job, "overrides": overrides, "exit_code": code,
-                                                     "verdict": "FAIL" if code else "PASS"}))
+        (folder / "job.json").write_text(
+            json.dumps(
+                {**record, "job": job, "overrides": overrides, "exit_code": code, "verdict": "FAIL" if code else "PASS"}
+            )
+        )
     return sweep
 
 
@@ -88,9 +118,11 @@ def main() -> None:
 
         with open(sweep / "summary.pdf", "rb") as handle:
             pages = int(PdfFileReader(handle, strict=False).root["/Pages"]["/Count"])
-        print(f"{args.jobs} jobs: summary (csv, json, html, pdf{', signed' if args.sign_key else ''}) in {seconds:.1f} s; "
-              f"{len(frame)} summary rows; pdf {(sweep / 'summary.pdf').stat().st_size / 1024:.0f} KiB, {pages} pages; "
-              f"exit code {code}")
+        print(
+            f"{args.jobs} jobs: summary (csv, json, html, pdf{', signed' if args.sign_key else ''}) in {seconds:.1f} s; "
+            f"{len(frame)} summary rows; pdf {(sweep / 'summary.pdf').stat().st_size / 1024:.0f} KiB, {pages} pages; "
+            f"exit code {code}"
+        )
         if args.keep:
             shutil.copytree(sweep, args.keep)
 

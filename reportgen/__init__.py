@@ -1,4 +1,5 @@
 """reportgen: prove an activation-recomputation claim with a signed HTML/PDF report."""
+
 import importlib
 import importlib.abc
 import importlib.util

@@ -3,6 +3,7 @@
 Exit codes: 0 claim holds, 1 claim fails, 2 could not start, 3 cannot be judged, 70
 reportgen's own bug, 130 Ctrl-C, 143 SIGTERM (see :mod:`reportgen.cli`).
 """
+
 import sys
 
 import hydra

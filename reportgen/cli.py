@@ -7,25 +7,33 @@ printing it and calling ``sys.exit(1)`` before any job starts; that is a usage e
 so it becomes exit 2 with a line naming the fix. In a multirun, the worst job code wins; an
 interrupted sweep stops at the interrupted job.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from reportgen.errors import Terminated  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
-from reportgen.errors import (EXIT_BUG, EXIT_HOLDS, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE,
-                     console_text, exception_label, usage)
+from reportgen.commands.rundir import StartRefused, job_log_path
+from reportgen.errors import (
+    EXIT_BUG,
+    EXIT_HOLDS,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    Terminated,  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
+    console_text,
+    exception_label,
+    usage,
+)
 from reportgen.files import OutputWriteError
 from reportgen.paths import builtin_models
-from reportgen.commands.rundir import StartRefused, job_log_path
 from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
-
 
 log = logging.getLogger("reportgen")
 _codes: list[int] = []
@@ -69,29 +77,45 @@ class OneLineExceptions(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """See :class:`logging.Formatter`; ``message: Type: first line (traceback in LOG)``."""
         if not record.exc_info:
-            return self.inner.format(logging.makeLogRecord({**record.__dict__, "msg": console_text(record.getMessage()),
-                                                            "args": ()}))
+            return self.inner.format(
+                logging.makeLogRecord({**record.__dict__, "msg": console_text(record.getMessage()), "args": ()})
+            )
         exc = record.exc_info[1]
         first = (str(exc).strip().splitlines() or [""])[0]
         where = f"full traceback in {self.log_path}" if self.log_path else "full traceback in the run's log"
         message = console_text(f"{record.getMessage()}: {exception_label(exc)}: {first}")
-        short = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None,
-                                       "msg": f"{message} ({where})", "args": ()})
+        short = logging.makeLogRecord(
+            {
+                **record.__dict__,
+                "exc_info": None,
+                "exc_text": None,
+                "stack_info": None,
+                "msg": f"{message} ({where})",
+                "args": (),
+            }
+        )
         return self.inner.format(short)
 
 
 def one_line_console(log_path: Path | None) -> None:
     """Give every console handler of the root logger a :class:`OneLineExceptions` formatter."""
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
-                and not isinstance(handler.formatter, OneLineExceptions):
+        if (
+            isinstance(handler, logging.StreamHandler)
+            and not isinstance(handler, logging.FileHandler)
+            and not isinstance(handler.formatter, OneLineExceptions)
+        ):
             handler.setFormatter(OneLineExceptions(handler.formatter, log_path))
 
 
 def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     """One Hydra job (:func:`_run_job`), its outcome (exit code, verdict, overrides, error) recorded
     in ``out_dir/job.json`` for a sweep's summary (``reportgen.sweep``), whichever launcher ran it."""
-    from reportgen.distributed.launch import adopt_slurm_env, launch_rank, launched  # torch: imported only once a job runs
+    from reportgen.distributed.launch import (  # torch: imported only once a job runs
+        adopt_slurm_env,
+        launch_rank,
+        launched,
+    )
     from reportgen.sweep import recorded_job
 
     if int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1) > 1:
@@ -149,31 +173,40 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             partial, pending = out_dir / "results.partial.json", out_dir / PENDING_NAME
             kept = f"; what was measured is in {partial}" if partial.exists() else " before any check finished"
             if pending.exists():
-                kept = (f": all checks finished; the report was not signed. Results are in {out_dir / 'results.json'}; "
-                        f"render and sign it with {SIGN_COMMAND} {out_dir}")
+                kept = (
+                    f": all checks finished; the report was not signed. Results are in {out_dir / 'results.json'}; "
+                    f"render and sign it with {SIGN_COMMAND} {out_dir}"
+                )
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
             code = EXIT_SIGINT
         except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
-            print(f"reportgen: cannot finish: {exc}."
-                  + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else ""), flush=True)
+            print(
+                f"reportgen: cannot finish: {exc}."
+                + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else ""),
+                flush=True,
+            )
             return EXIT_USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
             _log_to_file(exc)
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
             first = (str(exc).strip().splitlines() or [""])[0]
-            print(f"reportgen: internal error, a bug in reportgen, not in your config: {exception_label(exc)}: "
-                  f"{console_text(first)}. Full traceback: {log_path or 'the run log'}."
-                  + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else "")
-                  + " Please report it with that log.", flush=True)
+            print(
+                f"reportgen: internal error, a bug in reportgen, not in your config: {exception_label(exc)}: "
+                f"{console_text(first)}. Full traceback: {log_path or 'the run log'}."
+                + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else "")
+                + " Please report it with that log.",
+                flush=True,
+            )
             return EXIT_BUG
     return EXIT_SIGTERM if code == EXIT_SIGINT and _terminated else code
 
 
 def _log_to_file(exc: BaseException) -> None:
     """The full traceback into the run's log file only (never the console)."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "reportgen failed", (), (type(exc), exc,
-                                                                                         exc.__traceback__))
+    record = log.makeRecord(
+        log.name, logging.ERROR, __file__, 0, "reportgen failed", (), (type(exc), exc, exc.__traceback__)
+    )
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and handler.baseFilename != os.devnull:
             handler.handle(record)
@@ -199,8 +232,10 @@ def exit_code(app: Callable[[], None]) -> int:
             return max(_codes)
         if exc.code not in (0, None):
             models = ", ".join(builtin_models())
-            print(f"reportgen: cannot start: fix the config error above (settings and their types: "
-                  f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}.")
+            print(
+                f"reportgen: cannot start: fix the config error above (settings and their types: "
+                f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}."
+            )
             return EXIT_USAGE
         raise
     from reportgen.sweep import sweep_exit_code

@@ -5,11 +5,12 @@ the ConfigStore, so a typo such as ``parity.rtlo=1e-3`` or ``recompute.mode=reen
 fails while composing, before any model is built. ``model`` and ``task`` stay free-form
 (``Any``): they are ``_target_`` nodes that point at the user's own code.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
@@ -57,26 +58,26 @@ class RecomputeConfig:
 
     #: null (``recompute=model_default``, the Hugging Face configs' default): not set, so
     #: ``method=model_switch`` calls the switch without ``use_reentrant`` and the model's own default applies.
-    mode: Optional[RecomputeMode] = RecomputeMode.non_reentrant
+    mode: RecomputeMode | None = RecomputeMode.non_reentrant
     #: ``wrap`` (reportgen wraps the targets) or ``model_switch`` (the model's own switch).
     method: RecomputeMethod = RecomputeMethod.wrap
     #: ``model_switch`` only: dotted path of ``fn(model, recompute_cfg)`` that turns recomputation
     #: on, e.g. ``reportgen.models.hf.enable`` (Hugging Face ``activation_checkpointing_enable``, 4.x
     #: ``gradient_checkpointing_enable``); it may return the ``use_reentrant`` it put in force.
-    enable: Optional[str] = None
+    enable: str | None = None
     #: ``wrap`` only: class names (matching subclasses too) or module-path globs (``blocks.*``);
     #: each must match at least one module.
-    targets: List[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
     #: torch.utils.checkpoint ``preserve_rng_state``: replay the forward RNG in recompute.
     preserve_rng_state: bool = True
     #: torch.utils.checkpoint ``determinism_check`` ("default" compares shapes/dtypes, or "none").
     determinism_check: str = "default"
     #: Selective mode only: ops whose outputs are saved, e.g. ``aten.mm`` or ``aten.mm.default``.
-    save_ops: List[str] = field(default_factory=list)
+    save_ops: list[str] = field(default_factory=list)
     #: Selective mode only: ``{op: n}`` for ops of ``save_ops`` whose output is saved only on the
     #: 1st, (n+1)-th, (2n+1)-th ... call within one region's forward (the others are recomputed);
     #: torchtitan's selective op policy is ``{aten.mm: 2}`` ("all compute ops except every second mm").
-    save_period: Dict[str, int] = field(default_factory=dict)
+    save_period: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,9 +85,9 @@ class ParityConfig:
     """Fixed-input and one-optimizer-step parity."""
 
     #: Relative tolerance; null = torch.testing.assert_close's default for the dtype.
-    rtol: Optional[float] = None
+    rtol: float | None = None
     #: Absolute tolerance; null = torch.testing.assert_close's default for the dtype.
-    atol: Optional[float] = None
+    atol: float | None = None
     #: Examples in the fixed batch (and in each batch of the trajectory).
     batch_size: int = 16
     #: Optimizer steps of the trajectory check on the training stream (plain, A/A, recompute),
@@ -121,7 +122,7 @@ class MemoryConfig:
     #: the report names the cause) or "FAIL" (the memory check fails the claim).
     peak_on_miss: str = "WARN"
     #: GPU-free estimate at a target scale: model/task keyword overrides (empty = off).
-    estimate: Dict[str, Any] = field(default_factory=dict)
+    estimate: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,13 +135,13 @@ class TimingConfig:
     bootstrap_samples: int = 2000  #: resamples for the 95% CI of the overhead ratio
     #: Keep measuring rounds past ``measured_steps`` until the 95% CI half-width of the
     #: overhead ratio is at most this many percentage points (null = exactly measured_steps).
-    target_ci_half_width_pp: Optional[float] = 2.0
+    target_ci_half_width_pp: float | None = 2.0
     #: Time budget of the measured rounds, s; adaptive measuring stops when it is spent.
     max_measure_seconds: float = 10.0
     #: Deadline: maximum recompute/plain median step-time ratio (null = no deadline).
-    max_overhead_ratio: Optional[float] = None
+    max_overhead_ratio: float | None = None
     #: Deadline: maximum recompute median step time in ms (null = no deadline).
-    max_step_time_ms: Optional[float] = None
+    max_step_time_ms: float | None = None
 
 
 @dataclass
@@ -152,7 +153,7 @@ class BudgetConfig:
     batch_size: int = 32  #: examples per step
     #: One training run per twin and seed (the seed fixes data order and dropout masks); a seed
     #: listed twice is refused (exit 2).
-    seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     #: Largest allowed |plain - recompute| difference of the task metric, per seed (absolute).
     metric_tolerance: float = 1e-4
     #: Relative part of the metric tolerance: allowed |plain - recompute| is
@@ -175,7 +176,7 @@ class LargerBatchConfig:
     #: Learning-rate scaling rule for the larger batch: "none", "linear" or "sqrt".
     lr_scaling: str = "none"
     #: Seeds trained at the larger batch; null = the same seeds as ``budget.seeds``.
-    seeds: Optional[List[int]] = None
+    seeds: list[int] | None = None
 
 
 @dataclass
@@ -184,7 +185,7 @@ class PrecisionConfig:
 
     #: Run every forward under ``torch.autocast`` with this dtype: null (off), bf16 or fp16.
     #: Parity tolerances then default to torch.testing's for that dtype.
-    autocast: Optional[str] = None
+    autocast: str | None = None
 
 
 @dataclass
@@ -202,7 +203,7 @@ class StateConfig:
 
     #: Module attributes that are not compared (glob patterns on ``<module path>.<attr>``),
     #: e.g. the flags a model's own recompute switch sets; shown in the report as ignored.
-    ignore_attributes: List[str] = field(default_factory=list)
+    ignore_attributes: list[str] = field(default_factory=list)
 
 
 class DistributedStrategy(Enum):
@@ -227,7 +228,7 @@ class DDPConfig:
     #: Broadcast rank 0's buffers (BatchNorm running stats) before every forward. torch default true.
     broadcast_buffers: bool = True
     #: Size of a gradient all-reduce bucket, MiB (null = torch's default, 25).
-    bucket_cap_mb: Optional[float] = None
+    bucket_cap_mb: float | None = None
 
 
 @dataclass
@@ -235,11 +236,11 @@ class FSDPConfig:
     """Sharding units and precision of FSDP (``distributed.strategy=fsdp2`` or ``fsdp1``)."""
 
     #: Class names (``Block``) or plain path globs (``blocks.*``) that become FSDP units; null = the targets.
-    units: Optional[List[str]] = None
+    units: list[str] | None = None
     #: FSDP2 only: free gathered parameters after forward (true, ZeRO-3) or keep them for backward (false).
     reshard_after_forward: bool = True
-    param_dtype: Optional[str] = None  #: mixed precision: gathered parameters' dtype (null = the model's)
-    reduce_dtype: Optional[str] = None  #: mixed precision: dtype gradients are reduced in (null = the parameters')
+    param_dtype: str | None = None  #: mixed precision: gathered parameters' dtype (null = the model's)
+    reduce_dtype: str | None = None  #: mixed precision: dtype gradients are reduced in (null = the parameters')
 
 
 @dataclass
@@ -274,7 +275,7 @@ class DistributedConfig:
     #: Seeds of the distributed task-metrics check (sharded twins trained to the global budget);
     #: null = the first of ``budget.seeds`` only (each seed is two sharded training runs; the spread
     #: over seeds is the single-process task-metrics check's).
-    budget_seeds: Optional[List[int]] = None
+    budget_seeds: list[int] | None = None
     #: ``DistributedDataParallel`` arguments (strategy ddp).
     ddp: DDPConfig = field(default_factory=DDPConfig)
     #: FSDP units and mixed precision (strategy fsdp2 or fsdp1).
@@ -282,7 +283,7 @@ class DistributedConfig:
     #: ``FullyShardedDataParallel`` arguments (strategy fsdp1).
     fsdp1: FSDP1Config = field(default_factory=FSDP1Config)
     #: ``pkg.module.fn`` (strategy custom): ``fn(model, mesh) -> module``, on each twin after recompute is applied.
-    wrap: Optional[str] = None
+    wrap: str | None = None
 
 
 @dataclass
@@ -302,10 +303,10 @@ class ChecksConfig:
 
     #: Wall-clock seconds one check may take (null = no deadline). 1800 s is several times the
     #: slowest built-in check on a 2-core CPU (task metrics of ``gpt``).
-    timeout_s: Optional[float] = 1800.0
+    timeout_s: float | None = 1800.0
     #: Resident memory the process may reach during a check, GiB (null = 90 % of the machine's
     #: physical memory, ``reportgen.limits.default_max_rss_gib``).
-    max_rss_gib: Optional[float] = None
+    max_rss_gib: float | None = None
 
 
 @dataclass
@@ -316,7 +317,7 @@ class ReportConfig:
     pdf: bool = True  #: false = report.html only, no PDF
     sign: bool = True  #: false = an UNSIGNED report (page 1 says so), no signing key needed
     #: Private key (PEM). Null = $REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem.
-    key_path: Optional[str] = None
+    key_path: str | None = None
 
 
 @dataclass
@@ -326,7 +327,7 @@ class RunConfig:
     #: Refuse to start (exit 2) when the settings imply a run longer than this many minutes,
     #: estimated before any check from one timed training step of each twin
     #: (reportgen/training/duration.py); the message gives the estimate and the override. Null = no limit.
-    max_estimated_minutes: Optional[float] = 60.0
+    max_estimated_minutes: float | None = 60.0
 
 
 @dataclass
@@ -335,7 +336,7 @@ class VerdictConfig:
 
     #: Check names; null = every check the registry (reportgen/checks/__init__.py) marks
     #: required: all but the selective-policy check and the flagged larger-batch experiment.
-    required: Optional[List[str]] = None
+    required: list[str] | None = None
 
 
 @dataclass
@@ -347,12 +348,12 @@ class ClaimConfig:
     """
 
     #: The release-note sentence, printed on page 1 as written and signed; null = the generic claim.
-    text: Optional[str] = None
+    text: str | None = None
     #: One clause per entry, each a measured quantity, a comparator and a bound: ``training unchanged``
     #: (always added), ``peak_saving_share >= 0.40``, ``overhead_ratio <= 1.30`` (judged on the upper
     #: end of its 95% CI), ``step_time_ms <= 250`` (median), ``fits: batch 16 [at seq 1024] within 80 GiB``,
     #: ``task metric within tolerance``.
-    clauses: List[str] = field(default_factory=list)
+    clauses: list[str] = field(default_factory=list)
     #: The task's keyword that sets tokens per example, overridden by a ``fits: ... at seq S`` clause
     #: in the GPU-free estimate (``block_size`` for the built-in character task).
     seq_key: str = "block_size"
@@ -369,7 +370,7 @@ class Config:
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
     seed: int = 0  #: seeds the weights of both twins
     #: ``torch.manual_seed`` before every forward of every run (null = do not reseed).
-    forward_seed: Optional[int] = 0
+    forward_seed: int | None = 0
     dtype: str = "float32"  #: float32 | float64 | bfloat16 | float16
     device: str = "auto"  #: auto = cuda when available, else cpu
     #: torch intra- and inter-op CPU threads: ``auto`` = half the physical cores this process may

@@ -3,6 +3,7 @@
 :class:`ExitCode` holds every command's codes (DESIGN.md "Exit code"); what each code means for
 each command is the one table in docs/exit-codes.md, which tests/test_docs.py checks against it.
 """
+
 from __future__ import annotations
 
 import enum
@@ -27,11 +28,18 @@ class ExitCode(enum.IntEnum):
 
 
 EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = (
-    ExitCode.HOLDS, ExitCode.FAILS, ExitCode.USAGE, ExitCode.INCONCLUSIVE, ExitCode.BUG)
+    ExitCode.HOLDS,
+    ExitCode.FAILS,
+    ExitCode.USAGE,
+    ExitCode.INCONCLUSIVE,
+    ExitCode.BUG,
+)
 EXIT_SIGINT, EXIT_SIGTERM = ExitCode.SIGINT, ExitCode.SIGTERM
-EXIT_CODES_HELP = ("exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
-                   "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "
-                   "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)")
+EXIT_CODES_HELP = (
+    "exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
+    "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "
+    "path printed), 130 Ctrl-C, 143 SIGTERM (partial results kept)"
+)
 
 
 class Terminated(KeyboardInterrupt):
@@ -53,10 +61,12 @@ class SetupError(UsageError, ValueError):
 def usage() -> str:
     """The short message printed when no usable model was given."""
     models = builtin_models()
-    return (f"reportgen: choose a model. Built-in models: {', '.join(models)}.\n"
-            f"  python -m reportgen +model={models[0]}\n"
-            "Your own model: python -m reportgen --config-dir DIR +model=NAME (see docs/own-model.md).\n"
-            f"  ({EXIT_CODES_HELP})")
+    return (
+        f"reportgen: choose a model. Built-in models: {', '.join(models)}.\n"
+        f"  python -m reportgen +model={models[0]}\n"
+        "Your own model: python -m reportgen --config-dir DIR +model=NAME (see docs/own-model.md).\n"
+        f"  ({EXIT_CODES_HELP})"
+    )
 
 
 #: What the console says instead of the class name of an exception defined inside torch.

@@ -3,6 +3,7 @@
 Every module that writes a run's files imports from here; this module imports nothing of
 reportgen's, so any layer may use it (docs/architecture.md, "Layers").
 """
+
 from __future__ import annotations
 
 import errno
@@ -161,8 +162,12 @@ def special_kind(path: Path) -> str | None:
         mode = os.stat(path).st_mode
     except OSError:
         return None
-    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((name for test, name in kinds if test(mode)), None)
 
 

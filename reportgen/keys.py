@@ -1,4 +1,5 @@
 """``python -m reportgen.keys``: the entry point of :mod:`reportgen.trust.keys` (generate, fingerprint)."""
+
 import sys
 
 from reportgen.trust.keys import main

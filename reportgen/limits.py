@@ -13,6 +13,7 @@ Python delivers the signal between bytecodes, so a check stuck inside one long C
 matmul) is stopped when that call returns; every recompute hazard above runs Python code
 (the region's forward, the backward of torch.utils.checkpoint's function) and is stopped within ``poll_s``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 #: Bytes in a GiB.
 GIB = 2**30
@@ -93,23 +95,39 @@ def limited(name: str, timeout_s: float | None, max_rss_gib: float | None, poll_
         while not done.wait(poll_s):
             elapsed, rss = time.monotonic() - start, rss_bytes()
             if timeout_s is not None and elapsed > timeout_s:
-                reason.append(CheckLimitExceeded("timeout_s", (
-                    f"{name} was stopped after {elapsed:.1f} s, past checks.timeout_s={timeout_s:g}: a recompute "
-                    "region that never returns, or backward recursing without end (a reentrant region that returns "
-                    "a tensor it did not create) is the likely cause; raise checks.timeout_s if the check is just slow")))
+                reason.append(
+                    CheckLimitExceeded(
+                        "timeout_s",
+                        (
+                            f"{name} was stopped after {elapsed:.1f} s, past checks.timeout_s={timeout_s:g}: a recompute "
+                            "region that never returns, or backward recursing without end (a reentrant region that returns "
+                            "a tensor it did not create) is the likely cause; raise checks.timeout_s if the check is just slow"
+                        ),
+                    )
+                )
             elif max_rss_gib is not None and rss > max_rss_gib * GIB:
-                reason.append(CheckLimitExceeded("max_rss_gib", (
-                    f"{name} was stopped when the process reached {rss / GIB:.2f} GiB resident memory, past "
-                    f"checks.max_rss_gib={max_rss_gib:g}: backward recursing without end (a reentrant region that "
-                    "returns a tensor it did not create) or a batch too large for this machine is the likely cause; "
-                    "raise checks.max_rss_gib if the check needs the memory")))
+                reason.append(
+                    CheckLimitExceeded(
+                        "max_rss_gib",
+                        (
+                            f"{name} was stopped when the process reached {rss / GIB:.2f} GiB resident memory, past "
+                            f"checks.max_rss_gib={max_rss_gib:g}: backward recursing without end (a reentrant region that "
+                            "returns a tensor it did not create) or a batch too large for this machine is the likely cause; "
+                            "raise checks.max_rss_gib if the check needs the memory"
+                        ),
+                    )
+                )
             if reason:
                 signal.pthread_kill(main, signal.SIGUSR1)
                 return
 
     previous = signal.signal(signal.SIGUSR1, on_signal)
-    watcher = threading.Thread(target=watch, args=(threading.main_thread().ident, time.monotonic()),
-                               name=f"reportgen-limits-{name}", daemon=True)
+    watcher = threading.Thread(
+        target=watch,
+        args=(threading.main_thread().ident, time.monotonic()),
+        name=f"reportgen-limits-{name}",
+        daemon=True,
+    )
     watcher.start()
     try:
         yield

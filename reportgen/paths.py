@@ -1,4 +1,5 @@
 """Where the shipped config and templates live, in a clone and in an installed wheel."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ written as a ``reportgen`` log record (so into the run's ``*.log`` file and the 
 handler) every :data:`LOG_INTERVAL_S` seconds and once at the end, never as carriage returns;
 a phase over within :data:`LOG_DELAY_S` seconds writes none.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,8 +44,9 @@ class _LogLines:
         """Nothing to flush (the logging handlers flush themselves)."""
 
 
-def progress(desc: str, total: float | None = None, unit: str = "it", interactive: bool | None = None,
-             **kwargs: Any) -> tqdm:
+def progress(
+    desc: str, total: float | None = None, unit: str = "it", interactive: bool | None = None, **kwargs: Any
+) -> tqdm:
     """A tqdm bar that shows rate and time left on a terminal and as periodic log lines elsewhere.
 
     Args:
@@ -59,7 +61,26 @@ def progress(desc: str, total: float | None = None, unit: str = "it", interactiv
     """
     tty = sys.stderr.isatty() if interactive is None else interactive
     if tty:
-        return tqdm(total=total, desc=desc, unit=unit, leave=False, file=sys.stderr, mininterval=TTY_INTERVAL_S,
-                    dynamic_ncols=True, **kwargs)
-    return tqdm(total=total, desc=desc, unit=unit, leave=True, file=_LogLines(log), mininterval=LOG_INTERVAL_S,
-                maxinterval=LOG_INTERVAL_S, delay=LOG_DELAY_S, ncols=100, ascii=True, **kwargs)
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit=unit,
+            leave=False,
+            file=sys.stderr,
+            mininterval=TTY_INTERVAL_S,
+            dynamic_ncols=True,
+            **kwargs,
+        )
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        leave=True,
+        file=_LogLines(log),
+        mininterval=LOG_INTERVAL_S,
+        maxinterval=LOG_INTERVAL_S,
+        delay=LOG_DELAY_S,
+        ncols=100,
+        ascii=True,
+        **kwargs,
+    )

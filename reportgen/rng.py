@@ -10,19 +10,25 @@ its own states back afterwards, so nothing outside the forward is disturbed.
 in the recomputed forward, not Python's or NumPy's: a recomputed region that draws from them
 advances them twice, which :func:`fingerprint` makes visible in state parity.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
 import random
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 #: The generators :func:`seeded` controls, in the words the report uses.
-GENERATORS = ("torch CPU generator", "torch CUDA generator of every initialised device", "Python random",
-              "NumPy global generator (numpy.random)")
+GENERATORS = (
+    "torch CPU generator",
+    "torch CUDA generator of every initialised device",
+    "Python random",
+    "NumPy global generator (numpy.random)",
+)
 
 
 def _cuda() -> bool:
@@ -55,8 +61,12 @@ def seed_all(seed: int) -> None:
 
 def capture() -> dict[str, Any]:
     """The current states of every generator in :data:`GENERATORS` (for :func:`restore`)."""
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if _cuda() else None,
-            "python": random.getstate(), "numpy": np.random.get_state()}
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if _cuda() else None,
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
 
 
 def restore(states: dict[str, Any]) -> None:

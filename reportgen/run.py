@@ -4,6 +4,7 @@ Mirrors the data flow in docs/architecture.md. Each stage is one call; each regi
 (reportgen/checks/__init__.py) runs in its own ``try`` so an exception becomes an ERROR row
 and the report still renders.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,28 +20,58 @@ from reportgen.checks.distributed import follow
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
-from reportgen.report.diagnose import diagnose
-from reportgen.training.duration import refuse_long_runs
-from reportgen.distributed.launch import (device_problem, launch_commands, launch_problem, launch_rank, launched, rank_config,
-                          resolve_backend)
-from reportgen.errors import (EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Terminated,
-                              UsageError,
-                              clip_words, console_text)
+from reportgen.commands.rundir import forget_unstarted_run
+from reportgen.distributed.launch import (
+    device_problem,
+    launch_commands,
+    launch_problem,
+    launch_rank,
+    launched,
+    rank_config,
+    resolve_backend,
+)
+from reportgen.distributed.wrapping import settings_in_force, wrap_order
+from reportgen.errors import (
+    EXIT_FAILS,
+    EXIT_HOLDS,
+    EXIT_INCONCLUSIVE,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    Terminated,
+    UsageError,
+    clip_words,
+    console_text,
+)
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
-from reportgen.twins.observe import observation_rows
-from reportgen.twins.prepare import prepare as prepare_twins
+from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
-from reportgen.results import ERROR, FLAGGED, INCONCLUSIVE, NOT_RUN, PASS, WARN, Role, Row, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from reportgen.results import (
+    ERROR,
+    FLAGGED,
+    INCONCLUSIVE,
+    NOT_RUN,
+    PASS,
+    WARN,
+    Role,
+    Row,
+    atomic_write,
+    claim_verdict,
+    frame_to_json,
+    replace_write,
+    to_frame,
+)
 from reportgen.results.rows import error_row
-from reportgen.commands.rundir import forget_unstarted_run
-from reportgen.twins.setup import Setup
-from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.threads import apply_threads
-from reportgen.distributed.wrapping import settings_in_force, wrap_order
+from reportgen.training.duration import refuse_long_runs
 from reportgen.training.user_step import step_said
 from reportgen.trust.launch import job_launch
 from reportgen.trust.manifest import clear_pending, mark_pending, start_manifest
+from reportgen.trust.signing import load_signing_key, sign_run, signature_label
+from reportgen.twins.observe import observation_rows
+from reportgen.twins.prepare import prepare as prepare_twins
+from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
 
@@ -121,7 +152,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
     said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
-    for check, item, detail in frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]:
+    for check, item, detail in (
+        frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
+    ):
         detail = console_text(f"{item}: {detail}")
         print(f"reportgen: WARN {check}: {clip_words(detail)}")
     if verdict != PASS:
@@ -180,12 +213,19 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
     strategy = getattr(dc.strategy, "value", str(dc.strategy))
     commands = launch_commands(world)
     mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
-    return {"world_size": world, "strategy": strategy, "backend": resolve_backend(str(dc.backend), setup.device),
-            "mesh": f"1-D, {world} ranks ({mesh})",
-            "timeout_s": float(dc.timeout_s), "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
-            "launch": commands["reportgen"], "torchrun": commands["torchrun"],
-            "settings": settings_in_force(dc, [w.path for w in setup.wrapped]), "order": wrap_order(dc),
-            "step": step_said(setup.task)}
+    return {
+        "world_size": world,
+        "strategy": strategy,
+        "backend": resolve_backend(str(dc.backend), setup.device),
+        "mesh": f"1-D, {world} ranks ({mesh})",
+        "timeout_s": float(dc.timeout_s),
+        "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
+        "launch": commands["reportgen"],
+        "torchrun": commands["torchrun"],
+        "settings": settings_in_force(dc, [w.path for w in setup.wrapped]),
+        "order": wrap_order(dc),
+        "step": step_said(setup.task),
+    }
 
 
 def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
@@ -194,10 +234,20 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     rows: list[Row] = []
     registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
     if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
-        return [Row(check=s.name, item="compile", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
-                    detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
-                           f"({setup.compile_error}); run with compile.enabled=false")
-                for check in registry for s in check.sections]
+        return [
+            Row(
+                check=s.name,
+                item="compile",
+                variant="recompute",
+                metric="not_run",
+                status=NOT_RUN,
+                role=Role.DISABLED,
+                detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
+                f"({setup.compile_error}); run with compile.enabled=false",
+            )
+            for check in registry
+            for s in check.sections
+        ]
     limits = check_limits(getattr(setup, "cfg", None))
     for index, check in enumerate(registry):
         if _disabled(setup, check):
@@ -208,16 +258,36 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         try:
             with warnings.catch_warnings(), limited(check.name, *limits):  # deadline and memory ceiling
                 warnings.simplefilter("ignore", UserWarning)  # the console stays readable; gradient parity
-                rows += check.run(setup)                      # records torch's warnings as rows itself
+                rows += check.run(setup)  # records torch's warnings as rows itself
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
             log.error("check %s stopped: %s", check.name, exc.message)
-            rows.append(Row(check=check.name, item=f"stopped at checks.{exc.limit}", variant="recompute", metric="exception", status=ERROR,
-                            detail=exc.message, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
-                            extra={"exception_type": "CheckLimitExceeded"}))
+            rows.append(
+                Row(
+                    check=check.name,
+                    item=f"stopped at checks.{exc.limit}",
+                    variant="recompute",
+                    metric="exception",
+                    status=ERROR,
+                    detail=exc.message,
+                    seconds=time.perf_counter() - start,
+                    role=Role.EXCEPTION,
+                    extra={"exception_type": "CheckLimitExceeded"},
+                )
+            )
         except KeyboardInterrupt as exc:
-            rows += [Row(check=s.name, item="interrupted", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
-                         detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished")
-                     for later in registry[index:] for s in later.sections]
+            rows += [
+                Row(
+                    check=s.name,
+                    item="interrupted",
+                    variant="recompute",
+                    metric="not_run",
+                    status=NOT_RUN,
+                    role=Role.DISABLED,
+                    detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished",
+                )
+                for later in registry[index:]
+                for s in later.sections
+            ]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
             raise Interrupted(isinstance(exc, Terminated)) from None
         except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
@@ -230,16 +300,24 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
 def _disabled(setup: Setup, check: Check) -> bool:
     """The check's config group says ``enabled: false`` (checks without a group always run)."""
     cfg = getattr(setup, "cfg", None)
-    return bool(check.config and cfg is not None
-                and not OmegaConf.select(cfg, f"{check.config}.enabled", default=True))
+    return bool(check.config and cfg is not None and not OmegaConf.select(cfg, f"{check.config}.enabled", default=True))
 
 
 def disabled_rows(check: Check) -> list[Row]:
     """One row per section of a check turned off by ``<group>.enabled=false``: NOT_RUN (a required
     check without rows fails the claim), FLAGGED for a flagged experiment (never counts)."""
-    return [Row(check=s.name, item=str(check.config), variant="recompute", metric="not_run",
-                status=FLAGGED if s.flagged else NOT_RUN, role=Role.DISABLED,
-                detail=f"not run: {check.config}.enabled=false") for s in check.sections]
+    return [
+        Row(
+            check=s.name,
+            item=str(check.config),
+            variant="recompute",
+            metric="not_run",
+            status=FLAGGED if s.flagged else NOT_RUN,
+            role=Role.DISABLED,
+            detail=f"not run: {check.config}.enabled=false",
+        )
+        for s in check.sections
+    ]
 
 
 def _world_size(setup: Setup | None) -> int:

@@ -8,10 +8,12 @@ path (``output.logits``, ``output["hidden"]``, ``output[0]``). Containers are wa
 ``torch.utils._pytree`` (tuples, lists, dicts and the types it registers, ``ModelOutput``
 among them); dataclass instances it does not know are read field by field.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -29,11 +31,20 @@ def _cache_children(obj: Any) -> list[tuple[str, Any]] | None:
     if isinstance(getattr(obj, "key_cache", None), list) and isinstance(getattr(obj, "value_cache", None), list):
         return [(".key_cache", obj.key_cache), (".value_cache", obj.value_cache)]
     layers = getattr(obj, "layers", None)
-    if isinstance(layers, (list, tuple)) and layers and all(
-            isinstance(getattr(layer, "keys", None), (Tensor, type(None))) and
-            isinstance(getattr(layer, "values", None), (Tensor, type(None))) for layer in layers):
-        return [(f".layers[{i}].{part}", getattr(layer, part)) for i, layer in enumerate(layers)
-                for part in ("keys", "values")]
+    if (
+        isinstance(layers, (list, tuple))
+        and layers
+        and all(
+            isinstance(getattr(layer, "keys", None), (Tensor, type(None)))
+            and isinstance(getattr(layer, "values", None), (Tensor, type(None)))
+            for layer in layers
+        )
+    ):
+        return [
+            (f".layers[{i}].{part}", getattr(layer, part))
+            for i, layer in enumerate(layers)
+            for part in ("keys", "values")
+        ]
     return None
 
 
@@ -49,8 +60,10 @@ def _children(obj: Any) -> list[tuple[str, Any]] | None:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and not isinstance(obj, dict):
         return [(f".{f.name}", getattr(obj, f.name)) for f in dataclasses.fields(obj)]
     if isinstance(obj, dict):  # dict, OrderedDict, ModelOutput: keys, insertion order
-        return [(f".{k}" if _is_attr_key(obj, k) else (f'["{k}"]' if isinstance(k, str) else f"[{k!r}]"), v)
-                for k, v in obj.items()]
+        return [
+            (f".{k}" if _is_attr_key(obj, k) else (f'["{k}"]' if isinstance(k, str) else f"[{k!r}]"), v)
+            for k, v in obj.items()
+        ]
     if isinstance(obj, (tuple, list)):
         return [(f"[{i}]", v) for i, v in enumerate(obj)]
     return None
@@ -111,10 +124,17 @@ def map_tensors(fn: Callable[[Tensor], Tensor], obj: Any) -> Any:
     """``obj`` with ``fn`` applied to every tensor leaf (same structure; via ``pytree.tree_map``
     for the containers it knows, dataclasses rebuilt with ``dataclasses.replace``)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: map_tensors(fn, getattr(obj, f.name))
-                                           for f in dataclasses.fields(obj) if f.init})
-    return pytree.tree_map(lambda leaf: fn(leaf) if isinstance(leaf, Tensor) else
-                           (map_tensors(fn, leaf) if dataclasses.is_dataclass(leaf) else leaf), obj)
+        return dataclasses.replace(
+            obj, **{f.name: map_tensors(fn, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        )
+    return pytree.tree_map(
+        lambda leaf: (
+            fn(leaf)
+            if isinstance(leaf, Tensor)
+            else (map_tensors(fn, leaf) if dataclasses.is_dataclass(leaf) else leaf)
+        ),
+        obj,
+    )
 
 
 def call_model(model: nn.Module, inputs: Any) -> Any:
@@ -144,10 +164,12 @@ def clone_inputs(inputs: Any, requires_grad: bool = False) -> Any:
     """A copy of every tensor leaf (``clone``: an input that requires grad still does); with
     ``requires_grad`` every floating leaf becomes a fresh leaf that requires grad (to read its
     input gradient)."""
+
     def copy(t: Tensor) -> Tensor:
         if requires_grad and t.is_floating_point():
             return t.detach().clone().requires_grad_(True)
         return t.clone()
+
     return map_tensors(copy, inputs)
 
 
@@ -198,8 +220,11 @@ def changed_leaves(before: dict[str, tuple[Tensor, int]], obj: Any, prefix: str)
             continue
         (old, version), new = before[path], now[path]
         if new is not old:
-            found[path] = (f"shape {list(old.shape)} -> {list(new.shape)}" if new.shape != old.shape
-                           else "replaced by another tensor")
+            found[path] = (
+                f"shape {list(old.shape)} -> {list(new.shape)}"
+                if new.shape != old.shape
+                else "replaced by another tensor"
+            )
         elif new._version != version:
             found[path] = "written in place"
     return found

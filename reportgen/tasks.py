@@ -4,13 +4,15 @@ A task is any object with the four members of :class:`Task` (duck-typed; reportg
 requires subclassing). Built-in tasks use data that ships with the machine: scikit-learn's
 digits images and the documentation text inside Python (``pydoc_data.topics``).
 """
+
 from __future__ import annotations
 
 import gzip
 import importlib.util
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -69,14 +71,27 @@ class FunctionTask:
     metric = "loss"
     higher_is_better = False
 
-    def __init__(self, make_batch: str, loss: str, eval_batches: int = 4, eval_batch_size: int = 32,
-                 eval_seed: int = 10_007, forward_backward: str | None = None, before_step: str | None = None,
-                 make_optimizer: str | None = None, make_lr_scheduler: str | None = None):
+    def __init__(
+        self,
+        make_batch: str,
+        loss: str,
+        eval_batches: int = 4,
+        eval_batch_size: int = 32,
+        eval_seed: int = 10_007,
+        forward_backward: str | None = None,
+        before_step: str | None = None,
+        make_optimizer: str | None = None,
+        make_lr_scheduler: str | None = None,
+    ):
         self._make_batch: Callable = get_method(make_batch) if isinstance(make_batch, str) else make_batch
         self._loss: Callable = get_method(loss) if isinstance(loss, str) else loss
         self.eval_batches, self.eval_batch_size, self.eval_seed = eval_batches, eval_batch_size, eval_seed
-        given = {"forward_backward": forward_backward, "before_step": before_step, "make_optimizer": make_optimizer,
-                 "make_lr_scheduler": make_lr_scheduler}
+        given = {
+            "forward_backward": forward_backward,
+            "before_step": before_step,
+            "make_optimizer": make_optimizer,
+            "make_lr_scheduler": make_lr_scheduler,
+        }
         for name, path in given.items():  # only the members given: the others stay reportgen's
             if path is not None:
                 setattr(self, name, get_method(path) if isinstance(path, str) else path)
@@ -174,8 +189,10 @@ class DigitsTask:
         device, dtype = _device_dtype(model)
         logits = model(self.x_val.to(device, dtype))
         y = self.y_val.to(device)
-        return {"accuracy": float((logits.argmax(-1) == y).float().mean()),
-                "loss": float(F.cross_entropy(logits.float(), y))}
+        return {
+            "accuracy": float((logits.argmax(-1) == y).float().mean()),
+            "loss": float(F.cross_entropy(logits.float(), y)),
+        }
 
 
 class CharTextTask:
@@ -193,8 +210,9 @@ class CharTextTask:
     metric = "bits_per_char"
     higher_is_better = False
 
-    def __init__(self, block_size: int = 64, val_fraction: float = 0.1, eval_batches: int = 8,
-                 eval_batch_size: int = 32):
+    def __init__(
+        self, block_size: int = 64, val_fraction: float = 0.1, eval_batches: int = 8, eval_batch_size: int = 32
+    ):
         from pydoc_data.topics import topics
 
         text = "\n".join(topics[k] for k in sorted(topics))
@@ -227,8 +245,10 @@ class CharTextTask:
         """Validation loss (nats/char) and bits per character (= loss / ln 2)."""
         generator = torch.Generator().manual_seed(10_007)
         device, _ = _device_dtype(model)
-        losses = [float(self.loss(model(x.to(device)), y.to(device)))
-                  for x, y in (self._windows(self.val, generator, self.eval_batch_size) for _ in range(self.eval_batches))]
+        losses = [
+            float(self.loss(model(x.to(device)), y.to(device)))
+            for x, y in (self._windows(self.val, generator, self.eval_batch_size) for _ in range(self.eval_batches))
+        ]
         loss = sum(losses) / len(losses)
         return {"val_loss": loss, "bits_per_char": loss / math.log(2)}
 

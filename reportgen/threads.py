@@ -17,6 +17,7 @@ shell) is taken as the user's choice.
 The pipeline applies it once, before the twins are built (``reportgen.run.run``); this module
 only decides and sets numbers.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,10 @@ class Threads:
 
     def describe(self) -> str:
         """``"1 intra-op, 1 inter-op thread (auto: ...)"``, for the report and the log."""
-        return (f"{self.intra_op} intra-op, {self.inter_op} inter-op thread{'s' if self.inter_op != 1 else ''} "
-                f"({self.source})")
+        return (
+            f"{self.intra_op} intra-op, {self.inter_op} inter-op thread{'s' if self.inter_op != 1 else ''} "
+            f"({self.source})"
+        )
 
 
 def available_cpus() -> int:
@@ -78,8 +81,12 @@ def physical_cores(cpus: set[int] | None = None) -> int | None:
     for cpu in cpus:
         topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
-            cores.add((topology.joinpath("physical_package_id").read_text().strip(),
-                       topology.joinpath("core_id").read_text().strip()))
+            cores.add(
+                (
+                    topology.joinpath("physical_package_id").read_text().strip(),
+                    topology.joinpath("core_id").read_text().strip(),
+                )
+            )
         except OSError:
             return None
     return len(cores) or None
@@ -90,8 +97,10 @@ def threads_problem(setting: object) -> str | None:
     text = str(setting).strip().lower()
     if text == "auto" or (text.isdigit() and int(text) > 0):
         return None
-    return (f"threads={setting!r} is not a thread count: use threads=auto (the default: half the physical cores "
-            f"this process may use, at most {AUTO_CAP}) or a whole number ≥ 1, e.g. threads=1")
+    return (
+        f"threads={setting!r} is not a thread count: use threads=auto (the default: half the physical cores "
+        f"this process may use, at most {AUTO_CAP}) or a whole number ≥ 1, e.g. threads=1"
+    )
 
 
 def resolve_threads(setting: object = "auto", environ: dict | None = None) -> tuple[int, str]:
@@ -119,8 +128,10 @@ def resolve_threads(setting: object = "auto", environ: dict | None = None) -> tu
     if omp.isdigit() and int(omp) > 0:
         return int(omp), f"auto: OMP_NUM_THREADS={int(omp)}"
     cpus, cores = available_cpus(), physical_cores()
-    return auto_threads(cpus, cores), (f"auto: half of {cores or cpus} {'physical cores' if cores else 'CPUs'} "
-                                       f"of the {cpus} CPU{'s' if cpus != 1 else ''} available, at most {AUTO_CAP}")
+    return auto_threads(cpus, cores), (
+        f"auto: half of {cores or cpus} {'physical cores' if cores else 'CPUs'} "
+        f"of the {cpus} CPU{'s' if cpus != 1 else ''} available, at most {AUTO_CAP}"
+    )
 
 
 def auto_threads(cpus: int, cores: int | None) -> int:

@@ -1,4 +1,5 @@
 """Fixtures that compose the real config with small overrides (lightning-hydra-template style)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,12 +13,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from reportgen.trust import keys
 from reportgen.config import MEMORY, TIME, register_configs
 from reportgen.paths import conf_dir
 from reportgen.report.render import render_report
 from reportgen.results import Role, Row, claim_verdict, to_frame
 from reportgen.run import write_results
+from reportgen.trust import keys
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
 #: One intra-op thread in tests: the models here are tiny, and on a shared 2-core machine torch's
@@ -37,10 +38,20 @@ USER_CONF = TESTS / "user_conf"
 
 #: Small budgets for end-to-end runs whose subject is not training length or timing: one seed,
 #: 32 accepted examples, 3 timing rounds, 3 trajectory steps, no larger-batch search, no PDF.
-SMALL = ("budget.examples=32", "budget.batch_size=8", "budget.seeds=[0]", "budget.eval_every=16",
-         "larger_batch.enabled=false", "timing.measured_steps=3", "timing.warmup_steps=1",
-         "timing.target_ci_half_width_pp=null", "timing.max_measure_seconds=1", "parity.steps=3",
-         "report.sign=false", "report.pdf=false")
+SMALL = (
+    "budget.examples=32",
+    "budget.batch_size=8",
+    "budget.seeds=[0]",
+    "budget.eval_every=16",
+    "larger_batch.enabled=false",
+    "timing.measured_steps=3",
+    "timing.warmup_steps=1",
+    "timing.target_ci_half_width_pp=null",
+    "timing.max_measure_seconds=1",
+    "parity.steps=3",
+    "report.sign=false",
+    "report.pdf=false",
+)
 
 
 def compose_config(*overrides: str, user_conf: bool = False):
@@ -119,14 +130,43 @@ def tiny_frame(failing: bool = False):
     """A results frame as the parity checks would write it (checks with no section template of
     their own, so the test does not depend on how other sections render)."""
     rows = [
-        Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0, threshold="atol=1e-05, rtol=1.3e-06", comparator="allclose",
-            detail="bitwise equal", seconds=0.01, role=Role.LOSS,
-            extra={"max_rel_err": 0.0, "bitwise_equal": True, "excess": -1e-5}),
-        Row(check="gradient parity", item="blocks.0.lin.weight.grad", variant="recompute", metric="max_abs_err", value=3e-7 if not failing else 0.5,
-            threshold="atol=1e-05, rtol=1.3e-06", comparator="allclose", seconds=0.01, role=Role.PARAM_GRAD,
-            extra={"max_rel_err": 1e-6, "bitwise_equal": False, "excess": -9.7e-6 if not failing else 0.49}),
-        Row(check="state parity", item="RNG torch.get_rng_state()", variant="recompute", metric="bytes_differing", value=0, threshold="0", comparator="==",
-            role=Role.RNG, threshold_value=0.0, extra={"max_rel_err": 0.0, "bitwise_equal": True}),
+        Row(
+            check="gradient parity",
+            item="loss",
+            variant="recompute",
+            metric="max_abs_err",
+            value=0.0,
+            threshold="atol=1e-05, rtol=1.3e-06",
+            comparator="allclose",
+            detail="bitwise equal",
+            seconds=0.01,
+            role=Role.LOSS,
+            extra={"max_rel_err": 0.0, "bitwise_equal": True, "excess": -1e-5},
+        ),
+        Row(
+            check="gradient parity",
+            item="blocks.0.lin.weight.grad",
+            variant="recompute",
+            metric="max_abs_err",
+            value=3e-7 if not failing else 0.5,
+            threshold="atol=1e-05, rtol=1.3e-06",
+            comparator="allclose",
+            seconds=0.01,
+            role=Role.PARAM_GRAD,
+            extra={"max_rel_err": 1e-6, "bitwise_equal": False, "excess": -9.7e-6 if not failing else 0.49},
+        ),
+        Row(
+            check="state parity",
+            item="RNG torch.get_rng_state()",
+            variant="recompute",
+            metric="bytes_differing",
+            value=0,
+            threshold="0",
+            comparator="==",
+            role=Role.RNG,
+            threshold_value=0.0,
+            extra={"max_rel_err": 0.0, "bitwise_equal": True},
+        ),
     ]
     return to_frame(rows)
 
@@ -134,29 +174,82 @@ def tiny_frame(failing: bool = False):
 def cost_rows():
     """Rows of the memory and time checks, as the predicate's ``costs`` reads them."""
     return [
-        Row(check=MEMORY, item="saved activations (total)", variant="plain", metric="saved_activation_bytes", value=4 * 2**20, seconds=0.2,
-            role=Role.SAVED_TOTAL),
-        Row(check=MEMORY, item="saved activations (total)", variant="recompute", metric="saved_activation_bytes", value=2**20, seconds=0.2,
-            role=Role.SAVED_TOTAL),
-        Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=0.75, threshold=">= 0.05 of plain", comparator=">=", threshold_value=0.05,
-            on_miss="WARN", role=Role.SAVING, detail="saves 75%",
-            extra={"plain_bytes": 4 * 2**20, "recompute_bytes": 2**20, "saving_bytes": 3 * 2**20}),
-        Row(check=TIME, item="overhead", variant="recompute", metric="overhead_ratio", value=1.27, seconds=1.5, role=Role.OVERHEAD,
-            extra={"ci_low": 1.2, "ci_high": 1.3}),
+        Row(
+            check=MEMORY,
+            item="saved activations (total)",
+            variant="plain",
+            metric="saved_activation_bytes",
+            value=4 * 2**20,
+            seconds=0.2,
+            role=Role.SAVED_TOTAL,
+        ),
+        Row(
+            check=MEMORY,
+            item="saved activations (total)",
+            variant="recompute",
+            metric="saved_activation_bytes",
+            value=2**20,
+            seconds=0.2,
+            role=Role.SAVED_TOTAL,
+        ),
+        Row(
+            check=MEMORY,
+            item="saving",
+            variant="recompute",
+            metric="saving_share",
+            value=0.75,
+            threshold=">= 0.05 of plain",
+            comparator=">=",
+            threshold_value=0.05,
+            on_miss="WARN",
+            role=Role.SAVING,
+            detail="saves 75%",
+            extra={"plain_bytes": 4 * 2**20, "recompute_bytes": 2**20, "saving_bytes": 3 * 2**20},
+        ),
+        Row(
+            check=TIME,
+            item="overhead",
+            variant="recompute",
+            metric="overhead_ratio",
+            value=1.27,
+            seconds=1.5,
+            role=Role.OVERHEAD,
+            extra={"ci_low": 1.2, "ci_high": 1.3},
+        ),
     ]
 
 
 def tiny_meta(out_dir: Path, signature: str = "") -> dict:
     """Run metadata with the keys the template reads (what ``run_metadata`` returns)."""
     return {
-        "title": "Activation recomputation report", "created": "2024-01-02T03:04:05+00:00",
-        "claim": {"model": "tests.tiny.build", "task": "tests.tiny.task", "mode": "non_reentrant", "targets": ["Block"],
-                  "wrapped": [{"path": "blocks.0", "cls": "Block"}], "preserve_rng_state": True,
-                  "determinism_check": "default", "save_ops": [], "precision": "float32", "device": "cpu"},
+        "title": "Activation recomputation report",
+        "created": "2024-01-02T03:04:05+00:00",
+        "claim": {
+            "model": "tests.tiny.build",
+            "task": "tests.tiny.task",
+            "mode": "non_reentrant",
+            "targets": ["Block"],
+            "wrapped": [{"path": "blocks.0", "cls": "Block"}],
+            "preserve_rng_state": True,
+            "determinism_check": "default",
+            "save_ops": [],
+            "precision": "float32",
+            "device": "cpu",
+        },
         "tolerances": {"rtol": 1.3e-6, "atol": 1e-5, "source": "torch.testing.assert_close defaults for float32"},
-        "environment": {"python": "3.11", "torch": "2.x", "reportgen": "0.1.0", "platform": "test", "device": "cpu",
-                        "seed": 0, "forward_seed": 0, "user_code_commit": "abc123"},
-        "command": "python -m reportgen +model=tiny", "config_yaml": "seed: 0\n", "out_dir": str(out_dir),
+        "environment": {
+            "python": "3.11",
+            "torch": "2.x",
+            "reportgen": "0.1.0",
+            "platform": "test",
+            "device": "cpu",
+            "seed": 0,
+            "forward_seed": 0,
+            "user_code_commit": "abc123",
+        },
+        "command": "python -m reportgen +model=tiny",
+        "config_yaml": "seed: 0\n",
+        "out_dir": str(out_dir),
         "signature": signature,
     }
 
@@ -166,8 +259,14 @@ def make_key(folder: Path, name: str = "signing-key.pem") -> tuple[Path, Path]:
     return keys.generate_key(folder / name)
 
 
-def signed_run(out_dir: Path, key_path: Path | None, failing: bool = False, verdict: str | None = None,
-               pdf: bool = True, frame=None) -> Path:
+def signed_run(
+    out_dir: Path,
+    key_path: Path | None,
+    failing: bool = False,
+    verdict: str | None = None,
+    pdf: bool = True,
+    frame=None,
+) -> Path:
     """A complete run folder: Hydra's files, results, report, then the signing stage.
 
     ``verdict`` overrides the computed verdict (to sign a statement that lies); ``frame``
@@ -190,12 +289,13 @@ def signed_run(out_dir: Path, key_path: Path | None, failing: bool = False, verd
     return out_dir
 
 
-
 def pytest_collection_modifyitems(config, items):
     """Skip ``gpu``-marked tests where torch sees no CUDA device and ``hf``-marked tests where
     transformers (the ``hf`` extra) is not installed."""
-    missing = {"gpu": None if torch.cuda.is_available() else "needs CUDA",
-               "hf": None if importlib.util.find_spec("transformers") else 'needs the hf extra: pip install -e ".[hf]"'}
+    missing = {
+        "gpu": None if torch.cuda.is_available() else "needs CUDA",
+        "hf": None if importlib.util.find_spec("transformers") else 'needs the hf extra: pip install -e ".[hf]"',
+    }
     for marker, reason in missing.items():
         if reason:
             for item in items:
@@ -214,16 +314,25 @@ def cli_env(pythonpath: str = "") -> dict:
     """The environment of a ``python -m reportgen`` subprocess: this checkout first on PYTHONPATH."""
     import os
 
-    return {**os.environ, "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p)}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), pythonpath) if p),
+    }
 
 
 def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = "", timeout: float = 600):
     """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text)."""
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(pythonpath),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=cli_env(pythonpath),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -232,6 +341,7 @@ def signing_key_pair(tmp_path_factory) -> tuple[Path, Path]:
     from reportgen.trust.keys import generate_key
 
     return generate_key(tmp_path_factory.mktemp("keys") / "signing-key.pem")
+
 
 # --------------------------------------------------------------------------- sweeps and comparisons
 
@@ -244,35 +354,91 @@ def reportgen_cli(cwd: Path, *args: str, module: str = "reportgen", env: dict | 
     import subprocess
 
     full_env = {**cli_env(), **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=900
+    )
 
 
-def job_cost_rows(plain_bytes: float = 1000.0, recompute_bytes: float = 250.0, ratio: float = 1.3,
-                  ci: tuple[float, float] = (1.2, 1.4), metric_diff: float = 0.0, parity: str = "PASS",
-                  metric: str = "accuracy") -> list:
+def job_cost_rows(
+    plain_bytes: float = 1000.0,
+    recompute_bytes: float = 250.0,
+    ratio: float = 1.3,
+    ci: tuple[float, float] = (1.2, 1.4),
+    metric_diff: float = 0.0,
+    parity: str = "PASS",
+    metric: str = "accuracy",
+) -> list:
     """Result rows of one job whose headline costs are known, tagged with the roles that
     ``reportgen.report.render.headline_costs`` reads: the saving (plain vs recompute saved-activation
     bytes), the overhead ratio with its CI, the per-seed task-metric difference, and a
     gradient-parity row that passes or fails as ``parity`` says (judged, like a real row)."""
     share = (plain_bytes - recompute_bytes) / plain_bytes
     return [
-        Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0 if parity == "PASS" else 1.0, threshold="1e-05", comparator="<=",
-            threshold_value=1e-5, role=Role.LOSS),
-        Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=share, threshold=">= 0.05 of plain", comparator=">=", threshold_value=0.05,
-            on_miss="WARN", role=Role.SAVING, unit="share",
-            extra={"saving_bytes": plain_bytes - recompute_bytes, "plain_bytes": plain_bytes,
-                   "recompute_bytes": recompute_bytes}),
-        Row(check=TIME, item="overhead", variant="recompute", metric="overhead_ratio", value=ratio, threshold="", comparator="", status="INFO", role=Role.OVERHEAD, unit="ratio",
-            extra={"ci_low": ci[0], "ci_high": ci[1]}),
-        Row(check="task metrics", item="seed 0", variant="recompute", metric=f"abs_diff_{metric}", value=metric_diff, threshold="0.0001", comparator="<=",
-            threshold_value=1e-4, role=Role.METRIC_DIFF),
+        Row(
+            check="gradient parity",
+            item="loss",
+            variant="recompute",
+            metric="max_abs_err",
+            value=0.0 if parity == "PASS" else 1.0,
+            threshold="1e-05",
+            comparator="<=",
+            threshold_value=1e-5,
+            role=Role.LOSS,
+        ),
+        Row(
+            check=MEMORY,
+            item="saving",
+            variant="recompute",
+            metric="saving_share",
+            value=share,
+            threshold=">= 0.05 of plain",
+            comparator=">=",
+            threshold_value=0.05,
+            on_miss="WARN",
+            role=Role.SAVING,
+            unit="share",
+            extra={
+                "saving_bytes": plain_bytes - recompute_bytes,
+                "plain_bytes": plain_bytes,
+                "recompute_bytes": recompute_bytes,
+            },
+        ),
+        Row(
+            check=TIME,
+            item="overhead",
+            variant="recompute",
+            metric="overhead_ratio",
+            value=ratio,
+            threshold="",
+            comparator="",
+            status="INFO",
+            role=Role.OVERHEAD,
+            unit="ratio",
+            extra={"ci_low": ci[0], "ci_high": ci[1]},
+        ),
+        Row(
+            check="task metrics",
+            item="seed 0",
+            variant="recompute",
+            metric=f"abs_diff_{metric}",
+            value=metric_diff,
+            threshold="0.0001",
+            comparator="<=",
+            threshold_value=1e-4,
+            role=Role.METRIC_DIFF,
+        ),
     ]
 
 
-def write_job(folder: Path, job: int, overrides: list[str], exit_code: int | None, rows: list | None,
-              error: str | None = None, required: tuple[str, ...] = ("gradient parity", "warm-step memory",
-                                                                      "warm-step time", "task metrics")) -> Path:
+def write_job(
+    folder: Path,
+    job: int,
+    overrides: list[str],
+    exit_code: int | None,
+    rows: list | None,
+    error: str | None = None,
+    required: tuple[str, ...] = ("gradient parity", "warm-step memory", "warm-step time", "task metrics"),
+) -> Path:
     """A job folder as a finished multirun job leaves it: ``job.json`` (unless ``exit_code`` is
     None: a killed job), ``results.json`` (unless ``rows`` is None), ``.hydra/`` with the
     overrides and ``verdict.required``, and a stub report.html when there are results."""
@@ -291,8 +457,15 @@ def write_job(folder: Path, job: int, overrides: list[str], exit_code: int | Non
         (folder / "results.json").write_text(frame_to_json(to_frame(rows)))
         (folder / "report.html").write_text("<html></html>")
     if exit_code is not None:
-        record = {"job": job, "job_id": str(job), "overrides": list(overrides), "exit_code": exit_code,
-                  "verdict": VERDICT_BY_CODE.get(exit_code, "CRASHED"), "error": error, "seconds": 1.0}
+        record = {
+            "job": job,
+            "job_id": str(job),
+            "overrides": list(overrides),
+            "exit_code": exit_code,
+            "verdict": VERDICT_BY_CODE.get(exit_code, "CRASHED"),
+            "error": error,
+            "seconds": 1.0,
+        }
         (folder / "job.json").write_text(json.dumps(record))
     return folder
 
@@ -303,8 +476,9 @@ def measured(setup, recompute: bool):
     from reportgen.memory.saved import saved_activation_bytes
 
     model = setup.build(recompute)
-    return saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed,
-                                  [w.path for w in setup.wrapped])
+    return saved_activation_bytes(
+        model, setup.batch, setup.task.loss, setup.cfg.forward_seed, [w.path for w in setup.wrapped]
+    )
 
 
 def write_launch(sweep_dir: Path, task: list[str]) -> Path:
@@ -315,9 +489,13 @@ def write_launch(sweep_dir: Path, task: list[str]) -> Path:
     from reportgen.trust.launch import BASIC_SWEEPER, LAUNCH_FILE
 
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    record = {"hydra": {"sweeper": {"_target_": BASIC_SWEEPER, "max_batch_size": None, "params": None},
-                        "sweep": {"dir": str(sweep_dir), "subdir": "${hydra.job.num}"},
-                        "overrides": {"hydra": [], "task": list(task)}}}
+    record = {
+        "hydra": {
+            "sweeper": {"_target_": BASIC_SWEEPER, "max_batch_size": None, "params": None},
+            "sweep": {"dir": str(sweep_dir), "subdir": "${hydra.job.num}"},
+            "overrides": {"hydra": [], "task": list(task)},
+        }
+    }
     OmegaConf.save(OmegaConf.create(record), sweep_dir / LAUNCH_FILE)
     return sweep_dir / LAUNCH_FILE
 

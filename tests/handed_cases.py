@@ -6,9 +6,9 @@ assert the same faults on our own fixtures. Run it by hand where ../shared exist
 
     python -m pytest tests/handed_cases.py
 """
+
 import pandas as pd
 import pytest
-
 from conftest import SMALL, TESTS, reportgen, run_dirs
 
 CASES = TESTS.parent.parent / "shared" / "cases"
@@ -17,12 +17,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CASES.is_dir(), reason="n
 
 def run_case(tmp_path, name, *overrides):
     """``(exit code, frame, {check: status})`` of one case run."""
-    proc = reportgen(tmp_path, "--config-dir", str(TESTS / "cases_conf"), f"+model={name}", *SMALL, *overrides,
-                     pythonpath=str(CASES))
+    proc = reportgen(
+        tmp_path, "--config-dir", str(TESTS / "cases_conf"), f"+model={name}", *SMALL, *overrides, pythonpath=str(CASES)
+    )
     assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr
     frame = pd.read_csv(run_dirs(tmp_path)[-1] / "results.csv")
-    status = frame.groupby("check", sort=False).status.agg(lambda s: next(
-        x for x in ["FAIL", "ERROR", "NOT_RUN", "WARN", "PASS", "FLAGGED", "INFO"] if x in set(s))).to_dict()
+    status = (
+        frame.groupby("check", sort=False)
+        .status.agg(
+            lambda s: next(x for x in ["FAIL", "ERROR", "NOT_RUN", "WARN", "PASS", "FLAGGED", "INFO"] if x in set(s))
+        )
+        .to_dict()
+    )
     return proc.returncode, frame, status
 
 
@@ -59,8 +65,9 @@ def test_frozen_input_non_reentrant(tmp_path):
     assert code == 0, frame[frame.status.isin(["FAIL", "ERROR", "NOT_RUN"])].to_string()
 
 
-@pytest.mark.parametrize("mode,failing", [("reentrant", {"gradient parity", "state parity"}),
-                                          ("non_reentrant", {"state parity"})])
+@pytest.mark.parametrize(
+    "mode,failing", [("reentrant", {"gradient parity", "state parity"}), ("non_reentrant", {"state parity"})]
+)
 def test_forward_counter(tmp_path, mode, failing):
     code, frame, status = run_case(tmp_path, "forward_counter", f"recompute={mode}")
     parity = {"gradient parity", "state parity"}
@@ -74,8 +81,12 @@ def test_granularity_per_child_saves_3_4x_per_layer(tmp_path):
     for label, targets in (("per_layer", "[Layer]"), ("per_child", "[Mixer,MLP,LayerNorm]")):
         code, frame, status = run_case(tmp_path, "granularity", f"recompute.targets={targets}")
         assert status["gradient parity"] == "PASS" and status["state parity"] == "PASS"
-        row = frame[(frame.check == "warm-step memory") & (frame.metric == "saved_activation_bytes")
-                    & (frame.variant == "recompute") & (frame["item"] == "saved activations (total)")]
+        row = frame[
+            (frame.check == "warm-step memory")
+            & (frame.metric == "saved_activation_bytes")
+            & (frame.variant == "recompute")
+            & (frame["item"] == "saved activations (total)")
+        ]
         saved[label] = row.value.item()
     assert saved["per_child"] / saved["per_layer"] == pytest.approx(3.4, abs=1e-9)
 
@@ -89,9 +100,9 @@ def test_sac_packet_policy_is_not_silent(tmp_path):
 
 # --------------------------------------------------------------------------- measured bytes of the handed cases
 # (moved from tests/memory/test_memory.py: they import the case files themselves)
-from reportgen.run import prepare  # noqa: E402
-
 from conftest import compose_config, measured  # noqa: E402
+
+from reportgen.run import prepare  # noqa: E402
 
 SHARED_CASES = CASES
 
@@ -104,7 +115,9 @@ def test_handed_granularity_case_saves_17_vs_5_activations(monkeypatch):
     unit = 4 * 128 * 64 * 4
     totals = {}
     for name, targets in {"per_layer": "[Layer]", "per_child": "[Mixer,MLP,LayerNorm]"}.items():
-        setup = prepare(compose_config(conf, "+model=granularity", "parity.batch_size=4", f"recompute.targets={targets}"))
+        setup = prepare(
+            compose_config(conf, "+model=granularity", "parity.batch_size=4", f"recompute.targets={targets}")
+        )
         totals[name] = measured(setup, recompute=True).total_bytes
     assert totals == {"per_layer": 5 * unit, "per_child": 17 * unit}
     assert totals["per_child"] / totals["per_layer"] == pytest.approx(3.4)
@@ -142,6 +155,12 @@ def test_handed_case_recompute_saved_bytes_match_the_derivation(case, monkeypatc
     monkeypatch.syspath_prepend(str(SHARED_CASES))
     overrides, expected = HANDED[case]
     batch = 6
-    setup = prepare(compose_config(f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]",
-                                       f"+model={case.removesuffix('_addmm')}", f"parity.batch_size={batch}", *overrides))
+    setup = prepare(
+        compose_config(
+            f"hydra.searchpath=[file://{TESTS / 'cases_conf'}]",
+            f"+model={case.removesuffix('_addmm')}",
+            f"parity.batch_size={batch}",
+            *overrides,
+        )
+    )
     assert measured(setup, recompute=True).total_bytes == expected(batch)

@@ -1,5 +1,6 @@
 """Imports point down: every module sits in a layer and imports only its own layer or lower,
 also inside functions and under ``TYPE_CHECKING`` (STYLE.md 12, docs/architecture.md "Layers")."""
+
 from __future__ import annotations
 
 import ast
@@ -13,8 +14,25 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reportgen"
 #: checks they agree). A module belongs to the row of the longest package prefix that names it;
 #: root modules are named one by one.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"reportgen", "paths", "files", "errors", "config", "structure", "rng", "limits", "threads",
-                    "progress", "models.ffn", "models.mlp", "models.gpt", "models"}),
+    (
+        "foundation",
+        {
+            "reportgen",
+            "paths",
+            "files",
+            "errors",
+            "config",
+            "structure",
+            "rng",
+            "limits",
+            "threads",
+            "progress",
+            "models.ffn",
+            "models.mlp",
+            "models.gpt",
+            "models",
+        },
+    ),
     ("results", {"results"}),
     ("trust", {"trust"}),
     ("tasks", {"tasks"}),
@@ -67,7 +85,9 @@ def _imports(name: str) -> set[str]:
                 continue
             candidates = [target] + [f"{target}.{a.name}".lstrip(".") for a in node.names]
         elif isinstance(node, ast.Import):
-            candidates = [a.name.removeprefix("reportgen").lstrip(".") for a in node.names if a.name.startswith("reportgen")]
+            candidates = [
+                a.name.removeprefix("reportgen").lstrip(".") for a in node.names if a.name.startswith("reportgen")
+            ]
         else:
             continue
         found |= {(c or "reportgen") for c in candidates if (c or "reportgen") in MODULES}
@@ -111,8 +131,11 @@ TOO_LONG_STILL = {"sweep", "trust.signing", "training.train", "memory.peak"}
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_imports_point_down(name):
-    upward = sorted(f"{target} ({LAYERS[_layer(target)][0]})" for target in _imports(name)
-                    if target in MODULES and _layer(target) > _layer(name))
+    upward = sorted(
+        f"{target} ({LAYERS[_layer(target)][0]})"
+        for target in _imports(name)
+        if target in MODULES and _layer(target) > _layer(name)
+    )
     assert upward == [], f"{name} ({LAYERS[_layer(name)][0]}) imports from a layer above it: {upward}"
 
 
@@ -124,7 +147,7 @@ def test_no_import_circle():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt) :] + [nxt]))
             if nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = 2

@@ -1,6 +1,7 @@
 """Activation recomputation is a memory optimisation, not a saved training state: no name that
 reportgen defines (code identifiers, config keys) says a bare ``checkpoint`` that an operator could
 take for recovery protection (DESIGN.md "What it is for"). Names of torch's own API are allowed."""
+
 from __future__ import annotations
 
 import ast
@@ -12,9 +13,18 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 #: torch's names (torch.utils.checkpoint, torch.distributed.algorithms._checkpoint), and ours that
 #: name the torch function they feed.
-TORCH_API = {"CheckpointImpl", "CheckpointWrapper", "checkpoint_wrapper", "CheckpointPolicy", "CheckpointError",
-             "create_selective_checkpoint_contexts", "checkpoint_fn", "checkpoint_kwargs", "_CHECKPOINT_PREFIX",
-             "apply_activation_checkpointing"}
+TORCH_API = {
+    "CheckpointImpl",
+    "CheckpointWrapper",
+    "checkpoint_wrapper",
+    "CheckpointPolicy",
+    "CheckpointError",
+    "create_selective_checkpoint_contexts",
+    "checkpoint_fn",
+    "checkpoint_kwargs",
+    "_CHECKPOINT_PREFIX",
+    "apply_activation_checkpointing",
+}
 BARE = re.compile(r"checkpoint", re.IGNORECASE)
 QUALIFIED = re.compile(r"(activation|gradient)_?checkpoint", re.IGNORECASE)
 
@@ -50,14 +60,22 @@ def yaml_keys(obj) -> list[str]:
 
 
 def test_no_code_name_says_a_bare_checkpoint():
-    found = [f"{p.relative_to(ROOT)}: {n}" for p in (ROOT / "reportgen").rglob("*.py")
-             for n in defined_names(ast.parse(p.read_text())) if bare(n)]
+    found = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in (ROOT / "reportgen").rglob("*.py")
+        for n in defined_names(ast.parse(p.read_text()))
+        if bare(n)
+    ]
     assert found == []
 
 
 def test_no_config_key_says_a_bare_checkpoint():
-    found = [f"{p.relative_to(ROOT)}: {k}" for p in (ROOT / "conf").rglob("*.yaml")
-             for k in yaml_keys(yaml.safe_load(p.read_text()) or {}) if bare(k)]
+    found = [
+        f"{p.relative_to(ROOT)}: {k}"
+        for p in (ROOT / "conf").rglob("*.yaml")
+        for k in yaml_keys(yaml.safe_load(p.read_text()) or {})
+        if bare(k)
+    ]
     assert found == []
 
 

@@ -7,14 +7,28 @@ import each other: what they share (training steps, saved-activation counts, row
 lives below them in ``reportgen.memory.saved``, ``reportgen.training.train``, ``reportgen.memory.estimate`` and
 ``reportgen.results.rows``.
 """
+
 from __future__ import annotations
 
 from reportgen.checks import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
-from reportgen.checks.base import ROWS_TEMPLATE, Check, Section  # noqa: F401 - the records, re-exported with the registry
+from reportgen.checks.base import (  # noqa: F401 - the records, re-exported with the registry
+    ROWS_TEMPLATE,
+    Check,
+    Section,
+)
 
 #: Every check, in checklist (and report) order.
-REGISTRY: list[Check] = [parity.CHECK, step.CHECK, trajectory.CHECK, policy.CHECK, memory.CHECK, timing.CHECK,
-                         budget.CHECK, larger_batch.CHECK, distributed.CHECK]
+REGISTRY: list[Check] = [
+    parity.CHECK,
+    step.CHECK,
+    trajectory.CHECK,
+    policy.CHECK,
+    memory.CHECK,
+    timing.CHECK,
+    budget.CHECK,
+    larger_batch.CHECK,
+    distributed.CHECK,
+]
 
 
 def sections() -> list[Section]:

@@ -3,10 +3,11 @@
 Below every check module and the registry (``reportgen/checks/__init__.py``), so a check can
 declare itself without importing the registry that lists it.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pandas as pd
 

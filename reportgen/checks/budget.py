@@ -7,6 +7,7 @@ weights, on the same data order with the same dropout seeds, until each has acce
 on held-out data. The check *measures* each seed's metric difference; the condition
 ``|recompute - plain| <= budget.metric_tolerance`` *judges* it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,12 +16,12 @@ import statistics
 import time
 from typing import Any
 
-from reportgen.config import TASK_METRICS
+from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import task_metric_plots
+from reportgen.config import TASK_METRICS
 from reportgen.results import ERROR, INFO, PASS, TWIN, WARN, Role, Row
 from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
-from reportgen.training.train import budget_runs, TrainResult, lockstep_gradients, run_rows
-from reportgen.checks.base import Check, Section
+from reportgen.training.train import TrainResult, budget_runs, lockstep_gradients, run_rows
 
 log = logging.getLogger("reportgen")
 
@@ -34,15 +35,22 @@ def describe_optimizer(node: Any) -> str:
     return f"{name}({', '.join(f'{k}={v}' for k, v in items.items())})"
 
 
-def final_params_row(setup, seed: int, plain: TrainResult, recompute: TrainResult,
-                     rounding: TrainResult | None = None) -> Row:
+def final_params_row(
+    setup, seed: int, plain: TrainResult, recompute: TrainResult, rounding: TrainResult | None = None
+) -> Row:
     """The trained twins themselves (:func:`reportgen.results.rows.trained_params_row` at the parity
     tolerances): the held-out metric can agree within its tolerance while the weights have
     drifted apart. ``rounding``: the rounding twin trained to the same budget
     (reportgen/rounding.py), whose distance from plain is each parameter's rounding envelope."""
-    return trained_params_row(TASK_METRICS, seed, plain.final_params, recompute.final_params, *setup.tolerance(),
-                              float(setup.cfg.parity.rounding_factor),
-                              None if rounding is None else rounding.final_params)
+    return trained_params_row(
+        TASK_METRICS,
+        seed,
+        plain.final_params,
+        recompute.final_params,
+        *setup.tolerance(),
+        float(setup.cfg.parity.rounding_factor),
+        None if rounding is None else rounding.final_params,
+    )
 
 
 def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -> TrainResult | None:
@@ -59,14 +67,19 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
     if first is not None:
         if found is not None:
             found["lockstep_step"] = first
-        log.info("task metrics, seed %d: gradients at identical weights differ from step %d of the budget run; "
-                 "the rounding envelope does not apply", seed, first)
+        log.info(
+            "task metrics, seed %d: gradients at identical weights differ from step %d of the budget run; "
+            "the rounding envelope does not apply",
+            seed,
+            first,
+        )
         return None
     return budget_runs(setup).get(setup, False, seed, batch_size, rounding=True)
 
 
-def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResult]
-                 ) -> tuple[list[Row], tuple[int, float, float, float | None]]:
+def compare_seed(
+    setup, seed: int, batch_size: int, results: dict[str, TrainResult]
+) -> tuple[list[Row], tuple[int, float, float, float | None]]:
     """One seed's comparison: the metric difference and the trained parameters. When trained
     parameters differ beyond tolerance, they are judged against the rounding twin's envelope too
     (:func:`rounding_run`), and, when that passes them, so is the metric difference. A metric
@@ -82,65 +95,128 @@ def compare_seed(setup, seed: int, batch_size: int, results: dict[str, TrainResu
     metric = task.metric
     p, r = results["plain"].metrics[metric], results["recompute"].metrics[metric]
     allowed = float(cfg.budget.metric_tolerance) + float(cfg.budget.metric_rtol) * abs(p)
-    rows = [metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better),
-            final_params_row(setup, seed, results["plain"], results["recompute"])]
+    rows = [
+        metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better),
+        final_params_row(setup, seed, results["plain"], results["recompute"]),
+    ]
     errors = []
     try:
         found: dict = {}
         rounding = rounding_run(setup, seed, batch_size, found) if rows[1].status != PASS else None
         if "lockstep_step" in found:  # evidence for the diagnosis: where the fault switches on
-            rows[1].detail += (f"; gradients taken at identical weights first differ at step {found['lockstep_step']} "
-                               "of the budget run, so this is not rounding")
+            rows[1].detail += (
+                f"; gradients taken at identical weights first differ at step {found['lockstep_step']} "
+                "of the budget run, so this is not rounding"
+            )
             rows[1].extra["lockstep_first_step"] = found["lockstep_step"]
     except Exception as exc:  # noqa: BLE001 - failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
     if rounding is not None and rounding.cache_rejected:
         key, why = rounding.cache_rejected
-        errors.append(Row(check=TASK_METRICS, item=f"seed {seed}", variant="rounding", metric="cache_entry_rejected", value=math.nan, threshold="", comparator="", status=WARN,
-                          detail=f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
-                          "was trained afresh in this run and the entry replaced",
-                          extra={"seed": seed, "cache_key": key, "cache_problem": why}, role=Role.CACHE))
-    final = None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
+        errors.append(
+            Row(
+                check=TASK_METRICS,
+                item=f"seed {seed}",
+                variant="rounding",
+                metric="cache_entry_rejected",
+                value=math.nan,
+                threshold="",
+                comparator="",
+                status=WARN,
+                detail=f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
+                "was trained afresh in this run and the entry replaced",
+                extra={"seed": seed, "cache_key": key, "cache_problem": why},
+                role=Role.CACHE,
+            )
+        )
+    final = (
+        None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
+    )
     if final is not None:  # the metric may lean on the envelope only when the weights are at rounding level
-        rows = [metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better, rounding.metrics[metric],
-                                float(cfg.parity.rounding_factor)) if final.status == PASS else rows[0], final]
+        rows = [
+            metric_diff_row(
+                TASK_METRICS,
+                seed,
+                p,
+                r,
+                allowed,
+                metric,
+                task.higher_is_better,
+                rounding.metrics[metric],
+                float(cfg.parity.rounding_factor),
+            )
+            if final.status == PASS
+            else rows[0],
+            final,
+        ]
     return rows + errors, (seed, abs(r - p), allowed, rows[0].extra.get("rounding_excess"))
 
 
-def _train_or_error(setup, variant: str, recompute: bool, seed: int, batch_size: int) -> tuple[TrainResult | None, list[Row]]:
+def _train_or_error(
+    setup, variant: str, recompute: bool, seed: int, batch_size: int
+) -> tuple[TrainResult | None, list[Row]]:
     """Train one twin; an exception or an incomplete budget becomes an ERROR row."""
     item, start = f"seed {seed}", time.perf_counter()
     try:
         result = budget_runs(setup).get(setup, recompute, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
-        return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="exception", value=math.nan, threshold="",
-                          comparator="", status=ERROR, seconds=time.perf_counter() - start, role=Role.EXCEPTION,
-                          detail=f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
-                          + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain"
-                             else ""),
-                          extra={"seed": seed, "exception_type": type(exc).__name__, TWIN: variant})]
+        return None, [
+            Row(
+                check=TASK_METRICS,
+                item=item,
+                variant=variant,
+                metric="exception",
+                value=math.nan,
+                threshold="",
+                comparator="",
+                status=ERROR,
+                seconds=time.perf_counter() - start,
+                role=Role.EXCEPTION,
+                detail=f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
+                + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""),
+                extra={"seed": seed, "exception_type": type(exc).__name__, TWIN: variant},
+            )
+        ]
     if not result.complete:
         cap = result.steps + result.skipped_steps
-        return None, [Row(check=TASK_METRICS, item=item, variant=variant, metric="accepted_examples", value=result.accepted_examples,
-                          threshold=str(setup.cfg.budget.examples), comparator="", status=ERROR,
-                          detail=f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
-                          f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
-                          "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
-                           seconds=result.seconds, extra={"seed": seed, "skipped_steps": result.skipped_steps,
-                                                  "batch_size": batch_size, TWIN: variant},
-                           role=Role.ACCEPTED, unit="examples")]
+        return None, [
+            Row(
+                check=TASK_METRICS,
+                item=item,
+                variant=variant,
+                metric="accepted_examples",
+                value=result.accepted_examples,
+                threshold=str(setup.cfg.budget.examples),
+                comparator="",
+                status=ERROR,
+                detail=f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
+                f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
+                "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
+                seconds=result.seconds,
+                extra={"seed": seed, "skipped_steps": result.skipped_steps, "batch_size": batch_size, TWIN: variant},
+                role=Role.ACCEPTED,
+                unit="examples",
+            )
+        ]
     return result, []
 
 
 def nonfinite_metric_row(seed: int, metric: str, value: float) -> Row:
     """An ERROR of the baseline (``twin`` = plain): the plain twin's held-out metric is NaN or infinite, so
     the seed's metric cannot be compared and the check cannot be judged."""
-    return Row(check=TASK_METRICS, item=f"seed {seed}", variant="plain", metric=f"abs_diff_{metric}", status=ERROR,
-               role=Role.METRIC_DIFF, detail=f"the plain twin's held-out {metric} is {value}: the baseline itself "
-               "computes non-finite values, so this check cannot be judged; fix the model, data or loss first",
-               extra={"seed": seed, "plain_value": value, TWIN: "plain"})
+    return Row(
+        check=TASK_METRICS,
+        item=f"seed {seed}",
+        variant="plain",
+        metric=f"abs_diff_{metric}",
+        status=ERROR,
+        role=Role.METRIC_DIFF,
+        detail=f"the plain twin's held-out {metric} is {value}: the baseline itself "
+        "computes non-finite values, so this check cannot be judged; fix the model, data or loss first",
+        extra={"seed": seed, "plain_value": value, TWIN: "plain"},
+    )
 
 
 def task_metrics(setup) -> list[Row]:
@@ -160,13 +236,27 @@ def task_metrics(setup) -> list[Row]:
     cfg, task = setup.cfg.budget, setup.task
     metric, tol, rtol = task.metric, float(cfg.metric_tolerance), float(cfg.metric_rtol)
     bs = int(cfg.batch_size)
-    rows = [Row(check=TASK_METRICS, item="budget", variant="recompute", metric="budget_examples", value=int(cfg.examples), threshold="", comparator="", status=INFO,
-                detail=f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
-                f"seeds {', '.join(str(s) for s in cfg.seeds)}; learning-curve point every {cfg.eval_every} accepted "
-                f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
-                f"tolerance |recompute - plain| <= {tol:g}" + (f" + {rtol:g}·|plain|" if rtol else "") +
-                "; the trained twins' final parameters are compared too",
-                extra={"batch_size": bs}, role=Role.BUDGET, unit="examples")]
+    rows = [
+        Row(
+            check=TASK_METRICS,
+            item="budget",
+            variant="recompute",
+            metric="budget_examples",
+            value=int(cfg.examples),
+            threshold="",
+            comparator="",
+            status=INFO,
+            detail=f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
+            f"seeds {', '.join(str(s) for s in cfg.seeds)}; learning-curve point every {cfg.eval_every} accepted "
+            f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
+            f"tolerance |recompute - plain| <= {tol:g}"
+            + (f" + {rtol:g}·|plain|" if rtol else "")
+            + "; the trained twins' final parameters are compared too",
+            extra={"batch_size": bs},
+            role=Role.BUDGET,
+            unit="examples",
+        )
+    ]
     finals: dict[str, list[float]] = {"plain": [], "recompute": []}
     diffs: list[tuple[int, float, float, float | None]] = []
     for seed in cfg.seeds:
@@ -189,25 +279,65 @@ def task_metrics(setup) -> list[Row]:
         diffs.append(diff)
         sp, sr = results["plain"].skipped_steps, results["recompute"].skipped_steps
         if sp != sr:
-            rows.append(Row(check=TASK_METRICS, item=f"seed {seed}", variant="recompute", metric="skipped_steps_diff", value=sr - sp, threshold="0", comparator="==",
-                            detail=f"the twins skipped different numbers of steps (plain {sp}, recompute {sr}): they did "
-                            "not see the same updates", extra={"seed": seed}, role=Role.SKIPPED_DIFF, unit="steps",
-                            threshold_value=0.0, on_miss=WARN))
+            rows.append(
+                Row(
+                    check=TASK_METRICS,
+                    item=f"seed {seed}",
+                    variant="recompute",
+                    metric="skipped_steps_diff",
+                    value=sr - sp,
+                    threshold="0",
+                    comparator="==",
+                    detail=f"the twins skipped different numbers of steps (plain {sp}, recompute {sr}): they did "
+                    "not see the same updates",
+                    extra={"seed": seed},
+                    role=Role.SKIPPED_DIFF,
+                    unit="steps",
+                    threshold_value=0.0,
+                    on_miss=WARN,
+                )
+            )
     for variant, values in finals.items():
         if values:
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            rows.append(Row(check=TASK_METRICS, item="all seeds", variant=variant, metric=f"mean_{metric}", value=statistics.fmean(values), threshold="", comparator="", status=INFO,
-                            detail=f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
-                            extra={"std": std, "n_seeds": len(values)}, role=Role.MEAN))
+            rows.append(
+                Row(
+                    check=TASK_METRICS,
+                    item="all seeds",
+                    variant=variant,
+                    metric=f"mean_{metric}",
+                    value=statistics.fmean(values),
+                    threshold="",
+                    comparator="",
+                    status=INFO,
+                    detail=f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
+                    extra={"std": std, "n_seeds": len(values)},
+                    role=Role.MEAN,
+                )
+            )
     if diffs:
         seed, worst, allowed, rounding_excess = max(diffs, key=_effective)
-        rows.append(Row(check=TASK_METRICS, item="all seeds", variant="recompute", metric=f"worst_abs_diff_{metric}", value=worst, threshold=f"{allowed:g}", comparator="<=",
-                        detail=f"the per-seed |recompute - plain| {metric} closest to (or furthest past) its tolerance "
-                               f"(seed {seed}), over {len(diffs)} seeds"
-                               + (", within its rounding envelope" if worst > allowed and _effective(
-                                   (seed, worst, allowed, rounding_excess)) <= 0 else ""),
-                        extra={"seed": seed, **({} if rounding_excess is None else {"rounding_excess": rounding_excess})},
-                        role=Role.WORST, threshold_value=allowed))
+        rows.append(
+            Row(
+                check=TASK_METRICS,
+                item="all seeds",
+                variant="recompute",
+                metric=f"worst_abs_diff_{metric}",
+                value=worst,
+                threshold=f"{allowed:g}",
+                comparator="<=",
+                detail=f"the per-seed |recompute - plain| {metric} closest to (or furthest past) its tolerance "
+                f"(seed {seed}), over {len(diffs)} seeds"
+                + (
+                    ", within its rounding envelope"
+                    if worst > allowed and _effective((seed, worst, allowed, rounding_excess)) <= 0
+                    else ""
+                ),
+                extra={"seed": seed, **({} if rounding_excess is None else {"rounding_excess": rounding_excess})},
+                role=Role.WORST,
+                threshold_value=allowed,
+            )
+        )
     return rows
 
 
@@ -219,8 +349,18 @@ def _effective(diff: tuple[int, float, float, float | None]) -> float:
     return own if rounding is None or rounding != rounding else min(own, rounding)
 
 
-CHECK = Check(task_metrics, (Section(
-    TASK_METRICS, "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins are "
-    "trained from the same initial weights on the same data order and seeds until each has accepted the same number of "
-    "examples, then evaluated on held-out data. Trained parameters outside tolerance (then the metric) may pass "
-    "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.", template="sections/task-metrics.html.j2", plotter=task_metric_plots),), config="budget")
+CHECK = Check(
+    task_metrics,
+    (
+        Section(
+            TASK_METRICS,
+            "Gradient parity on one batch is necessary, not sufficient: the claim is about training. Both twins are "
+            "trained from the same initial weights on the same data order and seeds until each has accepted the same number of "
+            "examples, then evaluated on held-out data. Trained parameters outside tolerance (then the metric) may pass "
+            "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.",
+            template="sections/task-metrics.html.j2",
+            plotter=task_metric_plots,
+        ),
+    ),
+    config="budget",
+)

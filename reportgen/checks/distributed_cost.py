@@ -1,11 +1,12 @@
 """Cost of the sharded twins on every rank: saved activation bytes and the step peak per rank and
 the maximum over ranks, and warm step time with the slowest rank setting each step's pace (parts
 of ``reportgen.checks.distributed``)."""
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -44,42 +45,127 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     for variant, recompute in (("plain", False), ("recompute", True)):
         with twin(variant):  # an exception names the twin that raised
             model = spread_twin(setup, group, recompute)
-            measured[variant] = saved_activation_bytes(model, local, setup.task.loss, setup.cfg.forward_seed,
-                                                       paths).total_bytes
-    rows = [ranked(Row(check=DIST_MEMORY, item=f"saved activations ({variant})", variant=variant, metric="saved_activation_bytes",
-                        value=float(value), unit="B", role=ROLE_RANK_TOTAL, status=INFO,
-                        detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"), group.rank)
-            for variant, value in measured.items()]
+            measured[variant] = saved_activation_bytes(
+                model, local, setup.task.loss, setup.cfg.forward_seed, paths
+            ).total_bytes
+    rows = [
+        ranked(
+            Row(
+                check=DIST_MEMORY,
+                item=f"saved activations ({variant})",
+                variant=variant,
+                metric="saved_activation_bytes",
+                value=float(value),
+                unit="B",
+                role=ROLE_RANK_TOTAL,
+                status=INFO,
+                detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)",
+            ),
+            group.rank,
+        )
+        for variant, value in measured.items()
+    ]
     peaks = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
         with twin(variant):
-            peaks[variant] = warm_step_peak(spread_twin(setup, group, recompute), local, setup.task.loss,
-                                            setup.cfg.parity.optimizer, setup.cfg.forward_seed, warm_steps=1)
-    rows += [ranked(Row(check=DIST_MEMORY, item=f"step peak ({variant})", variant=variant, metric="peak_live_bytes", value=float(peak.peak_bytes),
-                        unit="B", role=ROLE_RANK_PEAK, status=INFO,
-                        detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
-                               f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
-                        extra={"phase": peak.phase, **(peak.cuda or {})}), group.rank)
-             for variant, peak in peaks.items()]
-    worst = max_over_ranks([float(measured["plain"]), float(measured["recompute"]),
-                            float(peaks["plain"].peak_bytes), float(peaks["recompute"].peak_bytes)], group)
+            peaks[variant] = warm_step_peak(
+                spread_twin(setup, group, recompute),
+                local,
+                setup.task.loss,
+                setup.cfg.parity.optimizer,
+                setup.cfg.forward_seed,
+                warm_steps=1,
+            )
+    rows += [
+        ranked(
+            Row(
+                check=DIST_MEMORY,
+                item=f"step peak ({variant})",
+                variant=variant,
+                metric="peak_live_bytes",
+                value=float(peak.peak_bytes),
+                unit="B",
+                role=ROLE_RANK_PEAK,
+                status=INFO,
+                detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
+                f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
+                extra={"phase": peak.phase, **(peak.cuda or {})},
+            ),
+            group.rank,
+        )
+        for variant, peak in peaks.items()
+    ]
+    worst = max_over_ranks(
+        [
+            float(measured["plain"]),
+            float(measured["recompute"]),
+            float(peaks["plain"].peak_bytes),
+            float(peaks["recompute"].peak_bytes),
+        ],
+        group,
+    )
     if group.rank != 0:
         return rows
     on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
-    rows.append(Row(check=DIST_MEMORY, item="step peak, max over ranks (plain)", variant="plain", metric="peak_live_bytes", value=worst[2], unit="B",
-                    role=ROLE_MAX_PEAK, status=INFO, detail=f"the largest plain step peak of the {group.world_size} ranks"))
-    rows.append(Row(check=DIST_MEMORY, item="step peak, max over ranks (recompute)", variant="recompute", metric="peak_live_bytes", value=worst[3],
-                    threshold=f"<= {worst[2]:.0f} B (plain, max over ranks)", comparator="<=", role=ROLE_MAX_PEAK, unit="B",
-                    threshold_value=worst[2], on_miss=on_miss,
-                    detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
-                           "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)"))
-    rows.append(Row(check=DIST_MEMORY, item="saved activations, max over ranks (plain)", variant="plain", metric="saved_activation_bytes",
-                    value=worst[0], unit="B", role=ROLE_MAX_SAVED, status=INFO,
-                    detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks"))
-    rows.append(Row(check=DIST_MEMORY, item="saved activations, max over ranks (recompute)", variant="recompute", metric="saved_activation_bytes",
-                    value=worst[1], threshold=f"< {worst[0]:.0f} B (plain, max over ranks)", comparator="<", role=ROLE_MAX_SAVED, unit="B",
-                    threshold_value=worst[0], on_miss=WARN,
-                    detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain"))
+    rows.append(
+        Row(
+            check=DIST_MEMORY,
+            item="step peak, max over ranks (plain)",
+            variant="plain",
+            metric="peak_live_bytes",
+            value=worst[2],
+            unit="B",
+            role=ROLE_MAX_PEAK,
+            status=INFO,
+            detail=f"the largest plain step peak of the {group.world_size} ranks",
+        )
+    )
+    rows.append(
+        Row(
+            check=DIST_MEMORY,
+            item="step peak, max over ranks (recompute)",
+            variant="recompute",
+            metric="peak_live_bytes",
+            value=worst[3],
+            threshold=f"<= {worst[2]:.0f} B (plain, max over ranks)",
+            comparator="<=",
+            role=ROLE_MAX_PEAK,
+            unit="B",
+            threshold_value=worst[2],
+            on_miss=on_miss,
+            detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
+            "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)",
+        )
+    )
+    rows.append(
+        Row(
+            check=DIST_MEMORY,
+            item="saved activations, max over ranks (plain)",
+            variant="plain",
+            metric="saved_activation_bytes",
+            value=worst[0],
+            unit="B",
+            role=ROLE_MAX_SAVED,
+            status=INFO,
+            detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks",
+        )
+    )
+    rows.append(
+        Row(
+            check=DIST_MEMORY,
+            item="saved activations, max over ranks (recompute)",
+            variant="recompute",
+            metric="saved_activation_bytes",
+            value=worst[1],
+            threshold=f"< {worst[0]:.0f} B (plain, max over ranks)",
+            comparator="<",
+            role=ROLE_MAX_SAVED,
+            unit="B",
+            threshold_value=worst[0],
+            on_miss=WARN,
+            detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain",
+        )
+    )
     return rows
 
 
@@ -91,9 +177,15 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
     tc, local = setup.cfg.timing, local_share(setup, group)
     steps: dict[str, Callable[[], None]] = {
-        variant: make_train_step(spread_twin(setup, group, recompute), local, setup.task.loss, setup.cfg.parity.optimizer,
-                                 setup.cfg.forward_seed)
-        for variant, recompute in (("plain", False), ("recompute", True))}
+        variant: make_train_step(
+            spread_twin(setup, group, recompute),
+            local,
+            setup.task.loss,
+            setup.cfg.parity.optimizer,
+            setup.cfg.forward_seed,
+        )
+        for variant, recompute in (("plain", False), ("recompute", True))
+    }
     sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain": [], "recompute": []}
     for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
@@ -105,24 +197,62 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
             sync()
             if index >= int(tc.warmup_steps):
                 times[variant].append((time.perf_counter() - start) * 1e3)
-    rows = [ranked(Row(check=DIST_TIME, item=f"median step ({variant})", variant=variant, metric="step_time_ms", value=statistics.median(ms),
-                        unit="ms", role=ROLE_RANK_STEP, status=INFO,
-                        detail=f"median of {len(ms)} warm steps on rank {group.rank}"), group.rank)
-            for variant, ms in times.items()]
+    rows = [
+        ranked(
+            Row(
+                check=DIST_TIME,
+                item=f"median step ({variant})",
+                variant=variant,
+                metric="step_time_ms",
+                value=statistics.median(ms),
+                unit="ms",
+                role=ROLE_RANK_STEP,
+                status=INFO,
+                detail=f"median of {len(ms)} warm steps on rank {group.rank}",
+            ),
+            group.rank,
+        )
+        for variant, ms in times.items()
+    ]
     worst = {variant: max_over_ranks(ms, group) for variant, ms in times.items()}
     if group.rank != 0:
         return rows
     plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
-    rows += [Row(check=DIST_TIME, item=f"median step, max over ranks ({variant})", variant=variant, metric="step_time_ms", value=value, unit="ms",
-                 role=ROLE_MAX_STEP, status=INFO, detail=f"median over {len(worst[variant])} steps of the slowest rank's time")
-             for variant, value in (("plain", plain), ("recompute", recompute))]
+    rows += [
+        Row(
+            check=DIST_TIME,
+            item=f"median step, max over ranks ({variant})",
+            variant=variant,
+            metric="step_time_ms",
+            value=value,
+            unit="ms",
+            role=ROLE_MAX_STEP,
+            status=INFO,
+            detail=f"median over {len(worst[variant])} steps of the slowest rank's time",
+        )
+        for variant, value in (("plain", plain), ("recompute", recompute))
+    ]
     ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
     bound = tc.max_overhead_ratio
-    detail = (f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
-              f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}")
-    rows.append(Row(check=DIST_TIME, item="overhead ratio (slowest rank per step)", variant="recompute", metric="overhead_ratio", value=ratio,
-                    threshold=f"<= {bound}" if bound is not None else "", comparator="ci<=" if bound is not None else "",
-                    role=ROLE_MAX_OVERHEAD, unit="ratio", status=INFO,
-                    threshold_value=float(bound) if bound is not None else float("nan"), detail=detail,
-                    extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])}))
+    detail = (
+        f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
+        f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}"
+    )
+    rows.append(
+        Row(
+            check=DIST_TIME,
+            item="overhead ratio (slowest rank per step)",
+            variant="recompute",
+            metric="overhead_ratio",
+            value=ratio,
+            threshold=f"<= {bound}" if bound is not None else "",
+            comparator="ci<=" if bound is not None else "",
+            role=ROLE_MAX_OVERHEAD,
+            unit="ratio",
+            status=INFO,
+            threshold_value=float(bound) if bound is not None else float("nan"),
+            detail=detail,
+            extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])},
+        )
+    )
     return rows

@@ -18,27 +18,27 @@ Search: doubling from the base batch until a batch does not fit (or the ceiling
 ``larger_batch.max_batch_size``, or the most examples the task can put in one batch), then
 bisection between the last fitting and the first failing batch, to one example.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
+from reportgen.checks.base import Check, Section
+from reportgen.checks.plots import larger_batch_plots
 from reportgen.config import LARGER_BATCH
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
-from reportgen.checks.plots import larger_batch_plots
 from reportgen.results import FLAGGED, Role, Row
 from reportgen.structure import batch_size_of
-from reportgen.training.train import budget_runs, LR_SCALING, run_rows
-from reportgen.checks.base import Check, Section
+from reportgen.training.train import LR_SCALING, budget_runs, run_rows
 
 log = logging.getLogger("reportgen")
-
 
 
 @dataclass
@@ -167,9 +167,21 @@ def larger_batch_experiment(setup) -> list[Row]:
         return _experiment(setup)
     except Exception as exc:  # noqa: BLE001 - the experiment never changes the verdict, even when it breaks
         log.exception("larger-batch experiment raised")
-        return [Row(check=LARGER_BATCH, item="experiment", variant="larger_batch", metric="exception", value=math.nan, threshold="", comparator="", status=FLAGGED,
-                    detail=f"the experiment could not finish: {type(exc).__name__}: {exc}", seconds=time.perf_counter() - start,
-                    role=Role.EXCEPTION)]
+        return [
+            Row(
+                check=LARGER_BATCH,
+                item="experiment",
+                variant="larger_batch",
+                metric="exception",
+                value=math.nan,
+                threshold="",
+                comparator="",
+                status=FLAGGED,
+                detail=f"the experiment could not finish: {type(exc).__name__}: {exc}",
+                seconds=time.perf_counter() - start,
+                role=Role.EXCEPTION,
+            )
+        ]
 
 
 def _experiment(setup) -> list[Row]:
@@ -180,55 +192,127 @@ def _experiment(setup) -> list[Row]:
     cuda = setup.device.type == "cuda"
     criterion = "cuda_peak_allocated_bytes" if cuda else "saved_activation_bytes"
     measure = (lambda b, rc: cuda_peak_bytes(setup, rc, b)) if cuda else (lambda b, rc: saved_bytes(setup, rc, b))
-    what = ("peak allocated CUDA bytes of a warm training step" if cuda
-            else "bytes of activations saved for backward")
+    what = "peak allocated CUDA bytes of a warm training step" if cuda else "bytes of activations saved for backward"
     rows: list[Row] = []
 
     t0 = time.perf_counter()
     log.info("larger batch: measuring the plain twin at batch %d (%s)", base, criterion)
     reference, _ = measure(base, False)
-    rows.append(Row(check=LARGER_BATCH, item=f"plain at batch {base}", variant="larger_batch", metric=criterion, value=reference, threshold="", comparator="", status=FLAGGED,
-                    detail=f"reference: {what} of the plain twin at the base batch", seconds=time.perf_counter() - t0,
-                    extra={"batch_size": base}, role=Role.REFERENCE, unit="B"))
+    rows.append(
+        Row(
+            check=LARGER_BATCH,
+            item=f"plain at batch {base}",
+            variant="larger_batch",
+            metric=criterion,
+            value=reference,
+            threshold="",
+            comparator="",
+            status=FLAGGED,
+            detail=f"reference: {what} of the plain twin at the base batch",
+            seconds=time.perf_counter() - t0,
+            extra={"batch_size": base},
+            role=Role.REFERENCE,
+            unit="B",
+        )
+    )
     t0 = time.perf_counter()
     found, probes = largest_fitting_batch(make_probe(lambda b: measure(b, True), reference), base, ceiling)
     for p in probes:
-        rows.append(Row(check=LARGER_BATCH, item=f"recompute at batch {p.batch_size}", variant="larger_batch", metric=criterion, value=p.bytes,
-                        threshold=str(reference), comparator="", status=FLAGGED, detail="fits" if p.fits else f"does not fit: {p.note}",
-                        extra={"batch_size": p.batch_size, "fits": p.fits, "reference_bytes": reference},
-                        role=Role.PROBE, unit="B"))
+        rows.append(
+            Row(
+                check=LARGER_BATCH,
+                item=f"recompute at batch {p.batch_size}",
+                variant="larger_batch",
+                metric=criterion,
+                value=p.bytes,
+                threshold=str(reference),
+                comparator="",
+                status=FLAGGED,
+                detail="fits" if p.fits else f"does not fit: {p.note}",
+                extra={"batch_size": p.batch_size, "fits": p.fits, "reference_bytes": reference},
+                role=Role.PROBE,
+                unit="B",
+            )
+        )
     if found is None:
-        rows.append(Row(check=LARGER_BATCH, item="batch found", variant="larger_batch", metric="batch_size", value=math.nan, threshold="", comparator="", status=FLAGGED,
-                        detail=f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); "
-                        "no larger batch to try", seconds=time.perf_counter() - t0, role=Role.BATCH_FOUND, unit="examples"))
+        rows.append(
+            Row(
+                check=LARGER_BATCH,
+                item="batch found",
+                variant="larger_batch",
+                metric="batch_size",
+                value=math.nan,
+                threshold="",
+                comparator="",
+                status=FLAGGED,
+                detail=f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); "
+                "no larger batch to try",
+                seconds=time.perf_counter() - t0,
+                role=Role.BATCH_FOUND,
+                unit="examples",
+            )
+        )
         return rows
     boundary = next((p for p in reversed(probes) if not p.fits and p.batch_size == found + 1), None)
-    why = (f"batch {found + 1} does not fit ({boundary.note})" if boundary
-           else f"the search ceiling larger_batch.max_batch_size={ceiling}" if found >= ceiling else "")
+    why = (
+        f"batch {found + 1} does not fit ({boundary.note})"
+        if boundary
+        else f"the search ceiling larger_batch.max_batch_size={ceiling}"
+        if found >= ceiling
+        else ""
+    )
     ratio = found / base
     scale = LR_SCALING[cfg.lr_scaling](ratio)
-    rows.append(Row(check=LARGER_BATCH, item="batch found", variant="larger_batch", metric="batch_size", value=found, threshold="", comparator="", status=FLAGGED,
-                    detail=f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
-                    f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
-                    f"{len(probes)} probes; {why}; learning rate "
-                    f"{'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
-                    f"(larger_batch.lr_scaling={cfg.lr_scaling})", seconds=time.perf_counter() - t0,
-                    extra={"batch_size": found, "lr_scale": scale}, role=Role.BATCH_FOUND, unit="examples"))
+    rows.append(
+        Row(
+            check=LARGER_BATCH,
+            item="batch found",
+            variant="larger_batch",
+            metric="batch_size",
+            value=found,
+            threshold="",
+            comparator="",
+            status=FLAGGED,
+            detail=f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
+            f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
+            f"{len(probes)} probes; {why}; learning rate "
+            f"{'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
+            f"(larger_batch.lr_scaling={cfg.lr_scaling})",
+            seconds=time.perf_counter() - t0,
+            extra={"batch_size": found, "lr_scale": scale},
+            role=Role.BATCH_FOUND,
+            unit="examples",
+        )
+    )
     seeds = [int(s) for s in (cfg.seeds if cfg.seeds is not None else budget.seeds)]
     larger, plain = [], []
     for seed in seeds:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
             result = budget_runs(setup).get(setup, recompute, seed, batch_size, lr_scale)
             if not result.complete:
-                rows.append(Row(check=LARGER_BATCH, item=f"seed {seed} batch {batch_size}", variant="larger_batch", metric="accepted_examples",
-                                value=result.accepted_examples, threshold=str(budget.examples), comparator=">=", status=FLAGGED,
-                                detail=f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or "
-                                "gradient before the step cap", seconds=result.seconds, extra={"seed": seed, "batch_size": batch_size},
-                                role=Role.ACCEPTED, unit="examples"))
+                rows.append(
+                    Row(
+                        check=LARGER_BATCH,
+                        item=f"seed {seed} batch {batch_size}",
+                        variant="larger_batch",
+                        metric="accepted_examples",
+                        value=result.accepted_examples,
+                        threshold=str(budget.examples),
+                        comparator=">=",
+                        status=FLAGGED,
+                        detail=f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or "
+                        "gradient before the step cap",
+                        seconds=result.seconds,
+                        extra={"seed": seed, "batch_size": batch_size},
+                        role=Role.ACCEPTED,
+                        unit="examples",
+                    )
+                )
                 continue
             role = "recompute at the larger batch" if recompute else "plain at the base batch, for comparison"
-            run = run_rows(LARGER_BATCH, "larger_batch", f"seed {seed} batch {batch_size}", seed, result, task.metric,
-                           FLAGGED)
+            run = run_rows(
+                LARGER_BATCH, "larger_batch", f"seed {seed} batch {batch_size}", seed, result, task.metric, FLAGGED
+            )
             run[0].detail = f"{role}: {run[0].detail}"
             run[0].extra["run_label"] = role
             rows += run
@@ -236,17 +320,41 @@ def _experiment(setup) -> list[Row]:
     for name, values, batch_size in (("larger", larger, found), ("base", plain, base)):
         if values:
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            rows.append(Row(check=LARGER_BATCH, item=f"all seeds batch {batch_size}", variant="larger_batch", metric=f"mean_{task.metric}",
-                            value=statistics.fmean(values), threshold="", comparator="", status=FLAGGED,
-                            detail=f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch: mean ± "
-                            f"sample std over {len(values)} seeds {statistics.fmean(values):.6g} ± {std:.3g}",
-                            extra={"batch_size": batch_size, "std": std, "n_seeds": len(values),
-                                   "run_label": f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch"},
-                            role=Role.MEAN))
+            rows.append(
+                Row(
+                    check=LARGER_BATCH,
+                    item=f"all seeds batch {batch_size}",
+                    variant="larger_batch",
+                    metric=f"mean_{task.metric}",
+                    value=statistics.fmean(values),
+                    threshold="",
+                    comparator="",
+                    status=FLAGGED,
+                    detail=f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch: mean ± "
+                    f"sample std over {len(values)} seeds {statistics.fmean(values):.6g} ± {std:.3g}",
+                    extra={
+                        "batch_size": batch_size,
+                        "std": std,
+                        "n_seeds": len(values),
+                        "run_label": f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch",
+                    },
+                    role=Role.MEAN,
+                )
+            )
     return rows
 
 
-CHECK = Check(larger_batch_experiment, (Section(
-    LARGER_BATCH, "The batch that the memory saving buys, trained by the recompute twin to the same accepted-example "
-    "budget.", template="sections/larger-batch-experiment.html.j2", plotter=larger_batch_plots, required=False,
-    flagged=True),), config="larger_batch")
+CHECK = Check(
+    larger_batch_experiment,
+    (
+        Section(
+            LARGER_BATCH,
+            "The batch that the memory saving buys, trained by the recompute twin to the same accepted-example budget.",
+            template="sections/larger-batch-experiment.html.j2",
+            plotter=larger_batch_plots,
+            required=False,
+            flagged=True,
+        ),
+    ),
+    config="larger_batch",
+)

@@ -29,25 +29,41 @@ stores, so nothing here shares a run with the parity checks):
    not: one region recomputed whole, a peak in the optimizer step, or an increase and the
    wrapped modules that cause it.
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from reportgen.checks.base import Check, Section
+from reportgen.checks.memory_estimate import (  # noqa: F401
+    PEAK_ESTIMATE_TOLERANCE,
+    estimate_peak_rows,
+    estimate_rows,
+    korthikanti_rows,
+    not_estimated_row,
+    saving_share,
+)
+from reportgen.checks.plots import memory_plots
 from reportgen.config import MEMORY
 from reportgen.memory.estimate import dropout_mask_bytes  # noqa: F401 - re-exported (benchmarks/estimate_7b.py)
-from reportgen.checks.memory_estimate import (PEAK_ESTIMATE_TOLERANCE, estimate_peak_rows, estimate_rows,  # noqa: F401
-                                              korthikanti_rows, not_estimated_row, saving_share)
+from reportgen.memory.peak import (
+    CATEGORIES,
+    StepPeak,
+    format_bytes,
+    increase_cause,
+    peak_sentence,
+    warm_step_peak,
+    where,
+)
 from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
-from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, warm_step_peak, where
-from reportgen.checks.plots import memory_plots
 from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
 from reportgen.results.rows import exception_message
-from reportgen.twins.setup import Setup, forward_backward
 from reportgen.structure import describe
-from reportgen.checks.base import Check, Section
+from reportgen.twins.setup import Setup, forward_backward
 
 VARIANTS = (("plain", False), ("recompute", True))
 
@@ -71,8 +87,12 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         rows += peak_rows(setup, *peaks, measured[0] if measured else None)
     _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
     _guarded(rows, "CUDA allocator peaks", ERROR, lambda: rows.extend(cuda_peak_rows(setup)))
-    _guarded(rows, "estimate at measured shape", WARN,
-             lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None, peaks[0] if peaks else None)))
+    _guarded(
+        rows,
+        "estimate at measured shape",
+        WARN,
+        lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None, peaks[0] if peaks else None)),
+    )
     return rows
 
 
@@ -85,10 +105,19 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     except Exception as exc:  # noqa: BLE001 - failures are data
         twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
         said = f"the {twin} twin raised " if twin else ""
-        rows.append(Row(check=MEMORY, item=item, variant=twin or "recompute", metric="exception",
-                        status=status, seconds=time.perf_counter() - start,
-                        role=Role.EXCEPTION, detail=f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}",
-                        extra={TWIN: twin} if twin else {}))
+        rows.append(
+            Row(
+                check=MEMORY,
+                item=item,
+                variant=twin or "recompute",
+                metric="exception",
+                status=status,
+                seconds=time.perf_counter() - start,
+                role=Role.EXCEPTION,
+                detail=f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}",
+                extra={TWIN: twin} if twin else {},
+            )
+        )
         return None
 
 
@@ -133,31 +162,81 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
     if share >= share_min:
         sentence = f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
     elif rec.total_bytes > plain.total_bytes:
-        sentence = (f"{-share:+.1%}: recompute costs memory here: it keeps "
-                    f"{format_bytes(rec.total_bytes - plain.total_bytes)} more for backward than the plain run "
-                    f"({format_bytes(plain.total_bytes)} → {format_bytes(rec.total_bytes)}); "
-                    f"{increase_cause(plain, rec, _classes(setup))}")
+        sentence = (
+            f"{-share:+.1%}: recompute costs memory here: it keeps "
+            f"{format_bytes(rec.total_bytes - plain.total_bytes)} more for backward than the plain run "
+            f"({format_bytes(plain.total_bytes)} → {format_bytes(rec.total_bytes)}); "
+            f"{increase_cause(plain, rec, _classes(setup))}"
+        )
     else:
-        why = ("recompute keeps more than the plain run" if rec.total_bytes > plain.total_bytes
-               else f"recompute saves only {share:.1%} of the plain run's saved activations")
-        sentence = (f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
-                    "nothing, check recompute.targets")
+        why = (
+            "recompute keeps more than the plain run"
+            if rec.total_bytes > plain.total_bytes
+            else f"recompute saves only {share:.1%} of the plain run's saved activations"
+        )
+        sentence = (
+            f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
+            "nothing, check recompute.targets"
+        )
     rows = [
-        Row(check=MEMORY, item="saved activations (total)", variant=variant, metric="saved_activation_bytes", value=s.total_bytes, status=INFO,
+        Row(
+            check=MEMORY,
+            item="saved activations (total)",
+            variant=variant,
+            metric="saved_activation_bytes",
+            value=s.total_bytes,
+            status=INFO,
             detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
-            seconds=seconds[variant], role=Role.SAVED_TOTAL, unit="B", extra={"storages": s.storages})
-        for variant, s in (("plain", plain), ("recompute", rec))]
-    rows.append(Row(check=MEMORY, item="saving", variant="recompute", metric="saving_share", value=share, threshold=f">= {share_min:g} of plain", comparator=">=",
-                    detail=sentence, role=Role.SAVING, unit="share", threshold_value=share_min, on_miss=WARN,
-                    extra={"saving_bytes": plain.total_bytes - rec.total_bytes, "plain_bytes": plain.total_bytes,
-                           "recompute_bytes": rec.total_bytes}))
+            seconds=seconds[variant],
+            role=Role.SAVED_TOTAL,
+            unit="B",
+            extra={"storages": s.storages},
+        )
+        for variant, s in (("plain", plain), ("recompute", rec))
+    ]
+    rows.append(
+        Row(
+            check=MEMORY,
+            item="saving",
+            variant="recompute",
+            metric="saving_share",
+            value=share,
+            threshold=f">= {share_min:g} of plain",
+            comparator=">=",
+            detail=sentence,
+            role=Role.SAVING,
+            unit="share",
+            threshold_value=share_min,
+            on_miss=WARN,
+            extra={
+                "saving_bytes": plain.total_bytes - rec.total_bytes,
+                "plain_bytes": plain.total_bytes,
+                "recompute_bytes": rec.total_bytes,
+            },
+        )
+    )
     for order, path in enumerate(plain.per_module):
         for variant, s in (("plain", plain), ("recompute", rec)):
             what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
-            rows.append(Row(check=MEMORY, item=f"module {path}", variant=variant, metric="saved_activation_bytes", value=s.per_module[path], status=INFO,
-                            detail=what, role=Role.SAVED_MODULE, unit="B",
-                            extra={"module": path, "module_order": order, "storages": s.per_module_storages.get(path, 0),
-                                   "produced_saved_bytes": s.produced_by.get(path, 0)}))
+            rows.append(
+                Row(
+                    check=MEMORY,
+                    item=f"module {path}",
+                    variant=variant,
+                    metric="saved_activation_bytes",
+                    value=s.per_module[path],
+                    status=INFO,
+                    detail=what,
+                    role=Role.SAVED_MODULE,
+                    unit="B",
+                    extra={
+                        "module": path,
+                        "module_order": order,
+                        "storages": s.per_module_storages.get(path, 0),
+                        "produced_saved_bytes": s.produced_by.get(path, 0),
+                    },
+                )
+            )
     return rows
 
 
@@ -181,15 +260,22 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
         model = setup.build(recompute, compiled=False)
         with warnings.catch_warnings(), _twin(variant):  # torch's warnings are reported by the parity checks
             warnings.simplefilter("ignore")
-            peaks[variant] = warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup),
-                                            setup.cfg.forward_seed, max(1, int(setup.cfg.memory.warm_steps)))
+            peaks[variant] = warm_step_peak(
+                model,
+                setup.batch,
+                setup.task.loss,
+                training_optimizer(setup),
+                setup.cfg.forward_seed,
+                max(1, int(setup.cfg.memory.warm_steps)),
+            )
         seconds[variant] = time.perf_counter() - start
         del model
     return peaks, seconds
 
 
-def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float],
-              saved: dict[str, SavedActivations] | None) -> list[Row]:
+def peak_rows(
+    setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float], saved: dict[str, SavedActivations] | None
+) -> list[Row]:
     """``peak_live_bytes`` per twin (INFO, with phase, module and categories at the peak) and
     the memory verdict row ``peak_saving_share``, judged ``>= memory.min_peak_saving_share``
     (``memory.peak_on_miss`` when missed), whose detail names the cause of a miss."""
@@ -198,29 +284,70 @@ def peak_rows(setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float
     rows = []
     for variant, peak in peaks.items():
         extra: dict[str, Any] = {
-            "peak_phase": peak.phase, "peak_module": peak.module, "peak_region": peak.region or "",
-            "baseline_bytes": peak.baseline_bytes, "device": peak.device, "warm_steps": int(mc.warm_steps),
-            **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES}}
-        detail = (f"peak of live tensor bytes in one warm step, reached in {where(peak)}; "
-                  f"{format_bytes(peak.baseline_bytes)} were alive before the step (weights, optimizer state, batch)")
+            "peak_phase": peak.phase,
+            "peak_module": peak.module,
+            "peak_region": peak.region or "",
+            "baseline_bytes": peak.baseline_bytes,
+            "device": peak.device,
+            "warm_steps": int(mc.warm_steps),
+            **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES},
+        }
+        detail = (
+            f"peak of live tensor bytes in one warm step, reached in {where(peak)}; "
+            f"{format_bytes(peak.baseline_bytes)} were alive before the step (weights, optimizer state, batch)"
+        )
         if peak.cuda:
             allocated = peak.cuda["peak_allocated_bytes"]
             ratio = peak.peak_bytes / allocated if allocated else float("nan")
-            extra |= {"cuda_peak_allocated_bytes": allocated, "cuda_peak_reserved_bytes": peak.cuda["peak_reserved_bytes"],
-                      "cuda_baseline_allocated_bytes": peak.cuda["baseline_allocated_bytes"],
-                      "tracker_to_allocated_ratio": ratio}
-            detail += (f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
-                       f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
-                       f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}")
-        rows.append(Row(check=MEMORY, item="step peak", variant=variant, metric="peak_live_bytes", value=peak.peak_bytes, status=INFO,
-                        detail=detail, seconds=seconds[variant], role=Role.STEP_PEAK, unit="B", extra=extra))
+            extra |= {
+                "cuda_peak_allocated_bytes": allocated,
+                "cuda_peak_reserved_bytes": peak.cuda["peak_reserved_bytes"],
+                "cuda_baseline_allocated_bytes": peak.cuda["baseline_allocated_bytes"],
+                "tracker_to_allocated_ratio": ratio,
+            }
+            detail += (
+                f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
+                f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
+                f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}"
+            )
+        rows.append(
+            Row(
+                check=MEMORY,
+                item="step peak",
+                variant=variant,
+                metric="peak_live_bytes",
+                value=peak.peak_bytes,
+                status=INFO,
+                detail=detail,
+                seconds=seconds[variant],
+                role=Role.STEP_PEAK,
+                unit="B",
+                extra=extra,
+            )
+        )
     plain, rec = peaks["plain"], peaks["recompute"]
     share = saving_share(plain.peak_bytes, rec.peak_bytes)
-    rows.append(Row(check=MEMORY, item="step peak saving", variant="recompute", metric="peak_saving_share", value=share,
-                    threshold=f">= {share_min:g} of the plain peak", comparator=">=", detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
-                    role=Role.PEAK_SAVING, unit="share", threshold_value=share_min, on_miss=on_miss,
-                    extra={"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes,
-                           "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes}))
+    rows.append(
+        Row(
+            check=MEMORY,
+            item="step peak saving",
+            variant="recompute",
+            metric="peak_saving_share",
+            value=share,
+            threshold=f">= {share_min:g} of the plain peak",
+            comparator=">=",
+            detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
+            role=Role.PEAK_SAVING,
+            unit="share",
+            threshold_value=share_min,
+            on_miss=on_miss,
+            extra={
+                "plain_peak_bytes": plain.peak_bytes,
+                "recompute_peak_bytes": rec.peak_bytes,
+                "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes,
+            },
+        )
+    )
     return rows
 
 
@@ -236,44 +363,103 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     lost = sorted(n for n, g in plain.grads.items() if g is not None and rec.grads.get(n) is None)
     if lost:
         names = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
-        detail = (f"the saving is not real: {len(lost)} parameter(s) get a gradient in the plain run and none under "
-                  f"recompute ({names}); their activations are not kept because they are never used")
+        detail = (
+            f"the saving is not real: {len(lost)} parameter(s) get a gradient in the plain run and none under "
+            f"recompute ({names}); their activations are not kept because they are never used"
+        )
     else:
         detail = "every parameter with a gradient in the plain run has one under recompute"
-    return [Row(check=MEMORY, item="gradients behind the saving", variant="recompute", metric="lost_gradients", value=float(len(lost)), threshold="0", comparator="==",
-                detail=detail, seconds=time.perf_counter() - start, role=Role.LOST_GRADIENTS, unit="parameters",
-                threshold_value=0.0)]
+    return [
+        Row(
+            check=MEMORY,
+            item="gradients behind the saving",
+            variant="recompute",
+            metric="lost_gradients",
+            value=float(len(lost)),
+            threshold="0",
+            comparator="==",
+            detail=detail,
+            seconds=time.perf_counter() - start,
+            role=Role.LOST_GRADIENTS,
+            unit="parameters",
+            threshold_value=0.0,
+        )
+    ]
 
 
 def cuda_peak_rows(setup: Setup) -> list[Row]:
     """``peak_allocated_bytes`` and ``peak_reserved_bytes`` per variant on CUDA; elsewhere one
     INFO row that says they were not measured (value NaN, never 0)."""
     if setup.device.type != "cuda":
-        return [Row(check=MEMORY, item="CUDA allocator peaks", variant="plain", metric="peak_allocated_bytes", value=float("nan"), status=INFO,
-                    role=Role.NOTE,
-                    detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
-                           "The saved-activation bytes above are exact on every device.")]
+        return [
+            Row(
+                check=MEMORY,
+                item="CUDA allocator peaks",
+                variant="plain",
+                metric="peak_allocated_bytes",
+                value=float("nan"),
+                status=INFO,
+                role=Role.NOTE,
+                detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
+                "The saved-activation bytes above are exact on every device.",
+            )
+        ]
     warm = int(setup.cfg.memory.warm_steps)
     rows = []
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
         peaks = cuda_step_peaks(setup, recompute, warm)
         gap = peaks["peak_reserved_bytes"] - peaks["peak_allocated_bytes"]
-        extra = {"baseline_allocated_bytes": peaks["baseline_allocated_bytes"], "reserved_gap_bytes": gap,
-                 "warm_steps": warm}
+        extra = {
+            "baseline_allocated_bytes": peaks["baseline_allocated_bytes"],
+            "reserved_gap_bytes": gap,
+            "warm_steps": warm,
+        }
         seconds = time.perf_counter() - start
-        rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_allocated_bytes", value=peaks["peak_allocated_bytes"],
-                        status=INFO, seconds=seconds, extra=extra, role=Role.CUDA_PEAK, unit="B",
-                        detail=f"peak of tensors allocated during the step after {warm} warm step(s); "
-                               f"{peaks['baseline_allocated_bytes']} B were allocated before it (weights, optimizer state)"))
-        rows.append(Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=peaks["peak_reserved_bytes"],
-                        status=INFO, extra=extra, role=Role.CUDA_PEAK, unit="B",
-                        detail=f"peak held by the caching allocator, {gap} B above the allocated peak"))
+        rows.append(
+            Row(
+                check=MEMORY,
+                item="CUDA step peak",
+                variant=variant,
+                metric="peak_allocated_bytes",
+                value=peaks["peak_allocated_bytes"],
+                status=INFO,
+                seconds=seconds,
+                extra=extra,
+                role=Role.CUDA_PEAK,
+                unit="B",
+                detail=f"peak of tensors allocated during the step after {warm} warm step(s); "
+                f"{peaks['baseline_allocated_bytes']} B were allocated before it (weights, optimizer state)",
+            )
+        )
+        rows.append(
+            Row(
+                check=MEMORY,
+                item="CUDA step peak",
+                variant=variant,
+                metric="peak_reserved_bytes",
+                value=peaks["peak_reserved_bytes"],
+                status=INFO,
+                extra=extra,
+                role=Role.CUDA_PEAK,
+                unit="B",
+                detail=f"peak held by the caching allocator, {gap} B above the allocated peak",
+            )
+        )
     return rows
 
 
-CHECK = Check(warm_step_memory, (Section(
-    MEMORY, "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
-    "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
-    "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
-    template="sections/warm-step-memory.html.j2", plotter=memory_plots),), config="memory")
+CHECK = Check(
+    warm_step_memory,
+    (
+        Section(
+            MEMORY,
+            "What recomputation saves, and whether the saving is real: the peak of live tensor bytes of a training step "
+            "(the verdict, any device), bytes autograd keeps for backward (exact on any device, per wrapped module), CUDA "
+            "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
+            template="sections/warm-step-memory.html.j2",
+            plotter=memory_plots,
+        ),
+    ),
+    config="memory",
+)

@@ -7,16 +7,24 @@ batch (the A/A control): every row shows how far it is from the plain twin besid
 recompute difference, and a plain twin that does not reproduce itself makes the claim
 INCONCLUSIVE rather than blaming recomputation.
 """
+
 from __future__ import annotations
 
 import warnings
 
+from reportgen.checks.base import Check, Section
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import INCONCLUSIVE, INFO, Role, Row
-from reportgen.results.rows import aa_row, nonfinite_row, raised_for_lack_of_grad, run_twin, tagged_input_grad, tensor_row
-from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backward
+from reportgen.results.rows import (
+    aa_row,
+    nonfinite_row,
+    raised_for_lack_of_grad,
+    run_twin,
+    tagged_input_grad,
+    tensor_row,
+)
 from reportgen.structure import describe, has_floating
-from reportgen.checks.base import Check, Section
+from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backward
 
 
 def _runs(setup: Setup, input_grad: bool):
@@ -49,8 +57,18 @@ def gradient_parity(setup: Setup) -> list[Row]:
     """
     rtol, atol = setup.tolerance()
     plain, aa, recompute, out, caught = _runs(setup, input_grad=False)
-    out += [Row(check=GRADIENT_PARITY, item="torch warning", variant="recompute", metric="warning", detail=w, status=INFO, role=Role.WARNING)
-            for w in caught]
+    out += [
+        Row(
+            check=GRADIENT_PARITY,
+            item="torch warning",
+            variant="recompute",
+            metric="warning",
+            detail=w,
+            status=INFO,
+            role=Role.WARNING,
+        )
+        for w in caught
+    ]
     if plain is None:  # the plain run raised: nothing to compare against
         return out
     out.append(baseline_row(setup))
@@ -58,8 +76,17 @@ def gradient_parity(setup: Setup) -> list[Row]:
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
     if not has_floating(setup.batch[0]):
-        out.append(Row(check=GRADIENT_PARITY, item="input.grad", variant="recompute", metric="max_abs_err", status=INFO, role=Role.INPUT_GRAD,
-                       detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient"))
+        out.append(
+            Row(
+                check=GRADIENT_PARITY,
+                item="input.grad",
+                variant="recompute",
+                metric="max_abs_err",
+                status=INFO,
+                role=Role.INPUT_GRAD,
+                detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient",
+            )
+        )
         return out + [aa_row(GRADIENT_PARITY, out)]
     plain_g, aa_g, recompute_g, errors, _ = _runs(setup, input_grad=True)
     if errors:
@@ -67,8 +94,18 @@ def gradient_parity(setup: Setup) -> list[Row]:
     if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
         out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, aa_g, rtol, atol)]
     for name in sorted(set(plain_g.input_grad) | set(recompute_g.input_grad)):
-        out.append(tensor_row(GRADIENT_PARITY, name, plain_g.input_grad.get(name), recompute_g.input_grad.get(name), rtol,
-                              atol, Role.INPUT_GRAD, aa=aa_g.input_grad.get(name)))
+        out.append(
+            tensor_row(
+                GRADIENT_PARITY,
+                name,
+                plain_g.input_grad.get(name),
+                recompute_g.input_grad.get(name),
+                rtol,
+                atol,
+                Role.INPUT_GRAD,
+                aa=aa_g.input_grad.get(name),
+            )
+        )
     return out + [aa_row(GRADIENT_PARITY, out)]
 
 
@@ -77,19 +114,38 @@ def baseline_row(setup: Setup) -> Row:
     else INCONCLUSIVE (a factory that already turns recomputation on compares recompute with
     recompute)."""
     found = list(setup.baseline_recomputes)
-    detail = ("the plain twin recomputes nothing in backward" if not found else
-              f"the plain twin already recomputes ({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): the "
-              "baseline is not plain, so the claim cannot be judged. Build the model without recomputation")
-    return Row(check=GRADIENT_PARITY, item="plain twin is plain", variant="plain", metric="recomputing_modules", value=float(len(found)), threshold="0", comparator="==",
-               detail=detail, role=Role.BASELINE, unit="modules", threshold_value=0.0, on_miss=INCONCLUSIVE,
-               extra={"modules": ", ".join(found)})
+    detail = (
+        "the plain twin recomputes nothing in backward"
+        if not found
+        else f"the plain twin already recomputes ({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): the "
+        "baseline is not plain, so the claim cannot be judged. Build the model without recomputation"
+    )
+    return Row(
+        check=GRADIENT_PARITY,
+        item="plain twin is plain",
+        variant="plain",
+        metric="recomputing_modules",
+        value=float(len(found)),
+        threshold="0",
+        comparator="==",
+        detail=detail,
+        role=Role.BASELINE,
+        unit="modules",
+        threshold_value=0.0,
+        on_miss=INCONCLUSIVE,
+        extra={"modules": ", ".join(found)},
+    )
 
 
 def _in_cache_of_one_twin(name: str, plain: StepOutput, recompute: StepOutput) -> str | None:
     """The cache path a tensor leaf lies in when only one twin returned that cache, else None."""
     for twin, other in ((plain, recompute), (recompute, plain)):
         for path, what in twin.others.items():
-            if what.startswith("cache ") and name.startswith(path + ".") and not other.others.get(path, "").startswith("cache "):
+            if (
+                what.startswith("cache ")
+                and name.startswith(path + ".")
+                and not other.others.get(path, "").startswith("cache ")
+            ):
                 return path
     return None
 
@@ -108,14 +164,43 @@ def _other_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
         scalars = all(x.split(" ", 1)[0] in ("bool", "int", "float", "str") for x in (p, r))
         said = f"plain returned {p}, recompute returned {r}"
         if scalars:
-            rows.append(Row(check=GRADIENT_PARITY, item=name, variant="recompute", metric="equal", value=float(p == r), threshold="== 1", comparator="==",
-                            threshold_value=1.0, role=Role.OUTPUT_OTHER, detail=said))
+            rows.append(
+                Row(
+                    check=GRADIENT_PARITY,
+                    item=name,
+                    variant="recompute",
+                    metric="equal",
+                    value=float(p == r),
+                    threshold="== 1",
+                    comparator="==",
+                    threshold_value=1.0,
+                    role=Role.OUTPUT_OTHER,
+                    detail=said,
+                )
+            )
         else:
             cache = "cache" in p + r and p != r
-            rows.append(Row(check=GRADIENT_PARITY, item=name, variant="recompute", metric="not_compared", status=INFO, role=Role.OUTPUT_OTHER,
-                            detail=(said + ("; a cache present in one twin only is stated, not a failure (Hugging Face "
-                                            "turns use_cache off under gradient checkpointing)" if cache else
-                                            "; not a tensor, not compared" if p != r else "; not a tensor"))))
+            rows.append(
+                Row(
+                    check=GRADIENT_PARITY,
+                    item=name,
+                    variant="recompute",
+                    metric="not_compared",
+                    status=INFO,
+                    role=Role.OUTPUT_OTHER,
+                    detail=(
+                        said
+                        + (
+                            "; a cache present in one twin only is stated, not a failure (Hugging Face "
+                            "turns use_cache off under gradient checkpointing)"
+                            if cache
+                            else "; not a tensor, not compared"
+                            if p != r
+                            else "; not a tensor"
+                        )
+                    ),
+                )
+            )
     return rows
 
 
@@ -127,12 +212,27 @@ def _changed_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
     if not extra_changes and not plain.changed:
         return []
     in_cache = any(p.startswith(c + ".") for c in recompute.caches for p in extra_changes)
-    detail = (changes_said(extra_changes, recompute.caches, recompute.use_cache) if extra_changes else
-              "the output changes during backward in the plain twin too (not caused by recompute)")
-    return [Row(check=GRADIENT_PARITY, item="output leaves changed during backward", variant="recompute", metric="changed_leaves",
-                value=float(len(extra_changes)), threshold="0", comparator="==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD,
-                unit="leaves", detail=detail,
-                extra={"in_cache": in_cache, "use_cache": recompute.use_cache, "leaves": ", ".join(extra_changes)})]
+    detail = (
+        changes_said(extra_changes, recompute.caches, recompute.use_cache)
+        if extra_changes
+        else "the output changes during backward in the plain twin too (not caused by recompute)"
+    )
+    return [
+        Row(
+            check=GRADIENT_PARITY,
+            item="output leaves changed during backward",
+            variant="recompute",
+            metric="changed_leaves",
+            value=float(len(extra_changes)),
+            threshold="0",
+            comparator="==",
+            threshold_value=0.0,
+            role=Role.CHANGED_IN_BACKWARD,
+            unit="leaves",
+            detail=detail,
+            extra={"in_cache": in_cache, "use_cache": recompute.use_cache, "leaves": ", ".join(extra_changes)},
+        )
+    ]
 
 
 def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
@@ -140,19 +240,56 @@ def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol,
     for name in list(dict.fromkeys([*plain.output, *recompute.output])):  # every tensor leaf, in output order
         if _in_cache_of_one_twin(name, plain, recompute) is not None:
             continue  # the cache object itself has its row (_other_rows)
-        out.append(tensor_row(GRADIENT_PARITY, name, plain.output.get(name), recompute.output.get(name), rtol, atol,
-                              Role.OUTPUT, aa=aa.output.get(name)))
+        out.append(
+            tensor_row(
+                GRADIENT_PARITY,
+                name,
+                plain.output.get(name),
+                recompute.output.get(name),
+                rtol,
+                atol,
+                Role.OUTPUT,
+                aa=aa.output.get(name),
+            )
+        )
     out += _other_rows(plain, recompute)
     out += _changed_rows(plain, recompute)
     for name in sorted(set(plain.retained) | set(recompute.retained)):
-        out.append(tensor_row(GRADIENT_PARITY, name, plain.retained.get(name), recompute.retained.get(name), rtol, atol,
-                              Role.RETAINED_GRAD, aa=aa.retained.get(name)))
+        out.append(
+            tensor_row(
+                GRADIENT_PARITY,
+                name,
+                plain.retained.get(name),
+                recompute.retained.get(name),
+                rtol,
+                atol,
+                Role.RETAINED_GRAD,
+                aa=aa.retained.get(name),
+            )
+        )
     for name in sorted(set(plain.grads) | set(recompute.grads)):
-        out.append(tensor_row(GRADIENT_PARITY, f"{name}.grad", plain.grads.get(name), recompute.grads.get(name), rtol,
-                              atol, Role.PARAM_GRAD, aa=aa.grads.get(name)))
+        out.append(
+            tensor_row(
+                GRADIENT_PARITY,
+                f"{name}.grad",
+                plain.grads.get(name),
+                recompute.grads.get(name),
+                rtol,
+                atol,
+                Role.PARAM_GRAD,
+                aa=aa.grads.get(name),
+            )
+        )
     return out
 
 
-CHECK = Check(gradient_parity, (Section(
-    GRADIENT_PARITY, "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first; "
-    "a second, independently built plain twin (A/A) shows the noise floor beside each difference."),))
+CHECK = Check(
+    gradient_parity,
+    (
+        Section(
+            GRADIENT_PARITY,
+            "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first; "
+            "a second, independently built plain twin (A/A) shows the noise floor beside each difference.",
+        ),
+    ),
+)

@@ -5,11 +5,12 @@ registry record (reportgen/checks/__init__.py) names its plotter,
 ``fn(rows_of_that_check) -> list[Plot]``. Point layers are rasterised (``rasterized=True``)
 so WeasyPrint does not draw them point by point; axes and text stay vector.
 """
+
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pandas as pd
 
@@ -39,13 +40,14 @@ def to_svg(fig) -> str:
     buf = io.StringIO()
     # Text as <text> in the report's own font (WeasyPrint draws it like the page's text);
     # glyphs as paths cost WeasyPrint a path per character.
-    with matplotlib.rc_context({"svg.hashsalt": "reportgen", "svg.fonttype": "none",
-                                "font.family": ["DejaVu Sans"], "savefig.dpi": 150}):
+    with matplotlib.rc_context(
+        {"svg.hashsalt": "reportgen", "svg.fonttype": "none", "font.family": ["DejaVu Sans"], "savefig.dpi": 150}
+    ):
         # No bbox_inches="tight": every plotter lays its figure out with tight_layout already, and a
         # tight bounding box costs a second draw of the figure. One draw per figure, at savefig.
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "reportgen"})
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def finish_axes(fig, ax, xlabel: str, ylabel: str) -> None:
@@ -108,7 +110,10 @@ def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
     for ax, seed in zip(axes, seeds):
         per_seed = curves[curves.seed == seed]
         lines = {}
-        for variant, style in (("plain", dict(color="#1f5fa8", lw=2.2)), ("recompute", dict(color="#d0621b", lw=1.2, ls="--"))):
+        for variant, style in (
+            ("plain", dict(color="#1f5fa8", lw=2.2)),
+            ("recompute", dict(color="#d0621b", lw=1.2, ls="--")),
+        ):
             part = per_seed[per_seed.variant == variant].sort_values("accepted_examples")
             ax.plot(part.accepted_examples, part.value, label=variant, rasterized=True, **style)
             lines[variant] = part.set_index("accepted_examples").value
@@ -122,16 +127,26 @@ def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
     axes[0].set_ylabel(f"held-out {metric}", fontsize=8)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    plots = [Plot(to_svg(fig), f"Learning curves: held-out {metric} after each block of accepted examples; recompute "
-                               "(dashed) is drawn over plain (solid), so identical curves overlap.")]
+    plots = [
+        Plot(
+            to_svg(fig),
+            f"Learning curves: held-out {metric} after each block of accepted examples; recompute "
+            "(dashed) is drawn over plain (solid), so identical curves overlap.",
+        )
+    ]
     if any((d > 0).any() for _, d in diffs):
         fig = Figure(figsize=(7.5, 2.3))
         ax = fig.subplots()
         for seed, d in diffs:
             ax.plot(d.index, d.values, marker="o", ms=3, label=f"seed {int(seed)}")
         finish_axes(fig, ax, "accepted examples", f"|recompute − plain| {metric}")
-        plots.append(Plot(to_svg(fig), f"How far the twins drift apart: |recompute − plain| held-out {metric} at each "
-                                       "learning-curve point, per seed."))
+        plots.append(
+            Plot(
+                to_svg(fig),
+                f"How far the twins drift apart: |recompute − plain| held-out {metric} at each "
+                "learning-curve point, per seed.",
+            )
+        )
     return plots
 
 
@@ -154,16 +169,35 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
         fig = Figure(figsize=(7.5, 2.4))
         ax = fig.subplots()
         ax.axhline(reference / 2**20, color="#1f5fa8", lw=1.5, label="plain at the base batch (reference)")
-        ax.scatter(probes.batch_size[fits], probes.value[fits] / 2**20, color="#0a7d2e", marker="o", s=18, label="fits",
-                   rasterized=True)
-        ax.scatter(probes.batch_size[~fits], probes.value[~fits] / 2**20, color="#b01c1c", marker="x", s=22,
-                   label="does not fit", rasterized=True)
+        ax.scatter(
+            probes.batch_size[fits],
+            probes.value[fits] / 2**20,
+            color="#0a7d2e",
+            marker="o",
+            s=18,
+            label="fits",
+            rasterized=True,
+        )
+        ax.scatter(
+            probes.batch_size[~fits],
+            probes.value[~fits] / 2**20,
+            color="#b01c1c",
+            marker="x",
+            s=22,
+            label="does not fit",
+            rasterized=True,
+        )
         if not found.empty and pd.notna(found.value.iloc[0]):
             ax.axvline(float(found.value.iloc[0]), color="#5a2a7a", ls=":", lw=1.2, label="batch found")
         ax.set_xscale("log", base=2)
         finish_axes(fig, ax, "batch size, examples (recompute twin)", f"{probes.metric.iloc[0]}, MiB")
-        plots.append(Plot(to_svg(fig), "Batch search: memory of the recompute twin at each probed batch (doubling, then "
-                                       "bisection) against the plain twin's at the base batch."))
+        plots.append(
+            Plot(
+                to_svg(fig),
+                "Batch search: memory of the recompute twin at each probed batch (doubling, then "
+                "bisection) against the plain twin's at the base batch.",
+            )
+        )
     curves = _curves(rows)
     if not curves.empty:
         metric = curves.metric.iloc[0].removeprefix("curve_")
@@ -172,17 +206,26 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
         batches = sorted(curves.batch_size.dropna().unique())
         colors = ["#1f5fa8", "#d0621b", "#0a7d2e", "#5a2a7a"]
         for i, batch in enumerate(batches):
-            for j, (seed, part) in enumerate(curves[curves.batch_size == batch].groupby("seed")):
+            for j, (_, part) in enumerate(curves[curves.batch_size == batch].groupby("seed")):
                 part = part.sort_values("accepted_examples")
-                ax.plot(part.accepted_examples, part.value, color=colors[i % len(colors)], alpha=0.85, lw=1.3,
-                        label=f"batch {int(batch)}" if j == 0 else None)
+                ax.plot(
+                    part.accepted_examples,
+                    part.value,
+                    color=colors[i % len(colors)],
+                    alpha=0.85,
+                    lw=1.3,
+                    label=f"batch {int(batch)}" if j == 0 else None,
+                )
         finish_axes(fig, ax, "accepted examples", f"held-out {metric}")
-        plots.append(Plot(to_svg(fig), f"Held-out {metric} vs accepted examples, one line per seed: the larger batch "
-                                       "(recompute twin) against the plain twin at the base batch. A second experiment, "
-                                       "not a parity test."))
+        plots.append(
+            Plot(
+                to_svg(fig),
+                f"Held-out {metric} vs accepted examples, one line per seed: the larger batch "
+                "(recompute twin) against the plain twin at the base batch. A second experiment, "
+                "not a parity test.",
+            )
+        )
     return plots
-
-
 
 
 # --- warm-step memory and time ---------------------------------------------------------------
@@ -212,8 +255,9 @@ def memory_plots(rows: pd.DataFrame) -> list[Plot]:
     fig = Figure(figsize=(7.5, min(height, 7.5)))
     ax = fig.subplots()
     for i, (variant, color) in enumerate((("plain", _PLAIN), ("recompute", _RECOMPUTE))):
-        values = [float(per_module[(per_module.module == m) & (per_module.variant == variant)].value.sum())
-                  for m in modules] + [float(totals.get(variant, float("nan")))]
+        values = [
+            float(per_module[(per_module.module == m) & (per_module.variant == variant)].value.sum()) for m in modules
+        ] + [float(totals.get(variant, float("nan")))]
         ypos = [k + (i - 0.5) * 0.4 for k in range(len(labels))]
         ax.barh(ypos, values, height=0.4, color=color, label=variant, rasterized=True)
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
@@ -223,8 +267,13 @@ def memory_plots(rows: pd.DataFrame) -> list[Plot]:
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    return [Plot(to_svg(fig), "Bytes autograd keeps for backward, plain vs recompute: per wrapped module, the rest of "
-                              "the model, and in total (each storage counted once).")]
+    return [
+        Plot(
+            to_svg(fig),
+            "Bytes autograd keeps for backward, plain vs recompute: per wrapped module, the rest of "
+            "the model, and in total (each storage counted once).",
+        )
+    ]
 
 
 def timing_plots(rows: pd.DataFrame) -> list[Plot]:
@@ -244,8 +293,16 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
     for i, (d, color) in enumerate(zip(data, (_PLAIN, _RECOMPUTE)), start=1):
         jitter = [(k % 7 - 3) * 0.03 for k in range(len(d))]
         left.scatter([i + j for j in jitter], d.value, s=8, color=color, alpha=0.7, zorder=3, rasterized=True)
-        right.plot(d.step_index, d.value, marker="o", ms=2.5, lw=1, color=color, label=("plain", "recompute")[i - 1],
-                   rasterized=True)
+        right.plot(
+            d.step_index,
+            d.value,
+            marker="o",
+            ms=2.5,
+            lw=1,
+            color=color,
+            label=("plain", "recompute")[i - 1],
+            rasterized=True,
+        )
     left.set_ylabel("step time, ms", fontsize=8)
     right.set_xlabel("measured round", fontsize=8)
     right.legend(fontsize=7)
@@ -253,8 +310,13 @@ def timing_plots(rows: pd.DataFrame) -> list[Plot]:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    return [Plot(to_svg(fig), "Step-time distributions (box: quartiles; points: every measured step) and the same "
-                              "steps in the order they ran, plain and recompute interleaved.")]
+    return [
+        Plot(
+            to_svg(fig),
+            "Step-time distributions (box: quartiles; points: every measured step) and the same "
+            "steps in the order they ran, plain and recompute interleaved.",
+        )
+    ]
 
 
 def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
@@ -272,12 +334,20 @@ def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
     fig = Figure(figsize=(7.5, 2.3))
     ax = fig.subplots()
     floor = 1e-4  # zero differences (and shares below it) drawn at the floor of the log axis
-    for variant, color, label in (("recompute", _RECOMPUTE, "recompute vs plain"), ("aa", _PLAIN, "plain vs plain (A/A)")):
+    for variant, color, label in (
+        ("recompute", _RECOMPUTE, "recompute vs plain"),
+        ("aa", _PLAIN, "plain vs plain (A/A)"),
+    ):
         part = steps[steps.variant == variant].sort_values("step")
         ax.plot(part.step, part.value.clip(lower=floor), marker="o", ms=3, lw=1.2, color=color, label=label)
     ax.set_yscale("log")
     ax.axhline(1.0, color="#888888", ls="--", lw=0.8, label="tolerance")
     finish_axes(fig, ax, "optimizer step", "share of tolerance used")
-    return [Plot(to_svg(fig), f"After each step, the largest share of its tolerance any item uses (above 1 is outside "
-                              f"tolerance, unless within the rounding envelope; shares below {floor:g}, exact equality "
-                              "included, are drawn at it). A recompute line above the A/A line is a difference recomputation made.")]
+    return [
+        Plot(
+            to_svg(fig),
+            f"After each step, the largest share of its tolerance any item uses (above 1 is outside "
+            f"tolerance, unless within the rounding envelope; shares below {floor:g}, exact equality "
+            "included, are drawn at it). A recompute line above the A/A line is a difference recomputation made.",
+        )
+    ]

@@ -4,20 +4,20 @@ A save list that names an op the wrapped forward never calls (``aten.mm`` where 
 on 2-D input calls ``aten.addmm``) makes the selective policy match nothing: every activation
 is recomputed at full cost with no warning from torch. This check makes that visible.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from reportgen.config import SELECTIVE_POLICY, RecomputeMode
-from reportgen.twins.recompute import resolve_ops
-from reportgen.rng import seeded
-from reportgen.results import WARN, Role, Row
-from reportgen.twins.setup import Setup
-from reportgen.structure import call_model, clone_inputs
 from reportgen.checks.base import Check, Section
-
+from reportgen.config import SELECTIVE_POLICY, RecomputeMode
+from reportgen.results import WARN, Role, Row
+from reportgen.rng import seeded
+from reportgen.structure import call_model, clone_inputs
+from reportgen.twins.recompute import resolve_ops
+from reportgen.twins.setup import Setup
 
 
 class _OpCounter(TorchDispatchMode):
@@ -65,9 +65,22 @@ def selective_policy(setup: Setup) -> list[Row]:
     matched = [f"{name} ×{n}" for name, n in calls.items() if n > 0]
     rows = []
     for name, n in calls.items():
-        rows.append(Row(check=SELECTIVE_POLICY, item=name, variant="recompute", metric="matched_calls", value=float(n), threshold="> 0", comparator=">",
-                        detail=_policy_detail(name, n, matched, listing), role=Role.SAVE_OP, unit="calls",
-                        threshold_value=0.0, on_miss=WARN))
+        rows.append(
+            Row(
+                check=SELECTIVE_POLICY,
+                item=name,
+                variant="recompute",
+                metric="matched_calls",
+                value=float(n),
+                threshold="> 0",
+                comparator=">",
+                detail=_policy_detail(name, n, matched, listing),
+                role=Role.SAVE_OP,
+                unit="calls",
+                threshold_value=0.0,
+                on_miss=WARN,
+            )
+        )
     return rows
 
 
@@ -76,11 +89,26 @@ def _policy_detail(name: str, calls: int, matched: list[str], listing: str) -> s
     matches nothing saves nothing itself; the forward is recomputed in full only when no entry matches."""
     if calls > 0:
         return f"saved, not recomputed: {calls} call(s) of {name} per forward"
-    rest = (f"the other entries still save their outputs ({', '.join(matched)})" if matched else
-            "no entry matches, so everything in the wrapped modules is recomputed")
-    return (f"{name} is never called inside the wrapped modules, so this entry saves nothing; {rest}. "
-            f"Ops that do run there: {listing}")
+    rest = (
+        f"the other entries still save their outputs ({', '.join(matched)})"
+        if matched
+        else "no entry matches, so everything in the wrapped modules is recomputed"
+    )
+    return (
+        f"{name} is never called inside the wrapped modules, so this entry saves nothing; {rest}. "
+        f"Ops that do run there: {listing}"
+    )
 
-CHECK = Check(selective_policy, (Section(
-    SELECTIVE_POLICY, "Selective recomputation saves the outputs of the ops in recompute.save_ops: each entry must "
-    "match calls inside the wrapped modules, or it saves nothing.", template="sections/selective-policy.html.j2", required=False),))
+
+CHECK = Check(
+    selective_policy,
+    (
+        Section(
+            SELECTIVE_POLICY,
+            "Selective recomputation saves the outputs of the ops in recompute.save_ops: each entry must "
+            "match calls inside the wrapped modules, or it saves nothing.",
+            template="sections/selective-policy.html.j2",
+            required=False,
+        ),
+    ),
+)

@@ -3,19 +3,20 @@ Python attributes of modules, every random generator's state after backward), wi
 control: a second, independently built plain twin takes the same step. When some parameter,
 optimizer-state or buffer item misses tolerance while every gradient is within it, a rounding
 twin (reportgen/rounding.py) takes the step too and those items are judged against its envelope."""
+
 from __future__ import annotations
 
 from hydra.utils import instantiate
 from torch import nn
 
+from reportgen.checks.base import Check, Section
 from reportgen.config import STATE_PARITY, STEP_PARITY
 from reportgen.results import Row
-from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
-from reportgen.twins.setup import Setup, forward_backward
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
-from reportgen.twins.snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.structure import has_floating
-from reportgen.checks.base import Check, Section
+from reportgen.twins.setup import Setup, forward_backward
+from reportgen.twins.snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
 
 
 def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
@@ -48,12 +49,16 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
     snaps = {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        snaps[name], rows = run_twin(STEP_PARITY, "plain" if name == "aa" else name,
-                                     lambda r=recompute: one_step(setup.build(r), setup, input_grad))
+        snaps[name], rows = run_twin(
+            STEP_PARITY,
+            "plain" if name == "aa" else name,
+            lambda r=recompute: one_step(setup.build(r), setup, input_grad),
+        )
         if rows:
             return rows
-    out = snapshot_rows(snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(),
-                        list(setup.cfg.state.ignore_attributes))
+    out = snapshot_rows(
+        snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(), list(setup.cfg.state.ignore_attributes)
+    )
     out = _rounding(setup, input_grad, snaps, out)
     return out + [aa_row(check, [r for r in out if r.check == check]) for check in (STEP_PARITY, STATE_PARITY)]
 
@@ -67,19 +72,30 @@ def _rounding(setup: Setup, input_grad: bool, snaps: dict[str, Snapshot], rows: 
     if not parity.rounding_envelope or not outside_tolerance(rows):
         return rows
     rtol, atol = setup.tolerance()
-    if not grads_at_rounding_level(snaps["plain"].grads, snaps["recompute"].grads, None, rtol, atol,
-                                   float(parity.rounding_factor)):
+    if not grads_at_rounding_level(
+        snaps["plain"].grads, snaps["recompute"].grads, None, rtol, atol, float(parity.rounding_factor)
+    ):
         return rows
     nudge = GradientNudge(rtol, atol, int(setup.cfg.seed))
-    rounding, errors = run_twin(STEP_PARITY, "rounding twin",
-                                lambda: one_step(setup.build(False), setup, input_grad, nudge))
+    rounding, errors = run_twin(
+        STEP_PARITY, "rounding twin", lambda: one_step(setup.build(False), setup, input_grad, nudge)
+    )
     return rows + errors if errors else with_envelope(rows, snaps["plain"], rounding, float(parity.rounding_factor))
 
 
-CHECK = Check(step_and_state_parity, (
-    Section(STEP_PARITY, "One step of the configured optimizer on each twin: parameters and optimizer state after it. "
-                          + ROUNDING_NOTE),
-    Section(STATE_PARITY, "Buffers, plain Python attributes of modules, and the state of every random generator "
-                          "(torch, Python random, NumPy) after backward; floating buffers may be judged against the "
-                          "rounding envelope, generator states and attributes must match exactly."),
-))
+CHECK = Check(
+    step_and_state_parity,
+    (
+        Section(
+            STEP_PARITY,
+            "One step of the configured optimizer on each twin: parameters and optimizer state after it. "
+            + ROUNDING_NOTE,
+        ),
+        Section(
+            STATE_PARITY,
+            "Buffers, plain Python attributes of modules, and the state of every random generator "
+            "(torch, Python random, NumPy) after backward; floating buffers may be judged against the "
+            "rounding envelope, generator states and attributes must match exactly.",
+        ),
+    ),
+)

@@ -11,7 +11,8 @@ The overhead ratio is the median over rounds of (recompute step / plain step of 
 round), with a percentile-bootstrap 95% confidence interval over rounds (numpy, seeded): the
 paired estimator cancels drift both steps of a round share. The ratio of the two medians is
 reported beside it. Rounds continue past ``timing.measured_steps`` until the interval's
-half-width is within ``timing.target_ci_half_width_pp`` or ``timing.max_measure_seconds`` is spent. Beside it: the expected ratio from FLOPs
+half-width is within ``timing.target_ci_half_width_pp`` or ``timing.max_measure_seconds`` is spent.
+Beside it: the expected ratio from FLOPs
 (:class:`torch.utils.flop_counter.FlopCounterMode`), recompute step FLOPs / plain step
 FLOPs, i.e. one more forward of the wrapped regions. Memory-bound ops (dropout, LayerNorm,
 softmax) are not in FLOP counts, so measured time may sit above it on a CPU.
@@ -19,25 +20,26 @@ softmax) are not in FLOP counts, so measured time may sit above it on a CPU.
 A deadline (``timing.max_overhead_ratio``, ``timing.max_step_time_ms``) turns the cost into a
 check: missed is FAIL and the row says by how much.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from reportgen.config import TIME
-from reportgen.results.bootstrap import bootstrap_ratio_ci
-from reportgen.memory.saved import make_train_step, training_optimizer
+from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import timing_plots
+from reportgen.config import TIME
+from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.progress import progress
 from reportgen.results import INFO, WARN, Role, Row
+from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.twins.setup import Setup
-from reportgen.checks.base import Check, Section
 
 VARIANTS = ("plain", "recompute")
 
@@ -72,9 +74,14 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def interleaved_times(steps: dict[str, Callable[[], None]], warmup: int, measured: int, device: torch.device,
-                      enough: Callable[[dict[str, list[float]]], bool] | None = None,
-                      max_seconds: float = math.inf) -> tuple[dict[str, list[float]], str]:
+def interleaved_times(
+    steps: dict[str, Callable[[], None]],
+    warmup: int,
+    measured: int,
+    device: torch.device,
+    enough: Callable[[dict[str, list[float]]], bool] | None = None,
+    max_seconds: float = math.inf,
+) -> tuple[dict[str, list[float]], str]:
     """Run ``warmup`` untimed rounds, then at least ``measured`` timed rounds of every step.
 
     The order inside a round alternates (plain first, then recompute first, ...) so that
@@ -136,22 +143,39 @@ def warm_step_time(setup: Setup) -> list[Row]:
     tc = setup.cfg.timing
     start = time.perf_counter()
     models = dict(zip(VARIANTS, setup.twins()))
-    steps = {v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.cfg.forward_seed)
-             for v, m in models.items()}
+    steps = {
+        v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.cfg.forward_seed)
+        for v, m in models.items()
+    }
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each
     enough = None
     if tc.target_ci_half_width_pp is not None:
         enough = ci_target_reached(float(tc.target_ci_half_width_pp), int(tc.bootstrap_samples))
-    times, stopped = interleaved_times(steps, int(tc.warmup_steps), int(tc.measured_steps), setup.device, enough,
-                                       float(tc.max_measure_seconds))
+    times, stopped = interleaved_times(
+        steps, int(tc.warmup_steps), int(tc.measured_steps), setup.device, enough, float(tc.max_measure_seconds)
+    )
     seconds = time.perf_counter() - start
-    rows = [Row(check=TIME, item=f"step {k}", variant=v, metric="step_time_ms", value=ms, status=INFO, detail="one measured step", role=Role.STEP,
-                unit="ms", extra={"step_index": k})
-            for v in VARIANTS for k, ms in enumerate(times[v])]
+    rows = [
+        Row(
+            check=TIME,
+            item=f"step {k}",
+            variant=v,
+            metric="step_time_ms",
+            value=ms,
+            status=INFO,
+            detail="one measured step",
+            role=Role.STEP,
+            unit="ms",
+            extra={"step_index": k},
+        )
+        for v in VARIANTS
+        for k, ms in enumerate(times[v])
+    ]
     rows += median_rows(times, tc.max_step_time_ms, seconds)
     overhead = overhead_row(times, int(tc.bootstrap_samples), tc.max_overhead_ratio)
-    overhead.extra.update({"rounds": len(times["plain"]), "stopped": stopped,
-                           "target_ci_half_width_pp": tc.target_ci_half_width_pp})
+    overhead.extra.update(
+        {"rounds": len(times["plain"]), "stopped": stopped, "target_ci_half_width_pp": tc.target_ci_half_width_pp}
+    )
     rows.append(overhead)
     if tc.target_ci_half_width_pp is not None:
         rows.append(ci_width_row(overhead, float(tc.target_ci_half_width_pp), stopped))
@@ -173,10 +197,17 @@ def counted_flops(steps: dict[str, Callable[[], None]]) -> tuple[dict[str, int],
         for step in steps.values():
             step()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return {}, Row(check=TIME, item="expected from FLOPs", variant="recompute", metric="expected_overhead_ratio", status=WARN,
-                       role=Role.FLOPS, unit="ratio",
-                       detail=f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "
-                              "the measured step times above stand on their own")
+        return {}, Row(
+            check=TIME,
+            item="expected from FLOPs",
+            variant="recompute",
+            metric="expected_overhead_ratio",
+            status=WARN,
+            role=Role.FLOPS,
+            unit="ratio",
+            detail=f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "
+            "the measured step times above stand on their own",
+        )
 
 
 def ci_width_row(overhead: Row, target_pp: float, stopped: str) -> Row:
@@ -188,10 +219,24 @@ def ci_width_row(overhead: Row, target_pp: float, stopped: str) -> Row:
         detail = f"95% CI half-width ±{half:.1f} pp after {rounds} rounds ({stopped})"
     else:  # the stopping rule computes this same interval (ci_target_reached), so it never stopped on the target
         why = "rounds ended" if "target reached" in stopped else stopped
-        detail = (f"too noisy to trust: ±{half:.1f} pp is wider than the ±{target_pp:g} pp target after {rounds} "
-                  f"rounds ({why}); is the machine busy? Rerun on an idle one, or give timing.max_measure_seconds more")
-    return Row(check=TIME, item="overhead confidence", variant="recompute", metric="ci_half_width_pp", value=half, threshold=f"<= {target_pp:g} pp", comparator="<=",
-               detail=detail, role=Role.OVERHEAD_CI, unit="pp", threshold_value=target_pp, on_miss=WARN)
+        detail = (
+            f"too noisy to trust: ±{half:.1f} pp is wider than the ±{target_pp:g} pp target after {rounds} "
+            f"rounds ({why}); is the machine busy? Rerun on an idle one, or give timing.max_measure_seconds more"
+        )
+    return Row(
+        check=TIME,
+        item="overhead confidence",
+        variant="recompute",
+        metric="ci_half_width_pp",
+        value=half,
+        threshold=f"<= {target_pp:g} pp",
+        comparator="<=",
+        detail=detail,
+        role=Role.OVERHEAD_CI,
+        unit="pp",
+        threshold_value=target_pp,
+        on_miss=WARN,
+    )
 
 
 def machine_load_row() -> Row | None:
@@ -211,10 +256,24 @@ def machine_load_row() -> Row | None:
     busy = load - threads >= 1
     detail = f"1-minute load average {load:.2f} on {cpus} CPUs, {threads} torch intra-op threads"
     if busy:
-        detail += (": other work shared the CPUs while timing, so step times are inflated and noisier than on an "
-                   "idle machine; rerun on an idle machine before quoting them")
-    return Row(check=TIME, item="machine load", variant="plain", metric="load_average", value=load, threshold=f"< {threads + 1}", comparator="<", detail=detail,
-               role=Role.LOAD, threshold_value=threads + 1, on_miss=WARN, extra={"cpus": cpus, "torch_threads": threads})
+        detail += (
+            ": other work shared the CPUs while timing, so step times are inflated and noisier than on an "
+            "idle machine; rerun on an idle machine before quoting them"
+        )
+    return Row(
+        check=TIME,
+        item="machine load",
+        variant="plain",
+        metric="load_average",
+        value=load,
+        threshold=f"< {threads + 1}",
+        comparator="<",
+        detail=detail,
+        role=Role.LOAD,
+        threshold_value=threads + 1,
+        on_miss=WARN,
+        extra={"cpus": cpus, "torch_threads": threads},
+    )
 
 
 def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, seconds: float) -> list[Row]:
@@ -224,19 +283,43 @@ def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, s
     for variant in VARIANTS:
         t = np.asarray(times[variant])
         q25, med, q75 = np.quantile(t, [0.25, 0.5, 0.75])
-        extra = {"p25_ms": float(q25), "p75_ms": float(q75), "iqr_ms": float(q75 - q25), "min_ms": float(t.min()),
-                 "max_ms": float(t.max()), "measured_steps": len(t)}
+        extra = {
+            "p25_ms": float(q25),
+            "p75_ms": float(q75),
+            "iqr_ms": float(q75 - q25),
+            "min_ms": float(t.min()),
+            "max_ms": float(t.max()),
+            "measured_steps": len(t),
+        }
         threshold, comparator, limit = "", "", float("nan")
         detail = f"median of {len(t)} steps; interquartile range {q25:.3g}–{q75:.3g} ms"
         if variant == "recompute" and max_step_time_ms is not None:
             threshold, comparator, limit = f"{max_step_time_ms:g} ms", "<=", float(max_step_time_ms)
             over = med - max_step_time_ms
-            detail += (f"; within the deadline of {max_step_time_ms:g} ms" if over <= 0 else
-                       f"; deadline missed: {med:.3g} ms vs {max_step_time_ms:g} ms allowed, "
-                       f"{over:.3g} ms ({over / max_step_time_ms:.1%}) over")
-        rows.append(Row(check=TIME, item="median step", variant=variant, metric="step_time_ms", value=float(med), threshold=threshold, comparator=comparator, status=INFO,
-                        detail=detail, seconds=seconds if variant == "plain" else 0.0, extra=extra, role=Role.MEDIAN, unit="ms",
-                        threshold_value=limit))
+            detail += (
+                f"; within the deadline of {max_step_time_ms:g} ms"
+                if over <= 0
+                else f"; deadline missed: {med:.3g} ms vs {max_step_time_ms:g} ms allowed, "
+                f"{over:.3g} ms ({over / max_step_time_ms:.1%}) over"
+            )
+        rows.append(
+            Row(
+                check=TIME,
+                item="median step",
+                variant=variant,
+                metric="step_time_ms",
+                value=float(med),
+                threshold=threshold,
+                comparator=comparator,
+                status=INFO,
+                detail=detail,
+                seconds=seconds if variant == "plain" else 0.0,
+                extra=extra,
+                role=Role.MEDIAN,
+                unit="ms",
+                threshold_value=limit,
+            )
+        )
     return rows
 
 
@@ -250,8 +333,13 @@ def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float |
     ratio, low, high = bootstrap_ratio_ci(times["plain"], times["recompute"], samples)
     half_pp = (high - low) / 2 * 100
     of_medians = float(np.median(times["recompute"]) / np.median(times["plain"]))
-    extra = {"ci_low": low, "ci_high": high, "ci_half_width_pp": half_pp, "bootstrap_samples": samples,
-             "ratio_of_medians": of_medians}
+    extra = {
+        "ci_low": low,
+        "ci_high": high,
+        "ci_half_width_pp": half_pp,
+        "bootstrap_samples": samples,
+        "ratio_of_medians": of_medians,
+    }
     detail = f"recompute steps take {ratio - 1:+.1%} vs plain; 95% CI {low:.3f}–{high:.3f} (±{half_pp:.1f} pp)"
     threshold, comparator, limit = "", "", float("nan")
     if max_ratio is not None:
@@ -262,8 +350,22 @@ def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float |
             detail += f"; median within {max_ratio:g} but the CI reaches {high:.3f}: not conclusive, measure more steps"
         else:
             detail += f"; within the deadline of {max_ratio:g}"
-    return Row(check=TIME, item="overhead", variant="recompute", metric="overhead_ratio", value=ratio, threshold=threshold, comparator=comparator, status=INFO, detail=detail, seconds=0.0, extra=extra,
-               role=Role.OVERHEAD, unit="ratio", threshold_value=limit)
+    return Row(
+        check=TIME,
+        item="overhead",
+        variant="recompute",
+        metric="overhead_ratio",
+        value=ratio,
+        threshold=threshold,
+        comparator=comparator,
+        status=INFO,
+        detail=detail,
+        seconds=0.0,
+        extra=extra,
+        role=Role.OVERHEAD,
+        unit="ratio",
+        threshold_value=limit,
+    )
 
 
 def flops_row(flops: dict[str, int]) -> Row:
@@ -272,13 +374,33 @@ def flops_row(flops: dict[str, int]) -> Row:
     plain, rec = flops["plain"], flops["recompute"]
     ratio = rec / plain if plain else float("nan")
     extra = {"plain_step_flops": plain, "recompute_step_flops": rec, "wrapped_forward_flops": rec - plain}
-    return Row(check=TIME, item="expected from FLOPs", variant="recompute", metric="expected_overhead_ratio", value=ratio, status=INFO, extra=extra,
-               role=Role.FLOPS, unit="ratio",
-               detail=(f"the recomputed forward of the wrapped regions adds {rec - plain:.3g} FLOPs to a "
-                       f"{plain:.3g}-FLOP plain step (FlopCounterMode: matmul, convolution, attention)"))
+    return Row(
+        check=TIME,
+        item="expected from FLOPs",
+        variant="recompute",
+        metric="expected_overhead_ratio",
+        value=ratio,
+        status=INFO,
+        extra=extra,
+        role=Role.FLOPS,
+        unit="ratio",
+        detail=(
+            f"the recomputed forward of the wrapped regions adds {rec - plain:.3g} FLOPs to a "
+            f"{plain:.3g}-FLOP plain step (FlopCounterMode: matmul, convolution, attention)"
+        ),
+    )
 
 
-CHECK = Check(warm_step_time, (Section(
-    TIME, "What recomputation costs: warm training steps of both twins, interleaved; median, spread and a 95% "
-    "confidence interval of the overhead, beside the FLOP bound of one extra forward.",
-    template="sections/warm-step-time.html.j2", plotter=timing_plots),), config="timing")
+CHECK = Check(
+    warm_step_time,
+    (
+        Section(
+            TIME,
+            "What recomputation costs: warm training steps of both twins, interleaved; median, spread and a 95% "
+            "confidence interval of the overhead, beside the FLOP bound of one extra forward.",
+            template="sections/warm-step-time.html.j2",
+            plotter=timing_plots,
+        ),
+    ),
+    config="timing",
+)

@@ -13,6 +13,7 @@ the gradient tolerance before every step, reportgen/rounding.py) takes the same 
 the first step at which the recompute gradients leave both tolerance and the rounding twin's
 own gradient envelope, each floating-state item is judged against the rounding envelope too.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,19 +21,19 @@ import math
 import torch
 from hydra.utils import instantiate
 
-from reportgen.config import TRAJECTORY
+from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import trajectory_plots
+from reportgen.config import TRAJECTORY
 from reportgen.progress import progress
 from reportgen.results import INCONCLUSIVE, INFO, Role, Row
-from reportgen.rng import fingerprint, seeded
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
-from reportgen.twins.setup import Setup
-from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.rng import fingerprint, seeded
 from reportgen.structure import call_model
 from reportgen.tasks import batch_to
 from reportgen.training.train import step_seed
-from reportgen.checks.base import Check, Section
+from reportgen.twins.setup import Setup
+from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
 
 
 def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None) -> list[Snapshot]:
@@ -70,7 +71,8 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
     """Two rows for one step, each valued by the largest share of its tolerance any item uses
-    (:func:`reportgen.results.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs plain (judged ``allclose`` on the worst excess over
+    (:func:`reportgen.results.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs
+    plain (judged ``allclose`` on the worst excess over
     every compared item, passed too when every item outside tolerance is within its rounding
     envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same
     way on tolerance alone, INCONCLUSIVE when missed)."""
@@ -80,18 +82,42 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
         worst_excess, worst = max(excess, key=lambda e: (not e[0] <= 0, e[0] if e[0] == e[0] else math.inf))
         moved = [r.item for e, r in excess if not e <= 0]
         largest = max((tolerance_used(r, "" if variant == "recompute" else "aa_") for r in rows), default=0.0)
-        extra = {"step": step, "excess": worst_excess, "worst_item": worst.item, "items": len(rows),
-                 "items_outside": len(moved)}
-        detail = (f"all {len(rows)} items within tolerance" if not moved else
-                  f"{len(moved)} of {len(rows)} items outside tolerance, e.g. {', '.join(moved[:3])}")
+        extra = {
+            "step": step,
+            "excess": worst_excess,
+            "worst_item": worst.item,
+            "items": len(rows),
+            "items_outside": len(moved),
+        }
+        detail = (
+            f"all {len(rows)} items within tolerance"
+            if not moved
+            else f"{len(moved)} of {len(rows)} items outside tolerance, e.g. {', '.join(moved[:3])}"
+        )
         if variant == "recompute" and moved and any("rounding_excess" in r.extra for r in rows):
             extra.update(_rounding_summary(rows))
             far = [r.item for r in rows if not effective_excess(r) <= 0]
-            detail += (f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
-                       f"largest {extra['rounding_envelope']:.3g})" if not far else
-                       f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}")
-        out.append(Row(check=TRAJECTORY, item=f"step {step}", variant=variant, metric="tolerance_used", value=largest, threshold="allclose per item", comparator="allclose",
-                       detail=detail, role=Role.TRAJECTORY, on_miss=on_miss, extra=extra))
+            detail += (
+                f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
+                f"largest {extra['rounding_envelope']:.3g})"
+                if not far
+                else f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}"
+            )
+        out.append(
+            Row(
+                check=TRAJECTORY,
+                item=f"step {step}",
+                variant=variant,
+                metric="tolerance_used",
+                value=largest,
+                threshold="allclose per item",
+                comparator="allclose",
+                detail=detail,
+                role=Role.TRAJECTORY,
+                on_miss=on_miss,
+                extra=extra,
+            )
+        )
     return out
 
 
@@ -99,10 +125,14 @@ def _rounding_summary(rows: list[Row]) -> dict[str, float]:
     """Rounding columns of a step row: the worst item's effective excess (tolerance or envelope,
     whichever passes more), the largest envelope among the items outside tolerance, the factor."""
     moved = [r for r in rows if not r.extra.get("excess", 0.0) <= 0]
-    return {"rounding_excess": max(effective_excess(r) for r in rows),
-            "rounding_envelope": max((r.extra.get("rounding_envelope", math.nan) for r in moved
-                                      if r.extra.get("rounding_envelope") is not None), default=math.nan),
-            "rounding_factor": next((r.extra["rounding_factor"] for r in rows if "rounding_factor" in r.extra), math.nan)}
+    return {
+        "rounding_excess": max(effective_excess(r) for r in rows),
+        "rounding_envelope": max(
+            (r.extra.get("rounding_envelope", math.nan) for r in moved if r.extra.get("rounding_envelope") is not None),
+            default=math.nan,
+        ),
+        "rounding_factor": next((r.extra["rounding_factor"] for r in rows if "rounding_factor" in r.extra), math.nan),
+    }
 
 
 def trajectory_parity(setup: Setup) -> list[Row]:
@@ -115,13 +145,20 @@ def trajectory_parity(setup: Setup) -> list[Row]:
     """
     snaps = {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        snaps[name], errors = run_twin(TRAJECTORY, "plain" if name == "aa" else name,
-                                       lambda r=recompute: trajectory(setup, r))
+        snaps[name], errors = run_twin(
+            TRAJECTORY, "plain" if name == "aa" else name, lambda r=recompute: trajectory(setup, r)
+        )
         if errors:
             return errors
     rtol, atol = setup.tolerance()
-    per_step = [[x for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
-                 if x.role != Role.IGNORED] for p, a, r in zip(snaps["plain"], snaps["aa"], snaps["recompute"])]
+    per_step = [
+        [
+            x
+            for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
+            if x.role != Role.IGNORED
+        ]
+        for p, a, r in zip(snaps["plain"], snaps["aa"], snaps["recompute"])
+    ]
     out: list[Row] = _with_rounding_twin(setup, snaps, per_step)
     first, first_items = 0, []
     for k, rows in enumerate(per_step, start=1):
@@ -129,18 +166,40 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         if not first and not out[-2].status == "PASS":
             first, first_items = k, [x.item for x in rows if not effective_excess(x) <= 0]
     steps = len(snaps["plain"])
-    rounded = sum(1 for row in out if row.variant == "recompute" and row.extra.get("items_outside") and row.status == "PASS")
-    held = (f"recompute stays within tolerance of plain for all {steps} steps" if not rounded else
-            f"recompute stays within tolerance of plain, or within the rounding envelope, for all {steps} steps "
-            f"({rounded} of them outside tolerance only at rounding level)")
-    detail = (held if not first else
-              f"recompute first leaves tolerance at step {first} of {steps}: {', '.join(first_items[:4])}"
-              + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
-              + ("; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
-                 if first > 1 else ""))
-    out.append(Row(check=TRAJECTORY, item="first diverging step", variant="recompute", metric="first_diverging_step", value=float(first),
-                   status=INFO, detail=detail, role=Role.FIRST_DIVERGENCE, unit="step",
-                   extra={"steps": steps, "first_items": ", ".join(first_items[:8])}))
+    rounded = sum(
+        1 for row in out if row.variant == "recompute" and row.extra.get("items_outside") and row.status == "PASS"
+    )
+    held = (
+        f"recompute stays within tolerance of plain for all {steps} steps"
+        if not rounded
+        else f"recompute stays within tolerance of plain, or within the rounding envelope, for all {steps} steps "
+        f"({rounded} of them outside tolerance only at rounding level)"
+    )
+    detail = (
+        held
+        if not first
+        else f"recompute first leaves tolerance at step {first} of {steps}: {', '.join(first_items[:4])}"
+        + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
+        + (
+            "; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
+            if first > 1
+            else ""
+        )
+    )
+    out.append(
+        Row(
+            check=TRAJECTORY,
+            item="first diverging step",
+            variant="recompute",
+            metric="first_diverging_step",
+            value=float(first),
+            status=INFO,
+            detail=detail,
+            role=Role.FIRST_DIVERGENCE,
+            unit="step",
+            extra={"steps": steps, "first_items": ", ".join(first_items[:8])},
+        )
+    )
     return out
 
 
@@ -157,8 +216,9 @@ def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step
         return []
     rtol, atol = setup.tolerance()
     factor = float(parity.rounding_factor)
-    rounding, errors = run_twin(TRAJECTORY, "rounding twin",
-                                lambda: trajectory(setup, False, GradientNudge(rtol, atol, int(setup.cfg.seed))))
+    rounding, errors = run_twin(
+        TRAJECTORY, "rounding twin", lambda: trajectory(setup, False, GradientNudge(rtol, atol, int(setup.cfg.seed)))
+    )
     if errors:
         return errors
     for k, (p, r, q, rows) in enumerate(zip(snaps["plain"], snaps["recompute"], rounding, per_step)):
@@ -168,7 +228,16 @@ def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step
     return []
 
 
-CHECK = Check(trajectory_parity, (Section(
-    TRAJECTORY, "Several optimizer steps on the training stream for the plain twin, a second plain twin (A/A) and the "
-    "recompute twin, compared after every step: parameters, optimizer state, buffers, module attributes and generator "
-    "states. " + ROUNDING_NOTE, template="sections/trajectory-parity.html.j2", plotter=trajectory_plots),))
+CHECK = Check(
+    trajectory_parity,
+    (
+        Section(
+            TRAJECTORY,
+            "Several optimizer steps on the training stream for the plain twin, a second plain twin (A/A) and the "
+            "recompute twin, compared after every step: parameters, optimizer state, buffers, module attributes and generator "
+            "states. " + ROUNDING_NOTE,
+            template="sections/trajectory-parity.html.j2",
+            plotter=trajectory_plots,
+        ),
+    ),
+)

@@ -18,6 +18,7 @@ is the one ``run_job`` then uses. :class:`RunFolderGuard` is registered in
    file is removed when the run ends; a run killed hard leaves it, and the folder stays
    refused (it holds a partial run).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -31,15 +32,29 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from reportgen.errors import EXIT_USAGE, usage
-from reportgen.files import current_umask, output_file_mode, write_failure  # noqa: F401 - re-exported for the run folder's callers
 from reportgen.commands.validation import config_problems
+from reportgen.errors import EXIT_USAGE, usage
+from reportgen.files import (  # noqa: F401 - re-exported for the run folder's callers
+    current_umask,
+    output_file_mode,
+    write_failure,
+)
 
 #: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
 LOCK_NAME = ".reportgen.lock"
 #: Names whose presence means a folder holds a run (or a sweep) already.
-RUN_MARKERS = (".hydra", "results.csv", "results.json", "results.partial.json", "report.html", "report.pdf",
-               "report.unsigned.pdf", "statement.dsse.json", "multirun.yaml", LOCK_NAME)
+RUN_MARKERS = (
+    ".hydra",
+    "results.csv",
+    "results.json",
+    "results.partial.json",
+    "report.html",
+    "report.pdf",
+    "report.unsigned.pdf",
+    "statement.dsse.json",
+    "multirun.yaml",
+    LOCK_NAME,
+)
 
 
 class StartRefused(SystemExit):
@@ -94,8 +109,9 @@ class FolderLock:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StartRefused(f"cannot create the output folder {self.folder}: {exc.strerror}. Choose another "
-                               "with hydra.run.dir=...") from None
+            raise StartRefused(
+                f"cannot create the output folder {self.folder}: {exc.strerror}. Choose another with hydra.run.dir=..."
+            ) from None
         found = run_markers(self.folder, depth)
         if found == [LOCK_NAME] and lock_is_held(self.path):
             raise StartRefused(another_run_is_writing(self.folder))
@@ -143,24 +159,30 @@ def lock_is_held(path: Path) -> bool:
 
 def another_run_is_writing(folder: Path) -> str:
     """The refusal for a folder whose lock another live run holds."""
-    return (f"another reportgen run is writing into {folder} right now ({LOCK_NAME}); two runs never share a "
-            "folder. Leave hydra.run.dir at its default (a new timestamped folder per run) or choose an empty folder.")
+    return (
+        f"another reportgen run is writing into {folder} right now ({LOCK_NAME}); two runs never share a "
+        "folder. Leave hydra.run.dir at its default (a new timestamped folder per run) or choose an empty folder."
+    )
 
 
 def already_holds_a_run(folder: Path, found: list[str]) -> str:
     """The one-paragraph refusal for a folder that holds a run: the folder, what is in it, the fix."""
     shown = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
-    return (f"the output folder {folder} already holds a run ({shown}); reportgen never writes into it, so that "
-            "run stays as it was signed. Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which makes "
-            "a new timestamped folder per run, or point it at a new or empty folder.")
+    return (
+        f"the output folder {folder} already holds a run ({shown}); reportgen never writes into it, so that "
+        "run stays as it was signed. Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which makes "
+        "a new timestamped folder per run, or point it at a new or empty folder."
+    )
 
 
 def holds_other_files(folder: Path, found: list[str]) -> str:
     """The refusal for a folder that holds files no run wrote: a run signs only what it writes."""
     shown = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
-    return (f"the output folder {folder} holds files that are not a run's ({shown}); a run starts only in a new "
-            "or empty folder, so that its signed statement covers exactly what it wrote. Move them, or leave "
-            "hydra.run.dir (hydra.sweep.dir for -m) at its default, a new timestamped folder per run.")
+    return (
+        f"the output folder {folder} holds files that are not a run's ({shown}); a run starts only in a new "
+        "or empty folder, so that its signed statement covers exactly what it wrote. Move them, or leave "
+        "hydra.run.dir (hydra.sweep.dir for -m) at its default, a new timestamped folder per run."
+    )
 
 
 class RunFolderGuard(Callback):

@@ -6,6 +6,7 @@ built (``rundir.RunFolderGuard.on_run_start``; ``cli.run_job`` again for each sw
 NaN is refused everywhere: it compares false with every bound, so a NaN deadline would
 otherwise pass "within the deadline of nan".
 """
+
 from __future__ import annotations
 
 import math
@@ -16,20 +17,27 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from reportgen.checks import flagged_names, sections
-from reportgen.config import (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, GRADIENT_PARITY, LARGER_BATCH,
-                     STATE_PARITY, STEP_PARITY)
+from reportgen.config import (
+    DIST_GRADIENT_PARITY,
+    DIST_STEP_PARITY,
+    DIST_TRAJECTORY,
+    GRADIENT_PARITY,
+    LARGER_BATCH,
+    STATE_PARITY,
+    STEP_PARITY,
+)
 from reportgen.distributed.settings import distributed_setting_problems
 from reportgen.threads import threads_problem
 
 #: A claim must require at least one of these (DESIGN.md: no empty claims).
-PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY,
-                 DIST_TRAJECTORY)
+PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY, DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY)
 
 
 def check_names() -> tuple[str, ...]:
     """Names ``verdict.required`` may use: every registered check's name except the flagged
     experiments (reportgen/checks/__init__.py)."""
     return tuple(s.name for s in sections() if s.name not in flagged_names())
+
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 DETERMINISM_CHECKS = ("default", "none")  #: torch.utils.checkpoint's determinism_check values
@@ -94,27 +102,56 @@ def config_problems(cfg: DictConfig) -> str:
     Returns:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
-    names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling",
-                                              "device", "verdict.required", "budget.seeds", "larger_batch.seeds",
-                                              "precision.autocast", "memory.peak_on_miss", "threads", "distributed.backend",
-                                              "distributed.start_method", "compile.enabled", "recompute.mode",
-                                              "recompute.method", "distributed.budget_seeds", "budget.batch_size",
-                                              "budget.examples", "budget.enabled"]
+    names = [name for name, *_ in BOUNDED] + [
+        "dtype",
+        "recompute.determinism_check",
+        "larger_batch.lr_scaling",
+        "device",
+        "verdict.required",
+        "budget.seeds",
+        "larger_batch.seeds",
+        "precision.autocast",
+        "memory.peak_on_miss",
+        "threads",
+        "distributed.backend",
+        "distributed.start_method",
+        "compile.enabled",
+        "recompute.mode",
+        "recompute.method",
+        "distributed.budget_seeds",
+        "budget.batch_size",
+        "budget.examples",
+        "budget.enabled",
+    ]
     values, problems = {}, []
     for name in names:
         try:
             values[name] = _select(cfg, name)
         except OmegaConfBaseException as exc:  # e.g. an interpolation ${...} to a key that does not exist
             problems.append(f"{name} cannot be resolved ({str(exc).splitlines()[0]})")
-    problems += [p for name, low, inclusive, nullable in BOUNDED if name in values
-                 and (p := _number_problem(name, values[name], low, inclusive, nullable))]
-    enums = [("dtype", DTYPES), ("recompute.determinism_check", DETERMINISM_CHECKS),
-             ("larger_batch.lr_scaling", LR_SCALINGS), ("memory.peak_on_miss", PEAK_ON_MISS),
-             ("distributed.backend", BACKENDS), ("distributed.start_method", START_METHODS)]
-    problems += [f"{name}={values[name]!r} must be one of {', '.join(allowed)}" for name, allowed in enums
-                 if name in values and values[name] not in allowed]
-    problems += [p for name in ("budget.seeds", "larger_batch.seeds", "distributed.budget_seeds")
-                 if (p := _seeds_problem(name, values.get(name)))]
+    problems += [
+        p
+        for name, low, inclusive, nullable in BOUNDED
+        if name in values and (p := _number_problem(name, values[name], low, inclusive, nullable))
+    ]
+    enums = [
+        ("dtype", DTYPES),
+        ("recompute.determinism_check", DETERMINISM_CHECKS),
+        ("larger_batch.lr_scaling", LR_SCALINGS),
+        ("memory.peak_on_miss", PEAK_ON_MISS),
+        ("distributed.backend", BACKENDS),
+        ("distributed.start_method", START_METHODS),
+    ]
+    problems += [
+        f"{name}={values[name]!r} must be one of {', '.join(allowed)}"
+        for name, allowed in enums
+        if name in values and values[name] not in allowed
+    ]
+    problems += [
+        p
+        for name in ("budget.seeds", "larger_batch.seeds", "distributed.budget_seeds")
+        if (p := _seeds_problem(name, values.get(name)))
+    ]
     if values.get("precision.autocast") not in AUTOCASTS:
         problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
     for name in ("memory.negligible_saving_share", "memory.min_peak_saving_share"):
@@ -132,19 +169,27 @@ def config_problems(cfg: DictConfig) -> str:
     unknown = [name for name in required if name not in known]
     named_badly = bool(unknown)  # one problem at a time for verdict.required: the names first
     if LARGER_BATCH in unknown:
-        problems.append(f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
-                        "verdict (it changes the optimisation), so remove it")
+        problems.append(
+            f"verdict.required names {LARGER_BATCH!r}, which is FLAGGED and never counts toward the "
+            "verdict (it changes the optimisation), so remove it"
+        )
         unknown.remove(LARGER_BATCH)
     if unknown:
-        problems.append(f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} "
-                        f"(the checks: {', '.join(known)})")
+        problems.append(
+            f"verdict.required names unknown check(s) {', '.join(map(repr, unknown))} (the checks: {', '.join(known)})"
+        )
     if values.get("verdict.required") is not None and not named_badly and not set(required) & set(PARITY_CHECKS):
-        problems.append(f"verdict.required={list(required)} names no parity check, so the claim would hold whatever "
-                        f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
-                        "leave verdict.required=null for the default")
+        problems.append(
+            f"verdict.required={list(required)} names no parity check, so the claim would hold whatever "
+            f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
+            "leave verdict.required=null for the default"
+        )
     if not problems:
         return ""
-    return "; ".join(problems) + ". Fix these settings (each is documented in reportgen/config.py and in docs/configuration.md)."
+    return (
+        "; ".join(problems)
+        + ". Fix these settings (each is documented in reportgen/config.py and in docs/configuration.md)."
+    )
 
 
 def _mode_problem(values: dict[str, Any]) -> list[str]:
@@ -152,9 +197,11 @@ def _mode_problem(values: dict[str, Any]) -> list[str]:
     switch, which then applies its own default; reportgen's wrapper needs a mode."""
     method = getattr(values.get("recompute.method"), "value", values.get("recompute.method"))
     if "recompute.mode" in values and values["recompute.mode"] is None and method != "model_switch":
-        return ["recompute.mode=null (recompute=model_default: the model's own default) needs "
-                "recompute.method=model_switch; with recompute.method=wrap choose recompute=non_reentrant, "
-                "reentrant or selective"]
+        return [
+            "recompute.mode=null (recompute=model_default: the model's own default) needs "
+            "recompute.method=model_switch; with recompute.method=wrap choose recompute=non_reentrant, "
+            "reentrant or selective"
+        ]
     return []
 
 
@@ -166,18 +213,24 @@ def _distributed_problems(values: dict[str, Any]) -> list[str]:
     problems = []
     batch = values.get("parity.batch_size")
     if isinstance(batch, int) and batch % world:
-        problems.append(f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
-                        f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}")
+        problems.append(
+            f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
+            f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}"
+        )
     for name in ("budget.batch_size", "budget.examples"):  # the sharded task metrics split every global batch
         value = values.get(name)
         if values.get("budget.enabled", True) and isinstance(value, int) and value % world:
-            problems.append(f"{name}={value} must be a multiple of distributed.world_size={world} (the sharded task "
-                            f"metrics give each rank an equal share of every global batch), e.g. "
-                            f"{name}={value + world - value % world}")
+            problems.append(
+                f"{name}={value} must be a multiple of distributed.world_size={world} (the sharded task "
+                f"metrics give each rank an equal share of every global batch), e.g. "
+                f"{name}={value + world - value % world}"
+            )
     if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
         problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
     if values.get("compile.enabled"):
-        problems.append("compile.enabled=true is not supported with distributed.world_size>1; set compile.enabled=false")
+        problems.append(
+            "compile.enabled=true is not supported with distributed.world_size>1; set compile.enabled=false"
+        )
     return problems
 
 
@@ -192,9 +245,11 @@ def _seeds_problem(name: str, seeds: Any) -> str | None:
     repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
     if repeated:
         unique = list(dict.fromkeys(seeds))
-        return (f"{name}={seeds} repeats seed(s) {', '.join(map(str, repeated))}: each seed must appear once "
-                f"(a repeated seed is the same training run again, not more evidence), e.g. "
-                f"{name}=[{','.join(map(str, unique))}]")
+        return (
+            f"{name}={seeds} repeats seed(s) {', '.join(map(str, repeated))}: each seed must appear once "
+            f"(a repeated seed is the same training run again, not more evidence), e.g. "
+            f"{name}=[{','.join(map(str, unique))}]"
+        )
     return None
 
 

@@ -1,4 +1,5 @@
 """``python -m reportgen.compare``: see :mod:`reportgen.compare.command`."""
+
 import sys
 
 from reportgen.compare.command import main

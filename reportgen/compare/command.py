@@ -24,6 +24,7 @@ both timings trustworthy, or saving down by more than ``--max-saving-decrease-pp
 side does not verify (unsigned, another key, no key to check it with, an edited file), or the
 overhead moved within the noise of untrustworthy timing. Nothing unverified yields 0 or 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,18 +34,34 @@ import shutil
 import sys
 from pathlib import Path
 
-from reportgen.trust.attachments import read_attachments
 from reportgen.ci.junit import JUNIT_NAME, comparison_junit_xml
 from reportgen.ci.summary import SUMMARY_NAME, append_step_summary, comparison_markdown
-from reportgen.compare.derive import (COMPARE_PREDICATE_TYPE, MAX_OVERHEAD_INCREASE_PP, MAX_SAVING_DECREASE_PP, OUTCOME_EXIT,
-                         CompareError, Side, compare, comparison_frame, load_side)
+from reportgen.compare.derive import (
+    COMPARE_PREDICATE_TYPE,
+    MAX_OVERHEAD_INCREASE_PP,
+    MAX_SAVING_DECREASE_PP,
+    OUTCOME_EXIT,
+    CompareError,
+    Side,
+    compare,
+    comparison_frame,
+    load_side,
+)
 from reportgen.errors import EXIT_USAGE
 from reportgen.files import atomic_write
-from reportgen.trust.keys import KeyFileError, default_key_path, load_public_key, public_key_path
 from reportgen.report.metadata import report_time
 from reportgen.report.render import environment, write_pdf
 from reportgen.results import frame_to_json
-from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME, SigningError, load_signing_key, sign_document, signature_label
+from reportgen.trust.attachments import read_attachments
+from reportgen.trust.keys import KeyFileError, default_key_path, load_public_key, public_key_path
+from reportgen.trust.signing import (
+    ENVELOPE_NAME,
+    RESULTS_NAME,
+    SigningError,
+    load_signing_key,
+    sign_document,
+    signature_label,
+)
 from reportgen.verify import FAIL, status_mismatches, verify
 
 #: Where a side's signed files are copied inside the comparison folder, by label.
@@ -53,8 +70,9 @@ INPUTS = {"BASE": "inputs/base", "NEW": "inputs/new"}
 SIDE_FILES = (RESULTS_NAME, ENVELOPE_NAME, ".hydra/config.yaml")
 
 
-def render_comparison(result: dict, base: Side, new: Side, out_dir: Path, created: str, signature: str,
-                      pdf: bool = True) -> dict[str, Path]:
+def render_comparison(
+    result: dict, base: Side, new: Side, out_dir: Path, created: str, signature: str, pdf: bool = True
+) -> dict[str, Path]:
     """Write compare.csv, compare.json, compare.html (and compare.pdf) into ``out_dir``.
 
     Raises:
@@ -62,14 +80,29 @@ def render_comparison(result: dict, base: Side, new: Side, out_dir: Path, create
     """
     frame = comparison_frame(result)
     table = frame_to_json(frame)
-    view = {"result": result, "created": created, "signature": signature,
-            "sides": [{"label": s.label, "path": str(s.path), "verdict": s.verdict, "verified": s.verified,
-                       "verify_lines": s.verify_lines, "signed": s.statement is not None,
-                       "created": (s.statement or {}).get("predicate", {}).get("created", "—")} for s in (base, new)]}
+    view = {
+        "result": result,
+        "created": created,
+        "signature": signature,
+        "sides": [
+            {
+                "label": s.label,
+                "path": str(s.path),
+                "verdict": s.verdict,
+                "verified": s.verified,
+                "verify_lines": s.verify_lines,
+                "signed": s.statement is not None,
+                "created": (s.statement or {}).get("predicate", {}).get("created", "—"),
+            }
+            for s in (base, new)
+        ],
+    }
     html = environment().get_template("compare.html.j2").render(**view)
-    paths = {"csv": atomic_write(out_dir / "compare.csv", frame.to_csv(index=False)),
-             "json": atomic_write(out_dir / "compare.json", table),
-             "html": atomic_write(out_dir / "compare.html", html)}
+    paths = {
+        "csv": atomic_write(out_dir / "compare.csv", frame.to_csv(index=False)),
+        "json": atomic_write(out_dir / "compare.json", table),
+        "html": atomic_write(out_dir / "compare.html", html),
+    }
     if pdf:
         attached = ("compare.json", table.encode(), "Data", "The comparison this document was rendered from.")
         paths["pdf"] = atomic_write(out_dir / "compare.pdf", write_pdf(html, created, [attached]))
@@ -96,8 +129,7 @@ def check_side(side: Side, public_key, given: bool) -> None:
         side.verify_lines = [c.line for c in checks]
         failed = [c.line for c in checks if c.status == FAIL]
         side.verified = True if not failed else (False if given else None)
-        side.problem = (f"does not verify with the {'given' if given else 'default'} key: {failed[0]}"
-                        if failed else "")
+        side.problem = f"does not verify with the {'given' if given else 'default'} key: {failed[0]}" if failed else ""
     if wrong:
         side.verified, side.problem = False, f"{len(wrong)} row(s) state a status their numbers do not give: {wrong[0]}"
         side.verify_lines += [f"FAIL {line}" for line in wrong]
@@ -141,29 +173,47 @@ def _out_dir(given: str | None) -> Path:
     if given:
         out = Path(given)
         if out.exists():
-            raise CompareError(f"--out {out} exists already; a comparison never writes into an existing folder: "
-                               "choose a new folder or leave --out out (outputs/comparisons/DATE/TIME)")
+            raise CompareError(
+                f"--out {out} exists already; a comparison never writes into an existing folder: "
+                "choose a new folder or leave --out out (outputs/comparisons/DATE/TIME)"
+            )
         return out
     now = dt.datetime.now()
     return Path("outputs") / "comparisons" / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S-%f")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m reportgen.compare",
-                                     description="Compare a new reportgen report with the last release's.")
+    parser = argparse.ArgumentParser(
+        prog="python -m reportgen.compare", description="Compare a new reportgen report with the last release's."
+    )
     parser.add_argument("base", help="the last release's run folder or report.pdf")
     parser.add_argument("new", help="the new run folder or report.pdf")
-    parser.add_argument("--key", help="public key (PEM) both reports must verify with (default: the public key beside "
-                                      "the default signing key)")
+    parser.add_argument(
+        "--key",
+        help="public key (PEM) both reports must verify with (default: the public key beside the default signing key)",
+    )
     parser.add_argument("--out", help="a new folder for the comparison (default outputs/comparisons/DATE/TIME)")
-    parser.add_argument("--max-overhead-increase-pp", "--compare.max_overhead_increase_pp", type=float,
-                        default=MAX_OVERHEAD_INCREASE_PP, dest="max_overhead",
-                        help="largest allowed rise of the overhead ratio, percentage points (default %(default)s)")
-    parser.add_argument("--max-saving-decrease-pp", "--compare.max_saving_decrease_pp", type=float,
-                        default=MAX_SAVING_DECREASE_PP, dest="max_saving",
-                        help="largest allowed drop of the saved-activation share, percentage points (default %(default)s)")
-    parser.add_argument("--signing-key", help="private key that signs the comparison (default: as for a run: "
-                                              "$REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem)")
+    parser.add_argument(
+        "--max-overhead-increase-pp",
+        "--compare.max_overhead_increase_pp",
+        type=float,
+        default=MAX_OVERHEAD_INCREASE_PP,
+        dest="max_overhead",
+        help="largest allowed rise of the overhead ratio, percentage points (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-saving-decrease-pp",
+        "--compare.max_saving_decrease_pp",
+        type=float,
+        default=MAX_SAVING_DECREASE_PP,
+        dest="max_saving",
+        help="largest allowed drop of the saved-activation share, percentage points (default %(default)s)",
+    )
+    parser.add_argument(
+        "--signing-key",
+        help="private key that signs the comparison (default: as for a run: "
+        "$REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem)",
+    )
     parser.add_argument("--no-sign", action="store_true", help="write an UNSIGNED comparison")
     parser.add_argument("--no-pdf", action="store_true", help="HTML only")
     return parser
@@ -180,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         base, new = load_side("BASE", args.base), load_side("NEW", args.new)
         out_dir = _out_dir(args.out)
     except (KeyFileError, SigningError, CompareError) as exc:
-        print(f"reportgen.compare.command: cannot start: {exc}".replace("report.sign=false", "--no-sign"), file=sys.stderr)
+        print(
+            f"reportgen.compare.command: cannot start: {exc}".replace("report.sign=false", "--no-sign"), file=sys.stderr
+        )
         return EXIT_USAGE
     for side in (base, new):
         check_side(side, public_key, given=bool(args.key))
@@ -188,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{side.label} {said[side.verified]}: {side.path}" + (f" ({side.problem})" if side.problem else ""))
     unverified = [s.label for s in (base, new) if not s.verified]
     if signing_key is not None and unverified:
-        print(f"reportgen.compare.command: the comparison is written UNSIGNED: {' and '.join(unverified)} did not verify, "
-              "and reportgen signs only what it verified")
+        print(
+            f"reportgen.compare.command: the comparison is written UNSIGNED: {' and '.join(unverified)} did not verify, "
+            "and reportgen signs only what it verified"
+        )
         signing_key = None
     result = compare(base, new, args.max_overhead, args.max_saving)
     code = OUTCOME_EXIT[result["outcome"]]
@@ -201,15 +255,30 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write(out_dir / SUMMARY_NAME, summary)
     if signing_key is not None:
         inputs = [*copy_inputs(base, out_dir), *copy_inputs(new, out_dir)]
-        predicate = {"exit_code": code, "created": created, "outcome": result["outcome"], "holds": result["holds"],
-                     "regressions": result["regressions"], "unclear": result["unclear"],
-                     "verdicts": result["verdicts"], "limits": result["limits"],
-                     "signer": {"publicKeySha256": signing_key.fingerprint},
-                     "inputs": [{"label": s.label, "path": str(s.path), "dir": INPUTS[s.label],
-                                 "statement_sha256": s.envelope_sha256} for s in (base, new)]}
-        sign_document(out_dir, "compare", ["compare.csv", "compare.json", "compare.html", JUNIT_NAME, SUMMARY_NAME,
-                                           *inputs], predicate,
-                      COMPARE_PREDICATE_TYPE, signing_key, f"reportgen comparison; NEW {result['outcome']}")
+        predicate = {
+            "exit_code": code,
+            "created": created,
+            "outcome": result["outcome"],
+            "holds": result["holds"],
+            "regressions": result["regressions"],
+            "unclear": result["unclear"],
+            "verdicts": result["verdicts"],
+            "limits": result["limits"],
+            "signer": {"publicKeySha256": signing_key.fingerprint},
+            "inputs": [
+                {"label": s.label, "path": str(s.path), "dir": INPUTS[s.label], "statement_sha256": s.envelope_sha256}
+                for s in (base, new)
+            ],
+        }
+        sign_document(
+            out_dir,
+            "compare",
+            ["compare.csv", "compare.json", "compare.html", JUNIT_NAME, SUMMARY_NAME, *inputs],
+            predicate,
+            COMPARE_PREDICATE_TYPE,
+            signing_key,
+            f"reportgen comparison; NEW {result['outcome']}",
+        )
     append_step_summary(summary)
     _print_result(result, out_dir)
     return code
@@ -217,9 +286,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_result(result: dict, out_dir: Path) -> None:
     costs = result["costs"]
-    print(f"claim {result['verdicts']['base']} → {result['verdicts']['new']}; "
-          f"saved activations {_fmt_pp(costs['saving_change_pp'])}; overhead {_fmt_pp(costs['overhead_change_pp'])}"
-          f"{'' if costs['ci_overlap'] is None else (' (CIs overlap)' if costs['ci_overlap'] else ' (CIs do not overlap)')}")
+    print(
+        f"claim {result['verdicts']['base']} → {result['verdicts']['new']}; "
+        f"saved activations {_fmt_pp(costs['saving_change_pp'])}; overhead {_fmt_pp(costs['overhead_change_pp'])}"
+        f"{'' if costs['ci_overlap'] is None else (' (CIs overlap)' if costs['ci_overlap'] else ' (CIs do not overlap)')}"
+    )
     for reason in result["regressions"]:
         print(f"REGRESSED: {reason}")
     for reason in result["unclear"]:

@@ -8,6 +8,7 @@ A regression in time is called only when it can be told from noise: the overhead
 more than the limit, and either the two runs' 95% CIs do not overlap or both runs' own
 timing met its CI-width target. Otherwise the comparison says it cannot tell (exit 3).
 """
+
 from __future__ import annotations
 
 import base64
@@ -19,13 +20,13 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from reportgen.errors import UsageError
-from reportgen.trust.attachments import AttachmentError, read_attachments
 from reportgen.checks import required_names
+from reportgen.errors import UsageError
 from reportgen.files import sha256_bytes
 from reportgen.results import PASS, Role, check_summary, claim_verdict, frame_from_json
-from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
 from reportgen.sweep import job_costs
+from reportgen.trust.attachments import AttachmentError, read_attachments
+from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
 
 #: in-toto predicate type of a comparison's statement.
 COMPARE_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-compare/v1"
@@ -101,8 +102,10 @@ def load_side(label: str, path: str | Path) -> Side:
     envelope = None
     if path.is_dir():
         if not (path / RESULTS_NAME).exists():
-            raise CompareError(f"{label} {path} has no {RESULTS_NAME}: pass a finished run folder "
-                               "(outputs/DATE/TIME) or its report.pdf")
+            raise CompareError(
+                f"{label} {path} has no {RESULTS_NAME}: pass a finished run folder "
+                "(outputs/DATE/TIME) or its report.pdf"
+            )
         results = (path / RESULTS_NAME).read_text()
         if (path / ENVELOPE_NAME).exists():
             envelope = (path / ENVELOPE_NAME).read_bytes()
@@ -123,13 +126,23 @@ def load_side(label: str, path: str | Path) -> Side:
     statement = _statement(envelope) if envelope else None
     predicate = (statement or {}).get("predicate", {})
     if not config and predicate:  # a lone PDF: what the signed claim says about the settings
-        config = {"claim": predicate.get("claim", {}), "tolerances": {k: v for k, v in predicate.get("tolerances", {}).items()
-                                                                      if k != "thresholds"},
-                  "command": predicate.get("command")}
-    required = predicate.get("required") or required_names(OmegaConf.select(OmegaConf.create(config),
-                                                                            "verdict.required", default=None))
-    return Side(label, path, frame_from_json(results), list(required), _flatten(config), statement,
-                sha256_bytes(envelope) if envelope else None)
+        config = {
+            "claim": predicate.get("claim", {}),
+            "tolerances": {k: v for k, v in predicate.get("tolerances", {}).items() if k != "thresholds"},
+            "command": predicate.get("command"),
+        }
+    required = predicate.get("required") or required_names(
+        OmegaConf.select(OmegaConf.create(config), "verdict.required", default=None)
+    )
+    return Side(
+        label,
+        path,
+        frame_from_json(results),
+        list(required),
+        _flatten(config),
+        statement,
+        sha256_bytes(envelope) if envelope else None,
+    )
 
 
 def _costs(side: Side) -> dict[str, Any]:
@@ -144,8 +157,12 @@ def _pp(value: float | None) -> float | None:
     return None if value is None else 100.0 * value
 
 
-def compare(base: Side, new: Side, max_overhead_increase_pp: float = MAX_OVERHEAD_INCREASE_PP,
-            max_saving_decrease_pp: float = MAX_SAVING_DECREASE_PP) -> dict[str, Any]:
+def compare(
+    base: Side,
+    new: Side,
+    max_overhead_increase_pp: float = MAX_OVERHEAD_INCREASE_PP,
+    max_saving_decrease_pp: float = MAX_SAVING_DECREASE_PP,
+) -> dict[str, Any]:
     """NEW against BASE: verdicts, per-check status changes, cost changes, tolerances, config diff.
 
     Args:
@@ -163,72 +180,150 @@ def compare(base: Side, new: Side, max_overhead_increase_pp: float = MAX_OVERHEA
     """
     b_sum = check_summary(base.frame, base.required).set_index("check").status.to_dict()
     n_sum = check_summary(new.frame, new.required).set_index("check").status.to_dict()
-    checks = [{"check": c, "base": b_sum.get(c), "new": n_sum.get(c), "changed": b_sum.get(c) != n_sum.get(c),
-               "required": c in new.required}
-              for c in dict.fromkeys([*b_sum, *n_sum])]
+    checks = [
+        {
+            "check": c,
+            "base": b_sum.get(c),
+            "new": n_sum.get(c),
+            "changed": b_sum.get(c) != n_sum.get(c),
+            "required": c in new.required,
+        }
+        for c in dict.fromkeys([*b_sum, *n_sum])
+    ]
     bc, nc = _costs(base), _costs(new)
-    saving_change = None if bc["saved_activation_share"] is None or nc["saved_activation_share"] is None else \
-        _pp(nc["saved_activation_share"] - bc["saved_activation_share"])
-    overhead_change = None if bc["overhead_ratio"] is None or nc["overhead_ratio"] is None else \
-        _pp(nc["overhead_ratio"] - bc["overhead_ratio"])
+    saving_change = (
+        None
+        if bc["saved_activation_share"] is None or nc["saved_activation_share"] is None
+        else _pp(nc["saved_activation_share"] - bc["saved_activation_share"])
+    )
+    overhead_change = (
+        None
+        if bc["overhead_ratio"] is None or nc["overhead_ratio"] is None
+        else _pp(nc["overhead_ratio"] - bc["overhead_ratio"])
+    )
     overlap = None
     if None not in (bc["overhead_ci_low"], bc["overhead_ci_high"], nc["overhead_ci_low"], nc["overhead_ci_high"]):
         overlap = bc["overhead_ci_low"] <= nc["overhead_ci_high"] and nc["overhead_ci_low"] <= bc["overhead_ci_high"]
-    costs = {"base": bc, "new": nc, "saving_change_pp": saving_change, "overhead_change_pp": overhead_change,
-             "ci_overlap": overlap}
+    costs = {
+        "base": bc,
+        "new": nc,
+        "saving_change_pp": saving_change,
+        "overhead_change_pp": overhead_change,
+        "ci_overlap": overlap,
+    }
 
     def thresholds(frame: pd.DataFrame) -> dict[str, str]:
-        return {f"{c} · {m}": t for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t}
+        return {
+            f"{c} · {m}": t for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t
+        }
 
     bt, nt = thresholds(base.frame), thresholds(new.frame)
-    tolerances = [{"name": k, "base": bt.get(k), "new": nt.get(k)} for k in sorted({*bt, *nt}) if bt.get(k) != nt.get(k)]
-    config = [{"key": k, "base": base.config.get(k), "new": new.config.get(k)}
-              for k in sorted({*base.config, *new.config}) if base.config.get(k) != new.config.get(k)]
+    tolerances = [
+        {"name": k, "base": bt.get(k), "new": nt.get(k)} for k in sorted({*bt, *nt}) if bt.get(k) != nt.get(k)
+    ]
+    config = [
+        {"key": k, "base": base.config.get(k), "new": new.config.get(k)}
+        for k in sorted({*base.config, *new.config})
+        if base.config.get(k) != new.config.get(k)
+    ]
     regressions, unclear = [], []
     if new.verdict != PASS:
         failing = [c["check"] for c in checks if c["required"] and c["new"] not in (PASS, "WARN", "INFO", None)]
         regressions.append(f"NEW's claim fails ({', '.join(failing) or 'required checks missing'})")
     if overhead_change is not None and overhead_change > max_overhead_increase_pp:
-        rose = (f"overhead ratio rose by {overhead_change:.1f} pp ({bc['overhead_ratio']:.3f} → "
-                f"{nc['overhead_ratio']:.3f}), more than the allowed {max_overhead_increase_pp:g} pp")
+        rose = (
+            f"overhead ratio rose by {overhead_change:.1f} pp ({bc['overhead_ratio']:.3f} → "
+            f"{nc['overhead_ratio']:.3f}), more than the allowed {max_overhead_increase_pp:g} pp"
+        )
         if overlap is False or (bc["timing_trusted"] and nc["timing_trusted"]):
             regressions.append(rose)
         else:
             noisy = [s.label for s, c in ((base, bc), (new, nc)) if not c["timing_trusted"]]
-            unclear.append(f"{rose}, but the 95% CIs overlap and the timing of {' and '.join(noisy)} was too noisy "
-                           "to trust (its CI missed the width target): rerun both on a quiet machine")
+            unclear.append(
+                f"{rose}, but the 95% CIs overlap and the timing of {' and '.join(noisy)} was too noisy "
+                "to trust (its CI missed the width target): rerun both on a quiet machine"
+            )
     if saving_change is not None and -saving_change > max_saving_decrease_pp:
-        regressions.append(f"saved-activation share fell by {-saving_change:.1f} pp "
-                           f"({100 * bc['saved_activation_share']:.1f}% → {100 * nc['saved_activation_share']:.1f}%), "
-                           f"more than the allowed {max_saving_decrease_pp:g} pp")
-    unverified = [f"{side.label} {side.problem or 'does not verify (no key to verify it with, or it is unsigned)'}"
-                  for side in (base, new) if side.verified is not True]
+        regressions.append(
+            f"saved-activation share fell by {-saving_change:.1f} pp "
+            f"({100 * bc['saved_activation_share']:.1f}% → {100 * nc['saved_activation_share']:.1f}%), "
+            f"more than the allowed {max_saving_decrease_pp:g} pp"
+        )
+    unverified = [
+        f"{side.label} {side.problem or 'does not verify (no key to verify it with, or it is unsigned)'}"
+        for side in (base, new)
+        if side.verified is not True
+    ]
     unclear += unverified  # nothing unverified decides the outcome, either way
     outcome = CANNOT_TELL if unverified else (REGRESSED if regressions else (CANNOT_TELL if unclear else HOLDS))
-    return {"verdicts": {"base": base.verdict, "new": new.verdict}, "checks": checks, "costs": costs,
-            "tolerances": tolerances, "config": config, "regressions": regressions, "unclear": unclear,
-            "outcome": outcome, "holds": outcome == HOLDS,
-            "limits": {"max_overhead_increase_pp": max_overhead_increase_pp,
-                       "max_saving_decrease_pp": max_saving_decrease_pp}}
+    return {
+        "verdicts": {"base": base.verdict, "new": new.verdict},
+        "checks": checks,
+        "costs": costs,
+        "tolerances": tolerances,
+        "config": config,
+        "regressions": regressions,
+        "unclear": unclear,
+        "outcome": outcome,
+        "holds": outcome == HOLDS,
+        "limits": {
+            "max_overhead_increase_pp": max_overhead_increase_pp,
+            "max_saving_decrease_pp": max_saving_decrease_pp,
+        },
+    }
 
 
 def comparison_frame(result: dict) -> pd.DataFrame:
     """compare.csv: one row per check, cost and changed setting: ``kind, name, base, new, change``."""
-    rows = [{"kind": "verdict", "name": "claim", "base": result["verdicts"]["base"], "new": result["verdicts"]["new"],
-             "change": "changed" if result["verdicts"]["base"] != result["verdicts"]["new"] else ""}]
-    rows += [{"kind": "check", "name": c["check"], "base": c["base"], "new": c["new"], "change": "changed" if c["changed"] else ""}
-             for c in result["checks"]]
+    rows = [
+        {
+            "kind": "verdict",
+            "name": "claim",
+            "base": result["verdicts"]["base"],
+            "new": result["verdicts"]["new"],
+            "change": "changed" if result["verdicts"]["base"] != result["verdicts"]["new"] else "",
+        }
+    ]
+    rows += [
+        {
+            "kind": "check",
+            "name": c["check"],
+            "base": c["base"],
+            "new": c["new"],
+            "change": "changed" if c["changed"] else "",
+        }
+        for c in result["checks"]
+    ]
     costs = result["costs"]
-    for name, key, change in (("saved_activation_share", "saved_activation_share", costs["saving_change_pp"]),
-                              ("overhead_ratio", "overhead_ratio", costs["overhead_change_pp"]),
-                              ("overhead_ci_low", "overhead_ci_low", None), ("overhead_ci_high", "overhead_ci_high", None),
-                              ("metric_abs_diff", "metric_abs_diff", None)):
-        rows.append({"kind": "cost", "name": name, "base": costs["base"][key], "new": costs["new"][key],
-                     "change": "" if change is None else f"{change:+.2f} pp"})
-    rows += [{"kind": "tolerance", "name": t["name"], "base": t["base"], "new": t["new"], "change": "changed"}
-             for t in result["tolerances"]]
-    rows += [{"kind": "config", "name": c["key"], "base": c["base"], "new": c["new"], "change": "changed"}
-             for c in result["config"]]
-    rows += [{"kind": "regression", "name": r, "base": None, "new": None, "change": "regressed"} for r in result["regressions"]]
-    rows += [{"kind": "unclear", "name": r, "base": None, "new": None, "change": "cannot tell"} for r in result["unclear"]]
+    for name, key, change in (
+        ("saved_activation_share", "saved_activation_share", costs["saving_change_pp"]),
+        ("overhead_ratio", "overhead_ratio", costs["overhead_change_pp"]),
+        ("overhead_ci_low", "overhead_ci_low", None),
+        ("overhead_ci_high", "overhead_ci_high", None),
+        ("metric_abs_diff", "metric_abs_diff", None),
+    ):
+        rows.append(
+            {
+                "kind": "cost",
+                "name": name,
+                "base": costs["base"][key],
+                "new": costs["new"][key],
+                "change": "" if change is None else f"{change:+.2f} pp",
+            }
+        )
+    rows += [
+        {"kind": "tolerance", "name": t["name"], "base": t["base"], "new": t["new"], "change": "changed"}
+        for t in result["tolerances"]
+    ]
+    rows += [
+        {"kind": "config", "name": c["key"], "base": c["base"], "new": c["new"], "change": "changed"}
+        for c in result["config"]
+    ]
+    rows += [
+        {"kind": "regression", "name": r, "base": None, "new": None, "change": "regressed"}
+        for r in result["regressions"]
+    ]
+    rows += [
+        {"kind": "unclear", "name": r, "base": None, "new": None, "change": "cannot tell"} for r in result["unclear"]
+    ]
     return pd.DataFrame(rows, columns=["kind", "name", "base", "new", "change"])

@@ -12,12 +12,13 @@ have applied updates for exactly ``budget.examples`` examples in all, whatever t
 The held-out metric (every rank evaluates; FSDP2 gathers parameters in the forward) and the
 full trained parameters are then compared as in the single-process task-metrics check.
 """
+
 from __future__ import annotations
 
 import math
 
-import torch.distributed as dist
 import torch
+import torch.distributed as dist
 
 from reportgen.config import DIST_TASK_METRICS
 from reportgen.distributed.full import full_params
@@ -46,18 +47,34 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
     """
     cfg, world = setup.cfg.budget, group.world_size
     if int(cfg.batch_size) % world or int(cfg.examples) % world:
-        raise ValueError(f"budget.batch_size={cfg.batch_size} and budget.examples={cfg.examples} must both be "
-                         f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
-                         "global batch; set them so")
+        raise ValueError(
+            f"budget.batch_size={cfg.batch_size} and budget.examples={cfg.examples} must both be "
+            f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
+            "global batch; set them so"
+        )
     model = wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
-    sharding = Sharding(share=lambda batch: shard_batch(batch, group.rank, world),
-                        agree=lambda finite: all_ranks(finite, group), final_params=full_params, ranks=world)
+    sharding = Sharding(
+        share=lambda batch: shard_batch(batch, group.rank, world),
+        agree=lambda finite: all_ranks(finite, group),
+        final_params=full_params,
+        ranks=world,
+    )
     variant = "recompute" if recompute else "plain"
-    return train_to_budget(model, setup.task, examples=int(cfg.examples), batch_size=int(cfg.batch_size), seed=seed,
-                           forward_seed=setup.cfg.forward_seed, optimizer=cfg.optimizer, device=setup.device,
-                           dtype=setup.dtype, eval_every=int(cfg.eval_every),
-                           max_steps=int(cfg.max_steps_factor * math.ceil(int(cfg.examples) / int(cfg.batch_size))),
-                           desc=f"sharded {variant} seed {seed} rank {group.rank}", sharding=sharding)
+    return train_to_budget(
+        model,
+        setup.task,
+        examples=int(cfg.examples),
+        batch_size=int(cfg.batch_size),
+        seed=seed,
+        forward_seed=setup.cfg.forward_seed,
+        optimizer=cfg.optimizer,
+        device=setup.device,
+        dtype=setup.dtype,
+        eval_every=int(cfg.eval_every),
+        max_steps=int(cfg.max_steps_factor * math.ceil(int(cfg.examples) / int(cfg.batch_size))),
+        desc=f"sharded {variant} seed {seed} rank {group.rank}",
+        sharding=sharding,
+    )
 
 
 def sharded_seeds(cfg) -> list[int]:
@@ -79,8 +96,21 @@ def budget_rows(setup, group: Group) -> list[Row]:
     """
     cfg, task = setup.cfg.budget, setup.task
     if not cfg.enabled:
-        return [] if group.rank else [Row(check=DIST_TASK_METRICS, item="budget", variant="recompute", metric="not_run", status=NOT_RUN,
-                                          role=Role.DISABLED, detail="not run: budget.enabled=false")]
+        return (
+            []
+            if group.rank
+            else [
+                Row(
+                    check=DIST_TASK_METRICS,
+                    item="budget",
+                    variant="recompute",
+                    metric="not_run",
+                    status=NOT_RUN,
+                    role=Role.DISABLED,
+                    detail="not run: budget.enabled=false",
+                )
+            ]
+        )
     seeds = sharded_seeds(setup.cfg)
     results = {}
     for seed in seeds:
@@ -90,12 +120,22 @@ def budget_rows(setup, group: Group) -> list[Row]:
     if group.rank:
         return []
     share = int(cfg.batch_size) // group.world_size
-    rows = [Row(check=DIST_TASK_METRICS, item="budget", variant="recompute", metric="budget_examples", value=int(cfg.examples), status=INFO,
-                unit="examples", role=Role.BUDGET,
-                detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
-                       f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
-                       f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
-                       f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})")]
+    rows = [
+        Row(
+            check=DIST_TASK_METRICS,
+            item="budget",
+            variant="recompute",
+            metric="budget_examples",
+            value=int(cfg.examples),
+            status=INFO,
+            unit="examples",
+            role=Role.BUDGET,
+            detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
+            f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
+            f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
+            f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})",
+        )
+    ]
     for seed in seeds:
         plain, recompute = results[("plain", seed)], results[("recompute", seed)]
         for variant, result in (("plain", plain), ("recompute", recompute)):
@@ -111,6 +151,14 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
     p, r = plain.metrics[metric], recompute.metrics[metric]
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
     rows = [metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better)]
-    rows.append(trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params,
-                                   *setup.tolerance(), float(setup.cfg.parity.rounding_factor)))
+    rows.append(
+        trained_params_row(
+            DIST_TASK_METRICS,
+            seed,
+            plain.final_params,
+            recompute.final_params,
+            *setup.tolerance(),
+            float(setup.cfg.parity.rounding_factor),
+        )
+    )
     return rows

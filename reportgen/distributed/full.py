@@ -4,6 +4,7 @@
 (FSDP1), or the tensors themselves (DDP replicas, whose gradients are all-reduced), as PyTorch's
 own FSDP tests compare sharded models with a single-process reference.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,11 @@ def full_view(model: nn.Module, with_grads: bool = False):
 def full_grads(model: nn.Module) -> dict[str, Tensor | None]:
     """``{plain name: full gradient or None}`` of every trainable parameter (collective under FSDP)."""
     with full_view(model, with_grads=True):
-        return {dist_name(n): (full(p.grad) if p.grad is not None else None)
-                for n, p in model.named_parameters() if p.requires_grad}
+        return {
+            dist_name(n): (full(p.grad) if p.grad is not None else None)
+            for n, p in model.named_parameters()
+            if p.requires_grad
+        }
 
 
 def full_params(model: nn.Module) -> dict[str, Tensor]:
@@ -71,8 +75,14 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))["state"]
-        return {f"{dist_name(str(n))}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
-                for n, values in state.items() for k, v in values.items()}
+        return {
+            f"{dist_name(str(n))}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
+            for n, values in state.items()
+            for k, v in values.items()
+        }
     names = {p: dist_name(n) for n, p in model.named_parameters()}
-    return {f"{names[p]}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
-            for p, state in optimizer.state.items() for k, v in state.items()}
+    return {
+        f"{names[p]}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
+        for p, state in optimizer.state.items()
+        for k, v in state.items()
+    }

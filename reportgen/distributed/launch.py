@@ -12,6 +12,7 @@ Two process groups: the default one (``distributed.backend``) carries the traini
 collectives; a second gloo group ("control") carries rows and the ranks' agreement on
 failures, so a rank whose training collective timed out can still say so.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,9 @@ import shlex
 import signal
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -34,6 +36,8 @@ from reportgen.structure import batch_size_of, map_tensors
 
 #: Environment of an existing launch (torchrun, srun with these exported): join its group.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
 class RankFailure(Exception):
     """One or more ranks of an elastic launch failed (raised, were stopped, or crashed).
 
@@ -126,8 +130,10 @@ def launch_problem(world_size: int) -> str:
         return ""
     env = int(os.environ["WORLD_SIZE"])
     if env != world_size and (env > 1 or world_size > 1):
-        return (f"this process was launched with WORLD_SIZE={env} (torchrun/srun) but distributed.world_size="
-                f"{world_size}; set distributed.world_size={env}")
+        return (
+            f"this process was launched with WORLD_SIZE={env} (torchrun/srun) but distributed.world_size="
+            f"{world_size}; set distributed.world_size={env}"
+        )
     return ""
 
 
@@ -140,8 +146,10 @@ def device_problem(world_size: int, device: torch.device) -> str:
     have = torch.cuda.device_count()
     if needed <= have:
         return ""
-    return (f"distributed.world_size={world_size} on CUDA needs {needed} GPUs on this node (one per rank) but torch "
-            f"sees {have}; lower distributed.world_size, or run the ranks on CPU with device=cpu (gloo)")
+    return (
+        f"distributed.world_size={world_size} on CUDA needs {needed} GPUs on this node (one per rank) but torch "
+        f"sees {have}; lower distributed.world_size, or run the ranks on CPU with device=cpu (gloo)"
+    )
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
@@ -215,7 +223,7 @@ def shard_batch(batch: tuple, rank: int, world_size: int) -> tuple:
     if n % world_size:
         raise ValueError(f"a global batch of {n} examples cannot be split equally over {world_size} ranks")
     per = n // world_size
-    take = lambda t: t[rank * per:(rank + 1) * per] if t.dim() and t.shape[0] == n else t  # noqa: E731
+    take = lambda t: t[rank * per : (rank + 1) * per] if t.dim() and t.shape[0] == n else t  # noqa: E731
     return tuple(map_tensors(take, part) for part in batch)
 
 
@@ -265,16 +273,21 @@ def signal_name(exitcode: int) -> str:
 def _failure_message(failure: Any) -> str:
     """One line from a torch elastic ``ProcessFailure``: the exception, else how the rank ended."""
     if name := signal_name(int(failure.exitcode)):
-        said = {"SIGKILL": " (the kernel's out-of-memory killer sends it, or someone ran kill -9)",
-                "SIGSEGV": " (a crash inside native code)", "SIGBUS": " (a crash inside native code)"}.get(name, "")
+        said = {
+            "SIGKILL": " (the kernel's out-of-memory killer sends it, or someone ran kill -9)",
+            "SIGSEGV": " (a crash inside native code)",
+            "SIGBUS": " (a crash inside native code)",
+        }.get(name, "")
         return f"the rank's process was killed by {name}{said}; the operating system ended it, not its code"
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
     message = str(message or "").strip()
     if not message or message.startswith("To enable traceback"):
-        message = (f"the rank's process ended with exit code {failure.exitcode} without an error record (it hung past "
-                   "distributed.timeout_s and its watchdog stopped it, or it crashed; its stderr has the stacks)")
+        message = (
+            f"the rank's process ended with exit code {failure.exitcode} without an error record (it hung past "
+            "distributed.timeout_s and its watchdog stopped it, or it crashed; its stderr has the stacks)"
+        )
     return message.splitlines()[0]
 
 
@@ -316,9 +329,17 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=f"reportgen-{uuid.uuid4().hex[:12]}",
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                          start_method=start_method)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=f"reportgen-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method=start_method,
+    )
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     elastic = logging.getLogger("torch.distributed.elastic")
@@ -335,8 +356,11 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
         if ended_by in ("SIGTERM", "SIGINT"):  # a preemption or Ctrl-C reached the ranks first
             raise (Terminated() if ended_by == "SIGTERM" else KeyboardInterrupt()) from None
         ordered = [first] + sorted(r for r in exc.failures if r != first)
-        signals = {r: name for r in ordered if (name := signal_name(int(exc.failures[r].exitcode)))
-                   and name not in ("SIGTERM", "SIGINT")}
+        signals = {
+            r: name
+            for r in ordered
+            if (name := signal_name(int(exc.failures[r].exitcode))) and name not in ("SIGTERM", "SIGINT")
+        }
         raise RankFailure({r: _failure_message(exc.failures[r]) for r in ordered}, signals) from None
     finally:
         elastic.setLevel(level)
@@ -349,6 +373,9 @@ def launch_commands(world_size: int) -> dict[str, str]:
     """The commands that reproduce this sharded run: reportgen starting its ranks itself, and the
     same under ``torchrun`` (arguments as given to this process)."""
     args = [a for a in sys.argv[1:]]
-    return {"reportgen": shlex.join(["python", "-m", "reportgen", *args]),
-            "torchrun": shlex.join(["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", "reportgen",
-                                    *args])}
+    return {
+        "reportgen": shlex.join(["python", "-m", "reportgen", *args]),
+        "torchrun": shlex.join(
+            ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", "reportgen", *args]
+        ),
+    }

@@ -9,19 +9,33 @@ leaves the default group unusable). Rank 0 gathers every rank's rows. Ranks that
 processes (raised outside a part, crashed, stopped by their watchdog) are reported by torch's
 elastic launcher and become ERROR rows naming them.
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from omegaconf import DictConfig
 
-from reportgen.distributed.launch import (Group, RankFailure, all_gather_objects, gather_objects, join, launch, launched, leave,
-                          rank_config, resolve_backend, start_method, watchdog)
-from reportgen.twins.prepare import prepare
+from reportgen.distributed.launch import (
+    Group,
+    RankFailure,
+    all_gather_objects,
+    gather_objects,
+    join,
+    launch,
+    launched,
+    leave,
+    rank_config,
+    resolve_backend,
+    start_method,
+    watchdog,
+)
 from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, Role, Row
 from reportgen.results.rows import error_row
+from reportgen.twins.prepare import prepare
 from reportgen.twins.setup import Setup
 
 #: One part of a sharded check: the section its rows go to, and ``fn(setup, group) -> [Row]``
@@ -44,8 +58,9 @@ def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
         return follow(setup, parts) or []
     method = start_method(str(dc.start_method), setup.device)
     try:  # a forked rank inherits the twins' setup; a spawned one builds its own from the config
-        results = launch(rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size),
-                         method)
+        results = launch(
+            rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size), method
+        )
     except RankFailure as exc:
         return failure_rows(exc.ranks, [name for name, _ in parts], exc.signals)
     return list(results[0])
@@ -101,8 +116,17 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
     for name, part in parts:
         if failed:
             if group.rank == 0:
-                rows.append(Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
-                                detail=f"not run: {ranks_said(failed)} failed in an earlier part"))
+                rows.append(
+                    Row(
+                        check=name,
+                        item="not run",
+                        variant="recompute",
+                        metric="not_run",
+                        status=NOT_RUN,
+                        role=Role.DISABLED,
+                        detail=f"not run: {ranks_said(failed)} failed in an earlier part",
+                    )
+                )
             continue
         start, said = time.perf_counter(), ""
         with watchdog(1.5 * timeout + 10):
@@ -112,8 +136,16 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                     measured[0].seconds = time.perf_counter() - start
                 rows += measured
             except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
-                row = ranked(error_row(name, exc, f"rank {group.rank}", time.perf_counter() - start,
-                                       twin=getattr(exc, "reportgen_twin", None)), group.rank)
+                row = ranked(
+                    error_row(
+                        name,
+                        exc,
+                        f"rank {group.rank}",
+                        time.perf_counter() - start,
+                        twin=getattr(exc, "reportgen_twin", None),
+                    ),
+                    group.rank,
+                )
                 rows.append(row)
                 said = row.detail
         failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
@@ -140,13 +172,35 @@ def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int,
     A rank the operating system ended with a signal (``signals``: the OOM killer's SIGKILL, a
     segfault) is the environment, not recompute: its row is INCONCLUSIVE (column ``signal``)."""
     signals = signals or {}
-    rows = [ranked(Row(check=names[0], item=f"rank {r}", variant="recompute", metric="exception",
-                       status=INCONCLUSIVE if r in signals else ERROR, role=Role.EXCEPTION,
-                       detail=f"rank {r} failed: {message}" + ("; the claim cannot be judged from an interrupted run"
-                                                               if r in signals else ""),
-                       extra={"signal": signals[r]} if r in signals else {}), r) for r, message in ranks.items()]
-    return rows + [Row(check=name, item="not run", variant="recompute", metric="not_run", status=NOT_RUN, role=Role.DISABLED,
-                       detail=f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
+    rows = [
+        ranked(
+            Row(
+                check=names[0],
+                item=f"rank {r}",
+                variant="recompute",
+                metric="exception",
+                status=INCONCLUSIVE if r in signals else ERROR,
+                role=Role.EXCEPTION,
+                detail=f"rank {r} failed: {message}"
+                + ("; the claim cannot be judged from an interrupted run" if r in signals else ""),
+                extra={"signal": signals[r]} if r in signals else {},
+            ),
+            r,
+        )
+        for r, message in ranks.items()
+    ]
+    return rows + [
+        Row(
+            check=name,
+            item="not run",
+            variant="recompute",
+            metric="not_run",
+            status=NOT_RUN,
+            role=Role.DISABLED,
+            detail=f"not run: {ranks_said(ranks)} failed",
+        )
+        for name in names[1:]
+    ]
 
 
 def ranks_said(ranks: dict[int, Any]) -> str:

@@ -6,6 +6,7 @@ Hydra's ``+distributed.x=...`` appends a key even to a structured config, so the
 does not refuse a typo; :func:`distributed_setting_problems` compares every key under
 ``distributed`` with ``reportgen.config.DistributedConfig`` and names the known ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,8 +64,11 @@ def _changed(dc: Any, group: str) -> list[str]:
     if group == "wrap":
         return ["distributed.wrap"] if dc.get("wrap") is not None else []
     defaults, node = GROUPS[group], dc.get(group) or {}
-    return [f"distributed.{group}.{f.name}={node.get(f.name)}" for f in dataclasses.fields(defaults)
-            if f.name in node and node.get(f.name) != getattr(defaults, f.name)]
+    return [
+        f"distributed.{group}.{f.name}={node.get(f.name)}"
+        for f in dataclasses.fields(defaults)
+        if f.name in node and node.get(f.name) != getattr(defaults, f.name)
+    ]
 
 
 def distributed_setting_problems(dc: Any) -> list[str]:
@@ -84,23 +88,37 @@ def distributed_setting_problems(dc: Any) -> list[str]:
     for group in ("ddp", "fsdp", "fsdp1", "wrap"):
         changed = _changed(dc, group)
         if changed and (group not in USED_BY.get(strategy, set()) or world == 1):
-            why = "distributed.world_size=1 (one process, nothing is spread)" if world == 1 else f"distributed.strategy={strategy}"
+            why = (
+                "distributed.world_size=1 (one process, nothing is spread)"
+                if world == 1
+                else f"distributed.strategy={strategy}"
+            )
             users = [s for s, used in USED_BY.items() if group in used]
-            problems.append(f"{', '.join(changed)} would be ignored with {why}: it is passed to torch only with "
-                            f"distributed.strategy={' or '.join(users)} and world_size > 1; remove it or change the strategy")
+            problems.append(
+                f"{', '.join(changed)} would be ignored with {why}: it is passed to torch only with "
+                f"distributed.strategy={' or '.join(users)} and world_size > 1; remove it or change the strategy"
+            )
     if strategy == "fsdp1" and not dc.fsdp.reshard_after_forward:
-        problems.append("distributed.fsdp.reshard_after_forward=false is FSDP2's; with distributed.strategy=fsdp1 say it "
-                        "with distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP (gathered parameters kept for backward)")
+        problems.append(
+            "distributed.fsdp.reshard_after_forward=false is FSDP2's; with distributed.strategy=fsdp1 say it "
+            "with distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP (gathered parameters kept for backward)"
+        )
     if strategy == "custom" and dc.get("wrap") is None:
-        problems.append("distributed.strategy=custom needs distributed.wrap=pkg.module.fn, your fn(model, mesh) "
-                        "returning the module to train")
+        problems.append(
+            "distributed.strategy=custom needs distributed.wrap=pkg.module.fn, your fn(model, mesh) "
+            "returning the module to train"
+        )
     if strategy == "fsdp1" and not dc.fsdp1.use_orig_params:
-        problems.append("distributed.fsdp1.use_orig_params=false is not supported: the parity checks compare every "
-                        "parameter and its gradient by name (summon_full_params(with_grads=True) needs the original "
-                        "parameters); set it true")
+        problems.append(
+            "distributed.fsdp1.use_orig_params=false is not supported: the parity checks compare every "
+            "parameter and its gradient by name (summon_full_params(with_grads=True) needs the original "
+            "parameters); set it true"
+        )
     if str(dc.fsdp1.sharding_strategy) not in SHARDING_STRATEGIES:
-        problems.append(f"distributed.fsdp1.sharding_strategy={dc.fsdp1.sharding_strategy!r} must be one of "
-                        f"{', '.join(SHARDING_STRATEGIES)}")
+        problems.append(
+            f"distributed.fsdp1.sharding_strategy={dc.fsdp1.sharding_strategy!r} must be one of "
+            f"{', '.join(SHARDING_STRATEGIES)}"
+        )
     for name in ("param_dtype", "reduce_dtype"):
         if (value := dc.fsdp.get(name)) is not None and value not in DTYPES:
             problems.append(f"distributed.fsdp.{name}={value!r} must be null or one of {', '.join(DTYPES)}")

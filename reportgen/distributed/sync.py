@@ -13,6 +13,7 @@ difference and whether it passes ``|x - x0| <= atol + rtol |x0|``; rank 0 gather
 A drift in the recompute twin FAILs; a drift in a plain twin (plain or A/A) makes the claim
 INCONCLUSIVE (the baseline itself is broken under this wrapping).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,10 +22,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from reportgen.results.distance import tolerances
 from reportgen.distributed.full import dist_name, full, full_params
 from reportgen.distributed.launch import Group, gather_objects
 from reportgen.results import BASELINE_TWINS, FAIL, INCONCLUSIVE, Role, Row
+from reportgen.results.distance import tolerances
 
 
 def replicated_state(model: nn.Module) -> dict[str, Tensor]:
@@ -53,14 +54,17 @@ def measure(state: dict[str, Tensor], group: Group, step: int, rtol: float | Non
         On rank 0 the :class:`Drift` of every rank; None on the others.
     """
     names = sorted(state)
-    flat = torch.cat([state[n].detach().to("cpu", torch.float64).flatten() for n in names]) if names else \
-        torch.zeros(0, dtype=torch.float64)
+    flat = (
+        torch.cat([state[n].detach().to("cpu", torch.float64).flatten() for n in names])
+        if names
+        else torch.zeros(0, dtype=torch.float64)
+    )
     ref = flat.clone()
     dist.broadcast(ref, src=0, group=group.control)
     mine, offset = [], 0
     for name in names:
         size = state[name].numel()
-        a, b = flat[offset:offset + size], ref[offset:offset + size]
+        a, b = flat[offset : offset + size], ref[offset : offset + size]
         offset += size
         diff = float((a - b).abs().max()) if size else 0.0
         r, t = tolerances(state[name].dtype, rtol, atol)
@@ -85,8 +89,15 @@ def tolerance_said(rtol: float | None, atol: float | None) -> str:
     return f"atol={'dtype default' if atol is None else f'{atol:g}'} rtol={'dtype default' if rtol is None else f'{rtol:g}'}"
 
 
-def sync_row(check: str, twin: str, drifts: list[Drift], world_size: int, rtol: float | None,
-             atol: float | None, after: str = "step") -> Row:
+def sync_row(
+    check: str,
+    twin: str,
+    drifts: list[Drift],
+    world_size: int,
+    rtol: float | None,
+    atol: float | None,
+    after: str = "step",
+) -> Row:
     """One ``rank sync`` row for ``twin`` over the steps of a check (rank 0).
 
     Judged ``== 0`` on the number of (rank, tensor) pairs out of tolerance at the first step with a
@@ -96,21 +107,35 @@ def sync_row(check: str, twin: str, drifts: list[Drift], world_size: int, rtol: 
     steps = f"after each of {len(drifts)} step(s)" if len(drifts) > 1 else f"after the {after}"
     if first is None:
         worst = max((d.max_abs for d in drifts), default=0.0)
-        detail = (f"every parameter and buffer of the {twin} twin is the same on all {world_size} ranks {steps} "
-                  + ("(bitwise equal)" if worst == 0 else f"(max abs difference {worst:.3g}, within tolerance)"))
+        detail = f"every parameter and buffer of the {twin} twin is the same on all {world_size} ranks {steps} " + (
+            "(bitwise equal)" if worst == 0 else f"(max abs difference {worst:.3g}, within tolerance)"
+        )
         value, bitwise = 0.0, worst == 0
     else:
         rank, name, diff = first.drifting[0]
         ranks = sorted({r for r, _, _ in first.drifting})
         when = f"step {first.step}" if len(drifts) > 1 else f"the {after}"
-        detail = (f"the ranks drift apart in the {twin} twin after {when}: {name} differs between rank 0 and "
-                  f"rank {rank} by {diff:.3g} ({tolerance_said(rtol, atol)}); {len(first.drifting)} tensor(s) on rank(s) "
-                  f"{', '.join(map(str, ranks))} out of tolerance; a gradient that was never all-reduced (a bucket DDP "
-                  "did not reduce) is the usual cause")
+        detail = (
+            f"the ranks drift apart in the {twin} twin after {when}: {name} differs between rank 0 and "
+            f"rank {rank} by {diff:.3g} ({tolerance_said(rtol, atol)}); {len(first.drifting)} tensor(s) on rank(s) "
+            f"{', '.join(map(str, ranks))} out of tolerance; a gradient that was never all-reduced (a bucket DDP "
+            "did not reduce) is the usual cause"
+        )
         value, bitwise = float(len(first.drifting)), False
         if twin in BASELINE_TWINS:
             detail += "; the plain twin itself drifts, so recompute cannot be judged under this wrapping"
-    return Row(check=check, item=f"rank sync ({twin})", variant=twin, metric="tensors_out_of_sync", value=value,
-               threshold="0", comparator="==", detail=detail, role=Role.RANK_SYNC, unit="tensors",
-               threshold_value=0.0, on_miss=INCONCLUSIVE if twin in BASELINE_TWINS else FAIL,
-               extra={"twin": twin, "bitwise_equal": bitwise, "first_drift_step": first.step if first else None})
+    return Row(
+        check=check,
+        item=f"rank sync ({twin})",
+        variant=twin,
+        metric="tensors_out_of_sync",
+        value=value,
+        threshold="0",
+        comparator="==",
+        detail=detail,
+        role=Role.RANK_SYNC,
+        unit="tensors",
+        threshold_value=0.0,
+        on_miss=INCONCLUSIVE if twin in BASELINE_TWINS else FAIL,
+        extra={"twin": twin, "bitwise_equal": bitwise, "first_drift_step": first.step if first else None},
+    )

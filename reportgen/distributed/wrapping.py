@@ -12,6 +12,7 @@ by class or path is the recompute wrapper when the wrapper sits at that module's
 unit boundary is the same in both twins, as torchtitan shards its wrapped blocks); a unit
 inside a recomputed block is sharded inside the recomputed region.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -80,16 +81,25 @@ def wrap_ddp(model: nn.Module, dc: Any, group: Group) -> nn.Module:
 
 
 #: ``DistributedDataParallel``'s own defaults (torch 2.x signature).
-DDP_DEFAULTS = {"find_unused_parameters": False, "static_graph": False, "gradient_as_bucket_view": False,
-                "broadcast_buffers": True, "bucket_cap_mb": None}
+DDP_DEFAULTS = {
+    "find_unused_parameters": False,
+    "static_graph": False,
+    "gradient_as_bucket_view": False,
+    "broadcast_buffers": True,
+    "bucket_cap_mb": None,
+}
 
 
 def ddp_kwargs(dc: Any) -> dict[str, Any]:
     """The keyword arguments given to ``DistributedDataParallel``."""
     d = dc.ddp
-    return {"find_unused_parameters": bool(d.find_unused_parameters), "static_graph": bool(d.static_graph),
-            "gradient_as_bucket_view": bool(d.gradient_as_bucket_view), "broadcast_buffers": bool(d.broadcast_buffers),
-            "bucket_cap_mb": None if d.bucket_cap_mb is None else float(d.bucket_cap_mb)}
+    return {
+        "find_unused_parameters": bool(d.find_unused_parameters),
+        "static_graph": bool(d.static_graph),
+        "gradient_as_bucket_view": bool(d.gradient_as_bucket_view),
+        "broadcast_buffers": bool(d.broadcast_buffers),
+        "bucket_cap_mb": None if d.bucket_cap_mb is None else float(d.bucket_cap_mb),
+    }
 
 
 def wrap_fsdp2(model: nn.Module, dc: Any, target_paths: list[str], group: Group) -> nn.Module:
@@ -103,8 +113,9 @@ def wrap_fsdp2(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
 
     kwargs: dict[str, Any] = {"mesh": mesh_of(group), "reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
     if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_dtype(dc.fsdp.param_dtype),
-                                                   reduce_dtype=_dtype(dc.fsdp.reduce_dtype))
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=_dtype(dc.fsdp.param_dtype), reduce_dtype=_dtype(dc.fsdp.reduce_dtype)
+        )
     for _, module in _units(model, dc, target_paths):
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
@@ -115,8 +126,10 @@ def _units(model: nn.Module, dc: Any, target_paths: list[str]) -> list[tuple[str
     patterns = unit_patterns(dc, target_paths)
     units = unit_modules(model, patterns)
     if patterns and not units:
-        raise ValueError(f"distributed.fsdp.units={patterns} matches no module of the model; name module classes "
-                         "(Block) or plain module-path globs (blocks.*)")
+        raise ValueError(
+            f"distributed.fsdp.units={patterns} matches no module of the model; name module classes "
+            "(Block) or plain module-path globs (blocks.*)"
+        )
     return units
 
 
@@ -134,10 +147,15 @@ def wrap_fsdp1(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
     if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
         precision = MixedPrecision(param_dtype=_dtype(dc.fsdp.param_dtype), reduce_dtype=_dtype(dc.fsdp.reduce_dtype))
     # device_id given on every device: without it FSDP1 refuses a CPU-only machine (gloo ranks on CPU)
-    return FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=precision, device_id=group.device,
-                                    use_orig_params=bool(dc.fsdp1.use_orig_params),
-                                    sharding_strategy=ShardingStrategy[str(dc.fsdp1.sharding_strategy)],
-                                    sync_module_states=bool(dc.fsdp1.sync_module_states))
+    return FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=policy,
+        mixed_precision=precision,
+        device_id=group.device,
+        use_orig_params=bool(dc.fsdp1.use_orig_params),
+        sharding_strategy=ShardingStrategy[str(dc.fsdp1.sharding_strategy)],
+        sync_module_states=bool(dc.fsdp1.sync_module_states),
+    )
 
 
 def wrap_custom(model: nn.Module, dc: Any, group: Group) -> nn.Module:
@@ -179,10 +197,12 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
         return {f"ddp.{k}": ("torch default (25 MiB)" if v is None else v) for k, v in ddp_kwargs(dc).items()}
     if strategy == "custom":
         return {"wrap": str(dc.wrap)}
-    said = {"fsdp.units": ", ".join(unit_patterns(dc, target_paths)) + ("" if dc.fsdp.units is not None
-                                                                      else " (the recompute targets)"),
-            "fsdp.param_dtype": dc.fsdp.param_dtype or "the model's", "fsdp.reduce_dtype": dc.fsdp.reduce_dtype or
-            "the parameters'"}
+    said = {
+        "fsdp.units": ", ".join(unit_patterns(dc, target_paths))
+        + ("" if dc.fsdp.units is not None else " (the recompute targets)"),
+        "fsdp.param_dtype": dc.fsdp.param_dtype or "the model's",
+        "fsdp.reduce_dtype": dc.fsdp.reduce_dtype or "the parameters'",
+    }
     if strategy == "fsdp2":
         return said | {"fsdp.reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
     return said | {f"fsdp1.{k}": dc.fsdp1[k] for k in ("use_orig_params", "sharding_strategy", "sync_module_states")}
@@ -190,11 +210,16 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
 
 def wrap_order(dc: Any) -> str:
     """The order in which each twin is made, for page 1."""
-    spread = {"ddp": "DistributedDataParallel", "fsdp2": "fully_shard on each unit, then the root",
-              "fsdp1": "FullyShardedDataParallel with an auto-wrap policy over the units",
-              "custom": f"your {dc.wrap}(model, mesh)"}[strategy_name(dc)]
-    return (f"build from the shared initial weights → recompute applied to the recompute twin's targets → {spread}; "
-            "the same calls on both twins")
+    spread = {
+        "ddp": "DistributedDataParallel",
+        "fsdp2": "fully_shard on each unit, then the root",
+        "fsdp1": "FullyShardedDataParallel with an auto-wrap policy over the units",
+        "custom": f"your {dc.wrap}(model, mesh)",
+    }[strategy_name(dc)]
+    return (
+        f"build from the shared initial weights → recompute applied to the recompute twin's targets → {spread}; "
+        "the same calls on both twins"
+    )
 
 
 def spread_twin(setup: Any, group: Group, recompute: bool) -> nn.Module:

@@ -16,6 +16,7 @@ et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §
 (``s`` sequence, ``b`` batch, ``h`` width, ``a`` heads), and ``2sbh`` per layer under full
 recomputation.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,14 +32,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from reportgen.errors import UsageError
 from reportgen.config import RecomputeMethod
-from reportgen.memory.saved import SavedActivations, saved_activation_bytes
+from reportgen.errors import UsageError
 from reportgen.memory.peak import StepPeak, warm_step_peak
-from reportgen.twins.recompute import apply_recompute, find_targets
-from reportgen.twins.setup import DTYPES, Setup, autocast_forward
+from reportgen.memory.saved import SavedActivations, saved_activation_bytes
 from reportgen.structure import describe, named_tensors
 from reportgen.tasks import batch_to
+from reportgen.twins.recompute import apply_recompute, find_targets
+from reportgen.twins.setup import DTYPES, Setup, autocast_forward
 
 log = logging.getLogger("reportgen")
 
@@ -64,8 +65,12 @@ class NotEstimableError(Exception):
 FAKE_KERNEL_DTYPE = "bfloat16"
 
 #: Exception class names (torch's fake-tensor internals) that mean "the code read a tensor's values".
-DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException", "GuardOnDataDependentSymNode",
-                  "UnsupportedOperatorException")
+DATA_DEPENDENT = (
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+    "GuardOnDataDependentSymNode",
+    "UnsupportedOperatorException",
+)
 
 
 def fake_failure(exc: BaseException) -> str:
@@ -73,13 +78,19 @@ def fake_failure(exc: BaseException) -> str:
     names = {type(e).__name__ for e in _chain(exc)}
     text = " ".join(str(e) for e in _chain(exc))
     if names & set(DATA_DEPENDENT) or "data-dependent" in text or "data dependent" in text:
-        return ("the model's code reads tensor values while it is built or run (.item(), torch.allclose, a shape that "
-                "depends on the data, e.g. routing to experts), and fake tensors have shapes but no values")
+        return (
+            "the model's code reads tensor values while it is built or run (.item(), torch.allclose, a shape that "
+            "depends on the data, e.g. routing to experts), and fake tensors have shapes but no values"
+        )
     if "Expected inputs of BF16" in text:
-        return (f"a shape-only kernel the model uses (torch._grouped_mm, mixture-of-experts layers) accepts only "
-                f"{FAKE_KERNEL_DTYPE}")
-    return ("an operation of the model has no shape-only (fake-tensor) kernel in this torch, or fails on one; "
-            "the run's log has the exception")
+        return (
+            f"a shape-only kernel the model uses (torch._grouped_mm, mixture-of-experts layers) accepts only "
+            f"{FAKE_KERNEL_DTYPE}"
+        )
+    return (
+        "an operation of the model has no shape-only (fake-tensor) kernel in this torch, or fails on one; "
+        "the run's log has the exception"
+    )
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -208,7 +219,9 @@ def validate_overrides(overrides: Any) -> dict[str, Any]:
     Raises:
         EstimateConfigError: an unknown key, or a dtype reportgen does not know.
     """
-    plain = OmegaConf.to_container(overrides, resolve=True) if isinstance(overrides, DictConfig) else dict(overrides or {})
+    plain = (
+        OmegaConf.to_container(overrides, resolve=True) if isinstance(overrides, DictConfig) else dict(overrides or {})
+    )
     unknown = set(plain) - ESTIMATE_KEYS
     if unknown:
         raise EstimateConfigError(f"memory.estimate: unknown key(s) {sorted(unknown)}; use {sorted(ESTIMATE_KEYS)}")
@@ -217,8 +230,9 @@ def validate_overrides(overrides: Any) -> dict[str, Any]:
     return plain
 
 
-def transformer_shape(model: nn.Module, inputs: Any, wrapped_paths: list[str],
-                      dtype: torch.dtype) -> TransformerShape | None:
+def transformer_shape(
+    model: nn.Module, inputs: Any, wrapped_paths: list[str], dtype: torch.dtype
+) -> TransformerShape | None:
     """Korthikanti symbols when ``model`` looks like a transformer stack, else None.
 
     Transformer-shaped means: the inputs are ``[batch, seq, ...]``, and the first wrapped
@@ -243,8 +257,9 @@ def transformer_shape(model: nn.Module, inputs: Any, wrapped_paths: list[str],
             width = int(module.normalized_shape[-1])
     if heads is None or width is None:
         return None
-    return TransformerShape(s=int(inputs.shape[1]), b=int(inputs.shape[0]), h=width, a=heads,
-                            element_bytes=dtype.itemsize, layernorms=norms)
+    return TransformerShape(
+        s=int(inputs.shape[1]), b=int(inputs.shape[0]), h=width, a=heads, element_bytes=dtype.itemsize, layernorms=norms
+    )
 
 
 @contextlib.contextmanager
@@ -319,24 +334,37 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
             if recompute:
                 apply_recompute(model, cfg.recompute)
             else:  # the target shape may have another depth: find the wrapped paths on this model
-                paths = ([w.path for w in setup.wrapped] if cfg.recompute.method == RecomputeMethod.model_switch
-                         else [w.path for w in find_targets(model, list(cfg.recompute.targets))])
+                paths = (
+                    [w.path for w in setup.wrapped]
+                    if cfg.recompute.method == RecomputeMethod.model_switch
+                    else [w.path for w in find_targets(model, list(cfg.recompute.targets))]
+                )
                 shape = transformer_shape(model, batch[0], paths, dtype)
             if setup.autocast_dtype is not None:  # the same precision as the measured twins
                 model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
             saved[recompute] = saved_activation_bytes(model.train(), batch, task.loss, cfg.forward_seed, paths)
             if not peak_error:
                 try:
-                    peaks[recompute] = warm_step_peak(model, batch, task.loss, cfg.budget.optimizer, cfg.forward_seed,
-                                                      warm_steps=0)
+                    peaks[recompute] = warm_step_peak(
+                        model, batch, task.loss, cfg.budget.optimizer, cfg.forward_seed, warm_steps=0
+                    )
                 except Exception as exc:  # noqa: BLE001 - the saved-bytes estimate stands on its own
                     log.info("step peak estimate on fake tensors failed", exc_info=True)
                     peak_error = fake_failure(exc)
             del model
         inputs = describe(batch[0])
-    return Estimate(inputs, over, saved[False], saved[True], shape, dtype_name, paths,
-                    peaks.get(False) if not peak_error else None, peaks.get(True) if not peak_error else None,
-                    peak_error)
+    return Estimate(
+        inputs,
+        over,
+        saved[False],
+        saved[True],
+        shape,
+        dtype_name,
+        paths,
+        peaks.get(False) if not peak_error else None,
+        peaks.get(True) if not peak_error else None,
+        peak_error,
+    )
 
 
 def dropout_mask_bytes(device: torch.device, element_bytes: int) -> int:

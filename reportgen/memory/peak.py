@@ -27,12 +27,14 @@ Known limits (MemTracker's docstring): tensors created under ``no_dispatch`` and
 resized outside ``UntypedStorage.resize_`` are not seen; fragmentation and the caching
 allocator's reserve are not tensors and are never counted here.
 """
+
 from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -41,8 +43,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.utils._pytree import tree_leaves
 
 from reportgen.memory.saved import REST, SavedActivations, make_train_step
-from reportgen.twins.recompute import plain_name
 from reportgen.tasks import Batch
+from reportgen.twins.recompute import plain_name
 
 #: Phases of a training step, in order (``recompute`` happens inside backward).
 PHASES = ("forward", "backward", "recompute", "optimizer step")
@@ -55,8 +57,17 @@ PHASES = ("forward", "backward", "recompute", "optimizer step")
 #: saved activations (forward outputs autograd keeps, and recompute regions' inputs),
 #: recomputed activations (created while a region's forward runs again in backward) and other
 #: activations (forward outputs nobody keeps for backward, e.g. the loss).
-CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "batch", "saved activations",
-              "recomputed activations", "other activations", "backward temporaries")
+CATEGORIES = (
+    "parameters",
+    "buffers",
+    "gradients",
+    "optimizer state",
+    "batch",
+    "saved activations",
+    "recomputed activations",
+    "other activations",
+    "backward temporaries",
+)
 
 #: Module name at a peak that happens outside every module (the loss, the optimizer).
 OUTSIDE = "(outside every module)"
@@ -125,8 +136,9 @@ class StepTracker(MemTracker):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self._regions = {module: plain_name(name) for name, module in model.named_modules()
-                         if isinstance(module, CheckpointWrapper)}
+        self._regions = {
+            module: plain_name(name) for name, module in model.named_modules() if isinstance(module, CheckpointWrapper)
+        }
         self._live: dict[str, int] = {"saved": 0}  # bytes of live marked storages: "saved", "recomputed <region>"
         self._marked: set[int] = set()  # id(storage object) of marked storages (each counted once)
         self._handles: list[Any] = []
@@ -171,7 +183,7 @@ class StepTracker(MemTracker):
                 self._mark("saved", leaf)
 
     # -- MemTracker extension points -------------------------------------------------------
-    def __enter__(self) -> "StepTracker":
+    def __enter__(self) -> StepTracker:
         super().__enter__()
         if self._depth == 1:
             self._handles = [m.register_forward_pre_hook(self._region_inputs, with_kwargs=True) for m in self._regions]
@@ -197,12 +209,14 @@ class StepTracker(MemTracker):
                 # a non-leaf parameter (FSDP1's use_orig_params view of its flat parameter) takes no
                 # post-accumulate hook; its gradient is counted on the flat parameter FSDP1 owns
                 if param.requires_grad and param.is_leaf and self._param_to_grad_hook_handles.get(param) is None:
+
                     def on_grad(grad: Tensor) -> None:
                         self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
 
                     self._param_to_grad_hook_handles[param] = (
                         param.register_hook(on_grad),
-                        param.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad)))
+                        param.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad)),
+                    )
         return sizes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105 - MemTracker's
@@ -279,13 +293,27 @@ class StepTracker(MemTracker):
         saved = min(live["saved"], activations)
         recomputed = min(sum(by_region.values()), activations - saved)
         categories = {
-            "parameters": int(snap.get(_MemRefType.PARAM, 0)), "buffers": int(snap.get(_MemRefType.BUFFER, 0)),
-            "gradients": int(snap.get(_MemRefType.GRAD, 0)), "optimizer state": int(snap.get(_MemRefType.OPT, 0)),
-            "batch": int(snap.get(_MemRefType.OTH, 0)), "saved activations": saved,
-            "recomputed activations": recomputed, "other activations": activations - saved - recomputed,
-            "backward temporaries": int(snap.get(_MemRefType.TEMP, 0))}
-        return StepPeak(int(self._peak_mem[device]), int(baseline_bytes), phase, module, region, categories,
-                        str(device), by_region, phase_peaks=dict(self._phase_peaks.get(device, {})))
+            "parameters": int(snap.get(_MemRefType.PARAM, 0)),
+            "buffers": int(snap.get(_MemRefType.BUFFER, 0)),
+            "gradients": int(snap.get(_MemRefType.GRAD, 0)),
+            "optimizer state": int(snap.get(_MemRefType.OPT, 0)),
+            "batch": int(snap.get(_MemRefType.OTH, 0)),
+            "saved activations": saved,
+            "recomputed activations": recomputed,
+            "other activations": activations - saved - recomputed,
+            "backward temporaries": int(snap.get(_MemRefType.TEMP, 0)),
+        }
+        return StepPeak(
+            int(self._peak_mem[device]),
+            int(baseline_bytes),
+            phase,
+            module,
+            region,
+            categories,
+            str(device),
+            by_region,
+            phase_peaks=dict(self._phase_peaks.get(device, {})),
+        )
 
     def live_bytes(self, device: torch.device) -> int:
         """Live tensor bytes the tracker counts on ``device`` now, B."""
@@ -299,8 +327,14 @@ def _device_key(device: torch.device) -> torch.device:
     return device
 
 
-def warm_step_peak(model: nn.Module, batch: Batch, loss_fn: Callable[[Tensor, Tensor], Tensor], optimizer_cfg: Any,
-                   forward_seed: int | None, warm_steps: int = 1) -> StepPeak:
+def warm_step_peak(
+    model: nn.Module,
+    batch: Batch,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    optimizer_cfg: Any,
+    forward_seed: int | None,
+    warm_steps: int = 1,
+) -> StepPeak:
     """Peak live tensor bytes of one warm training step of ``model``: forward, loss, backward,
     optimizer step, ``zero_grad(set_to_none=True)``.
 
@@ -349,9 +383,11 @@ def warm_step_peak(model: nn.Module, batch: Batch, loss_fn: Callable[[Tensor, Te
     peak = tracker.step_peak(device, baseline)
     if cuda:
         torch.cuda.synchronize(device)
-        peak.cuda = {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
-                     "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
-                     "baseline_allocated_bytes": int(allocated_before)}
+        peak.cuda = {
+            "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+            "baseline_allocated_bytes": int(allocated_before),
+        }
     return peak
 
 
@@ -379,29 +415,50 @@ def increase_cause(plain: SavedActivations, rec: SavedActivations, classes: dict
     """
     classes = classes or {}
     order = {p: i for i, p in enumerate(plain.per_module)}
-    grown = sorted(((rec.caused_by(p) - plain.caused_by(p), p) for p in plain.per_module if p != REST),
-                   key=lambda item: (-item[0], order[item[1]]))  # largest first, then in model order
+    grown = sorted(
+        ((rec.caused_by(p) - plain.caused_by(p), p) for p in plain.per_module if p != REST),
+        key=lambda item: (-item[0], order[item[1]]),
+    )  # largest first, then in model order
     grown = [(delta, p) for delta, p in grown if delta > 0]
     if not grown:
         return f"the increase is outside every wrapped module ({REST})"
-    names = ", ".join(f"{p} ({classes[p]})" if p in classes else p for _, p in grown[:4]) + (f" and {len(grown) - 4} more" if len(grown) > 4 else "")
+    names = ", ".join(f"{p} ({classes[p]})" if p in classes else p for _, p in grown[:4]) + (
+        f" and {len(grown) - 4} more" if len(grown) > 4 else ""
+    )
     outputs = sum(rec.produced_by.get(p, 0) for _, p in grown)
-    why = (": each region keeps its input for the recompute while the layer after it still keeps its output"
-           if outputs else "")
-    return (f"the increase ({format_bytes(sum(d for d, _ in grown))}) comes from the wrapped module(s) {names}{why}; "
-            "recompute larger blocks (e.g. whole layers) instead")
+    why = (
+        ": each region keeps its input for the recompute while the layer after it still keeps its output"
+        if outputs
+        else ""
+    )
+    return (
+        f"the increase ({format_bytes(sum(d for d, _ in grown))}) comes from the wrapped module(s) {names}{why}; "
+        "recompute larger blocks (e.g. whole layers) instead"
+    )
 
 
-def peak_sentence(plain: StepPeak, rec: StepPeak, share: float, share_min: float,
-                  saved: dict[str, SavedActivations] | None, classes: dict[str, str] | None = None) -> str:
+def peak_sentence(
+    plain: StepPeak,
+    rec: StepPeak,
+    share: float,
+    share_min: float,
+    saved: dict[str, SavedActivations] | None,
+    classes: dict[str, str] | None = None,
+) -> str:
     """The verdict row's detail: the peak saving, or the increase and who causes it, or why
     recompute does not lower the peak and what to change."""
-    both = (f"{format_bytes(plain.peak_bytes)} plain ({where(plain)}) → {format_bytes(rec.peak_bytes)} recompute "
-            f"({where(rec)})")
+    both = (
+        f"{format_bytes(plain.peak_bytes)} plain ({where(plain)}) → {format_bytes(rec.peak_bytes)} recompute "
+        f"({where(rec)})"
+    )
     if share >= share_min:
         return f"recompute lowers the step's peak by {share:.1%} ({format_bytes(plain.peak_bytes - rec.peak_bytes)}): {both}"
     if rec.peak_bytes > plain.peak_bytes:
-        cause = increase_cause(saved["plain"], saved["recompute"], classes) if saved else "the saved-bytes measurement failed"
+        cause = (
+            increase_cause(saved["plain"], saved["recompute"], classes)
+            if saved
+            else "the saved-bytes measurement failed"
+        )
         return f"{-share:+.1%}: recompute costs memory here: the step's peak rises, {both}; {cause}"
     head = f"recompute does not lower the step's peak (by {share:.1%}, threshold {share_min:.1%}): {both}"
     region = rec.largest_region()
@@ -413,13 +470,19 @@ def peak_sentence(plain: StepPeak, rec: StepPeak, share: float, share_min: float
         else:  # a model's own switch: compare with the activations alive at the plain peak
             acts = plain.categories["saved activations"] + plain.categories["other activations"]
             held_share = nbytes / acts if acts else 1.0
-        return (f"{head}; one region ({path}) holds {held_share:.0%} of the activations and is recomputed at once, so "
-                f"backward brings {format_bytes(nbytes)} of them back together; split it (e.g. one region per layer)")
+        return (
+            f"{head}; one region ({path}) holds {held_share:.0%} of the activations and is recomputed at once, so "
+            f"backward brings {format_bytes(nbytes)} of them back together; split it (e.g. one region per layer)"
+        )
     if plain.phase == "optimizer step" and rec.phase == "optimizer step":
         fixed = sum(rec.categories[c] for c in ("parameters", "buffers", "gradients", "optimizer state"))
-        return (f"{head}; both peaks are in the optimizer step, where parameters, gradients and optimizer state "
-                f"({format_bytes(fixed)}) are alive and no activation is: recompute cannot lower it at this batch; "
-                "activations set the peak only at a larger batch or sequence")
+        return (
+            f"{head}; both peaks are in the optimizer step, where parameters, gradients and optimizer state "
+            f"({format_bytes(fixed)}) are alive and no activation is: recompute cannot lower it at this batch; "
+            "activations set the peak only at a larger batch or sequence"
+        )
     acts = sum(rec.categories[c] for c in ("saved activations", "recomputed activations", "other activations"))
-    return (f"{head}; at the recompute peak {format_bytes(acts)} are activations and "
-            f"{format_bytes(rec.peak_bytes - acts)} weights, gradients, optimizer state, batch and backward temporaries")
+    return (
+        f"{head}; at the recompute peak {format_bytes(acts)} are activations and "
+        f"{format_bytes(rec.peak_bytes - acts)} weights, gradients, optimizer state, batch and backward temporaries"
+    )

@@ -24,13 +24,15 @@ measure memory in runs separate from the parity runs (docs/architecture.md).
 Also the training-step helpers every measuring check shares: :func:`make_train_step`,
 :func:`training_optimizer` and :func:`cuda_step_peaks`.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
 import gc
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from hydra.utils import instantiate
@@ -38,10 +40,10 @@ from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
-from reportgen.twins.recompute import plain_name
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
+from reportgen.twins.recompute import plain_name
 
 if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
     from reportgen.twins.setup import Setup
@@ -151,8 +153,13 @@ def _selective_saved(storage: dict) -> Iterable[Tensor]:
                     yield leaf
 
 
-def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, Tensor], Tensor],
-                           forward_seed: int | None, module_paths: list[str]) -> SavedActivations:
+def saved_activation_bytes(
+    model: nn.Module,
+    batch,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    forward_seed: int | None,
+    module_paths: list[str],
+) -> SavedActivations:
     """Bytes of the tensors autograd keeps for backward after ``loss_fn(model(x), y)``.
 
     Runs one forward and the loss on clones of ``batch`` (no backward; the graph is dropped
@@ -199,6 +206,7 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
         def hook(module, args, kwargs):
             for leaf in tree_leaves((args, kwargs)):
                 ledger.add(leaf, name if name in paths else owner())
+
         return hook
 
     for raw_name, module in model.named_modules():
@@ -209,7 +217,10 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
             if isinstance(fn, functools.partial) and fn.keywords.get("context_fn") is not None:
                 restore.append((module, fn))
                 module.checkpoint_fn = functools.partial(
-                    fn.func, *fn.args, **{**fn.keywords, "context_fn": _tracking_context_fn(fn.keywords["context_fn"], contexts, owner)})
+                    fn.func,
+                    *fn.args,
+                    **{**fn.keywords, "context_fn": _tracking_context_fn(fn.keywords["context_fn"], contexts, owner)},
+                )
         if name in paths:
             handles.append(module.register_forward_pre_hook(push(name)))
             handles.append(module.register_forward_hook(pop, always_call=True))
@@ -242,8 +253,9 @@ def saved_activation_bytes(model: nn.Module, batch, loss_fn: Callable[[Tensor, T
     return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts, produced_by)
 
 
-def make_train_step(model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any,
-                    forward_seed: int | None = None) -> Callable[[], None]:
+def make_train_step(
+    model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any, forward_seed: int | None = None
+) -> Callable[[], None]:
     """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
 
     Gradients are freed at the end of each step, so between steps only weights and optimizer
@@ -301,8 +313,13 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
     gc.collect()
     torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
     model = setup.build(recompute)
-    step = make_train_step(model, setup.batch if batch is None else batch, setup.task.loss, training_optimizer(setup),
-                           setup.cfg.forward_seed)
+    step = make_train_step(
+        model,
+        setup.batch if batch is None else batch,
+        setup.task.loss,
+        training_optimizer(setup),
+        setup.cfg.forward_seed,
+    )
     for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
         step()
     torch.cuda.synchronize(device)
@@ -310,9 +327,11 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
     torch.cuda.reset_peak_memory_stats(device)
     step()
     torch.cuda.synchronize(device)
-    peaks = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
-             "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
-             "baseline_allocated_bytes": baseline}
+    peaks = {
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
+        "baseline_allocated_bytes": baseline,
+    }
     del model, step
     gc.collect()
     torch.cuda.empty_cache()

@@ -1,4 +1,5 @@
 """The tutorial's feed-forward block: Linear(12, 24), ReLU, Dropout(0.2), Linear(24, 12)."""
+
 from __future__ import annotations
 
 import torch

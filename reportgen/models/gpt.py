@@ -1,4 +1,5 @@
 """A small decoder-only transformer (pre-norm, causal self-attention, dropout), nanoGPT-style."""
+
 from __future__ import annotations
 
 import torch
@@ -54,8 +55,9 @@ class GPT(nn.Module):
         p: dropout probability.
     """
 
-    def __init__(self, vocab_size: int, block_size: int = 64, width: int = 128, depth: int = 4,
-                 heads: int = 4, p: float = 0.1):
+    def __init__(
+        self, vocab_size: int, block_size: int = 64, width: int = 128, depth: int = 4, heads: int = 4, p: float = 0.1
+    ):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab_size, width), nn.Embedding(block_size, width)
         self.drop = nn.Dropout(p)

@@ -1,4 +1,5 @@
 """Residual MLP blocks with dropout, a classifier of 8×8 digits images."""
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,15 @@ class DigitsMLP(nn.Module):
         classes: output classes.
     """
 
-    def __init__(self, in_features: int = 64, width: int = 128, depth: int = 4, hidden: int = 512,
-                 p: float = 0.1, classes: int = 10):
+    def __init__(
+        self,
+        in_features: int = 64,
+        width: int = 128,
+        depth: int = 4,
+        hidden: int = 512,
+        p: float = 0.1,
+        classes: int = 10,
+    ):
         super().__init__()
         self.embed = nn.Linear(in_features, width)
         self.blocks = nn.Sequential(*[ResidualMLPBlock(width, hidden, p) for _ in range(depth)])

@@ -6,15 +6,17 @@ detail says "Likely cause: ... Fix: ...". The rules are ordered; the first whose
 present wins, so a forward that already differs (the loss itself) is named before anything
 that follows from it. It is a diagnosis, stated as "likely": the rows hold the evidence.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from reportgen.twins.recompute import RETURNED_LEAF
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
 from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, TWIN, Role, Row
+from reportgen.twins.recompute import RETURNED_LEAF
 from reportgen.twins.setup import CACHE_WRITTEN_AGAIN
 
 BAD = (FAIL, ERROR, INCONCLUSIVE)
@@ -41,15 +43,18 @@ def _raised(rows: list[Row], *words: str) -> bool:
 
 
 def _lost_grads(rows: list[Row], s: dict[str, Any]) -> bool:
-    return any(r.extra.get("recompute_value") == "None" for r in rows if r.status in BAD) or \
-        any(r.role == Role.LOST_GRADIENTS and r.status in BAD for r in rows) or \
-        _raised(rows, "does not require grad")
+    return (
+        any(r.extra.get("recompute_value") == "None" for r in rows if r.status in BAD)
+        or any(r.role == Role.LOST_GRADIENTS and r.status in BAD for r in rows)
+        or _raised(rows, "does not require grad")
+    )
 
 
 def _failed_ranks(rows: list[Row]) -> list[int]:
     """Ranks of a sharded run whose own process raised, crashed or hung (ERROR rows with a rank)."""
-    return sorted({int(r.extra["rank"]) for r in rows if r.role == Role.EXCEPTION and r.status in BAD
-                   and "rank" in r.extra})
+    return sorted(
+        {int(r.extra["rank"]) for r in rows if r.role == Role.EXCEPTION and r.status in BAD and "rank" in r.extra}
+    )
 
 
 def _some_ranks_only(rows: list[Row]) -> bool:
@@ -61,45 +66,60 @@ def _some_ranks_only(rows: list[Row]) -> bool:
 
 def _cache_written_again(rows: list[Row]) -> bool:
     """A key/value cache in the output grew while backward ran (a row, or an exception's note)."""
-    return any(r.role == Role.CHANGED_IN_BACKWARD and r.status in BAD and r.extra.get("in_cache") for r in rows) or \
-        _raised(rows, CACHE_WRITTEN_AGAIN)
+    return any(
+        r.role == Role.CHANGED_IN_BACKWARD and r.status in BAD and r.extra.get("in_cache") for r in rows
+    ) or _raised(rows, CACHE_WRITTEN_AGAIN)
 
 
 #: Recompute hazards with a cause of their own (issue 16): each is matched by its own evidence, before
 #: the rules that read the symptoms they cause (a differing forward, a lost gradient, a CheckpointError).
 HAZARDS: tuple[Rule, ...] = (
-    Rule("region returned a tensor it did not create", lambda rows, s: _raised(rows, RETURNED_LEAF),
-         "a region recomputed with reentrant recompute (use_reentrant=True) returns a tensor it did not create (its own "
-         "parameter or buffer, or a graph tensor kept on an object): torch.utils.checkpoint gives that tensor the "
-         "region's grad_fn, so its backward would recompute the region again and again until memory runs out; "
-         "reportgen stopped before backward",
-         "return a new tensor from the region (t * 1 or t.clone() of the tensor t it returns now), leave that module "
-         "out of recompute.targets, or use recompute=non_reentrant (use_reentrant=False)"),
-    Rule("cache written again in recompute", lambda rows, s: _cache_written_again(rows),
-         "the forward writes a key/value cache (use_cache=True) and the recomputation runs the forward again, "
-         "appending to the cache a second time: the recomputed attention sees the keys twice, so gradients differ under "
-         "reentrant recompute and non-reentrant recompute raises on the recomputed shapes. A generic wrapper (torch's "
-         "checkpoint_wrapper, FSDP's apply_activation_checkpointing) does not turn the cache off",
-         "train with use_cache=False (model.config.use_cache=False, or use_cache=False in the forward call), or "
-         "recompute through the model's own switch (recompute.method=model_switch; Hugging Face's "
-         "gradient_checkpointing_enable() turns the cache off in training)"),
-    Rule("saved tensors read twice", lambda rows, s: _raised(rows, "already unpacked once"),
-         "a custom autograd.Function inside a recomputed region reads ctx.saved_tensors more than once in its backward; "
-         "non-reentrant recompute (use_reentrant=False) unpacks each saved tensor once and raises on the second read",
-         "read ctx.saved_tensors once in backward (x, w = ctx.saved_tensors) and reuse those names"),
-    Rule("graph tensor shared by regions", lambda rows, s: _raised(rows, "backward through the graph a second time"),
-         "a tensor of the autograd graph, computed outside the recomputed regions and kept on an object (a shared "
-         "table, a cached embedding), is read by several reentrant regions instead of being passed to them: the first "
-         "region's backward frees its graph and the next region's backward walks it again",
-         "pass the tensor to each region as an argument (forward(x, table)), or use recompute=non_reentrant "
-         "(use_reentrant=False), which follows tensors read from outside the region"),
-    Rule("retain_grad or hook in region", lambda rows, s: bool(_bad(rows, Role.RETAINED_GRAD)) or
-         _raised(rows, "retain_grad", "register a hook"),
-         "a recomputed region calls retain_grad() (or registers a tensor hook) on an intermediate tensor: under "
-         "non-reentrant recompute the recomputation rebinds the kept tensor to a recomputed one whose .grad stays "
-         "None; under reentrant recompute the forward runs without grad and the call raises",
-         "read the gradient outside the recomputed region (retain_grad() on the region's output, in the caller), or "
-         "leave that module out of recompute.targets while inspecting gradients"),
+    Rule(
+        "region returned a tensor it did not create",
+        lambda rows, s: _raised(rows, RETURNED_LEAF),
+        "a region recomputed with reentrant recompute (use_reentrant=True) returns a tensor it did not create (its own "
+        "parameter or buffer, or a graph tensor kept on an object): torch.utils.checkpoint gives that tensor the "
+        "region's grad_fn, so its backward would recompute the region again and again until memory runs out; "
+        "reportgen stopped before backward",
+        "return a new tensor from the region (t * 1 or t.clone() of the tensor t it returns now), leave that module "
+        "out of recompute.targets, or use recompute=non_reentrant (use_reentrant=False)",
+    ),
+    Rule(
+        "cache written again in recompute",
+        lambda rows, s: _cache_written_again(rows),
+        "the forward writes a key/value cache (use_cache=True) and the recomputation runs the forward again, "
+        "appending to the cache a second time: the recomputed attention sees the keys twice, so gradients differ under "
+        "reentrant recompute and non-reentrant recompute raises on the recomputed shapes. A generic wrapper (torch's "
+        "checkpoint_wrapper, FSDP's apply_activation_checkpointing) does not turn the cache off",
+        "train with use_cache=False (model.config.use_cache=False, or use_cache=False in the forward call), or "
+        "recompute through the model's own switch (recompute.method=model_switch; Hugging Face's "
+        "gradient_checkpointing_enable() turns the cache off in training)",
+    ),
+    Rule(
+        "saved tensors read twice",
+        lambda rows, s: _raised(rows, "already unpacked once"),
+        "a custom autograd.Function inside a recomputed region reads ctx.saved_tensors more than once in its backward; "
+        "non-reentrant recompute (use_reentrant=False) unpacks each saved tensor once and raises on the second read",
+        "read ctx.saved_tensors once in backward (x, w = ctx.saved_tensors) and reuse those names",
+    ),
+    Rule(
+        "graph tensor shared by regions",
+        lambda rows, s: _raised(rows, "backward through the graph a second time"),
+        "a tensor of the autograd graph, computed outside the recomputed regions and kept on an object (a shared "
+        "table, a cached embedding), is read by several reentrant regions instead of being passed to them: the first "
+        "region's backward frees its graph and the next region's backward walks it again",
+        "pass the tensor to each region as an argument (forward(x, table)), or use recompute=non_reentrant "
+        "(use_reentrant=False), which follows tensors read from outside the region",
+    ),
+    Rule(
+        "retain_grad or hook in region",
+        lambda rows, s: bool(_bad(rows, Role.RETAINED_GRAD)) or _raised(rows, "retain_grad", "register a hook"),
+        "a recomputed region calls retain_grad() (or registers a tensor hook) on an intermediate tensor: under "
+        "non-reentrant recompute the recomputation rebinds the kept tensor to a recomputed one whose .grad stays "
+        "None; under reentrant recompute the forward runs without grad and the call raises",
+        "read the gradient outside the recomputed region (retain_grad() on the region's output, in the caller), or "
+        "leave that module out of recompute.targets while inspecting gradients",
+    ),
 )
 
 
@@ -108,108 +128,173 @@ DISTRIBUTED: tuple[Rule, ...] = tuple(Rule(*rule) for rule in DIST_RULES)
 
 RULES: tuple[Rule, ...] = (
     *DISTRIBUTED,
-    Rule("a rank failed", lambda rows, s: bool(_failed_ranks(rows)),
-         "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
-         "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
-         "fix what the named rank reports (run it alone with distributed.world_size=1 first), then rerun"),
-    Rule("plain twin raised", lambda rows, s: any(r.extra.get(TWIN) == BASELINE and r.status in (ERROR, NOT_RUN)
-                                                  for r in rows),
-         "the plain twin breaks without any recomputation (it raises, e.g. in training or in the evaluation under "
-         "torch.no_grad, or cannot reach the budget), so this check has no baseline to compare with: it cannot be "
-         "judged, and the recompute twin is not blamed",
-         "fix the model, task or config until the plain twin trains and evaluates (the ERROR row has the message; a "
-         "forward that calls register_hook or retain_grad must skip it when the tensor does not require grad)"),
-    Rule("baseline recomputes", lambda rows, s: bool(_bad(rows, Role.BASELINE)),
-         "the model factory (or its config) already turns recomputation on, so the plain twin is not plain",
-         "build the model without recomputation (e.g. do not call gradient_checkpointing_enable in the factory); "
-         "reportgen turns it on in the recompute twin only"),
-    Rule("plain twin non-finite", lambda rows, s: bool(_bad(rows, Role.NONFINITE)),
-         "the plain twin itself computes NaN or Inf, and NaN is never equal to anything",
-         "fix the model, data or loss first (a log of 0, a division by 0, too high a learning rate)"),
-    Rule("plain twin not reproducible", lambda rows, s: any(r.variant == "aa" and r.status == INCONCLUSIVE for r in rows),
-         "the plain twin does not reproduce itself: the model or task uses randomness or state the run does not "
-         "control (os.urandom, the clock, a global counter, a nondeterministic kernel, a cache built at import)",
-         "make the model deterministic given the seeds (draw randomness from torch, random or numpy; on CUDA use "
-         "torch.use_deterministic_algorithms(True)), then rerun"),
+    Rule(
+        "a rank failed",
+        lambda rows, s: bool(_failed_ranks(rows)),
+        "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
+        "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
+        "fix what the named rank reports (run it alone with distributed.world_size=1 first), then rerun",
+    ),
+    Rule(
+        "plain twin raised",
+        lambda rows, s: any(r.extra.get(TWIN) == BASELINE and r.status in (ERROR, NOT_RUN) for r in rows),
+        "the plain twin breaks without any recomputation (it raises, e.g. in training or in the evaluation under "
+        "torch.no_grad, or cannot reach the budget), so this check has no baseline to compare with: it cannot be "
+        "judged, and the recompute twin is not blamed",
+        "fix the model, task or config until the plain twin trains and evaluates (the ERROR row has the message; a "
+        "forward that calls register_hook or retain_grad must skip it when the tensor does not require grad)",
+    ),
+    Rule(
+        "baseline recomputes",
+        lambda rows, s: bool(_bad(rows, Role.BASELINE)),
+        "the model factory (or its config) already turns recomputation on, so the plain twin is not plain",
+        "build the model without recomputation (e.g. do not call gradient_checkpointing_enable in the factory); "
+        "reportgen turns it on in the recompute twin only",
+    ),
+    Rule(
+        "plain twin non-finite",
+        lambda rows, s: bool(_bad(rows, Role.NONFINITE)),
+        "the plain twin itself computes NaN or Inf, and NaN is never equal to anything",
+        "fix the model, data or loss first (a log of 0, a division by 0, too high a learning rate)",
+    ),
+    Rule(
+        "plain twin not reproducible",
+        lambda rows, s: any(r.variant == "aa" and r.status == INCONCLUSIVE for r in rows),
+        "the plain twin does not reproduce itself: the model or task uses randomness or state the run does not "
+        "control (os.urandom, the clock, a global counter, a nondeterministic kernel, a cache built at import)",
+        "make the model deterministic given the seeds (draw randomness from torch, random or numpy; on CUDA use "
+        "torch.use_deterministic_algorithms(True)), then rerun",
+    ),
     *HAZARDS,
-    Rule("different forward", lambda rows, s: bool(_bad(rows, Role.LOSS)),
-         "the twins ran different forwards: the loss itself differs, before any backward or recomputation; the forward "
-         "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
-         "seeded generators, data-dependent routing)",
-         "make the forward a function of its inputs, parameters and the seeded generators only"),
-    Rule("nothing recomputes", lambda rows, s: bool(_bad(rows, Role.OBSERVED)),
-         "the configured recompute never ran: no region of the recompute twin runs its forward again in backward. "
-         "Under reentrant recompute (use_reentrant=True, the default of gradient_checkpointing_enable() in transformers 4.x; 5.x defaults to use_reentrant=False and calls enable_input_require_grads() itself) a "
-         "region whose inputs do not require grad (a frozen embedding, LoRA adapters on a frozen base) is never "
-         "recomputed and its parameters get no gradient",
-         "call model.enable_input_require_grads() before training (Hugging Face / PEFT), or use "
-         "use_reentrant=False (recompute=non_reentrant)"),
-    Rule("one rank only", lambda rows, s: _some_ranks_only(rows),
-         "recompute changes the gradients on some ranks only: the recomputed forward takes a rank-dependent path "
-         "there (a branch on the rank, per-rank state or data read again in the recomputation)",
-         "make the recomputed region a pure function of its inputs on every rank, or leave that module out of "
-         "recompute.targets"),
-    Rule("frozen input under reentrant", lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
-         "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
-         "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
-         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad (Hugging Face / "
-         "PEFT: model.enable_input_require_grads())"),
-    Rule("state changed before recompute", lambda rows, s: _raised(rows, "metadata", "CheckpointError", "recomput"),
-         "the forward depends on state that changes between the forward and its recomputation (a cache, a counter, "
-         "data-dependent routing), so the recomputed values do not match",
-         "make the recomputed region a pure function of its inputs, or leave that module out of recompute.targets"),
-    Rule("RNG not replayed", lambda rows, s: not s.get("preserve_rng_state", True) and
-         bool(_bad(rows, Role.PARAM_GRAD) or _bad(rows, Role.PARAM) or _bad(rows, Role.OUTPUT)),
-         "random ops (dropout) inside a recomputed region draw new numbers in the recomputation, because "
-         "preserve_rng_state=false does not replay the generator",
-         "set recompute.preserve_rng_state=true (torch's default)"),
-    Rule("generator drawn in region", lambda rows, s: any(r.role == Role.RNG and r.status in BAD and
-                                                          ("random." in r.item or "numpy" in r.item) for r in rows),
-         "a recomputed region draws from Python random or NumPy, which torch.utils.checkpoint does not replay: the "
-         "recomputation draws again and every later draw differs",
-         "draw randomness inside recomputed regions from torch's generator, or move the draw outside the region"),
-    Rule("running statistics", lambda rows, s: bool(_bad(rows, Role.BUFFER)),
-         "a module with running buffers (BatchNorm statistics, num_batches_tracked) sits inside a recomputed region "
-         "and updates them again in the recomputation",
-         "leave those modules out of recompute.targets, or freeze their statistics (eval mode) while recomputing"),
-    Rule("python state in forward", lambda rows, s: bool(_bad(rows, Role.ATTRIBUTE)),
-         "the forward writes Python state (a counter, a flag) that the recomputation writes again",
-         "move the update out of forward (e.g. into a hook after the optimizer step), or leave the module out of "
-         "recompute.targets"),
-    Rule("visible after a step", lambda rows, s: any(r.role == Role.FIRST_DIVERGENCE and r.value > 1 for r in rows),
-         "state read in the forward and updated after it (an observer, a running scale, a counter) is updated twice per "
-         "step under recomputation: step 1 is equal, later steps diverge",
-         "update such state outside the recomputed region (or once per step), or leave the module out of "
-         "recompute.targets"),
-    Rule("region recomputed whole", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and
-                                                        "one region (" in r.detail for r in rows),
-         "one recompute region holds most of the activations and backward recomputes it at once, so they are all "
-         "alive together again and the step's peak does not move (the saved bytes after the forward drop all the same)",
-         "split it: one region per layer (recompute.targets=[<the layer class>])"),
-    Rule("recompute costs memory", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and r.value < 0
-                                                       for r in rows),
-         "recompute keeps more than it frees: each wrapped region keeps its input for the recompute while the layer "
-         "after it still keeps its output (e.g. only activation functions are recomputed)",
-         "recompute whole layers or blocks (recompute.targets), not single cheap ops"),
-    Rule("peak in the optimizer step", lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and
-                                                           "in the optimizer step" in r.detail for r in rows),
-         "the step's peak is in the optimizer step, where parameters, gradients and optimizer state are alive and no "
-         "activation is, so recompute cannot lower it at this batch",
-         "make the memory claim at the batch and sequence length where activations set the peak, or claim no memory "
-         "saving"),
-    Rule("deadline", lambda rows, s: any(r.role in (Role.OVERHEAD, Role.MEDIAN) and r.status in BAD for r in rows),
-         "recomputation costs more step time than the configured deadline allows",
-         "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops"),
-    Rule("trained apart", lambda rows, s: any(r.role in (Role.FINAL_PARAMS, Role.METRIC_DIFF, Role.WORST) and
-                                              r.status in BAD for r in rows),
-         "the twins train apart over many steps although the checks on one batch agree: a per-step difference "
-         "accumulates (nondeterministic kernels, state updated in forward), or one switches on only after some steps "
-         "(a forward counter or schedule that recomputation advances twice per step, state kept outside module "
-         "attributes, e.g. in a global table)",
-         "if the trajectory check failed, start from its first diverging step and the state parity rows; if it passed, "
-         "the difference starts after parity.steps steps: rerun with parity.steps set to the budget's step count to "
-         "find the step, and look for state the forward counts or updates; on CUDA, try "
-         "torch.use_deterministic_algorithms(True)"),
+    Rule(
+        "different forward",
+        lambda rows, s: bool(_bad(rows, Role.LOSS)),
+        "the twins ran different forwards: the loss itself differs, before any backward or recomputation; the forward "
+        "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
+        "seeded generators, data-dependent routing)",
+        "make the forward a function of its inputs, parameters and the seeded generators only",
+    ),
+    Rule(
+        "nothing recomputes",
+        lambda rows, s: bool(_bad(rows, Role.OBSERVED)),
+        "the configured recompute never ran: no region of the recompute twin runs its forward again in backward. "
+        "Under reentrant recompute (use_reentrant=True, the default of gradient_checkpointing_enable() in "
+        "transformers 4.x; 5.x defaults to use_reentrant=False and calls enable_input_require_grads() itself) a "
+        "region whose inputs do not require grad (a frozen embedding, LoRA adapters on a frozen base) is never "
+        "recomputed and its parameters get no gradient",
+        "call model.enable_input_require_grads() before training (Hugging Face / PEFT), or use "
+        "use_reentrant=False (recompute=non_reentrant)",
+    ),
+    Rule(
+        "one rank only",
+        lambda rows, s: _some_ranks_only(rows),
+        "recompute changes the gradients on some ranks only: the recomputed forward takes a rank-dependent path "
+        "there (a branch on the rank, per-rank state or data read again in the recomputation)",
+        "make the recomputed region a pure function of its inputs on every rank, or leave that module out of "
+        "recompute.targets",
+    ),
+    Rule(
+        "frozen input under reentrant",
+        lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
+        "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
+        "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
+        "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad (Hugging Face / "
+        "PEFT: model.enable_input_require_grads())",
+    ),
+    Rule(
+        "state changed before recompute",
+        lambda rows, s: _raised(rows, "metadata", "CheckpointError", "recomput"),
+        "the forward depends on state that changes between the forward and its recomputation (a cache, a counter, "
+        "data-dependent routing), so the recomputed values do not match",
+        "make the recomputed region a pure function of its inputs, or leave that module out of recompute.targets",
+    ),
+    Rule(
+        "RNG not replayed",
+        lambda rows, s: (
+            not s.get("preserve_rng_state", True)
+            and bool(_bad(rows, Role.PARAM_GRAD) or _bad(rows, Role.PARAM) or _bad(rows, Role.OUTPUT))
+        ),
+        "random ops (dropout) inside a recomputed region draw new numbers in the recomputation, because "
+        "preserve_rng_state=false does not replay the generator",
+        "set recompute.preserve_rng_state=true (torch's default)",
+    ),
+    Rule(
+        "generator drawn in region",
+        lambda rows, s: any(
+            r.role == Role.RNG and r.status in BAD and ("random." in r.item or "numpy" in r.item) for r in rows
+        ),
+        "a recomputed region draws from Python random or NumPy, which torch.utils.checkpoint does not replay: the "
+        "recomputation draws again and every later draw differs",
+        "draw randomness inside recomputed regions from torch's generator, or move the draw outside the region",
+    ),
+    Rule(
+        "running statistics",
+        lambda rows, s: bool(_bad(rows, Role.BUFFER)),
+        "a module with running buffers (BatchNorm statistics, num_batches_tracked) sits inside a recomputed region "
+        "and updates them again in the recomputation",
+        "leave those modules out of recompute.targets, or freeze their statistics (eval mode) while recomputing",
+    ),
+    Rule(
+        "python state in forward",
+        lambda rows, s: bool(_bad(rows, Role.ATTRIBUTE)),
+        "the forward writes Python state (a counter, a flag) that the recomputation writes again",
+        "move the update out of forward (e.g. into a hook after the optimizer step), or leave the module out of "
+        "recompute.targets",
+    ),
+    Rule(
+        "visible after a step",
+        lambda rows, s: any(r.role == Role.FIRST_DIVERGENCE and r.value > 1 for r in rows),
+        "state read in the forward and updated after it (an observer, a running scale, a counter) is updated twice per "
+        "step under recomputation: step 1 is equal, later steps diverge",
+        "update such state outside the recomputed region (or once per step), or leave the module out of "
+        "recompute.targets",
+    ),
+    Rule(
+        "region recomputed whole",
+        lambda rows, s: any(
+            r.role == Role.PEAK_SAVING and r.status in BAD and "one region (" in r.detail for r in rows
+        ),
+        "one recompute region holds most of the activations and backward recomputes it at once, so they are all "
+        "alive together again and the step's peak does not move (the saved bytes after the forward drop all the same)",
+        "split it: one region per layer (recompute.targets=[<the layer class>])",
+    ),
+    Rule(
+        "recompute costs memory",
+        lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and r.value < 0 for r in rows),
+        "recompute keeps more than it frees: each wrapped region keeps its input for the recompute while the layer "
+        "after it still keeps its output (e.g. only activation functions are recomputed)",
+        "recompute whole layers or blocks (recompute.targets), not single cheap ops",
+    ),
+    Rule(
+        "peak in the optimizer step",
+        lambda rows, s: any(
+            r.role == Role.PEAK_SAVING and r.status in BAD and "in the optimizer step" in r.detail for r in rows
+        ),
+        "the step's peak is in the optimizer step, where parameters, gradients and optimizer state are alive and no "
+        "activation is, so recompute cannot lower it at this batch",
+        "make the memory claim at the batch and sequence length where activations set the peak, or claim no memory "
+        "saving",
+    ),
+    Rule(
+        "deadline",
+        lambda rows, s: any(r.role in (Role.OVERHEAD, Role.MEDIAN) and r.status in BAD for r in rows),
+        "recomputation costs more step time than the configured deadline allows",
+        "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops",
+    ),
+    Rule(
+        "trained apart",
+        lambda rows, s: any(
+            r.role in (Role.FINAL_PARAMS, Role.METRIC_DIFF, Role.WORST) and r.status in BAD for r in rows
+        ),
+        "the twins train apart over many steps although the checks on one batch agree: a per-step difference "
+        "accumulates (nondeterministic kernels, state updated in forward), or one switches on only after some steps "
+        "(a forward counter or schedule that recomputation advances twice per step, state kept outside module "
+        "attributes, e.g. in a global table)",
+        "if the trajectory check failed, start from its first diverging step and the state parity rows; if it passed, "
+        "the difference starts after parity.steps steps: rerun with parity.steps set to the budget's step count to "
+        "find the step, and look for state the forward counts or updates; on CUDA, try "
+        "torch.use_deterministic_algorithms(True)",
+    ),
 )
 
 
@@ -256,15 +341,35 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
             cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
         if rule is not None and rule.name == "a rank failed":
             fix = rank_failed_fix(rows)
-        out.append(Row(check=check, item="why it fails", variant="recompute", metric="diagnosis", status=INFO, role=Role.DIAGNOSIS,
-                       detail=f"Likely cause: {cause}. Fix: {fix}.",
-                       extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""}))
+        out.append(
+            Row(
+                check=check,
+                item="why it fails",
+                variant="recompute",
+                metric="diagnosis",
+                status=INFO,
+                role=Role.DIAGNOSIS,
+                detail=f"Likely cause: {cause}. Fix: {fix}.",
+                extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""},
+            )
+        )
     return out
 
 
 #: Roles of rows that compare one tensor (or value) between the twins.
-TENSOR_ROLES = (Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD, Role.PARAM, Role.OPTIMIZER_STATE,
-                Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.RETAINED_GRAD, Role.OUTPUT_OTHER)
+TENSOR_ROLES = (
+    Role.LOSS,
+    Role.OUTPUT,
+    Role.PARAM_GRAD,
+    Role.INPUT_GRAD,
+    Role.PARAM,
+    Role.OPTIMIZER_STATE,
+    Role.BUFFER,
+    Role.ATTRIBUTE,
+    Role.RNG,
+    Role.RETAINED_GRAD,
+    Role.OUTPUT_OTHER,
+)
 
 
 def unexplained(check: str, rows: list[Row]) -> tuple[str, str]:
@@ -275,7 +380,9 @@ def unexplained(check: str, rows: list[Row]) -> tuple[str, str]:
     said = first.detail.split("; ")[0][:160]
     what = "tensor" if first.role in TENSOR_ROLES else "failing row"
     cause = f"no known pattern matches these rows; the first differing {what} is {first.item} ({said})"
-    fix = (f"start from {first.item}, which {check} saw differ first: find what the recomputed region computes "
-           "differently for it (state read or written in the forward, randomness outside torch's generator, a "
-           "custom autograd.Function); the rows below name every tensor and both values")
+    fix = (
+        f"start from {first.item}, which {check} saw differ first: find what the recomputed region computes "
+        "differently for it (state read or written in the forward, randomness outside torch's generator, a "
+        "custom autograd.Function); the rows below name every tensor and both values"
+    )
     return cause, fix

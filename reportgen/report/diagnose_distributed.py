@@ -4,6 +4,7 @@ DDP and FSDP say what went wrong in their error messages; these rules match thos
 the rank-sync rows) and name the cause and the setting that fixes it. :func:`quote` gives the
 message of the row that matched, so page 1 and the console quote torch instead of paraphrasing it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,12 @@ from reportgen.results import BASELINE_TWINS, ERROR, FAIL, INCONCLUSIVE, PASS, R
 
 BAD = (FAIL, ERROR, INCONCLUSIVE)
 #: What DDP says when a parameter's gradient hook fires twice in one backward (torch/csrc/distributed/c10d/reducer.cpp).
-READY_TWICE = ("mark a variable ready only once", "marked ready only once", "marked as ready twice",
-               "has been marked as ready twice")
+READY_TWICE = (
+    "mark a variable ready only once",
+    "marked ready only once",
+    "marked as ready twice",
+    "has been marked as ready twice",
+)
 #: What DDP says when the previous backward left a bucket unreduced (a parameter got no gradient).
 UNFINISHED = ("Expected to have finished reduction in the prior iteration",)
 #: What torch.utils.checkpoint says when a recomputation sees other tensors than the forward did.
@@ -25,8 +30,14 @@ SINGLE_PROCESS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 
 def matching(rows: list[Row], words: tuple[str, ...]) -> Row | None:
     """The first bad exception row (of a rank) whose message holds one of ``words``."""
-    return next((r for r in rows if r.role == Role.EXCEPTION and r.status in BAD and
-                 any(w.lower() in r.detail.lower() for w in words)), None)
+    return next(
+        (
+            r
+            for r in rows
+            if r.role == Role.EXCEPTION and r.status in BAD and any(w.lower() in r.detail.lower() for w in words)
+        ),
+        None,
+    )
 
 
 def quote(row: Row) -> str:
@@ -62,37 +73,55 @@ def recompute_drift(rows: list[Row], s: dict[str, Any]) -> bool:
 
 #: ``(name, applies, cause, fix, words)``: the rules, in order; ``words`` select the row to quote.
 RULES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
-    ("DDP: parameter ready twice", ready_twice,
-     "DistributedDataParallel saw a parameter's gradient become ready twice in one backward: reentrant recompute "
-     "(use_reentrant=True) runs each region's backward separately, so with find_unused_parameters=True (which marks "
-     "the hidden parameters unused in forward) or a module applied more than once per forward, its parameters are "
-     "reduced twice",
-     "set distributed.ddp.static_graph=true (the graph is the same every iteration), or use recompute=non_reentrant "
-     "(use_reentrant=False), or distributed.ddp.find_unused_parameters=false when every parameter gets a gradient",
-     READY_TWICE),
-    ("DDP: reduction not finished", unfinished,
-     "DistributedDataParallel's previous backward left a gradient bucket unreduced: a parameter got no gradient in "
-     "that twin (a parameter the forward never uses, or the parameters of a region behind a frozen input under "
-     "reentrant recompute), so the ranks kept their own gradients and the next forward refuses to start",
-     "if the plain twin raised, the model breaks DDP by itself: set distributed.ddp.find_unused_parameters=true or "
-     "remove the unused parameter; if only the recompute twin raised, use recompute=non_reentrant or make the "
-     "region's input require grad (model.enable_input_require_grads())", UNFINISHED),
-    ("FSDP: recomputed metadata differs", fsdp_metadata,
-     "the recomputation under FSDP saw tensors of another shape or dtype than the forward: a unit's parameters were "
-     "resharded (or not yet gathered) when the region ran again, which happens when the recompute wrapper and the "
-     "FSDP unit are nested the other way round",
-     "make each recomputed block its own FSDP unit with the recompute wrapper inside it (distributed.fsdp.units = the "
-     "recompute targets, the default), or distributed.fsdp.reshard_after_forward=false", METADATA),
-    ("plain ranks drift", baseline_drift,
-     "the plain twin's ranks end a step with different parameters: its gradients were not all-reduced (a parameter "
-     "without gradient left DDP's bucket unreduced), so the baseline itself is broken under this wrapping",
-     "make plain distributed training correct first (distributed.ddp.find_unused_parameters=true, or remove "
-     "parameters the forward never uses), then rerun", ()),
-    ("recompute ranks drift", recompute_drift,
-     "the recompute twin's ranks drift apart after a step while the plain twin's stay in sync: some parameter got no "
-     "gradient under recompute, so DDP never all-reduced its bucket and each rank stepped with its own gradients",
-     "use recompute=non_reentrant (use_reentrant=False), or make each recomputed region's input require grad",
-     ()),
+    (
+        "DDP: parameter ready twice",
+        ready_twice,
+        "DistributedDataParallel saw a parameter's gradient become ready twice in one backward: reentrant recompute "
+        "(use_reentrant=True) runs each region's backward separately, so with find_unused_parameters=True (which marks "
+        "the hidden parameters unused in forward) or a module applied more than once per forward, its parameters are "
+        "reduced twice",
+        "set distributed.ddp.static_graph=true (the graph is the same every iteration), or use recompute=non_reentrant "
+        "(use_reentrant=False), or distributed.ddp.find_unused_parameters=false when every parameter gets a gradient",
+        READY_TWICE,
+    ),
+    (
+        "DDP: reduction not finished",
+        unfinished,
+        "DistributedDataParallel's previous backward left a gradient bucket unreduced: a parameter got no gradient in "
+        "that twin (a parameter the forward never uses, or the parameters of a region behind a frozen input under "
+        "reentrant recompute), so the ranks kept their own gradients and the next forward refuses to start",
+        "if the plain twin raised, the model breaks DDP by itself: set distributed.ddp.find_unused_parameters=true or "
+        "remove the unused parameter; if only the recompute twin raised, use recompute=non_reentrant or make the "
+        "region's input require grad (model.enable_input_require_grads())",
+        UNFINISHED,
+    ),
+    (
+        "FSDP: recomputed metadata differs",
+        fsdp_metadata,
+        "the recomputation under FSDP saw tensors of another shape or dtype than the forward: a unit's parameters were "
+        "resharded (or not yet gathered) when the region ran again, which happens when the recompute wrapper and the "
+        "FSDP unit are nested the other way round",
+        "make each recomputed block its own FSDP unit with the recompute wrapper inside it (distributed.fsdp.units = the "
+        "recompute targets, the default), or distributed.fsdp.reshard_after_forward=false",
+        METADATA,
+    ),
+    (
+        "plain ranks drift",
+        baseline_drift,
+        "the plain twin's ranks end a step with different parameters: its gradients were not all-reduced (a parameter "
+        "without gradient left DDP's bucket unreduced), so the baseline itself is broken under this wrapping",
+        "make plain distributed training correct first (distributed.ddp.find_unused_parameters=true, or remove "
+        "parameters the forward never uses), then rerun",
+        (),
+    ),
+    (
+        "recompute ranks drift",
+        recompute_drift,
+        "the recompute twin's ranks drift apart after a step while the plain twin's stay in sync: some parameter got no "
+        "gradient under recompute, so DDP never all-reduced its bucket and each rank stepped with its own gradients",
+        "use recompute=non_reentrant (use_reentrant=False), or make each recomputed region's input require grad",
+        (),
+    ),
 )
 
 
@@ -105,7 +134,9 @@ def single_process_passed(rows: list[Row]) -> bool:
 def rank_failed_fix(rows: list[Row]) -> str:
     """The fix for a failed rank: "run it alone" only when that would tell something new."""
     if single_process_passed(rows):
-        return ("fix what the named rank reports (its ERROR row quotes torch's message); the single-process checks "
-                "passed, so the fault lies in how the twins are spread over the ranks (distributed.strategy and its "
-                "settings), not in the model alone")
+        return (
+            "fix what the named rank reports (its ERROR row quotes torch's message); the single-process checks "
+            "passed, so the fault lies in how the twins are spread over the ranks (distributed.strategy and its "
+            "settings), not in the model alone"
+        )
     return "fix what the named rank reports (run it alone with distributed.world_size=1 first), then rerun"

@@ -139,7 +139,9 @@ def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHE
     ``same_as`` = that entry's check."""
     diagnosis = {r["check"]: r for r in frame[frame.role == Role.DIAGNOSIS].to_dict("records")}
     out = []
-    judged = frame.check.isin(required) & ~frame.role.isin([Role.DIAGNOSIS, Role.CLAUSE])  # the claim's table names clauses
+    judged = frame.check.isin(required) & ~frame.role.isin(
+        [Role.DIAGNOSIS, Role.CLAUSE]
+    )  # the claim's table names clauses
     for check, group in frame[judged].groupby("check", sort=False):
         if judged_status(group) not in (FAIL, ERROR, NOT_RUN, INCONCLUSIVE):
             continue

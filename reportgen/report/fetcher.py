@@ -8,6 +8,7 @@ or contact a server while a signed report is being made. :class:`LocalOnlyFetche
 folder) and refuses everything else; WeasyPrint then leaves that resource out and logs a
 warning, and the report still renders.
 """
+
 from __future__ import annotations
 
 import os

@@ -8,18 +8,19 @@ cannot be laid out falls back to the generic rows table (``sections/rows.html.j2
 shows every row, with a sentence saying why. Page-1 costs with a missing or non-finite
 figure become "not measured".
 """
+
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jinja2 import Environment
 
 from reportgen.checks import ROWS_TEMPLATE  # the generic rows table: every value through ``num`` (— for None)
 
 log = logging.getLogger("reportgen")
-
 
 
 def _finite(value: Any) -> bool:
@@ -42,11 +43,17 @@ def guard_sections(env: Environment, sections: list[dict]) -> list[dict]:
         try:
             env.get_template(section["template"]).render(section=section, medium="pdf")
         except Exception as exc:  # noqa: BLE001 - any template failure falls back to the table
-            log.warning("section %s: its layout failed on these rows (%s: %s); showing the rows table",
-                        section["check"], type(exc).__name__, exc)
+            log.warning(
+                "section %s: its layout failed on these rows (%s: %s); showing the rows table",
+                section["check"],
+                type(exc).__name__,
+                exc,
+            )
             section["template"] = ROWS_TEMPLATE
-            section["intro"] = (f"{section['intro']} This run left values empty that the usual layout of this "
-                                "section needs, so its rows are listed as they are (all in results.csv).").strip()
+            section["intro"] = (
+                f"{section['intro']} This run left values empty that the usual layout of this "
+                "section needs, so its rows are listed as they are (all in results.csv)."
+            ).strip()
     return sections
 
 

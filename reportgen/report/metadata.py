@@ -1,4 +1,5 @@
 """Run metadata shown in the report: the claim, environment, seeds, command, config."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,15 +17,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from reportgen import __version__
 from reportgen.results.distance import tolerances
-from reportgen.twins.recompute import use_reentrant
 from reportgen.rng import GENERATORS
+from reportgen.trust.sources import (
+    PACKAGE_DIR,
+    display_path,
+    git_repositories,
+    pythonpath_entries,
+    reportgen_sources_sha256,
+    user_source_digests,
+)
+from reportgen.twins.recompute import use_reentrant
 from reportgen.twins.setup import Setup
-from reportgen.trust.sources import (PACKAGE_DIR, display_path, git_repositories, pythonpath_entries, reportgen_sources_sha256,
-                      user_source_digests)
 
 #: Hydra's options that name the primary config; they travel into the rerun command.
-CONFIG_OPTIONS = {"--config-dir": "--config-dir", "-cd": "--config-dir", "--config-path": "--config-path",
-                  "-cp": "--config-path", "--config-name": "--config-name", "-cn": "--config-name"}
+CONFIG_OPTIONS = {
+    "--config-dir": "--config-dir",
+    "-cd": "--config-dir",
+    "--config-path": "--config-path",
+    "-cp": "--config-path",
+    "--config-name": "--config-name",
+    "-cn": "--config-name",
+}
 #: Options naming a folder relative to the working folder, shown relative to it where possible
 #: (``--config-path`` is relative to reportgen's entry module, so it is kept as given).
 FOLDER_OPTIONS = ("--config-dir",)
@@ -69,7 +82,7 @@ def relative_override(override: str, cwd: Path) -> str:
 def report_time() -> str:
     """UTC time of the run, ISO 8601; ``SOURCE_DATE_EPOCH`` (reproducible builds) wins."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch else dt.datetime.now(dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
     return when.replace(microsecond=0).isoformat()
 
 
@@ -78,10 +91,14 @@ def user_code_commit(target: str) -> str:
     or ``"not in a git repository"``."""
     try:
         source = Path(sys.modules[get_method(target).__module__].__file__).resolve().parent
-        head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if head.returncode:
             return "not in a git repository"
-        dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(source), "status", "--porcelain"], capture_output=True, text=True, timeout=10
+        )
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, AttributeError, KeyError, ImportError, subprocess.SubprocessError):
         return "unknown"
@@ -106,8 +123,12 @@ def _split_argv(args: list[str]) -> tuple[list[tuple[str, str]], list[str], bool
     return options, rest, multirun
 
 
-def rerun_command(argv: list[str] | None = None, environ: dict | None = None, cwd: Path | None = None,
-                  job_overrides: list[str] | None = None) -> str:
+def rerun_command(
+    argv: list[str] | None = None,
+    environ: dict | None = None,
+    cwd: Path | None = None,
+    job_overrides: list[str] | None = None,
+) -> str:
     """The command line that reruns this job from the folder it ran in.
 
     ``PYTHONPATH=...`` when the process had one (each folder relative to ``cwd`` when inside
@@ -177,8 +198,12 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
     own = git_repositories([PACKAGE_DIR / "__init__.py"])[0]
     if own["repository"] is not None:
         own["repository"] = display_path(own["repository"], cwd)
-    return {"user_sources": {display_path(p, cwd): d for p, d in digests.items()}, "user_repositories": repos,
-            "reportgen_sources_sha256": reportgen_sources_sha256(), "reportgen_repository": own}
+    return {
+        "user_sources": {display_path(p, cwd): d for p, d in digests.items()},
+        "user_repositories": repos,
+        "reportgen_sources_sha256": reportgen_sources_sha256(),
+        "reportgen_repository": own,
+    }
 
 
 def recompute_settings(cfg: DictConfig, setup: Setup | None = None) -> dict[str, Any]:
@@ -208,9 +233,13 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
     rc = cfg.recompute
     configured = setup.tolerance()
     rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *configured)
-    source = "configured" if cfg.parity.rtol is not None or cfg.parity.atol is not None else \
-        f"torch.testing.assert_close defaults for {cfg.dtype}" if setup.autocast_dtype is None else \
-        f"torch.testing.assert_close defaults for the autocast dtype {cfg.precision.autocast}"
+    source = (
+        "configured"
+        if cfg.parity.rtol is not None or cfg.parity.atol is not None
+        else f"torch.testing.assert_close defaults for {cfg.dtype}"
+        if setup.autocast_dtype is None
+        else f"torch.testing.assert_close defaults for the autocast dtype {cfg.precision.autocast}"
+    )
     return {
         "title": cfg.report.title,
         "created": report_time(),
@@ -227,8 +256,11 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "determinism_check": str(rc.determinism_check),
             "save_ops": list(rc.save_ops),
             "precision": cfg.dtype + (f", autocast {cfg.precision.autocast}" if cfg.precision.autocast else ""),
-            "compiled": (f"torch.compile (backend {cfg.compile.backend}) on both twins: the baseline is the compiled "
-                         "plain twin" if cfg.compile.enabled else None),
+            "compiled": (
+                f"torch.compile (backend {cfg.compile.backend}) on both twins: the baseline is the compiled plain twin"
+                if cfg.compile.enabled
+                else None
+            ),
             "device": str(setup.device),
             "method": getattr(rc.method, "value", str(rc.method)),
             "enable": rc.get("enable"),
@@ -243,7 +275,9 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "torch": torch.__version__,
             "reportgen": __version__,
             "platform": platform.platform(),
-            "device": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor() or "cpu",
+            "device": torch.cuda.get_device_name(setup.device)
+            if setup.device.type == "cuda"
+            else platform.processor() or "cpu",
             "seed": cfg.seed,
             "forward_seed": cfg.forward_seed,
             "user_code_commit": user_code_commit(cfg.model._target_),

@@ -2,6 +2,7 @@
 
 Markup lives only in templates (autoescape on, StrictUndefined); this module shapes data.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -14,22 +15,31 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
-from reportgen.paths import templates_dir
-from reportgen.checks import ROWS_TEMPLATE, section as registered_section
+from reportgen.checks import ROWS_TEMPLATE
+from reportgen.checks import section as registered_section
+from reportgen.checks.plots import section_plots
 from reportgen.claim.rows import claim_table
 from reportgen.memory.peak import CATEGORIES
-from reportgen.checks.plots import section_plots
-from reportgen.results import (INFO, PASS, SEVERITY, Role, atomic_write, check_summary,
-                      frame_to_json)
-from reportgen.report.guard import guard_costs, guard_sections
+from reportgen.paths import templates_dir
 from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
+from reportgen.report.guard import guard_costs, guard_sections
+from reportgen.results import INFO, PASS, SEVERITY, Role, atomic_write, check_summary, frame_to_json
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
-ROLE_LABELS = {Role.LOSS: "loss", Role.OUTPUT: "output tensors", Role.PARAM_GRAD: "parameter gradients",
-               Role.INPUT_GRAD: "input gradient", Role.PARAM: "parameters after the step",
-               Role.OPTIMIZER_STATE: "optimizer-state tensors", Role.BUFFER: "buffers",
-               Role.ATTRIBUTE: "plain module attributes", Role.RNG: "RNG states", Role.WARNING: "torch warnings",
-               Role.EXCEPTION: "errors", Role.SAVE_OP: "save_ops entries"}
+ROLE_LABELS = {
+    Role.LOSS: "loss",
+    Role.OUTPUT: "output tensors",
+    Role.PARAM_GRAD: "parameter gradients",
+    Role.INPUT_GRAD: "input gradient",
+    Role.PARAM: "parameters after the step",
+    Role.OPTIMIZER_STATE: "optimizer-state tensors",
+    Role.BUFFER: "buffers",
+    Role.ATTRIBUTE: "plain module attributes",
+    Role.RNG: "RNG states",
+    Role.WARNING: "torch warnings",
+    Role.EXCEPTION: "errors",
+    Role.SAVE_OP: "save_ops entries",
+}
 
 #: Failing rows shown per group of one section, worst share of its tolerance first; the rest of the
 #: group (rows that say the same thing) is one line with their count and the range of their shares,
@@ -98,8 +108,13 @@ def _long_part(part: str) -> list[str]:
 
 def environment() -> Environment:
     """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters."""
-    env = Environment(loader=FileSystemLoader(str(templates_dir())), autoescape=select_autoescape(["html", "j2"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(str(templates_dir())),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(num=fmt_num, bytes=fmt_bytes, exact=fmt_int, name=fmt_name)
     env.globals.update(R=Role, CATEGORIES=CATEGORIES, inf=math.inf)
     return env
@@ -111,11 +126,14 @@ def _records(group: pd.DataFrame) -> list[dict]:
     order = {s: i for i, s in enumerate(SEVERITY)}
     records = group.to_dict("records")
     share = pd.Series([tolerance_share(r) for r in records], index=group.index).fillna(-1)
-    group = group.assign(_sev=group.status.map(order), _share=share,
-                         _val=pd.to_numeric(group.value, errors="coerce").fillna(-1))
+    group = group.assign(
+        _sev=group.status.map(order), _share=share, _val=pd.to_numeric(group.value, errors="coerce").fillna(-1)
+    )
     group = group.sort_values(["_sev", "_share", "_val"], ascending=[True, False, False], kind="stable")
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-            for r in group.drop(columns=["_sev", "_share", "_val"]).to_dict("records")]
+    return [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in group.drop(columns=["_sev", "_share", "_val"]).to_dict("records")
+    ]
 
 
 def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
@@ -143,14 +161,31 @@ def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
         worst = max(values, key=lambda r: r["value"]) if values else rows[0]
         bad = [r for r in rows if r["status"] not in (PASS, INFO)]
         shown = (bad or rows)[:few] if len(rows) > few + 1 else rows
-        rest = rows[len(shown):]
+        rest = rows[len(shown) :]
         shares = [x for x in (tolerance_share(r) for r in rest) if not math.isnan(x)]
-        more = None if not rest else {"count": len(rest), "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index),
-                                      "low": min(shares, default=math.nan), "high": max(shares, default=math.nan),
-                                      "failing": sum(r["status"] not in (PASS, INFO) for r in rest)}
-        out.append({"role": role, "label": ROLE_LABELS.get(role, role or "rows"), "rows": rows, "worst": worst,
-                    "statuses": statuses, "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO},
-                    "shown": shown, "more": more})
+        more = (
+            None
+            if not rest
+            else {
+                "count": len(rest),
+                "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index),
+                "low": min(shares, default=math.nan),
+                "high": max(shares, default=math.nan),
+                "failing": sum(r["status"] not in (PASS, INFO) for r in rest),
+            }
+        )
+        out.append(
+            {
+                "role": role,
+                "label": ROLE_LABELS.get(role, role or "rows"),
+                "rows": rows,
+                "worst": worst,
+                "statuses": statuses,
+                "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO},
+                "shown": shown,
+                "more": more,
+            }
+        )
     return out
 
 
@@ -167,17 +202,32 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
         group = frame[frame.check == check]
         spec = registered_section(check)
         records = _records(group)
-        sections.append({"check": check, "status": summary.loc[summary.check == check, "status"].iloc[0],
-                         "intro": spec.intro if spec else "", "rows": records, "groups": row_groups(records),
-                         "anchor": check.replace(" ", "-"),
-                         "template": spec.template if spec else ROWS_TEMPLATE,
-                         "plots": section_plots(spec.plotter if spec else None, group)})
+        sections.append(
+            {
+                "check": check,
+                "status": summary.loc[summary.check == check, "status"].iloc[0],
+                "intro": spec.intro if spec else "",
+                "rows": records,
+                "groups": row_groups(records),
+                "anchor": check.replace(" ", "-"),
+                "template": spec.template if spec else ROWS_TEMPLATE,
+                "plots": section_plots(spec.plotter if spec else None, group),
+            }
+        )
     sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
-    return {"meta": meta, "verdict": verdict, "summary": summary.to_dict("records"), "sections": sections,
-            "baseline": baseline_breaks(frame), "costs": guard_costs(headline_costs, frame),
-            "why": lead_evidence(frame, required),
-            "cached": cached_runs(frame), "cache_rejected": rejected_cache_entries(frame),
-            "rounded": passed_at_rounding_level(frame), "clauses": claim_table(frame)}
+    return {
+        "meta": meta,
+        "verdict": verdict,
+        "summary": summary.to_dict("records"),
+        "sections": sections,
+        "baseline": baseline_breaks(frame),
+        "costs": guard_costs(headline_costs, frame),
+        "why": lead_evidence(frame, required),
+        "cached": cached_runs(frame),
+        "cache_rejected": rejected_cache_entries(frame),
+        "rounded": passed_at_rounding_level(frame),
+        "clauses": claim_table(frame),
+    }
 
 
 def cached_runs(frame: pd.DataFrame) -> list[dict]:
@@ -203,9 +253,10 @@ def passed_at_rounding_level(frame: pd.DataFrame) -> list[dict]:
 def rejected_cache_entries(frame: pd.DataFrame) -> list[dict]:
     """Plain-twin cache entries that were not trusted (``Role.CACHE`` rows): ``[{"item", "key", "why"}]``."""
     rows = frame[frame.role == Role.CACHE]
-    return [{"item": f"{r['check']}, {r['item']}", "key": r.get("cache_key"),
-             "why": r.get("cache_problem")}
-            for r in rows.to_dict("records")]
+    return [
+        {"item": f"{r['check']}, {r['item']}", "key": r.get("cache_key"), "why": r.get("cache_problem")}
+        for r in rows.to_dict("records")
+    ]
 
 
 def _role_row(frame: pd.DataFrame, role: str, variant: str = "recompute") -> pd.Series | None:
@@ -230,16 +281,30 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     saving, overhead = _role_row(frame, Role.SAVING), _role_row(frame, Role.OVERHEAD)
     memory = None
     if saving is not None and pd.notna(saving.value) and pd.notna(saving.get("plain_bytes")):
-        memory = {"plain": saving["plain_bytes"], "recompute": saving["recompute_bytes"],
-                  "saved": saving["saving_bytes"], "share": saving.value, "status": saving.status}
+        memory = {
+            "plain": saving["plain_bytes"],
+            "recompute": saving["recompute_bytes"],
+            "saved": saving["saving_bytes"],
+            "share": saving.value,
+            "status": saving.status,
+        }
     peak_row, peak = _role_row(frame, Role.PEAK_SAVING), None
     if peak_row is not None and pd.notna(peak_row.value) and pd.notna(peak_row.get("plain_peak_bytes")):
-        peak = {"plain": peak_row["plain_peak_bytes"], "recompute": peak_row["recompute_peak_bytes"],
-                "saved": peak_row["peak_saving_bytes"], "share": peak_row.value, "status": peak_row.status}
+        peak = {
+            "plain": peak_row["plain_peak_bytes"],
+            "recompute": peak_row["recompute_peak_bytes"],
+            "saved": peak_row["peak_saving_bytes"],
+            "share": peak_row.value,
+            "status": peak_row.status,
+        }
     time = None
     if overhead is not None and pd.notna(overhead.value):
-        time = {"ratio": overhead.value, "low": _optional(overhead.get("ci_low")),
-                "high": _optional(overhead.get("ci_high")), "status": overhead.status}
+        time = {
+            "ratio": overhead.value,
+            "low": _optional(overhead.get("ci_low")),
+            "high": _optional(overhead.get("ci_high")),
+            "status": overhead.status,
+        }
     return {"memory": memory, "peak": peak, "time": time}
 
 
@@ -252,8 +317,9 @@ def _optional(value: Any) -> Any:
 PDF_VARIANT = "pdf/a-3b"
 
 
-def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = (),
-              relative_links: bool = False) -> bytes:
+def write_pdf(
+    html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = (), relative_links: bool = False
+) -> bytes:
     """Lay out ``html`` with WeasyPrint and return a PDF/A-3b file with ``attachments``.
 
     The bytes depend only on the arguments (and the installed fonts and WeasyPrint
@@ -281,7 +347,7 @@ def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, 
 
     from reportgen.report.fetcher import LocalOnlyFetcher
 
-    when = dt.datetime.fromisoformat(created).astimezone(dt.timezone.utc)
+    when = dt.datetime.fromisoformat(created).astimezone(dt.UTC)
     fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own (item 11)
     document = HTML(string=html, base_url=str(templates_dir()), url_fetcher=fetcher).render(pdf_variant=PDF_VARIANT)
     document.metadata.created = document.metadata.modified = when.isoformat()
@@ -289,14 +355,25 @@ def write_pdf(html: str, created: str, attachments: list[tuple[str, bytes, str, 
         bases = {Path(templates_dir()).absolute().as_uri() + "/", Path(templates_dir()).resolve().as_uri() + "/"}
 
         def relative(target):
-            return next((target.removeprefix(b) for b in bases if isinstance(target, str) and target.startswith(b)),
-                        target)
+            return next(
+                (target.removeprefix(b) for b in bases if isinstance(target, str) and target.startswith(b)), target
+            )
 
         for page in document.pages:
-            page.links = [(kind, relative(target) if kind == "external" else target, *rest)
-                          for kind, target, *rest in page.links]
-    files = [Attachment(file_obj=io.BytesIO(data), name=name, description=description, relationship=relationship,
-                        created=when, modified=when) for name, data, relationship, description in attachments]
+            page.links = [
+                (kind, relative(target) if kind == "external" else target, *rest) for kind, target, *rest in page.links
+            ]
+    files = [
+        Attachment(
+            file_obj=io.BytesIO(data),
+            name=name,
+            description=description,
+            relationship=relationship,
+            created=when,
+            modified=when,
+        )
+        for name, data, relationship, description in attachments
+    ]
     return document.write_pdf(pdf_variant=PDF_VARIANT, attachments=files)
 
 
@@ -318,8 +395,9 @@ def render_pages(frame: pd.DataFrame, meta: dict, verdict: str, required: list[s
     return template.render(**model, medium="html"), template.render(**model, medium="pdf")
 
 
-def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True,
-                  required: list[str] | None = None) -> dict[str, Path]:
+def render_report(
+    frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, pdf: bool = True, required: list[str] | None = None
+) -> dict[str, Path]:
     """Write report.html (and report.pdf, PDF/A-3b with results.json attached) into ``out_dir``.
 
     The PDF is unsigned here; ``signing.sign_run`` signs it afterwards when signing is on.
@@ -334,7 +412,11 @@ def render_report(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, 
     html, pdf_html = render_pages(frame, meta, verdict, required)
     paths = {"html": atomic_write(out_dir / "report.html", html)}
     if pdf:
-        results = ("results.json", frame_to_json(frame).encode(), "Data",
-                   "The results frame this report was rendered from (reportgen.results.frame_to_json).")
+        results = (
+            "results.json",
+            frame_to_json(frame).encode(),
+            "Data",
+            "The results frame this report was rendered from (reportgen.results.frame_to_json).",
+        )
         paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(pdf_html, meta["created"], [results]))
     return paths

@@ -7,13 +7,15 @@ Checks *measure*: a row carries a value, a numeric threshold and a comparator. O
 :func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
 ``reportgen.verify`` can recompute every status from the signed values with the same code.
 """
+
 from __future__ import annotations
 
-import json
 import enum
+import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -34,8 +36,15 @@ class Status(enum.StrEnum):
     INCONCLUSIVE = "INCONCLUSIVE"
 
 
-PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.NOT_RUN,
-                                                    Status.INFO, Status.FLAGGED)
+PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = (
+    Status.PASS,
+    Status.WARN,
+    Status.FAIL,
+    Status.ERROR,
+    Status.NOT_RUN,
+    Status.INFO,
+    Status.FLAGGED,
+)
 #: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
 #: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
 INCONCLUSIVE = Status.INCONCLUSIVE
@@ -48,8 +57,23 @@ SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
 #: column) is a failure of the recompute twin, judged as ERROR.
 TWIN = "twin"
 BASELINE = "plain"
-COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value", "comparator",
-           "on_miss", "status", "detail", "seconds", "schema_version"]
+COLUMNS = [
+    "check",
+    "item",
+    "variant",
+    "role",
+    "metric",
+    "unit",
+    "value",
+    "threshold",
+    "threshold_value",
+    "comparator",
+    "on_miss",
+    "status",
+    "detail",
+    "seconds",
+    "schema_version",
+]
 #: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
 #: files before the ``schema_version`` column existed (same core columns); 2: with it.
 SCHEMA_VERSION = 2
@@ -59,6 +83,7 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 
 class SchemaVersionError(ValueError):
     """results.json was written by a reportgen whose schema this one cannot read."""
+
 
 #: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
 #: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
@@ -79,7 +104,12 @@ class Role:
     SAVE_OP = "save_op"
     SAVED_TOTAL, SAVING, SAVED_MODULE, LOST_GRADIENTS = "saved_total", "saving", "saved_module", "lost_gradients"
     STEP_PEAK, PEAK_SAVING, ESTIMATE_PEAK = "step_peak", "peak_saving", "estimate_peak"
-    CUDA_PEAK, ESTIMATE_MEASURED, ESTIMATE_TARGET, PER_LAYER = "cuda_peak", "estimate_measured", "estimate_target", "per_layer"
+    CUDA_PEAK, ESTIMATE_MEASURED, ESTIMATE_TARGET, PER_LAYER = (
+        "cuda_peak",
+        "estimate_measured",
+        "estimate_target",
+        "per_layer",
+    )
     STEP, MEDIAN, OVERHEAD, OVERHEAD_CI, FLOPS, LOAD = "step", "median", "overhead", "overhead_ci", "flops", "load"
     BUDGET, RUN, HELD_OUT, ACCEPTED, SKIPPED, CURVE = "budget", "run", "held_out", "accepted", "skipped", "curve"
     METRIC_DIFF, SKIPPED_DIFF, MEAN, WORST = "metric_diff", "skipped_diff", "mean", "worst"
@@ -153,9 +183,15 @@ class Row:
         """Set ``status`` from the numbers again (after a builder added a column ``judge`` reads,
         e.g. ``rounding_excess``); a row without a comparator keeps its stated status."""
         if self.comparator:
-            self.status = judge(self.value, self.comparator, self.threshold_value, self.on_miss,
-                                excess=self.extra.get("excess"), ci_high=self.extra.get("ci_high"),
-                                rounding_excess=self.extra.get("rounding_excess"))
+            self.status = judge(
+                self.value,
+                self.comparator,
+                self.threshold_value,
+                self.on_miss,
+                excess=self.extra.get("excess"),
+                ci_high=self.extra.get("ci_high"),
+                rounding_excess=self.extra.get("rounding_excess"),
+            )
 
     def record(self) -> dict[str, Any]:
         """The row as one flat record: fixed columns, then ``extra``'s keys."""
@@ -171,8 +207,16 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def judge(value: float, comparator: str, threshold_value: float, on_miss: str = FAIL, *,
-          excess: float | None = None, ci_high: float | None = None, rounding_excess: float | None = None) -> str:
+def judge(
+    value: float,
+    comparator: str,
+    threshold_value: float,
+    on_miss: str = FAIL,
+    *,
+    excess: float | None = None,
+    ci_high: float | None = None,
+    rounding_excess: float | None = None,
+) -> str:
     """Turn a measurement into a status: the only place a PASS or FAIL is decided.
 
     Args:
@@ -207,8 +251,13 @@ def judge(value: float, comparator: str, threshold_value: float, on_miss: str = 
         if value > threshold_value:
             return on_miss
         return WARN if _number(ci_high) > threshold_value or math.isnan(_number(ci_high)) else PASS
-    met = {"<=": value <= threshold_value, "<": value < threshold_value, ">=": value >= threshold_value,
-           ">": value > threshold_value, "==": value == threshold_value}[comparator]
+    met = {
+        "<=": value <= threshold_value,
+        "<": value < threshold_value,
+        ">=": value >= threshold_value,
+        ">": value > threshold_value,
+        "==": value == threshold_value,
+    }[comparator]
     return PASS if met else on_miss
 
 
@@ -219,9 +268,15 @@ def judge_record(record: Mapping[str, Any]) -> str:
     if not comparator:
         return record.get("status", INFO)
     number = lambda key: math.nan if record.get(key) is None else float(record[key])
-    return judge(number("value"), comparator, number("threshold_value"), record.get("on_miss") or FAIL,
-                 excess=record.get("excess"), ci_high=record.get("ci_high"),
-                 rounding_excess=record.get("rounding_excess"))
+    return judge(
+        number("value"),
+        comparator,
+        number("threshold_value"),
+        record.get("on_miss") or FAIL,
+        excess=record.get("excess"),
+        ci_high=record.get("ci_high"),
+        rounding_excess=record.get("rounding_excess"),
+    )
 
 
 def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
@@ -264,8 +319,15 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
     out = []
     for check, group in frame.groupby("check", sort=False):
         bad = group[group.status.isin([FAIL, ERROR, NOT_RUN])]
-        out.append({"check": check, "status": judged_status(group), "required": check in required,
-                    "rows": len(group), "failing": len(bad)})
+        out.append(
+            {
+                "check": check,
+                "status": judged_status(group),
+                "required": check in required,
+                "rows": len(group),
+                "failing": len(bad),
+            }
+        )
     for check in required - set(frame.check):
         out.append({"check": check, "status": NOT_RUN, "required": True, "rows": 0, "failing": 0})
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
@@ -334,7 +396,8 @@ def frame_from_json(text: str) -> pd.DataFrame:
         raise SchemaVersionError(
             f"results.json has schema version {', '.join(unknown)}; this reportgen reads versions "
             f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (docs/results-schema.md): verify it with the "
-            "reportgen that wrote it, or a newer one")
+            "reportgen that wrote it, or a newer one"
+        )
     frame["schema_version"] = frame["schema_version"].fillna(1) if "schema_version" in frame.columns else 1
     for column in COLUMNS:
         if column not in frame.columns:

@@ -1,12 +1,14 @@
 """The paired bootstrap of a step-time overhead ratio, shared by the timing checks (one process,
 and the slowest rank per step of a sharded run)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 
-def bootstrap_ratio_ci(plain_ms, recompute_ms, samples: int = 2000, seed: int = 0,
-                       level: float = 0.95) -> tuple[float, float, float]:
+def bootstrap_ratio_ci(
+    plain_ms, recompute_ms, samples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
     """Overhead ratio (median over rounds of recompute/plain) and its percentile-bootstrap CI.
 
     Round ``i``'s two steps ran back to back, so their ratio cancels drift that both share

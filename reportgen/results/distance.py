@@ -3,6 +3,7 @@
 Measuring and judging are separate (as deepchecks separates checks from conditions):
 :func:`measure` returns numbers; :func:`reportgen.results.judge` turns them into a status.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,7 +85,11 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     bad_a, bad_b = int((~finite_a).sum()), int((~finite_b).sum())
     diff = (a64 - b64).abs().masked_fill(~(finite_a & finite_b), float("inf"))
     nonzero = b64 != 0
-    rel = (diff[nonzero] / b64[nonzero].abs()).max().item() if nonzero.any() else (0.0 if diff.max() == 0 else float("inf"))
+    rel = (
+        (diff[nonzero] / b64[nonzero].abs()).max().item()
+        if nonzero.any()
+        else (0.0 if diff.max() == 0 else float("inf"))
+    )
     allowed = atol + rtol * b64.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
     excess = (diff - allowed).max().item()
     used = torch.where(diff == 0, 0.0, diff / allowed).max().item()  # x/0 = inf where nothing is allowed

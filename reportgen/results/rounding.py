@@ -17,9 +17,10 @@ The envelope is a bound for gradient noise only: a recompute twin whose gradient
 differ beyond tolerance (or beyond the envelope of the gradients at that step) is not judged
 against it (:func:`grads_at_rounding_level`).
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -72,9 +73,14 @@ def envelope(plain: Mapping[str, Tensor | None], rounding: Mapping[str, Tensor |
     return out
 
 
-def grads_at_rounding_level(plain: Mapping[str, Tensor | None], recompute: Mapping[str, Tensor | None],
-                            rounding: Mapping[str, Tensor | None] | None, rtol: float | None, atol: float | None,
-                            factor: float) -> bool:
+def grads_at_rounding_level(
+    plain: Mapping[str, Tensor | None],
+    recompute: Mapping[str, Tensor | None],
+    rounding: Mapping[str, Tensor | None] | None,
+    rtol: float | None,
+    atol: float | None,
+    factor: float,
+) -> bool:
     """True when every recompute gradient is within tolerance of the plain one, or within
     ``factor`` × the rounding twin's own (un-nudged) gradient difference at that step.
 

@@ -19,6 +19,7 @@ What it writes into the sweep directory (``hydra.sweep.dir``):
 - with signing on: ``summary.dsse.json`` (an in-toto statement over the summary files and
   every job's ``job.json`` and ``statement.dsse.json``) and a PAdES-signed ``summary.pdf``.
 """
+
 from __future__ import annotations
 
 import io
@@ -27,49 +28,78 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from reportgen.checks import required_names
+from reportgen.checks.plots import finish_axes, to_svg
+from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
+from reportgen.claim import claim_required
 from reportgen.config import GRADIENT_PARITY, STATE_PARITY, STEP_PARITY
 from reportgen.errors import ExitCode
 from reportgen.files import OutputWriteError, sha256_file
 from reportgen.report.metadata import report_time, rerun_command
-from reportgen.checks.plots import finish_axes, to_svg
 from reportgen.report.render import environment, headline_costs, write_pdf
-from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
-from reportgen.claim import claim_required
 from reportgen.results import ERROR, FAIL, PASS, atomic_write, check_summary, frame_from_json, frame_to_json
-from reportgen.trust.signing import ENVELOPE_NAME, SigningError, load_signing_key, sign_document, signature_label
 from reportgen.trust.jobs import job_problems
+from reportgen.trust.signing import ENVELOPE_NAME, SigningError, load_signing_key, sign_document, signature_label
 
 log = logging.getLogger("reportgen")
 
 JOB_FILE = "job.json"
 #: Exit code of a job in which reportgen itself raised (DESIGN.md "Exit code"); the log names the traceback.
 #: What a job's exit code says about its claim (DESIGN.md "Exit code").
-VERDICT_BY_CODE = {0: "PASS", 1: "FAIL", 2: "NOT_STARTED", 3: "INCONCLUSIVE", int(ExitCode.BUG): "CRASHED",
-                   130: "INTERRUPTED", 143: "INTERRUPTED"}
+VERDICT_BY_CODE = {
+    0: "PASS",
+    1: "FAIL",
+    2: "NOT_STARTED",
+    3: "INCONCLUSIVE",
+    int(ExitCode.BUG): "CRASHED",
+    130: "INTERRUPTED",
+    143: "INTERRUPTED",
+}
 #: A folder with Hydra's ``.hydra/`` but no ``job.json``: the job was killed (OOM, SLURM time
 #: limit) or never finished. It counts as crashed.
 MISSING = "NO_OUTCOME"
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 #: in-toto predicate type of the sweep summary's statement.
 SWEEP_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-sweep/v1"
-SUMMARY_COLUMNS = ["job", "overrides", "verdict", "exit_code", "error", "check", "status", "required",
-                   "saved_activation_share", "overhead_ratio", "overhead_ci_low", "overhead_ci_high",
-                   "metric", "metric_abs_diff", "report"]
+SUMMARY_COLUMNS = [
+    "job",
+    "overrides",
+    "verdict",
+    "exit_code",
+    "error",
+    "check",
+    "status",
+    "required",
+    "saved_activation_share",
+    "overhead_ratio",
+    "overhead_ci_low",
+    "overhead_ci_high",
+    "metric",
+    "metric_abs_diff",
+    "report",
+]
 
 #: The summary's envelope, and the mark left while a summary is being written (a summary that
 #: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
 SUMMARY_ENVELOPE, INCOMPLETE_MARK = "summary.dsse.json", "summary.incomplete"
 #: Every file a summary consists of (removed before a summary is written again).
-SUMMARY_FILES = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "summary.unsigned.pdf", SUMMARY_ENVELOPE,
-                 JUNIT_NAME)
+SUMMARY_FILES = (
+    "summary.csv",
+    "summary.json",
+    "summary.html",
+    "summary.pdf",
+    "summary.unsigned.pdf",
+    SUMMARY_ENVELOPE,
+    JUNIT_NAME,
+)
 
 _last_sweep: dict[str, Any] = {}
 
@@ -80,8 +110,10 @@ class SweepMismatch(Exception):
 
     def __init__(self, sweep_dir: Path, problems: list[str]):
         self.problems = problems
-        super().__init__(f"{sweep_dir} is not summarised: {len(problems)} difference(s) from its launch and its "
-                         "jobs' signed runs:\n" + "\n".join(f"  - {p}" for p in problems))
+        super().__init__(
+            f"{sweep_dir} is not summarised: {len(problems)} difference(s) from its launch and its "
+            "jobs' signed runs:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
 
 
 # --------------------------------------------------------------------------- in each job
@@ -111,8 +143,11 @@ def _job_identity() -> dict[str, Any]:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return {}
-    return {"job": int(hydra_cfg.job.num), "job_id": str(hydra_cfg.job.get("id") or ""),
-            "overrides": list(hydra_cfg.overrides.task)}
+    return {
+        "job": int(hydra_cfg.job.num),
+        "job_id": str(hydra_cfg.job.get("id") or ""),
+        "overrides": list(hydra_cfg.overrides.task),
+    }
 
 
 def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
@@ -148,8 +183,13 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
     if error is None and code not in (0, 1):
         lines = [line for line in tee.buffer_text.getvalue().splitlines() if line.startswith("reportgen:")]
         error = lines[-1].removeprefix("reportgen:").strip() if lines else f"exit code {code}"
-    outcome = {**identity, "exit_code": int(code), "verdict": VERDICT_BY_CODE.get(code, "CRASHED"), "error": error,
-               "seconds": round(time.perf_counter() - start, 3)}
+    outcome = {
+        **identity,
+        "exit_code": int(code),
+        "verdict": VERDICT_BY_CODE.get(code, "CRASHED"),
+        "error": error,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
     atomic_write(Path(out_dir) / JOB_FILE, json.dumps(outcome, indent=1) + "\n")
     return code
 
@@ -185,9 +225,13 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
             record = json.loads(record_path.read_text())
         else:
             overrides = OmegaConf.load(hydra_dir / "overrides.yaml") if (hydra_dir / "overrides.yaml").exists() else []
-            record = {"overrides": list(overrides), "exit_code": ExitCode.BUG, "verdict": MISSING,
-                      "error": f"no {JOB_FILE} in {folder.name}/: the job was killed or did not finish "
-                               "(see its log, or the launcher's, e.g. .submitit/)"}
+            record = {
+                "overrides": list(overrides),
+                "exit_code": ExitCode.BUG,
+                "verdict": MISSING,
+                "error": f"no {JOB_FILE} in {folder.name}/: the job was killed or did not finish "
+                "(see its log, or the launcher's, e.g. .submitit/)",
+            }
         required: list[str] = []
         if (hydra_dir / "config.yaml").exists():
             job_cfg = OmegaConf.load(hydra_dir / "config.yaml")
@@ -206,10 +250,19 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         number = record.get("job")
         if number is None:
             number = int(folder.name) if folder.name.isdigit() else len(jobs)
-        jobs.append({"job": int(number), "dir": folder.relative_to(sweep_dir).as_posix(),
-                     "overrides": list(record.get("overrides", [])), "exit_code": int(record["exit_code"]),
-                     "verdict": record["verdict"], "error": error, "frame": frame,
-                     "required": required, "has_report": (folder / "report.html").exists()})
+        jobs.append(
+            {
+                "job": int(number),
+                "dir": folder.relative_to(sweep_dir).as_posix(),
+                "overrides": list(record.get("overrides", [])),
+                "exit_code": int(record["exit_code"]),
+                "verdict": record["verdict"],
+                "error": error,
+                "frame": frame,
+                "required": required,
+                "has_report": (folder / "report.html").exists(),
+            }
+        )
     return sorted(jobs, key=lambda j: j["job"])
 
 
@@ -235,8 +288,14 @@ def swept_keys(jobs: list[dict]) -> list[str]:
 def job_costs(frame: pd.DataFrame | None) -> dict[str, Any]:
     """Headline costs of one job: ``reportgen.report.render.headline_costs`` plus the largest
     per-seed |recompute - plain| held-out metric difference (``abs_diff_<metric>`` rows)."""
-    out = {"saved_activation_share": None, "overhead_ratio": None, "overhead_ci_low": None,
-           "overhead_ci_high": None, "metric": None, "metric_abs_diff": None}
+    out = {
+        "saved_activation_share": None,
+        "overhead_ratio": None,
+        "overhead_ci_low": None,
+        "overhead_ci_high": None,
+        "metric": None,
+        "metric_abs_diff": None,
+    }
     if frame is None or frame.empty:
         return out
     costs = headline_costs(frame)
@@ -262,17 +321,24 @@ def summary_frame(jobs: list[dict]) -> pd.DataFrame:
     records = []
     for job in jobs:
         pairs = _override_pairs(job["overrides"])
-        base = {"job": job["job"], **{k: pairs.get(k) for k in keys}, "overrides": " ".join(job["overrides"]),
-                "verdict": job["verdict"], "exit_code": job["exit_code"], "error": job["error"],
-                **job_costs(job["frame"]),
-                "report": f"{job['dir']}/report.html" if job["has_report"] else None}
+        base = {
+            "job": job["job"],
+            **{k: pairs.get(k) for k in keys},
+            "overrides": " ".join(job["overrides"]),
+            "verdict": job["verdict"],
+            "exit_code": job["exit_code"],
+            "error": job["error"],
+            **job_costs(job["frame"]),
+            "report": f"{job['dir']}/report.html" if job["has_report"] else None,
+        }
         frame = job["frame"]
         if frame is None or frame.empty:
             records.append({**base, "check": None, "status": None, "required": None})
             continue
         for check in check_summary(frame, job["required"]).to_dict("records"):
-            records.append({**base, "check": check["check"], "status": check["status"],
-                            "required": bool(check["required"])})
+            records.append(
+                {**base, "check": check["check"], "status": check["status"], "required": bool(check["required"])}
+            )
     columns = ["job", *[k for k in keys if k not in SUMMARY_COLUMNS], *SUMMARY_COLUMNS[1:]]
     return pd.DataFrame.from_records(records, columns=columns)
 
@@ -295,8 +361,11 @@ def pareto_front(jobs: pd.DataFrame) -> pd.DataFrame:
     ok = jobs[(jobs.verdict == PASS) & jobs.saved_activation_share.notna() & jobs.overhead_ratio.notna()]
     keep = []
     for i, row in ok.iterrows():
-        dominated = ((ok.saved_activation_share >= row.saved_activation_share) & (ok.overhead_ratio <= row.overhead_ratio)
-                     & ((ok.saved_activation_share > row.saved_activation_share) | (ok.overhead_ratio < row.overhead_ratio)))
+        dominated = (
+            (ok.saved_activation_share >= row.saved_activation_share)
+            & (ok.overhead_ratio <= row.overhead_ratio)
+            & ((ok.saved_activation_share > row.saved_activation_share) | (ok.overhead_ratio < row.overhead_ratio))
+        )
         if not dominated.any():
             keep.append(i)
     return ok.loc[keep].sort_values("saved_activation_share")
@@ -322,34 +391,64 @@ def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
     fails and parity failures marked apart; the Pareto front of holding jobs as a step line."""
     from matplotlib.figure import Figure
 
-
     measured = jobs[jobs.saved_activation_share.notna() & jobs.overhead_ratio.notna()].copy()
     fig = Figure(figsize=(7.5, 3.4))
     ax = fig.subplots()
     dense = len(measured) > 40  # rasterize point layers of big sweeps: small, fast PDFs
-    groups = [("holds", measured.verdict == PASS, dict(color="#0a7d2e", marker="o")),
-              ("fails (cost or task check)", (measured.verdict != PASS) & ~measured.parity_failed,
-               dict(color="#d0621b", marker="s")),
-              ("parity failure", measured.parity_failed, dict(color="#b01c1c", marker="x"))]
+    groups = [
+        ("holds", measured.verdict == PASS, dict(color="#0a7d2e", marker="o")),
+        (
+            "fails (cost or task check)",
+            (measured.verdict != PASS) & ~measured.parity_failed,
+            dict(color="#d0621b", marker="s"),
+        ),
+        ("parity failure", measured.parity_failed, dict(color="#b01c1c", marker="x")),
+    ]
     for label, mask, style in groups:
         part = measured[mask]
         if part.empty:
             continue
         low = (part.overhead_ratio - part.overhead_ci_low.fillna(part.overhead_ratio)).clip(lower=0)
         high = (part.overhead_ci_high.fillna(part.overhead_ratio) - part.overhead_ratio).clip(lower=0)
-        ax.errorbar(part.saved_activation_share * 100, part.overhead_ratio, yerr=[low, high], ls="none", ms=5,
-                    elinewidth=0.8, capsize=2, label=label, rasterized=dense, **style)
+        ax.errorbar(
+            part.saved_activation_share * 100,
+            part.overhead_ratio,
+            yerr=[low, high],
+            ls="none",
+            ms=5,
+            elinewidth=0.8,
+            capsize=2,
+            label=label,
+            rasterized=dense,
+            **style,
+        )
     if len(front):
-        ax.step(front.saved_activation_share * 100, front.overhead_ratio, where="post", color="#0a7d2e", lw=1,
-                ls="--", label="Pareto front (holds)")
+        ax.step(
+            front.saved_activation_share * 100,
+            front.overhead_ratio,
+            where="post",
+            color="#0a7d2e",
+            lw=1,
+            ls="--",
+            label="Pareto front (holds)",
+        )
     if len(measured) <= 30:
         for _, row in measured.iterrows():
-            ax.annotate(str(row.job), (row.saved_activation_share * 100, row.overhead_ratio), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
+            ax.annotate(
+                str(row.job),
+                (row.saved_activation_share * 100, row.overhead_ratio),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
     if measured.empty:
         ax.text(0.5, 0.5, "no job measured both costs", ha="center", va="center", transform=ax.transAxes)
-    finish_axes(fig, ax, "saved activations, % of the plain twin's (higher is better)",
-                "step-time overhead ratio (lower is better)")
+    finish_axes(
+        fig,
+        ax,
+        "saved activations, % of the plain twin's (higher is better)",
+        "step-time overhead ratio (lower is better)",
+    )
     return to_svg(fig)
 
 
@@ -376,9 +475,15 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
         job["swept"] = " ".join(f"{k}={job.get(k)}" for k in meta["swept"]) or job["overrides"]
         rows.append(job)
     holding = sum(1 for r in rows if r["verdict"] == PASS)
-    return {"meta": meta, "jobs": rows, "checks": checks, "holding": holding,
-            "failures": [r for r in rows if r["error"]], "scatter": scatter_svg(jobs, front),
-            "front": sorted((r for r in rows if r["pareto"]), key=lambda r: r["saved_activation_share"])}
+    return {
+        "meta": meta,
+        "jobs": rows,
+        "checks": checks,
+        "holding": holding,
+        "failures": [r for r in rows if r["error"]],
+        "scatter": scatter_svg(jobs, front),
+        "front": sorted((r for r in rows if r["pareto"]), key=lambda r: r["saved_activation_share"]),
+    }
 
 
 def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = True) -> dict[str, Path]:
@@ -391,23 +496,31 @@ def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = T
     template = environment().get_template("summary.html.j2")
     out_dir = Path(out_dir)
     table = frame_to_json(frame)
-    paths = {"csv": atomic_write(out_dir / "summary.csv", frame.to_csv(index=False)),
-             "json": atomic_write(out_dir / "summary.json", table)}
-    paths["html"] = atomic_write(out_dir / "summary.html", template.render(**summary_view(frame, meta, "", "report.html")))
+    paths = {
+        "csv": atomic_write(out_dir / "summary.csv", frame.to_csv(index=False)),
+        "json": atomic_write(out_dir / "summary.json", table),
+    }
+    paths["html"] = atomic_write(
+        out_dir / "summary.html", template.render(**summary_view(frame, meta, "", "report.html"))
+    )
     if pdf:
         html = template.render(**summary_view(frame, meta, "", "report.pdf"))  # relative: no path of this machine
         attached = ("summary.json", table.encode(), "Data", "The sweep summary this document was rendered from.")
-        paths["pdf"] = atomic_write(out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached],
-                                                                      relative_links=True))
+        paths["pdf"] = atomic_write(
+            out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached], relative_links=True)
+        )
     return paths
 
 
 def console_table(frame: pd.DataFrame, code: int, where: Path) -> str:
     """The short table printed when a sweep ends: job, verdict, exit code, swept overrides, error."""
     jobs = job_table(frame)
-    keys = list(frame.columns[1:frame.columns.get_loc("overrides")])
-    lines = [f"reportgen sweep: {int((jobs.verdict == PASS).sum())} of {len(jobs)} jobs hold; exit code {code} "
-             "(the worst job's)", f"  {'job':>4}  {'verdict':<12} {'exit':>4}  overrides"]
+    keys = list(frame.columns[1 : frame.columns.get_loc("overrides")])
+    lines = [
+        f"reportgen sweep: {int((jobs.verdict == PASS).sum())} of {len(jobs)} jobs hold; exit code {code} "
+        "(the worst job's)",
+        f"  {'job':>4}  {'verdict':<12} {'exit':>4}  overrides",
+    ]
     for row in jobs.to_dict("records"):
         swept = " ".join(f"{k}={row[k]}" for k in keys) or row["overrides"]
         error = f"  [{row['error']}]" if isinstance(row["error"], str) and row["error"] else ""
@@ -416,9 +529,15 @@ def console_table(frame: pd.DataFrame, code: int, where: Path) -> str:
     return "\n".join(lines)
 
 
-def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = None, pdf: bool = True,
-              title: str = "Activation recomputation sweep", command: str = "",
-              rewrite: bool = False) -> tuple[pd.DataFrame, int]:
+def summarize(
+    sweep_dir: str | Path,
+    sign: bool = False,
+    key_path: str | None = None,
+    pdf: bool = True,
+    title: str = "Activation recomputation sweep",
+    command: str = "",
+    rewrite: bool = False,
+) -> tuple[pd.DataFrame, int]:
     """Read a finished sweep folder and write its summary (and signature); the callback's work.
 
     Args:
@@ -452,28 +571,68 @@ def summarize(sweep_dir: str | Path, sign: bool = False, key_path: str | None = 
     for name in (*SUMMARY_FILES, INCOMPLETE_MARK) if rewrite else ():
         (sweep_dir / name).unlink(missing_ok=True)
     mark = sweep_dir / INCOMPLETE_MARK
-    atomic_write(mark, f"this summary is being written or was interrupted; write it again with\n"
-                       f"  python -m reportgen.sweep summarize {sweep_dir}\n")
+    atomic_write(
+        mark,
+        f"this summary is being written or was interrupted; write it again with\n"
+        f"  python -m reportgen.sweep summarize {sweep_dir}\n",
+    )
     code = worst_code(jobs)
     frame = summary_frame(jobs)
-    meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code,
-            "signature": signature_label(key), "command": command, "swept": swept_keys(jobs)}
+    meta = {
+        "title": title,
+        "created": report_time(),
+        "sweep_dir": str(sweep_dir),
+        "exit_code": code,
+        "signature": signature_label(key),
+        "command": command,
+        "swept": swept_keys(jobs),
+    }
     render_summary(frame, meta, sweep_dir, pdf=pdf)
     junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
     atomic_write(sweep_dir / JUNIT_NAME, junit)
     if key is not None:
         statements = [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
-        predicate = {"exit_code": code, "created": meta["created"], "command": command, "launch": launch,
-                     "signer": {"publicKeySha256": key.fingerprint},
-                     "jobs": [{"job": j["job"], "dir": j["dir"], "overrides": j["overrides"], "exit_code": j["exit_code"],
-                               "verdict": j["verdict"], "error": j["error"],
-                               "statement_sha256": (sha256_file(sweep_dir / j["dir"] / ENVELOPE_NAME)
-                                                    if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists() else None)}
-                              for j in jobs]}
-        subjects = ["summary.csv", "summary.json", "summary.html", JUNIT_NAME, "multirun.yaml", *statements,
-                    *[f"{j['dir']}/{JOB_FILE}" for j in jobs]]
-        sign_document(sweep_dir, "summary", subjects, predicate, SWEEP_PREDICATE_TYPE, key,
-                      f"reportgen sweep summary; worst job exit code {code}")
+        predicate = {
+            "exit_code": code,
+            "created": meta["created"],
+            "command": command,
+            "launch": launch,
+            "signer": {"publicKeySha256": key.fingerprint},
+            "jobs": [
+                {
+                    "job": j["job"],
+                    "dir": j["dir"],
+                    "overrides": j["overrides"],
+                    "exit_code": j["exit_code"],
+                    "verdict": j["verdict"],
+                    "error": j["error"],
+                    "statement_sha256": (
+                        sha256_file(sweep_dir / j["dir"] / ENVELOPE_NAME)
+                        if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()
+                        else None
+                    ),
+                }
+                for j in jobs
+            ],
+        }
+        subjects = [
+            "summary.csv",
+            "summary.json",
+            "summary.html",
+            JUNIT_NAME,
+            "multirun.yaml",
+            *statements,
+            *[f"{j['dir']}/{JOB_FILE}" for j in jobs],
+        ]
+        sign_document(
+            sweep_dir,
+            "summary",
+            subjects,
+            predicate,
+            SWEEP_PREDICATE_TYPE,
+            key,
+            f"reportgen sweep summary; worst job exit code {code}",
+        )
     mark.unlink()
     return frame, code
 
@@ -492,26 +651,38 @@ class SweepSummary(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         _last_sweep.clear()
         try:
-            frame, code = summarize(sweep_dir, sign=bool(config.report.sign), key_path=config.report.key_path,
-                                    pdf=bool(config.report.pdf), title=f"{config.report.title}: sweep",
-                                    command=rerun_command())
+            frame, code = summarize(
+                sweep_dir,
+                sign=bool(config.report.sign),
+                key_path=config.report.key_path,
+                pdf=bool(config.report.pdf),
+                title=f"{config.report.title}: sweep",
+                command=rerun_command(),
+            )
             _last_sweep["code"] = code
             print(console_table(frame, code, sweep_dir / "summary.html"))
         except KeyboardInterrupt:
-            print(f"reportgen: the sweep summary was interrupted and is marked incomplete; write it again with "
-                  f"python -m reportgen.sweep summarize {sweep_dir}", flush=True)
+            print(
+                f"reportgen: the sweep summary was interrupted and is marked incomplete; write it again with "
+                f"python -m reportgen.sweep summarize {sweep_dir}",
+                flush=True,
+            )
             raise
         except (SigningError, OutputWriteError, SweepMismatch) as exc:
             jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
             _last_sweep["code"] = max(worst_code(jobs), 2)
-            print(f"reportgen: the sweep summary could not be written: {exc}; job folders are in {sweep_dir}; "
-                  f"write it again with python -m reportgen.sweep summarize {sweep_dir}")
+            print(
+                f"reportgen: the sweep summary could not be written: {exc}; job folders are in {sweep_dir}; "
+                f"write it again with python -m reportgen.sweep summarize {sweep_dir}"
+            )
         except Exception as exc:  # noqa: BLE001 - the jobs' codes must survive a broken summary
             log.exception("sweep summary failed")
             jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
             _last_sweep["code"] = max(worst_code(jobs), ExitCode.BUG)
-            print(f"reportgen: the sweep summary could not be written ({type(exc).__name__}: {exc}); "
-                  f"job folders are in {sweep_dir}")
+            print(
+                f"reportgen: the sweep summary could not be written ({type(exc).__name__}: {exc}); "
+                f"job folders are in {sweep_dir}"
+            )
 
 
 def sweep_exit_code() -> int | None:
@@ -529,8 +700,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m reportgen.sweep",
-                                     description="Write a sweep's summary again (e.g. after an interrupted one).")
+    parser = argparse.ArgumentParser(
+        prog="python -m reportgen.sweep", description="Write a sweep's summary again (e.g. after an interrupted one)."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     again = commands.add_parser("summarize", help="rewrite and sign the summary of a finished sweep folder")
     again.add_argument("sweep_dir", help="the sweep folder (hydra.sweep.dir, e.g. multirun/DATE/TIME)")
@@ -540,12 +712,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir() or not job_dirs(sweep_dir):
-        print(f"reportgen.sweep: cannot start: {sweep_dir} holds no sweep jobs (pass hydra.sweep.dir, "
-              "e.g. multirun/DATE/TIME)", file=sys.stderr)
+        print(
+            f"reportgen.sweep: cannot start: {sweep_dir} holds no sweep jobs (pass hydra.sweep.dir, "
+            "e.g. multirun/DATE/TIME)",
+            file=sys.stderr,
+        )
         return 2
     try:
-        frame, code = summarize(sweep_dir, sign=not args.no_sign, key_path=args.key, pdf=not args.no_pdf,
-                                command=f"python -m reportgen.sweep summarize {sweep_dir}", rewrite=True)
+        frame, code = summarize(
+            sweep_dir,
+            sign=not args.no_sign,
+            key_path=args.key,
+            pdf=not args.no_pdf,
+            command=f"python -m reportgen.sweep summarize {sweep_dir}",
+            rewrite=True,
+        )
     except (SigningError, OutputWriteError) as exc:
         print(f"reportgen.sweep: cannot write the summary: {exc}", file=sys.stderr)
         return 2

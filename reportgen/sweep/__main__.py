@@ -1,4 +1,5 @@
 """``python -m reportgen.sweep``: see :mod:`reportgen.sweep`."""
+
 import sys
 
 from reportgen.sweep import main

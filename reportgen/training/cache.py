@@ -37,6 +37,7 @@ Where: nowhere when ``cache.enabled=false`` or ``$REPORTGEN_CACHE_DIR=off``; els
 ``$REPORTGEN_CACHE_DIR`` when set, else, in a Hydra multirun, ``<hydra.sweep.dir>/.reportgen-cache``;
 a single run without the variable caches nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,8 +55,14 @@ from typing import Any
 
 from reportgen import __version__
 from reportgen.files import special_kind
-from reportgen.trust.sources import (canonical_sha256, digest_files, file_sha256, named_file_digests,
-                                     reportgen_sources_sha256, user_source_digests)
+from reportgen.trust.sources import (
+    canonical_sha256,
+    digest_files,
+    file_sha256,
+    named_file_digests,
+    reportgen_sources_sha256,
+    user_source_digests,
+)
 
 log = logging.getLogger("reportgen")
 
@@ -69,8 +76,18 @@ FORMAT = 2
 #: Config groups left out of the key: read only for the recompute twin or for the output.
 NOT_IN_KEY = ("recompute", "report", "verdict", "claim", "cache", "checks", "run", "hydra")
 #: Fields of a stored run's numbers (``reportgen.training.train.TrainResult`` without its tensors).
-RECORD_FIELDS = ("metrics", "accepted_examples", "steps", "skipped_steps", "skipped_examples", "curve", "lr",
-                 "batch_size", "seconds", "complete")
+RECORD_FIELDS = (
+    "metrics",
+    "accepted_examples",
+    "steps",
+    "skipped_steps",
+    "skipped_examples",
+    "curve",
+    "lr",
+    "batch_size",
+    "seconds",
+    "complete",
+)
 
 
 class Rejected(Exception):
@@ -155,8 +172,16 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_scale: float,
-                  modules: dict | None = None, twin: str = "plain") -> tuple[str, dict]:
+def plain_run_key(
+    cfg,
+    device: Any,
+    dtype: Any,
+    seed: int,
+    batch_size: int,
+    lr_scale: float,
+    modules: dict | None = None,
+    twin: str = "plain",
+) -> tuple[str, dict]:
     """The cache key of a plain budget run, and the material it hashes (see module docstring).
 
     Args:
@@ -183,10 +208,20 @@ def plain_run_key(cfg, device: Any, dtype: Any, seed: int, batch_size: int, lr_s
         "config": config,
         "device": {"name": str(device), "kind": device_kind(device)},
         "dtype": str(dtype),
-        "run": {"seed": int(seed), "batch_size": int(batch_size), "lr_scale": float(lr_scale),
-                **({} if twin == "plain" else {"twin": twin})},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                     "numpy": numpy.__version__, "transformers": _version("transformers"), "reportgen": __version__},
+        "run": {
+            "seed": int(seed),
+            "batch_size": int(batch_size),
+            "lr_scale": float(lr_scale),
+            **({} if twin == "plain" else {"twin": twin}),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "numpy": numpy.__version__,
+            "transformers": _version("transformers"),
+            "reportgen": __version__,
+        },
         "sources": {"reportgen": reportgen_sources_sha256(), "user": user_source_digests(modules)},
         "files": named_file_digests(config),  # contents, not paths: an edited config.json is a miss
     }
@@ -223,8 +258,9 @@ def cache_secret() -> bytes:
     check_secret_file(path)
     data = path.read_bytes()
     if len(data) < 16:
-        raise OSError(f"the cache secret {path} holds {len(data)} bytes (at least 16 needed); delete it and a new "
-                      "one is made")
+        raise OSError(
+            f"the cache secret {path} holds {len(data)} bytes (at least 16 needed); delete it and a new one is made"
+        )
     return data
 
 
@@ -241,24 +277,31 @@ def check_secret_file(path: Path) -> None:
     """
     kind = special_kind(path)
     if kind:
-        raise CacheSecretError(f"the cache secret {path} is {kind}, not a regular file; point "
-                               f"{SECRET_ENV} at a file of your own (mode 0600), or unset it")
+        raise CacheSecretError(
+            f"the cache secret {path} is {kind}, not a regular file; point "
+            f"{SECRET_ENV} at a file of your own (mode 0600), or unset it"
+        )
     info = path.stat()
     if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        raise CacheSecretError(f"the cache secret {path} belongs to another user (uid {info.st_uid}); it must be "
-                               f"your own file (mode 0600): point {SECRET_ENV} at one, or unset it")
+        raise CacheSecretError(
+            f"the cache secret {path} belongs to another user (uid {info.st_uid}); it must be "
+            f"your own file (mode 0600): point {SECRET_ENV} at one, or unset it"
+        )
     mode = info.st_mode & 0o777
     if mode & 0o077:
-        raise CacheSecretError(f"the cache secret {path} is accessible by others (mode {mode:04o}): anyone who can "
-                               f"read it can write cache entries reportgen accepts. Run `chmod 600 {path}` (and delete "
-                               "the cache folder if others may have read it)")
+        raise CacheSecretError(
+            f"the cache secret {path} is accessible by others (mode {mode:04o}): anyone who can "
+            f"read it can write cache entries reportgen accepts. Run `chmod 600 {path}` (and delete "
+            "the cache folder if others may have read it)"
+        )
 
 
 def entry_digest(entry: dict, secret: bytes) -> str:
     """Hex HMAC-SHA256, keyed with ``secret``, of an entry's canonical JSON without its ``digest``
     field (what ``digest`` holds)."""
-    text = json.dumps({k: v for k, v in entry.items() if k != "digest"}, sort_keys=True, separators=(",", ":"),
-                      default=str)
+    text = json.dumps(
+        {k: v for k, v in entry.items() if k != "digest"}, sort_keys=True, separators=(",", ":"), default=str
+    )
     return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
 
 
@@ -285,18 +328,20 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or not isinstance(entry.get("digest"), str):
         raise Rejected(f"it is not a format-{FORMAT} entry")
     if not hmac.compare_digest(entry_digest(entry, secret), entry["digest"]):
-        raise Rejected("digest mismatch: the entry was edited after it was written, or written by someone "
-                       "without your cache secret")
+        raise Rejected(
+            "digest mismatch: the entry was edited after it was written, or written by someone "
+            "without your cache secret"
+        )
     if entry.get("key") != key or canonical_sha256(entry.get("material")) != key:
-        raise Rejected(f"it was stored for other inputs (key sha256:{str(entry.get('key'))[:16]}…), "
-                       "not for this run's")
+        raise Rejected(f"it was stored for other inputs (key sha256:{str(entry.get('key'))[:16]}…), not for this run's")
     loaded = entry.get("sources_loaded") or {}
     opened = entry.get("files_opened") or {}
     if not isinstance(loaded, dict) or not isinstance(opened, dict):
         raise Rejected("its list of loaded sources or opened files is not a {path: digest} map")
     loaded = {**loaded, **opened}  # a data file the task read while training counts as a source
-    stale = [path for path, digest in loaded.items()
-             if not Path(path).is_file() or digest_files([path])[path] != digest]  # never a device or FIFO
+    stale = [
+        path for path, digest in loaded.items() if not Path(path).is_file() or digest_files([path])[path] != digest
+    ]  # never a device or FIFO
     if stale:
         log.info("cache entry %s is stale (%s changed since it was trained); training instead", key, stale[0])
         return None
@@ -313,10 +358,13 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
     try:
         tensors = torch.load(tensor_file, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch.load's refusals vary by version
-        raise Rejected(f"its tensor file was refused by torch.load(weights_only=True) ({type(exc).__name__}): "
-                       "it holds something other than tensors, and was not unpickled") from None
-    if not isinstance(tensors, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                for k, v in tensors.items()):
+        raise Rejected(
+            f"its tensor file was refused by torch.load(weights_only=True) ({type(exc).__name__}): "
+            "it holds something other than tensors, and was not unpickled"
+        ) from None
+    if not isinstance(tensors, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
+    ):
         raise Rejected("its tensor file does not hold a {name: tensor} dict")
     record = entry.get("record")
     if not _valid_record(record):
@@ -330,13 +378,16 @@ def _valid_record(record: Any) -> bool:
         return False
     number = (int, float)
     counts = ("accepted_examples", "steps", "skipped_steps", "skipped_examples", "batch_size")
-    return (isinstance(record["metrics"], dict) and all(isinstance(k, str) and isinstance(v, number)
-                                                        for k, v in record["metrics"].items())
-            and all(isinstance(record[k], int) and not isinstance(record[k], bool) for k in counts)
-            and isinstance(record["lr"], number) and isinstance(record["seconds"], number)
-            and isinstance(record["complete"], bool) and isinstance(record["curve"], list)
-            and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, number) for x in p)
-                    for p in record["curve"]))
+    return (
+        isinstance(record["metrics"], dict)
+        and all(isinstance(k, str) and isinstance(v, number) for k, v in record["metrics"].items())
+        and all(isinstance(record[k], int) and not isinstance(record[k], bool) for k in counts)
+        and isinstance(record["lr"], number)
+        and isinstance(record["seconds"], number)
+        and isinstance(record["complete"], bool)
+        and isinstance(record["curve"], list)
+        and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, number) for x in p) for p in record["curve"])
+    )
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -351,8 +402,16 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, secret: bytes,
-          modules: dict | None = None, opened: list | None = None) -> None:
+def store(
+    folder: Path,
+    key: str,
+    material: dict,
+    record: dict,
+    tensors: dict,
+    secret: bytes,
+    modules: dict | None = None,
+    opened: list | None = None,
+) -> None:
     """Write an entry under ``key`` (tensor file first, then the JSON that names it; each atomic,
     so two jobs storing the same key at once leave one whole entry).
 
@@ -381,9 +440,14 @@ def store(folder: Path, key: str, material: dict, record: dict, tensors: dict, s
     data = buffer.getvalue()
     tensor_name = f"{key}.{hashlib.sha256(data).hexdigest()[:16]}.pt"
     _atomic_write(folder / tensor_name, lambda handle: handle.write(data))
-    entry = {"format": FORMAT, "key": key, "material": material,
-             "record": json.loads(json.dumps({k: record[k] for k in RECORD_FIELDS})),
-             "tensors": {"file": tensor_name, "sha256": file_sha256(folder / tensor_name)},
-             "sources_loaded": user_source_digests(modules), "files_opened": digest_files(opened or [])}
+    entry = {
+        "format": FORMAT,
+        "key": key,
+        "material": material,
+        "record": json.loads(json.dumps({k: record[k] for k in RECORD_FIELDS})),
+        "tensors": {"file": tensor_name, "sha256": file_sha256(folder / tensor_name)},
+        "sources_loaded": user_source_digests(modules),
+        "files_opened": digest_files(opened or []),
+    }
     entry["digest"] = entry_digest(entry, secret)
     _atomic_write(folder / f"{key}.json", lambda handle: handle.write(json.dumps(entry, sort_keys=True).encode()))

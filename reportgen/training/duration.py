@@ -11,6 +11,7 @@ estimate and the override that allows it.
 The estimate counts training steps only (no evaluation, snapshots, plots or PDF), so it is a
 lower bound of the phases it names; it is good enough to tell minutes from hours.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,8 @@ import torch
 
 from reportgen.errors import SetupError
 from reportgen.memory.saved import make_train_step, training_optimizer
-from reportgen.twins.setup import Setup
 from reportgen.training.train import evaluate
+from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
 
@@ -61,8 +62,11 @@ class Estimate:
             share: leave out phases below this share of the whole (0.1 = the phases that make it long).
         """
         total = sum(self.phases.values())
-        parts = [f"{name} {format_duration(seconds)} ({self.drivers[name]})"
-                 for name, seconds in sorted(self.phases.items(), key=lambda kv: -kv[1]) if seconds >= share * total]
+        parts = [
+            f"{name} {format_duration(seconds)} ({self.drivers[name]})"
+            for name, seconds in sorted(self.phases.items(), key=lambda kv: -kv[1])
+            if seconds >= share * total
+        ]
         return f"about {format_duration(total)}: " + ", ".join(parts)
 
 
@@ -88,10 +92,18 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
     """
     devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        batch = setup.batch if batch_size == int(setup.cfg.parity.batch_size) and setup.batch is not None \
+        batch = (
+            setup.batch
+            if batch_size == int(setup.cfg.parity.batch_size) and setup.batch is not None
             else setup.make_batch(batch_size, int(setup.cfg.seed))
-        step = make_train_step(setup.build(recompute, compiled=False), batch, setup.task.loss,
-                               training_optimizer(setup), setup.cfg.forward_seed)
+        )
+        step = make_train_step(
+            setup.build(recompute, compiled=False),
+            batch,
+            setup.task.loss,
+            training_optimizer(setup),
+            setup.cfg.forward_seed,
+        )
         times = []
         for _ in range(max(2, steps)):
             if setup.device.type == "cuda":
@@ -147,9 +159,11 @@ def estimate_run(setup: Setup) -> Estimate:
         if tc.target_ci_half_width_pp is not None:
             seconds = max(seconds, int(tc.warmup_steps) * (plain + rec) + float(tc.max_measure_seconds))
         est.phases["warm-step time"] = seconds
-        est.drivers["warm-step time"] = (f"timing.max_measure_seconds={float(tc.max_measure_seconds):g}"
-                                         if tc.target_ci_half_width_pp is not None else
-                                         f"timing.measured_steps={int(tc.measured_steps)}")
+        est.drivers["warm-step time"] = (
+            f"timing.max_measure_seconds={float(tc.max_measure_seconds):g}"
+            if tc.target_ci_half_width_pp is not None
+            else f"timing.measured_steps={int(tc.measured_steps)}"
+        )
     bc = cfg.budget
     if bc.enabled:
         bb, examples, seeds = int(bc.batch_size), int(bc.examples), len(bc.seeds)
@@ -158,9 +172,11 @@ def estimate_run(setup: Setup) -> Estimate:
         eval_s = evaluation_seconds(setup)
         per_seed = steps_per_run * (step(False, bb) + step(True, bb)) + 2 * evals * eval_s
         est.phases["task metrics"] = seeds * per_seed
-        est.drivers["task metrics"] = (f"budget.examples={examples} / budget.batch_size={bb} × {seeds} seeds × "
-                                       f"2 twins × {(step(False, bb) + step(True, bb)) / 2 * 1e3:.3g} ms, "
-                                       f"and {evals} evaluations per run × {eval_s * 1e3:.3g} ms")
+        est.drivers["task metrics"] = (
+            f"budget.examples={examples} / budget.batch_size={bb} × {seeds} seeds × "
+            f"2 twins × {(step(False, bb) + step(True, bb)) / 2 * 1e3:.3g} ms, "
+            f"and {evals} evaluations per run × {eval_s * 1e3:.3g} ms"
+        )
         lb = cfg.larger_batch
         if lb.enabled:
             lb_seeds = len(lb.seeds) if lb.seeds is not None else seeds
@@ -187,13 +203,17 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
     try:
         est = estimate_run(setup)
     except Exception:  # noqa: BLE001 - the user's model or task raised: the checks record it as ERROR rows
-        log.info("no run-time estimate: a timed step or evaluation of the twins raised; the checks that run "
-                 "them show the error, once each")
+        log.info(
+            "no run-time estimate: a timed step or evaluation of the twins raised; the checks that run "
+            "them show the error, once each"
+        )
         return None
     log.info("estimated time of the long phases: %s", est.describe())
     if est.minutes > float(limit):
         allow = max(int(limit) + 1, math.ceil(est.minutes * 1.5))
-        raise RunTooLong(f"the settings imply a run of {est.describe(share=0.1)}; that is past run.max_estimated_minutes="
-                         f"{float(limit):g}. Lower the settings named, or allow it with "
-                         f"run.max_estimated_minutes={allow} (or run.max_estimated_minutes=null for no limit)")
+        raise RunTooLong(
+            f"the settings imply a run of {est.describe(share=0.1)}; that is past run.max_estimated_minutes="
+            f"{float(limit):g}. Lower the settings named, or allow it with "
+            f"run.max_estimated_minutes={allow} (or run.max_estimated_minutes=null for no limit)"
+        )
     return est

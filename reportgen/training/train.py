@@ -9,31 +9,32 @@ Same data order, same dropout masks for both twins: batches come from a ``torch.
 seeded with the run's seed, and every random generator (:mod:`reportgen.rng`) is seeded before
 every forward with a seed mixed from ``(forward_seed, seed, draw index)`` (identical for both twins).
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from reportgen.training import cache
 from reportgen.progress import progress
-from reportgen.twins.recompute import plain_name
 from reportgen.results import FLAGGED, INFO, WARN, Role, Row
-from reportgen.rng import seed_all, seeded
 from reportgen.results.rounding import GradientNudge
+from reportgen.rng import seed_all, seeded
 from reportgen.structure import batch_size_of, call_model
 from reportgen.tasks import batch_to
-from reportgen.twins.setup import Setup
+from reportgen.training import cache
 from reportgen.trust.opened import opened_files
+from reportgen.twins.recompute import plain_name
+from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
 
@@ -147,11 +148,24 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
     return bool(torch.stack([f.to(loss.device) for f in flags]).all())
 
 
-def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: int, seed: int,
-                    forward_seed: int | None, optimizer: Any, device: torch.device, dtype: torch.dtype,
-                    eval_every: int, lr_scale: float = 1.0, max_steps: int | None = None,
-                    desc: str = "train", sharding: Sharding | None = None,
-                    nudge: Callable[[list[nn.Parameter]], None] | None = None) -> TrainResult:
+def train_to_budget(
+    model: nn.Module,
+    task: Any,
+    *,
+    examples: int,
+    batch_size: int,
+    seed: int,
+    forward_seed: int | None,
+    optimizer: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+    eval_every: int,
+    lr_scale: float = 1.0,
+    max_steps: int | None = None,
+    desc: str = "train",
+    sharding: Sharding | None = None,
+    nudge: Callable[[list[nn.Parameter]], None] | None = None,
+) -> TrainResult:
     """Train ``model`` in place until ``examples`` examples have been accepted.
 
     Args:
@@ -223,10 +237,24 @@ def train_to_budget(model: nn.Module, task: Any, *, examples: int, batch_size: i
     opt.zero_grad(set_to_none=True)
     metrics = evaluate(model, task)
     curve.append((accepted, metrics[task.metric]))
-    final = ({plain_name(n): p.detach().to("cpu", copy=True) for n, p in model.named_parameters()} if sharding is None
-             else {n: t.to("cpu") for n, t in sharding.final_params(model).items()})
-    return TrainResult(metrics, accepted, steps, skipped, skipped_examples, curve, float(opt.param_groups[0]["lr"]),
-                       batch_size, time.perf_counter() - start, complete=accepted >= examples, final_params=final)
+    final = (
+        {plain_name(n): p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
+        if sharding is None
+        else {n: t.to("cpu") for n, t in sharding.final_params(model).items()}
+    )
+    return TrainResult(
+        metrics,
+        accepted,
+        steps,
+        skipped,
+        skipped_examples,
+        curve,
+        float(opt.param_groups[0]["lr"]),
+        batch_size,
+        time.perf_counter() - start,
+        complete=accepted >= examples,
+        final_params=final,
+    )
 
 
 class BudgetRuns:
@@ -243,8 +271,9 @@ class BudgetRuns:
     def __len__(self) -> int:
         return len(self._runs)
 
-    def get(self, setup: Setup, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0,
-            rounding: bool = False) -> TrainResult:
+    def get(
+        self, setup: Setup, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0, rounding: bool = False
+    ) -> TrainResult:
         """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
 
         Args:
@@ -267,17 +296,33 @@ class BudgetRuns:
             nudge = GradientNudge(*setup.tolerance(), int(seed)) if rounding else None
 
             def train() -> TrainResult:
-                log.info("training %s twin, seed %d: %d accepted examples at batch %d", variant, seed,
-                         budget.examples, batch_size)
+                log.info(
+                    "training %s twin, seed %d: %d accepted examples at batch %d",
+                    variant,
+                    seed,
+                    budget.examples,
+                    batch_size,
+                )
                 return train_to_budget(
-                    setup.build(recompute), setup.task, examples=int(budget.examples), batch_size=int(batch_size),
-                    seed=int(seed), forward_seed=setup.cfg.forward_seed, optimizer=budget.optimizer,
-                    device=setup.device, dtype=setup.dtype, eval_every=int(budget.eval_every), lr_scale=lr_scale,
+                    setup.build(recompute),
+                    setup.task,
+                    examples=int(budget.examples),
+                    batch_size=int(batch_size),
+                    seed=int(seed),
+                    forward_seed=setup.cfg.forward_seed,
+                    optimizer=budget.optimizer,
+                    device=setup.device,
+                    dtype=setup.dtype,
+                    eval_every=int(budget.eval_every),
+                    lr_scale=lr_scale,
                     max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-                    desc=f"{variant} seed {seed} batch {batch_size}", nudge=nudge)
+                    desc=f"{variant} seed {seed} batch {batch_size}",
+                    nudge=nudge,
+                )
 
-            self._runs[key] = train() if recompute else cached_plain_run(setup, int(seed), int(batch_size), lr_scale,
-                                                                         train, variant)
+            self._runs[key] = (
+                train() if recompute else cached_plain_run(setup, int(seed), int(batch_size), lr_scale, train, variant)
+            )
         return self._runs[key]
 
 
@@ -303,8 +348,9 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
 
     budget, rtol_atol = setup.cfg.budget, setup.tolerance()
     plain, twin = setup.build(False), setup.build(True)
-    pairs = list(zip([p for p in plain.parameters() if p.requires_grad],
-                     [p for p in twin.parameters() if p.requires_grad]))
+    pairs = list(
+        zip([p for p in plain.parameters() if p.requires_grad], [p for p in twin.parameters() if p.requires_grad])
+    )
     opt = instantiate(budget.optimizer, params=[p for p, _ in pairs])
     generator = torch.Generator().manual_seed(int(seed))
     if setup.cfg.forward_seed is None:
@@ -312,7 +358,9 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
     accepted = draws = steps = 0
     examples = int(budget.examples)
     while accepted < examples and draws < int(budget.max_steps_factor * math.ceil(examples / batch_size)):
-        x, y = batch_to(setup.task.make_batch(generator, min(batch_size, examples - accepted)), setup.device, setup.dtype)
+        x, y = batch_to(
+            setup.task.make_batch(generator, min(batch_size, examples - accepted)), setup.device, setup.dtype
+        )
         step_rng = None if setup.cfg.forward_seed is None else step_seed(setup.cfg.forward_seed, int(seed), draws)
         draws += 1
         with torch.no_grad():
@@ -330,14 +378,19 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
         for p, r in pairs:
             if (p.grad is None) != (r.grad is None):
                 return steps
-            if p.grad is not None and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0:
+            if (
+                p.grad is not None
+                and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0
+            ):
                 return steps
         opt.step()
         accepted += batch_size_of(x)
     return None
 
 
-def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, train, twin: str = "plain") -> TrainResult:
+def cached_plain_run(
+    setup: Setup, seed: int, batch_size: int, lr_scale: float, train, twin: str = "plain"
+) -> TrainResult:
     """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.training.cache`
     (``twin="rounding"``: the rounding twin's, under its own key).
 
@@ -359,26 +412,40 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
     if folder is None:
         return train()
     try:
-        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale,
-                                            twin=twin)
+        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale, twin=twin)
         secret = cache.cache_secret()
     except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
-        log.warning("%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
-                    "(%s: %s; the secret is %s, see docs/sweeps.md)", twin, seed, batch_size, type(exc).__name__, exc,
-                    cache.secret_path())
+        log.warning(
+            "%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
+            "(%s: %s; the secret is %s, see docs/sweeps.md)",
+            twin,
+            seed,
+            batch_size,
+            type(exc).__name__,
+            exc,
+            cache.secret_path(),
+        )
         return train()
     rejected = None
     try:
         entry = cache.load(folder, key, secret)
     except cache.Rejected as exc:
-        log.warning("%s twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
-                    twin, seed, batch_size, key, folder, exc)
+        log.warning(
+            "%s twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
+            twin,
+            seed,
+            batch_size,
+            key,
+            folder,
+            exc,
+        )
         entry, rejected = None, (key, str(exc))
     if entry is not None:
         record, tensors = entry
         log.info("%s twin, seed %d, batch %d: from cache (key sha256:%s in %s)", twin, seed, batch_size, key, folder)
-        result = TrainResult(**{**record, "curve": [(int(n), float(v)) for n, v in record["curve"]]},
-                             final_params=tensors)
+        result = TrainResult(
+            **{**record, "curve": [(int(n), float(v)) for n, v in record["curve"]]}, final_params=tensors
+        )
         result.cache_key = key
         return result
     with opened_files(ignore=(folder,)) as opened:  # data the model or task read while training
@@ -393,8 +460,9 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
     return result
 
 
-def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str,
-             status: str = INFO) -> list[Row]:
+def run_rows(
+    check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str, status: str = INFO
+) -> list[Row]:
     """Rows of one training run: every held-out metric, accepted examples, skipped steps, and
     learning-curve points (metric ``curve_<metric>``, column ``accepted_examples``).
 
@@ -413,31 +481,122 @@ def run_rows(check: str, variant: str, item: str, seed: int, result: TrainResult
         (``Role.CACHE``; WARN, or FLAGGED inside the flagged experiment).
     """
     common = {"seed": seed, "batch_size": result.batch_size}
-    run = {**common, "accepted_examples": result.accepted_examples, "steps": result.steps,
-           "skipped_steps": result.skipped_steps, "lr": result.lr}
+    run = {
+        **common,
+        "accepted_examples": result.accepted_examples,
+        "steps": result.steps,
+        "skipped_steps": result.skipped_steps,
+        "lr": result.lr,
+    }
     cached = f"; from the plain-twin cache (key sha256:{result.cache_key})" if result.cache_key else ""
-    rows = [Row(check=check, item=item, variant=variant, metric=metric, value=result.metrics[metric], threshold="", comparator="", status=status,
-                detail=f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
-                f"lr {result.lr:g}{cached}", seconds=result.seconds,
-                extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})}, role=Role.RUN)]
+    rows = [
+        Row(
+            check=check,
+            item=item,
+            variant=variant,
+            metric=metric,
+            value=result.metrics[metric],
+            threshold="",
+            comparator="",
+            status=status,
+            detail=f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
+            f"lr {result.lr:g}{cached}",
+            seconds=result.seconds,
+            extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})},
+            role=Role.RUN,
+        )
+    ]
     if result.cache_rejected:
         rejected_key, why = result.cache_rejected
-        rows.append(Row(check=check, item=item, variant=variant, metric="cache_entry_rejected", value=math.nan, threshold="", comparator="",
-                        status=FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
-                        detail=f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
-                        f"{why}; the plain twin was trained afresh in this run and the entry replaced",
-                        extra={**common, "cache_key": rejected_key, "cache_problem": why}, role=Role.CACHE))
-    rows += [Row(check=check, item=item, variant=variant, metric=name, value=value, threshold="", comparator="", status=status, detail="held-out, same data as the task metric",
-                 extra=dict(common), role=Role.HELD_OUT) for name, value in sorted(result.metrics.items()) if name != metric]
-    skip_detail = (f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
-                   "or gradient; their examples are not accepted") if result.skipped_steps else "no step skipped"
-    rows.append(Row(check=check, item=item, variant=variant, metric="accepted_examples", value=result.accepted_examples, threshold="", comparator="", status=status,
-                    detail=f"examples whose update was applied; {result.steps} applied steps", extra=dict(common),
-                    role=Role.ACCEPTED, unit="examples"))
-    rows.append(Row(check=check, item=item, variant=variant, metric="skipped_steps", value=result.skipped_steps, threshold="", comparator="", status=status, detail=skip_detail,
-                    extra={**common, "skipped_examples": result.skipped_examples}, role=Role.SKIPPED, unit="steps"))
-    rows += [Row(check=check, item=item, variant=variant, metric=f"curve_{metric}", value=value, threshold="", comparator="", status=status, detail="learning-curve point",
-                 extra={**common, "accepted_examples": n}, role=Role.CURVE) for n, value in result.curve]
+        rows.append(
+            Row(
+                check=check,
+                item=item,
+                variant=variant,
+                metric="cache_entry_rejected",
+                value=math.nan,
+                threshold="",
+                comparator="",
+                status=FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
+                detail=f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
+                f"{why}; the plain twin was trained afresh in this run and the entry replaced",
+                extra={**common, "cache_key": rejected_key, "cache_problem": why},
+                role=Role.CACHE,
+            )
+        )
+    rows += [
+        Row(
+            check=check,
+            item=item,
+            variant=variant,
+            metric=name,
+            value=value,
+            threshold="",
+            comparator="",
+            status=status,
+            detail="held-out, same data as the task metric",
+            extra=dict(common),
+            role=Role.HELD_OUT,
+        )
+        for name, value in sorted(result.metrics.items())
+        if name != metric
+    ]
+    skip_detail = (
+        (
+            f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
+            "or gradient; their examples are not accepted"
+        )
+        if result.skipped_steps
+        else "no step skipped"
+    )
+    rows.append(
+        Row(
+            check=check,
+            item=item,
+            variant=variant,
+            metric="accepted_examples",
+            value=result.accepted_examples,
+            threshold="",
+            comparator="",
+            status=status,
+            detail=f"examples whose update was applied; {result.steps} applied steps",
+            extra=dict(common),
+            role=Role.ACCEPTED,
+            unit="examples",
+        )
+    )
+    rows.append(
+        Row(
+            check=check,
+            item=item,
+            variant=variant,
+            metric="skipped_steps",
+            value=result.skipped_steps,
+            threshold="",
+            comparator="",
+            status=status,
+            detail=skip_detail,
+            extra={**common, "skipped_examples": result.skipped_examples},
+            role=Role.SKIPPED,
+            unit="steps",
+        )
+    )
+    rows += [
+        Row(
+            check=check,
+            item=item,
+            variant=variant,
+            metric=f"curve_{metric}",
+            value=value,
+            threshold="",
+            comparator="",
+            status=status,
+            detail="learning-curve point",
+            extra={**common, "accepted_examples": n},
+            role=Role.CURVE,
+        )
+        for n, value in result.curve
+    ]
     return rows
 
 

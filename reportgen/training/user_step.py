@@ -11,6 +11,7 @@ before ``forward_backward`` (:func:`reportgen.rng.seeded`), the generator states
 after it, the inputs are cloned, and gradients are read after it returns; the optimizer step is
 ``before_step`` → ``optimizer.step()`` → ``scheduler.step()``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,11 @@ def run_forward_backward(task: Any, model: nn.Module, batch: Batch, forward_seed
     with seeded(forward_seed):
         loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
         rng = fingerprint()
-    grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
-             for n, p in model.named_parameters() if p.requires_grad}
+    grads = {
+        plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
     loss = loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss))
     return StepOutput(loss, {}, {}, grads, rng)
 
@@ -79,5 +83,7 @@ def step_said(task: Any) -> str:
     members = user_members(task)
     if not members:
         return "reportgen's: one forward, the task's loss, one backward, parity.optimizer"
-    return (f"yours ({', '.join(members)}) in the sharded gradient, optimizer-step and trajectory checks; reportgen's "
-            "one forward and backward in the memory, time and task-metrics checks and in the single-process checks")
+    return (
+        f"yours ({', '.join(members)}) in the sharded gradient, optimizer-step and trajectory checks; reportgen's "
+        "one forward and backward in the memory, time and task-metrics checks and in the single-process checks"
+    )

@@ -3,6 +3,7 @@
 The lowest layer: ``reportgen.verify`` checks what it reads here; ``reportgen.compare.derive``
 reads a lone report.pdf's results with it.
 """
+
 from __future__ import annotations
 
 import io

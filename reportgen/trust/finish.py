@@ -16,6 +16,7 @@ console says "all checks finished; the report was not signed". This command fini
 
 Exit codes: those of the run (0 holds, 1 fails, 3 cannot be judged) once signed; 2 refused.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,11 +64,14 @@ def pending_record(run_dir: Path) -> dict:
     if not mark.is_file():
         signed = (run_dir / ENVELOPE_NAME).is_file()
         state = "signed already" if signed else "not a finished run waiting to be signed"
-        raise FinishRefusedError(f"{run_dir} is {state} (no {PENDING_NAME}); only a run interrupted after all its "
-                                 "checks finished is signed later")
+        raise FinishRefusedError(
+            f"{run_dir} is {state} (no {PENDING_NAME}); only a run interrupted after all its "
+            "checks finished is signed later"
+        )
     if not (run_dir / RESULTS_NAME).is_file():
-        raise FinishRefusedError(f"{run_dir} has no {RESULTS_NAME}: its checks did not all finish, so there is "
-                                 "nothing to sign")
+        raise FinishRefusedError(
+            f"{run_dir} has no {RESULTS_NAME}: its checks did not all finish, so there is nothing to sign"
+        )
     try:
         return json.loads(mark.read_text())
     except (OSError, ValueError) as exc:
@@ -97,13 +101,18 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     peak_on_miss = OmegaConf.select(cfg, "memory.peak_on_miss", default=None)
     wrong = status_mismatches(frame, {"memory.peak_on_miss": peak_on_miss})
     if wrong:
-        raise FinishRefusedError(f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do "
-                                 f"not give, e.g. {wrong[0]}; nothing was signed")
+        raise FinishRefusedError(
+            f"{len(wrong)} row(s) of {run_dir / RESULTS_NAME} state a status their numbers do "
+            f"not give, e.g. {wrong[0]}; nothing was signed"
+        )
     world = int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1)
-    required = (required_names(OmegaConf.select(cfg, "verdict.required", default=None), distributed=world > 1)
-                + claim_required(cfg.get("claim")))
+    required = required_names(
+        OmegaConf.select(cfg, "verdict.required", default=None), distributed=world > 1
+    ) + claim_required(cfg.get("claim"))
     configured_key = key_path or OmegaConf.select(cfg, "report.key_path", default=None)
     key = load_signing_key(True, configured_key)
+    if key is None:  # load_signing_key(True, ...) raises rather than return None; the type says otherwise
+        raise SigningError("no signing key")
     verdict = claim_verdict(frame, required)
     for name in LEFT_HALF_DONE:
         (run_dir / name).unlink(missing_ok=True)
@@ -119,8 +128,10 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line; see the module docstring. Returns 0, 1 or 3 (the claim), or 2 (refused)."""
-    parser = argparse.ArgumentParser(prog="python -m reportgen.sign",
-                                     description="Render and sign a finished run that was interrupted before signing.")
+    parser = argparse.ArgumentParser(
+        prog="python -m reportgen.sign",
+        description="Render and sign a finished run that was interrupted before signing.",
+    )
     parser.add_argument("run_dir", help="the run folder (outputs/DATE/TIME) holding report.pending.json")
     parser.add_argument("--key", help="private signing key (default: as for a run)")
     args = parser.parse_args(argv)
@@ -129,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FinishRefusedError, SigningError) as exc:
         print(f"reportgen.sign: refused: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
-    print(f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; "
-          f"claim {said} ({verdict})")
-    return int({PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}.get(verdict, ExitCode.FAILS))
+    said = {str(PASS): "HOLDS", str(INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
+    print(
+        f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; claim {said} ({verdict})"
+    )
+    return int({str(PASS): ExitCode.HOLDS, str(INCONCLUSIVE): ExitCode.INCONCLUSIVE}.get(verdict, ExitCode.FAILS))

@@ -8,6 +8,7 @@ is the file on disk and whose verdict is the one ``job.json`` states, and the se
 be the launch's (:func:`reportgen.trust.launch.launch_differences`). ``reportgen.verify`` then
 checks everything again, PDFs and re-judged rows included.
 """
+
 from __future__ import annotations
 
 import copy
@@ -53,8 +54,10 @@ def signed_job(sweep_dir: Path, job: dict[str, Any], public_key: ec.EllipticCurv
     envelope = folder / ENVELOPE_NAME
     if not envelope.is_file():
         if job["exit_code"] in SIGNED_CODES:
-            return entry, [f"{where}: job.json says exit code {job['exit_code']} ({job['verdict']}), which only a "
-                           "signed run gives, and the folder holds no signed statement"]
+            return entry, [
+                f"{where}: job.json says exit code {job['exit_code']} ({job['verdict']}), which only a "
+                "signed run gives, and the folder holds no signed statement"
+            ]
         return entry, []
     try:
         statement = signed_statement(envelope, public_key)
@@ -68,13 +71,15 @@ def signed_job(sweep_dir: Path, job: dict[str, Any], public_key: ec.EllipticCurv
         return entry, [f"{where}: its {RESULTS_NAME} is not the one its signed statement vouches for"]
     signed = predicate.get("verdict")
     if SIGNED_VERDICTS.get(job["exit_code"]) != signed or job["verdict"] != signed:
-        return entry, [f"{where}: job.json says {job['verdict']} (exit code {job['exit_code']}), its signed run "
-                       f"says {signed}"]
+        return entry, [
+            f"{where}: job.json says {job['verdict']} (exit code {job['exit_code']}), its signed run says {signed}"
+        ]
     return entry, []
 
 
-def job_problems(sweep_dir: str | Path, jobs: list[dict[str, Any]],
-                 public_key: ec.EllipticCurvePublicKey | None) -> tuple[dict | None, list[str]]:
+def job_problems(
+    sweep_dir: str | Path, jobs: list[dict[str, Any]], public_key: ec.EllipticCurvePublicKey | None
+) -> tuple[dict | None, list[str]]:
     """The launch record and every reason the jobs found cannot be summarised under a signature.
 
     Args:

@@ -16,6 +16,7 @@ The fingerprint shown on page 1 of a signed report and printed by ``reportgen.ve
 the SHA-256 of the DER ``SubjectPublicKeyInfo`` of the public key, in hex
 (``openssl pkey -pubin -in KEY.pub.pem -outform DER | sha256sum`` prints the same digits).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+
 from reportgen.errors import UsageError
 from reportgen.files import special_kind
 
@@ -71,11 +73,13 @@ def fingerprint(public_key: ec.EllipticCurvePublicKey) -> str:
 
 def _check_supported(key, path: Path):
     """Return ``key`` when it is an ECDSA P-256 key, else raise :class:`KeyFileError`."""
-    if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)) \
-            or not isinstance(key.curve, ec.SECP256R1):
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)) or not isinstance(
+        key.curve, ec.SECP256R1
+    ):
         kind = getattr(getattr(key, "curve", None), "name", None) or type(key).__name__
-        raise KeyFileError(f"{path}: unsupported key ({kind}); reportgen signs with ECDSA P-256 keys "
-                           f"made by `{GENERATE_COMMAND}`")
+        raise KeyFileError(
+            f"{path}: unsupported key ({kind}); reportgen signs with ECDSA P-256 keys made by `{GENERATE_COMMAND}`"
+        )
     return key
 
 
@@ -111,8 +115,10 @@ def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
-        raise KeyFileError(f"{path}: the key is encrypted; reportgen needs an unencrypted key "
-                           "(protect it with file permissions, mode 0600)") from None
+        raise KeyFileError(
+            f"{path}: the key is encrypted; reportgen needs an unencrypted key "
+            "(protect it with file permissions, mode 0600)"
+        ) from None
     except ValueError:
         raise KeyFileError(f"{path}: not a PEM private key") from None
     key = _check_supported(key, path)
@@ -128,9 +134,11 @@ def _check_private_mode(path: Path) -> None:
     """
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
-        raise KeyFileError(f"{path}: the private key is accessible by others (mode {mode:04o}); anyone who can "
-                           f"read it can sign reports as you. Run `chmod 600 {path}` (and make a new key with "
-                           f"`{GENERATE_COMMAND}` if others may have read it)")
+        raise KeyFileError(
+            f"{path}: the private key is accessible by others (mode {mode:04o}); anyone who can "
+            f"read it can sign reports as you. Run `chmod 600 {path}` (and make a new key with "
+            f"`{GENERATE_COMMAND}` if others may have read it)"
+        )
 
 
 def load_public_key(path: str | os.PathLike) -> ec.EllipticCurvePublicKey:
@@ -180,10 +188,12 @@ def generate_key(out: str | os.PathLike) -> tuple[Path, Path]:
             raise FileExistsError(f"{path} exists already; reportgen never overwrites a key")
     private_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = ec.generate_private_key(ec.SECP256R1())
-    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
-    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         os.fchmod(handle.fileno(), 0o600)  # the umask may have removed bits, never added any
@@ -227,8 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"public key:  {public_path} (give this to reviewers)")
     print(f"fingerprint: sha256:{fingerprint(load_public_key(public_path))}")
     if args.out:
-        print(f"use it with: python -m reportgen +model=... report.key_path={private_path}  "
-              f"(or export {KEY_ENV}={private_path})")
+        print(
+            f"use it with: python -m reportgen +model=... report.key_path={private_path}  "
+            f"(or export {KEY_ENV}={private_path})"
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ Each job's own signed statement names its launch (:func:`job_launch`: job number
 and the SHA-256 of ``multirun.yaml``), so a job signed in another sweep is told apart from one
 of this sweep even when its number and overrides match.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -61,16 +62,24 @@ def launch_record(sweep_dir: str | Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - an edited or truncated file: named, never a traceback
         raise LaunchError(f"{path} cannot be read as Hydra's launch record ({type(exc).__name__}: {exc})") from None
     if sweeper != BASIC_SWEEPER:
-        raise LaunchError(f"{path} names sweeper {sweeper!r}; reportgen re-derives the jobs of Hydra's basic "
-                          "sweeper only (the default: hydra/sweeper=basic)")
+        raise LaunchError(
+            f"{path} names sweeper {sweeper!r}; reportgen re-derives the jobs of Hydra's basic "
+            "sweeper only (the default: hydra/sweeper=basic)"
+        )
     try:
         parsed = OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task])
         batches = BasicSweeper.split_arguments(parsed, None)[0]
     except Exception as exc:  # noqa: BLE001 - Hydra's parser raises its own errors on an edited record
         raise LaunchError(f"{path}: Hydra cannot expand its overrides ({exc})") from None
     swept = {o.get_key_element(): list(o.sweep_string_iterator()) for o in parsed if o.is_sweep_override()}
-    return {"file": LAUNCH_FILE, "sha256": sha256_file(path), "sweeper": sweeper, "swept": swept,
-            "job_count": len(batches), "jobs": [{"job": i, "overrides": list(b)} for i, b in enumerate(batches)]}
+    return {
+        "file": LAUNCH_FILE,
+        "sha256": sha256_file(path),
+        "sweeper": sweeper,
+        "swept": swept,
+        "job_count": len(batches),
+        "jobs": [{"job": i, "overrides": list(b)} for i, b in enumerate(batches)],
+    }
 
 
 def job_launch() -> dict[str, Any] | None:
@@ -87,8 +96,11 @@ def job_launch() -> dict[str, Any] | None:
         return None
     hydra_cfg = HydraConfig.get()
     path = Path(str(hydra_cfg.sweep.dir)) / LAUNCH_FILE
-    return {"job": int(hydra_cfg.job.num), "overrides": list(hydra_cfg.overrides.task),
-            "launch_sha256": sha256_file(path) if path.is_file() else None}
+    return {
+        "job": int(hydra_cfg.job.num),
+        "overrides": list(hydra_cfg.overrides.task),
+        "launch_sha256": sha256_file(path) if path.is_file() else None,
+    }
 
 
 def launch_differences(launch: dict[str, Any], jobs: Iterable[dict[str, Any]]) -> list[str]:
@@ -106,17 +118,25 @@ def launch_differences(launch: dict[str, Any], jobs: Iterable[dict[str, Any]]) -
     jobs = list(jobs)
     expected = {j["job"]: list(j["overrides"]) for j in launch["jobs"]}
     counts = Counter(j["job"] for j in jobs)
-    out = [f"job {n} appears {c} times ({', '.join(j['dir'] + '/' for j in jobs if j['job'] == n)}): a launch "
-           "numbers each job once" for n, c in sorted(counts.items()) if c > 1]
-    out += [f"job {n} is missing: the launch made it ({' '.join(expected[n]) or 'no overrides'}), no folder holds it"
-            for n in sorted(set(expected) - set(counts))]
+    out = [
+        f"job {n} appears {c} times ({', '.join(j['dir'] + '/' for j in jobs if j['job'] == n)}): a launch "
+        "numbers each job once"
+        for n, c in sorted(counts.items())
+        if c > 1
+    ]
+    out += [
+        f"job {n} is missing: the launch made it ({' '.join(expected[n]) or 'no overrides'}), no folder holds it"
+        for n in sorted(set(expected) - set(counts))
+    ]
     for job in jobs:
         where = f"job {job['job']} ({job['dir']}/)"
         if job["job"] not in expected:
             out.append(f"{where} is not one of the {launch['job_count']} jobs the launch made")
         elif list(job["overrides"]) != expected[job["job"]]:
-            out.append(f"{where} ran with {' '.join(job['overrides']) or 'no overrides'}; the launch gave job "
-                       f"{job['job']} {' '.join(expected[job['job']]) or 'no overrides'}")
+            out.append(
+                f"{where} ran with {' '.join(job['overrides']) or 'no overrides'}; the launch gave job "
+                f"{job['job']} {' '.join(expected[job['job']]) or 'no overrides'}"
+            )
         if "signed_launch" in job:
             out += _foreign(where, job, launch)
     return out
@@ -128,10 +148,14 @@ def _foreign(where: str, job: dict[str, Any], launch: dict[str, Any]) -> list[st
     if not isinstance(signed, dict):
         return [f"{where} was signed outside any sweep (its statement names no launch): a run copied in"]
     if signed.get("launch_sha256") != launch["sha256"]:
-        return [f"{where} was signed in another sweep (its statement names launch "
-                f"sha256:{str(signed.get('launch_sha256'))[:16]}..., this sweep's {LAUNCH_FILE} is "
-                f"sha256:{launch['sha256'][:16]}...)"]
+        return [
+            f"{where} was signed in another sweep (its statement names launch "
+            f"sha256:{str(signed.get('launch_sha256'))[:16]}..., this sweep's {LAUNCH_FILE} is "
+            f"sha256:{launch['sha256'][:16]}...)"
+        ]
     if signed.get("job") != job["job"] or list(signed.get("overrides") or []) != list(job["overrides"]):
-        return [f"{where}: its statement signs job {signed.get('job')} with "
-                f"{' '.join(signed.get('overrides') or []) or 'no overrides'}, not what its job.json says"]
+        return [
+            f"{where}: its statement signs job {signed.get('job')} with "
+            f"{' '.join(signed.get('overrides') or []) or 'no overrides'}, not what its job.json says"
+        ]
     return []

@@ -7,6 +7,7 @@ step every file reportgen writes there is appended to ``.reportgen.manifest`` as
 subjects are the run's files that are in that list, so a file someone else puts into the folder
 (``notes.txt``, ``sub/mine.txt``) is never signed: ``reportgen.verify`` names it "not covered".
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,8 +53,13 @@ def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign
 
     from reportgen.files import atomic_write
 
-    record = {"meta": meta, "required": list(required), "pdf": bool(pdf), "sign": bool(sign),
-              "finish": f"{SIGN_COMMAND} {out_dir}"}
+    record = {
+        "meta": meta,
+        "required": list(required),
+        "pdf": bool(pdf),
+        "sign": bool(sign),
+        "finish": f"{SIGN_COMMAND} {out_dir}",
+    }
     return atomic_write(Path(out_dir) / PENDING_NAME, json.dumps(record, indent=1, default=str) + "\n")
 
 

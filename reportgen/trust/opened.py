@@ -8,6 +8,7 @@ entry and treats the entry as stale when one has changed: a reused run never sta
 run on other data. A file opened through C code that bypasses Python (a library's own ``fopen``)
 raises no event and stays invisible; page 1 says what the key covers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,7 +76,11 @@ def opened_files(ignore: tuple[Path, ...] = ()) -> Iterator[list[Path]]:
             except (OSError, RuntimeError):
                 continue
             code = path.suffix in (".py", ".pyc") or "__pycache__" in path.parts  # sources: their own digests
-            if path.is_file() and not code and not is_library_file(path, roots) \
-                    and not any(path.is_relative_to(s) for s in skipped):
+            if (
+                path.is_file()
+                and not code
+                and not is_library_file(path, roots)
+                and not any(path.is_relative_to(s) for s in skipped)
+            ):
                 paths.add(path)
         found.extend(sorted(paths))

@@ -16,6 +16,7 @@ What ``sign_run`` leaves in the run folder (with signing on):
 
 ``reportgen.verify`` checks all of it; the order here is the one it relies on.
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,9 +25,10 @@ import io
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -36,10 +38,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from reportgen.errors import UsageError
-from reportgen.trust.keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
 from reportgen.files import atomic_write, record_written, sha256_file
-from reportgen.trust.manifest import PENDING_NAME, written_files
 from reportgen.results import Role, check_summary
+from reportgen.trust.keys import GENERATE_COMMAND, KeyFileError, default_key_path, fingerprint, load_private_key
+from reportgen.trust.manifest import PENDING_NAME, written_files
 
 #: File names in a signed run folder.
 ENVELOPE_NAME = "statement.dsse.json"
@@ -99,8 +101,10 @@ def load_signing_key(sign: bool, key_path: str | None = None) -> SigningKey | No
     path, source = default_key_path(key_path)
     if not path.exists():
         command = GENERATE_COMMAND if source == "default location" else f"{GENERATE_COMMAND} --out {path}"
-        raise SigningError(f"signing is on but there is no private key at {path} ({source}). "
-                           f"Create one with `{command}`, or run with report.sign=false for an UNSIGNED report")
+        raise SigningError(
+            f"signing is on but there is no private key at {path} ({source}). "
+            f"Create one with `{command}`, or run with report.sign=false for an UNSIGNED report"
+        )
     try:
         private_key = load_private_key(path)
     except KeyFileError as exc:
@@ -172,7 +176,16 @@ def _plain(value: Any) -> Any:
 
 
 #: Rows whose values the statement repeats as the claim's costs (memory and time).
-COST_ROLES = (Role.SAVED_TOTAL, Role.SAVING, Role.STEP_PEAK, Role.PEAK_SAVING, Role.CUDA_PEAK, Role.MEDIAN, Role.OVERHEAD, Role.FLOPS)
+COST_ROLES = (
+    Role.SAVED_TOTAL,
+    Role.SAVING,
+    Role.STEP_PEAK,
+    Role.PEAK_SAVING,
+    Role.CUDA_PEAK,
+    Role.MEDIAN,
+    Role.OVERHEAD,
+    Role.FLOPS,
+)
 
 
 def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str]) -> dict:
@@ -193,23 +206,43 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
     required = list(required)
     summary = check_summary(frame, required)
     seconds = frame.groupby("check", sort=False)["seconds"].sum() if len(frame) else pd.Series(dtype=float)
-    checks = [{"check": s["check"], "status": s["status"], "required": bool(s["required"]), "rows": int(s["rows"]),
-               "not_passing": int(s["failing"]), "seconds": decimal_string(seconds.get(s["check"], 0.0))}
-              for s in summary.to_dict("records")]
-    thresholds = sorted({(c, m, t) for c, m, t in zip(frame.check, frame.metric, frame.threshold)
-                         if isinstance(t, str) and t})
+    checks = [
+        {
+            "check": s["check"],
+            "status": s["status"],
+            "required": bool(s["required"]),
+            "rows": int(s["rows"]),
+            "not_passing": int(s["failing"]),
+            "seconds": decimal_string(seconds.get(s["check"], 0.0)),
+        }
+        for s in summary.to_dict("records")
+    ]
+    thresholds = sorted(
+        {(c, m, t) for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t}
+    )
     tol = meta["tolerances"]
-    costs = [{"check": r["check"], "item": r["item"], "variant": r["variant"], "metric": r["metric"],
-              "value": decimal_string(r["value"]), "status": r["status"]}
-             for r in frame[frame.role.isin(COST_ROLES)].to_dict("records")]
+    costs = [
+        {
+            "check": r["check"],
+            "item": r["item"],
+            "variant": r["variant"],
+            "metric": r["metric"],
+            "value": decimal_string(r["value"]),
+            "status": r["status"],
+        }
+        for r in frame[frame.role.isin(COST_ROLES)].to_dict("records")
+    ]
     return {
         "verdict": verdict,
         "required": required,
         "claim": meta["claim"],
         "checks": checks,
-        "tolerances": {"rtol": decimal_string(tol["rtol"]), "atol": decimal_string(tol["atol"]),
-                       "source": tol["source"],
-                       "thresholds": [{"check": c, "metric": m, "threshold": t} for c, m, t in thresholds]},
+        "tolerances": {
+            "rtol": decimal_string(tol["rtol"]),
+            "atol": decimal_string(tol["atol"]),
+            "source": tol["source"],
+            "thresholds": [{"check": c, "metric": m, "threshold": t} for c, m, t in thresholds],
+        },
         "costs": costs,
         "environment": {k: _plain(v) for k, v in meta["environment"].items()},
         "created": meta["created"],
@@ -284,19 +317,36 @@ def self_signed_certificate(key: SigningKey) -> x509.Certificate:
     so neither clock skew nor age makes a report fail. Key usage: digitalSignature and
     nonRepudiation (contentCommitment), as PAdES signers carry.
     """
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"reportgen signing key sha256:{key.fingerprint[:16]}"),
-                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, "reportgen")])
-    usage = x509.KeyUsage(digital_signature=True, content_commitment=True, key_encipherment=False,
-                          data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                          encipher_only=False, decipher_only=False)
-    return (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key)
-            .serial_number(int(key.fingerprint[:30], 16) | 1)
-            .not_valid_before(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
-            .not_valid_after(dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.timezone.utc))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(usage, critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key), critical=False)
-            .sign(key.private_key, hashes.SHA256()))
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, f"reportgen signing key sha256:{key.fingerprint[:16]}"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "reportgen"),
+        ]
+    )
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=True,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=False,
+        crl_sign=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key)
+        .serial_number(int(key.fingerprint[:30], 16) | 1)
+        .not_valid_before(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+        .not_valid_after(dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(usage, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key), critical=False)
+        .sign(key.private_key, hashes.SHA256())
+    )
 
 
 def _attach(writer, name: str, data: bytes, relationship: str, description: str, when: dt.datetime) -> None:
@@ -310,17 +360,25 @@ def _attach(writer, name: str, data: bytes, relationship: str, description: str,
     from pyhanko.pdf_utils import generic
     from pyhanko.pdf_utils.embed import EmbeddedFileObject, EmbeddedFileParams
 
-    stream = EmbeddedFileObject.from_file_data(writer, data, compress=True, mime_type="application/json",
-                                               params=EmbeddedFileParams(creation_date=when, modification_date=when))
-    spec = generic.DictionaryObject({
-        generic.pdf_name("/Type"): generic.pdf_name("/Filespec"),
-        generic.pdf_name("/F"): generic.pdf_string(name),
-        generic.pdf_name("/UF"): generic.pdf_string(name),
-        generic.pdf_name("/EF"): generic.DictionaryObject({generic.pdf_name("/F"): stream.ef_stream_ref,
-                                                           generic.pdf_name("/UF"): stream.ef_stream_ref}),
-        generic.pdf_name("/Desc"): generic.pdf_string(description),
-        generic.pdf_name("/AFRelationship"): generic.pdf_name(f"/{relationship}"),
-    })
+    stream = EmbeddedFileObject.from_file_data(
+        writer,
+        data,
+        compress=True,
+        mime_type="application/json",
+        params=EmbeddedFileParams(creation_date=when, modification_date=when),
+    )
+    spec = generic.DictionaryObject(
+        {
+            generic.pdf_name("/Type"): generic.pdf_name("/Filespec"),
+            generic.pdf_name("/F"): generic.pdf_string(name),
+            generic.pdf_name("/UF"): generic.pdf_string(name),
+            generic.pdf_name("/EF"): generic.DictionaryObject(
+                {generic.pdf_name("/F"): stream.ef_stream_ref, generic.pdf_name("/UF"): stream.ef_stream_ref}
+            ),
+            generic.pdf_name("/Desc"): generic.pdf_string(description),
+            generic.pdf_name("/AFRelationship"): generic.pdf_name(f"/{relationship}"),
+        }
+    )
     spec_ref = writer.add_object(spec)
     root = writer.root
     if "/Names" not in root:
@@ -332,8 +390,7 @@ def _attach(writer, name: str, data: bytes, relationship: str, description: str,
     tree_ref = names.raw_get("/EmbeddedFiles")
     tree = tree_ref.get_object()
     entries = tree["/Names"]
-    pairs = sorted([(str(entries[i]), entries.raw_get(i + 1)) for i in range(0, len(entries), 2)]
-                   + [(name, spec_ref)])
+    pairs = sorted([(str(entries[i]), entries.raw_get(i + 1)) for i in range(0, len(entries), 2)] + [(name, spec_ref)])
     tree["/Names"] = generic.ArrayObject([x for key, ref in pairs for x in (generic.pdf_string(key), ref)])
     if isinstance(tree_ref, generic.IndirectObject):
         writer.mark_update(tree_ref)
@@ -388,28 +445,42 @@ def sign_pdf(unsigned: bytes, envelope: bytes, key: SigningKey, reason: str) -> 
     from pyhanko_certvalidator.registry import SimpleCertificateStore
 
     certificate = asn1_x509.Certificate.load(self_signed_certificate(key).public_bytes(serialization.Encoding.DER))
-    private = asn1_keys.PrivateKeyInfo.load(key.private_key.private_bytes(
-        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    private = asn1_keys.PrivateKeyInfo.load(
+        key.private_key.private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     # The CMS carries exactly one certificate (the signer's; no separate "root" copy), the
     # layout that reportgen.verify insists on.
-    signer = signers.SimpleSigner(signing_cert=certificate, signing_key=private,
-                                  cert_registry=SimpleCertificateStore(), embed_roots=False)
+    signer = signers.SimpleSigner(
+        signing_cert=certificate, signing_key=private, cert_registry=SimpleCertificateStore(), embed_roots=False
+    )
     writer = IncrementalPdfFileWriter(io.BytesIO(unsigned))
     _keep_metadata_consistent(writer)
-    _attach(writer, ENVELOPE_NAME, envelope, "Supplement",
-            "DSSE envelope (in-toto Statement v1) over the run's files; check with python -m reportgen.verify",
-            dt.datetime.now(dt.timezone.utc).replace(microsecond=0))
-    meta = signers.PdfSignatureMetadata(field_name=SIGNATURE_FIELD, md_algorithm="sha256",
-                                        subfilter=fields.SigSeedSubFilter.PADES, reason=reason,
-                                        name=f"reportgen key sha256:{key.fingerprint}")
+    _attach(
+        writer,
+        ENVELOPE_NAME,
+        envelope,
+        "Supplement",
+        "DSSE envelope (in-toto Statement v1) over the run's files; check with python -m reportgen.verify",
+        dt.datetime.now(dt.UTC).replace(microsecond=0),
+    )
+    meta = signers.PdfSignatureMetadata(
+        field_name=SIGNATURE_FIELD,
+        md_algorithm="sha256",
+        subfilter=fields.SigSeedSubFilter.PADES,
+        reason=reason,
+        name=f"reportgen key sha256:{key.fingerprint}",
+    )
     return signers.sign_pdf(writer, meta, signer=signer).getvalue()
 
 
 # --------------------------------------------------------------------------- the stage
 
 
-def sign_run(frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, key: SigningKey | None,
-             required: Iterable[str]) -> dict[str, Path]:
+def sign_run(
+    frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, key: SigningKey | None, required: Iterable[str]
+) -> dict[str, Path]:
     """Sign everything the run wrote: statement.dsse.json, then the signed report.pdf.
 
     Does nothing when ``key`` is ``None`` (signing off: report.pdf stays the unsigned PDF/A).
@@ -471,8 +542,15 @@ def decode_b64(text: str) -> bytes:
 # --------------------------------------------------------------------------- documents over runs
 
 
-def sign_document(out_dir: Path, stem: str, subjects: Iterable[str], predicate: dict, predicate_type: str,
-                  key: SigningKey | None, reason: str) -> dict[str, Path]:
+def sign_document(
+    out_dir: Path,
+    stem: str,
+    subjects: Iterable[str],
+    predicate: dict,
+    predicate_type: str,
+    key: SigningKey | None,
+    reason: str,
+) -> dict[str, Path]:
     """Sign a document made from several runs (a sweep summary, a comparison) like a run.
 
     The same layout as :func:`sign_run`, with ``stem`` for ``report``: ``<stem>.pdf`` (as
@@ -501,9 +579,14 @@ def sign_document(out_dir: Path, stem: str, subjects: Iterable[str], predicate: 
     out_dir = Path(out_dir)
     pdf, unsigned = set_aside_unsigned(out_dir / f"{stem}.pdf", out_dir / f"{stem}.unsigned.pdf")
     names = sorted({*subjects, *([unsigned.name] if unsigned.exists() else [])})
-    statement = {"_type": STATEMENT_TYPE, "predicateType": predicate_type, "predicate": predicate,
-                 "subject": [{"name": n, "digest": {"sha256": sha256_file(out_dir / n)}}
-                             for n in names if (out_dir / n).is_file()]}
+    statement = {
+        "_type": STATEMENT_TYPE,
+        "predicateType": predicate_type,
+        "predicate": predicate,
+        "subject": [
+            {"name": n, "digest": {"sha256": sha256_file(out_dir / n)}} for n in names if (out_dir / n).is_file()
+        ],
+    }
     envelope = sign_statement(statement, key)
     paths = {"statement": atomic_write(out_dir / f"{stem}.dsse.json", envelope)}
     if unsigned.exists():

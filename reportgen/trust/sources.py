@@ -11,6 +11,7 @@ namespace package without ``__init__.py``, a library imported from another folde
 hashed as a whole by :func:`reportgen_sources_sha256`). Libraries installed in site-packages
 are covered by their versions, not their files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 from reportgen.files import sha256_file as file_sha256  # noqa: F401 - one file digest for the cache and the statement
 
@@ -152,14 +154,20 @@ def git_repositories(files) -> list[dict]:
             by_folder[folder] = _git(folder, "rev-parse", "--show-toplevel")
         top = by_folder[folder]
         repos[top] = repos.get(top, 0) + 1
-    out = []
+    out: list[dict[str, Any]] = []
     for top in sorted(repos, key=lambda t: (t is None, t or "")):
         if top is None:
             out.append({"repository": None, "commit": None, "dirty": None, "files": repos[top]})
             continue
         status = _git(Path(top), "status", "--porcelain")
-        out.append({"repository": top, "commit": _git(Path(top), "rev-parse", "HEAD"),
-                    "dirty": None if status is None else bool(status), "files": repos[top]})
+        out.append(
+            {
+                "repository": top,
+                "commit": _git(Path(top), "rev-parse", "HEAD"),
+                "dirty": None if status is None else bool(status),
+                "files": repos[top],
+            }
+        )
     return out
 
 

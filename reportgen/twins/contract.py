@@ -19,6 +19,7 @@ Each breach stops the run with exit 2 and one paragraph naming the contract and 
 The global RNG (torch, Python ``random``, NumPy) is restored afterwards, so the checks see
 the same random state as without this probe.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,9 +34,11 @@ from reportgen.errors import SetupError
 
 #: Examples in the probe batch: small, and above 1 so a batch dimension cannot hide.
 PROBE_BATCH = 2
-CONTRACT = ("the task contract (docs/own-model.md, 'The task object'): make_batch(generator, batch_size) -> (inputs, targets) "
-            "with batch_size examples in the leading dimension, drawn only with `generator`; loss(output, target) "
-            "-> a scalar floating tensor")
+CONTRACT = (
+    "the task contract (docs/own-model.md, 'The task object'): make_batch(generator, batch_size) -> (inputs, targets) "
+    "with batch_size examples in the leading dimension, drawn only with `generator`; loss(output, target) "
+    "-> a scalar floating tensor"
+)
 
 
 class TaskContractError(SetupError):
@@ -51,11 +54,15 @@ def _draw(task: Any, seed: int, batch_size: int) -> tuple[Any, Any]:
     try:
         batch = task.make_batch(torch.Generator().manual_seed(seed), batch_size)
     except Exception as exc:  # noqa: BLE001 - user code
-        raise _breach(f"task.make_batch(generator, {batch_size}) raised {type(exc).__name__}: {_first(exc)}",
-                      "Fix make_batch in your task") from exc
+        raise _breach(
+            f"task.make_batch(generator, {batch_size}) raised {type(exc).__name__}: {_first(exc)}",
+            "Fix make_batch in your task",
+        ) from exc
     if not isinstance(batch, (tuple, list)) or len(batch) != 2 or not all(_leaves(part) for part in batch):
-        raise _breach(f"task.make_batch returned {_describe(batch)}, not (inputs, targets) tensors",
-                      "Return a tuple of two tensors (or of dicts/tuples of tensors)")
+        raise _breach(
+            f"task.make_batch returned {_describe(batch)}, not (inputs, targets) tensors",
+            "Return a tuple of two tensors (or of dicts/tuples of tensors)",
+        )
     return batch[0], batch[1]
 
 
@@ -90,38 +97,47 @@ def _check(setup: Any, task: Any) -> None:
     for name, part in (("inputs", inputs), ("targets", targets)):
         for tensor in _leaves(part):
             if tensor.dim() == 0 or tensor.shape[0] != PROBE_BATCH:
-                raise _breach(f"task.make_batch(generator, {PROBE_BATCH}) returned {name} with a tensor of shape "
-                              f"{list(tensor.shape)}, whose leading size is not the batch size {PROBE_BATCH}",
-                              f"Return {name} with batch_size examples in the first dimension")
+                raise _breach(
+                    f"task.make_batch(generator, {PROBE_BATCH}) returned {name} with a tensor of shape "
+                    f"{list(tensor.shape)}, whose leading size is not the batch size {PROBE_BATCH}",
+                    f"Return {name} with batch_size examples in the first dimension",
+                )
     first, again = _leaves((inputs, targets)), _leaves(_draw(task, seed, PROBE_BATCH))
     if len(first) != len(again) or not all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(first, again)):
-        raise _breach("task.make_batch ignores its generator: two calls with generators seeded alike returned "
-                      "different batches, so the plain and recompute twins would not see the same data",
-                      "Draw every random number from `generator` (torch.randn(..., generator=generator), "
-                      "torch.randperm(n, generator=generator)), never from the global RNG")
+        raise _breach(
+            "task.make_batch ignores its generator: two calls with generators seeded alike returned "
+            "different batches, so the plain and recompute twins would not see the same data",
+            "Draw every random number from `generator` (torch.randn(..., generator=generator), "
+            "torch.randperm(n, generator=generator)), never from the global RNG",
+        )
     try:
         x, y = setup.make_batch(PROBE_BATCH, seed)  # moved to the run's device and dtype
     except Exception as exc:  # noqa: BLE001 - a batch reportgen cannot move
-        raise _breach(f"reportgen cannot move the batch to {setup.device} / {setup.dtype}: "
-                      f"{type(exc).__name__}: {_first(exc)}", "Return tensors as inputs and targets") from exc
+        raise _breach(
+            f"reportgen cannot move the batch to {setup.device} / {setup.dtype}: {type(exc).__name__}: {_first(exc)}",
+            "Return tensors as inputs and targets",
+        ) from exc
     model = setup.build(False, compiled=False)  # the task contract, not torch.compile, is checked here
     try:
         output = model(x)
     except Exception as exc:  # noqa: BLE001 - user code
         if _floats_would_work(model, x, setup.dtype):
-            raise _breach(f"the plain model raised {type(exc).__name__} on the integer inputs from make_batch "
-                          f"({_describe(x)}): {_first(exc)}; the same inputs as floating point run",
-                          "Return floating inputs for a model that needs them (reportgen casts floating inputs to "
-                          "the run's dtype and leaves integer ids, e.g. token ids for an embedding, as they are)"
-                          ) from exc
+            raise _breach(
+                f"the plain model raised {type(exc).__name__} on the integer inputs from make_batch "
+                f"({_describe(x)}): {_first(exc)}; the same inputs as floating point run",
+                "Return floating inputs for a model that needs them (reportgen casts floating inputs to "
+                "the run's dtype and leaves integer ids, e.g. token ids for an embedding, as they are)",
+            ) from exc
         return  # the plain run itself is broken: the checks report that the claim cannot be tested
     try:
         loss = task.loss(output, y)
     except Exception:  # noqa: BLE001 - user code; a plain run that fails is the checks' to report
         return
     if not isinstance(loss, Tensor) or loss.numel() != 1 or loss.dim() != 0 or not loss.is_floating_point():
-        raise _breach(f"task.loss(output, target) returned {_describe(loss)}, not a scalar floating tensor",
-                      "Reduce the loss to one number, e.g. with .mean()")
+        raise _breach(
+            f"task.loss(output, target) returned {_describe(loss)}, not a scalar floating tensor",
+            "Reduce the loss to one number, e.g. with .mean()",
+        )
     if loss.requires_grad:
         try:
             loss.backward()

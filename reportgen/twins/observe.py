@@ -4,9 +4,11 @@
 model's own switch) and :func:`observe_twins` records what it sees in the :class:`Setup` before any
 check runs; :func:`observation_rows` turns "the switch recomputes nothing" into a finding.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,8 +23,9 @@ from reportgen.twins.recompute import Wrapped, plain_name
 from reportgen.twins.setup import Setup
 
 
-def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward_seed: int | None,
-                      whole_modules: bool = False) -> list[str]:
+def observe_recompute(
+    model: nn.Module, batch: Batch, loss_fn: Callable, forward_seed: int | None, whole_modules: bool = False
+) -> list[str]:
     """Paths of the modules that actually recompute: whose forward runs again during backward.
 
     Implementation-agnostic: a global forward pre-hook records every module whose forward
@@ -48,8 +51,9 @@ def observe_recompute(model: nn.Module, batch: Batch, loss_fn: Callable, forward
     """
     from torch.nn.modules.module import register_module_forward_pre_hook
 
-    names = {module: plain_name(name) for name, module in model.named_modules()
-             if not isinstance(module, CheckpointWrapper)}
+    names = {
+        module: plain_name(name) for name, module in model.named_modules() if not isinstance(module, CheckpointWrapper)
+    }
     again: list[str] = []
     ran: set[str] = set()
 
@@ -129,9 +133,11 @@ def observe_twins(setup: Setup) -> None:
         classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
         setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
         if not setup.wrapped:
-            setup.nothing_recomputes = (f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of "
-                                        "the recompute twin runs its forward again in backward: nothing recomputes, "
-                                        "so the configured recompute is not what trains")
+            setup.nothing_recomputes = (
+                f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of "
+                "the recompute twin runs its forward again in backward: nothing recomputes, "
+                "so the configured recompute is not what trains"
+            )
 
 
 def observation_rows(setup: Setup) -> list[Row]:
@@ -141,5 +147,18 @@ def observation_rows(setup: Setup) -> list[Row]:
     """
     if not setup.nothing_recomputes:
         return []
-    return [Row(check=GRADIENT_PARITY, item="regions recomputed", variant="recompute", metric="recomputed_regions", value=0.0, threshold=">= 1", comparator=">=",
-                threshold_value=1.0, role=Role.OBSERVED, unit="regions", detail=setup.nothing_recomputes)]
+    return [
+        Row(
+            check=GRADIENT_PARITY,
+            item="regions recomputed",
+            variant="recompute",
+            metric="recomputed_regions",
+            value=0.0,
+            threshold=">= 1",
+            comparator=">=",
+            threshold_value=1.0,
+            role=Role.OBSERVED,
+            unit="regions",
+            detail=setup.nothing_recomputes,
+        )
+    ]

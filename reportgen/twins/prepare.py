@@ -1,10 +1,11 @@
 """The stages before any check, the same for one process and for every rank of a sharded run:
 build the twins from one ``state_dict``, probe the task contract, draw the fixed batch, observe which
 modules recompute (under the checks' deadline and memory ceiling)."""
+
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from omegaconf import DictConfig
@@ -18,8 +19,9 @@ from reportgen.twins.setup import Setup, build_setup
 log = logging.getLogger("reportgen")
 
 
-def prepare(cfg: DictConfig, *, probe_contract: bool = True,
-            device_problem: Callable[[torch.device], str] = lambda device: "") -> Setup:
+def prepare(
+    cfg: DictConfig, *, probe_contract: bool = True, device_problem: Callable[[torch.device], str] = lambda device: ""
+) -> Setup:
     """Build, probe, draw the batch and observe the twins.
 
     Args:

@@ -5,6 +5,7 @@ Follows torchtitan's ``activation_checkpoint.py``: find the target blocks, wrap 
 calls ``torch.utils.checkpoint.checkpoint``), and return exactly which modules were wrapped.
 Zero matches is an error, never a silent no-op.
 """
+
 from __future__ import annotations
 
 import functools
@@ -118,7 +119,9 @@ def resolve_ops(names: list[str]) -> list[torch._ops.OpOverload]:
         elif isinstance(target, torch._ops.OpOverload):
             ops.append(target)
         else:
-            raise RecomputeConfigError(f"recompute.save_ops: {name!r} is not an op; write e.g. 'aten.mm' or 'aten.mm.default'")
+            raise RecomputeConfigError(
+                f"recompute.save_ops: {name!r} is not an op; write e.g. 'aten.mm' or 'aten.mm.default'"
+            )
     return ops
 
 
@@ -159,11 +162,13 @@ def resolve_periods(periods: Any, save_ops: list[str]) -> dict:
     resolved = {}
     for name, n in dict(periods or {}).items():
         if name not in save_ops:
-            raise RecomputeConfigError(f"recompute.save_period: {name!r} is not in recompute.save_ops; list it "
-                                       "there too")
+            raise RecomputeConfigError(
+                f"recompute.save_period: {name!r} is not in recompute.save_ops; list it there too"
+            )
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise RecomputeConfigError(f"recompute.save_period.{name}={n!r} must be a whole number >= 1 (2: every "
-                                       "second call is recomputed)")
+            raise RecomputeConfigError(
+                f"recompute.save_period.{name}={n!r} must be a whole number >= 1 (2: every second call is recomputed)"
+            )
         resolved.update({op: n for op in resolve_ops([name])})
     return resolved
 
@@ -172,9 +177,11 @@ def checkpoint_kwargs(rc) -> tuple[CheckpointImpl, dict]:
     """Translate ``cfg.recompute`` into checkpoint_wrapper's implementation and kwargs."""
     mode = configured_mode(rc)
     if mode is None:
-        raise RecomputeConfigError("recompute.mode is not set (recompute=model_default): only recompute.method="
-                                   "model_switch can leave the mode to the model; choose recompute=non_reentrant, "
-                                   "reentrant or selective")
+        raise RecomputeConfigError(
+            "recompute.mode is not set (recompute=model_default): only recompute.method="
+            "model_switch can leave the mode to the model; choose recompute=non_reentrant, "
+            "reentrant or selective"
+        )
     kwargs = {"preserve_rng_state": bool(rc.preserve_rng_state), "determinism_check": str(rc.determinism_check)}
     if mode is RecomputeMode.reentrant:
         return CheckpointImpl.REENTRANT, {"preserve_rng_state": kwargs["preserve_rng_state"]}
@@ -244,7 +251,8 @@ def _created_outside(path: str, module: nn.Module, args, kwargs, output) -> None
             raise RecomputeHazard(
                 f"reentrant recompute region {path} returned {RETURNED_LEAF} ({what}, which existed before the "
                 "region ran): reentrant recompute gives it the region's grad_fn, so backward would recompute the "
-                "region again and again until memory runs out; backward was not run")
+                "region again and again until memory runs out; backward was not run"
+            )
 
 
 def guard_returned_leaves(model: nn.Module) -> None:
@@ -257,6 +265,7 @@ def guard_returned_leaves(model: nn.Module) -> None:
     :meth:`reportgen.twins.setup.Setup.build`, whatever the method (wrapper or the model's own switch).
     Tensors kept elsewhere (a global, another object) are not watched.
     """
+
     def check(module: nn.Module, args, output) -> None:
         if torch.compiler.is_compiling():  # a compiled twin: not traced into its graph
             return
@@ -269,7 +278,8 @@ def guard_returned_leaves(model: nn.Module) -> None:
                         f"after the forward, {kind} {plain_name(name)} has grad_fn {type(t.grad_fn).__name__}: a "
                         f"recompute region returned {RETURNED_LEAF} (its own {kind}), and a reentrant region's "
                         "output gets the region's grad_fn, so backward would recompute the region again and again "
-                        "until memory runs out; backward was not run")
+                        "until memory runs out; backward was not run"
+                    )
 
     model.register_forward_hook(check)
 
@@ -290,8 +300,10 @@ def switch_on(model: nn.Module, rc) -> bool | None:
         RecomputeConfigError: ``recompute.enable`` is not set or cannot be imported.
     """
     if not rc.get("enable"):
-        raise RecomputeConfigError("recompute.method=model_switch needs recompute.enable: the dotted path of "
-                                   "fn(model, recompute_cfg), e.g. reportgen.models.hf.enable")
+        raise RecomputeConfigError(
+            "recompute.method=model_switch needs recompute.enable: the dotted path of "
+            "fn(model, recompute_cfg), e.g. reportgen.models.hf.enable"
+        )
     try:
         enable = get_method(str(rc.enable))
     except Exception as exc:  # noqa: BLE001 - an import error of user code, as a usage error

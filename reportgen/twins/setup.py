@@ -3,6 +3,7 @@
 Every check asks for fresh twins, so one check's side effects (counters, running stats,
 RNG draws) never leak into the next one's measurements.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,13 +16,29 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from reportgen.results.distance import tolerances
-from reportgen.twins.recompute import (Wrapped, apply_recompute, effective_mode, guard_returned_leaves, is_model_switch,
-                        named_inner_modules, plain_name, switch_on)
 from reportgen.errors import SetupError
+from reportgen.results.distance import tolerances
 from reportgen.rng import fingerprint, seeded
-from reportgen.structure import cache_paths, call_model, changed_leaves, clone_inputs, leaf_states, named_tensors, other_leaves
+from reportgen.structure import (
+    cache_paths,
+    call_model,
+    changed_leaves,
+    clone_inputs,
+    leaf_states,
+    named_tensors,
+    other_leaves,
+)
 from reportgen.tasks import Batch, batch_to
+from reportgen.twins.recompute import (
+    Wrapped,
+    apply_recompute,
+    effective_mode,
+    guard_returned_leaves,
+    is_model_switch,
+    named_inner_modules,
+    plain_name,
+    switch_on,
+)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: ``precision.autocast`` values and their dtypes.
@@ -114,9 +131,11 @@ class Setup:
 def autocast_forward(forward, device_type: str, dtype: torch.dtype):
     """``forward`` run under ``torch.autocast(device_type, dtype)`` (recomputation replays the
     autocast state it recorded, torch.utils.checkpoint docs)."""
+
     def autocast_forward(*args, **kwargs):
         with torch.autocast(device_type=device_type, dtype=dtype):
             return forward(*args, **kwargs)
+
     return autocast_forward
 
 
@@ -150,21 +169,37 @@ def validate(cfg: DictConfig) -> None:
     Raises:
         SetupError: every problem found, each naming the setting and its allowed range.
     """
-    problems = [f"{name}={value} must be {rule}" for name, value, ok, rule in [
-        ("parity.batch_size", cfg.parity.batch_size, cfg.parity.batch_size >= 1, ">= 1 example"),
-        ("budget.examples", cfg.budget.examples, cfg.budget.examples >= 1, ">= 1 accepted example"),
-        ("budget.batch_size", cfg.budget.batch_size, cfg.budget.batch_size >= 1, ">= 1 example"),
-        ("budget.seeds", list(cfg.budget.seeds), len(cfg.budget.seeds) >= 1, "a non-empty list"),
-        ("budget.seeds", list(cfg.budget.seeds), len(set(cfg.budget.seeds)) == len(cfg.budget.seeds),
-         "a list without repeated seeds"),
-        ("timing.measured_steps", cfg.timing.measured_steps, cfg.timing.measured_steps >= 1, ">= 1 round"),
-        ("timing.warmup_steps", cfg.timing.warmup_steps, cfg.timing.warmup_steps >= 0, ">= 0"),
-        ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
-        ("memory.negligible_saving_share", cfg.memory.negligible_saving_share,
-         0 <= cfg.memory.negligible_saving_share <= 1, "between 0 and 1"),
-        ("memory.min_peak_saving_share", cfg.memory.min_peak_saving_share,
-         0 < cfg.memory.min_peak_saving_share <= 1, "a share in (0, 1]"),
-    ] if not ok]
+    problems = [
+        f"{name}={value} must be {rule}"
+        for name, value, ok, rule in [
+            ("parity.batch_size", cfg.parity.batch_size, cfg.parity.batch_size >= 1, ">= 1 example"),
+            ("budget.examples", cfg.budget.examples, cfg.budget.examples >= 1, ">= 1 accepted example"),
+            ("budget.batch_size", cfg.budget.batch_size, cfg.budget.batch_size >= 1, ">= 1 example"),
+            ("budget.seeds", list(cfg.budget.seeds), len(cfg.budget.seeds) >= 1, "a non-empty list"),
+            (
+                "budget.seeds",
+                list(cfg.budget.seeds),
+                len(set(cfg.budget.seeds)) == len(cfg.budget.seeds),
+                "a list without repeated seeds",
+            ),
+            ("timing.measured_steps", cfg.timing.measured_steps, cfg.timing.measured_steps >= 1, ">= 1 round"),
+            ("timing.warmup_steps", cfg.timing.warmup_steps, cfg.timing.warmup_steps >= 0, ">= 0"),
+            ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
+            (
+                "memory.negligible_saving_share",
+                cfg.memory.negligible_saving_share,
+                0 <= cfg.memory.negligible_saving_share <= 1,
+                "between 0 and 1",
+            ),
+            (
+                "memory.min_peak_saving_share",
+                cfg.memory.min_peak_saving_share,
+                0 < cfg.memory.min_peak_saving_share <= 1,
+                "a share in (0, 1]",
+            ),
+        ]
+        if not ok
+    ]
     if problems:
         raise SetupError("; ".join(problems))
 
@@ -194,8 +229,10 @@ def build_setup(cfg: DictConfig) -> Setup:
     except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
         if isinstance(exc.__cause__, SetupError):  # Hydra wraps what a factory raises; ours says the fix
             raise exc.__cause__ from None
-        raise SetupError(f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
-                         "and that your code is importable (PYTHONPATH).") from exc
+        raise SetupError(
+            f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
+            "and that your code is importable (PYTHONPATH)."
+        ) from exc
     probe = copy.deepcopy(model)
     if is_model_switch(cfg.recompute):
         wrapped, reported = [], switch_on(probe, cfg.recompute)
@@ -203,8 +240,18 @@ def build_setup(cfg: DictConfig) -> Setup:
         wrapped, reported = apply_recompute(probe, cfg.recompute), None
     mode, mode_note = effective_mode(cfg.recompute, reported)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return Setup(cfg, task, device, dtype, state, wrapped, batch=(), mode=mode, mode_note=mode_note,
-                 architecture=f"{type(model).__module__}.{type(model).__qualname__}")
+    return Setup(
+        cfg,
+        task,
+        device,
+        dtype,
+        state,
+        wrapped,
+        batch=(),
+        mode=mode,
+        mode_note=mode_note,
+        architecture=f"{type(model).__module__}.{type(model).__qualname__}",
+    )
 
 
 @dataclass
@@ -260,8 +307,9 @@ def changes_said(changed: dict[str, str], caches: list[str], use_cache: bool | N
     """One sentence on output leaves that changed during backward: which, how, and whether in a cache."""
     listed = ", ".join(f"{path} ({how})" for path, how in list(changed.items())[:4])
     more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
-    said = (f"output leaves {CHANGED_IN_BACKWARD}, so the recomputation wrote the forward's outputs again: "
-            f"{listed}{more}")
+    said = (
+        f"output leaves {CHANGED_IN_BACKWARD}, so the recomputation wrote the forward's outputs again: {listed}{more}"
+    )
     in_cache = [c for c in caches if any(p.startswith(c + ".") for p in changed)]
     if in_cache:
         said += f"; they lie in {CACHE_WRITTEN_AGAIN} ({', '.join(in_cache)})"
@@ -286,8 +334,9 @@ def retained_grads(model: nn.Module) -> dict[str, Tensor | None]:
     return found
 
 
-def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None,
-                     input_grad: bool = False) -> StepOutput:
+def forward_backward(
+    model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None, input_grad: bool = False
+) -> StepOutput:
     """One forward and backward on a clone of ``batch`` (the shared parity function).
 
     Args:
@@ -317,10 +366,22 @@ def forward_backward(model: nn.Module, batch: Batch, loss_fn, forward_seed: int 
                 exc.add_note(changes_said(changed, cache_paths(output, "output"), use_cache_of(model)))
             raise
         rng = fingerprint()
-    grads = {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
-             for n, p in model.named_parameters() if p.requires_grad}
+    grads = {
+        plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
     outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
     inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
-    return StepOutput(loss.detach(), outputs, inputs, grads, rng, other_leaves(output, "output"),
-                      changed_leaves(before, output, "output"), cache_paths(output, "output"), retained_grads(model),
-                      use_cache_of(model))
+    return StepOutput(
+        loss.detach(),
+        outputs,
+        inputs,
+        grads,
+        rng,
+        other_leaves(output, "output"),
+        changed_leaves(before, output, "output"),
+        cache_paths(output, "output"),
+        retained_grads(model),
+        use_cache_of(model),
+    )

@@ -4,6 +4,7 @@ Shared by the one-step parity check and the trajectory check: parameters, optimi
 buffers (BatchNorm running statistics, ``num_batches_tracked``), plain Python attributes of
 modules (counters, flags) and every random generator's state after backward.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,10 +15,10 @@ import torch
 from torch import nn
 
 from reportgen.config import STATE_PARITY, STEP_PARITY
-from reportgen.twins.recompute import named_inner_modules, plain_name
 from reportgen.results import INFO, Role, Row
 from reportgen.results.rounding import envelope
 from reportgen.results.rows import NO_AA, tensor_row, value_row, with_rounding
+from reportgen.twins.recompute import named_inner_modules, plain_name
 
 _SCALARS = (bool, int, float, str)
 _SIZED = (list, tuple, dict, set)
@@ -63,29 +64,48 @@ def module_attributes(model: nn.Module) -> dict[str, Any]:
     return out
 
 
-def take(model: nn.Module, optimizer: torch.optim.Optimizer, rng: dict[str, torch.Tensor],
-         loss: torch.Tensor | None = None, grads: dict[str, torch.Tensor | None] | None = None) -> Snapshot:
+def take(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rng: dict[str, torch.Tensor],
+    loss: torch.Tensor | None = None,
+    grads: dict[str, torch.Tensor | None] | None = None,
+) -> Snapshot:
     """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (tensors cloned;
     ``grads``, taken by the caller before the step, kept as given)."""
     names = {p: plain_name(n) for n, p in model.named_parameters()}
-    opt_state = {f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
-                 for p, state in optimizer.state.items() for k, v in state.items()}
-    return Snapshot({names[p]: p.detach().clone() for p in names}, opt_state,
-                    {plain_name(n): b.detach().clone() for n, b in model.named_buffers()},
-                    module_attributes(model), {k: v.clone() for k, v in rng.items()},
-                    None if loss is None else loss.detach().clone(), dict(grads or {}))
+    opt_state = {
+        f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
+        for p, state in optimizer.state.items()
+        for k, v in state.items()
+    }
+    return Snapshot(
+        {names[p]: p.detach().clone() for p in names},
+        opt_state,
+        {plain_name(n): b.detach().clone() for n, b in model.named_buffers()},
+        module_attributes(model),
+        {k: v.clone() for k, v in rng.items()},
+        None if loss is None else loss.detach().clone(),
+        dict(grads or {}),
+    )
 
 
 def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
     """``{plain parameter name: cloned gradient or None}`` of every trainable parameter."""
-    return {plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
-            for n, p in model.named_parameters() if p.requires_grad}
+    return {
+        plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
 
 
 #: Row roles whose floating tensors the rounding envelope applies to (RNG states and Python
 #: attributes stay exact), with the item prefix :func:`snapshot_rows` gives them.
-ENVELOPED = {Role.PARAM: ("param ", "params"), Role.OPTIMIZER_STATE: ("optimizer ", "optimizer_state"),
-             Role.BUFFER: ("buffer ", "buffers")}
+ENVELOPED = {
+    Role.PARAM: ("param ", "params"),
+    Role.OPTIMIZER_STATE: ("optimizer ", "optimizer_state"),
+    Role.BUFFER: ("buffer ", "buffers"),
+}
 
 
 def outside_tolerance(rows: list[Row]) -> bool:
@@ -98,8 +118,7 @@ def with_envelope(rows: list[Row], plain: Snapshot, rounding: Snapshot, factor: 
     """Judge every parameter, optimizer-state and buffer row of ``rows`` (from
     :func:`snapshot_rows`) against the rounding envelope of its item (:mod:`reportgen.results.rounding`);
     other rows unchanged. Returns ``rows``."""
-    envelopes = {role: envelope(getattr(plain, part), getattr(rounding, part))
-                 for role, (_, part) in ENVELOPED.items()}
+    envelopes = {role: envelope(getattr(plain, part), getattr(rounding, part)) for role, (_, part) in ENVELOPED.items()}
     for row in rows:
         if row.role in ENVELOPED:
             key = row.item.removeprefix(ENVELOPED[row.role][0])
@@ -108,15 +127,39 @@ def with_envelope(rows: list[Row], plain: Snapshot, rounding: Snapshot, factor: 
     return rows
 
 
-def _tensor_rows(check: str, prefix: str, role: str, plain: dict, recompute: dict, aa: dict | None,
-                 rtol: float | None, atol: float | None) -> list[Row]:
-    return [tensor_row(check, f"{prefix}{k}", plain.get(k), recompute.get(k), rtol, atol, role,
-                       aa=NO_AA if aa is None else aa.get(k))
-            for k in sorted(set(plain) | set(recompute))]
+def _tensor_rows(
+    check: str,
+    prefix: str,
+    role: str,
+    plain: dict,
+    recompute: dict,
+    aa: dict | None,
+    rtol: float | None,
+    atol: float | None,
+) -> list[Row]:
+    return [
+        tensor_row(
+            check,
+            f"{prefix}{k}",
+            plain.get(k),
+            recompute.get(k),
+            rtol,
+            atol,
+            role,
+            aa=NO_AA if aa is None else aa.get(k),
+        )
+        for k in sorted(set(plain) | set(recompute))
+    ]
 
 
-def snapshot_rows(plain: Snapshot, recompute: Snapshot, aa: Snapshot | None, rtol: float | None,
-                  atol: float | None, ignore: list[str] = ()) -> list[Row]:
+def snapshot_rows(
+    plain: Snapshot,
+    recompute: Snapshot,
+    aa: Snapshot | None,
+    rtol: float | None,
+    atol: float | None,
+    ignore: list[str] = (),
+) -> list[Row]:
     """Rows comparing two snapshots (and the A/A twin's, when given) item by item.
 
     Module attributes whose ``<module path>.<attr>`` matches a glob in ``ignore``
@@ -128,22 +171,60 @@ def snapshot_rows(plain: Snapshot, recompute: Snapshot, aa: Snapshot | None, rto
         ``state parity`` rows (each buffer, each plain attribute, each generator state; a
         generator state is compared bitwise: any difference means later draws differ).
     """
-    pick = (lambda s, part: getattr(s, part) if s is not None else None)  # noqa: E731
-    out = _tensor_rows(STEP_PARITY, "param ", Role.PARAM, plain.params, recompute.params, pick(aa, "params"), rtol, atol)
-    out += _tensor_rows(STEP_PARITY, "optimizer ", Role.OPTIMIZER_STATE, plain.optimizer_state,
-                        recompute.optimizer_state, pick(aa, "optimizer_state"), rtol, atol)
-    out += _tensor_rows(STATE_PARITY, "buffer ", Role.BUFFER, plain.buffers, recompute.buffers, pick(aa, "buffers"),
-                        rtol, atol)
+    pick = lambda s, part: getattr(s, part) if s is not None else None  # noqa: E731
+    out = _tensor_rows(
+        STEP_PARITY, "param ", Role.PARAM, plain.params, recompute.params, pick(aa, "params"), rtol, atol
+    )
+    out += _tensor_rows(
+        STEP_PARITY,
+        "optimizer ",
+        Role.OPTIMIZER_STATE,
+        plain.optimizer_state,
+        recompute.optimizer_state,
+        pick(aa, "optimizer_state"),
+        rtol,
+        atol,
+    )
+    out += _tensor_rows(
+        STATE_PARITY, "buffer ", Role.BUFFER, plain.buffers, recompute.buffers, pick(aa, "buffers"), rtol, atol
+    )
     for key in sorted(set(plain.attributes) | set(recompute.attributes)):
         pattern = next((p for p in ignore if fnmatchcase(key.removeprefix("len(").removesuffix(")"), p)), None)
         if pattern is not None:
-            out.append(Row(check=STATE_PARITY, item=f"attribute {key}", variant="recompute", metric="ignored", status=INFO, role=Role.IGNORED,
-                           detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
-                                  f"recompute={recompute.attributes.get(key)!r}"))
+            out.append(
+                Row(
+                    check=STATE_PARITY,
+                    item=f"attribute {key}",
+                    variant="recompute",
+                    metric="ignored",
+                    status=INFO,
+                    role=Role.IGNORED,
+                    detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
+                    f"recompute={recompute.attributes.get(key)!r}",
+                )
+            )
             continue
-        out.append(value_row(STATE_PARITY, f"attribute {key}", plain.attributes.get(key), recompute.attributes.get(key),
-                             Role.ATTRIBUTE, aa=NO_AA if aa is None else aa.attributes.get(key)))
+        out.append(
+            value_row(
+                STATE_PARITY,
+                f"attribute {key}",
+                plain.attributes.get(key),
+                recompute.attributes.get(key),
+                Role.ATTRIBUTE,
+                aa=NO_AA if aa is None else aa.attributes.get(key),
+            )
+        )
     for key in plain.rng:
-        out.append(tensor_row(STATE_PARITY, f"RNG {key} after backward", plain.rng[key], recompute.rng.get(key), 0.0,
-                              0.0, Role.RNG, aa=NO_AA if aa is None else aa.rng.get(key)))
+        out.append(
+            tensor_row(
+                STATE_PARITY,
+                f"RNG {key} after backward",
+                plain.rng[key],
+                recompute.rng.get(key),
+                0.0,
+                0.0,
+                Role.RNG,
+                aa=NO_AA if aa is None else aa.rng.get(key),
+            )
+        )
     return out

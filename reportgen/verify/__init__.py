@@ -42,6 +42,7 @@ subject of the statement exists with its digest; a run's verdict.json (written a
 names the envelope's SHA-256 and agrees with the signed verdict and clauses. Other files of a
 run folder that the statement does not list are named in ``NOTE`` lines: nothing vouches for them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,22 +55,56 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.errors import ExitCode
-from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
-from reportgen.results import INCONCLUSIVE
 from reportgen.files import NotRegularFile, refuse_special
+from reportgen.results import INCONCLUSIVE
 from reportgen.sweep import INCOMPLETE_MARK
+from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
-from reportgen.verify.common import FAIL, NOTE, PASS, Check, Document, VerifyError, embedded_files, peek_predicate_type, unlisted_files  # noqa: F401
-from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_dir, verify_comparison_pdf  # noqa: F401
-from reportgen.verify.run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_dir, verify_run_pdf  # noqa: F401
-from reportgen.verify.sweep import SUMMARY, verify_summary, verify_summary_pdf, verify_sweep, verify_sweep_dir  # noqa: F401
+from reportgen.verify.common import (  # noqa: F401
+    FAIL,
+    NOTE,
+    PASS,
+    Check,
+    Document,
+    VerifyError,
+    embedded_files,
+    peek_predicate_type,
+    unlisted_files,
+)
+from reportgen.verify.comparison import (  # noqa: F401
+    COMPARISON,
+    verify_comparison,
+    verify_comparison_dir,
+    verify_comparison_pdf,
+)
+from reportgen.verify.run import (  # noqa: F401
+    RUN,
+    status_mismatches,
+    verify_pdf,
+    verify_run,
+    verify_run_dir,
+    verify_run_pdf,
+)
+from reportgen.verify.sweep import (  # noqa: F401
+    SUMMARY,
+    verify_summary,
+    verify_summary_pdf,
+    verify_sweep,
+    verify_sweep_dir,
+)
 
-EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = (ExitCode.HOLDS, ExitCode.FAILS, ExitCode.USAGE,
-                                                               ExitCode.INCONCLUSIVE)
+EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = (
+    ExitCode.HOLDS,
+    ExitCode.FAILS,
+    ExitCode.USAGE,
+    ExitCode.INCONCLUSIVE,
+)
 #: Each kind of signed document with its folder and PDF verifiers (each returns ``Verified``).
-KINDS = {RUN.predicate_type: (RUN, verify_run, verify_run_pdf),
-         SUMMARY.predicate_type: (SUMMARY, verify_sweep, verify_summary),
-         COMPARISON.predicate_type: (COMPARISON, verify_comparison, verify_comparison_pdf)}
+KINDS = {
+    RUN.predicate_type: (RUN, verify_run, verify_run_pdf),
+    SUMMARY.predicate_type: (SUMMARY, verify_sweep, verify_summary),
+    COMPARISON.predicate_type: (COMPARISON, verify_comparison, verify_comparison_pdf),
+}
 
 
 @dataclass
@@ -93,9 +128,14 @@ EXPECT = tuple(doc.label for doc, _, _ in KINDS.values())
 
 def kinds_in_folder(folder: Path) -> list[Document]:
     """The kinds whose own files (envelope, PDF, unsigned PDF, data file) lie at the top of ``folder``."""
-    return [doc for doc, _, _ in KINDS.values()
-            if any((folder / name).exists() or (folder / name).is_symlink()
-                   for name in (doc.envelope, doc.pdf, doc.unsigned, doc.data))]
+    return [
+        doc
+        for doc, _, _ in KINDS.values()
+        if any(
+            (folder / name).exists() or (folder / name).is_symlink()
+            for name in (doc.envelope, doc.pdf, doc.unsigned, doc.data)
+        )
+    ]
 
 
 def kind_of(target: Path) -> Document:
@@ -121,10 +161,16 @@ def kind_of(target: Path) -> Document:
 
 def mixed_kinds(folder: Path, found: list[Document]) -> Check:
     """The FAIL line for a folder holding the files of two kinds of document."""
-    parts = [f"a {doc.label} ({', '.join(n for n in (doc.envelope, doc.pdf, doc.unsigned, doc.data) if (folder / n).exists())})"
-             for doc in found]
-    return Check(FAIL, "kind", f"this folder holds the files of {' and of '.join(parts)}; a signed folder holds one "
-                               "kind of document: verify each in a folder of its own")
+    parts = [
+        f"a {doc.label} ({', '.join(n for n in (doc.envelope, doc.pdf, doc.unsigned, doc.data) if (folder / n).exists())})"
+        for doc in found
+    ]
+    return Check(
+        FAIL,
+        "kind",
+        f"this folder holds the files of {' and of '.join(parts)}; a signed folder holds one "
+        "kind of document: verify each in a folder of its own",
+    )
 
 
 def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: str | None = None) -> Outcome:
@@ -148,9 +194,18 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
     if target.is_dir() and len(found := kinds_in_folder(target)) > 1:
         return Outcome("mixed folder", [mixed_kinds(target, found)])
     if target.is_dir() and (target / INCOMPLETE_MARK).is_file() and not (target / SUMMARY.envelope).is_file():
-        return Outcome("sweep folder", [Check(FAIL, "summary complete", f"{INCOMPLETE_MARK} is present and there is no "
-                                              f"{SUMMARY.envelope}: the summary was interrupted; write it again with "
-                                              f"python -m reportgen.sweep summarize {target}")])
+        return Outcome(
+            "sweep folder",
+            [
+                Check(
+                    FAIL,
+                    "summary complete",
+                    f"{INCOMPLETE_MARK} is present and there is no "
+                    f"{SUMMARY.envelope}: the summary was interrupted; write it again with "
+                    f"python -m reportgen.sweep summarize {target}",
+                )
+            ],
+        )
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
     found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
@@ -159,8 +214,14 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
     if doc is RUN and found.statement is not None and not any(c.status == FAIL for c in checks):
         verdict = found.statement["predicate"]["verdict"]
     if expect is not None and expect != doc.label:
-        checks.append(Check(FAIL, "expected kind", f"--expect {expect}, and this is a {doc.label} {where} (its "
-                                                   f"statement's predicate type {doc.predicate_type})"))
+        checks.append(
+            Check(
+                FAIL,
+                "expected kind",
+                f"--expect {expect}, and this is a {doc.label} {where} (its "
+                f"statement's predicate type {doc.predicate_type})",
+            )
+        )
     return Outcome(f"{doc.label} {where}", checks, verdict)
 
 
@@ -180,13 +241,18 @@ def main(argv: list[str] | None = None) -> int:
         0 verified, 1 not verified, 2 usage error (no such path, unusable key), 3 verified and
         the run's claim is INCONCLUSIVE.
     """
-    parser = argparse.ArgumentParser(prog="python -m reportgen.verify",
-                                     description="Verify a signed reportgen run, sweep or comparison offline.")
-    parser.add_argument("target", help="a run folder (outputs/DATE/TIME) or report.pdf, a sweep folder or summary.pdf, "
-                                       "a comparison folder or compare.pdf")
+    parser = argparse.ArgumentParser(
+        prog="python -m reportgen.verify", description="Verify a signed reportgen run, sweep or comparison offline."
+    )
+    parser.add_argument(
+        "target",
+        help="a run folder (outputs/DATE/TIME) or report.pdf, a sweep folder or summary.pdf, "
+        "a comparison folder or compare.pdf",
+    )
     parser.add_argument("--key", required=True, help="the signer's public key (PEM), e.g. signing-key.pub.pem")
-    parser.add_argument("--expect", choices=EXPECT, help="the kind TARGET must be (CI gates: --expect run); "
-                                                         "any other kind found fails")
+    parser.add_argument(
+        "--expect", choices=EXPECT, help="the kind TARGET must be (CI gates: --expect run); any other kind found fails"
+    )
     args = parser.parse_args(argv)
     for noisy in ("pyhanko", "pyhanko_certvalidator", "securesystemslib", "fontTools"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
@@ -201,11 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = [c for c in checks if c.status == FAIL]
     lines = [f"checking a {outcome.kind}: {args.target}", *(c.line for c in checks)]
     if failed:
-        lines.append(f"NOT VERIFIED ({outcome.kind}): {len(failed)} of {sum(c.status != NOTE for c in checks)} "
-                     "checks failed")
+        lines.append(
+            f"NOT VERIFIED ({outcome.kind}): {len(failed)} of {sum(c.status != NOTE for c in checks)} checks failed"
+        )
     else:
-        lines.append(f"VERIFIED ({outcome.kind}): all {len(checks) - sum(c.status == NOTE for c in checks)} checks hold "
-                     f"(key sha256:{fingerprint(public_key)})")
+        lines.append(
+            f"VERIFIED ({outcome.kind}): all {len(checks) - sum(c.status == NOTE for c in checks)} checks hold "
+            f"(key sha256:{fingerprint(public_key)})"
+        )
         if outcome.verdict == INCONCLUSIVE:
             lines.append("the signed claim is INCONCLUSIVE: it was honestly signed, and it cannot be judged (exit 3)")
     try:

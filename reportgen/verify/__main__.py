@@ -1,4 +1,5 @@
 """``python -m reportgen.verify``: see :mod:`reportgen.verify`."""
+
 import sys
 
 from reportgen.verify import main

@@ -4,30 +4,48 @@ The run, sweep and comparison verifiers (``reportgen.verify.run``, ``.sweep``,
 ``.comparison``) build on these checks; each returns :class:`Check` lines, PASS, FAIL or
 NOTE (NOTE informs and never fails). Nothing touches the network.
 """
+
 from __future__ import annotations
 
 import copy
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import special_kind
 from reportgen.trust.attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
 from reportgen.trust.keys import fingerprint
-from reportgen.trust.signing import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, decode_b64, envelope_file_bytes, sslib_public_key
-from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, sha256_hex, short_digest  # noqa: F401
+from reportgen.trust.signing import (
+    ENVELOPE_NAME,
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
+    decode_b64,
+    envelope_file_bytes,
+    sslib_public_key,
+)
+from reportgen.verify.outcome import (  # noqa: F401
+    FAIL,
+    NOTE,
+    PASS,
+    Check,
+    VerifyError,
+    attempt,
+    require,
+    sha256_hex,
+    short_digest,
+)
 from reportgen.verify.pdf import check_pdf, first_revision_digests
-
 
 # --------------------------------------------------------------------------- the statement
 
 
-def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, predicate_type: str,
-                   check_predicate: Callable[[dict], str]) -> tuple[list[Check], dict | None]:
+def check_envelope(
+    raw: bytes, public_key: ec.EllipticCurvePublicKey, predicate_type: str, check_predicate: Callable[[dict], str]
+) -> tuple[list[Check], dict | None]:
     """Checks 4-5: the envelope's layout and signature, and the statement's shape.
 
     Args:
@@ -50,20 +68,26 @@ def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, predicate_
             envelope = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise VerifyError(f"not JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
-        require(isinstance(envelope, dict) and set(envelope) == {"payload", "payloadType", "signatures"},
-                 "not a DSSE envelope (payload, payloadType, signatures)")
+        require(
+            isinstance(envelope, dict) and set(envelope) == {"payload", "payloadType", "signatures"},
+            "not a DSSE envelope (payload, payloadType, signatures)",
+        )
         require(envelope_file_bytes(envelope) == raw, "not in its canonical layout: the file was edited")
         require(envelope["payloadType"] == PAYLOAD_TYPE, f"payloadType {envelope['payloadType']!r}")
         signatures = envelope["signatures"]
-        require(isinstance(signatures, list) and len(signatures) == 1
-                 and set(signatures[0]) == {"keyid", "sig"}, "expected exactly one signature {keyid, sig}")
+        require(
+            isinstance(signatures, list) and len(signatures) == 1 and set(signatures[0]) == {"keyid", "sig"},
+            "expected exactly one signature {keyid, sig}",
+        )
         payload = decode_b64(envelope["payload"])
         decode_b64(signatures[0]["sig"])
         try:
             Envelope.from_dict(copy.deepcopy(envelope)).verify([sslib_public_key(public_key)], 1)
         except Exception:  # noqa: BLE001 - securesystemslib's VerificationError and friends
-            raise VerifyError(f"no valid signature by key {short_digest(fp)} "
-                              f"(envelope names key {str(signatures[0]['keyid'])[:23]}...)") from None
+            raise VerifyError(
+                f"no valid signature by key {short_digest(fp)} "
+                f"(envelope names key {str(signatures[0]['keyid'])[:23]}...)"
+            ) from None
         state["payload"] = payload
         return f"DSSE, key sha256:{fp}"
 
@@ -71,13 +95,17 @@ def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, predicate_
         require("payload" in state, "not checked: the envelope signature did not verify")
         data = json.loads(state["payload"])
         require(data.get("_type") == STATEMENT_TYPE, f"_type {data.get('_type')!r}, expected {STATEMENT_TYPE}")
-        require(data.get("predicateType") == predicate_type,
-                f"predicateType {data.get('predicateType')!r}, expected {predicate_type}")
+        require(
+            data.get("predicateType") == predicate_type,
+            f"predicateType {data.get('predicateType')!r}, expected {predicate_type}",
+        )
         subjects = data.get("subject")
         require(isinstance(subjects, list) and subjects, "no subjects")
         for s in subjects:
-            require(isinstance(s.get("name"), str) and isinstance(s.get("digest", {}).get("sha256"), str),
-                     f"malformed subject {s!r}")
+            require(
+                isinstance(s.get("name"), str) and isinstance(s.get("digest", {}).get("sha256"), str),
+                f"malformed subject {s!r}",
+            )
         require(len({s["name"] for s in subjects}) == len(subjects), "a subject is listed twice")
         predicate = data.get("predicate", {})
         require(isinstance(predicate, dict), "the predicate is not an object")
@@ -111,11 +139,14 @@ def check_subjects(folder: Path, digests: dict[str, str]) -> list[Check]:
     """
     checks = []
     for name, digest in sorted(digests.items()):
+
         def subject(name=name, digest=digest) -> str:
             require(safe_relative(name), f"subject name {name!r} points outside the folder")
             path = Path(folder) / name
-            require(path.resolve().is_relative_to(Path(folder).resolve()),
-                    f"a symbolic link leaving the folder (to {path.resolve()}): never followed")
+            require(
+                path.resolve().is_relative_to(Path(folder).resolve()),
+                f"a symbolic link leaving the folder (to {path.resolve()}): never followed",
+            )
             require(special_kind(path) is None, f"{special_kind(path)}, not a regular file")
             require(path.is_file(), "missing")
             require(sha256_hex(path.read_bytes()) == digest, "sha256 differs from the statement: the file was changed")
@@ -138,7 +169,9 @@ def peek_predicate_type(envelope: bytes) -> str | None:
         return None
 
 
-def unlisted_files(run_dir: Path, listed, own: tuple[str, ...] = ("report.pdf", ENVELOPE_NAME)) -> list[tuple[str, str]]:
+def unlisted_files(
+    run_dir: Path, listed, own: tuple[str, ...] = ("report.pdf", ENVELOPE_NAME)
+) -> list[tuple[str, str]]:
     """Everything in a run folder that the statement does not list, logs and dotfiles included.
 
     The signed outputs themselves (report.pdf, statement.dsse.json) are checked on their own
@@ -164,8 +197,6 @@ def unlisted_files(run_dir: Path, listed, own: tuple[str, ...] = ("report.pdf", 
             kind = "a symbolic link, " if path.is_symlink() else ("" if path.is_file() else "not a regular file, ")
             out.append((relative, kind))
     return sorted(out)
-
-
 
 
 # --------------------------------------------------------------------------- documents
@@ -233,8 +264,10 @@ def verify_signed_pdf(pdf: bytes, public_key: ec.EllipticCurvePublicKey, doc: Do
 
     def pages() -> str:
         require(doc.unsigned in digests, f"the statement has no {doc.unsigned} subject")
-        require(digests[doc.unsigned] in first_revision_digests(pdf),
-                f"the PDF's first revision is not the signed {doc.unsigned}")
+        require(
+            digests[doc.unsigned] in first_revision_digests(pdf),
+            f"the PDF's first revision is not the signed {doc.unsigned}",
+        )
         return f"the PDF's first revision is the signed {doc.unsigned}, {short_digest(digests[doc.unsigned])}"
 
     found.checks += [attempt(f"attached {doc.data}", attached_data), attempt("rendered pages", pages)]
@@ -248,14 +281,18 @@ def _why_unsigned(folder: Path, doc: Document) -> str:
     from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
     if (folder / PENDING_NAME).is_file():
-        return (f"the {doc.label} finished its checks but was interrupted before it was signed ({PENDING_NAME}); "
-                f"render and sign it with {SIGN_COMMAND} {folder}")
+        return (
+            f"the {doc.label} finished its checks but was interrupted before it was signed ({PENDING_NAME}); "
+            f"render and sign it with {SIGN_COMMAND} {folder}"
+        )
     pdf = folder / doc.pdf
     if pdf.is_file():
         try:
             if ENVELOPE_NAME in embedded_files_of(pdf.read_bytes()):
-                return (f"it was deleted: {doc.pdf} beside it is signed and carries the statement; verify {doc.pdf} "
-                        "alone, or restore the folder")
+                return (
+                    f"it was deleted: {doc.pdf} beside it is signed and carries the statement; verify {doc.pdf} "
+                    "alone, or restore the folder"
+                )
         except Exception:  # noqa: BLE001 - an unreadable PDF: fall through to the generic reason
             pass
     return f"the {doc.label} was not signed (report.sign=false?)"
@@ -270,8 +307,9 @@ def embedded_files_of(pdf: bytes) -> dict[str, bytes]:
     return embedded_files(PdfFileReader(io.BytesIO(pdf), strict=False))
 
 
-def verify_document_dir(folder: Path, public_key: ec.EllipticCurvePublicKey, doc: Document,
-                        note_unlisted: bool = True) -> Verified:
+def verify_document_dir(
+    folder: Path, public_key: ec.EllipticCurvePublicKey, doc: Document, note_unlisted: bool = True
+) -> Verified:
     """A folder holding a signed document of kind ``doc``: its PDF (when there is one), the
     envelope on disk (the one attached in the PDF), and every subject's digest.
 
@@ -287,14 +325,19 @@ def verify_document_dir(folder: Path, public_key: ec.EllipticCurvePublicKey, doc
     folder = Path(folder)
     envelope_path, pdf_path = folder / doc.envelope, folder / doc.pdf
     if not envelope_path.is_file():
-        return Verified([Check(FAIL, "envelope signature", f"no {doc.envelope} in {folder}: {_why_unsigned(folder, doc)}")])
+        return Verified(
+            [Check(FAIL, "envelope signature", f"no {doc.envelope} in {folder}: {_why_unsigned(folder, doc)}")]
+        )
     envelope = envelope_path.read_bytes()
     found = Verified([])
     if pdf_path.is_file():
         found, attachments = verify_signed_pdf(pdf_path.read_bytes(), public_key, doc)
         same = attachments.get(ENVELOPE_NAME) == envelope
-        found.checks.append(Check(PASS, f"{doc.envelope} on disk", f"is the envelope attached in {doc.pdf}") if same
-                            else Check(FAIL, f"{doc.envelope} on disk", f"differs from the envelope attached in {doc.pdf}"))
+        found.checks.append(
+            Check(PASS, f"{doc.envelope} on disk", f"is the envelope attached in {doc.pdf}")
+            if same
+            else Check(FAIL, f"{doc.envelope} on disk", f"differs from the envelope attached in {doc.pdf}")
+        )
         if not same:
             found.statement, found.data = None, None
     if found.statement is None:
@@ -304,15 +347,22 @@ def verify_document_dir(folder: Path, public_key: ec.EllipticCurvePublicKey, doc
         return found
     digests = subject_digests(found.statement)
     if not pdf_path.is_file():
-        found.checks.append(Check(FAIL, doc.pdf, "missing, but the statement covers a rendered PDF")
-                            if doc.unsigned in digests else
-                            Check(NOTE, doc.pdf, f"none in this {doc.label}, made with report.pdf=false"))
+        found.checks.append(
+            Check(FAIL, doc.pdf, "missing, but the statement covers a rendered PDF")
+            if doc.unsigned in digests
+            else Check(NOTE, doc.pdf, f"none in this {doc.label}, made with report.pdf=false")
+        )
     subject_checks = check_subjects(folder, digests)
     found.checks += subject_checks
-    if found.data is None and doc.data in digests and all(c.status == PASS for c in subject_checks
-                                                          if c.name == f"subject {doc.data}"):
+    if (
+        found.data is None
+        and doc.data in digests
+        and all(c.status == PASS for c in subject_checks if c.name == f"subject {doc.data}")
+    ):
         found.data = (folder / doc.data).read_bytes()
     if note_unlisted:
         for name, kind in unlisted_files(folder, digests, own=(doc.pdf, doc.envelope)):
-            found.checks.append(Check(NOTE, f"not covered: {name}", f"{kind}not in the statement; nothing vouches for it"))
+            found.checks.append(
+                Check(NOTE, f"not covered: {name}", f"{kind}not in the statement; nothing vouches for it")
+            )
     return found

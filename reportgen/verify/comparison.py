@@ -10,6 +10,7 @@ folder checks, beyond the document itself (``reportgen.verify.common``):
 - the comparison re-derived from the two sides (``reportgen.compare.derive.compare``, with the
   signed limits) equals the signed compare.json, byte for byte.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,43 +20,72 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
 from reportgen.results import frame_to_json
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
-from reportgen.verify.common import (FAIL, NOTE, Check, Document, Verified, attempt, check_envelope, require, safe_relative,
-                     sha256_hex, subject_digests, verify_document_dir, verify_signed_pdf)
+from reportgen.verify.common import (
+    FAIL,
+    NOTE,
+    Check,
+    Document,
+    Verified,
+    attempt,
+    check_envelope,
+    require,
+    safe_relative,
+    sha256_hex,
+    subject_digests,
+    verify_document_dir,
+    verify_signed_pdf,
+)
 from reportgen.verify.run import check_run_predicate, check_verdict
 
 
 def check_comparison_predicate(predicate: dict) -> str:
     """A comparison's predicate names two inputs (BASE, NEW) with their statement digests, and its outcome."""
     inputs = predicate.get("inputs")
-    require(isinstance(inputs, list) and [i.get("label") for i in inputs] == ["BASE", "NEW"],
-            "the predicate does not name a BASE and a NEW run")
+    require(
+        isinstance(inputs, list) and [i.get("label") for i in inputs] == ["BASE", "NEW"],
+        "the predicate does not name a BASE and a NEW run",
+    )
     for side in inputs:
-        require(isinstance(side.get("statement_sha256"), str), f"{side['label']} has no statement digest: "
-                                                                "only signed runs are compared under a signature")
+        require(
+            isinstance(side.get("statement_sha256"), str),
+            f"{side['label']} has no statement digest: only signed runs are compared under a signature",
+        )
         require(isinstance(side.get("dir"), str) and safe_relative(side["dir"]), f"{side['label']} folder is malformed")
     require(predicate.get("outcome") in ("holds", "regressed", "cannot tell"), "the predicate has no outcome")
     return f"comparison, NEW {predicate['outcome']}"
 
 
 #: A comparison: compare.pdf over compare.json.
-COMPARISON = Document("comparison", "compare.dsse.json", "compare.pdf", "compare.unsigned.pdf", "compare.json",
-                      COMPARE_PREDICATE_TYPE, check_comparison_predicate)
+COMPARISON = Document(
+    "comparison",
+    "compare.dsse.json",
+    "compare.pdf",
+    "compare.unsigned.pdf",
+    "compare.json",
+    COMPARE_PREDICATE_TYPE,
+    check_comparison_predicate,
+)
 
 
 def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey) -> Check:
     """One line per side: its statement verifies, is the named one, and vouches for its copied files."""
+
     def run() -> str:
         where = folder / side["dir"]
         raw = (where / ENVELOPE_NAME).read_bytes()
         require(sha256_hex(raw) == side["statement_sha256"], "its statement is not the one the comparison names")
         checks, statement = check_envelope(raw, public_key, PREDICATE_TYPE, check_run_predicate)
         failed = [c for c in checks if c.status == FAIL]
-        require(statement is not None and not failed, f"its statement does not verify: {failed[0].line if failed else ''}")
+        require(
+            statement is not None and not failed, f"its statement does not verify: {failed[0].line if failed else ''}"
+        )
         digests = subject_digests(statement)
         for name in (RESULTS_NAME, ".hydra/config.yaml"):
             if (where / name).is_file():
-                require(digests.get(name) == sha256_hex((where / name).read_bytes()),
-                        f"its {name} is not the one its statement vouches for")
+                require(
+                    digests.get(name) == sha256_hex((where / name).read_bytes()),
+                    f"its {name} is not the one its statement vouches for",
+                )
         verdict = check_verdict(statement, (where / RESULTS_NAME).read_bytes())
         require(verdict.status != FAIL, verdict.detail)
         return f"run statement verifies, claim {statement['predicate']['verdict']}; rows re-judged"
@@ -65,16 +95,20 @@ def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey)
 
 def _check_rederived(folder: Path, predicate: dict, data: bytes | None) -> Check:
     """The comparison re-derived from the two copied runs equals the signed compare.json."""
+
     def rederive() -> str:
         require(data is not None, "not checked: no signed compare.json")
         base, new = (load_side(s["label"], folder / s["dir"]) for s in predicate["inputs"])
         base.verified = new.verified = True  # each was just verified above
         limits = predicate["limits"]
         result = compare(base, new, limits["max_overhead_increase_pp"], limits["max_saving_decrease_pp"])
-        require(frame_to_json(comparison_frame(result)).encode() == data,
-                "compare.json does not follow from the two runs")
-        require(result["outcome"] == predicate["outcome"],
-                f"the statement says NEW {predicate['outcome']}, the runs give {result['outcome']}")
+        require(
+            frame_to_json(comparison_frame(result)).encode() == data, "compare.json does not follow from the two runs"
+        )
+        require(
+            result["outcome"] == predicate["outcome"],
+            f"the statement says NEW {predicate['outcome']}, the runs give {result['outcome']}",
+        )
         return f"compare.json = re-derived from both runs; NEW {result['outcome']}"
 
     return attempt("comparison from runs", rederive)
@@ -104,6 +138,12 @@ def verify_comparison_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) ->
     """A lone compare.pdf: the document's own checks; re-deriving it needs the comparison folder."""
     found = verify_signed_pdf(data, public_key, COMPARISON)[0]
     if found.statement is not None:
-        found.checks.append(Check(NOTE, "runs", "both runs' statement digests are signed; a lone compare.pdf cannot "
-                                  "show them: verify the comparison folder to re-derive it"))
+        found.checks.append(
+            Check(
+                NOTE,
+                "runs",
+                "both runs' statement digests are signed; a lone compare.pdf cannot "
+                "show them: verify the comparison folder to re-derive it",
+            )
+        )
     return found

@@ -3,11 +3,12 @@
 The lowest module of ``reportgen.verify``: the PDF checks (``.pdf``), the statement and document
 checks (``.common``) and the run, sweep and comparison verifiers all speak in these lines.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from reportgen.trust.attachments import AttachmentError
 
@@ -43,7 +44,11 @@ def attempt(name: str, fn: Callable[[], str]) -> Check:
         return Check(PASS, name, fn())
     except Exception as exc:  # noqa: BLE001 - tampered input raises anything; every one is a FAIL
         message = str(exc) or type(exc).__name__
-        return Check(FAIL, name, message if isinstance(exc, (VerifyError, AttachmentError)) else f"{type(exc).__name__}: {message}")
+        return Check(
+            FAIL,
+            name,
+            message if isinstance(exc, (VerifyError, AttachmentError)) else f"{type(exc).__name__}: {message}",
+        )
 
 
 class VerifyError(Exception):

@@ -4,6 +4,7 @@ One PAdES signature by ``--key`` over the entire file, its CMS exactly in the la
 ``signing.sign_pdf`` writes, and the attachments the remaining checks need; plus the digests of
 the PDF's first revision (the rendered pages before signing).
 """
+
 from __future__ import annotations
 
 import binascii
@@ -39,11 +40,15 @@ def _check_signature_bytes(data: bytes, signature) -> str:
     byte_range = [int(x) for x in signature.byte_range]
     require(len(byte_range) == 4 and byte_range[0] == 0, f"unusual /ByteRange {byte_range}")
     _, len1, start2, len2 = byte_range
-    require(start2 + len2 == len(data), f"/ByteRange ends at byte {start2 + len2}, the file at {len(data)}: "
-                                         "bytes after the signed range")
+    require(
+        start2 + len2 == len(data),
+        f"/ByteRange ends at byte {start2 + len2}, the file at {len(data)}: bytes after the signed range",
+    )
     contents = signature.pkcs7_content
-    require(data[len1:start2] == b"<" + binascii.hexlify(contents).upper() + b">",
-             "/Contents is not the signed range's exact complement")
+    require(
+        data[len1:start2] == b"<" + binascii.hexlify(contents).upper() + b">",
+        "/Contents is not the signed range's exact complement",
+    )
     from asn1crypto import cms
 
     der_length = len(cms.ContentInfo.load(contents).dump())
@@ -70,7 +75,7 @@ def _der_length(data: bytes, start: int = 0) -> int:
     else:
         count = first & 0x7F
         require(0 < count <= 4 and start + 2 + count <= len(data), "bad DER length")
-        length = int.from_bytes(data[start + 2:start + 2 + count], "big")
+        length = int.from_bytes(data[start + 2 : start + 2 + count], "big")
         require(length >= 0x80 and length >= 1 << (8 * (count - 1)), "non-minimal DER length")
         header = 2 + count
     end = start + header + length
@@ -105,27 +110,36 @@ def _check_cms(contents: bytes) -> str:
     require(info["content_type"].native == "signed_data", "the CMS is not SignedData")
     signed = info["content"]
     sha256 = [{"algorithm": "sha256", "parameters": None}]
-    require(signed["version"].native == "v1" and signed["digest_algorithms"].native == sha256
-             and signed["encap_content_info"].native == {"content_type": "data", "content": None}
-             and signed["crls"].native is None and len(signed["signer_infos"]) == 1,
-             "the CMS SignedData fields are not reportgen's")
+    require(
+        signed["version"].native == "v1"
+        and signed["digest_algorithms"].native == sha256
+        and signed["encap_content_info"].native == {"content_type": "data", "content": None}
+        and signed["crls"].native is None
+        and len(signed["signer_infos"]) == 1,
+        "the CMS SignedData fields are not reportgen's",
+    )
     certificates = signed["certificates"]
     require(certificates.native is not None and len(certificates) == 1, "the CMS must carry exactly one certificate")
     cert = certificates[0].chosen
     signer = signed["signer_infos"][0]
     attrs = {a["type"].native: a["values"] for a in signer["signed_attrs"]}
-    require(signer["version"].native == "v1" and signer["sid"].name == "issuer_and_serial_number"
-             and signer["sid"].chosen["issuer"] == cert.issuer
-             and signer["sid"].chosen["serial_number"].native == cert.serial_number
-             and signer["digest_algorithm"].native == sha256[0]
-             and signer["signature_algorithm"]["algorithm"].native == "sha256_ecdsa"
-             and signer["unsigned_attrs"].native is None
-             and set(attrs) == {"content_type", "message_digest", "signing_certificate_v2"},
-             "the CMS SignerInfo fields are not reportgen's")
+    require(
+        signer["version"].native == "v1"
+        and signer["sid"].name == "issuer_and_serial_number"
+        and signer["sid"].chosen["issuer"] == cert.issuer
+        and signer["sid"].chosen["serial_number"].native == cert.serial_number
+        and signer["digest_algorithm"].native == sha256[0]
+        and signer["signature_algorithm"]["algorithm"].native == "sha256_ecdsa"
+        and signer["unsigned_attrs"].native is None
+        and set(attrs) == {"content_type", "message_digest", "signing_certificate_v2"},
+        "the CMS SignerInfo fields are not reportgen's",
+    )
     ess = attrs["signing_certificate_v2"][0]["certs"][0]
-    require(ess["hash_algorithm"]["algorithm"].native == "sha256"
-             and ess["cert_hash"].native == hashlib.sha256(cert.dump()).digest(),
-             "the signed signing-certificate attribute names another certificate")
+    require(
+        ess["hash_algorithm"]["algorithm"].native == "sha256"
+        and ess["cert_hash"].native == hashlib.sha256(cert.dump()).digest(),
+        "the signed signing-certificate attribute names another certificate",
+    )
     crypto_cert = x509.load_der_x509_certificate(cert.dump())
     try:
         crypto_cert.verify_directly_issued_by(crypto_cert)
@@ -134,8 +148,9 @@ def _check_cms(contents: bytes) -> str:
     return "CMS layout as signed"
 
 
-def check_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey,
-              required: tuple[str, ...] = ("results.json", ENVELOPE_NAME)) -> PdfEvidence:
+def check_pdf(
+    data: bytes, public_key: ec.EllipticCurvePublicKey, required: tuple[str, ...] = ("results.json", ENVELOPE_NAME)
+) -> PdfEvidence:
     """Checks 1-3 of a signed PDF (``reportgen.verify``): one whole-file PAdES signature by
     ``--key``, and the attachments the rest of the checks need.
 
@@ -174,11 +189,15 @@ def check_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey,
         status = validate_pdf_signature(signature, context)
         require(status.intact, "the signed bytes were changed (digest mismatch)")
         require(status.valid, "the CMS signature does not verify")
-        require(status.coverage == SignatureCoverageLevel.ENTIRE_FILE,
-                 f"the signature covers {status.coverage.name}, not the entire file")
+        require(
+            status.coverage == SignatureCoverageLevel.ENTIRE_FILE,
+            f"the signature covers {status.coverage.name}, not the entire file",
+        )
         require(status.trusted and status.bottom_line, f"pyHanko's validator: {status.summary()}")
-        return (f"PAdES, pyHanko validator: intact, valid; {_check_signature_bytes(data, signature)}; "
-                f"{_check_cms(signature.pkcs7_content)}")
+        return (
+            f"PAdES, pyHanko validator: intact, valid; {_check_signature_bytes(data, signature)}; "
+            f"{_check_cms(signature.pkcs7_content)}"
+        )
 
     def signer() -> str:
         from cryptography import x509

@@ -1,4 +1,5 @@
 """Verify one run: a run folder or its lone report.pdf (checks 1-8 of ``reportgen.verify``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,19 +7,36 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.checks import flagged_names
-from reportgen.results import FAIL as ROW_FAIL
-from reportgen.results import FLAGGED, PASS as ROW_PASS
-from reportgen.results import INCONCLUSIVE, Role, claim_verdict, frame_from_json, judge_record
-from reportgen.trust.signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
 from reportgen.ci.verdict import VERDICT_NAME
+from reportgen.results import FAIL as ROW_FAIL
+from reportgen.results import FLAGGED, INCONCLUSIVE, Role, claim_verdict, frame_from_json, judge_record
+from reportgen.results import PASS as ROW_PASS
+from reportgen.trust.signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
 from reportgen.verify.claim import check_claim, check_verdict_file
-from reportgen.verify.common import FAIL, Check, Document, Verified, attempt, require, verify_document_dir, verify_signed_pdf
-
+from reportgen.verify.common import (
+    FAIL,
+    Check,
+    Document,
+    Verified,
+    attempt,
+    require,
+    verify_document_dir,
+    verify_signed_pdf,
+)
 
 #: Rows comparing the recompute twin with the plain one on what training computes: a miss is
 #: always FAIL (no setting makes it advisory), whatever ``on_miss`` a row may say.
-PARITY_ROLES = (Role.LOSS, Role.OUTPUT, Role.PARAM_GRAD, Role.INPUT_GRAD, Role.PARAM, Role.OPTIMIZER_STATE,
-                Role.BUFFER, Role.ATTRIBUTE, Role.RNG)
+PARITY_ROLES = (
+    Role.LOSS,
+    Role.OUTPUT,
+    Role.PARAM_GRAD,
+    Role.INPUT_GRAD,
+    Role.PARAM,
+    Role.OPTIMIZER_STATE,
+    Role.BUFFER,
+    Role.ATTRIBUTE,
+    Role.RNG,
+)
 
 
 def configured_on_miss(record: dict, config: dict | None) -> str | None:
@@ -28,7 +46,7 @@ def configured_on_miss(record: dict, config: dict | None) -> str | None:
     if record.get("role") in PARITY_ROLES and record.get("variant") == "recompute":
         return ROW_FAIL
     if record.get("role") == Role.PEAK_SAVING and config and config.get("memory.peak_on_miss"):
-        return str(config["memory.peak_on_miss"]).strip('"\'')  # a flattened config holds it as JSON text
+        return str(config["memory.peak_on_miss"]).strip("\"'")  # a flattened config holds it as JSON text
     return None
 
 
@@ -48,39 +66,49 @@ def status_mismatches(frame, config: dict | None = None) -> list[str]:
     problems = []
     for record in frame.to_dict("records"):
         record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}
-        stated, name = record.get("status"), (f"{record.get('check')} / {record.get('item')} / "
-                                              f"{record.get('variant')} / {record.get('metric')}")
+        stated, name = (
+            record.get("status"),
+            (f"{record.get('check')} / {record.get('item')} / {record.get('variant')} / {record.get('metric')}"),
+        )
         configured = configured_on_miss(record, config)
         if record.get("comparator") and configured and (record.get("on_miss") or ROW_FAIL) != configured:
-            problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; "
-                            f"its check misses as {configured}")
+            problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; its check misses as {configured}")
         if record.get("comparator"):
             expected = judge_record(record)
             if expected != stated:
-                problems.append(f"row {name} says {stated}, its value {record.get('value')!r} "
-                                f"{record.get('comparator')} {record.get('threshold_value', record.get('threshold'))!r} "
-                                f"gives {expected}")
+                problems.append(
+                    f"row {name} says {stated}, its value {record.get('value')!r} "
+                    f"{record.get('comparator')} {record.get('threshold_value', record.get('threshold'))!r} "
+                    f"gives {expected}"
+                )
         elif stated in (ROW_PASS, ROW_FAIL):
             problems.append(f"row {name} says {stated} without a comparison to derive it from")
         if (stated == FLAGGED) != (record.get("check") in flagged):
-            problems.append(f"row {name} says {stated}, but only the flagged experiments "
-                            f"({', '.join(sorted(flagged))}) are FLAGGED, and all their rows")
+            problems.append(
+                f"row {name} says {stated}, but only the flagged experiments "
+                f"({', '.join(sorted(flagged))}) are FLAGGED, and all their rows"
+            )
     return problems
 
 
 def check_verdict(statement: dict, results: bytes) -> Check:
     """Check 8: every row's status follows from its signed numbers, and the statement's verdict
     follows from those statuses (``results.claim_verdict``)."""
+
     def recompute() -> str:
         predicate = statement["predicate"]
         frame = frame_from_json(results.decode())
         wrong = status_mismatches(frame)
         require(not wrong, "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more rows)" if len(wrong) > 3 else ""))
         recomputed = claim_verdict(frame, predicate["required"])
-        require(recomputed == predicate["verdict"],
-                 f"the statement says {predicate['verdict']}, results.json gives {recomputed}")
-        return f"statement {predicate['verdict']} = recomputed from the {len(frame)} row statuses of results.json " \
-               f"(each recomputed from its value) with required checks {', '.join(predicate['required']) or '(none)'}"
+        require(
+            recomputed == predicate["verdict"],
+            f"the statement says {predicate['verdict']}, results.json gives {recomputed}",
+        )
+        return (
+            f"statement {predicate['verdict']} = recomputed from the {len(frame)} row statuses of results.json "
+            f"(each recomputed from its value) with required checks {', '.join(predicate['required']) or '(none)'}"
+        )
 
     return attempt("verdict", recompute)
 
@@ -88,8 +116,10 @@ def check_verdict(statement: dict, results: bytes) -> Check:
 def check_run_predicate(predicate: dict) -> str:
     """A run's predicate states a verdict (PASS, FAIL or INCONCLUSIVE) and a non-empty list of
     required checks: a claim that requires nothing is empty and never verifies."""
-    require(predicate.get("verdict") in (ROW_PASS, ROW_FAIL, INCONCLUSIVE) and isinstance(predicate.get("required"), list),
-            "the predicate has no verdict or required checks")
+    require(
+        predicate.get("verdict") in (ROW_PASS, ROW_FAIL, INCONCLUSIVE) and isinstance(predicate.get("required"), list),
+        "the predicate has no verdict or required checks",
+    )
     require(len(predicate["required"]) > 0, "the claim requires no check (verdict.required=[]): an empty claim")
     return f"claim verdict {predicate['verdict']}"
 

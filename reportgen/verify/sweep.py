@@ -17,6 +17,7 @@ folder checks, beyond the document itself (``reportgen.verify.common``):
   with its own number and overrides, and every signed job's statement names this launch (a
   job copied in from another sweep fails, named).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,12 +25,33 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.results import frame_to_json
-from reportgen.trust.signing import ENVELOPE_NAME
-from reportgen.sweep import (INCOMPLETE_MARK, SUMMARY_ENVELOPE, SWEEP_PREDICATE_TYPE, VERDICT_BY_CODE, job_dirs, load_jobs,
-                     summary_frame)
-from reportgen.verify.common import (FAIL, NOTE, PASS, Check, Document, Verified, attempt, require, safe_relative, sha256_hex,
-                     subject_digests, unlisted_files, verify_document_dir, verify_signed_pdf)
+from reportgen.sweep import (
+    INCOMPLETE_MARK,
+    SUMMARY_ENVELOPE,
+    SWEEP_PREDICATE_TYPE,
+    VERDICT_BY_CODE,
+    job_dirs,
+    load_jobs,
+    summary_frame,
+)
 from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
+from reportgen.trust.signing import ENVELOPE_NAME
+from reportgen.verify.common import (
+    FAIL,
+    NOTE,
+    PASS,
+    Check,
+    Document,
+    Verified,
+    attempt,
+    require,
+    safe_relative,
+    sha256_hex,
+    subject_digests,
+    unlisted_files,
+    verify_document_dir,
+    verify_signed_pdf,
+)
 from reportgen.verify.run import verify_run
 
 #: Exit codes of jobs that ran their checks and therefore signed their run.
@@ -41,16 +63,27 @@ def check_sweep_predicate(predicate: dict) -> str:
     jobs = predicate.get("jobs")
     require(isinstance(jobs, list) and jobs, "the predicate lists no jobs")
     for job in jobs:
-        require(isinstance(job, dict) and {"job", "dir", "exit_code", "verdict", "statement_sha256"} <= set(job),
-                f"malformed job entry {job!r}")
-        require(isinstance(job["dir"], str) and safe_relative(job["dir"]), f"job folder {job['dir']!r} is outside the sweep")
+        require(
+            isinstance(job, dict) and {"job", "dir", "exit_code", "verdict", "statement_sha256"} <= set(job),
+            f"malformed job entry {job!r}",
+        )
+        require(
+            isinstance(job["dir"], str) and safe_relative(job["dir"]), f"job folder {job['dir']!r} is outside the sweep"
+        )
     require(isinstance(predicate.get("launch"), dict), f"the predicate records no launch (Hydra's {LAUNCH_FILE})")
     return f"sweep of {len(jobs)} jobs, worst exit code {predicate.get('exit_code')}"
 
 
 #: A sweep: summary.pdf over summary.json.
-SUMMARY = Document("sweep", SUMMARY_ENVELOPE, "summary.pdf", "summary.unsigned.pdf", "summary.json",
-                   SWEEP_PREDICATE_TYPE, check_sweep_predicate)
+SUMMARY = Document(
+    "sweep",
+    SUMMARY_ENVELOPE,
+    "summary.pdf",
+    "summary.unsigned.pdf",
+    "summary.json",
+    SWEEP_PREDICATE_TYPE,
+    check_sweep_predicate,
+)
 
 
 def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey, entry: dict) -> Check:
@@ -62,27 +95,35 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
         folder = sweep_dir / job["dir"]
         require(folder.is_dir(), "its folder is missing")
         if job["statement_sha256"] is None:
-            require(job["exit_code"] not in SIGNED_CODES,
-                    f"exit code {job['exit_code']} means its checks ran, but the summary lists no signed statement")
+            require(
+                job["exit_code"] not in SIGNED_CODES,
+                f"exit code {job['exit_code']} means its checks ran, but the summary lists no signed statement",
+            )
             return f"not signed: it did not run its checks (exit code {job['exit_code']}, {job['verdict']})"
         found = verify_run(folder, public_key)
         entry["notes"] = [Check(NOTE, f"{job['dir']}/: {c.name}", c.detail) for c in found.checks if c.status == NOTE]
         failed = [c for c in found.checks if c.status == FAIL]
         require(not failed, f"its run does not verify: {failed[0].line if failed else ''}")
-        require(sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
-                "its statement is not the one the summary lists (a swapped or replaced job)")
+        require(
+            sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
+            "its statement is not the one the summary lists (a swapped or replaced job)",
+        )
         entry["signed_launch"] = found.statement["predicate"].get("sweep")
         signed = found.statement["predicate"]["verdict"]
         expected = VERDICT_BY_CODE.get(job["exit_code"])
-        require(signed == job["verdict"] == expected,
-                f"the summary says {job['verdict']} (exit code {job['exit_code']}), its signed run says {signed}")
-        return f"run verifies ({sum(c.status != NOTE for c in found.checks)} checks), claim {signed}, exit code {job['exit_code']}"
+        require(
+            signed == job["verdict"] == expected,
+            f"the summary says {job['verdict']} (exit code {job['exit_code']}), its signed run says {signed}",
+        )
+        checked = sum(c.status != NOTE for c in found.checks)
+        return f"run verifies ({checked} checks), claim {signed}, exit code {job['exit_code']}"
 
     return attempt(name, run)
 
 
 def _check_folders(sweep_dir: Path, jobs: list[dict]) -> Check:
     """Every job folder on disk is listed in the signed summary (an added job would be unvouched for)."""
+
     def folders() -> str:
         listed = {job["dir"] for job in jobs}
         on_disk = {p.relative_to(sweep_dir).as_posix() for p in job_dirs(sweep_dir)}
@@ -104,13 +145,20 @@ def _not_covered(sweep_dir: Path, digests: dict, jobs: list[dict]) -> list[Check
             continue
         top = name.split("/")[0] + ("/" if "/" in name else "")
         grouped.setdefault(top, []).append(kind)
-    return [Check(NOTE, f"not covered: {top}", (f"{len(kinds)} files, " if top.endswith("/") else kinds[0])
-                  + "not in the sweep's statement and in no job's folder; nothing vouches for it")
-            for top, kinds in grouped.items()]
+    return [
+        Check(
+            NOTE,
+            f"not covered: {top}",
+            (f"{len(kinds)} files, " if top.endswith("/") else kinds[0])
+            + "not in the sweep's statement and in no job's folder; nothing vouches for it",
+        )
+        for top, kinds in grouped.items()
+    ]
 
 
 def _check_launch(sweep_dir: Path, predicate: dict, digests: dict, entries: list[dict]) -> Check:
     """The signed multirun.yaml re-derives the signed launch, and the listed jobs are exactly its jobs."""
+
     def launch() -> str:
         require(LAUNCH_FILE in digests, f"the statement does not cover {LAUNCH_FILE}, Hydra's record of the launch")
         record = launch_record(sweep_dir)
@@ -126,11 +174,15 @@ def _check_launch(sweep_dir: Path, predicate: dict, digests: dict, entries: list
 
 def _check_rederived(sweep_dir: Path, summary: bytes | None) -> Check:
     """The summary re-derived from the jobs' files equals the signed summary.json."""
+
     def rederive() -> str:
         require(summary is not None, "not checked: no signed summary.json")
         derived = frame_to_json(summary_frame(load_jobs(sweep_dir))).encode()
-        require(derived == summary, "summary.json does not follow from the jobs' signed files "
-                                    "(a job's outcome or results differ from what the summary states)")
+        require(
+            derived == summary,
+            "summary.json does not follow from the jobs' signed files "
+            "(a job's outcome or results differ from what the summary states)",
+        )
         return "summary.json = re-derived from the jobs' files"
 
     return attempt("summary from jobs", rederive)
@@ -141,15 +193,24 @@ def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Veri
     sweep_dir = Path(sweep_dir)
     found = verify_document_dir(sweep_dir, public_key, SUMMARY, note_unlisted=False)
     if (sweep_dir / INCOMPLETE_MARK).exists():
-        found.checks.append(Check(FAIL, "summary complete", f"{INCOMPLETE_MARK} is present: the summary was "
-                                  f"interrupted; rewrite it with python -m reportgen.sweep summarize {sweep_dir}"))
+        found.checks.append(
+            Check(
+                FAIL,
+                "summary complete",
+                f"{INCOMPLETE_MARK} is present: the summary was "
+                f"interrupted; rewrite it with python -m reportgen.sweep summarize {sweep_dir}",
+            )
+        )
     if found.statement is None:
         return found
     jobs = found.statement["predicate"]["jobs"]
     entries = [{"job": j["job"], "dir": j["dir"], "overrides": j.get("overrides", [])} for j in jobs]
     found.checks += [_check_job(sweep_dir, job, public_key, entry) for job, entry in zip(jobs, entries)]
-    found.checks += [_check_folders(sweep_dir, jobs), _check_rederived(sweep_dir, found.data),
-                     _check_launch(sweep_dir, found.statement["predicate"], subject_digests(found.statement), entries)]
+    found.checks += [
+        _check_folders(sweep_dir, jobs),
+        _check_rederived(sweep_dir, found.data),
+        _check_launch(sweep_dir, found.statement["predicate"], subject_digests(found.statement), entries),
+    ]
     found.checks += [note for entry in entries for note in entry.pop("notes", [])]
     found.checks += _not_covered(sweep_dir, subject_digests(found.statement), jobs)
     return found
@@ -165,8 +226,14 @@ def verify_summary(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verifi
     found = verify_signed_pdf(data, public_key, SUMMARY)[0]
     if found.statement is not None:
         jobs = found.statement["predicate"]["jobs"]
-        found.checks.append(Check(NOTE, "jobs", f"{len(jobs)} jobs listed with their statements' digests; a lone "
-                                  "summary.pdf cannot show them: verify the sweep folder to check every job"))
+        found.checks.append(
+            Check(
+                NOTE,
+                "jobs",
+                f"{len(jobs)} jobs listed with their statements' digests; a lone "
+                "summary.pdf cannot show them: verify the sweep folder to check every job",
+            )
+        )
     return found
 
 

@@ -2,14 +2,14 @@
 
 Run as a user model: composed from a config directory outside the package (tests/user_conf).
 """
+
 import pytest
+from conftest import compose_config, run_pipeline
 
 from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
 from reportgen.results import check_summary, to_frame
 from reportgen.run import prepare
-
-from conftest import compose_config, run_pipeline
 
 
 def parity_status(*overrides):
@@ -73,9 +73,13 @@ def test_forward_counter_non_reentrant_fails_state_and_names_the_attribute():
 
 
 def test_checkpoint_error_in_recompute_run_is_an_error_row_with_the_message():
-    status, frame = parity_status("+model=dropout_rng", "model._target_=user_models.faults.build_shape_shifter",
-                                  "recompute.targets=[ShapeShifter]", "task.make_batch=user_models.faults.batch_small",
-                                  "task.loss=user_models.faults.loss_sum")
+    status, frame = parity_status(
+        "+model=dropout_rng",
+        "model._target_=user_models.faults.build_shape_shifter",
+        "recompute.targets=[ShapeShifter]",
+        "task.make_batch=user_models.faults.batch_small",
+        "task.loss=user_models.faults.loss_sum",
+    )
     errors = frame[frame.status == "ERROR"]
     assert status["gradient parity"] == "ERROR" and len(errors) >= 1
     assert errors.detail.str.contains("CheckpointError: torch.utils.checkpoint: Recomputed values").all()
@@ -83,8 +87,12 @@ def test_checkpoint_error_in_recompute_run_is_an_error_row_with_the_message():
 
 
 def test_plain_run_failure_says_the_claim_cannot_be_tested():
-    status, frame = parity_status("+model=dropout_rng", "model._target_=user_models.faults.build_broken",
-                                  "recompute.targets=[Broken]", "task.make_batch=user_models.faults.batch_small")
+    status, frame = parity_status(
+        "+model=dropout_rng",
+        "model._target_=user_models.faults.build_broken",
+        "recompute.targets=[Broken]",
+        "task.make_batch=user_models.faults.batch_small",
+    )
     assert set(status.values()) == {"INCONCLUSIVE"}  # no baseline: the claim cannot be judged (exit 3)
     assert frame.detail.str.contains("claim cannot be tested").all()
     assert frame.detail.str.contains("plain forward is broken").all()
@@ -104,8 +112,9 @@ def test_a_switch_that_recomputes_nothing_is_a_failing_report_not_a_usage_error(
 
 
 def test_adapters_alone_under_reentrant_recompute_raise_in_backward_and_name_the_fix(tmp_path):
-    code, frame = run_pipeline(tmp_path, "+model=lora_switch", "recompute=reentrant", "++model.trainable_head=false",
-                               user_conf=True)
+    code, frame = run_pipeline(
+        tmp_path, "+model=lora_switch", "recompute=reentrant", "++model.trainable_head=false", user_conf=True
+    )
     assert code == 1 and (frame[frame.check == "gradient parity"].status == "ERROR").any()
     fix = frame[(frame.role == "diagnosis") & (frame.check == "gradient parity")].detail.item()
     assert "enable_input_require_grads()" in fix

@@ -1,8 +1,10 @@
 """The flagged larger-batch experiment (reportgen/checks/larger_batch.py)."""
+
 import math
 
 import pytest
 import torch
+from conftest import SMALL, compose_config
 
 from reportgen import run as pipeline
 from reportgen.checks import larger_batch as lb
@@ -11,15 +13,15 @@ from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
 from reportgen.results import FLAGGED, PASS, Role, Row, check_summary, claim_verdict, to_frame
 from reportgen.run import prepare
 
-from conftest import SMALL, compose_config
-
 
 def threshold_probe(limit, log=None):
     """A probe that fits up to ``limit`` examples; records the order of the batches asked for."""
+
     def probe(batch_size):
         if log is not None:
             log.append(batch_size)
         return lb.Probe(batch_size, float(batch_size), batch_size <= limit)
+
     return probe
 
 
@@ -61,8 +63,16 @@ def test_a_task_that_cannot_fill_the_batch_is_the_ceiling():
 
 
 def mlp_setup(*overrides, device="cpu"):
-    return prepare(compose_config("+model=mlp", "budget.examples=512", "budget.seeds=[0]", "budget.eval_every=256",
-                                      f"device={device}", *overrides))
+    return prepare(
+        compose_config(
+            "+model=mlp",
+            "budget.examples=512",
+            "budget.seeds=[0]",
+            "budget.eval_every=256",
+            f"device={device}",
+            *overrides,
+        )
+    )
 
 
 def test_mlp_finds_the_largest_fitting_batch_and_trains_it_to_the_budget():
@@ -100,17 +110,55 @@ def test_a_broken_experiment_is_still_only_flagged():
 
 
 def fake_larger(rows_status, value=1.0):
-    return lambda setup: [Row(check=LARGER_BATCH, item="batch found", variant="larger_batch", metric="batch_size", value=value, threshold="", comparator="", status=rows_status,
-                              role=Role.BATCH_FOUND)]
+    return lambda setup: [
+        Row(
+            check=LARGER_BATCH,
+            item="batch found",
+            variant="larger_batch",
+            metric="batch_size",
+            value=value,
+            threshold="",
+            comparator="",
+            status=rows_status,
+            role=Role.BATCH_FOUND,
+        )
+    ]
 
 
 @pytest.mark.parametrize("required", [[TASK_METRICS], [TASK_METRICS, LARGER_BATCH]])
 def test_larger_batch_result_never_changes_the_verdict(required):
-    base = [Row(check=TASK_METRICS, item="seed 0", variant="recompute", metric="abs_diff_accuracy", value=0.0, threshold="0.0001", comparator="<=", threshold_value=1e-4)]
+    base = [
+        Row(
+            check=TASK_METRICS,
+            item="seed 0",
+            variant="recompute",
+            metric="abs_diff_accuracy",
+            value=0.0,
+            threshold="0.0001",
+            comparator="<=",
+            threshold_value=1e-4,
+        )
+    ]
     assert base[0].status == PASS
     verdicts = set()
-    for extra in ([], fake_larger(FLAGGED, 64)(None), fake_larger(FLAGGED, 4096)(None),
-                  [Row(check=LARGER_BATCH, item="experiment", variant="larger_batch", metric="exception", value=math.nan, threshold="", comparator="", status=FLAGGED, detail="boom")]):
+    for extra in (
+        [],
+        fake_larger(FLAGGED, 64)(None),
+        fake_larger(FLAGGED, 4096)(None),
+        [
+            Row(
+                check=LARGER_BATCH,
+                item="experiment",
+                variant="larger_batch",
+                metric="exception",
+                value=math.nan,
+                threshold="",
+                comparator="",
+                status=FLAGGED,
+                detail="boom",
+            )
+        ],
+    ):
         verdicts.add(claim_verdict(to_frame(base + extra), [TASK_METRICS]))
     assert verdicts == {PASS}
     summary = check_summary(to_frame(base + fake_larger(FLAGGED)(None)), required)
@@ -118,8 +166,13 @@ def test_larger_batch_result_never_changes_the_verdict(required):
 
 
 def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeypatch, tmp_path, use_checks):
-    cfg = compose_config("+model=ffn", *SMALL, "larger_batch.enabled=true", "larger_batch.max_batch_size=64",
-                         f"verdict.required=[{GRADIENT_PARITY}]")
+    cfg = compose_config(
+        "+model=ffn",
+        *SMALL,
+        "larger_batch.enabled=true",
+        "larger_batch.max_batch_size=64",
+        f"verdict.required=[{GRADIENT_PARITY}]",
+    )
     codes = []
     broken = lambda setup: (_ for _ in ()).throw(RuntimeError("search failed"))  # noqa: E731
     for i, larger in enumerate([fake_larger(FLAGGED, 64), fake_larger(FLAGGED, 4096), lb.larger_batch_experiment]):

@@ -1,12 +1,15 @@
 """The check registry: one module plus one registry line makes a check that runs, renders,
 judges and signs (issue 12); page-1 costs come from a real frame by role."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
+from conftest import SMALL, compose_config, tiny_meta
 
-from reportgen import checks, run as pipeline
+from reportgen import checks
+from reportgen import run as pipeline
 from reportgen.checks import Check, Section, default_required, flagged_names
 from reportgen.checks.memory import warm_step_memory
 from reportgen.checks.timing import warm_step_time
@@ -15,15 +18,35 @@ from reportgen.report.render import headline_costs, render_html
 from reportgen.results import FAIL, PASS, WARN, Role, Row, frame_from_json, judge, to_frame
 from reportgen.run import prepare
 
-from conftest import SMALL, compose_config, tiny_meta
-
 DUMMY = "dummy check"
 
 
 def dummy_check(setup) -> list[Row]:
     """A check of the kind a contributor would add: measure, emit value + threshold + comparator."""
-    return [Row(check=DUMMY, item="answer", variant="recompute", metric="abs_diff", value=0.25, threshold="<= 0.5", comparator="<=", threshold_value=0.5, detail="close"),
-            Row(check=DUMMY, item="question", variant="recompute", metric="abs_diff", value=2.0, threshold="<= 0.5", comparator="<=", threshold_value=0.5, on_miss=WARN)]
+    return [
+        Row(
+            check=DUMMY,
+            item="answer",
+            variant="recompute",
+            metric="abs_diff",
+            value=0.25,
+            threshold="<= 0.5",
+            comparator="<=",
+            threshold_value=0.5,
+            detail="close",
+        ),
+        Row(
+            check=DUMMY,
+            item="question",
+            variant="recompute",
+            metric="abs_diff",
+            value=2.0,
+            threshold="<= 0.5",
+            comparator="<=",
+            threshold_value=0.5,
+            on_miss=WARN,
+        ),
+    ]
 
 
 def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp_path, signing_key_pair):
@@ -45,15 +68,23 @@ def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp
     assert 'id="dummy-check"' in html and "A dummy check added in a test." in html
     assert code == 0 and (tmp_path / "report.pdf").is_file()
     lines = verify(tmp_path, load_public_key(public))  # signed, and re-judged by the verifier
-    assert [c.detail for c in lines if c.status == "FAIL"] == [] and any("dummy" in c.detail or c.name == "verdict"
-                                                                         for c in lines)
+    assert [c.detail for c in lines if c.status == "FAIL"] == [] and any(
+        "dummy" in c.detail or c.name == "verdict" for c in lines
+    )
 
 
-@pytest.mark.parametrize("value, comparator, threshold, on_miss, expected", [
-    (1.0, "<=", 1.0, FAIL, PASS), (1.0001, "<=", 1.0, FAIL, FAIL), (0.5, ">=", 0.05, WARN, PASS),
-    (0.01, ">=", 0.05, WARN, WARN), (float("nan"), "<=", 1.0, FAIL, FAIL), (0.0, "==", 0.0, FAIL, PASS),
-    (1.0, "<=", float("nan"), FAIL, FAIL),
-])
+@pytest.mark.parametrize(
+    "value, comparator, threshold, on_miss, expected",
+    [
+        (1.0, "<=", 1.0, FAIL, PASS),
+        (1.0001, "<=", 1.0, FAIL, FAIL),
+        (0.5, ">=", 0.05, WARN, PASS),
+        (0.01, ">=", 0.05, WARN, WARN),
+        (float("nan"), "<=", 1.0, FAIL, FAIL),
+        (0.0, "==", 0.0, FAIL, PASS),
+        (1.0, "<=", float("nan"), FAIL, FAIL),
+    ],
+)
 def test_judge_compares_value_with_threshold(value, comparator, threshold, on_miss, expected):
     assert judge(value, comparator, threshold, on_miss) == expected
 
@@ -70,13 +101,29 @@ def test_judge_allclose_and_confidence_interval_rules():
 
 
 def test_a_row_states_no_pass_or_fail_of_its_own():
-    row = Row(check=DUMMY, item="x", variant="recompute", metric="abs_diff", value=3.0, comparator="<=", threshold_value=1.0, status=PASS)
+    row = Row(
+        check=DUMMY,
+        item="x",
+        variant="recompute",
+        metric="abs_diff",
+        value=3.0,
+        comparator="<=",
+        threshold_value=1.0,
+        status=PASS,
+    )
     assert row.status == FAIL
 
 
 def test_registry_defaults():
-    assert default_required() == [GRADIENT_PARITY, "optimizer-step parity", STATE_PARITY, "trajectory parity", MEMORY,
-                                  TIME, "task metrics"]
+    assert default_required() == [
+        GRADIENT_PARITY,
+        "optimizer-step parity",
+        STATE_PARITY,
+        "trajectory parity",
+        MEMORY,
+        TIME,
+        "task metrics",
+    ]
     assert flagged_names() == {LARGER_BATCH}
 
 
@@ -91,7 +138,7 @@ def test_page_one_costs_come_from_a_real_frame():
     overhead = frame[frame.role == Role.OVERHEAD].iloc[0]
     assert costs["time"]["ratio"] == overhead.value and costs["time"]["low"] == overhead.ci_low
     html = render_html(frame, tiny_meta("/tmp/x"), PASS, [MEMORY, TIME])
-    page_one = html[:html.index("<h2>Checks</h2>")]
+    page_one = html[: html.index("<h2>Checks</h2>")]
     assert f", {costs['memory']['share'] * 100:.1f}%)" in page_one
     assert re.search(rf"step time ×{overhead.value:.3f}", page_one)
     assert "not measured" not in page_one

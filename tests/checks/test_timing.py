@@ -1,16 +1,24 @@
 """Warm-step time: bootstrap CI, interleaving, FLOP bound and deadlines."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import compose_config
 
-from reportgen.checks.timing import (bootstrap_ratio_ci, flops_row, interleaved_times, median_rows, overhead_row,
-                                     step_flops, timed, warm_step_time)
-from reportgen.memory.saved import make_train_step
+from reportgen.checks.timing import (
+    bootstrap_ratio_ci,
+    flops_row,
+    interleaved_times,
+    median_rows,
+    overhead_row,
+    step_flops,
+    timed,
+    warm_step_time,
+)
 from reportgen.config import TIME
+from reportgen.memory.saved import make_train_step
 from reportgen.results import FAIL, INFO, PASS, WARN, Role
 from reportgen.run import prepare
-
-from conftest import compose_config
 
 
 def test_bootstrap_of_an_exact_ratio_has_a_zero_width_interval():
@@ -55,7 +63,7 @@ def test_rounds_alternate_their_order_and_warmup_is_not_timed():
     calls = []
     steps = {"plain": lambda: calls.append("p"), "recompute": lambda: calls.append("r")}
     times, stopped = interleaved_times(steps, warmup=3, measured=4, device=torch.device("cpu"))
-    assert "".join(calls) == "pr" "rp" "pr" + "pr" "rp" "pr" "rp"
+    assert "".join(calls) == "prrppr" + "prrpprrp"
     assert [len(v) for v in times.values()] == [4, 4] and stopped == "4 rounds configured"
 
 
@@ -119,8 +127,10 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
     setup = prepare(compose_config("+model=granularity", "parity.batch_size=2", user_conf=True))
     plain, recompute = setup.twins()
     optimizer = {"_target_": "torch.optim.SGD", "lr": 0.0}
-    flops = {v: step_flops(make_train_step(m, setup.batch, setup.task.loss, optimizer))
-             for v, m in (("plain", plain), ("recompute", recompute))}
+    flops = {
+        v: step_flops(make_train_step(m, setup.batch, setup.task.loss, optimizer))
+        for v, m in (("plain", plain), ("recompute", recompute))
+    }
     b, s, w = 2, 32, 16
     assert flops["plain"] == 3 * 54 * b * s * w * w
     row = flops_row(flops)
@@ -129,9 +139,17 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
 
 
 def test_warm_step_time_rows():
-    setup = prepare(compose_config("+model=granularity", "timing.warmup_steps=1", "timing.measured_steps=5",
-                                       "timing.bootstrap_samples=100", "timing.max_overhead_ratio=100",
-                                       "timing.target_ci_half_width_pp=null", user_conf=True))
+    setup = prepare(
+        compose_config(
+            "+model=granularity",
+            "timing.warmup_steps=1",
+            "timing.measured_steps=5",
+            "timing.bootstrap_samples=100",
+            "timing.max_overhead_ratio=100",
+            "timing.target_ci_half_width_pp=null",
+            user_conf=True,
+        )
+    )
     rows = warm_step_time(setup)
     assert all(r.check == TIME for r in rows)
     steps = [r for r in rows if r.item.startswith("step ")]
@@ -160,9 +178,17 @@ def test_timed_synchronizes_on_cuda():
 
 
 def test_an_interval_wider_than_the_target_is_a_warning_not_a_figure_to_trust():
-    setup = prepare(compose_config("+model=granularity", "timing.warmup_steps=0", "timing.measured_steps=4",
-                                       "timing.bootstrap_samples=100", "timing.target_ci_half_width_pp=0",
-                                       "timing.max_measure_seconds=0", user_conf=True))
+    setup = prepare(
+        compose_config(
+            "+model=granularity",
+            "timing.warmup_steps=0",
+            "timing.measured_steps=4",
+            "timing.bootstrap_samples=100",
+            "timing.target_ci_half_width_pp=0",
+            "timing.max_measure_seconds=0",
+            user_conf=True,
+        )
+    )
     rows = warm_step_time(setup)
     overhead = next(r for r in rows if r.role == Role.OVERHEAD)
     confidence = next(r for r in rows if r.role == Role.OVERHEAD_CI)

@@ -1,6 +1,7 @@
 """Verdict truth (issue 8): every generator seeded, an A/A control, trajectory parity,
 non-finite values never equal, side estimates never decide, a diagnosis for each failure.
 Own fixtures in tests/user_models/truth.py (no ../shared needed)."""
+
 from __future__ import annotations
 
 import random
@@ -8,12 +9,12 @@ import random
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL, compose_config, run_pipeline
 
 from reportgen.report.diagnose import diagnose
 from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
 from reportgen.rng import fingerprint, seeded
 
-from conftest import SMALL, compose_config, run_pipeline
 
 #: Small budgets: these tests are about parity, not about training length or timing.
 def run_model(tmp_path, *overrides):
@@ -102,13 +103,13 @@ def test_a_failing_report_explains_itself_with_both_values(tmp_path):
     code, frame, _ = run_model(tmp_path, "+model=dropout_rng", "recompute.preserve_rng_state=false")
     assert code == 1
     html = (tmp_path / "report.html").read_text()
-    page_one = html[:html.index("<h2>Checks</h2>")]
+    page_one = html[: html.index("<h2>Checks</h2>")]
     assert "Why it fails" in page_one and "preserve_rng_state=true" in page_one
     # the worst item of each check, its measured difference and share of tolerance, and how many fail
     # (issue 28: not the first failing row, not two rounded norms that look equal)
     grads = frame[(frame.check == "gradient parity") & (frame.status == FAIL)]
     worst = grads.loc[grads.tolerance_used.idxmax()]
-    why = page_one[page_one.index("Why it fails"):]
+    why = page_one[page_one.index("Why it fails") :]
     assert why.index(worst["item"].split(".")[-2]) < why.index("optimizer-step parity")
     assert f"difference {worst.value:.3g}, {worst.tolerance_used:.3g}× its tolerance" in why
     assert f"{len(grads)} of " in why and "‖·‖" not in why
@@ -118,9 +119,27 @@ def test_a_failing_report_explains_itself_with_both_values(tmp_path):
 def test_diagnosis_names_a_different_forward_first():
     from reportgen.results import Row
 
-    rows = [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=1.0, comparator="allclose", role=Role.LOSS,
-                extra={"excess": 1.0}),
-            Row(check="state parity", item="buffer bn.running_mean", variant="recompute", metric="max_abs_err", value=1.0, comparator="allclose",
-                role=Role.BUFFER, extra={"excess": 1.0})]
+    rows = [
+        Row(
+            check="gradient parity",
+            item="loss",
+            variant="recompute",
+            metric="max_abs_err",
+            value=1.0,
+            comparator="allclose",
+            role=Role.LOSS,
+            extra={"excess": 1.0},
+        ),
+        Row(
+            check="state parity",
+            item="buffer bn.running_mean",
+            variant="recompute",
+            metric="max_abs_err",
+            value=1.0,
+            comparator="allclose",
+            role=Role.BUFFER,
+            extra={"excess": 1.0},
+        ),
+    ]
     out = {r.check: r.extra["rule"] for r in diagnose(rows, {"mode": "non_reentrant", "preserve_rng_state": True})}
     assert out == {"gradient parity": "different forward", "state parity": "running statistics"}

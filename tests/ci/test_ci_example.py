@@ -1,5 +1,6 @@
 """docs/ci.md's release gate runs as a local script (tests/ci/ci_example.sh): the claim, the JUnit file,
 verify, and the comparison with a "last release" run made by the same script first."""
+
 from __future__ import annotations
 
 import os
@@ -13,16 +14,30 @@ from conftest import REPO, cli_env
 
 SCRIPT = REPO / "tests" / "ci" / "ci_example.sh"
 #: Small budgets: the script's steps are the subject, not the figures.
-SMALL = ["budget.examples=128", "budget.batch_size=64", "budget.seeds=[0]", "larger_batch.enabled=false",
-         "timing.measured_steps=5", "timing.target_ci_half_width_pp=null", "timing.max_measure_seconds=2",
-         "parity.steps=2", "report.pdf=false"]
+SMALL = [
+    "budget.examples=128",
+    "budget.batch_size=64",
+    "budget.seeds=[0]",
+    "larger_batch.enabled=false",
+    "timing.measured_steps=5",
+    "timing.target_ci_half_width_pp=null",
+    "timing.max_measure_seconds=2",
+    "parity.steps=2",
+    "report.pdf=false",
+]
 
 
 def _script(tmp_path: Path, key: Path, out: str, *base: str) -> subprocess.CompletedProcess:
     env = {**cli_env(), "PYTHON": sys.executable, "REPORTGEN_SIGNING_KEY": str(key)}
     env.pop("GITHUB_STEP_SUMMARY", None)
-    return subprocess.run(["bash", str(SCRIPT), str(tmp_path / out), *base, "--", *SMALL], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1200)
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / out), *base, "--", *SMALL],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
 
 
 @pytest.mark.slow

@@ -1,12 +1,13 @@
 """The Hydra entry point as a user runs it: exit codes, messages, outputs (slow: subprocesses)."""
+
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import SMALL, TESTS, reportgen, run_dirs
+
 pytestmark = pytest.mark.slow
 
 
@@ -50,8 +51,15 @@ def test_two_runs_never_share_an_output_folder(tmp_path):
 
 
 def test_user_model_from_own_config_dir(tmp_path):
-    proc = reportgen(tmp_path, "--config-dir", str(TESTS / "user_conf"), "+model=frozen_input", "recompute=reentrant",
-                     *SMALL, pythonpath=str(TESTS))
+    proc = reportgen(
+        tmp_path,
+        "--config-dir",
+        str(TESTS / "user_conf"),
+        "+model=frozen_input",
+        "recompute=reentrant",
+        *SMALL,
+        pythonpath=str(TESTS),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (run,) = run_dirs(tmp_path)
     frame = pd.read_csv(run / "results.csv")

@@ -1,12 +1,12 @@
 """Every shipped config composes and instantiates; schema typos fail at compose time."""
+
 import pytest
+from conftest import compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from reportgen.paths import builtin_models, conf_dir
 from reportgen.run import prepare
-
-from conftest import compose_config
 
 
 def test_builtin_models_are_the_documented_ones():
@@ -50,10 +50,15 @@ def test_schema_typos_fail_before_any_model_is_built(override):
         compose_config("+model=ffn", override)
 
 
-@pytest.mark.parametrize("override,named", [("parity.batch_size=0", "parity.batch_size"),
-                                            ("budget.examples=-5", "budget.examples"),
-                                            ("timing.measured_steps=0", "timing.measured_steps"),
-                                            ("budget.seeds=[]", "budget.seeds")])
+@pytest.mark.parametrize(
+    "override,named",
+    [
+        ("parity.batch_size=0", "parity.batch_size"),
+        ("budget.examples=-5", "budget.examples"),
+        ("timing.measured_steps=0", "timing.measured_steps"),
+        ("budget.seeds=[]", "budget.seeds"),
+    ],
+)
 def test_out_of_range_settings_stop_before_any_model_work(override, named):
     from reportgen.errors import SetupError
 

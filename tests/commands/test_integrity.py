@@ -1,5 +1,6 @@
 """Run integrity and bad input (issue 11): folders, locks, exit codes, validation, contract,
 signals, console, keys, verify NOTEs, the URL fetcher, file modes."""
+
 from __future__ import annotations
 
 import http.server
@@ -20,17 +21,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import SMALL_RUN, TESTS, cli_env, compose_config, run_cli
+
 from reportgen import cli
-from reportgen.twins.contract import TaskContractError, check_task_contract
-from reportgen.report.fetcher import LocalOnlyFetcher, RefusedURL
-from reportgen.trust.keys import KeyFileError, generate_key, load_private_key
-from reportgen.results import atomic_write, frame_from_json
 from reportgen.commands.rundir import LOCK_NAME, FolderLock, output_file_mode, run_markers
-from reportgen.trust.signing import SigningError, load_signing_key
-from reportgen.tasks import FunctionTask
 from reportgen.commands.validation import config_problems
+from reportgen.report.fetcher import LocalOnlyFetcher, RefusedURL
+from reportgen.results import atomic_write, frame_from_json
+from reportgen.tasks import FunctionTask
+from reportgen.trust.keys import KeyFileError, generate_key, load_private_key
+from reportgen.trust.signing import SigningError, load_signing_key
+from reportgen.twins.contract import TaskContractError, check_task_contract
 from reportgen.verify import unlisted_files
 
 INTEGRITY_CONF = TESTS / "integrity_conf"
@@ -39,21 +40,24 @@ INTEGRITY_CONF = TESTS / "integrity_conf"
 # --------------------------------------------------------------------------- 5: values
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("timing.max_overhead_ratio=nan", "timing.max_overhead_ratio=nan must be a finite number > 0"),
-    ("timing.max_step_time_ms=-5", "timing.max_step_time_ms=-5 must be > 0"),
-    ("timing.max_overhead_ratio=0", "timing.max_overhead_ratio=0 must be > 0"),
-    ("parity.rtol=-1e-3", "parity.rtol=-0.001 must be >= 0"),
-    ("parity.atol=inf", "parity.atol=inf must be a finite number >= 0"),
-    ("budget.metric_tolerance=nan", "budget.metric_tolerance=nan must be a finite number >= 0"),
-    ("timing.max_measure_seconds=0", "timing.max_measure_seconds=0 must be > 0"),
-    ("dtype=float8", "dtype='float8' must be one of float32, float64, bfloat16, float16"),
-    ("device=foo", "device='foo' must be one of auto, cpu, cuda, cuda:N"),
-    ("recompute.determinism_check=strict", "recompute.determinism_check='strict' must be one of default, none"),
-    ("larger_batch.lr_scaling=cubic", "larger_batch.lr_scaling='cubic' must be one of none, linear, sqrt"),
-    ("verdict.required=[gradient parity,typo]", "verdict.required names unknown check(s) 'typo'"),
-    ("verdict.required=[larger-batch experiment]", "FLAGGED and never counts toward the verdict"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("timing.max_overhead_ratio=nan", "timing.max_overhead_ratio=nan must be a finite number > 0"),
+        ("timing.max_step_time_ms=-5", "timing.max_step_time_ms=-5 must be > 0"),
+        ("timing.max_overhead_ratio=0", "timing.max_overhead_ratio=0 must be > 0"),
+        ("parity.rtol=-1e-3", "parity.rtol=-0.001 must be >= 0"),
+        ("parity.atol=inf", "parity.atol=inf must be a finite number >= 0"),
+        ("budget.metric_tolerance=nan", "budget.metric_tolerance=nan must be a finite number >= 0"),
+        ("timing.max_measure_seconds=0", "timing.max_measure_seconds=0 must be > 0"),
+        ("dtype=float8", "dtype='float8' must be one of float32, float64, bfloat16, float16"),
+        ("device=foo", "device='foo' must be one of auto, cpu, cuda, cuda:N"),
+        ("recompute.determinism_check=strict", "recompute.determinism_check='strict' must be one of default, none"),
+        ("larger_batch.lr_scaling=cubic", "larger_batch.lr_scaling='cubic' must be one of none, linear, sqrt"),
+        ("verdict.required=[gradient parity,typo]", "verdict.required names unknown check(s) 'typo'"),
+        ("verdict.required=[larger-batch experiment]", "FLAGGED and never counts toward the verdict"),
+    ],
+)
 def test_bad_values_are_refused_naming_setting_and_rule(override, expected):
     problems = config_problems(compose_config("+model=ffn", override))
     assert expected in problems
@@ -63,9 +67,21 @@ def test_bad_values_are_refused_naming_setting_and_rule(override, expected):
 @pytest.mark.parametrize("model", ["ffn", "mlp", "gpt"])
 def test_shipped_configs_and_good_edge_values_pass(model):
     assert config_problems(compose_config(f"+model={model}")) == ""
-    assert config_problems(compose_config(f"+model={model}", "parity.rtol=0", "parity.atol=0", "device=cuda:1",
-                                          "timing.max_overhead_ratio=1.5", "verdict.required=[gradient parity, selective policy]",
-                                          "dtype=bfloat16", "larger_batch.lr_scaling=sqrt")) == ""
+    assert (
+        config_problems(
+            compose_config(
+                f"+model={model}",
+                "parity.rtol=0",
+                "parity.atol=0",
+                "device=cuda:1",
+                "timing.max_overhead_ratio=1.5",
+                "verdict.required=[gradient parity, selective policy]",
+                "dtype=bfloat16",
+                "larger_batch.lr_scaling=sqrt",
+            )
+        )
+        == ""
+    )
 
 
 def test_every_problem_is_listed_in_one_paragraph():
@@ -75,8 +91,8 @@ def test_every_problem_is_listed_in_one_paragraph():
 
 def test_check_names_allowed_in_verdict_required_are_the_checks_names():
     from reportgen.checks import default_required
-    from reportgen.config import SELECTIVE_POLICY
     from reportgen.commands.validation import check_names
+    from reportgen.config import SELECTIVE_POLICY
 
     assert SELECTIVE_POLICY in check_names() and set(default_required()) <= set(check_names())
     assert "larger-batch experiment" not in check_names()
@@ -150,15 +166,29 @@ def test_private_key_readable_by_others_is_refused_with_the_chmod(tmp_path):
 
 
 def test_unlisted_files_name_logs_dotfiles_and_links(tmp_path):
-    for name in ("results.json", "__main__.log", ".hidden", ".hydra/config.yaml", ".hydra/.extra", "report.pdf",
-                 "statement.dsse.json", "plots/a.svg"):
+    for name in (
+        "results.json",
+        "__main__.log",
+        ".hidden",
+        ".hydra/config.yaml",
+        ".hydra/.extra",
+        "report.pdf",
+        "statement.dsse.json",
+        "plots/a.svg",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     (tmp_path / "link").symlink_to("/etc/hostname")
     (tmp_path / "linkdir").symlink_to(tmp_path / "plots")
     found = unlisted_files(tmp_path, {"results.json", ".hydra/config.yaml"})
-    assert found == [(".hidden", ""), (".hydra/.extra", ""), ("__main__.log", ""), ("link", "a symbolic link, "),
-                     ("linkdir", "a symbolic link, "), ("plots/a.svg", "")]
+    assert found == [
+        (".hidden", ""),
+        (".hydra/.extra", ""),
+        ("__main__.log", ""),
+        ("link", "a symbolic link, "),
+        ("linkdir", "a symbolic link, "),
+        ("plots/a.svg", ""),
+    ]
 
 
 # --------------------------------------------------------------------------- 11: URL fetcher
@@ -191,8 +221,13 @@ def test_fetcher_serves_only_files_under_its_roots(tmp_path):
     fetcher = LocalOnlyFetcher([tmp_path])
     assert fetcher((tmp_path / "style.css").as_uri()).read() == b"p { color: red }"
     assert fetcher("data:text/plain,hi").read() == b"hi"
-    for url in ("file:///etc/hostname", (tmp_path / ".." / "x").as_uri(), "https://example.com/a.png",
-                "ftp://example.com/x", "file://otherhost/etc/passwd"):
+    for url in (
+        "file:///etc/hostname",
+        (tmp_path / ".." / "x").as_uri(),
+        "https://example.com/a.png",
+        "ftp://example.com/x",
+        "file://otherhost/etc/passwd",
+    ):
         with pytest.raises(RefusedURL):
             fetcher(url)
 
@@ -204,8 +239,10 @@ def test_pdf_render_contacts_no_server_and_reads_no_outside_file(http_server, tm
 
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-CONTENT")
-    html = (f'<html><head><link rel="stylesheet" href="{http_server}/style.css"></head><body>'
-            f'<img src="{http_server}/pixel.png"><img src="{secret.as_uri()}"><p>report</p></body></html>')
+    html = (
+        f'<html><head><link rel="stylesheet" href="{http_server}/style.css"></head><body>'
+        f'<img src="{http_server}/pixel.png"><img src="{secret.as_uri()}"><p>report</p></body></html>'
+    )
     pdf = write_pdf(html, "2024-01-02T03:04:05+00:00")
     assert pdf.startswith(b"%PDF") and _Hits.hits == []
     HTML(string=html).write_pdf()  # control: WeasyPrint's own fetcher does contact the server
@@ -222,12 +259,23 @@ def contract_setup():
     return prepare(compose_config("+model=ffn"))
 
 
-@pytest.mark.parametrize("make_batch, loss, expected", [
-    ("make_batch_global_rng", "loss", "make_batch ignores its generator"),
-    ("make_batch_ints", "loss", "the plain model raised RuntimeError on the integer inputs from make_batch (a torch.int64"),
-    ("make_batch_fixed_size", "loss", "shape [3, 8], whose leading size is not the batch size 2"),
-    ("make_batch", "loss_per_example", "returned a torch.float32 tensor of shape [2], not a scalar floating tensor"),
-])
+@pytest.mark.parametrize(
+    "make_batch, loss, expected",
+    [
+        ("make_batch_global_rng", "loss", "make_batch ignores its generator"),
+        (
+            "make_batch_ints",
+            "loss",
+            "the plain model raised RuntimeError on the integer inputs from make_batch (a torch.int64",
+        ),
+        ("make_batch_fixed_size", "loss", "shape [3, 8], whose leading size is not the batch size 2"),
+        (
+            "make_batch",
+            "loss_per_example",
+            "returned a torch.float32 tensor of shape [2], not a scalar floating tensor",
+        ),
+    ],
+)
 def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batch, loss, expected, monkeypatch):
     from reportgen.twins.setup import Setup
 
@@ -272,8 +320,10 @@ def test_console_shows_one_line_and_the_log_file_keeps_the_traceback(tmp_path):
         logger.exception("check %s raised", "task metrics")
     finally:
         file.close()
-    assert console_stream.getvalue() == (f"[reportgen.test_console][ERROR] - check task metrics raised: ValueError: "
-                                         f"first line (full traceback in {log_path})\n")
+    assert console_stream.getvalue() == (
+        f"[reportgen.test_console][ERROR] - check task metrics raised: ValueError: "
+        f"first line (full traceback in {log_path})\n"
+    )
     logged = log_path.read_text()
     assert "Traceback (most recent call last)" in logged and "second line" in logged
 
@@ -351,7 +401,9 @@ def test_every_section_renders_with_every_optional_value_missing(signed_run):
         for row in emptied.itertuples():
             if section["template"] != "sections/rows.html.j2":  # own layouts summarise; the rows table lists all
                 break
-            assert str(row.item).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in html.replace("<wbr>", "")
+            assert str(row.item).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in html.replace(
+                "<wbr>", ""
+            )
         assert "saved activations not measured" in html and "step time not measured" in html
 
 
@@ -365,9 +417,17 @@ def _statement(run_dir: Path) -> str:
 def _meta(run_dir: Path) -> dict:
     """Run metadata as ``run_metadata`` returns it, rebuilt from the signed statement's predicate."""
     predicate = json.loads(_statement(run_dir))["predicate"]
-    return {"title": "Activation recomputation report", "created": predicate["created"], "claim": predicate["claim"],
-            "tolerances": {"rtol": 1e-5, "atol": 1e-6, "source": "test"}, "environment": predicate["environment"],
-            "command": predicate["command"], "config_yaml": "", "out_dir": str(run_dir), "signature": ""}
+    return {
+        "title": "Activation recomputation report",
+        "created": predicate["created"],
+        "claim": predicate["claim"],
+        "tolerances": {"rtol": 1e-5, "atol": 1e-6, "source": "test"},
+        "environment": predicate["environment"],
+        "command": predicate["command"],
+        "config_yaml": "",
+        "out_dir": str(run_dir),
+        "signature": "",
+    }
 
 
 # --------------------------------------------------------------------------- end to end (slow)
@@ -406,8 +466,15 @@ def test_outputs_have_the_modes_hydra_files_have(signed_run):
 
     run_dir, _ = signed_run
     expected = 0o666 & ~current_umask()  # the subprocess inherited this process's umask
-    for name in ("results.csv", "results.json", "report.html", "report.pdf", "report.unsigned.pdf",
-                 "statement.dsse.json", ".hydra/config.yaml"):
+    for name in (
+        "results.csv",
+        "results.json",
+        "report.html",
+        "report.pdf",
+        "report.unsigned.pdf",
+        "statement.dsse.json",
+        ".hydra/config.yaml",
+    ):
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == expected, name
     assert not (run_dir / LOCK_NAME).exists()
 
@@ -415,10 +482,18 @@ def test_outputs_have_the_modes_hydra_files_have(signed_run):
 @pytest.mark.slow
 def test_two_runs_into_one_folder_at_once_the_second_does_not_start(tmp_path):
     run_dir = tmp_path / "shared"
-    args = [sys.executable, "-m", "reportgen", *SMALL_RUN, "report.sign=false", "report.pdf=false",
-            f"hydra.run.dir={run_dir}"]
-    first = subprocess.Popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    args = [
+        sys.executable,
+        "-m",
+        "reportgen",
+        *SMALL_RUN,
+        "report.sign=false",
+        "report.pdf=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    first = subprocess.Popen(
+        args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not (run_dir / LOCK_NAME).exists():
@@ -436,10 +511,20 @@ def test_two_runs_into_one_folder_at_once_the_second_does_not_start(tmp_path):
 @pytest.mark.slow
 def test_sigterm_during_the_checks_keeps_not_run_rows_and_exits_143(tmp_path):
     run_dir = tmp_path / "run"
-    args = [sys.executable, "-m", "reportgen", "+model=ffn", "budget.examples=100000", "budget.seeds=[0]",
-            "larger_batch.enabled=false", "report.sign=false", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    args = [
+        sys.executable,
+        "-m",
+        "reportgen",
+        "+model=ffn",
+        "budget.examples=100000",
+        "budget.seeds=[0]",
+        "larger_batch.enabled=false",
+        "report.sign=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     partial = run_dir / "results.partial.json"
     deadline = time.monotonic() + 300
     while not partial.exists() or "check: task metrics" not in _tail_log(run_dir):
@@ -464,12 +549,23 @@ def _tail_log(run_dir: Path) -> str:
 @pytest.mark.slow
 def test_user_code_error_row_is_one_console_line_with_the_traceback_in_the_log(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(tmp_path, "--config-dir", str(INTEGRITY_CONF), *SMALL_RUN[1:], "+model=exploding_eval",
-                   "report.sign=false", "report.pdf=false", f"hydra.run.dir={run_dir}", pythonpath=str(TESTS))
+    proc = run_cli(
+        tmp_path,
+        "--config-dir",
+        str(INTEGRITY_CONF),
+        *SMALL_RUN[1:],
+        "+model=exploding_eval",
+        "report.sign=false",
+        "report.pdf=false",
+        f"hydra.run.dir={run_dir}",
+        pythonpath=str(TESTS),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if "ValueError" in line]
-    assert lines and all(f"ValueError: evaluation exploded on purpose (full traceback in {run_dir / '__main__.log'})"
-                         in line for line in lines)
+    assert lines and all(
+        f"ValueError: evaluation exploded on purpose (full traceback in {run_dir / '__main__.log'})" in line
+        for line in lines
+    )
     assert "Traceback" not in proc.stdout + proc.stderr and "second line" not in proc.stdout
     log = (run_dir / "__main__.log").read_text()
     assert "Traceback (most recent call last)" in log and "second line that the console must not show" in log
@@ -480,8 +576,15 @@ def test_user_code_error_row_is_one_console_line_with_the_traceback_in_the_log(t
 @pytest.mark.slow
 def test_task_contract_breach_exits_2_before_any_folder_content(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(tmp_path, "--config-dir", str(INTEGRITY_CONF), "+model=global_rng_batch", "report.sign=false",
-                   f"hydra.run.dir={run_dir}", pythonpath=str(TESTS))
+    proc = run_cli(
+        tmp_path,
+        "--config-dir",
+        str(INTEGRITY_CONF),
+        "+model=global_rng_batch",
+        "report.sign=false",
+        f"hydra.run.dir={run_dir}",
+        pythonpath=str(TESTS),
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "make_batch ignores its generator" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
     assert not (run_dir / "results.partial.json").exists() and not (run_dir / "results.json").exists()

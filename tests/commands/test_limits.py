@@ -1,11 +1,12 @@
 """No check can keep a run alive past its deadline or memory ceiling (reportgen/limits.py)."""
+
 from __future__ import annotations
 
 import time
 
 import pytest
-
 from conftest import run_pipeline
+
 from reportgen.limits import GIB, CheckLimitExceeded, limited, rss_bytes
 
 

@@ -1,29 +1,63 @@
 """Property (issue 11, item 13): no command-line override ends in a traceback; every one ends
 with a documented exit code. Numbers (NaN, inf, negative), strings and unknown keys."""
+
 from __future__ import annotations
 
 import math
 import uuid
 
 import pytest
+from conftest import DOCUMENTED_EXIT_CODES, SMALL_RUN, compose_config, run_cli
 from hydra.errors import HydraException
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-from conftest import DOCUMENTED_EXIT_CODES, SMALL_RUN, compose_config, run_cli
 from reportgen.commands.validation import config_problems
 
 #: Settings whose values validation judges, plus names that do not exist. Budget sizes are
 #: left out on purpose: a valid but huge budget is a long run, not a bug.
-KEYS = ["parity.rtol", "parity.atol", "timing.max_overhead_ratio", "timing.max_step_time_ms",
-        "timing.target_ci_half_width_pp", "budget.metric_tolerance", "memory.negligible_saving_share", "dtype",
-        "device", "recompute.determinism_check", "larger_batch.lr_scaling", "verdict.required", "recompute.mode",
-        "parity.rtlo", "no_such_group.value", "+no_such_key"]
-NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-10**6, 10**6))
+KEYS = [
+    "parity.rtol",
+    "parity.atol",
+    "timing.max_overhead_ratio",
+    "timing.max_step_time_ms",
+    "timing.target_ci_half_width_pp",
+    "budget.metric_tolerance",
+    "memory.negligible_saving_share",
+    "dtype",
+    "device",
+    "recompute.determinism_check",
+    "larger_batch.lr_scaling",
+    "verdict.required",
+    "recompute.mode",
+    "parity.rtlo",
+    "no_such_group.value",
+    "+no_such_key",
+]
+NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-(10**6), 10**6))
 WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.:", min_size=0, max_size=12)
-SPECIAL = st.sampled_from(["null", "nan", "-inf", "float16", "cuda", "cuda:7", "cpu", "none", "sqrt", "default",
-                           "[gradient parity]", "[typo]", "[]", "'quoted value'", "{a: 1}", "1e400", "${oops}"])
+SPECIAL = st.sampled_from(
+    [
+        "null",
+        "nan",
+        "-inf",
+        "float16",
+        "cuda",
+        "cuda:7",
+        "cpu",
+        "none",
+        "sqrt",
+        "default",
+        "[gradient parity]",
+        "[typo]",
+        "[]",
+        "'quoted value'",
+        "{a: 1}",
+        "1e400",
+        "${oops}",
+    ]
+)
 
 
 def _text(value) -> str:
@@ -37,8 +71,9 @@ def _text(value) -> str:
     return str(value)
 
 
-OVERRIDES = st.builds(lambda key, value: f"{key}={_text(value)}", st.sampled_from(KEYS),
-                      st.one_of(NUMBERS, WORDS, SPECIAL))
+OVERRIDES = st.builds(
+    lambda key, value: f"{key}={_text(value)}", st.sampled_from(KEYS), st.one_of(NUMBERS, WORDS, SPECIAL)
+)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -57,8 +92,12 @@ def test_any_override_composes_to_a_refusal_or_a_validation_verdict(override):
 
 
 @pytest.mark.slow
-@settings(max_examples=5, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(override=OVERRIDES)
 def test_any_override_on_the_command_line_exits_with_a_documented_code(tmp_path, override):
     """Through ``python -m reportgen`` (slow: a few examples, each a small run or an early refusal)."""
@@ -72,14 +111,17 @@ def test_any_override_on_the_command_line_exits_with_a_documented_code(tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("override, code, says", [
-    ("timing.max_overhead_ratio=nan", 2, "timing.max_overhead_ratio=nan must be a finite number > 0"),
-    ("parity.rtol=-1", 2, "parity.rtol=-1 must be >= 0"),
-    ("parity.rtlo=1e-3", 2, "fix the config error above"),
-    ("dtype=1.5", 2, "dtype='1.5' must be one of"),
-    ("no_such_key=3", 2, "fix the config error above"),  # "+key=" appends a key on purpose: allowed
-    ("parity.rtol=${oops}", 2, "parity.rtol cannot be resolved"),
-])
+@pytest.mark.parametrize(
+    "override, code, says",
+    [
+        ("timing.max_overhead_ratio=nan", 2, "timing.max_overhead_ratio=nan must be a finite number > 0"),
+        ("parity.rtol=-1", 2, "parity.rtol=-1 must be >= 0"),
+        ("parity.rtlo=1e-3", 2, "fix the config error above"),
+        ("dtype=1.5", 2, "dtype='1.5' must be one of"),
+        ("no_such_key=3", 2, "fix the config error above"),  # "+key=" appends a key on purpose: allowed
+        ("parity.rtol=${oops}", 2, "parity.rtol cannot be resolved"),
+    ],
+)
 def test_known_bad_overrides_exit_2_with_our_message(tmp_path, override, code, says):
     proc = run_cli(tmp_path, "+model=ffn", override, f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == code and says in proc.stdout, proc.stdout + proc.stderr

@@ -1,6 +1,7 @@
 """Predictable speed (issue 19, item 1): the ``threads`` setting, progress lines without a terminal,
 the run-time estimate that refuses settings implying hours, and a timing check that never says
 "too noisy" after "confidence target reached". No test here times anything (benchmarks/ does)."""
+
 from __future__ import annotations
 
 import logging
@@ -8,22 +9,23 @@ import logging
 import numpy as np
 import pytest
 import torch
-
 from conftest import compose_config, run_pipeline
+
 from reportgen import progress, threads
-from reportgen.training import duration
 from reportgen.checks import timing
-from reportgen.training.duration import Estimate, RunTooLong, format_duration, refuse_long_runs
+from reportgen.commands.validation import config_problems
 from reportgen.errors import EXIT_USAGE
 from reportgen.results import PASS, WARN
-from reportgen.commands.validation import config_problems
-
+from reportgen.training import duration
+from reportgen.training.duration import Estimate, RunTooLong, format_duration, refuse_long_runs
 
 # --------------------------------------------------------------------------- threads
 
 
-@pytest.mark.parametrize("cpus, cores, expected", [(1, 1, 1), (2, 2, 1), (2, 1, 1), (4, 2, 1), (8, 4, 2), (8, 8, 4),
-                                                   (64, 32, 4), (6, None, 3)])
+@pytest.mark.parametrize(
+    "cpus, cores, expected",
+    [(1, 1, 1), (2, 2, 1), (2, 1, 1), (4, 2, 1), (8, 4, 2), (8, 8, 4), (64, 32, 4), (6, None, 3)],
+)
 def test_auto_is_half_the_physical_cores_between_1_and_the_cap(cpus, cores, expected):
     assert threads.auto_threads(cpus, cores) == expected
 
@@ -93,13 +95,24 @@ def test_a_short_phase_writes_no_progress_line(caplog):
 
 
 def test_format_duration_picks_a_unit_people_read():
-    assert [format_duration(s) for s in (45, 720, 3.2 * 3600, 41 * 86400, 3e12)] == \
-        ["45 s", "12 min", "3.2 h", "41 days", "9.5e+04 years"]
+    assert [format_duration(s) for s in (45, 720, 3.2 * 3600, 41 * 86400, 3e12)] == [
+        "45 s",
+        "12 min",
+        "3.2 h",
+        "41 days",
+        "9.5e+04 years",
+    ]
 
 
 def test_estimate_multiplies_the_timed_step_by_the_steps_the_settings_imply(setup, monkeypatch):
-    s = setup("+model=ffn", "parity.steps=1000", "budget.examples=3200", "budget.batch_size=16", "budget.seeds=[0,1]",
-              "larger_batch.enabled=true")
+    s = setup(
+        "+model=ffn",
+        "parity.steps=1000",
+        "budget.examples=3200",
+        "budget.batch_size=16",
+        "budget.seeds=[0,1]",
+        "larger_batch.enabled=true",
+    )
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.010 if recompute else 0.005)
     monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.1)
     est = duration.estimate_run(s)
@@ -119,7 +132,9 @@ def test_settings_that_imply_hours_are_refused_with_the_estimate_and_the_overrid
         refuse_long_runs(s)
     message = str(refused.value)
     assert "\n" not in message and "trajectory parity 1.7 h" in message and "parity.steps=100000" in message
-    assert "run.max_estimated_minutes=60" in message and "run.max_estimated_minutes=151" in message  # 1.5 × the 100-min estimate
+    assert (
+        "run.max_estimated_minutes=60" in message and "run.max_estimated_minutes=151" in message
+    )  # 1.5 × the 100-min estimate
 
 
 def test_the_pipeline_exits_2_before_any_check(tmp_path, monkeypatch, capsys):

@@ -1,4 +1,5 @@
 """``python -m reportgen.compare BASE NEW``: changes since the last release's report, and its exit code."""
+
 from __future__ import annotations
 
 import json
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import TESTS, job_cost_rows, reportgen_cli, sign_folder, write_job
 from omegaconf import OmegaConf
 
-from conftest import TESTS, job_cost_rows, reportgen_cli, sign_folder, write_job
 from reportgen.compare import command as compare
 from reportgen.trust.keys import generate_key
 
@@ -60,12 +61,15 @@ def test_new_failing_claim_regresses_and_names_the_checks(tmp_path):
 def test_tolerances_and_config_diff(tmp_path):
     looser = job_cost_rows()
     looser[0].threshold = "atol=1e-03 rtol=1e-03"
-    base = compare.load_side("BASE", run_folder(tmp_path, "base", job_cost_rows(), {"parity": {"rtol": None}, "seed": 0}))
+    base = compare.load_side(
+        "BASE", run_folder(tmp_path, "base", job_cost_rows(), {"parity": {"rtol": None}, "seed": 0})
+    )
     new = compare.load_side("NEW", run_folder(tmp_path, "new", looser, {"parity": {"rtol": 0.001}, "seed": 0}))
     base.verified = new.verified = True
     out = compare.compare(base, new)
-    assert out["tolerances"] == [{"name": "gradient parity · max_abs_err", "base": "1e-05",
-                                  "new": "atol=1e-03 rtol=1e-03"}]
+    assert out["tolerances"] == [
+        {"name": "gradient parity · max_abs_err", "base": "1e-05", "new": "atol=1e-03 rtol=1e-03"}
+    ]
     assert out["config"] == [{"key": "parity.rtol", "base": "null", "new": "0.001"}]
 
 
@@ -73,7 +77,9 @@ def test_cli_exit_codes_and_outputs(tmp_path, capsys):
     private, public = generate_key(tmp_path / "keys" / "k.pem")
     required = ["gradient parity", "warm-step memory"]
     base = sign_folder(run_folder(tmp_path, "base", job_cost_rows(1000, 250, 1.30)), private, required)
-    worse = sign_folder(run_folder(tmp_path, "worse", job_cost_rows(1000, 250, 1.50, ci=(1.45, 1.55))), private, required)
+    worse = sign_folder(
+        run_folder(tmp_path, "worse", job_cost_rows(1000, 250, 1.50, ci=(1.45, 1.55))), private, required
+    )
     assert compare.main([str(base), str(tmp_path / "nope"), "--no-sign"]) == 2
     assert "no such run folder" in capsys.readouterr().err
     assert compare.main([str(base), str(worse), "--key", str(public), "--no-sign", "--out", str(tmp_path / "c1")]) == 1
@@ -82,8 +88,23 @@ def test_cli_exit_codes_and_outputs(tmp_path, capsys):
     assert csv[(csv.kind == "cost") & (csv.name == "overhead_ratio")].change.item() == "+20.00 pp"
     assert (tmp_path / "c1" / "compare.pdf").read_bytes().startswith(b"%PDF")
     assert "UNSIGNED" in (tmp_path / "c1" / "compare.html").read_text()
-    assert compare.main([str(base), str(worse), "--key", str(public), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c2"),
-                         "--compare.max_overhead_increase_pp", "25"]) == 0
+    assert (
+        compare.main(
+            [
+                str(base),
+                str(worse),
+                "--key",
+                str(public),
+                "--no-sign",
+                "--no-pdf",
+                "--out",
+                str(tmp_path / "c2"),
+                "--compare.max_overhead_increase_pp",
+                "25",
+            ]
+        )
+        == 0
+    )
 
 
 def test_no_signing_key_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):
@@ -97,17 +118,29 @@ def test_no_signing_key_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):
 def test_unsigned_runs_do_not_verify_with_a_key(tmp_path, capsys):
     _, public = generate_key(tmp_path / "keys" / "k.pem")
     base = run_folder(tmp_path, "base", job_cost_rows())
-    assert compare.main([str(base), str(base), "--key", str(public), "--no-sign", "--no-pdf",
-                         "--out", str(tmp_path / "c")]) == 3
+    assert (
+        compare.main(
+            [str(base), str(base), "--key", str(public), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")]
+        )
+        == 3
+    )
     out = capsys.readouterr().out
     assert "BASE NOT VERIFIED" in out and "CANNOT TELL: BASE does not verify with the given key" in out
 
 
 # --------------------------------------------------------------------------- end to end
 
-SLOW_BLOCK = ["--config-dir", str(TESTS / "user_conf"), "+model=slow_block", "budget.examples=32", "budget.seeds=[0]",
-              "larger_batch.enabled=false", "timing.measured_steps=6", "timing.target_ci_half_width_pp=null",
-              "timing.max_measure_seconds=3"]
+SLOW_BLOCK = [
+    "--config-dir",
+    str(TESTS / "user_conf"),
+    "+model=slow_block",
+    "budget.examples=32",
+    "budget.seeds=[0]",
+    "larger_batch.enabled=false",
+    "timing.measured_steps=6",
+    "timing.target_ci_half_width_pp=null",
+    "timing.max_measure_seconds=3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +150,9 @@ def signed_pair(tmp_path_factory):
     private, public = generate_key(root / "keys" / "team.pem")
     env = {"REPORTGEN_SIGNING_KEY": str(private), "PYTHONPATH": f"{TESTS.parent}:{TESTS}"}
     for name, target in (("base", "Fast"), ("new", "Slow")):
-        proc = reportgen_cli(root, *SLOW_BLOCK, f"recompute.targets=[{target}]", f"hydra.run.dir={root / name}", env=env)
+        proc = reportgen_cli(
+            root, *SLOW_BLOCK, f"recompute.targets=[{target}]", f"hydra.run.dir={root / name}", env=env
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, private, public, env
 
@@ -126,10 +161,13 @@ def signed_pair(tmp_path_factory):
 @pytest.mark.parametrize("as_pdf", [False, True])
 def test_slower_recompute_target_is_reported_and_exits_1(signed_pair, as_pdf):
     root, private, public, env = signed_pair
-    base, new = (root / "base", root / "new") if not as_pdf else (root / "base" / "report.pdf", root / "new" / "report.pdf")
+    base, new = (
+        (root / "base", root / "new") if not as_pdf else (root / "base" / "report.pdf", root / "new" / "report.pdf")
+    )
     out = root / f"cmp-{as_pdf}"
-    proc = reportgen_cli(root, str(base), str(new), "--key", str(public), "--out", str(out), module="reportgen.compare",
-                         env=env)
+    proc = reportgen_cli(
+        root, str(base), str(new), "--key", str(public), "--out", str(out), module="reportgen.compare", env=env
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "BASE VERIFIED" in proc.stdout and "NEW VERIFIED" in proc.stdout
     assert "REGRESSED: overhead ratio rose by" in proc.stdout
@@ -138,7 +176,9 @@ def test_slower_recompute_target_is_reported_and_exits_1(signed_pair, as_pdf):
     assert float(change.removesuffix(" pp")) > 30  # 20 ms of sleep recomputed on a ~20 ms step
     targets = [r for r in frame[frame.kind == "config"].to_dict("records") if "targets" in r["name"]]
     assert targets and "Slow" in targets[0]["new"] and "Fast" in targets[0]["base"]
-    statement = json.loads(__import__("base64").b64decode(json.loads((out / "compare.dsse.json").read_text())["payload"]))
+    statement = json.loads(
+        __import__("base64").b64decode(json.loads((out / "compare.dsse.json").read_text())["payload"])
+    )
     digests = {i["label"]: i["statement_sha256"] for i in statement["predicate"]["inputs"]}
     assert all(digests.values()) and statement["predicate"]["exit_code"] == 1
 
@@ -146,7 +186,17 @@ def test_slower_recompute_target_is_reported_and_exits_1(signed_pair, as_pdf):
 @pytest.mark.slow
 def test_faster_new_release_exits_0(signed_pair):
     root, private, public, env = signed_pair
-    proc = reportgen_cli(root, str(root / "new"), str(root / "base"), "--key", str(public), "--no-pdf",
-                         "--out", str(root / "cmp-faster"), module="reportgen.compare", env=env)
+    proc = reportgen_cli(
+        root,
+        str(root / "new"),
+        str(root / "base"),
+        "--key",
+        str(public),
+        "--no-pdf",
+        "--out",
+        str(root / "cmp-faster"),
+        module="reportgen.compare",
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith(f"OK: comparison in {root / 'cmp-faster' / 'compare.html'}")

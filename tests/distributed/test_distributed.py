@@ -2,26 +2,41 @@
 a broken recompute setting that must FAIL, and a rank that raises (an ERROR row naming it).
 
 Each test launches 2 ranks (``distributed.start_method=auto`` spawns them)."""
+
 from __future__ import annotations
 
 import os
 import time
 
 import pytest
-
 from conftest import run_pipeline, small_setup
+
 from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
-from reportgen.config import (DIST_GRADIENT_PARITY, DIST_MEMORY, DIST_STEP_PARITY, DIST_TASK_METRICS, DIST_TIME,
-                              DIST_TRAJECTORY)
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, Role, judged_status, to_frame
 from reportgen.commands.validation import config_problems
+from reportgen.config import (
+    DIST_GRADIENT_PARITY,
+    DIST_MEMORY,
+    DIST_STEP_PARITY,
+    DIST_TASK_METRICS,
+    DIST_TIME,
+    DIST_TRAJECTORY,
+)
+from reportgen.results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, Role, judged_status, to_frame
 
 #: 2 ranks; a test's collective gives up after 20 s.
 SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20")
 #: A tiny mlp (2 residual blocks of width 16), a global batch of 8 (4 per rank), 2 timed steps.
-TINY_MLP = ("+model=mlp", "model.depth=2", "model.width=16", "model.hidden=32", "parity.batch_size=8",
-            "timing.warmup_steps=1", "timing.measured_steps=2", *SHARDED)
+TINY_MLP = (
+    "+model=mlp",
+    "model.depth=2",
+    "model.width=16",
+    "model.hidden=32",
+    "parity.batch_size=8",
+    "timing.warmup_steps=1",
+    "timing.measured_steps=2",
+    *SHARDED,
+)
 
 
 def sharded(*overrides: str, user_conf: bool = False):
@@ -40,8 +55,13 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     params = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.PARAM)]
     assert len(params) == len(grads) and params.bitwise_equal.astype(bool).all()
     # per-rank rows carry their rank: both ranks' losses, generators, saved bytes and step times
-    for check, role in ((DIST_GRADIENT_PARITY, Role.LOSS), (DIST_STEP_PARITY, Role.RNG),
-                        (DIST_MEMORY, "rank_saved_total"), (DIST_MEMORY, "rank_step_peak"), (DIST_TIME, "rank_step")):
+    for check, role in (
+        (DIST_GRADIENT_PARITY, Role.LOSS),
+        (DIST_STEP_PARITY, Role.RNG),
+        (DIST_MEMORY, "rank_saved_total"),
+        (DIST_MEMORY, "rank_step_peak"),
+        (DIST_TIME, "rank_step"),
+    ):
         assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
     steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute") & (frame.role == Role.TRAJECTORY)]
     synced = frame[frame.role == Role.RANK_SYNC]  # every twin's ranks in sync after every step of the 3 parity checks
@@ -63,9 +83,16 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
 
 
 def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
-    frame = sharded("+model=dropout_rng", "recompute.preserve_rng_state=false", "parity.batch_size=8",
-                    *SHARDED, "distributed.strategy=fsdp2",
-                    "timing.warmup_steps=0", "timing.measured_steps=1", user_conf=True)
+    frame = sharded(
+        "+model=dropout_rng",
+        "recompute.preserve_rng_state=false",
+        "parity.batch_size=8",
+        *SHARDED,
+        "distributed.strategy=fsdp2",
+        "timing.warmup_steps=0",
+        "timing.measured_steps=1",
+        user_conf=True,
+    )
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
     assert (grads.status == FAIL).any()
     rng = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.RNG) & (frame.status == FAIL)]
@@ -76,12 +103,22 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
 
 
 def test_a_rank_that_raises_gives_an_error_row_naming_it():
-    frame = sharded(*FAULT, "model._target_=user_models.sharded.build_raises_on_rank", "recompute.targets=[RankFault]",
-                    "distributed.world_size=2", "distributed.timeout_s=5", user_conf=True)
+    frame = sharded(
+        *FAULT,
+        "model._target_=user_models.sharded.build_raises_on_rank",
+        "recompute.targets=[RankFault]",
+        "distributed.world_size=2",
+        "distributed.timeout_s=5",
+        user_conf=True,
+    )
     errors = frame[frame.status.isin([ERROR, INCONCLUSIVE])]
     assert 1 in set(errors["rank"].astype(int))
     raised = errors[errors["rank"] == 1].iloc[0]
-    assert raised.check == DIST_GRADIENT_PARITY and "rank 1" in raised["item"] and "deliberate fault on rank 1" in raised.detail
+    assert (
+        raised.check == DIST_GRADIENT_PARITY
+        and "rank 1" in raised["item"]
+        and "deliberate fault on rank 1" in raised.detail
+    )
     # the block raises in every twin, the plain one first: the baseline is broken, so it cannot be judged
     assert raised.twin == "plain" and judged_status(frame[frame.check == DIST_GRADIENT_PARITY]) == INCONCLUSIVE
     later = frame[frame.check.isin([DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME])]
@@ -94,8 +131,11 @@ def test_sharded_settings_are_refused_before_anything_runs(compose_cfg):
     assert "distributed.backend='mpi' must be one of auto, gloo, nccl" in problems
     assert config_problems(compose_cfg("+model=ffn")) == ""
     # the sharded task metrics: budgets that do not split over the ranks, a seed listed twice
-    problems = config_problems(compose_cfg("+model=mlp", *SHARDED, "budget.batch_size=15", "budget.examples=255",
-                                           "distributed.budget_seeds=[0,0]"))
+    problems = config_problems(
+        compose_cfg(
+            "+model=mlp", *SHARDED, "budget.batch_size=15", "budget.examples=255", "distributed.budget_seeds=[0,0]"
+        )
+    )
     assert "budget.batch_size=15 must be a multiple of distributed.world_size=2" in problems
     assert "budget.examples=255 must be a multiple of distributed.world_size=2" in problems
     assert "distributed.budget_seeds=[0, 0] repeats seed(s) 0" in problems
@@ -113,7 +153,11 @@ def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
     assert code == 0
     overhead = frame[frame.role == "max_rank_overhead"].iloc[0]  # slowest rank per step, paired bootstrap CI (a
     # deadline no step misses on a loaded machine: the subject is the comparator, not the figure)
-    assert overhead.comparator == "ci<=" and overhead.status == PASS and overhead.ci_low <= overhead.value <= overhead.ci_high
+    assert (
+        overhead.comparator == "ci<="
+        and overhead.status == PASS
+        and overhead.ci_low <= overhead.value <= overhead.ci_high
+    )
     sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME]
     assert set(sharded_checks) <= set(frame.check) and set(frame["rank"].dropna().astype(int)) == {0, 1}
     html = (tmp_path / "report.html").read_text()
@@ -128,9 +172,16 @@ FAULT = ("+model=dropout_rng", "task.make_batch=user_models.faults.batch_small",
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_a_difference_on_one_rank_only_is_reported_with_its_rank(strategy):
-    frame = sharded(*FAULT, "model._target_=user_models.sharded.build_rank_branch", "recompute.targets=[RankBranch]",
-                    *SHARDED, f"distributed.strategy={strategy}", "timing.warmup_steps=0", "timing.measured_steps=1",
-                    user_conf=True)
+    frame = sharded(
+        *FAULT,
+        "model._target_=user_models.sharded.build_rank_branch",
+        "recompute.targets=[RankBranch]",
+        *SHARDED,
+        f"distributed.strategy={strategy}",
+        "timing.warmup_steps=0",
+        "timing.measured_steps=1",
+        user_conf=True,
+    )
     local = frame[frame.role == "rank_local_grads"].set_index("rank")
     assert local.loc[0].status == PASS and local.loc[1].status == FAIL and "rank 1" in local.loc[1]["item"]
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
@@ -139,9 +190,14 @@ def test_a_difference_on_one_rank_only_is_reported_with_its_rank(strategy):
 
 def test_a_rank_that_hangs_is_named_within_the_timeout():
     start = time.perf_counter()
-    frame = sharded(*FAULT, "model._target_=user_models.sharded.build_sleeps_on_rank",
-                    "recompute.targets=[SleepsOnRank]", "distributed.world_size=2", "distributed.timeout_s=3",
-                    user_conf=True)
+    frame = sharded(
+        *FAULT,
+        "model._target_=user_models.sharded.build_sleeps_on_rank",
+        "recompute.targets=[SleepsOnRank]",
+        "distributed.world_size=2",
+        "distributed.timeout_s=3",
+        user_conf=True,
+    )
     assert time.perf_counter() - start < 40  # 1.5 x timeout_s + 10 s watchdog, plus start and stop
     hung = frame[(frame.status == ERROR) & (frame["rank"] == 1)]
     assert len(hung) == 1 and "rank 1" in hung.iloc[0].detail
@@ -151,8 +207,15 @@ def test_a_rank_that_hangs_is_named_within_the_timeout():
 def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
     """Reentrant recompute behind a frozen embedding: the blocks' gradients are None in the recompute
     twin (torch.utils.checkpoint docs, use_reentrant=True), also after DDP's all-reduce."""
-    frame = sharded("+model=frozen_input", "recompute=reentrant", *SHARDED, "distributed.strategy=ddp",
-                    "timing.warmup_steps=0", "timing.measured_steps=1", user_conf=True)
+    frame = sharded(
+        "+model=frozen_input",
+        "recompute=reentrant",
+        *SHARDED,
+        "distributed.strategy=ddp",
+        "timing.warmup_steps=0",
+        "timing.measured_steps=1",
+        user_conf=True,
+    )
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD) & (frame.status == FAIL)]
     assert grads.detail.str.contains("None in the recompute run").any()  # the adapters lost theirs
     local = frame[frame.role == "rank_local_grads"]
@@ -166,8 +229,13 @@ def test_slurm_tasks_become_ranks_and_a_mismatched_launch_is_refused(monkeypatch
         monkeypatch.setenv(name, "")  # recorded, so what adopt_slurm_env exports is undone after the test
         monkeypatch.delenv(name)
     assert launch_problem(2) == "" and not launched()
-    for name, value in {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "node7",
-                        "SLURM_JOB_ID": "123"}.items():
+    for name, value in {
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "1",
+        "SLURM_JOB_NODELIST": "node7",
+        "SLURM_JOB_ID": "123",
+    }.items():
         monkeypatch.setenv(name, value)
     assert adopt_slurm_env() and launched() and launch_rank() == 1
     assert (os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("2", "1")
@@ -184,8 +252,11 @@ def test_the_slurm_launcher_config_runs_one_two_task_job_per_point():
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
-        cfg = compose("config", overrides=["+model=mlp", "hydra/launcher=slurm_distributed", "distributed.world_size=2"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            overrides=["+model=mlp", "hydra/launcher=slurm_distributed", "distributed.world_size=2"],
+            return_hydra_config=True,
+        )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node * launcher.nodes == cfg.distributed.world_size
@@ -203,13 +274,22 @@ def test_ranks_on_cuda_need_a_gpu_each(monkeypatch):
     assert device_problem(2, torch.device("cpu")) == "" and device_problem(1, torch.device("cuda:0")) == ""
 
 
-@pytest.mark.parametrize("model, strategy", [("ffn", "ddp"), ("gpt", "fsdp2"), ("hf_gpt2", "fsdp2"), ("hf_llama", "ddp")])
+@pytest.mark.parametrize(
+    "model, strategy", [("ffn", "ddp"), ("gpt", "fsdp2"), ("hf_gpt2", "fsdp2"), ("hf_llama", "ddp")]
+)
 def test_built_in_models_run_sharded_on_cpu(model, strategy):
     if model.startswith("hf_"):
         pytest.importorskip("transformers")
     small = ("model.depth=2", "model.width=32") if model == "gpt" else ()
-    frame = sharded(f"+model={model}", *small, "parity.batch_size=4", *SHARDED, f"distributed.strategy={strategy}",
-                    "timing.warmup_steps=0", "timing.measured_steps=1")
+    frame = sharded(
+        f"+model={model}",
+        *small,
+        "parity.batch_size=4",
+        *SHARDED,
+        f"distributed.strategy={strategy}",
+        "timing.warmup_steps=0",
+        "timing.measured_steps=1",
+    )
     parity = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
     assert len(parity) and set(parity.status) <= {PASS, INFO}  # INFO: attributes the HF switch sets, ignored
     assert set(frame[frame.check == DIST_MEMORY].status) <= {PASS, INFO}
@@ -219,12 +299,32 @@ def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
     from reportgen.report.diagnose import diagnose
     from reportgen.results import Row
 
-    local = [Row(check=DIST_GRADIENT_PARITY, item=f"rank {r}: local gradients before reduction", variant="recompute",
-                 metric="tensors_outside_tolerance", value=float(r), threshold="0", comparator="==", role=Role.RANK_LOCAL_GRADS, threshold_value=0.0,
-                 extra={"rank": r}) for r in (0, 1)]
+    local = [
+        Row(
+            check=DIST_GRADIENT_PARITY,
+            item=f"rank {r}: local gradients before reduction",
+            variant="recompute",
+            metric="tensors_outside_tolerance",
+            value=float(r),
+            threshold="0",
+            comparator="==",
+            role=Role.RANK_LOCAL_GRADS,
+            threshold_value=0.0,
+            extra={"rank": r},
+        )
+        for r in (0, 1)
+    ]
     (said,) = diagnose(local, {"mode": "non_reentrant", "preserve_rng_state": True})
     assert said.extra["rule"] == "one rank only"
-    failed = Row(check=DIST_GRADIENT_PARITY, item="rank 1", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
-                 detail="rank 1 failed: ValueError: boom", extra={"rank": 1})
+    failed = Row(
+        check=DIST_GRADIENT_PARITY,
+        item="rank 1",
+        variant="recompute",
+        metric="exception",
+        status=ERROR,
+        role=Role.EXCEPTION,
+        detail="rank 1 failed: ValueError: boom",
+        extra={"rank": 1},
+    )
     (said,) = diagnose([failed], {"mode": "non_reentrant", "preserve_rng_state": True})
     assert said.extra["rule"] == "a rank failed"

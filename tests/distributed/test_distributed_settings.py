@@ -2,6 +2,7 @@
 ``+``, settings for another strategy refused, what each strategy passes to torch, which modules
 become FSDP units, the twin that raised in an ERROR row, a rank the OS killed, and the diagnoses
 read from torch's own messages."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -13,8 +14,7 @@ from reportgen.distributed.ranks import failure_rows, twin
 from reportgen.distributed.settings import known_settings
 from reportgen.distributed.wrapping import ddp_kwargs, settings_in_force, unit_modules, wrap_order
 from reportgen.report.diagnose import diagnose
-from reportgen.results import (BASELINE, ERROR, FAIL, INCONCLUSIVE, PASS, TWIN, Role, Row, claim_verdict,
-                               to_frame)
+from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, PASS, TWIN, Role, Row, claim_verdict, to_frame
 from reportgen.results.rows import error_row
 from reportgen.twins.recompute import CheckpointWrapper
 
@@ -23,8 +23,10 @@ SHARDED = ("+model=mlp", "distributed.world_size=2", "parity.batch_size=4")
 
 def test_an_unknown_distributed_key_is_refused_even_with_plus_naming_the_known_ones(compose_cfg):
     problems = config_problems(compose_cfg(*SHARDED, "+distributed.find_unused_parameters=true"))
-    assert "distributed.find_unused_parameters is not a setting (did you mean distributed.ddp.find_unused_parameters?)" \
+    assert (
+        "distributed.find_unused_parameters is not a setting (did you mean distributed.ddp.find_unused_parameters?)"
         in problems
+    )
     assert "distributed.ddp.static_graph" in problems and "distributed.fsdp1.sharding_strategy" in problems
     assert "distributed.ddp.bucket_cap_mb" in known_settings() and "distributed.wrap" in known_settings()
     assert "distributed.ddp.typo is not a setting" in config_problems(compose_cfg(*SHARDED, "+distributed.ddp.typo=1"))
@@ -36,31 +38,65 @@ def test_a_setting_the_strategy_would_not_pass_to_torch_is_refused(compose_cfg):
     assert "distributed.ddp.static_graph=True would be ignored with distributed.world_size=1" in one
     other = config_problems(compose_cfg(*SHARDED, "distributed.strategy=fsdp2", "distributed.ddp.static_graph=true"))
     assert "would be ignored with distributed.strategy=fsdp2" in other
-    fsdp1 = config_problems(compose_cfg(*SHARDED, "distributed.strategy=fsdp1", "distributed.fsdp.reshard_after_forward=false"))
-    assert "distributed.fsdp.reshard_after_forward=false is FSDP2's; with distributed.strategy=fsdp1 say it with " \
-           "distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP" in fsdp1
-    assert "needs distributed.wrap=pkg.module.fn" in config_problems(compose_cfg(*SHARDED, "distributed.strategy=custom"))
-    bad = config_problems(compose_cfg(*SHARDED, "distributed.strategy=fsdp1", "distributed.fsdp1.use_orig_params=false",
-                                      "distributed.fsdp1.sharding_strategy=HYBRID", "distributed.fsdp.param_dtype=int8"))
+    fsdp1 = config_problems(
+        compose_cfg(*SHARDED, "distributed.strategy=fsdp1", "distributed.fsdp.reshard_after_forward=false")
+    )
+    assert (
+        "distributed.fsdp.reshard_after_forward=false is FSDP2's; with distributed.strategy=fsdp1 say it with "
+        "distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP" in fsdp1
+    )
+    assert "needs distributed.wrap=pkg.module.fn" in config_problems(
+        compose_cfg(*SHARDED, "distributed.strategy=custom")
+    )
+    bad = config_problems(
+        compose_cfg(
+            *SHARDED,
+            "distributed.strategy=fsdp1",
+            "distributed.fsdp1.use_orig_params=false",
+            "distributed.fsdp1.sharding_strategy=HYBRID",
+            "distributed.fsdp.param_dtype=int8",
+        )
+    )
     assert "use_orig_params=false is not supported" in bad and "'HYBRID' must be one of FULL_SHARD" in bad
     assert "param_dtype='int8' must be null or one of" in bad
-    assert config_problems(compose_cfg(*SHARDED, "distributed.strategy=fsdp2", "distributed.fsdp.units=[blocks.*]",
-                                       "distributed.fsdp.reshard_after_forward=false",
-                                       "distributed.fsdp.param_dtype=bfloat16")) == ""
+    assert (
+        config_problems(
+            compose_cfg(
+                *SHARDED,
+                "distributed.strategy=fsdp2",
+                "distributed.fsdp.units=[blocks.*]",
+                "distributed.fsdp.reshard_after_forward=false",
+                "distributed.fsdp.param_dtype=bfloat16",
+            )
+        )
+        == ""
+    )
 
 
 def test_settings_in_force_are_what_torch_gets_and_page_one_says(compose_cfg):
     dc = compose_cfg(*SHARDED, "distributed.ddp.static_graph=true", "distributed.ddp.bucket_cap_mb=1").distributed
-    assert ddp_kwargs(dc) == {"find_unused_parameters": False, "static_graph": True, "gradient_as_bucket_view": False,
-                              "broadcast_buffers": True, "bucket_cap_mb": 1.0}
+    assert ddp_kwargs(dc) == {
+        "find_unused_parameters": False,
+        "static_graph": True,
+        "gradient_as_bucket_view": False,
+        "broadcast_buffers": True,
+        "bucket_cap_mb": 1.0,
+    }
     said = settings_in_force(dc, ["blocks.0"])
     assert said["ddp.static_graph"] is True and said["ddp.bucket_cap_mb"] == 1.0 and len(said) == 5
-    fsdp = compose_cfg(*SHARDED, "distributed.strategy=fsdp2", "distributed.fsdp.reshard_after_forward=false").distributed
+    fsdp = compose_cfg(
+        *SHARDED, "distributed.strategy=fsdp2", "distributed.fsdp.reshard_after_forward=false"
+    ).distributed
     said = settings_in_force(fsdp, ["blocks.0", "blocks.1"])
-    assert said["fsdp.reshard_after_forward"] is False and said["fsdp.units"] == "blocks.0, blocks.1 (the recompute targets)"
+    assert (
+        said["fsdp.reshard_after_forward"] is False
+        and said["fsdp.units"] == "blocks.0, blocks.1 (the recompute targets)"
+    )
     assert not any(k.startswith("ddp.") for k in said)
     custom = compose_cfg(*SHARDED, "distributed.strategy=custom", "distributed.wrap=my_pkg.wrap").distributed
-    assert settings_in_force(custom, []) == {"wrap": "my_pkg.wrap"} and "your my_pkg.wrap(model, mesh)" in wrap_order(custom)
+    assert settings_in_force(custom, []) == {"wrap": "my_pkg.wrap"} and "your my_pkg.wrap(model, mesh)" in wrap_order(
+        custom
+    )
     assert wrap_order(dc).startswith("build from the shared initial weights → recompute applied")
 
 
@@ -93,8 +129,16 @@ def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_b
     except RuntimeError as exc:
         row = error_row(DIST_TRAJECTORY, exc, "rank 1", twin=exc.reportgen_twin)
     assert row.status == ERROR and row.extra[TWIN] == BASELINE and "the aa twin on rank 1 run failed" in row.detail
-    passed = Row(check=GRADIENT_PARITY, item="x", variant="recompute", metric="max_abs_err", value=0.0,
-                 threshold="0", comparator="==", threshold_value=0.0)
+    passed = Row(
+        check=GRADIENT_PARITY,
+        item="x",
+        variant="recompute",
+        metric="max_abs_err",
+        value=0.0,
+        threshold="0",
+        comparator="==",
+        threshold_value=0.0,
+    )
     frame = to_frame([row, passed])
     assert claim_verdict(frame, [GRADIENT_PARITY, DIST_TRAJECTORY]) == INCONCLUSIVE  # exit 3, never "recompute fails"
     raised = error_row(DIST_TRAJECTORY, RuntimeError("boom"), "rank 0", twin="recompute")
@@ -104,9 +148,14 @@ def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_b
 
 def test_a_rank_the_os_killed_is_named_with_its_signal_and_cannot_be_judged():
     assert signal_name(-9) == "SIGKILL" and signal_name(-15) == "SIGTERM" and signal_name(1) == ""
-    rows = failure_rows({1: "the rank's process was killed by SIGKILL"}, [DIST_GRADIENT_PARITY, DIST_TRAJECTORY],
-                        {1: "SIGKILL"})
-    assert rows[0].status == INCONCLUSIVE and rows[0].extra == {"signal": "SIGKILL", "rank": 1} and "rank 1" in rows[0].item
+    rows = failure_rows(
+        {1: "the rank's process was killed by SIGKILL"}, [DIST_GRADIENT_PARITY, DIST_TRAJECTORY], {1: "SIGKILL"}
+    )
+    assert (
+        rows[0].status == INCONCLUSIVE
+        and rows[0].extra == {"signal": "SIGKILL", "rank": 1}
+        and "rank 1" in rows[0].item
+    )
     assert rows[1].status == "NOT_RUN" and "rank 1" in rows[1].detail
     assert failure_rows({0: "ValueError: boom"}, [DIST_GRADIENT_PARITY])[0].status == ERROR
 
@@ -122,23 +171,43 @@ SETTINGS = {"mode": "reentrant", "preserve_rng_state": True, "strategy": "ddp"}
 
 
 def test_ddp_errors_are_diagnosed_from_torchs_own_words_and_quoted():
-    ready = _raised("Expected to mark a variable ready only once. This error is caused by one of the following reasons: "
-                    "1) Use of a module parameter outside the `forward` function.")
+    ready = _raised(
+        "Expected to mark a variable ready only once. This error is caused by one of the following reasons: "
+        "1) Use of a module parameter outside the `forward` function."
+    )
     (said,) = diagnose([ready], SETTINGS)
     assert said.extra["rule"] == "DDP: parameter ready twice" and "static_graph=true" in said.extra["fix"]
     assert 'the recompute twin on rank 0 raised: "Expected to mark a variable ready only once"' in said.extra["cause"]
-    unfinished = _raised("Expected to have finished reduction in the prior iteration before starting a new one", "plain")
+    unfinished = _raised(
+        "Expected to have finished reduction in the prior iteration before starting a new one", "plain"
+    )
     (said,) = diagnose([unfinished], SETTINGS)
     assert said.extra["rule"] == "DDP: reduction not finished" and "the plain twin on rank 0" in said.extra["cause"]
 
 
 def test_run_it_alone_is_advised_only_when_the_single_process_checks_did_not_pass():
-    failed = Row(check=DIST_GRADIENT_PARITY, item="rank 1", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
-                 detail="rank 1 failed: ValueError: boom", extra={"rank": 1})
+    failed = Row(
+        check=DIST_GRADIENT_PARITY,
+        item="rank 1",
+        variant="recompute",
+        metric="exception",
+        status=ERROR,
+        role=Role.EXCEPTION,
+        detail="rank 1 failed: ValueError: boom",
+        extra={"rank": 1},
+    )
     (alone,) = diagnose([failed], SETTINGS)
     assert "run it alone with distributed.world_size=1" in alone.extra["fix"]
-    passed = Row(check=GRADIENT_PARITY, item="w.grad", variant="recompute", metric="max_abs_err", value=0.0,
-                 threshold="0", comparator="==", threshold_value=0.0)
+    passed = Row(
+        check=GRADIENT_PARITY,
+        item="w.grad",
+        variant="recompute",
+        metric="max_abs_err",
+        value=0.0,
+        threshold="0",
+        comparator="==",
+        threshold_value=0.0,
+    )
     assert passed.status == PASS
     said = [r for r in diagnose([failed, passed], SETTINGS) if r.check == DIST_GRADIENT_PARITY][0]
     assert "run it alone" not in said.extra["fix"] and "single-process checks passed" in said.extra["fix"]

@@ -1,10 +1,10 @@
 """Public reports of recomputation under DDP / FSDP rebuilt as user models (issue 23), each reaching
 its verdict through the product on 2 CPU ranks (gloo). Every scenario is one launch of the sharded
 checks, shared by the tests that read it (module-scoped cache); settings are tiny."""
+
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
+
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
 from reportgen.report.diagnose import diagnose
@@ -22,8 +22,14 @@ from reportgen.results import ERROR, FAIL, INCONCLUSIVE, PASS, Role, claim_verdi
 pytestmark = pytest.mark.slow
 
 #: 2 ranks, a global batch of 4, one timed step, no sharded budget training (covered by test_distributed).
-BASE = ("parity.batch_size=4", "timing.warmup_steps=0", "timing.measured_steps=1", "distributed.world_size=2",
-        "distributed.timeout_s=20", "budget.enabled=false")
+BASE = (
+    "parity.batch_size=4",
+    "timing.warmup_steps=0",
+    "timing.measured_steps=1",
+    "distributed.world_size=2",
+    "distributed.timeout_s=20",
+    "budget.enabled=false",
+)
 MLP = ("+model=mlp", "model.depth=2", "model.width=16", "model.hidden=32")
 PARITY = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY)
 SCENARIOS = {
@@ -31,8 +37,15 @@ SCENARIOS = {
     "ddp non-reentrant unused": (MLP + ("distributed.ddp.find_unused_parameters=true",), False),
     "twice reentrant": (("+model=twice_block", "recompute=reentrant"), True),
     "twice static graph": (("+model=twice_block", "recompute=reentrant", "distributed.ddp.static_graph=true"), True),
-    "twice custom wrap": (("+model=twice_block", "recompute=reentrant", "distributed.strategy=custom",
-                           "distributed.wrap=user_models.dist_wrapping.wrap_ddp_static"), True),
+    "twice custom wrap": (
+        (
+            "+model=twice_block",
+            "recompute=reentrant",
+            "distributed.strategy=custom",
+            "distributed.wrap=user_models.dist_wrapping.wrap_ddp_static",
+        ),
+        True,
+    ),
     "frozen input": (("+model=frozen_input", "recompute=reentrant"), True),
     "unused parameter": (("+model=unused_param",), True),
     "killed rank": (("+model=killed_rank",), True),
@@ -110,8 +123,14 @@ def test_a_plain_twin_broken_by_itself_cannot_be_judged(launched):
 
 
 def test_the_pipeline_exits_3_for_a_plain_twin_broken_by_itself_and_page_one_shows_the_wrapping(tmp_path):
-    code, frame = run_pipeline(tmp_path, "+model=unused_param", *BASE, "distributed.ddp.bucket_cap_mb=1",
-                               "run.max_estimated_minutes=null", user_conf=True)
+    code, frame = run_pipeline(
+        tmp_path,
+        "+model=unused_param",
+        *BASE,
+        "distributed.ddp.bucket_cap_mb=1",
+        "run.max_estimated_minutes=null",
+        user_conf=True,
+    )
     assert code == 3  # INCONCLUSIVE: the baseline breaks DDP by itself
     assert frame[frame.role == Role.RANK_SYNC].twin.isin(["plain", "aa"]).any()
     html = (tmp_path / "report.html").read_text()
@@ -165,13 +184,25 @@ def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_row
     """A preemption while rank 1 hangs inside the sharded checks: exit 143, the single-process rows kept
     in results.partial.json, the sharded checks NOT_RUN, no report, nothing signed."""
     out = tmp_path / "out"
-    args = ["--config-dir", str(USER_CONF), "+model=dropout_rng", "model._target_=user_models.sharded.build_sleeps_on_rank",
-            "recompute.targets=[SleepsOnRank]", "task.make_batch=user_models.faults.batch_small", "parity.batch_size=4",
-            "distributed.world_size=2", "distributed.timeout_s=300", *SMALL, "report.sign=false",
-            "run.max_estimated_minutes=null", f"hydra.run.dir={out}"]
+    args = [
+        "--config-dir",
+        str(USER_CONF),
+        "+model=dropout_rng",
+        "model._target_=user_models.sharded.build_sleeps_on_rank",
+        "recompute.targets=[SleepsOnRank]",
+        "task.make_batch=user_models.faults.batch_small",
+        "parity.batch_size=4",
+        "distributed.world_size=2",
+        "distributed.timeout_s=300",
+        *SMALL,
+        "report.sign=false",
+        "run.max_estimated_minutes=null",
+        f"hydra.run.dir={out}",
+    ]
     env = cli_env(str(TESTS))  # user_models importable
-    proc = subprocess.Popen([sys.executable, "-m", "reportgen", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reportgen", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None and len(_children(proc.pid)) < 2:
         time.sleep(0.5)  # the ranks exist once the sharded checks started

@@ -1,16 +1,21 @@
 """The GPU-free estimate: equal to the measurement at the measured shape, exact at a target shape,
 and the per-layer figure of reportgen's gpt against Korthikanti et al. 2022 term by term."""
+
 import resource
 
 import pytest
+from conftest import compose_config
 
 from reportgen.checks.memory import estimate_rows, measure_saved
-from reportgen.memory.estimate import EstimateConfigError, TransformerShape, estimate_saved_activations, validate_overrides
+from reportgen.memory.estimate import (
+    EstimateConfigError,
+    TransformerShape,
+    estimate_saved_activations,
+    validate_overrides,
+)
 from reportgen.memory.saved import REST
 from reportgen.results import PASS
 from reportgen.run import prepare
-
-from conftest import compose_config
 
 
 def test_estimate_equals_measurement_at_the_measured_shape_on_gpt():
@@ -36,8 +41,11 @@ def test_target_shape_of_the_granularity_stack_is_exact():
 
 def _gpt_target(**shape):
     setup = prepare(compose_config("+model=gpt", "device=cpu"))
-    over = {"model": {k: shape[k] for k in ("width", "depth", "heads")}, "task": {"block_size": shape["s"]},
-            "batch_size": shape["b"]}
+    over = {
+        "model": {k: shape[k] for k in ("width", "depth", "heads")},
+        "task": {"block_size": shape["s"]},
+        "batch_size": shape["b"],
+    }
     return setup, estimate_saved_activations(setup, over)
 
 

@@ -15,16 +15,14 @@ keeps, per layer, counting [B, S, W] tensors ("units", B·S·W·4 bytes):
 
 import pytest
 import torch
+from conftest import compose_config, measured
 from torch import nn
 
-from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, saved_rows, measure_saved, saving_share
-from reportgen.results import Role, judge
+from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, measure_saved, saved_rows, saving_share
 from reportgen.config import MEMORY
 from reportgen.memory.saved import REST, saved_activation_bytes
-from reportgen.results import FAIL, INFO, PASS, WARN
+from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge
 from reportgen.run import prepare
-
-from conftest import compose_config, measured
 
 B, S, W, DEPTH = 2, 32, 16, 3
 UNIT = B * S * W * 4  # bytes of one [B, S, W] float32 activation
@@ -92,11 +90,15 @@ def test_views_are_one_storage_and_weights_are_not_activations():
 def test_counting_leaves_the_model_unchanged():
     setup = granularity("recompute=selective", "recompute.save_ops=[aten.addmm]")
     model = setup.build(recompute=True)
-    before = {n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
-              for n, m in model.named_modules()}
+    before = {
+        n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
+        for n, m in model.named_modules()
+    }
     saved_activation_bytes(model, setup.batch, setup.task.loss, 0, [w.path for w in setup.wrapped])
-    after = {n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
-             for n, m in model.named_modules()}
+    after = {
+        n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
+        for n, m in model.named_modules()
+    }
     assert before == after
 
 
@@ -176,8 +178,26 @@ def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
     rows = saved_rows(setup, *measure_saved(setup))
     for variant, allocated, reserved in (("plain", 5 * 2**20, 8 * 2**20), ("recompute", 3 * 2**20, 8 * 2**20)):
         extra = {"baseline_allocated_bytes": 2**20, "reserved_gap_bytes": reserved - allocated, "warm_steps": 3}
-        rows += [Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_allocated_bytes", value=allocated, extra=extra, role=Role.CUDA_PEAK),
-                 Row(check=MEMORY, item="CUDA step peak", variant=variant, metric="peak_reserved_bytes", value=reserved, extra=extra, role=Role.CUDA_PEAK)]
+        rows += [
+            Row(
+                check=MEMORY,
+                item="CUDA step peak",
+                variant=variant,
+                metric="peak_allocated_bytes",
+                value=allocated,
+                extra=extra,
+                role=Role.CUDA_PEAK,
+            ),
+            Row(
+                check=MEMORY,
+                item="CUDA step peak",
+                variant=variant,
+                metric="peak_reserved_bytes",
+                value=reserved,
+                extra=extra,
+                role=Role.CUDA_PEAK,
+            ),
+        ]
     html = _render_section(rows)
     assert "Peak allocated" in html and "5.00 MiB" in html and "caching allocator" in html
     assert "3.00 MiB" in html and "not measured" not in html

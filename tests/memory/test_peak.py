@@ -11,14 +11,13 @@ keeps 5 more [B, 32] float32 tensors (160 KiB) than the plain twin, and the peak
 
 import pytest
 import torch
+from conftest import compose_config
 
 from reportgen.checks.memory import measure_peaks, measure_saved, peak_rows, saved_rows, warm_step_memory
 from reportgen.config import MEMORY
 from reportgen.memory.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
 from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge_record
 from reportgen.run import prepare
-
-from conftest import compose_config
 
 RELU_B, RELU_W, RELUS = 256, 32, 5
 
@@ -105,7 +104,7 @@ def test_both_twins_report_their_peak_with_phase_module_and_categories_on_cpu():
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     tensors = len(list(model.parameters()))
     batch_bytes = sum(t.numel() * t.element_size() for t in setup.batch)
-    for variant, row in peaks.items():
+    for row in peaks.values():
         assert row.status == INFO and row.check == MEMORY and row.unit == "B"
         assert row.extra["peak_phase"] == "backward" and row.extra["peak_module"].startswith("body.layers.5.ff")
         parts = [row.extra[f"at_peak_{c.replace(' ', '_')}_bytes"] for c in CATEGORIES]
@@ -132,8 +131,9 @@ def test_the_tracker_counts_a_view_once_and_sees_what_backward_frees():
     """One Linear(4, 8) without bias on x [16, 4]; the loss is ``(y.view(-1) ** 2).sum()``."""
     model = torch.nn.Linear(4, 8, bias=False)
     x, target = torch.randn(16, 4), torch.zeros(())
-    peak = warm_step_peak(model, (x, target), lambda out, y: out.view(-1).square().sum(),
-                          {"_target_": "torch.optim.SGD", "lr": 0.1}, None)
+    peak = warm_step_peak(
+        model, (x, target), lambda out, y: out.view(-1).square().sum(), {"_target_": "torch.optim.SGD", "lr": 0.1}, None
+    )
     weight, out, batch = 8 * 4 * 4, 16 * 8 * 4, 16 * 4 * 4 + 4  # the 0-dim target is 4 bytes
     assert peak.categories["parameters"] == weight and peak.categories["batch"] == batch
     assert peak.baseline_bytes == weight + batch  # SGD without momentum keeps no state
@@ -142,8 +142,10 @@ def test_the_tracker_counts_a_view_once_and_sees_what_backward_frees():
     assert peak.peak_bytes == sum(peak.categories.values()) > peak.baseline_bytes + out
 
 
-@pytest.mark.parametrize("setting, value", [("memory.min_peak_saving_share", "0"), ("memory.min_peak_saving_share", "1.5"),
-                                            ("memory.peak_on_miss", "ERROR")])
+@pytest.mark.parametrize(
+    "setting, value",
+    [("memory.min_peak_saving_share", "0"), ("memory.min_peak_saving_share", "1.5"), ("memory.peak_on_miss", "ERROR")],
+)
 def test_bad_peak_settings_are_refused_with_their_name(setting, value):
     from reportgen.commands.validation import config_problems
 
@@ -152,15 +154,14 @@ def test_bad_peak_settings_are_refused_with_their_name(setting, value):
 
 
 def test_memory_section_shows_both_peaks_and_the_verdict():
+    from reportgen.checks.memory import estimate_rows
     from reportgen.report.render import environment, view_model
     from reportgen.results import to_frame
-
-    from reportgen.checks.memory import estimate_rows
 
     setup = stack()
     peaks, rows = memory_rows(setup)
     rows += estimate_rows(setup, None, peaks)
-    (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", []) ["sections"] if s["check"] == MEMORY]
+    (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
     html = environment().get_template(section["template"]).render(section=section)
     assert "Step peak" in html and "body.layers.5.ff" in html and "split it" in html
     assert html.count("backward") >= 2 and "saved activations" in html
@@ -200,8 +201,9 @@ def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(m
         assert estimates[variant].extra["peak_phase"] == peaks[variant].phase
 
 
-@pytest.mark.parametrize("model", ["gpt", pytest.param("hf_gpt2", marks=pytest.mark.hf),
-                                   pytest.param("hf_llama", marks=pytest.mark.hf)])
+@pytest.mark.parametrize(
+    "model", ["gpt", pytest.param("hf_gpt2", marks=pytest.mark.hf), pytest.param("hf_llama", marks=pytest.mark.hf)]
+)
 def test_the_estimated_step_peak_of_transformers_equals_the_measurement(model):
     from reportgen.memory.estimate import estimate_saved_activations
 
@@ -241,13 +243,18 @@ def test_the_cuda_figures_of_the_same_step_are_stated_beside_the_peak():
     peaks, seconds = measure_peaks(setup)
     cuda = {}
     for variant, peak in peaks.items():
-        figures = {"peak_allocated_bytes": peak.peak_bytes + 4096, "peak_reserved_bytes": 4 * 2**20,
-                   "baseline_allocated_bytes": peak.baseline_bytes}
+        figures = {
+            "peak_allocated_bytes": peak.peak_bytes + 4096,
+            "peak_reserved_bytes": 4 * 2**20,
+            "baseline_allocated_bytes": peak.baseline_bytes,
+        }
         cuda[variant] = dataclasses.replace(peak, device="cuda:0", cuda=figures)
     rows = peak_rows(setup, cuda, seconds, None)
     for variant, row in ((r.variant, r) for r in rows if r.role == Role.STEP_PEAK):
         allocated = cuda[variant].peak_bytes + 4096
-        assert row.extra["cuda_peak_allocated_bytes"] == allocated and row.extra["cuda_peak_reserved_bytes"] == 4 * 2**20
+        assert (
+            row.extra["cuda_peak_allocated_bytes"] == allocated and row.extra["cuda_peak_reserved_bytes"] == 4 * 2**20
+        )
         assert row.extra["tracker_to_allocated_ratio"] == pytest.approx(cuda[variant].peak_bytes / allocated)
         assert f"max_memory_allocated in the same step: {format_bytes(allocated)}" in row.detail
         assert f"tracker / allocator = {cuda[variant].peak_bytes / allocated:.3f}" in row.detail
@@ -267,6 +274,12 @@ def test_frozen_parameters_are_tracked_without_gradient_hooks():
     model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8))
     model[0].requires_grad_(False)
     ids = torch.randint(0, 10, (4, 3))
-    peak = warm_step_peak(model.train(), (ids, torch.zeros(4, 3, 8)), lambda out, y: (out - y).square().mean(),
-                          {"_target_": "torch.optim.SGD", "lr": 0.1}, 0, 1)
+    peak = warm_step_peak(
+        model.train(),
+        (ids, torch.zeros(4, 3, 8)),
+        lambda out, y: (out - y).square().mean(),
+        {"_target_": "torch.optim.SGD", "lr": 0.1},
+        0,
+        1,
+    )
     assert peak.peak_bytes > 0 and peak.categories["gradients"] <= 8 * 8 * 4 + 8 * 4  # the Linear's only

@@ -4,6 +4,7 @@ Tests marked ``hf`` need the ``hf`` extra (transformers) and skip cleanly withou
 skips the marker; each also calls ``pytest.importorskip``). The unmarked tests check what a user
 without the extra sees: a usage error that names the install line.
 """
+
 import copy
 import fnmatch
 import math
@@ -13,19 +14,18 @@ import sys
 import pytest
 import torch
 import yaml
+from conftest import REPO, compose_config
 from torch import nn
 from torch.nn import functional as F
 
-from reportgen.models import hf
 from reportgen.config import RecomputeConfig, RecomputeMode
-from reportgen.paths import conf_dir
 from reportgen.errors import SetupError
-from reportgen.twins.observe import observe_recompute
+from reportgen.models import hf
+from reportgen.paths import conf_dir
 from reportgen.run import prepare
-from reportgen.twins.setup import build_setup
 from reportgen.tasks import CharTextTask
-
-from conftest import REPO, compose_config
+from reportgen.twins.observe import observe_recompute
+from reportgen.twins.setup import build_setup
 
 BLOCK = 32  # characters per example, as in conf/model/hf_*.yaml
 FACTORIES = {"gpt2": hf.gpt2, "llama": hf.llama}
@@ -96,10 +96,15 @@ def test_require_transformers_names_the_install_line(no_transformers):
     assert isinstance(info.value, ValueError)  # a usage error: the run exits 2
 
 
-@pytest.mark.parametrize("call", [lambda: hf.CausalLMTask(block_size=BLOCK),
-                                  lambda: hf.gpt2(CharTextTask(block_size=BLOCK)),
-                                  lambda: hf.llama(CharTextTask(block_size=BLOCK))],
-                         ids=["CausalLMTask", "gpt2", "llama"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: hf.CausalLMTask(block_size=BLOCK),
+        lambda: hf.gpt2(CharTextTask(block_size=BLOCK)),
+        lambda: hf.llama(CharTextTask(block_size=BLOCK)),
+    ],
+    ids=["CausalLMTask", "gpt2", "llama"],
+)
 def test_factories_and_task_stop_with_the_install_line(no_transformers, call):
     with pytest.raises(SetupError, match=r'pip install -e "\.\[hf\]"'):
         call()
@@ -130,7 +135,7 @@ def test_gpt2_is_tiny_sized_by_the_task_and_random_init(task):
     assert model.transformer.wte.weight.shape == (task.vocab_size, 64)
     same, other = build("gpt2", task, seed=0), build("gpt2", task, seed=1)
     w = "transformer.h.0.attn.c_attn.weight"
-    assert torch.equal(model.state_dict()[w], same.state_dict()[w])      # the seed fixes the weights
+    assert torch.equal(model.state_dict()[w], same.state_dict()[w])  # the seed fixes the weights
     assert not torch.equal(model.state_dict()[w], other.state_dict()[w])  # ...and is what fixes them
 
 
@@ -139,8 +144,14 @@ def test_llama_is_tiny_sized_by_the_task(task):
     model = build("llama", task)
     cfg = model.config
     assert type(model).__name__ == "LlamaForCausalLM"
-    assert (cfg.vocab_size, cfg.max_position_embeddings, cfg.num_hidden_layers, cfg.hidden_size,
-            cfg.num_attention_heads, cfg.num_key_value_heads) == (task.vocab_size, BLOCK, 2, 64, 4, 2)
+    assert (
+        cfg.vocab_size,
+        cfg.max_position_embeddings,
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+    ) == (task.vocab_size, BLOCK, 2, 64, 4, 2)
     assert cfg._attn_implementation == "sdpa" and cfg.use_cache is False
     assert len(model.model.layers) == 2
 
@@ -161,8 +172,9 @@ def test_factories_take_vocab_size_use_cache_and_attn_implementation(task, name)
 def test_use_cache_on_the_command_line_is_no_duplicated_keyword():
     """``++model.use_cache=true`` used to exit 2 with "got multiple values for keyword argument"."""
     pytest.importorskip("transformers")
-    cfg = compose_config("+model=hf_llama", "++model.use_cache=true", "++model.vocab_size=300",
-                         "++model.attn_implementation=eager")
+    cfg = compose_config(
+        "+model=hf_llama", "++model.use_cache=true", "++model.vocab_size=300", "++model.attn_implementation=eager"
+    )
     model = build_setup(cfg).build(recompute=False, compiled=False)
     assert model.config.use_cache is True and model.config.vocab_size == 300
     assert model.config._attn_implementation == "eager"
@@ -237,8 +249,9 @@ def test_evaluate_calls_the_model_with_keywords(task):
 
 # --------------------------------------------------------------------------- the switch
 @pytest.mark.hf
-@pytest.mark.parametrize("mode,use_reentrant", [("non_reentrant", False), ("reentrant", True),
-                                                (RecomputeMode.reentrant, True)])
+@pytest.mark.parametrize(
+    "mode,use_reentrant", [("non_reentrant", False), ("reentrant", True), (RecomputeMode.reentrant, True)]
+)
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_enable_turns_on_hf_switch_with_use_reentrant(task, name, mode, use_reentrant):
     model = build(name, task)
@@ -279,8 +292,12 @@ def test_attributes_the_switch_sets_are_the_configs_ignored_ones(task, name):
     plain = build(name, task)
     switched = copy.deepcopy(plain)
     hf.enable(switched, recompute_cfg("non_reentrant"))
-    changed = {attr for (_, a), (_, b) in zip(plain.named_modules(), switched.named_modules())
-               for attr in set(vars(a)) | set(vars(b)) if differs(vars(a).get(attr), vars(b).get(attr))}
+    changed = {
+        attr
+        for (_, a), (_, b) in zip(plain.named_modules(), switched.named_modules())
+        for attr in set(vars(a)) | set(vars(b))
+        if differs(vars(a).get(attr), vars(b).get(attr))
+    }
     # transformers 5 also calls enable_input_require_grads(): a hook handle kept on the model
     hooks = {"_require_grads_hook", "_require_grads_hooks"} if major() >= 5 else set()
     assert changed == {"gradient_checkpointing", "_gradient_checkpointing_func"} | hooks
@@ -298,10 +315,15 @@ def test_switched_twin_recomputes_its_layers_and_matches_the_plain_twin(task, na
     switched = copy.deepcopy(plain)
     hf.enable(switched, recompute_cfg(mode))
     inputs, targets = task.make_batch(torch.Generator().manual_seed(0), 4)
-    observed = {label: observe_recompute(model, (inputs, targets), task.loss, 71, whole_modules=True)
-                for label, model in (("plain", plain), ("switched", switched))}
+    observed = {
+        label: observe_recompute(model, (inputs, targets), task.loss, 71, whole_modules=True)
+        for label, model in (("plain", plain), ("switched", switched))
+    }
     layers = [p for p, m in plain.named_modules() if type(m).__name__ == LAYER[name]]
     assert observed == {"plain": [], "switched": layers[::-1]}  # each decoder layer runs again in backward, last first
-    (l0, g0), (l1, g1) = forward_backward(plain, task, inputs, targets), forward_backward(switched, task, inputs, targets)
+    (l0, g0), (l1, g1) = (
+        forward_backward(plain, task, inputs, targets),
+        forward_backward(switched, task, inputs, targets),
+    )
     assert torch.equal(l0, l1)
     assert all(torch.equal(g0[k], g1[k]) for k in g0)  # GPT-2's dropout replayed: bitwise equal gradients

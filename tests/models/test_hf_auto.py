@@ -5,35 +5,51 @@ The config.json fixtures are written here from scratch (a tiny GPT-2 and a T5); 
 the two majors differ (the switch's default ``use_reentrant``), the expected value follows the
 installed major.
 """
+
 import json
 import math
 import warnings
 
 import pytest
 import torch
+from conftest import SMALL, compose_config, reportgen_cli, run_dirs
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from reportgen.commands.validation import config_problems
+from reportgen.errors import SetupError
 from reportgen.models import hf
 from reportgen.models.hf import auto as hf_auto
 from reportgen.models.hf import masked as hf_masked
-from reportgen.errors import SetupError
-from reportgen.twins.observe import observe_recompute
-from reportgen.report.metadata import recompute_settings
 from reportgen.paths import conf_dir
+from reportgen.report.metadata import recompute_settings
 from reportgen.run import prepare
-from reportgen.commands.validation import config_problems
-
-from conftest import SMALL, compose_config, reportgen_cli, run_dirs
+from reportgen.twins.observe import observe_recompute
 
 #: A tiny GPT-2 as a user's config.json would say it (``n_positions`` bounds the windows).
-GPT2_JSON = {"model_type": "gpt2", "vocab_size": 40, "n_positions": 48, "n_embd": 32, "n_layer": 2, "n_head": 2,
-             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+GPT2_JSON = {
+    "model_type": "gpt2",
+    "vocab_size": 40,
+    "n_positions": 48,
+    "n_embd": 32,
+    "n_layer": 2,
+    "n_head": 2,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
 
 
 #: A tiny BERT (encoder with a masked-LM head).
-BERT_JSON = {"model_type": "bert", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-             "num_attention_heads": 2, "max_position_embeddings": 40}
+BERT_JSON = {
+    "model_type": "bert",
+    "vocab_size": 50,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "max_position_embeddings": 40,
+}
 
 
 def default_use_reentrant() -> bool:
@@ -77,6 +93,7 @@ def test_char_ids_rank_by_frequency_and_clip_to_the_vocabulary():
 
 def test_observe_whole_modules_sees_a_layer_whose_forward_is_recomputed():
     """transformers 5 recomputes a layer's ``forward`` (not ``__call__``): only its children's hooks run again."""
+
     class Layer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -184,16 +201,30 @@ def test_text_task_reads_a_file_and_fits_the_config(gpt2_json, tmp_path):
 
 
 @pytest.mark.hf
-@pytest.mark.parametrize("fields,kwargs,message", [
-    (None, {"config": "/nonexistent/config.json"}, "no such file"),
-    ({"vocab_size": 10}, {}, 'no "model_type"'),
-    ({"model_type": "no_such_model"}, {}, "not known to the installed transformers"),
-    ({"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "x.Y"}}, {}, "remote code"),
-    ({"model_type": "t5", "vocab_size": 64, "d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8},
-     {}, "has no causal-LM head"),
-    (None, {"pretrained": "Qwen/Qwen2-0.5B"}, "never downloads"),
-    (None, {}, "exactly one of model.config"),
-])
+@pytest.mark.parametrize(
+    "fields,kwargs,message",
+    [
+        (None, {"config": "/nonexistent/config.json"}, "no such file"),
+        ({"vocab_size": 10}, {}, 'no "model_type"'),
+        ({"model_type": "no_such_model"}, {}, "not known to the installed transformers"),
+        ({"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "x.Y"}}, {}, "remote code"),
+        (
+            {
+                "model_type": "t5",
+                "vocab_size": 64,
+                "d_model": 16,
+                "d_ff": 32,
+                "num_layers": 1,
+                "num_heads": 2,
+                "d_kv": 8,
+            },
+            {},
+            "has no causal-LM head",
+        ),
+        (None, {"pretrained": "Qwen/Qwen2-0.5B"}, "never downloads"),
+        (None, {}, "exactly one of model.config"),
+    ],
+)
 def test_bad_input_is_a_usage_error_naming_the_fix(tmp_path, gpt2_json, fields, kwargs, message):
     if fields is not None:
         (tmp_path / "bad.json").write_text(json.dumps(fields))
@@ -258,10 +289,17 @@ def test_shipped_masked_example_recomputes_every_encoder_layer():
 @pytest.mark.slow
 def test_one_command_tests_a_users_config_end_to_end(gpt2_json, tmp_path, signing_key_pair):
     private, public = signing_key_pair
-    done = reportgen_cli(tmp_path, *SMALL, "report.sign=true", "report.pdf=true", f"report.key_path={private}",
-                         "+model=hf_causal_lm", f"model.config={gpt2_json.parent}")
+    done = reportgen_cli(
+        tmp_path,
+        *SMALL,
+        "report.sign=true",
+        "report.pdf=true",
+        f"report.key_path={private}",
+        "+model=hf_causal_lm",
+        f"model.config={gpt2_json.parent}",
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    folder, = run_dirs(tmp_path)
+    (folder,) = run_dirs(tmp_path)
     html = (folder / "report.html").read_text()
     mode = "reentrant" if default_use_reentrant() else "non_reentrant"
     assert f"{mode} — the model&#39;s own default (use_reentrant={default_use_reentrant()})" in html
@@ -295,7 +333,9 @@ def test_local_paths_and_unusable_attention_get_their_own_fix(tmp_path, gpt2_jso
         hf_auto.pretrained_folder("Qwen/Qwen2-0.5B")
     with pytest.raises(SetupError, match="is a folder, not a file"):
         hf_auto.read_text(str(tmp_path))
-    with pytest.raises(SetupError, match="attn_implementation=flash_attention_2: .* use model.attn_implementation=eager"):
+    with pytest.raises(
+        SetupError, match="attn_implementation=flash_attention_2: .* use model.attn_implementation=eager"
+    ):
         hf_auto.causal_lm(text_task(gpt2_json), config=str(gpt2_json), attn_implementation="flash_attention_2")
 
 
@@ -303,8 +343,15 @@ def test_local_paths_and_unusable_attention_get_their_own_fix(tmp_path, gpt2_jso
 def test_an_encoder_as_a_causal_lm_is_refused_unless_it_is_a_decoder(tmp_path, gpt2_json):
     """Found by a break-it pass: a BERT config ran as hf_causal_lm and PASSed, its LM head attending
     both ways (the next-token metric reads the answer). The probe refuses it; is_decoder fixes it."""
-    bert = {"model_type": "bert", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-            "intermediate_size": 64, "max_position_embeddings": 128}
+    bert = {
+        "model_type": "bert",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    }
     (tmp_path / "config.json").write_text(json.dumps(bert))
     with pytest.raises(SetupError, match='not causal with this config.*"is_decoder": true'):
         hf_auto.causal_lm(text_task(gpt2_json), config=str(tmp_path / "config.json"))
@@ -317,6 +364,7 @@ def test_observe_whole_modules_names_a_layer_whose_trailing_dropout_is_not_run_a
     """GPT-NeoX, Phi-3, StableLM end a layer with a dropout (p=0: it saves nothing), and non-reentrant
     recompute stops once every saved tensor is back, before that dropout runs again (issue 28 item 5):
     every child that holds parameters ran again, so the layer is named, not its children."""
+
     class Layer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -344,10 +392,24 @@ def test_a_gpt_neox_layer_is_observed_as_the_layer_not_its_children(tmp_path):
     of the two GPTNeoXLayer s: their trailing dropout is not run again by non-reentrant recompute."""
     pytest.importorskip("transformers")
     config = tmp_path / "neox.json"
-    config.write_text(json.dumps({"model_type": "gpt_neox", "vocab_size": 96, "hidden_size": 32,
-                                  "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                  "max_position_embeddings": 64, "rotary_pct": 0.25, "use_cache": False}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "gpt_neox",
+                "vocab_size": 96,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "max_position_embeddings": 64,
+                "rotary_pct": 0.25,
+                "use_cache": False,
+            }
+        )
+    )
     setup = prepare(compose_config(*SMALL, "+model=hf_causal_lm", f"model.config={config}", "parity.batch_size=2"))
     assert setup.architecture.endswith(".GPTNeoXForCausalLM")
-    assert [(w.path, w.cls) for w in setup.wrapped] == [("gpt_neox.layers.1", "GPTNeoXLayer"),
-                                                         ("gpt_neox.layers.0", "GPTNeoXLayer")]
+    assert [(w.path, w.cls) for w in setup.wrapped] == [
+        ("gpt_neox.layers.1", "GPTNeoXLayer"),
+        ("gpt_neox.layers.0", "GPTNeoXLayer"),
+    ]

@@ -285,8 +285,13 @@ def test_an_unknown_model_type_never_prompts_even_with_stdin_open(tmp_path):
 
     target = tmp_path / "config.json"
     target.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 8}))
-    proc = subprocess.Popen([sys.executable, "-m", "reportgen.plan", str(target), "seq=16", f"out={tmp_path / 'o'}"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reportgen.plan", str(target), "seq=16", f"out={tmp_path / 'o'}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
     out, err = proc.communicate(timeout=120)  # stdin stays open until then: a prompt would hang
     assert proc.returncode == 2 and "[y/N]" not in out + err and err.count("\n") == 1

@@ -1,4 +1,5 @@
 """Every output leaf is accounted for: cache objects, None, numbers (issue 16 item 2)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,8 @@ from pathlib import Path
 import torch
 
 from reportgen.checks.parity import _tensor_rows
-from reportgen.twins.setup import StepOutput
 from reportgen.structure import named_tensors, other_leaves
+from reportgen.twins.setup import StepOutput
 
 
 class KVCache:
@@ -19,8 +20,9 @@ class KVCache:
 
 
 def step(output) -> StepOutput:
-    return StepOutput(torch.tensor(1.0), dict(named_tensors(output, "output")), {}, {}, {},
-                      other_leaves(output, "output"))
+    return StepOutput(
+        torch.tensor(1.0), dict(named_tensors(output, "output")), {}, {}, {}, other_leaves(output, "output")
+    )
 
 
 def rows_by_item(plain_out, recompute_out):
@@ -31,16 +33,21 @@ def rows_by_item(plain_out, recompute_out):
 def test_a_cache_objects_tensors_are_named_and_compared_when_both_twins_return_it():
     out = {"logits": torch.ones(2), "past_key_values": KVCache()}
     assert [name for name, _ in named_tensors(out, "output")] == [
-        'output["logits"]', 'output["past_key_values"].key_cache[0]', 'output["past_key_values"].key_cache[1]',
-        'output["past_key_values"].value_cache[0]', 'output["past_key_values"].value_cache[1]']
+        'output["logits"]',
+        'output["past_key_values"].key_cache[0]',
+        'output["past_key_values"].key_cache[1]',
+        'output["past_key_values"].value_cache[0]',
+        'output["past_key_values"].value_cache[1]',
+    ]
     rows = rows_by_item(out, {"logits": torch.ones(2), "past_key_values": KVCache()})
     assert rows['output["past_key_values"].key_cache[1]'].status == "PASS"
     assert rows['output["past_key_values"]'].status == "INFO"  # the object itself: stated
 
 
 def test_a_cache_only_the_plain_twin_returns_is_stated_not_failed():
-    rows = rows_by_item({"logits": torch.ones(2), "past_key_values": KVCache()},
-                        {"logits": torch.ones(2), "past_key_values": None})
+    rows = rows_by_item(
+        {"logits": torch.ones(2), "past_key_values": KVCache()}, {"logits": torch.ones(2), "past_key_values": None}
+    )
     cache = rows['output["past_key_values"]']
     assert cache.status == "INFO" and "plain returned cache KVCache, 4 tensors, recompute returned None" in cache.detail
     assert not any("key_cache" in item for item in rows)  # its tensors are not failures of the recompute twin
@@ -49,7 +56,10 @@ def test_a_cache_only_the_plain_twin_returns_is_stated_not_failed():
 
 def test_python_scalars_are_compared_and_a_difference_fails():
     rows = rows_by_item((torch.ones(1), 3, None, "a"), (torch.ones(1), 4, None, "a"))
-    assert rows["output[1]"].status == "FAIL" and "plain returned int 3, recompute returned int 4" in rows["output[1]"].detail
+    assert (
+        rows["output[1]"].status == "FAIL"
+        and "plain returned int 3, recompute returned int 4" in rows["output[1]"].detail
+    )
     assert rows["output[2]"].status == "INFO" and rows["output[3]"].status == "PASS"
 
 
@@ -61,5 +71,14 @@ def test_names_wrap_after_dots_never_mid_word():
     css = (Path(__file__).resolve().parents[2] / "templates" / "report.css").read_text()
     assert "code.name { overflow-wrap: normal; word-break: normal; }" in css
     long = "x" * 30 + "_a_name_without_dots_" + "y" * 50  # no dot to break at: after each _, else every 24
-    assert str(fmt_name(long)).split("<wbr>") == ["x" * 24, "x" * 6 + "_", "a_", "name_", "without_", "dots_",
-                                                  "y" * 24, "y" * 24, "y" * 2]
+    assert str(fmt_name(long)).split("<wbr>") == [
+        "x" * 24,
+        "x" * 6 + "_",
+        "a_",
+        "name_",
+        "without_",
+        "dots_",
+        "y" * 24,
+        "y" * 24,
+        "y" * 2,
+    ]

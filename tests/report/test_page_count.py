@@ -5,6 +5,7 @@ warm-step time rows removed) with warm-step time rows made by the timing check's
 functions from quiet or noisy step times. On a busy machine the noisy rows used to add
 sentences to the timing section, and a ninth page.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -13,14 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import tiny_meta
 
 from reportgen.checks import required_names, timing
 from reportgen.config import TIME
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages
 from reportgen.results import INFO, PASS, WARN, Role, Row, claim_verdict, frame_from_json, to_frame
-
-from conftest import tiny_meta
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
 #: A real failing ``+model=mlp recompute.preserve_rng_state=false`` run (issue 28 item 8): five required
@@ -39,12 +39,29 @@ def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
     recompute = plain * 1.25 * (1 + (rng.normal(0, 0.3, rounds) if noisy else rng.normal(0, 0.002, rounds)))
     times = {"plain": list(np.abs(plain)), "recompute": list(np.abs(recompute))}
     stopped = "time budget of 10 s spent" if noisy else "confidence target reached"
-    rows = [Row(check=TIME, item=f"step {k}", variant=v, metric="step_time_ms", value=ms, status=INFO, role=Role.STEP, unit="ms",
-                extra={"step_index": k}) for v in timing.VARIANTS for k, ms in enumerate(times[v])]
+    rows = [
+        Row(
+            check=TIME,
+            item=f"step {k}",
+            variant=v,
+            metric="step_time_ms",
+            value=ms,
+            status=INFO,
+            role=Role.STEP,
+            unit="ms",
+            extra={"step_index": k},
+        )
+        for v in timing.VARIANTS
+        for k, ms in enumerate(times[v])
+    ]
     rows += timing.median_rows(times, None, 10.0)
     overhead = timing.overhead_row(times, 2000, None)
     overhead.extra.update({"rounds": rounds, "stopped": stopped, "target_ci_half_width_pp": 2.0})
-    rows += [overhead, timing.ci_width_row(overhead, 2.0, stopped), timing.flops_row({"plain": 10**6, "recompute": 13 * 10**5})]
+    rows += [
+        overhead,
+        timing.ci_width_row(overhead, 2.0, stopped),
+        timing.flops_row({"plain": 10**6, "recompute": 13 * 10**5}),
+    ]
     monkeypatch.setattr(timing.os, "getloadavg", lambda: (6.5 if noisy else 0.2, 0.0, 0.0))
     return rows + [timing.machine_load_row()]
 
@@ -68,8 +85,12 @@ def layout(frame: pd.DataFrame, tmp_path: Path):
     for number, page in enumerate(document.pages):
         for box in page._page_box.descendants():
             element = getattr(box, "element", None)
-            if element is None or element.tag != "div" or "section" not in (element.get("class") or "").split() \
-                    or id(element) in seen:
+            if (
+                element is None
+                or element.tag != "div"
+                or "section" not in (element.get("class") or "").split()
+                or id(element) in seen
+            ):
                 continue
             seen.add(id(element))  # the first box of a section (it may continue on the next page)
             tops[element.get("id") or f"section {len(tops)}"] = (number, round(box.position_y, 1))
@@ -88,8 +109,11 @@ def test_noisy_timing_adds_no_page_and_moves_nothing(tmp_path, monkeypatch):
     # every section after the timing one starts where it did on the quiet machine: the noisy
     # detail takes the same one line as the passing one
     assert list(noisy_tops) == list(quiet_tops)
-    moved = {name: (quiet_tops[name], top) for name, top in noisy_tops.items()
-             if top[0] != quiet_tops[name][0] or abs(top[1] - quiet_tops[name][1]) > 1.0}
+    moved = {
+        name: (quiet_tops[name], top)
+        for name, top in noisy_tops.items()
+        if top[0] != quiet_tops[name][0] or abs(top[1] - quiet_tops[name][1]) > 1.0
+    }
     assert moved == {}  # before the fix the section after timing moved down 124 px (about 6 lines)
     assert list(quiet_tops).index("warm-step-time") < len(quiet_tops) - 1  # a section follows it, so growth would show
 
@@ -109,8 +133,9 @@ def test_a_failing_report_fits_twelve_pages_with_every_failing_checks_evidence_o
     pages, _ = layout(frame, tmp_path)
     assert len(pages) <= MAX_FAILING_PAGES
     lead = lead_evidence(frame, required)
-    failing = [c for c in dict.fromkeys(frame.check)
-               if c in required and (frame[frame.check == c].status == "FAIL").any()]
+    failing = [
+        c for c in dict.fromkeys(frame.check) if c in required and (frame[frame.check == c].status == "FAIL").any()
+    ]
     assert [e["check"] for e in lead] == failing and len(failing) == 5
     first = page_text(pages[0]).replace(" ", "")
     for entry in lead:  # each failing check, its worst item and how many of its items fail, on page 1

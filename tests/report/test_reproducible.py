@@ -1,16 +1,17 @@
 """Reproducible bytes (issue 5): with SOURCE_DATE_EPOCH fixed, the same results give
 byte-identical unsigned report.html and report.pdf, whatever the wall clock says."""
+
 from __future__ import annotations
 
 import io
 import time
 from pathlib import Path
 
+from conftest import REQUIRED, tiny_frame, tiny_meta
+
 from reportgen.report.metadata import report_time
 from reportgen.report.render import render_report
 from reportgen.results import claim_verdict, frame_to_json
-
-from conftest import REQUIRED, tiny_frame, tiny_meta
 
 EPOCH = "1704164645"  # 2024-01-02T03:04:05Z
 

@@ -1,10 +1,11 @@
 """Measuring tensor distances and judging them against assert_close's rule."""
+
 import math
 
 import torch
 
-from reportgen.results.distance import measure, tolerances
 from reportgen.results import PASS, judge
+from reportgen.results.distance import measure, tolerances
 from reportgen.results.rows import tensor_row
 
 
@@ -82,11 +83,14 @@ def test_a_trajectory_step_row_shows_the_share_of_tolerance_that_decided_it():
     from reportgen.checks.trajectory import step_rows
 
     b = torch.tensor([1.0, 1e-9], dtype=torch.float64)
-    near_zero = tensor_row("trajectory parity", "param w", b, b + torch.tensor([0.0, 5e-7], dtype=torch.float64),
-                           1e-5, 1e-6, aa=b.clone())
+    near_zero = tensor_row(
+        "trajectory parity", "param w", b, b + torch.tensor([0.0, 5e-7], dtype=torch.float64), 1e-5, 1e-6, aa=b.clone()
+    )
     over = tensor_row("trajectory parity", "param v", b, b + 3e-6, 0.0, 1e-6, aa=b.clone())
     (passing, aa), (failing, _) = step_rows(1, [near_zero]), step_rows(2, [near_zero, over])
-    assert passing.metric == "tolerance_used" and math.isclose(passing.value, 0.5, rel_tol=1e-6) and passing.status == PASS
+    assert (
+        passing.metric == "tolerance_used" and math.isclose(passing.value, 0.5, rel_tol=1e-6) and passing.status == PASS
+    )
     assert near_zero.extra["max_rel_err"] > 400  # the figure the row used to print beside PASS
     assert math.isclose(failing.value, 3.0, rel_tol=1e-6) and failing.status == "FAIL"
     assert aa.value == 0.0 and aa.status == PASS

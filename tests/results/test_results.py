@@ -1,4 +1,5 @@
 """Verdict rules of the claim (docs/architecture.md) and the frame contract."""
+
 import pytest
 
 from reportgen.results import Row, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
@@ -7,7 +8,12 @@ REQ = ["gradient parity", "state parity"]
 
 
 def frame(*rows):
-    return to_frame([Row(check=check, item="x", variant="recompute", metric="m", value=1.0, status=status) for check, status in rows])
+    return to_frame(
+        [
+            Row(check=check, item="x", variant="recompute", metric="m", value=1.0, status=status)
+            for check, status in rows
+        ]
+    )
 
 
 def test_all_required_pass_holds():
@@ -24,8 +30,13 @@ def test_missing_required_check_fails_the_claim():
 
 
 def test_warn_and_info_do_not_fail_and_flagged_never_counts():
-    f = frame(("gradient parity", "PASS"), ("gradient parity", "INFO"), ("state parity", "WARN"),
-              ("larger-batch experiment", "FLAGGED"), ("state parity", "FLAGGED"))
+    f = frame(
+        ("gradient parity", "PASS"),
+        ("gradient parity", "INFO"),
+        ("state parity", "WARN"),
+        ("larger-batch experiment", "FLAGGED"),
+        ("state parity", "FLAGGED"),
+    )
     assert claim_verdict(f, REQ) == "PASS"
 
 
@@ -41,8 +52,19 @@ def test_check_status_is_most_severe_and_fail_outranks_error():
 
 
 def test_json_round_trip_keeps_values(tmp_path):
-    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="max_abs_err", value=0.25, status="FAIL",
-                      extra={"bitwise_equal": False})])
+    f = to_frame(
+        [
+            Row(
+                check="gradient parity",
+                item="w",
+                variant="recompute",
+                metric="max_abs_err",
+                value=0.25,
+                status="FAIL",
+                extra={"bitwise_equal": False},
+            )
+        ]
+    )
     back = frame_from_json(frame_to_json(f))
     assert back.value.tolist() == [0.25] and back.bitwise_equal.tolist() == [False]
 
@@ -61,9 +83,24 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     def boom(setup):
         raise KeyboardInterrupt
 
-    use_checks(("gradient parity", lambda s: [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0,
-                                                  comparator="<=", threshold_value=0.0)]),
-               ("warm-step time", boom), ("task metrics", boom))
+    use_checks(
+        (
+            "gradient parity",
+            lambda s: [
+                Row(
+                    check="gradient parity",
+                    item="loss",
+                    variant="recompute",
+                    metric="max_abs_err",
+                    value=0.0,
+                    comparator="<=",
+                    threshold_value=0.0,
+                )
+            ],
+        ),
+        ("warm-step time", boom),
+        ("task metrics", boom),
+    )
     with pytest.raises(pipeline.Interrupted):
         pipeline.run_checks(None, tmp_path)
     partial = frame_from_json((tmp_path / "results.partial.json").read_text())
@@ -74,10 +111,12 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
 def baseline_frame(*extra_rows):
     """Task metrics whose plain twin raised (an ERROR of the baseline) and whose recompute twin raised too."""
     broke = {"check": "task metrics", "item": "seed 0", "metric": "exception", "status": "ERROR"}
-    rows = [Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"),
-            Row(**broke, variant="plain", extra={"twin": "plain"}),
-            Row(**broke, variant="recompute", extra={"twin": "recompute"}),
-            *extra_rows]
+    rows = [
+        Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"),
+        Row(**broke, variant="plain", extra={"twin": "plain"}),
+        Row(**broke, variant="recompute", extra={"twin": "recompute"}),
+        *extra_rows,
+    ]
     return to_frame(rows)
 
 
@@ -85,19 +124,39 @@ def test_a_check_whose_plain_twin_broke_cannot_be_judged_not_failed():
     req = ["gradient parity", "task metrics"]
     f = baseline_frame()
     assert dict(zip(*check_summary(f, req)[["check", "status"]].values.T)) == {
-        "gradient parity": "PASS", "task metrics": "INCONCLUSIVE"}
+        "gradient parity": "PASS",
+        "task metrics": "INCONCLUSIVE",
+    }
     assert claim_verdict(f, req) == "INCONCLUSIVE"
     assert claim_verdict(f, ["gradient parity"]) == "PASS"  # not required: it decides nothing
 
 
 def test_a_recompute_twin_raising_where_plain_does_not_still_fails_the_claim():
     req = ["gradient parity", "task metrics", "state parity"]
-    f = baseline_frame(Row(check="state parity", item="recompute", variant="recompute", metric="exception",
-                           status="ERROR", extra={"twin": "recompute"}))
+    f = baseline_frame(
+        Row(
+            check="state parity",
+            item="recompute",
+            variant="recompute",
+            metric="exception",
+            status="ERROR",
+            extra={"twin": "recompute"},
+        )
+    )
     assert claim_verdict(f, req) == "FAIL"
     # a measured FAIL in the same check outranks the broken baseline of another seed
-    g = baseline_frame(Row(check="task metrics", item="seed 1", variant="recompute", metric="abs_diff_x", value=1.0,
-                           threshold="0", comparator="<=", threshold_value=0.0))
+    g = baseline_frame(
+        Row(
+            check="task metrics",
+            item="seed 1",
+            variant="recompute",
+            metric="abs_diff_x",
+            value=1.0,
+            threshold="0",
+            comparator="<=",
+            threshold_value=0.0,
+        )
+    )
     assert check_summary(g, req).set_index("check").status["task metrics"] == "FAIL"
     assert claim_verdict(g, req[:2]) == "FAIL"
 
@@ -107,5 +166,7 @@ def test_a_plain_metric_that_is_not_finite_is_an_error_of_the_baseline():
 
     row = nonfinite_metric_row(3, "accuracy", float("nan"))
     assert row.status == "ERROR" and row.extra["twin"] == "plain" and "non-finite" in row.detail
-    f = to_frame([Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"), row])
+    f = to_frame(
+        [Row(check="gradient parity", item="w", variant="recompute", metric="m", value=1.0, status="PASS"), row]
+    )
     assert claim_verdict(f, ["gradient parity", "task metrics"]) == "INCONCLUSIVE"

@@ -3,6 +3,7 @@ that tolerance-sized gradient noise also makes, and never swallows a real fault.
 
 Fixtures: tests/user_models/rounding.py (healthy, differs at rounding level only) and the
 held faults of tests/user_models/faults.py and truth.py (no ../shared needed)."""
+
 from __future__ import annotations
 
 import math
@@ -10,6 +11,7 @@ import re
 
 import pytest
 import torch
+from conftest import small_setup
 
 from reportgen.checks.budget import compare_seed
 from reportgen.checks.parity import gradient_parity
@@ -19,8 +21,6 @@ from reportgen.results import FAIL, PASS, Role, judge, judge_record, to_frame
 from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_LEVEL, envelope_used, tensor_row, with_rounding
 from reportgen.training.train import TrainResult
-
-from conftest import small_setup
 
 
 def test_nudge_moves_every_element_by_exactly_the_gradient_tolerance_with_reproducible_signs():
@@ -72,8 +72,9 @@ def test_envelope_skips_integer_tensors_and_the_gradient_gate_uses_it_after_the_
     assert envelope(plain, {"w": torch.tensor([0.0, 0.5]), "n": torch.tensor(4)}) == {"w": 0.5}
     recompute = {"w": torch.tensor([0.0, 0.1]), "n": torch.tensor(3)}
     assert not grads_at_rounding_level(plain, recompute, None, None, None, 2.0)  # 0.1 > tolerance, no envelope
-    assert grads_at_rounding_level(plain, recompute, {"w": torch.tensor([0.0, 0.06]), "n": torch.tensor(3)},
-                                   None, None, 2.0)
+    assert grads_at_rounding_level(
+        plain, recompute, {"w": torch.tensor([0.0, 0.06]), "n": torch.tensor(3)}, None, None, 2.0
+    )
     assert not grads_at_rounding_level({"w": None}, {"w": torch.zeros(1)}, None, None, None, 2.0)
 
 
@@ -106,8 +107,9 @@ def test_rounding_level_model_passes_task_metrics_and_fails_them_without_the_env
     from reportgen.checks.budget import task_metrics
 
     for flag, expected in (("true", PASS), ("false", FAIL)):
-        frame = to_frame(task_metrics(small_setup("+model=rounding_level", f"parity.rounding_envelope={flag}",
-                                                  user_conf=True)))
+        frame = to_frame(
+            task_metrics(small_setup("+model=rounding_level", f"parity.rounding_envelope={flag}", user_conf=True))
+        )
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
     assert ROUNDING_LEVEL in final.detail or "trained apart" in final.detail
@@ -120,8 +122,10 @@ def test_the_rounding_twin_is_not_built_when_everything_is_within_tolerance(monk
     assert set(frame.status) <= {PASS, "INFO"} and built == []
 
 
-@pytest.mark.parametrize("model, check", [("observer", "trajectory parity"), ("batchnorm_stats", "state parity"),
-                                          ("forward_counter", "state parity")])
+@pytest.mark.parametrize(
+    "model, check",
+    [("observer", "trajectory parity"), ("batchnorm_stats", "state parity"), ("forward_counter", "state parity")],
+)
 def test_held_faults_still_fail_with_the_envelope_on(model, check):
     frame = _rows(small_setup(f"+model={model}", "parity.rounding_envelope=true", user_conf=True))
     assert FAIL in _checks(frame)[check]
@@ -183,8 +187,11 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
     grads = grads[grads.role == Role.PARAM_GRAD]
     assert grads.status.eq(PASS).all() and grads.value.max() > 0
     for flag, expected in (("true", PASS), ("false", FAIL)):
-        frame = to_frame(task_metrics(small_setup("+model=t5_reentrant", *budget, f"parity.rounding_envelope={flag}",
-                                                  user_conf=True)))
+        frame = to_frame(
+            task_metrics(
+                small_setup("+model=t5_reentrant", *budget, f"parity.rounding_envelope={flag}", user_conf=True)
+            )
+        )
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
         metric = frame[frame.role.isin([Role.METRIC_DIFF, Role.WORST])]

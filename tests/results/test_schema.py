@@ -1,4 +1,5 @@
 """results.csv/json carry a schema version and a written schema (docs/results-schema.md)."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run_pipeline
 
-from reportgen.results import (SCHEMA_VERSION, Row, SchemaVersionError, frame_from_json, frame_to_json,
-                               to_frame)
+from reportgen.results import SCHEMA_VERSION, Row, SchemaVersionError, frame_from_json, frame_to_json, to_frame
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "results-schema.md"
 
@@ -21,8 +21,9 @@ def documented_columns() -> set[str]:
 
 
 def test_every_row_carries_the_schema_version_and_it_round_trips():
-    frame = to_frame([Row(check="c", item="i", variant="recompute", metric="m", value=1.0, threshold_value=2.0,
-                          comparator="<=")])
+    frame = to_frame(
+        [Row(check="c", item="i", variant="recompute", metric="m", value=1.0, threshold_value=2.0, comparator="<=")]
+    )
     assert frame.schema_version.tolist() == [SCHEMA_VERSION] == [2]
     assert frame_from_json(frame_to_json(frame)).schema_version.tolist() == [2]
 

@@ -1,4 +1,5 @@
 """Sweeps: each job's job.json, the on_multirun_end summary, and the worst job's exit code."""
+
 from __future__ import annotations
 
 import json
@@ -7,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from omegaconf import OmegaConf
 
-from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from reportgen import sweep
 from reportgen.config import TIME
 from reportgen.errors import ExitCode
-from reportgen.trust.keys import generate_key, load_public_key
+from reportgen.trust.keys import generate_key
 
 
 @pytest.fixture
@@ -24,10 +25,21 @@ def fake_sweep(tmp_path) -> Path:
     root.mkdir()
     write_job(root / "0", 0, ["+model=mlp", "recompute=non_reentrant"], 0, job_cost_rows(1000, 250, 1.3, (1.2, 1.4)))
     write_job(root / "1", 1, ["+model=mlp", "recompute=reentrant"], 0, job_cost_rows(1000, 500, 1.5, (1.4, 1.6)))
-    write_job(root / "2", 2, ["+model=mlp", "recompute=selective"], 1,
-              job_cost_rows(1000, 100, 1.1, (1.0, 1.2), metric_diff=0.02, parity="FAIL"))
-    write_job(root / "3", 3, ["+model=mlp", "recompute=broken"], 2, None,
-              error="recompute.targets ['Nothing'] match no module; the model has: Block, Linear")
+    write_job(
+        root / "2",
+        2,
+        ["+model=mlp", "recompute=selective"],
+        1,
+        job_cost_rows(1000, 100, 1.1, (1.0, 1.2), metric_diff=0.02, parity="FAIL"),
+    )
+    write_job(
+        root / "3",
+        3,
+        ["+model=mlp", "recompute=broken"],
+        2,
+        None,
+        error="recompute.targets ['Nothing'] match no module; the model has: Block, Linear",
+    )
     write_job(root / "4", 4, ["+model=mlp", "recompute=killed"], None, None)
     write_launch(root, ["+model=mlp", "recompute=non_reentrant,reentrant,selective,broken,killed"])
     return root
@@ -69,9 +81,14 @@ def test_worst_code_is_the_largest_job_code(fake_sweep):
 
 
 def test_pareto_front_keeps_only_undominated_configurations_that_hold():
-    jobs = pd.DataFrame({"job": [0, 1, 2, 3, 4], "verdict": ["PASS", "PASS", "FAIL", "PASS", "PASS"],
-                         "saved_activation_share": [0.75, 0.5, 0.9, 0.8, math.nan],
-                         "overhead_ratio": [1.3, 1.5, 1.0, 1.6, 1.0]})
+    jobs = pd.DataFrame(
+        {
+            "job": [0, 1, 2, 3, 4],
+            "verdict": ["PASS", "PASS", "FAIL", "PASS", "PASS"],
+            "saved_activation_share": [0.75, 0.5, 0.9, 0.8, math.nan],
+            "overhead_ratio": [1.3, 1.5, 1.0, 1.6, 1.0],
+        }
+    )
     front = sweep.pareto_front(jobs)
     # 1 is dominated by 0; 2 fails (however cheap); 4 has no saving measured.
     assert front.job.tolist() == [0, 3]
@@ -129,14 +146,21 @@ def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep
         sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
     problems = refused.value.problems
     assert problems[0] == "job 0 (0/): its statement does not verify with this key (KeyError)"
-    assert problems[1:] == [f"job {n} ({n}/): job.json says exit code {c} ({v}), which only a signed run gives, and "
-                            "the folder holds no signed statement" for n, c, v in [(1, 0, "PASS"), (2, 1, "FAIL")]]
+    assert problems[1:] == [
+        f"job {n} ({n}/): job.json says exit code {c} ({v}), which only a signed run gives, and "
+        "the folder holds no signed statement"
+        for n, c, v in [(1, 0, "PASS"), (2, 1, "FAIL")]
+    ]
     assert not (fake_sweep / "summary.dsse.json").exists() and not (fake_sweep / "summary.csv").exists()
 
 
 def test_callback_sets_the_exit_code_from_the_files(fake_sweep, capsys):
-    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(fake_sweep)}},
-                            "report": {"sign": False, "key_path": None, "pdf": False, "title": "T"}})
+    cfg = OmegaConf.create(
+        {
+            "hydra": {"sweep": {"dir": str(fake_sweep)}},
+            "report": {"sign": False, "key_path": None, "pdf": False, "title": "T"},
+        }
+    )
     sweep.SweepSummary().on_multirun_end(cfg)
     assert sweep.sweep_exit_code() == 70
     out = capsys.readouterr().out
@@ -153,8 +177,16 @@ def test_launcher_configs_compose(compose_cfg):
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
-        slurm = compose("config", overrides=["+model=ffn", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-                                              "hydra.launcher.gpus_per_node=2"], return_hydra_config=True)
+        slurm = compose(
+            "config",
+            overrides=[
+                "+model=ffn",
+                "hydra/launcher=slurm",
+                "hydra.launcher.partition=gpu",
+                "hydra.launcher.gpus_per_node=2",
+            ],
+            return_hydra_config=True,
+        )
         parallel = compose("config", overrides=["+model=ffn", "hydra/launcher=parallel"], return_hydra_config=True)
     assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
     assert (slurm.hydra.launcher.partition, slurm.hydra.launcher.gpus_per_node) == ("gpu", 2)
@@ -170,15 +202,24 @@ test_launcher_configs_compose = pytest.mark.cluster(test_launcher_configs_compos
 
 #: 4 jobs: 0 holds, 1 fails gradient parity (dropout RNG not replayed), 2 and 3 cannot start
 #: (targets match nothing): the sweep exits 2.
-SWEEP = [*TINY_JOB, "recompute.targets=[FeedForwardBlock],[Nothing]", "recompute.preserve_rng_state=true,false",
-         "report.sign=false"]
+SWEEP = [
+    *TINY_JOB,
+    "recompute.targets=[FeedForwardBlock],[Nothing]",
+    "recompute.preserve_rng_state=true,false",
+    "report.sign=false",
+]
 #: Columns that are measured times and may differ between two sweeps of the same configurations.
 TIMED = ["overhead_ratio", "overhead_ci_low", "overhead_ci_high"]
 
 
 #: Jobs 0 and 1 of :data:`SWEEP` alone (holds, fails), no PDF: what the other launchers run.
-TWO_JOBS = [*TINY_JOB, "recompute.targets=[FeedForwardBlock]", "recompute.preserve_rng_state=true,false",
-            "report.sign=false", "report.pdf=false"]
+TWO_JOBS = [
+    *TINY_JOB,
+    "recompute.targets=[FeedForwardBlock]",
+    "recompute.preserve_rng_state=true,false",
+    "report.sign=false",
+    "report.pdf=false",
+]
 #: Summary columns that follow from the jobs' outcomes (not timings, not the swept-key columns).
 OUTCOME = ["job", "verdict", "exit_code", "check", "status", "required"]
 
@@ -218,15 +259,18 @@ def test_basic_launcher_sweep_summary(basic_sweep):
 @pytest.mark.cluster
 @pytest.mark.parametrize("launcher", ["parallel", "subprocess"])
 def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher" if launcher == "parallel"
-                        else "hydra_plugins.hydra_submitit_launcher")
+    pytest.importorskip(
+        "hydra_plugins.hydra_joblib_launcher" if launcher == "parallel" else "hydra_plugins.hydra_submitit_launcher"
+    )
     proc, folder = run_sweep(tmp_path, f"hydra/launcher={launcher}", overrides=TWO_JOBS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     basic = comparable(basic_sweep[1])
     measured = comparable(folder)  # step times (and so the timing check's WARN) differ between any two runs
-    pd.testing.assert_frame_equal(measured[measured.check != TIME][OUTCOME].reset_index(drop=True),
-                                  basic[(basic.job < 2) & (basic.check != TIME)][OUTCOME].reset_index(drop=True),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        measured[measured.check != TIME][OUTCOME].reset_index(drop=True),
+        basic[(basic.job < 2) & (basic.check != TIME)][OUTCOME].reset_index(drop=True),
+        check_dtype=False,
+    )
 
 
 # --------------------------------------------------------------------------- the plain twin's cache
@@ -255,9 +299,17 @@ def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_
 
 @pytest.mark.slow
 def test_sweep_over_recompute_settings_trains_the_plain_twin_once(tmp_path):
-    proc = reportgen_cli(tmp_path, "-m", *TINY_JOB, "recompute.preserve_rng_state=true,false",
-                         "recompute.determinism_check=default,none", "report.sign=false", "report.pdf=false",
-                         f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"REPORTGEN_CACHE_DIR": ""})
+    proc = reportgen_cli(
+        tmp_path,
+        "-m",
+        *TINY_JOB,
+        "recompute.preserve_rng_state=true,false",
+        "recompute.determinism_check=default,none",
+        "report.sign=false",
+        "report.pdf=false",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        env={"REPORTGEN_CACHE_DIR": ""},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert out.count("training plain twin") == 1  # job 0 trains it ...

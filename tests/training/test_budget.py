@@ -1,9 +1,12 @@
 """Equal accepted-example budgets and task metrics (reportgen/train.py, reportgen/checks/budget.py)."""
+
 import math
 
 import pandas as pd
 import pytest
 import torch
+from conftest import compose_config
+from user_models.nonfinite import SometimesInfTask, build, is_poisoned
 
 from reportgen.checks.budget import task_metrics
 from reportgen.checks.plots import task_metric_plots
@@ -11,9 +14,6 @@ from reportgen.report.render import environment
 from reportgen.results import check_summary, to_frame
 from reportgen.run import prepare
 from reportgen.training.train import step_seed, train_to_budget
-from user_models.nonfinite import SometimesInfTask, build, is_poisoned
-
-from conftest import compose_config
 
 ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1e-3}
 
@@ -50,16 +50,19 @@ def test_mlp_twins_reach_identical_accuracy_per_seed_with_curves():
             assert list(curve.accepted_examples) == [0, 128, 256]
             assert curve.value.iloc[-1] == plain  # the last curve point is the final evaluation
     # different seeds see different data: the runs are not all the same
-    assert pick(frame, seed=0, variant="plain", metric="loss").value.item() != \
-        pick(frame, seed=1, variant="plain", metric="loss").value.item()
+    assert (
+        pick(frame, seed=0, variant="plain", metric="loss").value.item()
+        != pick(frame, seed=1, variant="plain", metric="loss").value.item()
+    )
     mean = pick(frame, variant="plain", metric="mean_accuracy").iloc[0]
     values = pick(frame, variant="plain", metric="accuracy").value
     assert mean.value == pytest.approx(values.mean()) and mean["std"] == pytest.approx(values.std(ddof=1))
 
 
 def test_ffn_without_rng_preservation_fails_and_says_how_the_metric_moved():
-    frame, _ = budget_frame("+model=ffn", "recompute.preserve_rng_state=false", "budget.examples=256",
-                            "budget.seeds=[0]")
+    frame, _ = budget_frame(
+        "+model=ffn", "recompute.preserve_rng_state=false", "budget.examples=256", "budget.seeds=[0]"
+    )
     assert status_of(frame) == "FAIL"
     diff = pick(frame, metric="abs_diff_loss").iloc[0]
     plain = pick(frame, variant="plain", metric="loss").value.item()
@@ -113,8 +116,18 @@ def test_step_cap_turns_an_unreachable_budget_into_an_error():
 def test_last_step_draws_only_what_the_budget_needs():
     torch.manual_seed(0)
     task = SometimesInfTask(inf_share=0.0)
-    result = train_to_budget(build(), task, examples=100, batch_size=32, seed=0, forward_seed=0, optimizer=ADAMW,
-                             device=torch.device("cpu"), dtype=torch.float32, eval_every=50)
+    result = train_to_budget(
+        build(),
+        task,
+        examples=100,
+        batch_size=32,
+        seed=0,
+        forward_seed=0,
+        optimizer=ADAMW,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        eval_every=50,
+    )
     assert (result.accepted_examples, result.steps, result.skipped_steps) == (100, 4, 0)  # 32 + 32 + 32 + 4
     assert [n for n, _ in result.curve] == [0, 64, 100]  # first crossing of 50 is at 64, of 100 at the end
     assert result.curve[-1][1] < result.curve[0][1]  # it learned something
@@ -133,8 +146,9 @@ def test_disabled_budget_is_not_run(monkeypatch, tmp_path):
 
     setup = prepare(compose_config("+model=ffn", "budget.enabled=false"))
     called = []
-    monkeypatch.setattr(pipeline, "REGISTRY", [Check(lambda s: called.append(s) or [], budget.CHECK.sections,
-                                                     config="budget")])
+    monkeypatch.setattr(
+        pipeline, "REGISTRY", [Check(lambda s: called.append(s) or [], budget.CHECK.sections, config="budget")]
+    )
     frame = to_frame(pipeline.run_checks(setup, tmp_path))
     assert called == [] and status_of(frame) == "NOT_RUN"
     assert frame.detail.tolist() == ["not run: budget.enabled=false"]
@@ -144,8 +158,19 @@ def curve_frame(shift):
     rows = []
     for variant, delta in (("plain", 0.0), ("recompute", shift)):
         for n in (0, 100, 200):
-            rows.append({"check": "task metrics", "item": "seed 0", "variant": variant, "metric": "curve_loss", "role": "curve",
-                         "value": 1.0 / (1 + n) + delta * n, "seed": 0, "accepted_examples": n, "batch_size": 10})
+            rows.append(
+                {
+                    "check": "task metrics",
+                    "item": "seed 0",
+                    "variant": variant,
+                    "metric": "curve_loss",
+                    "role": "curve",
+                    "value": 1.0 / (1 + n) + delta * n,
+                    "seed": 0,
+                    "accepted_examples": n,
+                    "batch_size": 10,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -157,10 +182,15 @@ def test_curve_plot_adds_a_drift_plot_only_when_the_twins_differ():
 
 def test_section_template_shows_each_seed_and_the_skipped_steps():
     frame, setup = budget_frame("+model=nonfinite_loss", "budget.seeds=[1]", user_conf=True)
-    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-               for r in frame.to_dict("records")]
-    html = environment().get_template("sections/task-metrics.html.j2").render(
-        section={"rows": records, "status": "PASS", "plots": []}, meta={})
+    records = [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in frame.to_dict("records")
+    ]
+    html = (
+        environment()
+        .get_template("sections/task-metrics.html.j2")
+        .render(section={"rows": records, "status": "PASS", "plots": []}, meta={})
+    )
     want = expected_skips(setup.task, 1, 160, 16)
     assert f"{want} / {want}" in html  # skipped steps, plain / recompute
     assert "160 in every run" in html and "Per seed: held-out loss" in html

@@ -1,5 +1,6 @@
 """The plain-twin cache cannot lie: each test performs one attack from issue 17 and checks that
 it is a cache miss, or a WARN row and a fresh training run (never a hit, never an exception)."""
+
 from __future__ import annotations
 
 import io
@@ -10,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import compose_config, small_setup
-from reportgen.training import cache
+
 from reportgen.results import FAIL, WARN, Role
+from reportgen.training import cache
 from reportgen.training.train import BudgetRuns, budget_runs
 
 #: A recompute target class in a user module: GELU, edited to Tanh by the attacks.
-BLOCK = '''from torch import nn
+BLOCK = """from torch import nn
 {import_line}
 
 class FeedForwardBlock(nn.Module):
@@ -31,7 +32,7 @@ class FeedForwardBlock(nn.Module):
 
 def build():
     return nn.Sequential(FeedForwardBlock())
-'''
+"""
 
 
 @pytest.fixture
@@ -72,10 +73,17 @@ def test_key_covers_autocast_compile_and_every_config_group_but_the_recompute_se
     base = compose_config("+model=ffn")
     key = key_of(base)
     changed = {
-        "autocast": "precision.autocast=bf16", "compile": "compile.enabled=true",
-        "compile backend": "compile.backend=aot_eager", "seed": "seed=1", "forward seed": "forward_seed=3",
-        "budget": "budget.examples=64", "optimizer": "budget.optimizer.lr=0.01", "model argument": "+model.hidden=8",
-        "task": "task.width=6", "dtype": "dtype=float64", "device setting": "device=cpu",
+        "autocast": "precision.autocast=bf16",
+        "compile": "compile.enabled=true",
+        "compile backend": "compile.backend=aot_eager",
+        "seed": "seed=1",
+        "forward seed": "forward_seed=3",
+        "budget": "budget.examples=64",
+        "optimizer": "budget.optimizer.lr=0.01",
+        "model argument": "+model.hidden=8",
+        "task": "task.width=6",
+        "dtype": "dtype=float64",
+        "device setting": "device=cpu",
         "a setting no key list names": "state.ignore_attributes=[x]",
     }
     keys = {name: key_of(compose_config("+model=ffn", override)) for name, override in changed.items()}
@@ -122,8 +130,12 @@ def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkey
     forget_modules("nsblocks")
     override = "model._target_=nsblocks.blocks.build"
     gelu = plain_run(small_setup("+model=ffn", override))
-    assert str(module.resolve()) in cache.plain_run_key(small_setup("+model=ffn", override).cfg, "cpu", torch.float32,
-                                                        0, 8, 1.0)[1]["sources"]["user"]
+    assert (
+        str(module.resolve())
+        in cache.plain_run_key(small_setup("+model=ffn", override).cfg, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"][
+            "user"
+        ]
+    )
     assert plain_run(small_setup("+model=ffn", override)).cache_key is not None  # unchanged code: a hit
     module.write_text(BLOCK.format(import_line="", activation="nn.Tanh()"))
     forget_modules("nsblocks")  # a new process imports the edited code
@@ -132,8 +144,9 @@ def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkey
     assert tanh.metrics != gelu.metrics  # the stale hit would have reported GELU's numbers
 
 
-def test_an_edit_of_a_library_imported_from_another_folder_is_a_miss(tmp_path, cache_folder, monkeypatch,
-                                                                      forget_modules):
+def test_an_edit_of_a_library_imported_from_another_folder_is_a_miss(
+    tmp_path, cache_folder, monkeypatch, forget_modules
+):
     """The attack: the block's activation comes from a library in another folder (on PYTHONPATH)."""
     library = tmp_path / "elsewhere" / "actlib"
     library.mkdir(parents=True)
@@ -149,8 +162,10 @@ def test_an_edit_of_a_library_imported_from_another_folder_is_a_miss(tmp_path, c
     override = "model._target_=libuser.blocks.build"
     setup = small_setup("+model=ffn", override)
     gelu = plain_run(setup)
-    assert str((library / "act.py").resolve()) in cache.plain_run_key(setup.cfg, "cpu", torch.float32, 0, 8,
-                                                                      1.0)[1]["sources"]["user"]
+    assert (
+        str((library / "act.py").resolve())
+        in cache.plain_run_key(setup.cfg, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"]["user"]
+    )
     (library / "act.py").write_text("from torch import nn\nACT = nn.Tanh\n")
     forget_modules("actlib", "libuser")
     tanh = plain_run(small_setup("+model=ffn", override))
@@ -318,22 +333,31 @@ def test_duplicate_seeds_are_refused_before_any_model_work(setting, tmp_path, ca
 
 # --------------------------------------------------------------------------- end to end: signed and verified
 def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_still_verifies(
-        cache_folder, tmp_path, monkeypatch, signing_key_pair):
+    cache_folder, tmp_path, monkeypatch, signing_key_pair
+):
     """Task metrics and the flagged larger-batch experiment reuse one plain run; its poisoned entry
     is rejected in both (WARN, and FLAGGED inside the experiment), the exit code is the honest
     one, page 1 says so, and reportgen.verify accepts every row's status."""
     from conftest import run_pipeline
+
     from reportgen import run as pipeline
     from reportgen.checks import REGISTRY
     from reportgen.config import LARGER_BATCH, TASK_METRICS
-    from reportgen.trust.keys import load_public_key
     from reportgen.results import FLAGGED
-    from reportgen.verify import FAIL as VERIFY_FAIL, verify
+    from reportgen.trust.keys import load_public_key
+    from reportgen.verify import FAIL as VERIFY_FAIL
+    from reportgen.verify import verify
 
     monkeypatch.setattr(pipeline, "REGISTRY", [c for c in REGISTRY if c.name in (TASK_METRICS, LARGER_BATCH)])
     private, public = signing_key_pair
-    overrides = ("+model=dropout_rng", "recompute.preserve_rng_state=false", "larger_batch.enabled=true",
-                 "larger_batch.max_batch_size=16", "report.sign=true", f"report.key_path={private}")
+    overrides = (
+        "+model=dropout_rng",
+        "recompute.preserve_rng_state=false",
+        "larger_batch.enabled=true",
+        "larger_batch.max_batch_size=16",
+        "report.sign=true",
+        f"report.key_path={private}",
+    )
     for name in ("honest", "poisoned"):
         (tmp_path / name).mkdir()
     honest_code, _ = run_pipeline(tmp_path / "honest", *overrides, user_conf=True)

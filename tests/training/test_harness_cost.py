@@ -1,6 +1,7 @@
 """The report costs little beside the checklist (issue 28, item 9): the harness's per-step work
 (seeding, the finite check) and its fixed costs (the digits data, plots) are cut without
 changing what they compute. benchmarks/harness_overhead.py times it; these tests check the values."""
+
 from __future__ import annotations
 
 import subprocess
@@ -48,8 +49,10 @@ def test_all_finite_is_exact_where_the_fused_norm_overflows_or_a_value_is_nan_or
 
 
 def test_digits_are_sklearns_own_values_read_without_importing_sklearn():
-    code = ("import sys; from reportgen.tasks import load_digits_arrays; x, y = load_digits_arrays(); "
-            "print(x.shape, int(y.sum()), 'sklearn' in sys.modules)")
+    code = (
+        "import sys; from reportgen.tasks import load_digits_arrays; x, y = load_digits_arrays(); "
+        "print(x.shape, int(y.sum()), 'sklearn' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["(1797,", "64)", str(int(load_digits_arrays()[1].sum())), "False"]
     from sklearn.datasets import load_digits

@@ -1,5 +1,6 @@
 """Provenance that reruns: the rerun command carries PYTHONPATH and --config-dir, and the signed
 statement records the user's source digests and whether their git repositories were dirty."""
+
 from __future__ import annotations
 
 import shutil
@@ -8,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REQUIRED, small_setup, tiny_frame
+
 from reportgen.report.metadata import rerun_command, run_metadata
 from reportgen.trust.sources import git_repositories, user_source_files
 
@@ -26,16 +27,30 @@ def test_rerun_command_carries_pythonpath_and_config_dir_relative_to_the_working
 
 
 def test_a_sweep_jobs_rerun_command_is_that_job_alone():
-    argv = ["m", "-m", "--config-dir", "conf", "+model=mlp", "recompute=non_reentrant,reentrant",
-            "hydra.searchpath=[file://extra]", "hydra/launcher=parallel"]
+    argv = [
+        "m",
+        "-m",
+        "--config-dir",
+        "conf",
+        "+model=mlp",
+        "recompute=non_reentrant,reentrant",
+        "hydra.searchpath=[file://extra]",
+        "hydra/launcher=parallel",
+    ]
     job = rerun_command(argv, {}, Path.cwd(), job_overrides=["+model=mlp", "recompute=reentrant"])
-    assert job == "python -m reportgen --config-dir conf 'hydra.searchpath=[file://extra]' +model=mlp recompute=reentrant"
+    assert (
+        job == "python -m reportgen --config-dir conf 'hydra.searchpath=[file://extra]' +model=mlp recompute=reentrant"
+    )
     assert rerun_command(argv, {}, Path.cwd()).startswith("python -m reportgen --config-dir conf -m +model=mlp")
 
 
 def _git(folder: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                   check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 The run folder is made from hand-written result rows rendered with ``render_report`` (no
 model is trained), so these tests take seconds. ``signed_run`` and friends live in conftest.py.
 """
+
 from __future__ import annotations
 
 import base64
@@ -16,16 +17,24 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REQUIRED, cost_rows, make_key, signed_run, tiny_meta
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from reportgen.trust import keys
 from reportgen.config import MEMORY, TIME
 from reportgen.results import FAIL, PASS, claim_verdict, frame_from_json, to_frame
-from reportgen.trust.signing import (ENVELOPE_NAME, PREDICATE_TYPE, SigningError, claim_predicate, decimal_string,
-                               load_signing_key, run_files, signature_label)
+from reportgen.trust import keys
+from reportgen.trust.signing import (
+    ENVELOPE_NAME,
+    PREDICATE_TYPE,
+    SigningError,
+    claim_predicate,
+    decimal_string,
+    load_signing_key,
+    run_files,
+    signature_label,
+)
 
-from conftest import REQUIRED, cost_rows, make_key, signed_run, tiny_meta
 
 @pytest.fixture(scope="module")
 def key_pair(tmp_path_factory) -> tuple[Path, Path]:
@@ -86,16 +95,20 @@ def test_signing_off_needs_no_key(tmp_path):
     assert signature_label(None) == ""
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no private key at"),
-    (b"not a key\n", "not a PEM private key"),
-    ("p384", "unsupported key"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no private key at"),
+        (b"not a key\n", "not a PEM private key"),
+        ("p384", "unsupported key"),
+    ],
+)
 def test_unusable_key_is_one_line_naming_the_fixes(tmp_path, content, message):
     path = tmp_path / "key.pem"
     if content == "p384":
         content = ec.generate_private_key(ec.SECP384R1()).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(SigningError) as err:
@@ -130,8 +143,15 @@ def test_signed_run_folder_layout_and_subjects(run_dir):
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == PREDICATE_TYPE
     subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
-    assert set(subjects) == {".hydra/config.yaml", ".hydra/overrides.yaml", "plots/memory.svg", "report.html",
-                             "report.unsigned.pdf", "results.csv", "results.json"}
+    assert set(subjects) == {
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        "plots/memory.svg",
+        "report.html",
+        "report.unsigned.pdf",
+        "results.csv",
+        "results.json",
+    }
     assert set(subjects) == set(run_files(run_dir))  # not the log, not the signed outputs
     for name, digest in subjects.items():
         assert hashlib.sha256((run_dir / name).read_bytes()).hexdigest() == digest
@@ -155,8 +175,9 @@ def test_predicate_holds_claim_with_decimal_tolerances_and_recomputable_verdict(
     assert predicate["verdict"] == claim_verdict(results, predicate["required"]) == PASS
     assert predicate["required"] == REQUIRED
     assert predicate["tolerances"]["rtol"] == "0.0000013" and predicate["tolerances"]["atol"] == "0.00001"
-    assert {"check": "gradient parity", "metric": "max_abs_err", "threshold": "atol=1e-05, rtol=1.3e-06"} \
-        in predicate["tolerances"]["thresholds"]
+    assert {"check": "gradient parity", "metric": "max_abs_err", "threshold": "atol=1e-05, rtol=1.3e-06"} in predicate[
+        "tolerances"
+    ]["thresholds"]
     checks = {c["check"]: c for c in predicate["checks"]}
     assert checks["gradient parity"]["status"] == PASS and checks["gradient parity"]["seconds"] == "0.02"
     assert predicate["environment"]["torch"] == "2.x" and predicate["claim"]["targets"] == ["Block"]
@@ -167,10 +188,12 @@ def test_predicate_costs_are_the_memory_and_time_rows_as_decimal_strings(tmp_pat
     frame = to_frame(cost_rows())
     predicate = claim_predicate(frame, tiny_meta(tmp_path), FAIL, [MEMORY])
     costs = {(c["check"], c["variant"], c["metric"]): c["value"] for c in predicate["costs"]}
-    assert costs == {(MEMORY, "plain", "saved_activation_bytes"): "4194304",
-                     (MEMORY, "recompute", "saved_activation_bytes"): "1048576",
-                     (MEMORY, "recompute", "saving_share"): "0.75",
-                     (TIME, "recompute", "overhead_ratio"): "1.27"}
+    assert costs == {
+        (MEMORY, "plain", "saved_activation_bytes"): "4194304",
+        (MEMORY, "recompute", "saved_activation_bytes"): "1048576",
+        (MEMORY, "recompute", "saving_share"): "0.75",
+        (TIME, "recompute", "overhead_ratio"): "1.27",
+    }
 
 
 def test_failing_claim_is_signed_as_fail(tmp_path, key_pair):
@@ -179,8 +202,16 @@ def test_failing_claim_is_signed_as_fail(tmp_path, key_pair):
 
 
 def test_decimal_strings_are_exact_and_exponent_free():
-    assert [decimal_string(v) for v in (1e-05, 1.3e-6, 0.1, 3, 2.0**40, float("nan"), float("inf"), None)] == \
-        ["0.00001", "0.0000013", "0.1", "3", "1099511627776", None, "inf", None]
+    assert [decimal_string(v) for v in (1e-05, 1.3e-6, 0.1, 3, 2.0**40, float("nan"), float("inf"), None)] == [
+        "0.00001",
+        "0.0000013",
+        "0.1",
+        "3",
+        "1099511627776",
+        None,
+        "inf",
+        None,
+    ]
 
 
 def test_signed_pdf_validates_with_pyhanko_and_carries_both_attachments(run_dir, key_pair):
@@ -206,12 +237,21 @@ def test_signed_pdf_validates_with_pyhanko_and_carries_both_attachments(run_dir,
 
 @pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="needs poppler's pdftoppm")
 def test_signed_pdf_opens_and_page_one_shows_the_fingerprint(run_dir, key_pair, tmp_path):
-    subprocess.run(["pdftoppm", "-png", "-r", "30", "-f", "1", "-l", "1", str(run_dir / "report.pdf"),
-                    str(tmp_path / "page")], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["pdftoppm", "-png", "-r", "30", "-f", "1", "-l", "1", str(run_dir / "report.pdf"), str(tmp_path / "page")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert (tmp_path / "page-1.png").stat().st_size > 1000
     if shutil.which("pdftotext"):
-        text = subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(run_dir / "report.pdf"), "-"],
-                              capture_output=True, text=True, check=True, timeout=60).stdout
+        text = subprocess.run(
+            ["pdftotext", "-f", "1", "-l", "1", str(run_dir / "report.pdf"), "-"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
         fp = keys.fingerprint(keys.load_public_key(key_pair[1]))
         assert fp[:16] in "".join(text.split())
 

@@ -1,17 +1,18 @@
 """Real models (issue 9): structured inputs and outputs, the model's own switch, a baseline that
 already recomputes, base-class targets, autocast and compile. Own fixtures in
 tests/user_models/real.py."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from reportgen.twins.recompute import RecomputeConfigError, find_targets
-from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
-from reportgen.structure import batch_size_of, call_model, describe, named_tensors
-
 from conftest import run_pipeline
 from user_models import real
+
+from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
+from reportgen.structure import batch_size_of, call_model, describe, named_tensors
+from reportgen.twins.recompute import RecomputeConfigError, find_targets
+
 
 def run_model(tmp_path, *overrides):
     """``(exit code, frame)`` of a full pipeline run on a tests/user_conf model, small budgets."""
@@ -34,7 +35,11 @@ def test_keyword_inputs_and_a_dataclass_output_pass(tmp_path, mode):
     code, frame = run_model(tmp_path, "+model=decoder", f"recompute={mode}")
     assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
     outputs = frame[frame.role == Role.OUTPUT].set_index("item").status
-    assert outputs.to_dict() == {"output.logits": PASS, "output.hidden_states[0]": PASS, "output.hidden_states[1]": PASS}
+    assert outputs.to_dict() == {
+        "output.logits": PASS,
+        "output.hidden_states[0]": PASS,
+        "output.hidden_states[1]": PASS,
+    }
 
 
 def test_base_class_targets_match_subclasses_and_every_target_must_match():
@@ -48,8 +53,9 @@ def test_the_models_own_switch_is_observed_and_its_flags_are_shown_as_ignored(tm
     code, frame = run_model(tmp_path, "+model=decoder_switch")
     assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
     ignored = frame[frame.role == Role.IGNORED]
-    assert set(ignored["item"]) == {f"attribute layers.{i}.{a}" for i in (0, 1)
-                                    for a in ("gradient_checkpointing", "use_reentrant")}
+    assert set(ignored["item"]) == {
+        f"attribute layers.{i}.{a}" for i in (0, 1) for a in ("gradient_checkpointing", "use_reentrant")
+    }
     flags = ignored[ignored["item"].str.endswith("gradient_checkpointing")]
     assert flags.detail.str.contains("plain=False, recompute=True").all()
     html = (tmp_path / "report.html").read_text()
@@ -94,8 +100,15 @@ def test_bf16_autocast_uses_its_tolerances_and_passes(tmp_path):
 
 
 def test_compiled_twins_run_against_a_compiled_baseline(tmp_path):
-    code, frame = run_model(tmp_path, "+model=granularity", "compile.enabled=true", "compile.backend=aot_eager",
-                            "parity.steps=2", "memory.enabled=false", "verdict.required=[gradient parity]")
+    code, frame = run_model(
+        tmp_path,
+        "+model=granularity",
+        "compile.enabled=true",
+        "compile.backend=aot_eager",
+        "parity.steps=2",
+        "memory.enabled=false",
+        "verdict.required=[gradient parity]",
+    )
     parity = frame[frame.check == "gradient parity"]
     assert code == 0 and set(parity.status) <= {PASS, "INFO"}, parity.detail.tolist()
     assert "the baseline is the compiled plain twin" in (tmp_path / "report.html").read_text()
@@ -110,7 +123,9 @@ def test_hugging_face_models_through_their_own_switch_hold(tmp_path, model):
     html = (tmp_path / "report.html").read_text()
     import transformers
 
-    default = int(transformers.__version__.split(".")[0]) < 5  # the switch's own use_reentrant default: 4.x True, 5.x False
+    default = (
+        int(transformers.__version__.split(".")[0]) < 5
+    )  # the switch's own use_reentrant default: 4.x True, 5.x False
     assert f"the model&#39;s own default (use_reentrant={default})" in html and "reportgen.models.hf.enable" in html
     assert set(frame[frame.role == Role.IGNORED].status) == {"INFO"}
     assert frame[frame.role == Role.BASELINE].value.item() == 0

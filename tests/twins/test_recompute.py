@@ -1,11 +1,12 @@
 """Target matching, wrapping and selective-policy op resolution."""
+
 import pytest
 import torch
 from omegaconf import OmegaConf
 from torch import nn
+from user_models.faults import build_frozen, build_layers
 
 from reportgen.twins.recompute import RecomputeConfigError, apply_recompute, find_targets, plain_name, resolve_ops
-from user_models.faults import build_frozen, build_layers
 
 
 def rc(**kw):
@@ -103,8 +104,9 @@ def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
     from reportgen.checks.policy import selective_policy
     from reportgen.run import prepare
 
-    cfg = compose_cfg("+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm,aten.addmm]",
-                      user_conf=True)
+    cfg = compose_cfg(
+        "+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm,aten.addmm]", user_conf=True
+    )
     rows = {r.item: r for r in selective_policy(prepare(cfg))}
     assert rows["aten.mm"].status == "WARN" and rows["aten.mm"].value == 0
     assert "aten.addmm.default" in rows["aten.mm"].detail
@@ -157,5 +159,7 @@ def test_save_period_saves_every_second_call_as_torchtitans_op_policy():
 
 def test_save_period_of_an_op_not_saved_is_refused():
     with pytest.raises(RecomputeConfigError, match="save_period"):
-        apply_recompute(build_layers(1), rc(mode="selective", targets=["Layer"], save_ops=["aten.mm"],
-                                            save_period={"aten.addmm": 2}))
+        apply_recompute(
+            build_layers(1),
+            rc(mode="selective", targets=["Layer"], save_ops=["aten.mm"], save_period={"aten.addmm": 2}),
+        )

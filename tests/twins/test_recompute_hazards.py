@@ -3,6 +3,7 @@ tests/user_models/recompute_faults.py fails the claim (exit 1, with a report, ne
 hang) and its diagnosis names its own cause and fix; "no known pattern" only when nothing matches,
 and then it names the first differing tensor and the check that saw it.
 """
+
 from __future__ import annotations
 
 import time
@@ -10,16 +11,15 @@ import time
 import pandas as pd
 import pytest
 import torch
+from conftest import SMALL, TESTS, compose_config, reportgen, run_dirs, run_pipeline
 from torch import nn
 
 from reportgen.checks.parity import gradient_parity
 from reportgen.report.diagnose import diagnose
-from reportgen.twins.recompute import RecomputeHazard, guard_returned_leaves
 from reportgen.results import ERROR, FAIL, Role, Row, check_summary, to_frame
 from reportgen.run import prepare
 from reportgen.structure import changed_leaves, leaf_states
-
-from conftest import TESTS, compose_config, reportgen, run_dirs, run_pipeline, SMALL
+from reportgen.twins.recompute import RecomputeHazard, guard_returned_leaves
 
 #: (model config, recompute mode, the rule that must win, words of its fix)
 HAZARDS = [
@@ -79,8 +79,10 @@ def test_the_fix_named_for_the_cache_makes_the_same_model_pass(mode):
     assert status == "PASS", frame[frame.status != "PASS"][["item", "detail"]].to_string()
 
 
-@pytest.mark.parametrize("model, mode", [("saved_twice", "reentrant"), ("shared_table", "non_reentrant"),
-                                         ("returns_parameter", "non_reentrant")])
+@pytest.mark.parametrize(
+    "model, mode",
+    [("saved_twice", "reentrant"), ("shared_table", "non_reentrant"), ("returns_parameter", "non_reentrant")],
+)
 def test_the_other_mode_named_in_a_fix_passes(model, mode):
     status, frame = parity(f"+model={model}", f"recompute={mode}")
     assert status == "PASS", frame[frame.status != "PASS"][["item", "detail"]].to_string()
@@ -101,8 +103,12 @@ def test_a_reentrant_region_returning_its_parameter_stops_before_backward():
     status, frame = parity("+model=returns_parameter", "recompute=reentrant")
     assert time.perf_counter() - start < 30
     errors = frame[frame.status == ERROR]
-    assert status == ERROR and errors.detail.str.contains(
-        "reentrant recompute region bias returned a tensor it did not create (its parameter bias.bias", regex=False).all()
+    assert (
+        status == ERROR
+        and errors.detail.str.contains(
+            "reentrant recompute region bias returned a tensor it did not create (its parameter bias.bias", regex=False
+        ).all()
+    )
     assert errors.detail.str.contains("backward was not run").all()
 
 
@@ -134,22 +140,37 @@ def test_changed_leaves_says_how_each_output_leaf_changed():
     cache["v"][0].add_(1)  # written in place
     cache["v"].append(torch.ones(1))  # a new entry
     assert changed_leaves(before, cache, "output") == {
-        'output["k"][0]': "shape [2, 3] -> [4, 3]", 'output["v"][0]': "written in place", 'output["v"][1]': "added"}
+        'output["k"][0]': "shape [2, 3] -> [4, 3]",
+        'output["v"][0]': "written in place",
+        'output["v"][1]': "added",
+    }
     assert changed_leaves(leaf_states(cache, "output"), cache, "output") == {}
 
 
 def _error(detail: str, check: str = "gradient parity") -> Row:
-    return Row(check=check, item="recompute", variant="recompute", metric="exception", status=ERROR, role=Role.EXCEPTION,
-               detail=f"the recompute run raised {detail}")
+    return Row(
+        check=check,
+        item="recompute",
+        variant="recompute",
+        metric="exception",
+        status=ERROR,
+        role=Role.EXCEPTION,
+        detail=f"the recompute run raised {detail}",
+    )
 
 
 def test_saved_tensors_read_twice_wins_over_the_generic_checkpoint_error_rule():
-    rows = [_error("CheckpointError: torch.utils.checkpoint: Unpack is being triggered for a tensor that was already "
-                   "unpacked once. If you are calling ctx.saved_tensors in backward, make sure to do so only once.")]
+    rows = [
+        _error(
+            "CheckpointError: torch.utils.checkpoint: Unpack is being triggered for a tensor that was already "
+            "unpacked once. If you are calling ctx.saved_tensors in backward, make sure to do so only once."
+        )
+    ]
     (why,) = diagnose(rows, SETTINGS)
     assert why.extra["rule"] == "saved tensors read twice"
-    (other,) = diagnose([_error("CheckpointError: torch.utils.checkpoint: Recomputed values have different metadata")],
-                        SETTINGS)
+    (other,) = diagnose(
+        [_error("CheckpointError: torch.utils.checkpoint: Recomputed values have different metadata")], SETTINGS
+    )
     assert other.extra["rule"] == "state changed before recompute"  # no cache, no second read: the old rule
 
 
@@ -160,33 +181,86 @@ def test_a_hook_registered_in_a_reentrant_region_is_named():
 
 
 def test_a_hazard_seen_by_one_check_explains_the_symptom_of_another():
-    rows = [Row(check="gradient parity", item="output leaves changed during backward", variant="recompute", metric="changed_leaves", value=4.0, threshold="0",
-                comparator="==", threshold_value=0.0, role=Role.CHANGED_IN_BACKWARD, extra={"in_cache": True}),
-            _error("CheckpointError: torch.utils.checkpoint: Recomputed values have different metadata",
-                   check="trajectory parity")]
+    rows = [
+        Row(
+            check="gradient parity",
+            item="output leaves changed during backward",
+            variant="recompute",
+            metric="changed_leaves",
+            value=4.0,
+            threshold="0",
+            comparator="==",
+            threshold_value=0.0,
+            role=Role.CHANGED_IN_BACKWARD,
+            extra={"in_cache": True},
+        ),
+        _error(
+            "CheckpointError: torch.utils.checkpoint: Recomputed values have different metadata",
+            check="trajectory parity",
+        ),
+    ]
     rules = {r.check: r.extra["rule"] for r in diagnose(rows, SETTINGS)}
-    assert rules == {"gradient parity": "cache written again in recompute",
-                     "trajectory parity": "cache written again in recompute"}
+    assert rules == {
+        "gradient parity": "cache written again in recompute",
+        "trajectory parity": "cache written again in recompute",
+    }
 
 
 def test_no_known_pattern_names_the_first_differing_tensor_and_the_check_that_saw_it():
-    rows = [Row(check="gradient parity", item="loss", variant="recompute", metric="max_abs_err", value=0.0, comparator="allclose", role=Role.LOSS,
-                extra={"excess": -1.0}),
-            Row(check="gradient parity", item="blocks.1.lin.weight.grad", variant="recompute", metric="max_abs_err", value=0.5, comparator="allclose",
-                role=Role.PARAM_GRAD, detail="exceeds tolerance by 0.49", extra={"excess": 0.49}),
-            Row(check="gradient parity", item="blocks.2.lin.weight.grad", variant="recompute", metric="max_abs_err", value=0.7, comparator="allclose",
-                role=Role.PARAM_GRAD, detail="exceeds tolerance by 0.69", extra={"excess": 0.69})]
+    rows = [
+        Row(
+            check="gradient parity",
+            item="loss",
+            variant="recompute",
+            metric="max_abs_err",
+            value=0.0,
+            comparator="allclose",
+            role=Role.LOSS,
+            extra={"excess": -1.0},
+        ),
+        Row(
+            check="gradient parity",
+            item="blocks.1.lin.weight.grad",
+            variant="recompute",
+            metric="max_abs_err",
+            value=0.5,
+            comparator="allclose",
+            role=Role.PARAM_GRAD,
+            detail="exceeds tolerance by 0.49",
+            extra={"excess": 0.49},
+        ),
+        Row(
+            check="gradient parity",
+            item="blocks.2.lin.weight.grad",
+            variant="recompute",
+            metric="max_abs_err",
+            value=0.7,
+            comparator="allclose",
+            role=Role.PARAM_GRAD,
+            detail="exceeds tolerance by 0.69",
+            extra={"excess": 0.69},
+        ),
+    ]
     (why,) = diagnose(rows, SETTINGS)
     assert why.extra["rule"] == ""
-    assert why.extra["cause"].startswith("no known pattern matches these rows; the first differing tensor is "
-                                         "blocks.1.lin.weight.grad (exceeds tolerance by 0.49)")
+    assert why.extra["cause"].startswith(
+        "no known pattern matches these rows; the first differing tensor is "
+        "blocks.1.lin.weight.grad (exceeds tolerance by 0.49)"
+    )
     assert why.extra["fix"].startswith("start from blocks.1.lin.weight.grad, which gradient parity saw differ first")
 
 
 @pytest.mark.slow
 def test_the_cache_fixture_through_the_command_line_prints_the_fix(tmp_path):
-    proc = reportgen(tmp_path, "--config-dir", str(TESTS / "user_conf"), "+model=cached_decoder",
-                     "recompute=reentrant", *SMALL, pythonpath=str(TESTS))
+    proc = reportgen(
+        tmp_path,
+        "--config-dir",
+        str(TESTS / "user_conf"),
+        "+model=cached_decoder",
+        "recompute=reentrant",
+        *SMALL,
+        pythonpath=str(TESTS),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("reportgen: fix (")]
     assert line.startswith("reportgen: fix (gradient parity") and "use_cache=False" in line
@@ -200,25 +274,45 @@ def test_the_cache_fixture_through_the_command_line_prints_the_fix(tmp_path):
 def test_hugging_face_llama_with_its_cache_on_under_a_generic_wrapper_names_use_cache(mode):
     """The filed case: LlamaDecoderLayer wrapped by a generic checkpoint wrapper (what FSDP's
     apply_activation_checkpointing does) with use_cache=True: the cache is appended again in the recompute."""
-    setup = prepare(compose_config("+model=hf_llama", "++model.use_cache=true", "recompute.method=wrap",
-                                   "recompute.targets=[LlamaDecoderLayer]", f"recompute={mode}"))
+    setup = prepare(
+        compose_config(
+            "+model=hf_llama",
+            "++model.use_cache=true",
+            "recompute.method=wrap",
+            "recompute.targets=[LlamaDecoderLayer]",
+            f"recompute={mode}",
+        )
+    )
     rows = gradient_parity(setup)
     (why,) = diagnose(rows, {"mode": mode, "preserve_rng_state": True})
     assert why.extra["rule"] == "cache written again in recompute" and "use_cache=False" in why.extra["fix"]
     said = " ".join(r.detail for r in rows if r.status in (FAIL, ERROR))
     # transformers 4.x returns the cache as output.past_key_values, 5.x as output.cache
-    assert ("output.past_key_values.layers[1].keys" in said or "output.cache.layers[1].keys" in said)
+    assert "output.past_key_values.layers[1].keys" in said or "output.cache.layers[1].keys" in said
     assert "a key/value cache the forward appends to" in said and "use_cache=True" in said
 
 
 #: The returns_parameter config pointed at a region that returns a graph tensor kept on a shared object.
-TABLE_VALUE = ("model._target_=user_models.recompute_faults.build_returns_table_value", "recompute.targets=[TableValue]")
+TABLE_VALUE = (
+    "model._target_=user_models.recompute_faults.build_returns_table_value",
+    "recompute.targets=[TableValue]",
+)
 
 
 def to_frame_rows(frame: pd.DataFrame) -> list[Row]:
     """Rows back from a frame, as the diagnosis reads them (check, item, role, status, detail)."""
-    return [Row(check=r.check, item=r.item, variant=r.variant, metric=r.metric, status=r.status, detail=r.detail, role=r.role)
-            for r in frame.itertuples()]
+    return [
+        Row(
+            check=r.check,
+            item=r.item,
+            variant=r.variant,
+            metric=r.metric,
+            status=r.status,
+            detail=r.detail,
+            role=r.role,
+        )
+        for r in frame.itertuples()
+    ]
 
 
 def test_a_reentrant_region_returning_a_graph_tensor_it_did_not_create_stops_before_backward():
@@ -228,8 +322,12 @@ def test_a_reentrant_region_returning_a_graph_tensor_it_did_not_create_stops_bef
     status, frame = parity("+model=returns_parameter", "recompute=reentrant", *TABLE_VALUE)
     assert time.perf_counter() - start < 30
     errors = frame[frame.status == ERROR]
-    assert status == ERROR and errors.detail.str.contains(
-        "reentrant recompute region value returned a tensor it did not create (a tensor [16] that requires grad",
-        regex=False).all()
+    assert (
+        status == ERROR
+        and errors.detail.str.contains(
+            "reentrant recompute region value returned a tensor it did not create (a tensor [16] that requires grad",
+            regex=False,
+        ).all()
+    )
     (why,) = diagnose(to_frame_rows(frame), {"mode": "reentrant", "preserve_rng_state": True})
     assert why.extra["rule"] == "region returned a tensor it did not create"

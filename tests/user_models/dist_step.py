@@ -2,6 +2,7 @@
 gradient accumulation over micro-batches with DDP's ``no_sync`` / FSDP2's gradient-sync switch,
 clipping, AdamW and a cosine schedule. Written for these tests; the model is
 ``user_models.faults.build_dropout`` (dropout inside the recomputed block)."""
+
 from __future__ import annotations
 
 import contextlib

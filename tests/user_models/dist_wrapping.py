@@ -1,6 +1,7 @@
 """Models for the distributed-wrapping tests (issue 23), written for them: each rebuilds one public
 report of recomputation going wrong (or right) under DDP / FSDP, at a size 2 CPU ranks run in seconds.
 Batches are ``user_models.faults.batch_small`` (``[batch, 8]`` inputs, zero targets, MSE)."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 Each ``build_*`` / ``batch_*`` / ``loss_*`` trio is what a user would point reportgen at
 with ``_target_`` and ``reportgen.tasks.FunctionTask``; none imports reportgen.
 """
+
 import torch
 from torch import nn
 
@@ -65,7 +66,9 @@ def build_bn():
 
 
 def batch_image(generator, batch_size=8):
-    return torch.randn(batch_size, 1, 6, 6, generator=generator), torch.randint(0, 5, (batch_size,), generator=generator)
+    return torch.randn(batch_size, 1, 6, 6, generator=generator), torch.randint(
+        0, 5, (batch_size,), generator=generator
+    )
 
 
 # --- frozen embedding feeding recomputed blocks (reentrant loses the gradients) -------------

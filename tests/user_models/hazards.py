@@ -1,4 +1,5 @@
 """Models whose recompute never ends: reportgen must stop the check, not hang (reportgen/limits.py)."""
+
 import time
 
 import torch

@@ -1,4 +1,5 @@
 """Tasks that break the task contract, or raise inside a check (tests/commands/test_integrity.py)."""
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ the plain twin never does. Gradient, one-step and trajectory parity (fresh twins
 are bitwise equal; only the budget run shows it, and its trained parameters move by about the
 learning rate, as rounding noise under Adam would: the rounding envelope must not pass it.
 Found by trying to break the envelope (gate over the first steps only)."""
+
 from __future__ import annotations
 
 import weakref
@@ -13,7 +14,7 @@ import weakref
 import torch
 from torch import nn
 
-_CALLS: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
+_CALLS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 THRESHOLD, SCALE = 20, 1.002
 
 

@@ -3,6 +3,7 @@
 Used by tests/training/test_budget.py through tests/user_conf/model/nonfinite_loss.yaml, the way a user
 points reportgen at their own code; imports nothing from reportgen.
 """
+
 import torch
 from torch import nn
 

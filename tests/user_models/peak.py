@@ -8,6 +8,7 @@
   the recompute while the next Linear still keeps the ReLU's output: more is kept than
   without recompute.
 """
+
 import torch
 from torch import nn
 
@@ -74,7 +75,9 @@ def build_relus(width: int = 32, depth: int = 4):
 
 def batch_classes(generator, batch_size: int = 64):
     """``x [batch, FEATURES]``, class ids ``[batch]`` in 0..9."""
-    return torch.randn(batch_size, FEATURES, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+    return torch.randn(batch_size, FEATURES, generator=generator), torch.randint(
+        0, 10, (batch_size,), generator=generator
+    )
 
 
 def cross_entropy(output, target):

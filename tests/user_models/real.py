@@ -1,6 +1,7 @@
 """User models shaped like released ones (issue 9): structured outputs, a model's own recompute
 switch, base-class targets, a factory that already recomputes, and a region whose autocast
 state changes between forward and recompute. Imports nothing from reportgen."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ none imports reportgen. Written from scratch: a tiny key/value cache, a custom a
 a tensor cached on a shared object, ``retain_grad`` inside a layer, a layer that returns its own
 parameter.
 """
+
 from __future__ import annotations
 
 import math
@@ -237,7 +238,6 @@ class BiasNet(nn.Module):
 def build_returns_parameter():
     """A :class:`BiasNet` (recompute its ``Bias``: under reentrant recompute backward would recurse)."""
     return BiasNet()
-
 
 
 # --- a layer that returns a graph tensor kept on a shared object (not a parameter) ---------------

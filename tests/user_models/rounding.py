@@ -10,6 +10,7 @@ before centering the features: its gradient is zero in exact arithmetic and roun
 float32, and Adam divides that noise by the root of an equally tiny second moment, so a
 rounding-level gradient difference becomes a step of about the learning rate.
 """
+
 import torch
 from torch import nn
 

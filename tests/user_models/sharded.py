@@ -1,4 +1,5 @@
 """Models for the sharded (distributed) tests, written for them: a block that raises on one rank."""
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ training step (the recompute twin runs its forward twice); ``Fast`` costs next t
 Recomputing ``Slow`` instead of ``Fast`` raises the step-time overhead ratio by a known,
 noise-proof amount.
 """
+
 import time
 
 import torch

@@ -2,6 +2,7 @@
 recompute (issue 16, item 4): gradients agree to rounding level, and training carries those
 last-bit differences on. Needs transformers (tests using it carry ``@pytest.mark.hf``).
 Imports nothing from reportgen; random weights from a ``T5Config``, nothing downloaded."""
+
 import torch
 from torch.nn import functional as F
 
@@ -12,9 +13,19 @@ def build_t5(d_model=32, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.1):
     """``T5ForConditionalGeneration`` with ``num_layers`` encoder and decoder blocks, width ``d_model``."""
     from transformers import T5Config, T5ForConditionalGeneration
 
-    cfg = T5Config(vocab_size=VOCAB, d_model=d_model, d_kv=d_model // num_heads, d_ff=d_ff, num_layers=num_layers,
-                   num_heads=num_heads, dropout_rate=dropout_rate, use_cache=False, decoder_start_token_id=0,
-                   pad_token_id=0, eos_token_id=1)
+    cfg = T5Config(
+        vocab_size=VOCAB,
+        d_model=d_model,
+        d_kv=d_model // num_heads,
+        d_ff=d_ff,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        dropout_rate=dropout_rate,
+        use_cache=False,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     return T5ForConditionalGeneration(cfg)
 
 

@@ -12,6 +12,7 @@ one-step, torch-RNG-only view gets wrong. Imports nothing from reportgen.
   reproduce itself (INCONCLUSIVE).
 - :func:`build_nan`: a loss that is NaN in both twins (INCONCLUSIVE, never PASS).
 """
+
 import os
 import random
 

@@ -2,6 +2,7 @@
 
 Each attack from issue 17 is performed here and must fail verification or be refused.
 """
+
 from __future__ import annotations
 
 import os
@@ -9,17 +10,27 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import (
+    REQUIRED,
+    job_cost_rows,
+    job_sweep,
+    make_key,
+    sign_folder,
+    signed_run,
+    tiny_frame,
+    tiny_meta,
+    write_job,
+    write_launch,
+)
 
-from conftest import (REQUIRED, job_cost_rows, job_sweep, make_key, sign_folder, signed_run, tiny_frame, tiny_meta,
-                      write_job, write_launch)
-from reportgen.compare import command as compare
 from reportgen import sweep
 from reportgen import verify as verifier
-from reportgen.trust.keys import load_public_key
-from reportgen.report.render import render_report
+from reportgen.compare import command as compare
 from reportgen.config import TIME
-from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, frame_from_json, to_frame
+from reportgen.report.render import render_report
+from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, to_frame
 from reportgen.run import write_results
+from reportgen.trust.keys import load_public_key
 from reportgen.trust.signing import SigningError, load_signing_key, sign_run, signature_label
 
 
@@ -118,15 +129,19 @@ def test_a_summary_that_does_not_follow_from_its_jobs_fails(tmp_path, keys, monk
     sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
     monkeypatch.setattr(sweep, "summary_frame", honest)
     lines = failed(verify_dir(root, public).checks)
-    assert lines == ["FAIL summary from jobs: summary.json does not follow from the jobs' signed files "
-                     "(a job's outcome or results differ from what the summary states)"]
+    assert lines == [
+        "FAIL summary from jobs: summary.json does not follow from the jobs' signed files "
+        "(a job's outcome or results differ from what the summary states)"
+    ]
 
 
 def test_an_added_job_folder_fails(signed_sweep, keys):
     (private, public), _ = keys
     signed_job(signed_sweep / "3", 3, ["+model=ffn", "recompute=selective"], 0, job_cost_rows(), private)
-    assert any("job folder(s) 3 are not in the signed summary" in line
-               for line in failed(verify_dir(signed_sweep, public).checks))
+    assert any(
+        "job folder(s) 3 are not in the signed summary" in line
+        for line in failed(verify_dir(signed_sweep, public).checks)
+    )
 
 
 def test_an_interrupted_summary_is_marked_and_summarize_writes_it_again(signed_sweep, keys, capsys):
@@ -213,8 +228,9 @@ def test_a_signed_summary_over_jobs_the_launch_did_not_make_fails(tmp_path, keys
     monkeypatch.setattr(sweep, "job_problems", lambda *a: (real(*a)[0], []))
     sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
     lines = failed(verify_dir(root, public).checks)
-    assert lines == ["FAIL launch: job 1 is missing: the launch made it (+model=ffn recompute=reentrant), "
-                     "no folder holds it"]
+    assert lines == [
+        "FAIL launch: job 1 is missing: the launch made it (+model=ffn recompute=reentrant), no folder holds it"
+    ]
 
 
 # --------------------------------------------------------------------------- what verify is told to expect
@@ -230,8 +246,10 @@ def test_a_run_folder_with_a_genuine_sweeps_files_copied_in_fails_as_mixed(signe
         shutil.copy(signed_sweep / name, run / name)
     assert verifier.main([str(run), "--key", str(public)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[1].startswith("FAIL kind: this folder holds the files of a run (statement.dsse.json, results.json) "
-                             "and of a sweep (summary.dsse.json, summary.json)")
+    assert out[1].startswith(
+        "FAIL kind: this folder holds the files of a run (statement.dsse.json, results.json) "
+        "and of a sweep (summary.dsse.json, summary.json)"
+    )
     assert out[-1].startswith("NOT VERIFIED (mixed folder)")
 
 
@@ -260,8 +278,12 @@ def test_verify_refuses_devices_and_fifos_in_one_line(signed_sweep, keys, tmp_pa
     (private, public), _ = keys
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    for argv in (["/dev/zero", "--key", str(public)], [str(fifo), "--key", str(public)],
-                 [str(signed_sweep), "--key", "/dev/zero"], [str(signed_sweep), "--key", str(fifo)]):
+    for argv in (
+        ["/dev/zero", "--key", str(public)],
+        [str(fifo), "--key", str(public)],
+        [str(signed_sweep), "--key", "/dev/zero"],
+        [str(signed_sweep), "--key", str(fifo)],
+    ):
         assert verifier.main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert "not a regular file" in err or "not a key file" in err
@@ -323,8 +345,12 @@ def signed_pair(tmp_path, keys):
 def test_a_signed_comparison_verifies_and_is_rederived(signed_pair, keys, tmp_path, capsys):
     (private, public), _ = keys
     out = tmp_path / "cmp"
-    assert compare.main([*map(str, signed_pair), "--key", str(public), "--signing-key", str(private), "--no-pdf",
-                         "--out", str(out)]) == 0
+    assert (
+        compare.main(
+            [*map(str, signed_pair), "--key", str(public), "--signing-key", str(private), "--no-pdf", "--out", str(out)]
+        )
+        == 0
+    )
     outcome = verify_dir(out, public)
     assert failed(outcome.checks) == [] and outcome.kind == "comparison folder"
     names = [c.name for c in outcome.checks if c.status == "PASS"]
@@ -337,14 +363,16 @@ def test_a_signed_comparison_verifies_and_is_rederived(signed_pair, keys, tmp_pa
 def test_a_comparison_whose_copied_run_was_edited_fails(signed_pair, keys, tmp_path):
     (private, public), _ = keys
     out = tmp_path / "cmp"
-    compare.main([*map(str, signed_pair), "--key", str(public), "--signing-key", str(private), "--no-pdf",
-                  "--out", str(out)])
+    compare.main(
+        [*map(str, signed_pair), "--key", str(public), "--signing-key", str(private), "--no-pdf", "--out", str(out)]
+    )
     results = out / "inputs" / "new" / "results.json"
     results.write_text(results.read_text().replace("0.0", "0.5", 1))
     lines = failed(verify_dir(out, public).checks)
     assert any(line.startswith("FAIL subject inputs/new/results.json") for line in lines)
-    assert any(line.startswith("FAIL NEW run: its results.json is not the one its statement vouches for")
-               for line in lines)
+    assert any(
+        line.startswith("FAIL NEW run: its results.json is not the one its statement vouches for") for line in lines
+    )
 
 
 def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys, tmp_path, capsys):
@@ -364,9 +392,22 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
 
 def noisy_timing(ratio: float, ci: tuple[float, float]) -> list:
     """A job whose overhead CI missed its width target (timing too noisy to trust)."""
-    return [*job_cost_rows(ratio=ratio, ci=ci),
-            Row(check=TIME, item="overhead confidence", variant="recompute", metric="ci_half_width_pp", value=12.0, threshold="<= 5 pp", comparator="<=",
-                role=Role.OVERHEAD_CI, unit="pp", threshold_value=5.0, on_miss="WARN")]
+    return [
+        *job_cost_rows(ratio=ratio, ci=ci),
+        Row(
+            check=TIME,
+            item="overhead confidence",
+            variant="recompute",
+            metric="ci_half_width_pp",
+            value=12.0,
+            threshold="<= 5 pp",
+            comparator="<=",
+            role=Role.OVERHEAD_CI,
+            unit="pp",
+            threshold_value=5.0,
+            on_miss="WARN",
+        ),
+    ]
 
 
 def signed_folder(folder: Path, rows: list, key: Path) -> Path:
@@ -390,15 +431,26 @@ def test_compare_of_a_run_that_does_not_verify_is_cannot_tell(tmp_path, keys, ca
     (private, public), _ = keys
     base = signed_folder(tmp_path / "base", job_cost_rows(), private)
     unsigned = write_job(tmp_path / "unsigned", 0, [], 0, job_cost_rows())
-    assert compare.main([str(base), str(unsigned), "--key", str(public), "--no-sign", "--no-pdf",
-                         "--out", str(tmp_path / "c")]) == 3
+    assert (
+        compare.main(
+            [str(base), str(unsigned), "--key", str(public), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")]
+        )
+        == 3
+    )
     assert "CANNOT TELL: NEW does not verify" in capsys.readouterr().out
     edited = signed_folder(tmp_path / "edited", job_cost_rows(parity="FAIL"), private)
     results = edited / "results.json"
-    results.write_text(results.read_text().replace('"status":"FAIL","detail"', '"status":"WARN","detail"')
-                       .replace('"on_miss":"FAIL"', '"on_miss":"WARN"', 1))
-    assert compare.main([str(base), str(edited), "--key", str(public), "--no-sign", "--no-pdf",
-                         "--out", str(tmp_path / "d")]) == 3
+    results.write_text(
+        results.read_text()
+        .replace('"status":"FAIL","detail"', '"status":"WARN","detail"')
+        .replace('"on_miss":"FAIL"', '"on_miss":"WARN"', 1)
+    )
+    assert (
+        compare.main(
+            [str(base), str(edited), "--key", str(public), "--no-sign", "--no-pdf", "--out", str(tmp_path / "d")]
+        )
+        == 3
+    )
     out = capsys.readouterr().out
     assert "NEW NOT VERIFIED" in out and "OK:" not in out
     assert "says on_miss 'WARN'; its check misses as FAIL" in out  # re-judged as the check configures it
@@ -411,8 +463,10 @@ def test_a_parity_row_signed_with_a_lenient_on_miss_never_verifies(tmp_path, key
     frame.loc[1, ["on_miss", "status"]] = ["WARN", "WARN"]
     run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)
     lines = failed(verify_dir(run, public).checks)
-    assert any("blocks.0.lin.weight.grad / recompute / max_abs_err says on_miss 'WARN'; its check misses as FAIL"
-               in line for line in lines)
+    assert any(
+        "blocks.0.lin.weight.grad / recompute / max_abs_err says on_miss 'WARN'; its check misses as FAIL" in line
+        for line in lines
+    )
 
 
 def test_compare_out_onto_an_existing_folder_is_one_line_exit_2(tmp_path, capsys):
@@ -438,9 +492,20 @@ def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, keys, mon
 def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys):
     (private, public), _ = keys
     rows = [*tiny_frame().to_dict("records")]
-    frame = to_frame([Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in rows] +
-                     [Row(check="gradient parity", item="plain vs plain (A/A)", variant="aa", metric="max_abs_err", status=INCONCLUSIVE,
-                          role=Role.LOSS, detail="the plain twin does not reproduce itself")])
+    frame = to_frame(
+        [Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in rows]
+        + [
+            Row(
+                check="gradient parity",
+                item="plain vs plain (A/A)",
+                variant="aa",
+                metric="max_abs_err",
+                status=INCONCLUSIVE,
+                role=Role.LOSS,
+                detail="the plain twin does not reproduce itself",
+            )
+        ]
+    )
     run = signed_run(tmp_path / "run", private, frame=frame)
     assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE
     assert verifier.main([str(run), "--key", str(public)]) == 3
@@ -535,9 +600,9 @@ def test_sigterm_during_signing_then_reportgen_sign_completes_and_verifies(tmp_p
     renders, signs, and the run then verifies as a run."""
     import signal
 
+    from conftest import SMALL, compose_config
     from omegaconf import OmegaConf
 
-    from conftest import SMALL, compose_config
     from reportgen import cli
     from reportgen.trust import finish, signing
     from reportgen.trust.manifest import PENDING_NAME
@@ -606,8 +671,10 @@ def test_a_subject_that_is_a_symlink_out_of_the_folder_is_refused(tmp_path, keys
     shutil.copy(run / "results.csv", outside)  # same bytes, same digest: only the link is wrong
     (run / "results.csv").unlink()
     (run / "results.csv").symlink_to(outside)
-    assert any(line.startswith("FAIL subject results.csv: a symbolic link leaving the folder")
-               for line in failed(verify_dir(run, public).checks))
+    assert any(
+        line.startswith("FAIL subject results.csv: a symbolic link leaving the folder")
+        for line in failed(verify_dir(run, public).checks)
+    )
 
 
 def test_an_interrupted_summary_is_named_not_checked_as_a_run(signed_sweep, keys):
@@ -617,7 +684,8 @@ def test_an_interrupted_summary_is_named_not_checked_as_a_run(signed_sweep, keys
     outcome = verify_dir(signed_sweep, public)
     assert outcome.kind == "sweep folder" and failed(outcome.checks) == [
         "FAIL summary complete: summary.incomplete is present and there is no summary.dsse.json: the summary was "
-        f"interrupted; write it again with python -m reportgen.sweep summarize {signed_sweep}"]
+        f"interrupted; write it again with python -m reportgen.sweep summarize {signed_sweep}"
+    ]
 
 
 def test_sweep_verify_lists_what_it_did_not_cover(signed_sweep, keys):
@@ -637,8 +705,12 @@ def test_the_signed_summary_pdf_links_its_jobs_relatively(summary_pdf):
     from pyhanko.pdf_utils.reader import PdfFileReader
 
     reader = PdfFileReader(open(summary_pdf, "rb"), strict=False)
-    uris = [str(a.get_object()["/A"]["/URI"]) for page in reader.root["/Pages"]["/Kids"]
-            for a in page.get_object().get("/Annots", []) if "/URI" in a.get_object().get("/A", {})]
+    uris = [
+        str(a.get_object()["/A"]["/URI"])
+        for page in reader.root["/Pages"]["/Kids"]
+        for a in page.get_object().get("/Annots", [])
+        if "/URI" in a.get_object().get("/A", {})
+    ]
     assert "0/report.pdf" in uris and "1/report.pdf" in uris
     assert not any(u.startswith("file:") for u in uris) and b"file://" not in summary_pdf.read_bytes()
 

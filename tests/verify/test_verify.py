@@ -1,5 +1,6 @@
 """``python -m reportgen.verify``: a signed run verifies; any changed byte, another key, a
 lying verdict or a swapped statement does not (issue 5, "What I will check")."""
+
 from __future__ import annotations
 
 import json
@@ -11,18 +12,25 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REQUIRED, TESTS, make_key, signed_run, tiny_frame
 
+from reportgen.results import claim_verdict
 from reportgen.trust.keys import fingerprint, load_public_key
 from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify import FAIL, NOTE, PASS, main, verify, verify_pdf
 
-from conftest import TESTS
-from conftest import REQUIRED, make_key, signed_run, tiny_frame
-from reportgen.results import claim_verdict
-
 #: Every file a signed run folder vouches for, and the two signed outputs themselves.
-SIGNED_ARTIFACTS = ["report.pdf", ENVELOPE_NAME, "report.unsigned.pdf", "results.json", "results.csv",
-                    "report.html", ".hydra/config.yaml", ".hydra/overrides.yaml", "plots/memory.svg"]
+SIGNED_ARTIFACTS = [
+    "report.pdf",
+    ENVELOPE_NAME,
+    "report.unsigned.pdf",
+    "results.json",
+    "results.csv",
+    "report.html",
+    ".hydra/config.yaml",
+    ".hydra/overrides.yaml",
+    "plots/memory.svg",
+]
 #: XOR masks, taken in turn: lowest bit, ASCII case bit (hex digits, JSON, base64), top bit.
 MASKS = (0x01, 0x20, 0x80)
 
@@ -67,9 +75,18 @@ def test_signed_run_and_lone_pdf_verify(run, public, capsys):
     checks = verify(run, public)
     assert not failed(checks), failed(checks)
     names = [c.name for c in checks if c.status == PASS]
-    for expected in ("PDF signature", "PDF signer", "envelope signature", "statement", "verdict", "rendered pages",
-                     f"{ENVELOPE_NAME} on disk", "subject results.csv", "subject .hydra/config.yaml",
-                     "subject report.unsigned.pdf"):
+    for expected in (
+        "PDF signature",
+        "PDF signer",
+        "envelope signature",
+        "statement",
+        "verdict",
+        "rendered pages",
+        f"{ENVELOPE_NAME} on disk",
+        "subject results.csv",
+        "subject .hydra/config.yaml",
+        "subject report.unsigned.pdf",
+    ):
         assert expected in names
     assert not failed(verify(run / "report.pdf", public))
     assert main([str(run / "report.pdf"), "--key", str(run.parent.parent / "missing")]) == 2  # usage: no such key
@@ -82,22 +99,33 @@ def test_cli_exit_codes_and_one_line_per_check(keys_and_run, run, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "reportgen.verify", *map(str, args)], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path, env=env)
+        return subprocess.run(
+            [sys.executable, "-m", "reportgen.verify", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+        )
 
     ok = cli(run, "--key", public)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = ok.stdout.splitlines()
     assert lines[0] == f"checking a run folder: {run}"
-    assert all(line.split()[0] in (PASS, NOTE) for line in lines[1:-1]) and lines[-1].startswith("VERIFIED (run folder)")
+    assert all(line.split()[0] in (PASS, NOTE) for line in lines[1:-1]) and lines[-1].startswith(
+        "VERIFIED (run folder)"
+    )
     fp = fingerprint(load_public_key(public))
     assert f"PASS envelope signature (DSSE, key sha256:{fp})" in lines
     assert cli(run / "report.pdf", "--key", public).returncode == 0
     wrong = cli(run / "report.pdf", "--key", other)
     assert wrong.returncode == 1 and wrong.stdout.splitlines()[-1].startswith("NOT VERIFIED")
     assert "FAIL envelope signature: no valid signature by key" in wrong.stdout
-    for args in ((run / "nope.pdf", "--key", public), (run, "--key", run / "results.json"),
-                 (run, "--key", keys_and_run[0])):  # no such target; not a key; a private key
+    for args in (
+        (run / "nope.pdf", "--key", public),
+        (run, "--key", run / "results.json"),
+        (run, "--key", keys_and_run[0]),
+    ):  # no such target; not a key; a private key
         usage = cli(*args)
         assert usage.returncode == 2 and "Traceback" not in usage.stderr and len(usage.stderr.splitlines()) == 1
 
@@ -130,7 +158,7 @@ def test_flips_inside_the_signature_contents_fail(run, public):
     """The /Contents hex is the one region the PDF digest skips: case, padding, certificate, versions."""
     pdf = (run / "report.pdf").read_bytes()
     start, end = contents_gap(pdf)
-    hex_text = pdf[start + 1:end - 1]
+    hex_text = pdf[start + 1 : end - 1]
     letter = next(i for i, c in enumerate(hex_text) if chr(c) in "ABCDEF")
     padding = len(hex_text.rstrip(b"0")) + 10
     edits = {
@@ -164,14 +192,15 @@ def test_a_signed_statement_whose_verdict_does_not_follow_from_its_numbers_fails
 def test_a_signed_row_whose_status_contradicts_its_value_fails_naming_the_row(keys_and_run, tmp_path, public):
     """Right key, consistent verdict, but one row says PASS where its own numbers give FAIL."""
     frame = tiny_frame(failing=True)
-    lie = (frame["item"] == "blocks.0.lin.weight.grad")
+    lie = frame["item"] == "blocks.0.lin.weight.grad"
     frame.loc[lie, "status"] = "PASS"
     assert claim_verdict(frame, REQUIRED) == "PASS"
     lying = signed_run(tmp_path / "lying-row", keys_and_run[0], frame=frame)
     for target in (lying, lying / "report.pdf"):
         (line,) = failed(verify(target, public))
-        assert line.startswith("FAIL verdict: row gradient parity / blocks.0.lin.weight.grad / recompute / max_abs_err "
-                               "says PASS") and line.endswith("gives FAIL")
+        assert line.startswith(
+            "FAIL verdict: row gradient parity / blocks.0.lin.weight.grad / recompute / max_abs_err says PASS"
+        ) and line.endswith("gives FAIL")
 
 
 def test_pass_without_a_comparison_or_flagged_outside_the_experiment_fails(keys_and_run, tmp_path, public):
@@ -214,7 +243,9 @@ def test_signed_run_without_pdf_verifies_from_the_folder(keys_and_run, tmp_path,
     checks = verify(run, public)
     assert not failed(checks) and "verdict" in [c.name for c in checks if c.status == PASS]
     notes = [c.line for c in checks if c.status == NOTE]
-    assert notes == ["NOTE report.pdf (none in this run, made with report.pdf=false)",
-                     "NOTE not covered: __main__.log (not in the statement; nothing vouches for it)"]
+    assert notes == [
+        "NOTE report.pdf (none in this run, made with report.pdf=false)",
+        "NOTE not covered: __main__.log (not in the statement; nothing vouches for it)",
+    ]
     (run / "results.json").write_text((run / "results.json").read_text().replace('"PASS"', '"FAIL"', 1))
     assert failed(verify(run, public))

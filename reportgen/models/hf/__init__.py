@@ -23,6 +23,7 @@ hook on the input embeddings, kept in ``_require_grads_hook``), and it recompute
 children's do: :func:`reportgen.twins.observe.observe_recompute` counts such a layer as recomputed).
 The shipped configs declare the attributes with ``state.ignore_attributes``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,8 +56,10 @@ def require_transformers() -> Any:
     try:
         return importlib.import_module("transformers")
     except ImportError as exc:
-        raise SetupError(f"this config needs Hugging Face transformers, which is not installed ({exc}); "
-                         f"install the hf extra: {INSTALL}") from exc
+        raise SetupError(
+            f"this config needs Hugging Face transformers, which is not installed ({exc}); "
+            f"install the hf extra: {INSTALL}"
+        ) from exc
 
 
 def switch(model: nn.Module) -> Callable[..., None]:
@@ -69,12 +72,15 @@ def switch(model: nn.Module) -> Callable[..., None]:
     Raises:
         SetupError: the model has neither switch, or it does not support recomputation.
     """
-    found = getattr(model, "activation_checkpointing_enable", None) or \
-        getattr(model, "gradient_checkpointing_enable", None)
+    found = getattr(model, "activation_checkpointing_enable", None) or getattr(
+        model, "gradient_checkpointing_enable", None
+    )
     if found is None or not getattr(model, "supports_gradient_checkpointing", False):
-        raise SetupError(f"recompute.enable=reportgen.models.hf.enable needs a Hugging Face model that supports gradient "
-                         f"checkpointing; {type(model).__name__} does not. Use recompute.method=wrap with "
-                         "recompute.targets instead.")
+        raise SetupError(
+            f"recompute.enable=reportgen.models.hf.enable needs a Hugging Face model that supports gradient "
+            f"checkpointing; {type(model).__name__} does not. Use recompute.method=wrap with "
+            "recompute.targets instead."
+        )
     return found
 
 
@@ -156,8 +162,10 @@ def keep_only_targets(model: nn.Module, targets: list[str]) -> list[str]:
         kept += [path] if module.gradient_checkpointing else []
     missed = [t for t in targets if not any(matches(p, m, t) for p, m in layers)]
     if missed:
-        raise RecomputeConfigError(f"recompute.targets: {', '.join(map(repr, missed))} matched none of the layers the "
-                                   f"model's switch recomputes ({', '.join(p for p, _ in layers[:3])}, ...)")
+        raise RecomputeConfigError(
+            f"recompute.targets: {', '.join(map(repr, missed))} matched none of the layers the "
+            f"model's switch recomputes ({', '.join(p for p, _ in layers[:3])}, ...)"
+        )
     return kept
 
 
@@ -166,8 +174,10 @@ def _context_of(task: Any) -> tuple[int, int]:
     try:
         return int(task.vocab_size), int(task.block_size)
     except AttributeError as exc:
-        raise SetupError(f"the Hugging Face factories size the model from the task's vocab_size and block_size; "
-                         f"{type(task).__name__} has no {exc.name}. Use task._target_=reportgen.models.hf.CausalLMTask") from exc
+        raise SetupError(
+            f"the Hugging Face factories size the model from the task's vocab_size and block_size; "
+            f"{type(task).__name__} has no {exc.name}. Use task._target_=reportgen.models.hf.CausalLMTask"
+        ) from exc
 
 
 def _vocab(task_vocab: int, vocab_size: int | None) -> int:
@@ -180,13 +190,23 @@ def _vocab(task_vocab: int, vocab_size: int | None) -> int:
     if vocab_size is None:
         return task_vocab
     if int(vocab_size) < task_vocab:
-        raise SetupError(f"model.vocab_size={vocab_size} is smaller than the task's {task_vocab} tokens; give "
-                         f"model.vocab_size>={task_vocab} or leave it unset")
+        raise SetupError(
+            f"model.vocab_size={vocab_size} is smaller than the task's {task_vocab} tokens; give "
+            f"model.vocab_size>={task_vocab} or leave it unset"
+        )
     return int(vocab_size)
 
 
-def gpt2(task: Any, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, vocab_size: int | None = None,
-         use_cache: bool = False, attn_implementation: str | None = None, **config: Any) -> nn.Module:
+def gpt2(
+    task: Any,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    vocab_size: int | None = None,
+    use_cache: bool = False,
+    attn_implementation: str | None = None,
+    **config: Any,
+) -> nn.Module:
     """A tiny ``GPT2LMHeadModel`` with random weights (seeded by reportgen before the call).
 
     Args:
@@ -214,15 +234,33 @@ def gpt2(task: Any, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, vocab_s
     from transformers import GPT2Config, GPT2LMHeadModel
 
     task_vocab, block_size = _context_of(task)
-    cfg = GPT2Config(vocab_size=_vocab(task_vocab, vocab_size), n_positions=block_size, n_layer=n_layer,
-                     n_embd=n_embd, n_head=n_head, bos_token_id=0, eos_token_id=0, use_cache=use_cache,
-                     attn_implementation=attn_implementation, **config)
+    cfg = GPT2Config(
+        vocab_size=_vocab(task_vocab, vocab_size),
+        n_positions=block_size,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=use_cache,
+        attn_implementation=attn_implementation,
+        **config,
+    )
     return GPT2LMHeadModel(cfg)
 
 
-def llama(task: Any, n_layer: int = 2, hidden_size: int = 64, num_attention_heads: int = 4,
-          num_key_value_heads: int = 2, intermediate_size: int = 172, vocab_size: int | None = None,
-          use_cache: bool = False, attn_implementation: str | None = None, **config: Any) -> nn.Module:
+def llama(
+    task: Any,
+    n_layer: int = 2,
+    hidden_size: int = 64,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    intermediate_size: int = 172,
+    vocab_size: int | None = None,
+    use_cache: bool = False,
+    attn_implementation: str | None = None,
+    **config: Any,
+) -> nn.Module:
     """A tiny ``LlamaForCausalLM`` with random weights (seeded by reportgen before the call).
 
     Args:
@@ -249,11 +287,21 @@ def llama(task: Any, n_layer: int = 2, hidden_size: int = 64, num_attention_head
     from transformers import LlamaConfig, LlamaForCausalLM
 
     task_vocab, block_size = _context_of(task)
-    cfg = LlamaConfig(vocab_size=_vocab(task_vocab, vocab_size), max_position_embeddings=block_size,
-                      num_hidden_layers=n_layer, hidden_size=hidden_size, num_attention_heads=num_attention_heads,
-                      num_key_value_heads=num_key_value_heads, intermediate_size=intermediate_size,
-                      bos_token_id=0, eos_token_id=0, pad_token_id=None, use_cache=use_cache,
-                      attn_implementation=attn_implementation, **config)
+    cfg = LlamaConfig(
+        vocab_size=_vocab(task_vocab, vocab_size),
+        max_position_embeddings=block_size,
+        num_hidden_layers=n_layer,
+        hidden_size=hidden_size,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=None,
+        use_cache=use_cache,
+        attn_implementation=attn_implementation,
+        **config,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -274,8 +322,9 @@ class CausalLMTask(CharTextTask):
         SetupError: ``transformers`` is not installed (checked first, before the text is read).
     """
 
-    def __init__(self, block_size: int = 64, val_fraction: float = 0.1, eval_batches: int = 8,
-                 eval_batch_size: int = 32):
+    def __init__(
+        self, block_size: int = 64, val_fraction: float = 0.1, eval_batches: int = 8, eval_batch_size: int = 32
+    ):
         require_transformers()
         super().__init__(block_size, val_fraction, eval_batches, eval_batch_size)
 

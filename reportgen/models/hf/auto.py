@@ -15,6 +15,7 @@ Every bad input (a missing path, a config.json without a known ``model_type``, a
 without a causal-LM head, code that would have to be downloaded) is a
 :class:`reportgen.errors.SetupError` naming the fix, so the run exits 2.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,9 +44,11 @@ def config_file(path: str) -> Path:
     given = Path(str(path)).expanduser()
     found = given / "config.json" if given.is_dir() else given
     if not found.is_file():
-        raise SetupError(f"model.config={path}: no such {'file' if not given.is_dir() else 'config.json in that folder'}"
-                         f". Give a local config.json or a folder holding one (nothing is downloaded), e.g. "
-                         f"model.config={EXAMPLE}")
+        raise SetupError(
+            f"model.config={path}: no such {'file' if not given.is_dir() else 'config.json in that folder'}"
+            f". Give a local config.json or a folder holding one (nothing is downloaded), e.g. "
+            f"model.config={EXAMPLE}"
+        )
     return found
 
 
@@ -70,19 +73,27 @@ def load_config(path: str) -> Any:
     try:
         fields = json.loads(file.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise SetupError(f"model.config={path}: {file} is not valid JSON ({exc}); give a Hugging Face config.json") from None
+        raise SetupError(
+            f"model.config={path}: {file} is not valid JSON ({exc}); give a Hugging Face config.json"
+        ) from None
     if not isinstance(fields, dict) or not isinstance(fields.get("model_type"), str):
-        raise SetupError(f"model.config={path}: {file} has no \"model_type\" (e.g. \"llama\", \"gpt2\"); a Hugging Face "
-                         "config.json names its architecture there")
+        raise SetupError(
+            f'model.config={path}: {file} has no "model_type" (e.g. "llama", "gpt2"); a Hugging Face '
+            "config.json names its architecture there"
+        )
     if fields.get("auto_map"):
-        raise SetupError(f"model.config={path}: {file} needs remote code (auto_map), which reportgen never downloads or "
-                         "runs; use an architecture built into transformers, or your own factory (docs/own-model.md)")
+        raise SetupError(
+            f"model.config={path}: {file} needs remote code (auto_map), which reportgen never downloads or "
+            "runs; use an architecture built into transformers, or your own factory (docs/own-model.md)"
+        )
     kind = fields.pop("model_type")
     try:
         return AutoConfig.for_model(kind, **fields)
     except ValueError:
-        raise SetupError(f"model.config={path}: model_type {kind!r} is not known to the installed transformers "
-                         f"{_version()}; upgrade it (pip install -U transformers) or fix model_type") from None
+        raise SetupError(
+            f"model.config={path}: model_type {kind!r} is not known to the installed transformers "
+            f"{_version()}; upgrade it (pip install -U transformers) or fix model_type"
+        ) from None
 
 
 def _version() -> str:
@@ -96,9 +107,11 @@ def model_config(config: str | None, pretrained: str | None) -> Any:
         SetupError: neither or both given, or see :func:`load_config` / :func:`pretrained_folder`.
     """
     if (config is None) == (pretrained is None):
-        raise SetupError("+model=hf_causal_lm needs exactly one of model.config=PATH (a local config.json or a folder "
-                         "holding one: random weights) or model.pretrained=FOLDER (local weights), e.g. "
-                         f"model.config={EXAMPLE}")
+        raise SetupError(
+            "+model=hf_causal_lm needs exactly one of model.config=PATH (a local config.json or a folder "
+            "holding one: random weights) or model.pretrained=FOLDER (local weights), e.g. "
+            f"model.config={EXAMPLE}"
+        )
     return load_config(config if config is not None else str(pretrained_folder(pretrained)))
 
 
@@ -114,11 +127,15 @@ def pretrained_folder(path: str) -> Path:
         return folder
     if folder.is_absolute() or str(path).startswith((".", "~")) or folder.exists():  # a local path, not a Hub name
         what = "is a folder without config.json" if folder.is_dir() else "does not exist"
-        raise SetupError(f"model.pretrained={path} {what}; give the folder save_pretrained wrote (it holds "
-                         "config.json and the weights)")
-    raise SetupError(f"model.pretrained={path} is not a local folder holding config.json; reportgen never downloads. "
-                     f"Download it first (e.g. `hf download {path} --local-dir ./{Path(str(path)).name}`) and "
-                     "pass that folder")
+        raise SetupError(
+            f"model.pretrained={path} {what}; give the folder save_pretrained wrote (it holds "
+            "config.json and the weights)"
+        )
+    raise SetupError(
+        f"model.pretrained={path} is not a local folder holding config.json; reportgen never downloads. "
+        f"Download it first (e.g. `hf download {path} --local-dir ./{Path(str(path)).name}`) and "
+        "pass that folder"
+    )
 
 
 def max_positions(cfg: Any) -> int | None:
@@ -130,8 +147,13 @@ def max_positions(cfg: Any) -> int | None:
     return None
 
 
-def causal_lm(task: Any, config: str | None = None, pretrained: str | None = None,
-              attn_implementation: str | None = None, use_cache: bool = False) -> nn.Module:
+def causal_lm(
+    task: Any,
+    config: str | None = None,
+    pretrained: str | None = None,
+    attn_implementation: str | None = None,
+    use_cache: bool = False,
+) -> nn.Module:
     """A Hugging Face causal LM: random weights from a local config.json, or local weights.
 
     Args:
@@ -152,8 +174,15 @@ def causal_lm(task: Any, config: str | None = None, pretrained: str | None = Non
     """
     cfg = model_config(config, pretrained)
     cfg.use_cache = use_cache
-    model = auto_model("AutoModelForCausalLM", "causal-LM head", "+model=hf_causal_lm tests decoder-only language "
-                       "models", task, cfg, pretrained, attn_implementation)
+    model = auto_model(
+        "AutoModelForCausalLM",
+        "causal-LM head",
+        "+model=hf_causal_lm tests decoder-only language models",
+        task,
+        cfg,
+        pretrained,
+        attn_implementation,
+    )
     refuse_non_causal(model, cfg)
     return model
 
@@ -187,9 +216,11 @@ def refuse_non_causal(model: nn.Module, cfg: Any) -> None:
     finally:
         model.train(was_training)
     if not torch.allclose(before, after, rtol=1e-4, atol=1e-5):
-        raise SetupError(f"{type(model).__name__} is not causal with this config: changing the last token changes the "
-                         "logits of earlier positions, so a next-token metric would read the answer; set "
-                         "\"is_decoder\": true in config.json (encoder models such as BERT), or give a decoder-only config")
+        raise SetupError(
+            f"{type(model).__name__} is not causal with this config: changing the last token changes the "
+            "logits of earlier positions, so a next-token metric would read the answer; set "
+            '"is_decoder": true in config.json (encoder models such as BERT), or give a decoder-only config'
+        )
 
 
 def on_fake_tensors(model: nn.Module) -> bool:
@@ -199,8 +230,9 @@ def on_fake_tensors(model: nn.Module) -> bool:
     return any(is_fake(p) for p in model.parameters())
 
 
-def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pretrained: str | None,
-               attn_implementation: str | None) -> nn.Module:
+def auto_model(
+    auto_class: str, head: str, scope: str, task: Any, cfg: Any, pretrained: str | None, attn_implementation: str | None
+) -> nn.Module:
     """``transformers.<auto_class>`` built from ``cfg`` (random init) or loaded from ``pretrained``.
 
     Args:
@@ -224,28 +256,38 @@ def auto_model(auto_class: str, head: str, scope: str, task: Any, cfg: Any, pret
     except ValueError as exc:
         if "Unrecognized configuration class" not in str(exc):
             raise
-        raise SetupError(f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {head} in transformers "
-                         f"{_version()}: {scope} ({auto_class}). For another architecture write a factory "
-                         "(docs/own-model.md)") from None
+        raise SetupError(
+            f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {head} in transformers "
+            f"{_version()}: {scope} ({auto_class}). For another architecture write a factory "
+            "(docs/own-model.md)"
+        ) from None
     except OSError as exc:
-        raise SetupError(f"model.pretrained={pretrained}: the local weights cannot be loaded ({str(exc).splitlines()[0]}); "
-                         "give a folder written by save_pretrained") from None
+        raise SetupError(
+            f"model.pretrained={pretrained}: the local weights cannot be loaded ({str(exc).splitlines()[0]}); "
+            "give a folder written by save_pretrained"
+        ) from None
     except ImportError as exc:  # e.g. attn_implementation=flash_attention_2 without its package
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise SetupError(f"model.attn_implementation={attn_implementation}: transformers cannot use it here ({reason}); "
-                         "use model.attn_implementation=eager or sdpa") from None
+        raise SetupError(
+            f"model.attn_implementation={attn_implementation}: transformers cannot use it here ({reason}); "
+            "use model.attn_implementation=eager or sdpa"
+        ) from None
 
 
 def _fits(task: Any, cfg: Any) -> None:
     """Refuse a task whose token ids or windows the config cannot take (the message names the fix)."""
     vocab = int(getattr(cfg, "vocab_size", 0) or 0)
     if int(task.vocab_size) > vocab:
-        raise SetupError(f"the task uses {task.vocab_size} token ids but the config's vocab_size is {vocab}; give the "
-                         "task the same model.config / model.pretrained (task.config, task.pretrained)")
+        raise SetupError(
+            f"the task uses {task.vocab_size} token ids but the config's vocab_size is {vocab}; give the "
+            "task the same model.config / model.pretrained (task.config, task.pretrained)"
+        )
     limit = max_positions(cfg)
     if limit is not None and int(task.block_size) > limit:
-        raise SetupError(f"task.block_size={task.block_size} is longer than the config's {limit} positions; set "
-                         f"task.block_size<={limit}")
+        raise SetupError(
+            f"task.block_size={task.block_size} is longer than the config's {limit} positions; set "
+            f"task.block_size<={limit}"
+        )
 
 
 def check_block_size(block_size: object) -> None:
@@ -255,8 +297,9 @@ def check_block_size(block_size: object) -> None:
         SetupError: naming ``task.block_size`` and a value that works.
     """
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-        raise SetupError(f"task.block_size={block_size!r} must be a whole number of characters, at least 1 "
-                         "(e.g. task.block_size=64)")
+        raise SetupError(
+            f"task.block_size={block_size!r} must be a whole number of characters, at least 1 (e.g. task.block_size=64)"
+        )
 
 
 class TextCausalLMTask(CausalLMTask):
@@ -282,16 +325,26 @@ class TextCausalLMTask(CausalLMTask):
             ``block_size`` windows in both splits.
     """
 
-    def __init__(self, config: str | None = None, pretrained: str | None = None, text_file: str | None = None,
-                 block_size: int = 64, val_fraction: float = 0.1, eval_batches: int = 8, eval_batch_size: int = 16):
+    def __init__(
+        self,
+        config: str | None = None,
+        pretrained: str | None = None,
+        text_file: str | None = None,
+        block_size: int = 64,
+        val_fraction: float = 0.1,
+        eval_batches: int = 8,
+        eval_batch_size: int = 16,
+    ):
         cfg = model_config(config, pretrained)
         text = read_text(text_file)
         self.vocab, ids = char_ids(text, int(cfg.vocab_size))
         n_val = int(len(ids) * val_fraction)
         check_block_size(block_size)
         if n_val <= block_size + 1 or len(ids) - n_val <= block_size + 1:
-            raise SetupError(f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
-                             f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text")
+            raise SetupError(
+                f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
+                f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text"
+            )
         self.train, self.val = ids[:-n_val], ids[-n_val:]
         self.block_size, self.eval_batches, self.eval_batch_size = block_size, eval_batches, eval_batch_size
         self.text_file = text_file
@@ -315,8 +368,10 @@ def read_text(text_file: str | None) -> str:
     path = Path(str(text_file)).expanduser()
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "no such file"
-        raise SetupError(f"task.text_file={text_file}: {what}; give a UTF-8 text file, or leave task.text_file unset "
-                         "for Python's bundled docs")
+        raise SetupError(
+            f"task.text_file={text_file}: {what}; give a UTF-8 text file, or leave task.text_file unset "
+            "for Python's bundled docs"
+        )
     return path.read_bytes().decode("utf-8", errors="replace")
 
 
@@ -331,10 +386,12 @@ def char_ids(text: str, vocab_size: int) -> tuple[list[str], torch.Tensor]:
         SetupError: ``vocab_size`` < 2 (no room for a character and the shared rare id).
     """
     if vocab_size < 2:
-        raise SetupError(f"the config's vocab_size={vocab_size} leaves no room for a text; give a config with vocab_size >= 2")
+        raise SetupError(
+            f"the config's vocab_size={vocab_size} leaves no room for a text; give a config with vocab_size >= 2"
+        )
     counts = Counter(text)
     ranked = sorted(counts, key=lambda ch: (-counts[ch], ch))
-    vocab = ranked if len(ranked) <= vocab_size else ranked[:vocab_size - 1] + ["<rare>"]
+    vocab = ranked if len(ranked) <= vocab_size else ranked[: vocab_size - 1] + ["<rare>"]
     rare = len(vocab) - 1
     index = {ch: i for i, ch in enumerate(vocab)}
     return vocab, torch.tensor([index.get(ch, rare) for ch in text], dtype=torch.int64)

@@ -6,15 +6,22 @@ batch problem), run remote code (``auto_map``), or wait on transformers' interac
 custom code? [y/N]" prompt. :func:`config_problem` states the first such problem in one line;
 callers load the config with ``trust_remote_code=False`` so transformers never prompts.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 #: Upper bounds of the sizes, far above every published model (Llama 3.1 405B: hidden 16384,
 #: intermediate 53248, 128 heads, vocabulary 128256); the layer count's is ``plan.args.MAX_LAYERS``.
-BOUNDS = {"hidden_size": 65536, "intermediate_size": 262144,
-          "num_attention_heads": 1024, "num_key_value_heads": 1024, "vocab_size": 4_194_304,
-          "max_position_embeddings": 4_194_304, "head_dim": 4096}
+BOUNDS = {
+    "hidden_size": 65536,
+    "intermediate_size": 262144,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "vocab_size": 4_194_304,
+    "max_position_embeddings": 4_194_304,
+    "head_dim": 4096,
+}
 
 
 def config_problem(fields: dict[str, Any], where: str) -> str | None:
@@ -30,8 +37,10 @@ def config_problem(fields: dict[str, Any], where: str) -> str | None:
     if not isinstance(fields, dict):
         return f"{where} is not a JSON object"
     if fields.get("auto_map"):
-        return (f"{where} needs remote code (auto_map), which reportgen never downloads or runs; use an architecture "
-                "built into transformers (model_type llama, mistral, qwen2, ...)")
+        return (
+            f"{where} needs remote code (auto_map), which reportgen never downloads or runs; use an architecture "
+            "built into transformers (model_type llama, mistral, qwen2, ...)"
+        )
     for key, bound in BOUNDS.items():
         value = fields.get(key)
         if value is None:
@@ -39,6 +48,8 @@ def config_problem(fields: dict[str, Any], where: str) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return f"{where}: {key} is {value!r}; it must be a positive integer (at most {bound})"
         if value > bound:
-            return (f"{where}: {key} is {value}, above the bound of {bound} that reportgen accepts (no published model "
-                    "comes near it); fix the config")
+            return (
+                f"{where}: {key} is {value}, above the bound of {bound} that reportgen accepts (no published model "
+                "comes near it); fix the config"
+            )
     return None

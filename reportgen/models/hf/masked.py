@@ -10,6 +10,7 @@
   ``mask_prob`` and at least one per window; the loss is the cross-entropy over masked
   positions only.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,9 @@ from reportgen.tasks import _device_dtype
 IGNORE = -100
 
 
-def masked_lm(task: Any, config: str | None = None, pretrained: str | None = None,
-              attn_implementation: str | None = None) -> nn.Module:
+def masked_lm(
+    task: Any, config: str | None = None, pretrained: str | None = None, attn_implementation: str | None = None
+) -> nn.Module:
     """A Hugging Face masked LM: random weights from a local config.json, or local weights.
 
     Args:
@@ -45,8 +47,15 @@ def masked_lm(task: Any, config: str | None = None, pretrained: str | None = Non
             masked-LM head; the task does not fit the config.
     """
     cfg = model_config(config, pretrained)
-    return auto_model("AutoModelForMaskedLM", "masked-LM head", "+model=hf_masked_lm tests encoder models with a "
-                      "masked-LM head", task, cfg, pretrained, attn_implementation)
+    return auto_model(
+        "AutoModelForMaskedLM",
+        "masked-LM head",
+        "+model=hf_masked_lm tests encoder models with a masked-LM head",
+        task,
+        cfg,
+        pretrained,
+        attn_implementation,
+    )
 
 
 class TextMaskedLMTask:
@@ -76,9 +85,17 @@ class TextMaskedLMTask:
     metric = "bits_per_masked_char"
     higher_is_better = False
 
-    def __init__(self, config: str | None = None, pretrained: str | None = None, text_file: str | None = None,
-                 block_size: int = 32, mask_prob: float = 0.15, val_fraction: float = 0.1, eval_batches: int = 8,
-                 eval_batch_size: int = 16):
+    def __init__(
+        self,
+        config: str | None = None,
+        pretrained: str | None = None,
+        text_file: str | None = None,
+        block_size: int = 32,
+        mask_prob: float = 0.15,
+        val_fraction: float = 0.1,
+        eval_batches: int = 8,
+        eval_batch_size: int = 16,
+    ):
         if not 0.0 < mask_prob <= 1.0:
             raise SetupError(f"task.mask_prob={mask_prob} must be in (0, 1] (BERT masks 0.15)")
         cfg = model_config(config, pretrained)
@@ -88,8 +105,10 @@ class TextMaskedLMTask:
         n_val = int(len(ids) * val_fraction)
         check_block_size(block_size)
         if n_val < block_size or len(ids) - n_val < block_size:
-            raise SetupError(f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
-                             f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text")
+            raise SetupError(
+                f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
+                f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text"
+            )
         self.train, self.val = ids[:-n_val], ids[-n_val:]
         self.block_size, self.mask_prob = block_size, mask_prob
         self.eval_batches, self.eval_batch_size = eval_batches, eval_batch_size
