@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import inspect
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def field_docs(cls: type) -> dict[str, str]:
 def type_text(tp: object) -> str:
     """A field's annotation in words: ``float or null``, ``list of int``, one of an enum's values."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         inner = [a for a in args if a is not type(None)]
         return " or ".join(type_text(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
     if origin is list:

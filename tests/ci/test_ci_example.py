@@ -47,7 +47,8 @@ def test_the_ci_example_runs_as_a_local_script(tmp_path, signing_key_pair):
     assert release.returncode in (0, 1), release.stdout[-3000:] + release.stderr[-3000:]
     assert "VERIFIED (run folder)" in release.stdout
     new = _script(tmp_path, private, "new", str(tmp_path / "release" / "run"))
-    assert new.returncode == release.returncode or new.returncode in (0, 1), new.stdout[-3000:] + new.stderr[-3000:]
+    # 3: compare could not tell an overhead change from the noise of a loaded machine (docs/exit-codes.md)
+    assert new.returncode == release.returncode or new.returncode in (0, 1, 3), new.stdout[-3000:] + new.stderr[-3000:]
     assert "VERIFIED (run folder)" in new.stdout and (tmp_path / "new" / "comparison").is_dir()
     suite = ET.parse(tmp_path / "new" / "run" / "junit.xml").getroot().find("testsuite")
     assert {c.get("name") for c in suite.findall("testcase")} >= {"clause: training unchanged", "claim verdict"}
