@@ -144,7 +144,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
-    mark_pending(out_dir, meta, required, pdf=cfg.report.pdf, sign=key is not None)  # an interrupt from here on:
+    mark_pending(
+        out_dir,
+        meta,
+        required,
+        pdf=cfg.report.pdf,
+        sign=key is not None,
+        private_key=key.private_key if key is not None else None,
+    )  # an interrupt from here on:
     render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
     write_ci_outputs(frame, meta, verdict, required, out_dir)  # junit.xml, summary.md: signed with the rest
     sign_run(frame, meta, verdict, out_dir, key, required=required)

@@ -123,7 +123,7 @@ def config_problems(cfg: DictConfig) -> str:
         "budget.examples",
         "budget.enabled",
     ]
-    values, problems = {}, []
+    values, problems = {}, unknown_setting_problems(cfg)
     for name in names:
         try:
             values[name] = _select(cfg, name)
@@ -263,3 +263,34 @@ def _select(cfg: DictConfig, dotted: str) -> Any:
     for part in dotted.split("."):
         node = node.get(part) if node is not None and hasattr(node, "get") else None
     return node
+
+
+def unknown_setting_problems(cfg: DictConfig) -> list[str]:
+    """One problem per key of a schema'd group (``parity``, ``timing``, ...) that its dataclass does not
+    know: Hydra's ``+group.key=...`` adds it to the config, where nothing would read it, so a typo such
+    as ``+parity.rtlo=1e-5`` would be recorded and ignored. ``distributed`` is checked with its own
+    nested groups (:func:`reportgen.distributed.settings.unknown_problems`); ``model`` and ``task`` are free-form.
+    """
+    import dataclasses
+    import difflib
+
+    from reportgen.config import Config
+
+    problems = []
+    for group in dataclasses.fields(Config):
+        factory = group.default_factory
+        if group.name == "distributed" or factory is dataclasses.MISSING:
+            continue
+        node = cfg.get(group.name) if isinstance(cfg, DictConfig) else None
+        if not isinstance(node, DictConfig):
+            continue
+        known = [f.name for f in dataclasses.fields(factory())]
+        for key in node.keys():
+            if str(key) not in known:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" (did you mean {group.name}.{near[0]}?)" if near else ""
+                problems.append(
+                    f"{group.name}.{key} is not a setting{hint}; the {group.name} settings are "
+                    f"{', '.join(known)} (docs/configuration.md)"
+                )
+    return problems

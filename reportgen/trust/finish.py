@@ -32,7 +32,7 @@ from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
 from reportgen.report.render import render_report
 from reportgen.results import INCONCLUSIVE, PASS, claim_verdict, frame_from_json
-from reportgen.trust.manifest import PENDING_NAME, clear_pending, start_manifest
+from reportgen.trust.manifest import PENDING_NAME, clear_pending, seal_holds, start_manifest
 from reportgen.trust.signing import (
     ENVELOPE_NAME,
     PDF_NAME,
@@ -95,9 +95,23 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     """
     run_dir = Path(run_dir)
     record = pending_record(run_dir)
-    frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
     config = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config) if config.is_file() else OmegaConf.create({})
+    configured_key = key_path or OmegaConf.select(cfg, "report.key_path", default=None)
+    key = load_signing_key(True, configured_key)
+    if key is None:  # load_signing_key(True, ...) raises rather than return None; the type says otherwise
+        raise SigningError("no signing key")
+    if not isinstance(record, dict) or "seal" not in record:
+        raise FinishRefusedError(
+            f"{run_dir / PENDING_NAME} carries no seal (the run did not sign, or it is not reportgen's mark); "
+            "nothing was signed: run the checks again"
+        )
+    if not seal_holds(run_dir, record, key.public_key):
+        raise FinishRefusedError(
+            f"{run_dir}: results.json, the config or the mark changed after the checks finished (or the seal is "
+            f"another key's than {key.path}); only what the run measured is signed: nothing was signed, run the checks again"
+        )
+    frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
     peak_on_miss = OmegaConf.select(cfg, "memory.peak_on_miss", default=None)
     wrong = status_mismatches(frame, {"memory.peak_on_miss": peak_on_miss})
     if wrong:
@@ -109,10 +123,6 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     required = required_names(
         OmegaConf.select(cfg, "verdict.required", default=None), distributed=world > 1
     ) + claim_required(cfg.get("claim"))
-    configured_key = key_path or OmegaConf.select(cfg, "report.key_path", default=None)
-    key = load_signing_key(True, configured_key)
-    if key is None:  # load_signing_key(True, ...) raises rather than return None; the type says otherwise
-        raise SigningError("no signing key")
     verdict = claim_verdict(frame, required)
     for name in LEFT_HALF_DONE:
         (run_dir / name).unlink(missing_ok=True)

@@ -42,14 +42,43 @@ PENDING_NAME = "report.pending.json"
 SIGN_COMMAND = "python -m reportgen.sign"
 
 
-def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign: bool) -> Path:
+#: The files a seal binds (besides the mark's own fields): what was measured and the config it ran.
+SEALED_FILES = ("results.json", ".hydra/config.yaml", ".hydra/overrides.yaml")
+
+
+def seal_payload(out_dir: Path, record: dict) -> bytes:
+    """The bytes a seal signs: SHA-256 of each of :data:`SEALED_FILES` as they are on disk, and the
+    mark's fields that rendering uses (canonical JSON). Any edit to them changes the payload."""
+    import hashlib
+    import json
+
+    digests = {
+        name: hashlib.sha256((Path(out_dir) / name).read_bytes()).hexdigest()
+        if (Path(out_dir) / name).is_file()
+        else None
+        for name in SEALED_FILES
+    }
+    fields = {k: record.get(k) for k in ("meta", "required", "pdf", "sign")}
+    return json.dumps({"files": digests, "mark": fields}, sort_keys=True, default=str).encode()
+
+
+def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign: bool, private_key=None) -> Path:
     """Mark ``out_dir``: its checks finished, its report is being rendered and signed.
 
     The mark keeps what rendering needs and cannot be read back from the results (the run's
     metadata: claim, tolerances, environment; ``report.pdf``; whether it signs). The verdict
     is never taken from it: ``reportgen.sign`` re-judges every row of results.json.
+
+    With ``private_key`` (an ECDSA P-256 key, the run's signing key) the mark carries a *seal*: a
+    signature over :func:`seal_payload`, made the moment the checks finished. ``reportgen.sign``
+    signs only a folder whose results, config and mark still match their seal, so nobody can edit a
+    finished, unsigned run and have it signed later.
     """
+    import base64
     import json
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
 
     from reportgen.files import atomic_write
 
@@ -60,7 +89,27 @@ def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign
         "sign": bool(sign),
         "finish": f"{SIGN_COMMAND} {out_dir}",
     }
+    record = json.loads(json.dumps(record, default=str))  # the fields as they will be read back
+    if private_key is not None:
+        signature = private_key.sign(seal_payload(out_dir, record), ec.ECDSA(hashes.SHA256()))
+        record["seal"] = base64.b64encode(signature).decode()
     return atomic_write(Path(out_dir) / PENDING_NAME, json.dumps(record, indent=1, default=str) + "\n")
+
+
+def seal_holds(out_dir: Path, record: dict, public_key) -> bool:
+    """True when ``record``'s seal is a signature by ``public_key`` over the folder as it is now."""
+    import base64
+
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        signature = base64.b64decode(str(record["seal"]), validate=True)
+        public_key.verify(signature, seal_payload(out_dir, record), ec.ECDSA(hashes.SHA256()))
+    except (KeyError, ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def clear_pending(out_dir: Path) -> None:

@@ -64,3 +64,15 @@ def test_out_of_range_settings_stop_before_any_model_work(override, named):
 
     with pytest.raises(SetupError, match=named):
         prepare(compose_config("+model=ffn", override))
+
+
+def test_a_typo_added_with_plus_is_refused_not_recorded_and_ignored():
+    """Hydra's own hint for an unknown key is `+key=value`, which adds it where nothing reads it."""
+    from conftest import compose_config
+
+    from reportgen.commands.validation import config_problems
+
+    problems = config_problems(compose_config("+model=ffn", "+parity.rtlo=1e-5", "+timing.enabeld=false"))
+    assert "parity.rtlo is not a setting (did you mean parity.rtol?)" in problems
+    assert "timing.enabeld is not a setting (did you mean timing.enabled?)" in problems
+    assert config_problems(compose_config("+model=ffn")) == ""

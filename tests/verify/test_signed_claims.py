@@ -635,7 +635,11 @@ def test_sigterm_during_signing_then_reportgen_sign_completes_and_verifies(tmp_p
 
 
 def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, keys, capsys):
+    """Only what the run measured is signed later: the mark is sealed (signed) when the checks finish, and
+    an edit to results.json made consistent with its own numbers (FAIL rows turned into bitwise-equal PASS
+    rows, the break-it attack) is refused, as is a mark without a seal."""
     from reportgen.trust import finish
+    from reportgen.trust.keys import load_private_key
     from reportgen.trust.manifest import mark_pending
 
     (private, _), _ = keys
@@ -645,11 +649,17 @@ def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, ke
     write_results(frame, out)
     assert finish.main([str(out), "--key", str(private)]) == 2
     assert "not a finished run waiting to be signed" in capsys.readouterr().err
-    mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True)
-    results = out / "results.json"
-    results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
+    mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True)  # no seal
     assert finish.main([str(out), "--key", str(private)]) == 2
-    assert "state a status their numbers do not give" in capsys.readouterr().err
+    assert "carries no seal" in capsys.readouterr().err
+    (out / "report.pending.json").unlink()
+    mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True, private_key=load_private_key(private))
+    honest = frame[frame.status != "FAIL"]  # what an attacker writes: only rows whose numbers give their status
+    for name in ("results.json", "results.csv"):
+        (out / name).unlink()
+    write_results(honest, out)
+    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert "changed after the checks finished" in capsys.readouterr().err
     assert not (out / "statement.dsse.json").exists()
 
 
