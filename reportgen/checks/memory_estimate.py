@@ -275,50 +275,59 @@ def korthikanti_rows(setup: Setup, estimate: Estimate, where: str) -> list[Row]:
         "mask_bytes": m,
         "layernorms": norms,
     }
-    plain = estimate.per_layer("plain")
-    formula = shape.formula_bytes(e, m)
-    rows = [
-        Row(
-            check=MEMORY,
-            item=f"per layer, {where}",
-            variant="plain",
-            metric="estimated_saved_activation_bytes",
-            value=plain,
-            status=INFO,
-            role=Role.PER_LAYER,
-            unit="B",
-            detail="median over wrapped modules; Korthikanti et al. 2022 eq. (1) beside it",
-            extra={
-                **symbols,
-                "korthikanti_16bit_bytes": shape.formula_bytes(2),
-                "formula_bytes": formula,
-                "layernorm_stats_bytes": ln_stats,
-                "residual_bytes": plain - formula - ln_stats,
-                "formula_ratio": plain / formula,
-            },
-        )
+    plain, recompute = estimate.per_layer("plain"), estimate.per_layer("recompute")
+    return [
+        _per_layer_row(
+            where,
+            "plain",
+            plain,
+            symbols,
+            shape.formula_bytes(2),
+            shape.formula_bytes(e, m),
+            ln_stats,
+            "median over wrapped modules; Korthikanti et al. 2022 eq. (1) beside it",
+        ),
+        _per_layer_row(
+            where,
+            "recompute",
+            recompute,
+            symbols,
+            shape.full_recompute_bytes(2),
+            shape.full_recompute_bytes(e),
+            0,
+            "median over wrapped modules; full recomputation keeps the layer input only (2sbh in 16-bit)",
+        ),
     ]
-    rec = estimate.per_layer("recompute")
-    full = shape.full_recompute_bytes(e)
-    rows.append(
-        Row(
-            check=MEMORY,
-            item=f"per layer, {where}",
-            variant="recompute",
-            metric="estimated_saved_activation_bytes",
-            value=rec,
-            status=INFO,
-            role=Role.PER_LAYER,
-            unit="B",
-            detail="median over wrapped modules; full recomputation keeps the layer input only (2sbh in 16-bit)",
-            extra={
-                **symbols,
-                "korthikanti_16bit_bytes": shape.full_recompute_bytes(2),
-                "formula_bytes": full,
-                "layernorm_stats_bytes": 0,
-                "residual_bytes": rec - full,
-                "formula_ratio": rec / full,
-            },
-        )
+
+
+def _per_layer_row(
+    where: str,
+    variant: str,
+    value: float,
+    symbols: dict,
+    formula_16bit: float,
+    formula: float,
+    ln_stats: float,
+    detail: str,
+) -> Row:
+    """One twin's estimated saved bytes per layer (B) beside the formula's figure for that twin: the
+    16-bit figure as published, the figure at this dtype, and what is left over (``residual_bytes``)."""
+    return Row(
+        check=MEMORY,
+        item=f"per layer, {where}",
+        variant=variant,
+        metric="estimated_saved_activation_bytes",
+        value=value,
+        status=INFO,
+        role=Role.PER_LAYER,
+        unit="B",
+        detail=detail,
+        extra={
+            **symbols,
+            "korthikanti_16bit_bytes": formula_16bit,
+            "formula_bytes": formula,
+            "layernorm_stats_bytes": ln_stats,
+            "residual_bytes": value - formula - ln_stats,
+            "formula_ratio": value / formula,
+        },
     )
-    return rows
