@@ -33,7 +33,7 @@ from reportgen.sweep.cli import main
 from reportgen.sweep.jobs import MISSING, job_dirs, load_jobs
 from reportgen.sweep.record import JOB_FILE, VERDICT_BY_CODE, recorded_job
 from reportgen.sweep.render import render_summary, scatter_svg, summary_view
-from reportgen.sweep.signing import SWEEP_PREDICATE_TYPE, sign_summary
+from reportgen.sweep.signing import SUMMARY_DOCUMENT, SWEEP_PREDICATE_TYPE, sign_summary
 from reportgen.sweep.summary import INCOMPLETE_MARK, SUMMARY_ENVELOPE, SUMMARY_FILES, SweepMismatch, summarize
 from reportgen.sweep.table import (
     PARITY_CHECKS,
@@ -53,6 +53,7 @@ __all__ = [
     "MISSING",
     "PARITY_CHECKS",
     "SUMMARY_COLUMNS",
+    "SUMMARY_DOCUMENT",
     "SUMMARY_ENVELOPE",
     "SUMMARY_FILES",
     "SWEEP_PREDICATE_TYPE",

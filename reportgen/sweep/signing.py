@@ -9,10 +9,13 @@ from typing import Any
 from reportgen.ci.junit import JUNIT_NAME
 from reportgen.files import sha256_file
 from reportgen.sweep.record import JOB_FILE
-from reportgen.trust.signing import ENVELOPE_NAME, SigningKey, sign_document
+from reportgen.trust.documents import DocumentSpec
+from reportgen.trust.signing import ENVELOPE_NAME, SigningKey, sign
 
 #: in-toto predicate type of the sweep summary's statement.
 SWEEP_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-sweep/v1"
+#: A sweep: summary.pdf over summary.json (read by ``reportgen.verify.sweep`` too).
+SUMMARY_DOCUMENT = DocumentSpec.named("summary", SWEEP_PREDICATE_TYPE)
 
 
 def sign_summary(
@@ -53,14 +56,13 @@ def sign_summary(
         *[f"{j['dir']}/{ENVELOPE_NAME}" for j in signed],
         *[f"{j['dir']}/{JOB_FILE}" for j in jobs],
     ]
-    sign_document(
+    sign(
         sweep_dir,
-        "summary",
-        subjects,
+        SUMMARY_DOCUMENT,
         predicate,
-        SWEEP_PREDICATE_TYPE,
         key,
         f"reportgen sweep summary; worst job exit code {code}",
+        subjects,
     )
 
 

@@ -12,14 +12,14 @@ from reportgen.report.metadata import report_time
 from reportgen.results import atomic_write
 from reportgen.sweep.jobs import load_jobs
 from reportgen.sweep.render import render_summary
-from reportgen.sweep.signing import sign_summary
+from reportgen.sweep.signing import SUMMARY_DOCUMENT, sign_summary
 from reportgen.sweep.table import summary_frame, swept_keys, worst_code
 from reportgen.trust.jobs import job_problems
 from reportgen.trust.signing import load_signing_key, signature_label
 
 #: The summary's envelope, and the mark left while a summary is being written (a summary that
 #: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
-SUMMARY_ENVELOPE, INCOMPLETE_MARK = "summary.dsse.json", "summary.incomplete"
+SUMMARY_ENVELOPE, INCOMPLETE_MARK = SUMMARY_DOCUMENT.envelope, "summary.incomplete"
 #: Every file a summary consists of (removed before a summary is written again).
 SUMMARY_FILES = (
     "summary.csv",

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
 from reportgen.results import frame_to_json
+from reportgen.trust.documents import DocumentSpec
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
 from reportgen.verify.common import (
     FAIL,
@@ -56,15 +57,7 @@ def check_comparison_predicate(predicate: dict) -> str:
 
 
 #: A comparison: compare.pdf over compare.json.
-COMPARISON = Document(
-    "comparison",
-    "compare.dsse.json",
-    "compare.pdf",
-    "compare.unsigned.pdf",
-    "compare.json",
-    COMPARE_PREDICATE_TYPE,
-    check_comparison_predicate,
-)
+COMPARISON = Document("comparison", DocumentSpec.named("compare", COMPARE_PREDICATE_TYPE), check_comparison_predicate)
 
 
 def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey) -> Check:

@@ -27,13 +27,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.results import frame_to_json
 from reportgen.sweep import (
     INCOMPLETE_MARK,
-    SUMMARY_ENVELOPE,
-    SWEEP_PREDICATE_TYPE,
     VERDICT_BY_CODE,
     job_dirs,
     load_jobs,
     summary_frame,
 )
+from reportgen.sweep.signing import SUMMARY_DOCUMENT
 from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
 from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify.common import (
@@ -75,15 +74,7 @@ def check_sweep_predicate(predicate: dict) -> str:
 
 
 #: A sweep: summary.pdf over summary.json.
-SUMMARY = Document(
-    "sweep",
-    SUMMARY_ENVELOPE,
-    "summary.pdf",
-    "summary.unsigned.pdf",
-    "summary.json",
-    SWEEP_PREDICATE_TYPE,
-    check_sweep_predicate,
-)
+SUMMARY = Document("sweep", SUMMARY_DOCUMENT, check_sweep_predicate)
 
 
 def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey, entry: dict) -> Check:
