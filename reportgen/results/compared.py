@@ -7,8 +7,8 @@ from typing import Any
 
 from torch import Tensor
 
-from reportgen.results import Row
 from reportgen.results.distance import measure, tolerances
+from reportgen.results.row import Row
 
 #: Marker for "the A/A twin was not run" (``aa`` arguments default to it).
 NO_AA = object()

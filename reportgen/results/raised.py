@@ -7,7 +7,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from reportgen.results import BASELINE, BASELINE_TWINS, ERROR, TWIN, Role, Row
+from reportgen.results.row import BASELINE, BASELINE_TWINS, ERROR, TWIN, Role, Row
 
 #: Characters of an exception message kept in a row's detail (the first paragraph, at most).
 MAX_MESSAGE = 600

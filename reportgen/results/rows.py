@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from reportgen.results import INCONCLUSIVE, Role, Row
 from reportgen.results.compared import NO_AA, tensor_row, tolerance_used, value_row
 from reportgen.results.distance import nonfinite_count
 from reportgen.results.raised import (
@@ -23,6 +22,7 @@ from reportgen.results.raised import (
     tagged_input_grad,
 )
 from reportgen.results.rounding import envelope
+from reportgen.results.row import INCONCLUSIVE, Role, Row
 
 __all__ = [
     "MAX_MESSAGE",
