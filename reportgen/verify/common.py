@@ -35,6 +35,8 @@ from reportgen.verify.outcome import (  # noqa: F401
     Check,
     VerifyError,
     attempt,
+    of_type,
+    present,
     require,
     sha256_hex,
     short_digest,

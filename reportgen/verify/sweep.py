@@ -43,6 +43,8 @@ from reportgen.verify.common import (
     Document,
     Verified,
     attempt,
+    of_type,
+    present,
     require,
     safe_relative,
     sha256_hex,
@@ -59,8 +61,8 @@ SIGNED_CODES = (0, 1, 3)
 
 def check_sweep_predicate(predicate: dict) -> str:
     """A sweep's predicate lists at least one job, each with folder, exit code, verdict and statement digest."""
-    jobs = predicate.get("jobs")
-    require(isinstance(jobs, list) and jobs, "the predicate lists no jobs")
+    jobs = of_type(predicate.get("jobs"), list, "the predicate lists no jobs")
+    require(jobs, "the predicate lists no jobs")
     for job in jobs:
         require(
             isinstance(job, dict) and {"job", "dir", "exit_code", "verdict", "statement_sha256"} <= set(job),
@@ -99,8 +101,9 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
             sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
             "its statement is not the one the summary lists (a swapped or replaced job)",
         )
-        entry["signed_launch"] = found.statement["predicate"].get("sweep")
-        signed = found.statement["predicate"]["verdict"]
+        statement = present(found.statement, "its run has no verified statement")
+        entry["signed_launch"] = statement["predicate"].get("sweep")
+        signed = statement["predicate"]["verdict"]
         expected = VERDICT_BY_CODE.get(job["exit_code"])
         require(
             signed == job["verdict"] == expected,
