@@ -59,7 +59,7 @@ def user_repo(tmp_path, monkeypatch):
     committed clean; on ``sys.path``."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    from test_cache import BLOCK
+    from training.test_cache import BLOCK  # tests/ is on sys.path (pyproject pythonpath): works run alone too
 
     repo = tmp_path / "repo"
     (repo / "provpkg").mkdir(parents=True)
