@@ -208,11 +208,11 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
         )
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
-    found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
-    checks = found.checks
+    verified = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
+    checks = verified.checks
     verdict = None
-    if doc is RUN and found.statement is not None and not any(c.status == FAIL for c in checks):
-        verdict = found.statement["predicate"]["verdict"]
+    if doc is RUN and verified.statement is not None and not any(c.status == FAIL for c in checks):
+        verdict = verified.statement["predicate"]["verdict"]
     if expect is not None and expect != doc.label:
         checks.append(
             Check(
