@@ -154,6 +154,7 @@ def test_a_failing_unsigned_report_says_unsigned_on_page_one(tmp_path, monkeypat
     pages, _ = layout(frame, tmp_path)
     first = page_text(pages[0])
     assert "UNSIGNED" in first and "report.sign=false" in first
+    assert "Memory: recompute saves no memory here." in first  # the step peak does not move (finding 6)
     required = required_names(None)
     signed = tiny_meta(tmp_path, "sha256:" + "ab" * 32)
     _, pdf_html = render_pages(frame, signed, claim_verdict(frame, required), required)
