@@ -10,8 +10,10 @@ override parsers) so the console shows one line naming the setting meant, throug
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import io
 
 from reportgen.config import Config
 from reportgen.distributed.settings import unknown_problems
@@ -96,7 +98,8 @@ def argv_problems(argv: list[str]) -> str:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        args, _ = get_args_parser().parse_known_args(argv)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args, _ = get_args_parser().parse_known_args(argv)  # --version, a bad option: Hydra says it, once
         overrides = OverridesParser.create().parse_overrides(list(args.overrides or []))
     except (Exception, SystemExit):  # noqa: BLE001 - a line Hydra cannot read is Hydra's to report
         return ""

@@ -115,3 +115,11 @@ def test_known_settings_and_other_overrides_are_left_to_hydra(argv):
     from reportgen.commands.overrides import argv_problems
 
     assert argv_problems(argv) == ""
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["--no-such-option", "+model=ffn"]])
+def test_reading_the_command_line_first_prints_nothing(argv, capsys):
+    """Hydra answers --version itself; reading the line before it must not answer it a second time."""
+    from reportgen.commands.overrides import argv_problems
+
+    assert argv_problems(argv) == "" and capsys.readouterr() == ("", "")
