@@ -513,9 +513,24 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
     assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE
     assert verifier.main([str(run), "--key", str(public)]) == 3
     out = capsys.readouterr().out
-    assert "VERIFIED (run folder)" in out and "INCONCLUSIVE" in out
+    assert out.splitlines()[-1].startswith("VERIFIED (run folder): the signed claim is INCONCLUSIVE (honestly signed")
     (run / "results.json").write_text((run / "results.json").read_text().replace("INCONCLUSIVE", "PASS"))
     assert verifier.main([str(run), "--key", str(public)]) == 1
+
+
+@pytest.mark.parametrize(
+    "failing, claim, code", [(True, "the signed claim FAILS", 0), (False, "the signed claim HOLDS", 0)]
+)
+def test_the_last_line_gives_the_signed_claims_verdict(tmp_path, keys, capsys, failing, claim, code):
+    """A reviewer reading only the last line sees the verdict: a failing signed run verifies (exit 0,
+    docs/exit-codes.md), and its last line says the claim it verified FAILS."""
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private, failing=failing)
+    assert verifier.main([str(run), "--key", str(public)]) == code
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"VERIFIED (run folder): {claim}; all ") and "checks hold (key sha256:" in last
+    assert verifier.main([str(run / "report.pdf"), "--key", str(public)]) == code
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"VERIFIED (run PDF): {claim}; ")
 
 
 def test_an_empty_claim_is_refused_before_anything_runs(compose_cfg):
