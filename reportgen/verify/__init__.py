@@ -127,7 +127,7 @@ class Outcome:
 
 
 #: The signed run's claim, first on the last line, so a reviewer reading only that line sees the verdict.
-SIGNED_CLAIM = {
+SIGNED_CLAIM: dict[str, str] = {
     ROW_PASS: "the signed claim HOLDS; ",
     ROW_FAIL: "the signed claim FAILS; ",
     INCONCLUSIVE: "the signed claim is INCONCLUSIVE (honestly signed, and it cannot be judged: exit 3); ",
