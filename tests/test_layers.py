@@ -131,7 +131,6 @@ TOO_LONG_STILL = {
     "trust.signing",
     "training.train",
     "training.cache",
-    "memory.peak",
     "results.rows",
     "results",
     "checks.memory",
