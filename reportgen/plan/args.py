@@ -72,7 +72,7 @@ WORDS = {
     "fragmentation": "0.10",
     "largest_batch": "false",
     "out": "",
-    "pdf": "true",
+    "pdf": "false",
 }
 
 USAGE = "usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80"
@@ -98,7 +98,8 @@ class PlanArgs:
         safety_margin: share of ``memory_gib`` kept free beyond the reserved upper bound.
         fragmentation: the allocator model's share of transient bytes held as cached, unusable blocks.
         largest_batch: also solve the largest micro-batch per policy (traces at ``batch + 1`` too).
-        out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf.
+        out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf (off by
+            default: WeasyPrint adds about 0.7 s).
     """
 
     config: Path
@@ -121,7 +122,7 @@ class PlanArgs:
     fragmentation: float = 0.10
     largest_batch: bool = False
     out: Path | None = None
-    pdf: bool = True
+    pdf: bool = False
 
     @property
     def shard(self) -> int:

@@ -189,6 +189,7 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
     small = shallow_config(config, indices)
     quiet = logging.getLogger("torch._subclasses.fake_tensor")
     level, quiet.level = quiet.level, logging.CRITICAL  # a kernel's refusal is one line here, not its traceback
+    gc.freeze()  # what exists now (torch, transformers, earlier traces) is not scanned by the collection below
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, mask_constants(sys.maxsize):
             model = build_causal_lm(small, args.dtype, args.attn)
@@ -218,6 +219,7 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
         raise PlanError(refusal(exc, args)) from exc
     finally:
         quiet.setLevel(level)
+        gc.unfreeze()
     figures = tracker.figures
     shapes = [p.shape for p in model.parameters()]
     figures.params, figures.param_tensors = float(sum(s.numel() for s in shapes)), float(len(shapes))
