@@ -171,17 +171,16 @@ def mask_constants(numel: int):
 
 
 def fake_batch(mode: Any, batch: int, seq: int) -> tuple[dict[str, Tensor], Tensor]:
-    """:func:`real_batch` on fake tensors of ``mode``; the mask carries its values (use it inside
-    :func:`mask_constants`)."""
+    """:func:`real_batch` on fake tensors of ``mode`` (call it inside the mode): the ids and targets are
+    born fake (no host memory, whatever the shape); the mask is made real, one byte per token, and
+    carries its values (use it inside :func:`mask_constants`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        inputs, target = real_batch(batch, seq)
-    convert = lambda t, const: mode.fake_tensor_converter.from_real_tensor(mode, t, make_constant=const)  # noqa: E731
-    return (
-        {"input_ids": convert(inputs["input_ids"], False), "attention_mask": convert(inputs["attention_mask"], True)},
-        convert(target, False),
-    )
+        mask = torch.ones(batch, seq, dtype=torch.bool)
+    ids = torch.zeros(batch, seq, dtype=torch.long)
+    inputs = {"input_ids": ids, "attention_mask": mode.fake_tensor_converter.from_real_tensor(mode, mask, True)}
+    return inputs, torch.zeros_like(ids)
 
 
 def layer_prefix(config: Any, dtype: torch.dtype, attn: str) -> str:

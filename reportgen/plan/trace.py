@@ -36,7 +36,7 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from reportgen.memory.peak import OUTSIDE, StepTracker
+from reportgen.memory.peak import OUTSIDE, StepTracker, format_bytes
 from reportgen.memory.saved import make_train_step
 from reportgen.plan.args import PlanArgs, PlanError
 from reportgen.plan.model import (
@@ -230,24 +230,35 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
     return figures
 
 
+def _reason(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, cut at a word boundary (marked ``...``) when longer than ``limit``."""
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def refusal(exc: BaseException, args: PlanArgs) -> str:
     """One line for a trace that raised: the cause and the fix."""
     text = " ".join(str(exc).split())
-    reason = f"{type(exc).__name__}: {text[:160]}"
     frames = [f.f_code.co_name for f, _ in traceback.walk_tb(exc.__traceback__)]
     if "grouped_mm" in text or any("grouped_mm" in name for name in frames):
         return (
             f"the mixture-of-experts kernel (torch._grouped_mm) has no {args.dtype_name} implementation to count "
-            f"with ({reason}); give dtype=bf16"
+            f"with ({_reason(exc, 120)}); give dtype=bf16"
+        )
+    shape = f"seq={args.seq} batch={args.batch}"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text:
+        return (
+            f"{shape} is too large to plan on this machine: the batch's attention mask alone is "
+            f"{format_bytes(args.seq * args.batch)} of host memory (one byte per token); give a smaller seq= or batch="
+        )
+    if isinstance(exc, OverflowError) or "overflow" in text.lower():
+        return (
+            f"{shape} is too large to plan: a tensor of this step has more elements than torch can index "
+            f"({_reason(exc, 120)}); give a smaller seq= or batch="
         )
     if any(w in text.lower() for w in ("sdpa", "scaled_dot_product", "attn_implementation", "attention")):
-        return f"attention with attn={args.attn} cannot run this config ({reason}); give attn=eager"
-    if isinstance(exc, (OverflowError, MemoryError)) or "overflow" in text.lower() or "numel" in text:
-        return (
-            f"the shape seq={args.seq} batch={args.batch} overflows what torch can count ({reason}); give a "
-            "smaller seq= or batch="
-        )
-    return f"transformers could not run a training step of this config ({reason}); check the config or give attn=eager"
+        return f"attention with attn={args.attn} cannot run this config ({_reason(exc)}); give attn=eager"
+    return f"transformers could not run a training step of this config ({_reason(exc)}); check the config"
 
 
 def variants(config: Any, policy: Policy) -> list[tuple]:
