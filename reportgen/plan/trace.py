@@ -174,8 +174,11 @@ class PhaseTracker(StepTracker):
                 fig.after_forward = snap.get(_MemRefType.ACT, 0)
 
 
-def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, batch: int) -> Figures:
-    """Trace one warm step of the model with only the layers ``indices`` on fake tensors.
+def trace_step(
+    config: Any, indices: list[int], policy: Policy, args: PlanArgs, batch: int, optimizer: Any = None
+) -> Figures:
+    """Trace one warm step of the model with only the layers ``indices`` on fake tensors, with the
+    optimizer of ``optim=`` (:data:`OPTIMIZERS`) or the ``_target_`` node ``optimizer`` (a run's own).
 
     The optimizer state exists before the step (one step on zero gradients first, as
     :func:`reportgen.peak.warm_step_peak` with ``warm_steps=0``).
@@ -196,7 +199,7 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
             layers = decoder_layers(model)
             switch_on(model, policy, policy.flags(indices), [p for p, _ in layers])
             data = fake_batch(mode, batch, args.seq)
-            step = make_train_step(model, data, causal_lm_loss, OPTIMIZERS[args.optim], None)
+            step = make_train_step(model, data, causal_lm_loss, optimizer or OPTIMIZERS[args.optim], None)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
             step.optimizer.step()
@@ -299,7 +302,9 @@ def depth_plan(per_layer: list) -> tuple[list[int], list[int], int]:
     return base, grown, m
 
 
-def scaled_figures(config: Any, policy: Policy, args: PlanArgs, batch: int) -> tuple[Figures, int]:
+def scaled_figures(
+    config: Any, policy: Policy, args: PlanArgs, batch: int, optimizer: Any = None
+) -> tuple[Figures, int]:
     """The full model's :class:`Figures` under ``policy`` at ``batch``, from two small-depth traces
     (:func:`depth_plan`): ``base + m x (grown - base)``.
 
@@ -307,7 +312,7 @@ def scaled_figures(config: Any, policy: Policy, args: PlanArgs, batch: int) -> t
         ``(figures, traces)``: the scaled figures and how many steps were traced.
     """
     base, grown, m = depth_plan(variants(config, policy))
-    traced = trace_step(config, base, policy, args, batch)
+    traced = trace_step(config, base, policy, args, batch, optimizer)
     if not m:
         return traced, 1
-    return traced.plus(trace_step(config, grown, policy, args, batch).minus(traced), m), 2
+    return traced.plus(trace_step(config, grown, policy, args, batch, optimizer).minus(traced), m), 2
