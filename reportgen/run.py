@@ -44,6 +44,7 @@ from reportgen.errors import (
     console_text,
 )
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
+from reportgen.plan.at_run import planned_peak
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
@@ -141,6 +142,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
+    if planned := planned_peak(setup, rows):  # a plan's recompute file: the plan's figure at this shape (page 1)
+        rows.append(planned[0])
+        meta["plan"] = planned[1]
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
