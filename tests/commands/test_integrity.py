@@ -609,4 +609,6 @@ def test_help_lists_the_exit_codes(tmp_path):
 def test_no_model_prints_usage_and_writes_no_folder(tmp_path):
     proc = run_cli(tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and "python -m reportgen +model=ffn" in proc.stdout
+    assert "ffn, gpt, hf_causal_lm, hf_gpt2, hf_llama, hf_masked_lm, mlp" in proc.stdout  # the models to pick from
+    assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "outputs").exists()
