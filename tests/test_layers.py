@@ -137,7 +137,6 @@ TOO_LONG_STILL = {
     "checks.memory",
     "checks.distributed",
     "checks.timing",
-    "report.render",
 }
 
 
