@@ -8,7 +8,7 @@ optimizer step hooks. The ratio wall / model work is what the harness costs on t
 training-like work it has to do. Also prints each check's wall time and, from the results
 frame, the timing check's overhead ratio and its 95% CI half-width, and a per-phase breakdown
 (``phases_s``: each stage of the pipeline, each check and the report's parts, as
-``[wall, model work inside it]`` seconds), so what the harness adds can be found by name.
+``[wall, model work inside it, CPU of this process]`` seconds), so what the harness adds can be found by name.
 
 Usage (from the repository root)::
 
@@ -138,13 +138,14 @@ class Phases:
     def timed(self, name: str, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            wall, model = time.perf_counter(), self.work.total()
+            wall, model, cpu = time.perf_counter(), self.work.total(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent = self.seconds.setdefault(name, [0.0, 0.0])
+                spent = self.seconds.setdefault(name, [0.0, 0.0, 0.0])
                 spent[0] += time.perf_counter() - wall
                 spent[1] += self.work.total() - model
+                spent[2] += time.process_time() - cpu
 
         return wrapper
 
@@ -168,7 +169,7 @@ class Phases:
             setattr(module, attr, original)
 
     def table(self) -> dict[str, list[float]]:
-        return {name: [round(wall, 2), round(model, 2)] for name, (wall, model) in self.seconds.items()}
+        return {name: [round(v, 2) for v in spent] for name, spent in self.seconds.items()}
 
 
 def main(overrides: list[str]) -> dict:
@@ -189,9 +190,9 @@ def main(overrides: list[str]) -> dict:
     phases.install()
     out_dir = Path(tempfile.mkdtemp(prefix="reportgen-bench-"))
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         code = pipeline.run(cfg, out_dir)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         torch.autograd.backward = original
         phases.remove()
@@ -206,6 +207,7 @@ def main(overrides: list[str]) -> dict:
         "exit_code": code,
         "wall_s": round(wall, 2),
         "model_work_s": round(model_s, 2),
+        "cpu_s": round(cpu, 2),  # this process's CPU over the wall (with several cores it may exceed it)
         "wall_over_model_work": round(wall / model_s, 2) if model_s else None,
         "model_work_parts_s": {k: round(v, 2) for k, v in work.seconds.items()},
         "calls": work.calls,
