@@ -5,6 +5,7 @@ Markup lives only in templates (autoescape on, StrictUndefined); this module sha
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -106,9 +107,20 @@ def _long_part(part: str) -> list[str]:
 
 
 def environment() -> Environment:
-    """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters."""
+    """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters.
+
+    One per templates folder and process, so each template is compiled once (a report's 13
+    templates took 0.15 s CPU to compile, twice per report before); jinja2 still reloads a
+    template whose file changed (``auto_reload``). Callers only read it: never add filters or
+    globals to the returned environment.
+    """
+    return _environment(str(templates_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _environment(folder: str) -> Environment:
     env = Environment(
-        loader=FileSystemLoader(str(templates_dir())),
+        loader=FileSystemLoader(folder),
         autoescape=select_autoescape(["html", "j2"]),
         undefined=StrictUndefined,
         trim_blocks=True,
