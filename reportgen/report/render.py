@@ -133,18 +133,18 @@ def _environment(folder: str) -> Environment:
 
 def _records(group: pd.DataFrame) -> list[dict]:
     """Rows of one check, worst status first, then the largest share of its tolerance
-    (:func:`reportgen.report.evidence.tolerance_share`), then the largest value."""
+    (:func:`reportgen.report.evidence.tolerance_share`), then the largest value; NaN as None.
+
+    A stable sort: rows that tie keep the frame's order (a status no severity names goes last).
+    """
     order = {s: i for i, s in enumerate(SEVERITY)}
     records = group.to_dict("records")
-    share = pd.Series([tolerance_share(r) for r in records], index=group.index).fillna(-1)
-    group = group.assign(
-        _sev=group.status.map(order), _share=share, _val=pd.to_numeric(group.value, errors="coerce").fillna(-1)
+    share = [-1.0 if math.isnan(x) else x for x in map(tolerance_share, records)]
+    value = pd.to_numeric(group.value, errors="coerce").fillna(-1).tolist()
+    ranked = sorted(
+        range(len(records)), key=lambda i: (order.get(records[i]["status"], len(order)), -share[i], -value[i])
     )
-    group = group.sort_values(["_sev", "_share", "_val"], ascending=[True, False, False], kind="stable")
-    return [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-        for r in group.drop(columns=["_sev", "_share", "_val"]).to_dict("records")
-    ]
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in records[i].items()} for i in ranked]
 
 
 def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
