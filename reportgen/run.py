@@ -44,7 +44,6 @@ from reportgen.errors import (
     console_text,
 )
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
-from reportgen.report import background
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
@@ -137,7 +136,6 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     try:
         rows = run_checks(setup, out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
-        background.stop()
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
@@ -154,8 +152,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         sign=key is not None,
         private_key=key.private_key if key is not None else None,
     )  # an interrupt from here on:
-    if background.render_beside(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required) is None:
-        render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
+    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
     write_ci_outputs(frame, meta, verdict, required, out_dir)  # junit.xml, summary.md: signed with the rest
     sign_run(frame, meta, verdict, out_dir, key, required=required)
     clear_pending(out_dir)
@@ -242,7 +239,6 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     """Run every registered check; after each, rewrite ``results.partial.json`` so a run that
     stops early still leaves the frame of what it measured."""
     rows: list[Row] = []
-    background.stop()  # a report worker an earlier run of this process left
     registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
     if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
         return [
@@ -305,7 +301,6 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
             log.exception("check %s raised", check.name)
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
-        background.follow(registry, index, rows, _world_size(setup))  # the report's head start, once nothing is timed
     return rows
 
 

@@ -9,8 +9,6 @@ so WeasyPrint does not draw them point by point; axes and text stay vector.
 from __future__ import annotations
 
 import io
-import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,48 +60,14 @@ def finish_axes(fig, ax, xlabel: str, ylabel: str) -> None:
     fig.tight_layout()
 
 
-#: Plots drawn ahead of the report (:func:`draw_ahead`, in reportgen.report.background's worker),
-#: by plotter and :func:`rows_key` of the rows they were drawn from; :func:`section_plots` reads them.
-_DRAWN: dict[tuple[str, str], list[dict]] = {}
-
-
-def rows_key(rows: pd.DataFrame) -> str:
-    """What a plotter can read from ``rows``, as text: every row's non-missing values, numbers as
-    floats, in order. The frame of the checks finished so far and the run's final frame give the
-    same key for a check whose rows did not change, though their other columns and dtypes differ."""
-
-    def plain(value):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return value
-        return float(value)
-
-    records = [
-        {k: plain(v) for k, v in r.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
-        for r in rows.to_dict("records")
-    ]
-    return json.dumps(records, sort_keys=True, default=repr)
-
-
-def _plotter_name(plotter: Callable) -> str:
-    return f"{getattr(plotter, '__module__', '')}.{getattr(plotter, '__qualname__', repr(plotter))}"
-
-
-def draw_ahead(plotter: Callable[[pd.DataFrame], list[Plot]], rows: pd.DataFrame) -> None:
-    """Draw ``plotter``'s plots of ``rows`` now; :func:`section_plots` returns them for rows with the same key."""
-    _DRAWN[(_plotter_name(plotter), rows_key(rows))] = section_plots(plotter, rows)
-
-
 def section_plots(plotter: Callable[[pd.DataFrame], list[Plot]] | None, rows: pd.DataFrame) -> list[dict]:
     """Plots for one check's section as ``[{"svg": ..., "caption": ...}]`` (empty when none).
 
     ``plotter`` comes from the check's registry record. A plot that fails to draw is skipped
-    with its error as the caption: the report renders. Plots drawn ahead from the same rows
-    (:func:`draw_ahead`) are not drawn again.
+    with its error as the caption: the report renders.
     """
     if plotter is None:
         return []
-    if _DRAWN and (drawn := _DRAWN.get((_plotter_name(plotter), rows_key(rows)))) is not None:
-        return drawn
     try:
         return [{"svg": p.svg, "caption": p.caption} for p in plotter(rows)]
     except Exception as exc:  # noqa: BLE001 - a plot never stops the report

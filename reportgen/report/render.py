@@ -358,16 +358,11 @@ def render_report(
     html, pdf_html = render_pages(frame, meta, verdict, required)
     paths = {"html": atomic_write(out_dir / "report.html", html)}
     if pdf:
-        paths["pdf"] = atomic_write(out_dir / "report.pdf", report_pdf(frame, meta, pdf_html))
+        results = (
+            "results.json",
+            frame_to_json(frame).encode(),
+            "Data",
+            "The results frame this report was rendered from (reportgen.results.frame_to_json).",
+        )
+        paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(pdf_html, meta["created"], [results]))
     return paths
-
-
-def report_pdf(frame: pd.DataFrame, meta: dict, pdf_html: str) -> bytes:
-    """report.pdf's bytes: ``pdf_html`` (:func:`render_pages`) laid out as PDF/A-3b with results.json attached."""
-    results = (
-        "results.json",
-        frame_to_json(frame).encode(),
-        "Data",
-        "The results frame this report was rendered from (reportgen.results.frame_to_json).",
-    )
-    return write_pdf(pdf_html, meta["created"], [results])
