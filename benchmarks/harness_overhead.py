@@ -15,7 +15,9 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/harness_overhead.py                 # +model=gpt
     .venv/bin/python benchmarks/harness_overhead.py +model=mlp report.pdf=false
 
-The hooks themselves add a little to the model-work figure, so the ratio is a lower bound.
+The hooks themselves add a little to the model-work figure, so the ratio is a lower bound. On a
+shared machine wall time depends on what else runs; ``cpu_over_model_work_cpu`` is the same ratio
+in this process's CPU seconds (child processes included), which load moves much less.
 Work under ``FakeTensorMode`` (the GPU-free memory estimate runs the model on fake tensors:
 shapes only, no arithmetic) is the harness's own, not model work, and is not counted.
 """
@@ -58,6 +60,7 @@ class ModelWork:
 
     def __init__(self):
         self.seconds = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+        self.cpu_seconds = 0.0  # this process's CPU inside the same regions
         self.calls = {"forward": 0, "backward": 0, "optimizer": 0}
         self._depth = 0
         self._in_backward = 0
@@ -67,7 +70,7 @@ class ModelWork:
         if self._in_backward or faking():
             return
         if self._depth == 0:
-            self._start["forward"] = time.perf_counter()
+            self._start["forward"] = time.perf_counter(), time.process_time()
         self._depth += 1
 
     def post_forward(self, module, args, output):
@@ -78,7 +81,9 @@ class ModelWork:
             self._add("forward")
 
     def _add(self, kind: str):
-        self.seconds[kind] += time.perf_counter() - self._start.pop(kind)
+        wall, cpu = self._start.pop(kind)
+        self.seconds[kind] += time.perf_counter() - wall
+        self.cpu_seconds += time.process_time() - cpu
         self.calls[kind] += 1
 
     def wrap_backward(self, backward):
@@ -86,12 +91,13 @@ class ModelWork:
             if faking():
                 return backward(*args, **kwargs)
             self._in_backward += 1
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 return backward(*args, **kwargs)
             finally:
                 self._in_backward -= 1
                 self.seconds["backward"] += time.perf_counter() - start
+                self.cpu_seconds += time.process_time() - cpu
                 self.calls["backward"] += 1
 
         return timed_backward
@@ -102,7 +108,7 @@ class ModelWork:
 
     def pre_step(self, optimizer, args, kwargs):
         if not faking():
-            self._start["optimizer"] = time.perf_counter()
+            self._start["optimizer"] = time.perf_counter(), time.process_time()
 
     def post_step(self, optimizer, args, kwargs):
         if "optimizer" in self._start:
@@ -216,6 +222,9 @@ def main(overrides: list[str]) -> dict:
         "model_work_s": round(model_s, 2),
         "cpu_s": round(cpu, 2),  # this process's CPU over the wall (with several cores it may exceed it)
         "children_cpu_s": round(children, 2),  # child processes, once ended
+        "model_work_cpu_s": round(work.cpu_seconds, 2),
+        # the same ratio in CPU seconds: steadier than wall on a shared machine, where both parts wait their turn
+        "cpu_over_model_work_cpu": round((cpu + children) / work.cpu_seconds, 2) if work.cpu_seconds else None,
         "wall_over_model_work": round(wall / model_s, 2) if model_s else None,
         "model_work_parts_s": {k: round(v, 2) for k, v in work.seconds.items()},
         "calls": work.calls,
