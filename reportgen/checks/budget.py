@@ -3,7 +3,7 @@
 Gradient parity on one batch is necessary, not sufficient: the release claim is about
 training. For each seed, the plain and the recompute twin are trained from the same initial
 weights, on the same data order with the same dropout seeds, until each has accepted
-``budget.examples`` examples (see :mod:`reportgen.training.train`); then the task metric is evaluated
+``budget.examples`` examples (see :mod:`reportgen.training.loop`); then the task metric is evaluated
 on held-out data. The check *measures* each seed's metric difference; the condition
 ``|recompute - plain| <= budget.metric_tolerance`` *judges* it.
 """
@@ -21,7 +21,10 @@ from reportgen.checks.plots import task_metric_plots
 from reportgen.config import TASK_METRICS
 from reportgen.results import ERROR, INFO, PASS, TWIN, WARN, Role, Row
 from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
-from reportgen.training.train import TrainResult, budget_runs, lockstep_gradients, run_rows
+from reportgen.training.lockstep import lockstep_gradients
+from reportgen.training.loop import TrainResult
+from reportgen.training.rows import run_rows
+from reportgen.training.train import budget_runs
 
 log = logging.getLogger("reportgen")
 
@@ -57,7 +60,7 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
     """The rounding twin trained to the same budget, when it is needed and applies: the envelope
     is on (the caller asks only when a trained parameter is outside tolerance), and at every step
     of the budget run the recompute twin's gradients, taken at the plain twin's weights, stay
-    within tolerance (:func:`reportgen.training.train.lockstep_gradients`): the envelope models gradient
+    within tolerance (:func:`reportgen.training.lockstep.lockstep_gradients`): the envelope models gradient
     noise, so a fault that changes gradients, at once or from any later step, keeps its verdict.
     None otherwise; then ``found["lockstep_step"]`` (when ``found`` is given) is the first step whose
     gradients differ at identical weights."""

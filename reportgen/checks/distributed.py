@@ -59,7 +59,7 @@ from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import FAIL, INCONCLUSIVE, PASS, WARN, Role, Row
 from reportgen.results.rows import aa_row, tensor_row
 from reportgen.tasks import batch_to
-from reportgen.training.train import step_seed
+from reportgen.training.loop import step_seed
 from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows

@@ -36,7 +36,9 @@ from reportgen.config import LARGER_BATCH
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
 from reportgen.results import FLAGGED, Role, Row
 from reportgen.structure import batch_size_of
-from reportgen.training.train import LR_SCALING, budget_runs, run_rows
+from reportgen.training.loop import LR_SCALING
+from reportgen.training.rows import run_rows
+from reportgen.training.train import budget_runs
 
 log = logging.getLogger("reportgen")
 
@@ -153,7 +155,7 @@ def larger_batch_experiment(setup) -> list[Row]:
     """Find the largest batch whose recompute memory fits the plain run's; train at it.
 
     The learning rate is unchanged unless ``larger_batch.lr_scaling`` names a rule
-    (:data:`reportgen.training.train.LR_SCALING`); the rule and the lr used are in the rows.
+    (:data:`reportgen.training.loop.LR_SCALING`); the rule and the lr used are in the rows.
 
     Returns:
         FLAGGED rows only (variant ``larger_batch``): the reference bytes, each search probe

@@ -31,7 +31,7 @@ from reportgen.results.rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_exce
 from reportgen.rng import fingerprint, seeded
 from reportgen.structure import call_model
 from reportgen.tasks import batch_to
-from reportgen.training.train import step_seed
+from reportgen.training.loop import step_seed
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
 

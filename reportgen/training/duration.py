@@ -23,7 +23,7 @@ import torch
 
 from reportgen.errors import SetupError
 from reportgen.memory.saved import make_train_step, training_optimizer
-from reportgen.training.train import evaluate
+from reportgen.training.loop import evaluate
 from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
