@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 from hydra.utils import get_method, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from reportgen.config import Config
 from reportgen.errors import SetupError
 from reportgen.results.distance import tolerances
 from reportgen.rng import fingerprint, seeded
@@ -85,6 +86,16 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
+    #: ``(cfg, cfg as its schema's dataclasses)``, made on first use of :attr:`config`.
+    typed: tuple[DictConfig, Config] | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> Config:
+        """``cfg`` as its schema's dataclasses (``OmegaConf.to_object``, once per ``cfg``): a check reads its
+        own section typed, e.g. ``section: ParityConfig = setup.config.parity``; ``model``, ``task`` are dicts."""
+        if self.typed is None or self.typed[0] is not self.cfg:
+            self.typed = (self.cfg, OmegaConf.to_object(self.cfg))
+        return self.typed[1]
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
