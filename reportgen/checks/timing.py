@@ -40,7 +40,7 @@ from reportgen.checks.timing_rows import (
     median_rows,
     overhead_row,
 )
-from reportgen.config import TIME
+from reportgen.config import TIME, TimingConfig
 from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.progress import progress
 from reportgen.results import INFO, WARN, Role, Row
@@ -144,19 +144,19 @@ def warm_step_time(setup: Setup) -> list[Row]:
         overhead row is INFO, or WARN when its CI stays wider than
         ``timing.target_ci_half_width_pp`` (too noisy to trust).
     """
-    tc = setup.cfg.timing
+    tc: TimingConfig = setup.config.timing
     start = time.perf_counter()
     models = dict(zip(VARIANTS, setup.twins()))
     steps = {
-        v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.cfg.forward_seed)
+        v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.config.forward_seed)
         for v, m in models.items()
     }
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each
     enough = None
     if tc.target_ci_half_width_pp is not None:
-        enough = ci_target_reached(float(tc.target_ci_half_width_pp), int(tc.bootstrap_samples))
+        enough = ci_target_reached(tc.target_ci_half_width_pp, tc.bootstrap_samples)
     times, stopped = interleaved_times(
-        steps, int(tc.warmup_steps), int(tc.measured_steps), setup.device, enough, float(tc.max_measure_seconds)
+        steps, tc.warmup_steps, tc.measured_steps, setup.device, enough, tc.max_measure_seconds
     )
     seconds = time.perf_counter() - start
     rows = [
@@ -176,13 +176,13 @@ def warm_step_time(setup: Setup) -> list[Row]:
         for k, ms in enumerate(times[v])
     ]
     rows += median_rows(times, tc.max_step_time_ms, seconds)
-    overhead = overhead_row(times, int(tc.bootstrap_samples), tc.max_overhead_ratio)
+    overhead = overhead_row(times, tc.bootstrap_samples, tc.max_overhead_ratio)
     overhead.extra.update(
         {"rounds": len(times["plain"]), "stopped": stopped, "target_ci_half_width_pp": tc.target_ci_half_width_pp}
     )
     rows.append(overhead)
     if tc.target_ci_half_width_pp is not None:
-        rows.append(ci_width_row(overhead, float(tc.target_ci_half_width_pp), stopped))
+        rows.append(ci_width_row(overhead, tc.target_ci_half_width_pp, stopped))
     rows.append(flops_row(flops) if flops_error is None else flops_error)
     load = machine_load_row()
     return rows + ([load] if load else [])
