@@ -49,7 +49,7 @@ from reportgen.checks.memory_estimate import (  # noqa: F401
 )
 from reportgen.checks.memory_rows import peak_rows, saved_rows
 from reportgen.checks.plots import memory_plots
-from reportgen.config import MEMORY
+from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.estimate import dropout_mask_bytes  # noqa: F401 - re-exported (benchmarks/estimate_7b.py)
 from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
@@ -73,7 +73,8 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
         rows += saved_rows(setup, *measured)
-    on_miss = str(setup.cfg.memory.peak_on_miss)
+    section: MemoryConfig = setup.config.memory
+    on_miss = section.peak_on_miss
     peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
     if peaks is not None:
         rows += peak_rows(setup, *peaks, measured[0] if measured else None)
@@ -138,7 +139,9 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
         start = time.perf_counter()
         with _twin(variant):
             model = setup.build(recompute)
-            saved[variant] = saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, paths)
+            saved[variant] = saved_activation_bytes(
+                model, setup.batch, setup.task.loss, setup.config.forward_seed, paths
+            )
         seconds[variant] = time.perf_counter() - start
         del model
     return saved, seconds
@@ -153,6 +156,7 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     Returns:
         ``({variant: StepPeak}, {variant: seconds})``.
     """
+    section: MemoryConfig = setup.config.memory
     peaks, seconds = {}, {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
@@ -164,8 +168,8 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
                 setup.batch,
                 setup.task.loss,
                 training_optimizer(setup),
-                setup.cfg.forward_seed,
-                max(1, int(setup.cfg.memory.warm_steps)),
+                setup.config.forward_seed,
+                max(1, section.warm_steps),
             )
         seconds[variant] = time.perf_counter() - start
         del model
@@ -177,7 +181,7 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     that saving comes from activations that are never needed because gradients were lost."""
     start = time.perf_counter()
     plain_model, recompute_model = setup.twins()
-    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.cfg.forward_seed)  # noqa: E731
+    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed)  # noqa: E731
     with warnings.catch_warnings():  # torch's warnings are reported by gradient parity, not repeated here
         warnings.simplefilter("ignore")
         plain, rec = run(plain_model), run(recompute_model)
@@ -225,7 +229,8 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
                 "The saved-activation bytes above are exact on every device.",
             )
         ]
-    warm = int(setup.cfg.memory.warm_steps)
+    section: MemoryConfig = setup.config.memory
+    warm = section.warm_steps
     rows = []
     for variant, recompute in VARIANTS:
         start = time.perf_counter()

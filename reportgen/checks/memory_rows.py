@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from reportgen.checks.memory_estimate import saving_share
-from reportgen.config import MEMORY
+from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, where
 from reportgen.memory.saved import REST, SavedActivations
 from reportgen.results import INFO, WARN, Role, Row
@@ -19,7 +19,8 @@ from reportgen.twins.setup import Setup
 def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[str, float]) -> list[Row]:
     """Total and per-module ``saved_activation_bytes`` rows (INFO), and the ``saving_share`` row,
     judged ``>= memory.negligible_saving_share`` (WARN when below: the saving is negligible)."""
-    share_min = float(setup.cfg.memory.negligible_saving_share)
+    section: MemoryConfig = setup.config.memory
+    share_min = section.negligible_saving_share
     plain, rec = saved["plain"], saved["recompute"]
     share = saving_share(plain.total_bytes, rec.total_bytes)
     shape = f"batch {describe(setup.batch[0])}"
@@ -115,8 +116,8 @@ def peak_rows(
     """``peak_live_bytes`` per twin (INFO, with phase, module and categories at the peak) and
     the memory verdict row ``peak_saving_share``, judged ``>= memory.min_peak_saving_share``
     (``memory.peak_on_miss`` when missed), whose detail names the cause of a miss."""
-    mc = setup.cfg.memory
-    share_min, on_miss = float(mc.min_peak_saving_share), str(mc.peak_on_miss)
+    mc: MemoryConfig = setup.config.memory
+    share_min, on_miss = mc.min_peak_saving_share, mc.peak_on_miss
     rows = []
     for variant, peak in peaks.items():
         extra: dict[str, Any] = {
@@ -125,7 +126,7 @@ def peak_rows(
             "peak_region": peak.region or "",
             "baseline_bytes": peak.baseline_bytes,
             "device": peak.device,
-            "warm_steps": int(mc.warm_steps),
+            "warm_steps": mc.warm_steps,
             **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES},
         }
         detail = (
