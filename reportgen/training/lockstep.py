@@ -8,6 +8,7 @@ import math
 import torch
 from hydra.utils import instantiate
 
+from reportgen.config import BudgetConfig
 from reportgen.rng import seed_all, seeded
 from reportgen.structure import batch_size_of, call_model
 from reportgen.tasks import batch_to
@@ -35,14 +36,15 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
     """
     from reportgen.results.distance import measure, tolerances
 
-    budget, rtol_atol = setup.cfg.budget, setup.tolerance()
+    budget: BudgetConfig = setup.config.budget
+    rtol_atol, forward_seed = setup.tolerance(), setup.config.forward_seed
     plain, twin = setup.build(False), setup.build(True)
     pairs = list(
         zip([p for p in plain.parameters() if p.requires_grad], [p for p in twin.parameters() if p.requires_grad])
     )
     opt = instantiate(budget.optimizer, params=[p for p, _ in pairs])
     generator = torch.Generator().manual_seed(int(seed))
-    if setup.cfg.forward_seed is None:
+    if forward_seed is None:
         seed_all(int(seed))
     accepted = draws = steps = 0
     examples = int(budget.examples)
@@ -50,7 +52,7 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
         x, y = batch_to(
             setup.task.make_batch(generator, min(batch_size, examples - accepted)), setup.device, setup.dtype
         )
-        step_rng = None if setup.cfg.forward_seed is None else step_seed(setup.cfg.forward_seed, int(seed), draws)
+        step_rng = None if forward_seed is None else step_seed(forward_seed, int(seed), draws)
         draws += 1
         with torch.no_grad():
             for p, r in pairs:

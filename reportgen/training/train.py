@@ -13,6 +13,7 @@ import logging
 import math
 import weakref
 
+from reportgen.config import BudgetConfig
 from reportgen.results.rounding import GradientNudge
 from reportgen.training import cache
 from reportgen.training.lockstep import lockstep_gradients
@@ -80,7 +81,7 @@ class BudgetRuns:
         Returns:
             The :class:`TrainResult`.
         """
-        budget = setup.cfg.budget
+        budget: BudgetConfig = setup.config.budget
         key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale), bool(rounding))
         if key not in self._runs:
             variant = "rounding" if rounding else "recompute" if recompute else "plain"
@@ -100,7 +101,7 @@ class BudgetRuns:
                     examples=int(budget.examples),
                     batch_size=int(batch_size),
                     seed=int(seed),
-                    forward_seed=setup.cfg.forward_seed,
+                    forward_seed=setup.config.forward_seed,
                     optimizer=budget.optimizer,
                     device=setup.device,
                     dtype=setup.dtype,
