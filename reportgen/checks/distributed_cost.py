@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from reportgen.config import DIST_MEMORY, DIST_TIME
+from reportgen.config import DIST_MEMORY, DIST_TIME, MemoryConfig, TimingConfig
 from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
 from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.wrapping import spread_twin
@@ -46,7 +46,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         with twin(variant):  # an exception names the twin that raised
             model = spread_twin(setup, group, recompute)
             measured[variant] = saved_activation_bytes(
-                model, local, setup.task.loss, setup.cfg.forward_seed, paths
+                model, local, setup.task.loss, setup.config.forward_seed, paths
             ).total_bytes
     rows = [
         ranked(
@@ -72,8 +72,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
                 spread_twin(setup, group, recompute),
                 local,
                 setup.task.loss,
-                setup.cfg.parity.optimizer,
-                setup.cfg.forward_seed,
+                setup.config.parity.optimizer,
+                setup.config.forward_seed,
                 warm_steps=1,
             )
     rows += [
@@ -106,7 +106,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     )
     if group.rank != 0:
         return rows
-    on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
+    section: MemoryConfig = setup.config.memory
+    on_miss = section.peak_on_miss
     return rows + [
         *max_pair_rows(
             "step peak",
@@ -195,27 +196,28 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
     (:func:`reportgen.results.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
     against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
-    tc, local = setup.cfg.timing, local_share(setup, group)
+    tc: TimingConfig = setup.config.timing
+    local = local_share(setup, group)
     steps: dict[str, Callable[[], None]] = {
         variant: make_train_step(
             spread_twin(setup, group, recompute),
             local,
             setup.task.loss,
-            setup.cfg.parity.optimizer,
-            setup.cfg.forward_seed,
+            setup.config.parity.optimizer,
+            setup.config.forward_seed,
         )
         for variant, recompute in (("plain", False), ("recompute", True))
     }
     sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain": [], "recompute": []}
-    for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
+    for index in range(tc.warmup_steps + tc.measured_steps):
         for variant, step in steps.items():
             sync()
             start = time.perf_counter()
             with twin(variant):
                 step()
             sync()
-            if index >= int(tc.warmup_steps):
+            if index >= tc.warmup_steps:
                 times[variant].append((time.perf_counter() - start) * 1e3)
     rows = [
         ranked(
@@ -252,7 +254,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
         )
         for variant, value in (("plain", plain), ("recompute", recompute))
     ]
-    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
+    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], tc.bootstrap_samples)
     bound = tc.max_overhead_ratio
     detail = (
         f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "

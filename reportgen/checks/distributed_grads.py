@@ -34,7 +34,7 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
         model.zero_grad(set_to_none=True)
         per_rank.append(
             run_forward_backward(
-                setup.task, model, shard_batch(setup.batch, rank, world_size), setup.cfg.forward_seed
+                setup.task, model, shard_batch(setup.batch, rank, world_size), setup.config.forward_seed
             ).grads
         )
     grads = {}
@@ -77,7 +77,7 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
         distributed twins vs the single-process reference.
     """
     rtol, atol = setup.tolerance()
-    local, seed = local_share(setup, group), setup.cfg.forward_seed
+    local, seed = local_share(setup, group), setup.config.forward_seed
     runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with twin(name):
@@ -155,7 +155,7 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     Returns:
         One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
     """
-    seed = setup.cfg.forward_seed
+    seed = setup.config.forward_seed
     with twin("plain"):
         plain = run_forward_backward(setup.task, setup.build(False), local, seed)
     with twin("recompute"):

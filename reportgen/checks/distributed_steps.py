@@ -10,7 +10,7 @@ import torch
 
 from reportgen.checks.distributed_cost import local_share
 from reportgen.checks.distributed_grads import reference_grads, reference_rows
-from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY
+from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, ParityConfig
 from reportgen.distributed.full import dist_name, full, full_optimizer_state, full_params
 from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import ranked, twin
@@ -57,18 +57,18 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         ``state.ignore_attributes`` honoured.
     """
     rtol, atol = setup.tolerance()
-    local, seed = local_share(setup, group), setup.cfg.forward_seed
+    local, seed = local_share(setup, group), setup.config.forward_seed
     snaps, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with twin(name):
             model = spread_twin(setup, group, recompute)
-            optimizer = make_optimizer(setup.task, setup.cfg.parity.optimizer, model)
+            optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, model)
             out = run_forward_backward(setup.task, model, local, seed)
             optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
             snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
         drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
     compared = snapshot_rows(
-        snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol, list(setup.cfg.state.ignore_attributes)
+        snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol, setup.config.state.ignore_attributes
     )
     rows = []
     for row in compared:
@@ -83,7 +83,7 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         return rows
     rows += [sync_row(DIST_STEP_PARITY, name, [drift], group.world_size, rtol, atol) for name, drift in drifts.items()]
     reference, _ = reference_grads(setup, group.world_size)
-    optimizer = make_optimizer(setup.task, setup.cfg.parity.optimizer, reference)
+    optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, reference)
     optimizer_step(setup.task, reference, optimizer, make_scheduler(setup.task, optimizer))
     ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
     return rows + reference_rows(
@@ -94,20 +94,21 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
 def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snapshot], list[Drift | None]]:
     """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
     after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
-    by ``cfg.seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
+    by the run's ``seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
     generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory.
     After every step the ranks' replicated state is compared (:mod:`reportgen.distributed.sync`)."""
-    cfg, (rtol, atol) = setup.cfg, setup.tolerance()
+    parity: ParityConfig = setup.config.parity
+    seed, forward_seed, (rtol, atol) = setup.config.seed, setup.config.forward_seed, setup.tolerance()
     model = spread_twin(setup, group, recompute)
-    optimizer = make_optimizer(setup.task, cfg.parity.optimizer, model)
+    optimizer = make_optimizer(setup.task, parity.optimizer, model)
     scheduler = make_scheduler(setup.task, optimizer)
-    generator = torch.Generator().manual_seed(int(cfg.seed))
+    generator = torch.Generator().manual_seed(seed)
     snaps, drifts = [], []
-    for k in range(int(cfg.parity.steps)):
-        batch = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
+    for k in range(parity.steps):
+        batch = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
         optimizer.zero_grad(set_to_none=True)
-        seed = None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)
-        out = run_forward_backward(setup.task, model, shard_batch(batch, group.rank, group.world_size), seed)
+        step_rng = None if forward_seed is None else step_seed(forward_seed, seed, k)
+        out = run_forward_backward(setup.task, model, shard_batch(batch, group.rank, group.world_size), step_rng)
         optimizer_step(setup.task, model, optimizer, scheduler)
         snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
         drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))
@@ -135,7 +136,7 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
     for k, (p, a, r) in enumerate(zip(runs["plain"], runs["aa"], runs["recompute"]), start=1):
         compared = [
             x
-            for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
+            for x in snapshot_rows(p, r, a, rtol, atol, setup.config.state.ignore_attributes)
             if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)
         ]
         for variant, key, on_miss in (("recompute", "excess", FAIL), ("aa", "aa_excess", INCONCLUSIVE)):
