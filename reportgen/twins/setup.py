@@ -110,20 +110,20 @@ class Setup:
         guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
         if self.autocast_dtype is not None:
             model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
-        if self.cfg.compile.enabled and compiled:
-            model.compile(backend=str(self.cfg.compile.backend))
+        if self.config.compile.enabled and compiled:
+            model.compile(backend=self.config.compile.backend)
         return model.train()
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The ``torch.autocast`` dtype of every forward, or None (``precision.autocast: null``)."""
-        name = self.cfg.precision.autocast
-        return None if name is None else AUTOCAST[str(name)]
+        name = self.config.precision.autocast
+        return None if name is None else AUTOCAST[name]
 
     def tolerance(self) -> tuple[float | None, float | None]:
         """``(rtol, atol)`` for parity: configured values, else (under autocast) torch.testing's
         defaults for the autocast dtype, else None (each tensor's own dtype decides)."""
-        rtol, atol = self.cfg.parity.rtol, self.cfg.parity.atol
+        rtol, atol = self.config.parity.rtol, self.config.parity.atol
         if self.autocast_dtype is not None:
             default = tolerances(self.autocast_dtype)
             return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
