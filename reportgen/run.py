@@ -40,7 +40,7 @@ from reportgen.errors import (
     EXIT_USAGE,
     Terminated,
     UsageError,
-    clip_words,
+    clip_keeping_advice,
     console_text,
 )
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
@@ -163,7 +163,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
     ):
         detail = console_text(f"{item}: {detail}")
-        print(f"reportgen: WARN {check}: {clip_words(detail)}")
+        print(f"reportgen: WARN {check}: {clip_keeping_advice(detail)}")
     if verdict != PASS:
         for line in why_lines(frame):
             print(line)

@@ -27,7 +27,14 @@ from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.progress import progress
 from reportgen.results import INCONCLUSIVE, INFO, Role, Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
-from reportgen.results.rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, run_twin, tolerance_used
+from reportgen.results.rows import (
+    ROUNDING_LEVEL,
+    ROUNDING_NOTE,
+    effective_excess,
+    nonfinite_row,
+    run_twin,
+    tolerance_used,
+)
 from reportgen.rng import fingerprint, seeded
 from reportgen.structure import call_model
 from reportgen.tasks import batch_to
@@ -157,6 +164,8 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         for p, a, r in zip(snaps["plain"], snaps["aa"], snaps["recompute"])
     ]
     out: list[Row] = _with_rounding_twin(setup, snaps, per_step)
+    finite = _plain_finite(snaps["plain"])
+    out.append(finite)
     first, first_items = 0, []
     for k, rows in enumerate(per_step, start=1):
         out += step_rows(k, rows)
@@ -179,7 +188,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
         + (
             "; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
-            if first > 1
+            if first > 1 and finite.status == "PASS"
             else ""
         )
     )
@@ -198,6 +207,16 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         )
     )
     return out
+
+
+def _plain_finite(plain: list[Snapshot]) -> Row:
+    """The plain trajectory's loss at every step and its weights after the last: a NaN/Inf there (too
+    high a learning rate, an overflowing init or dtype) makes every later comparison unequal without
+    any recomputation, so the row (``Role.NONFINITE``, INCONCLUSIVE when missed) names the first one."""
+    named = {f"loss at step {k}": snap.loss for k, snap in enumerate(plain, start=1)}
+    if plain:
+        named |= {f"{name} after step {len(plain)}": t for name, t in plain[-1].params.items()}
+    return nonfinite_row(TRAJECTORY, named)
 
 
 def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step: list[list[Row]]) -> list[Row]:
