@@ -1,7 +1,9 @@
 """Wall time and peak RSS of ``python -m reportgen.plan`` at the scale users train (issue 24, item 3).
 
 Cases (targets on a quiet 2-core CPU, the child process's wall time including Python start-up and
-the transformers import, as a user sees it; peak RSS from ``resource.getrusage(RUSAGE_CHILDREN)``):
+the transformers import, as a user sees it; its CPU time (user + sys) and peak RSS from
+``resource.getrusage(RUSAGE_CHILDREN)``; the load average before and after each run, since on a shared
+machine the wall time measures the other tenants too):
 
 * ``8b``: Llama-3-8B shape, seq 8192, batch 2, bf16, 8 ranks FSDP, selective op recompute, 96 GiB
   (the issue's done-when command): <= 5 s, <= 2 GiB;
@@ -12,7 +14,8 @@ Each case runs in its own child; the plan goes to a temporary folder, removed af
 
 Usage (from the repository root)::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_8b.py            # 8b and 70b
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_8b.py                 # 8b and 70b
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_8b.py --repeat 3 8b   # best of 3 (a shared machine)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_8b.py 8b-all
 """
 
@@ -71,9 +74,8 @@ CASES = {
 }
 
 
-def run_case(name: str) -> bool:
-    """Run one case in a child process; print its table, wall time, CPU time and peak RSS. True when within target."""
-    words, seconds_target, rss_target = CASES[name]
+def run_once(words: list[str]) -> tuple[float, float, float, str, str, str]:
+    """One child run of the plan: ``(wall s, CPU s (user + sys), peak RSS GiB, exit code, stdout, stderr)``."""
     script = (
         "import resource, subprocess, sys, time; t = time.perf_counter(); "
         "done = subprocess.run(sys.argv[1:]); "
@@ -90,30 +92,52 @@ def run_case(name: str) -> bool:
             "-m",
             "reportgen.plan",
             *words,
-            f"out={Path(tmp) / 'plan'}",
+            f"out={Path(tmp) / 'p'}",
         ]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     lines = done.stdout.splitlines()
     seconds, rss, cpu, code = lines[-1].split()[1:]
-    print("\n".join(lines[:-1]))
-    if code != "0":
-        print(done.stderr[-2000:], file=sys.stderr)
-        return False
-    seconds, rss = float(seconds), float(rss)
-    ok = (seconds_target is None or seconds <= seconds_target) and rss <= rss_target
+    return float(seconds), float(cpu), float(rss), code, "\n".join(lines[:-1]), done.stderr
+
+
+def run_case(name: str, repeat: int = 1) -> bool:
+    """Run one case ``repeat`` times in child processes; print its table and, per run and best of the runs,
+    wall time, CPU time (user + sys) and peak RSS, with the load average before and after (the machine may be
+    shared: CPU time is the figure a quiet machine's wall time approaches). True when the best run is within target."""
+    words, seconds_target, rss_target = CASES[name]
+    runs = []
+    for i in range(repeat):
+        load = os.getloadavg()[0]
+        wall, cpu, rss, code, out, err = run_once(words)
+        if code != "0":
+            print(out, err[-2000:], sep="\n", file=sys.stderr)
+            return False
+        if i == 0:
+            print(out)
+        runs.append((wall, cpu, rss))
+        print(
+            f"[{name}] run {i + 1}: wall {wall:.2f} s, CPU {cpu:.2f} s, peak RSS {rss:.2f} GiB, load {load:.2f} -> "
+            f"{os.getloadavg()[0]:.2f}"
+        )
+    wall, cpu, rss = min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs)
+    ok = (seconds_target is None or wall <= seconds_target) and rss <= rss_target
     target = f"target <= {seconds_target:g} s" if seconds_target else "no time target"
     print(
-        f"[{name}] wall {seconds:.1f} s ({target}; CPU time {cpu} s), peak RSS {rss:.2f} GiB (target <= "
-        f"{rss_target:g} GiB), {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}: "
-        f"{'within target' if ok else 'TARGET MISSED'}\n"
+        f"[{name}] best of {repeat}: wall {wall:.2f} s ({target}; CPU time {cpu:.2f} s), peak RSS {rss:.2f} GiB (target "
+        f"<= {rss_target:g} GiB), {os.cpu_count()} CPUs, load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}: "
+        f"{'within target' if ok else 'TARGET MISSED (wall; see CPU time on a loaded machine)'}\n"
     )
     return ok
 
 
 def main(argv: list[str]) -> int:
-    """Run the named cases (default 8b and 70b); 1 if a target is missed."""
-    results = [run_case(name) for name in (argv or ["8b", "70b"])]
+    """Run the named cases (default 8b and 70b), ``--repeat N`` times each; 1 if a target is missed."""
+    repeat = 1
+    if "--repeat" in argv:
+        i = argv.index("--repeat")
+        repeat, argv = int(argv[i + 1]), argv[:i] + argv[i + 2 :]
+    results = [run_case(name, repeat) for name in (argv or ["8b", "70b"])]
     return 0 if all(results) else 1
 
 

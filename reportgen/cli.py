@@ -14,11 +14,13 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from reportgen.commands.overrides import argv_problems
 from reportgen.commands.rundir import StartRefused, job_log_path
 from reportgen.errors import (
     EXIT_BUG,
@@ -217,8 +219,20 @@ def record(code: int) -> None:
     _codes.append(code)
 
 
-def exit_code(app: Callable[[], None]) -> int:
-    """Run the Hydra app and turn what happened into the process exit code (module docstring)."""
+def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
+    """Run the Hydra app and turn what happened into the process exit code (module docstring).
+
+    An unknown setting changed without ``+`` (``parity.rtlo=1e-5``) is refused first, in one line
+    naming the setting meant (:func:`reportgen.commands.overrides.argv_problems`), exit 2, nothing written.
+
+    Args:
+        app: the ``@hydra.main`` function.
+        argv: the command line after the program name (default ``sys.argv[1:]``).
+    """
+    problems = argv_problems(sys.argv[1:] if argv is None else argv)
+    if problems:
+        print(f"reportgen: cannot start: {problems}", flush=True)
+        return EXIT_USAGE
     try:
         with sigterm_as_interrupt():  # SIGTERM before the job starts: one line, and the folder lock is released
             app()

@@ -74,10 +74,10 @@ class RecomputeConfig:
     determinism_check: str = "default"
     #: Selective mode only: ops whose outputs are saved, e.g. ``aten.mm`` or ``aten.mm.default``.
     save_ops: list[str] = field(default_factory=list)
-    #: Selective mode only: ``{op: n}`` for ops of ``save_ops`` whose output is saved only on the
-    #: 1st, (n+1)-th, (2n+1)-th ... call within one region's forward (the others are recomputed);
-    #: torchtitan's selective op policy is ``{aten.mm: 2}`` ("all compute ops except every second mm").
+    #: Selective mode only: ``{op: n}``: of an op of ``save_ops``, only the 1st, (n+1)-th, (2n+1)-th ... call's output in a
+    #: region's forward is saved (the rest recomputed); torchtitan's op policy ``{aten.mm: 2}``: every second mm recomputed.
     save_period: dict[str, int] = field(default_factory=dict)
+    planned: dict[str, Any] = field(default_factory=dict)  #: set by reportgen.plan: page 1 states its peak
 
 
 @dataclass

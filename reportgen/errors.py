@@ -110,6 +110,26 @@ def clip_words(text: str, most: int = 170) -> str:
     return textwrap.shorten(text, width=most + 2, placeholder=" …") if len(text) > most else text
 
 
+def clip_keeping_advice(text: str, most: int = 200) -> str:
+    """``text`` for one console line of at most about ``most`` characters that keeps its advice.
+
+    A row's detail reads "finding; explanation; ...; advice" (clauses joined by ``"; "``), and the
+    advice is what the reader acts on: the last clause is kept whole, the first (the finding) is cut at a
+    word boundary to the room left, and the clauses between are dropped (``…``). A detail of one clause
+    is cut as :func:`clip_words` cuts it. The full detail is in the report and results.csv.
+    """
+    import textwrap
+
+    clauses = text.split("; ")
+    if len(text) <= most or len(clauses) < 2:
+        return clip_words(text, most)
+    head, advice = clauses[0], clauses[-1]
+    room = max(60, most - len(advice) - 5)
+    cut = textwrap.shorten(head, width=room, placeholder=" …") if len(head) > room else head
+    dropped = "…; " if cut == head and len(clauses) > 2 else ""
+    return f"{cut}; {dropped}{advice}"
+
+
 def console_text(text: str) -> str:
     """``text`` with every torch-internal exception class name replaced by :data:`TORCH_ERROR`.
 

@@ -40,10 +40,11 @@ from reportgen.errors import (
     EXIT_USAGE,
     Terminated,
     UsageError,
-    clip_words,
+    clip_keeping_advice,
     console_text,
 )
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
+from reportgen.plan.at_run import planned_peak
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.render import render_report
@@ -141,6 +142,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
+    if planned := planned_peak(setup, rows):  # a plan's recompute file: the plan's figure at this shape (page 1)
+        rows.append(planned[0])
+        meta["plan"] = planned[1]
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
@@ -163,7 +167,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
     ):
         detail = console_text(f"{item}: {detail}")
-        print(f"reportgen: WARN {check}: {clip_words(detail)}")
+        print(f"reportgen: WARN {check}: {clip_keeping_advice(detail)}")
     if verdict != PASS:
         for line in why_lines(frame):
             print(line)

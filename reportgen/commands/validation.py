@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from reportgen.checks import flagged_names, sections
+from reportgen.commands.overrides import FREE_FORM, schema_groups, unknown_key_problem
 from reportgen.config import (
     DIST_GRADIENT_PARITY,
     DIST_STEP_PARITY,
@@ -271,26 +272,10 @@ def unknown_setting_problems(cfg: DictConfig) -> list[str]:
     as ``+parity.rtlo=1e-5`` would be recorded and ignored. ``distributed`` is checked with its own
     nested groups (:func:`reportgen.distributed.settings.unknown_problems`); ``model`` and ``task`` are free-form.
     """
-    import dataclasses
-    import difflib
-
-    from reportgen.config import Config
-
     problems = []
-    for group in dataclasses.fields(Config):
-        factory = group.default_factory
-        if group.name == "distributed" or factory is dataclasses.MISSING:
+    for name, known in schema_groups().items():
+        node = cfg.get(name) if isinstance(cfg, DictConfig) else None
+        if name == "distributed" or name in FREE_FORM or not isinstance(node, DictConfig):
             continue
-        node = cfg.get(group.name) if isinstance(cfg, DictConfig) else None
-        if not isinstance(node, DictConfig):
-            continue
-        known = [f.name for f in dataclasses.fields(factory())]
-        for key in node.keys():
-            if str(key) not in known:
-                near = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" (did you mean {group.name}.{near[0]}?)" if near else ""
-                problems.append(
-                    f"{group.name}.{key} is not a setting{hint}; the {group.name} settings are "
-                    f"{', '.join(known)} (docs/configuration.md)"
-                )
+        problems += [unknown_key_problem(name, str(key), known) for key in node.keys() if str(key) not in known]
     return problems

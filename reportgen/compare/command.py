@@ -20,7 +20,8 @@ The folder also keeps copies of both sides' signed files under ``inputs/base`` a
 Exit code: 0 NEW holds and did not regress; 1 NEW fails or regresses (overhead up by more than
 ``--max-overhead-increase-pp`` percentage points of the plain step time with the CIs apart or
 both timings trustworthy, or saving down by more than ``--max-saving-decrease-pp`` points);
-2 the command cannot start (no such run, unusable key, ``--out`` exists); 3 cannot tell: either
+2 the command cannot start (no such run, unusable key, ``--out`` exists, or the two runs are not
+comparable: a different model factory, model class or task, nothing written); 3 cannot tell: either
 side does not verify (unsigned, another key, no key to check it with, an edited file), or the
 overhead moved within the noise of untrustworthy timing. Nothing unverified yields 0 or 1.
 """
@@ -46,6 +47,7 @@ from reportgen.compare.derive import (
     compare,
     comparison_frame,
     load_side,
+    not_comparable,
 )
 from reportgen.errors import EXIT_USAGE
 from reportgen.files import atomic_write
@@ -228,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         public_key = load_public_key(args.key) if args.key else _default_public_key()
         signing_key = load_signing_key(not args.no_sign, args.signing_key)
         base, new = load_side("BASE", args.base), load_side("NEW", args.new)
+        if not_comparable(base, new):
+            raise CompareError(not_comparable(base, new))
         out_dir = _out_dir(args.out)
     except (KeyFileError, SigningError, CompareError) as exc:
         print(

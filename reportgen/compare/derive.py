@@ -145,6 +145,44 @@ def load_side(label: str, path: str | Path) -> Side:
     )
 
 
+#: What makes two runs comparable: the same model factory, model class and task, each as the signed
+#: claim states it (``predicate.claim``), else as the run's ``.hydra/config.yaml`` gives it.
+IDENTITY = (
+    ("model", ("claim.model", "model._target_")),
+    ("architecture", ("claim.architecture",)),
+    ("task", ("claim.task", "task._target_")),
+)
+
+
+def identity(side: Side) -> dict[str, str]:
+    """The side's model factory, architecture (the model's class) and task, where it states them."""
+    claim = _flatten({"claim": ((side.statement or {}).get("predicate") or {}).get("claim") or {}})
+    found = {}
+    for name, keys in IDENTITY:
+        for key in keys:
+            value = claim.get(key) or side.config.get(key)
+            if value not in (None, "null", '""'):
+                found[name] = str(json.loads(value))
+                break
+    return found
+
+
+def not_comparable(base: Side, new: Side) -> str:
+    """Why BASE and NEW are not two releases of one model, or ``""`` when they are (or cannot say).
+
+    A comparison of unrelated models (``+model=ffn`` against ``+model=mlp``) would call their different
+    costs a regression; only what both sides state is compared (a side that states nothing is not refused).
+    """
+    b, n = identity(base), identity(new)
+    differ = [f"{name} {b[name]} ≠ {n[name]}" for name, _ in IDENTITY if name in b and name in n and b[name] != n[name]]
+    if not differ:
+        return ""
+    return (
+        f"not comparable: BASE and NEW are runs of different models ({'; '.join(differ)}); compare two runs of the "
+        "same model and task (the last release's report and the new one)"
+    )
+
+
 def _costs(side: Side) -> dict[str, Any]:
     """The side's headline costs (``sweep.job_costs``) and whether its own timing can be trusted:
     its overhead CI met the width target (the ``overhead_ci`` row passed), None when not measured."""

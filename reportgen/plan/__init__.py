@@ -7,6 +7,6 @@ bound), :mod:`.page` (plan.html, plan.pdf), :mod:`.cli` (the command).
 """
 
 from reportgen.plan.args import PlanArgs, PlanError, parse_args
-from reportgen.plan.cli import main
+from reportgen.plan.cli import console_main, main
 
-__all__ = ["PlanArgs", "PlanError", "main", "parse_args"]
+__all__ = ["PlanArgs", "PlanError", "console_main", "main", "parse_args"]

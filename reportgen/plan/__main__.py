@@ -1,7 +1,5 @@
 """``python -m reportgen.plan``: see :mod:`reportgen.plan.cli`."""
 
-import sys
+from reportgen.plan.cli import console_main
 
-from reportgen.plan.cli import main
-
-sys.exit(main())
+console_main()

@@ -52,6 +52,10 @@ OPTIMS = ("fused", "foreach", "sgd", "adafactor")
 #: More decoder layers than this is refused: the largest published decoder stacks have ~128.
 MAX_LAYERS = 1024
 
+#: More tokens per micro-batch (``seq x batch``) than this is refused: the traced batch's attention mask is
+#: real, one byte per token (256 MiB here), and no published training run comes near (131072 x 2048).
+MAX_TOKENS = 2**28
+
 #: ``key=value`` words the command takes, with their defaults (None = required; "" = not given).
 WORDS = {
     "seq": None,
@@ -71,8 +75,9 @@ WORDS = {
     "safety_margin": "0.05",
     "fragmentation": "0.10",
     "largest_batch": "false",
+    "allow_long_seq": "false",
     "out": "",
-    "pdf": "true",
+    "pdf": "false",
 }
 
 USAGE = "usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80"
@@ -98,7 +103,10 @@ class PlanArgs:
         safety_margin: share of ``memory_gib`` kept free beyond the reserved upper bound.
         fragmentation: the allocator model's share of transient bytes held as cached, unusable blocks.
         largest_batch: also solve the largest micro-batch per policy (traces at ``batch + 1`` too).
-        out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf.
+        allow_long_seq: plan a ``seq`` beyond the config's ``max_position_embeddings`` (with a warning)
+            instead of refusing it (:func:`check_positions`).
+        out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf (off by
+            default: WeasyPrint adds about 0.7 s).
     """
 
     config: Path
@@ -120,8 +128,9 @@ class PlanArgs:
     safety_margin: float = 0.05
     fragmentation: float = 0.10
     largest_batch: bool = False
+    allow_long_seq: bool = False
     out: Path | None = None
-    pdf: bool = True
+    pdf: bool = False
 
     @property
     def shard(self) -> int:
@@ -246,16 +255,22 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
             f"recompute={recompute!r} is not one of {', '.join(policy_names())} (or leave it out: "
             "every policy is planned)"
         )
-    for key in ("pdf", "largest_batch"):
+    for key in ("pdf", "largest_batch", "allow_long_seq"):
         if words[key].lower() not in ("true", "false"):
             raise PlanError(f"{key}={words[key]!r} must be true or false")
     if words["largest_batch"].lower() == "true" and memory is None:
         raise PlanError("largest_batch=true needs the device memory: give memory_gib=, e.g. memory_gib=80")
     out = out_flag or words["out"] or None
+    seq, batch = _whole("seq", words["seq"], "8192"), _whole("batch", words["batch"], "1")
+    if seq * batch > MAX_TOKENS:
+        raise PlanError(
+            f"seq={seq} batch={batch} is {seq * batch} tokens per micro-batch, more than the plan traces "
+            f"({MAX_TOKENS}: its attention mask is one byte per token of host memory); give a smaller seq= or batch="
+        )
     return PlanArgs(
         config=config_file(config),
-        seq=_whole("seq", words["seq"], "8192"),
-        batch=_whole("batch", words["batch"], "1"),
+        seq=seq,
+        batch=batch,
         dtype=dtype,
         dtype_name=words["dtype"],
         memory_gib=memory,
@@ -274,6 +289,7 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
         out=Path(out) if out else None,
         pdf=words["pdf"].lower() == "true",
         largest_batch=words["largest_batch"].lower() == "true",
+        allow_long_seq=words["allow_long_seq"].lower() == "true",
     )
 
 
@@ -336,3 +352,25 @@ def load_config(path: Path) -> Any:
         raise PlanError(f"num_hidden_layers={layers} is outside 1..{MAX_LAYERS}; give the model's real layer count")
     config.use_cache = False
     return config
+
+
+def check_positions(config: Any, args: PlanArgs) -> str | None:
+    """Refuse a ``seq`` beyond the config's ``max_position_embeddings`` unless ``allow_long_seq=true``.
+
+    The model was built for at most that many positions: learned position embeddings have no row
+    beyond it, and rotary scaling is defined up to it; a plan there describes no model anyone trains.
+
+    Returns:
+        None when ``seq`` is within the limit (or the config states none), else (``allow_long_seq=true``)
+        the warning line to print.
+
+    Raises:
+        PlanError: ``seq`` is beyond the limit and ``allow_long_seq`` is not set.
+    """
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or args.seq <= limit:
+        return None
+    said = f"seq={args.seq} is beyond this config's max_position_embeddings={limit}"
+    if not args.allow_long_seq:
+        raise PlanError(f"{said}; give seq={limit} or less (or allow_long_seq=true to plan it anyway)")
+    return f"warning: {said}; planned as asked (allow_long_seq=true), for a model that was not built for it"

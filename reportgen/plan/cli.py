@@ -14,6 +14,7 @@ Bad input: one line naming the fix, exit 2, nothing written.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
 from reportgen.memory.peak import format_bytes
-from reportgen.plan.args import PlanArgs, PlanError, load_config, parse_args
+from reportgen.plan.args import PlanArgs, PlanError, check_positions, load_config, parse_args
 from reportgen.plan.model import layer_count, layer_prefix
 from reportgen.plan.page import html_text, pdf_bytes
 from reportgen.plan.policies import POLICIES, Policy, by_name, recompute_file
@@ -46,6 +47,8 @@ def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None
         PlanError: the config or a trace cannot be planned.
     """
     config = load_config(args.config)
+    if warning := check_positions(config, args):
+        log(f"reportgen.plan: {warning}")
     chosen = [by_name(args.recompute)] if args.recompute else list(POLICIES)
     plans, traces, start = [], 0, time.perf_counter()
     for policy in chosen:
@@ -69,37 +72,47 @@ def choose(plans: list[RankPlan], args: PlanArgs) -> RankPlan | None:
     return min(fitting, key=lambda p: (p.flops, p.reserved_upper)) if fitting else None
 
 
-def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str:
-    """The console table: per policy peak, bound, extra FLOPs vs no recompute, fits; Pareto-optimal marked."""
-    largest = args.largest_batch
-    lines = [
-        f"{'recompute':<14}{'tensor peak':>13}{'reserved <=':>13}  {'peak phase':<16}{'extra FLOPs':>12}"
-        + ("  largest batch" if largest else "")
-        + "  fits"
+def aligned(rows: list[list[str]], right: set[int]) -> list[str]:
+    """``rows`` (the first one the header) as lines of columns as wide as their widest cell, two spaces
+    apart, so that no value runs into the next whatever its width; columns ``right`` right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        for row in rows
     ]
+
+
+def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str:
+    """The console table: per policy peak, bound, extra FLOPs vs no recompute, fits; Pareto-optimal marked.
+
+    Extra FLOPs are those of the ops torch's ``FlopCounterMode`` has formulas for (matmuls, attention):
+    recomputed element-wise ops (norms, activations, rotary) cost time but count 0 (footnote)."""
+    largest = args.largest_batch
+    rows = [["recompute", "tensor peak", "reserved <=", "peak phase", "extra FLOPs*"] + ["largest batch"] * largest]
+    rows[0].append("fits")
     for p in plans:
         extra = f"{p.recompute_flops / (p.flops - p.recompute_flops):+.1%}"
         dominated = any(q.flops <= p.flops and q.reserved_upper < p.reserved_upper for q in plans)
         fits = {True: "yes", False: "no", None: "-"}[p.fits(args)]
         mark = " <- chosen" if p is chosen else ("" if dominated else " (Pareto)")
-        lines.append(
-            f"{p.policy:<14}{format_bytes(p.tensor_peak):>13}{format_bytes(p.reserved_upper):>13}  "
-            f"{p.peak_phase:<16}{extra:>12}" + (f"  {p.largest_batch:>13}" if largest else "") + f"  {fits}{mark}"
-        )
-    return "\n".join(lines)
+        cells = [p.policy, format_bytes(p.tensor_peak), format_bytes(p.reserved_upper), p.peak_phase, extra]
+        rows.append(cells + [str(p.largest_batch)] * largest + [fits + mark])
+    note = (
+        "* extra FLOPs of recompute: matmuls and attention only (torch's FlopCounterMode); recomputed element-wise "
+        "ops (norms, activations, rotary) are not counted, so a policy that recomputes only those shows +0.0%"
+    )
+    return "\n".join([*aligned(rows, right={1, 2, 4, 5} if largest else {1, 2, 4}), note])
 
 
 def timeline(plan: RankPlan) -> str:
     """The chosen (or only) policy's step by phase, per component."""
-    lines = [f"per-rank step of {plan.policy}, by phase:"]
-    for phase in PHASES:
-        if phase in plan.timeline:
-            parts = plan.timeline[phase]
-            lines.append(
-                f"  {phase:<15}{format_bytes(sum(parts.values())):>12} = "
-                + " + ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
-            )
-    return "\n".join(lines)
+    rows = [
+        [f"  {phase}", format_bytes(sum(plan.timeline[phase].values())), "="]
+        + [" + ".join(f"{k} {format_bytes(v)}" for k, v in plan.timeline[phase].items())]
+        for phase in PHASES
+        if phase in plan.timeline
+    ]
+    return "\n".join([f"per-rank step of {plan.policy}, by phase:", *aligned(rows, right={1})])
 
 
 def csv_text(plans: list[RankPlan]) -> str:
@@ -214,3 +227,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no policy fits: give a smaller batch= or seq=, more ranks, or a larger memory_gib=")
     print(f"wrote {', '.join(str(folder / n) for n in files)}")
     return 0
+
+
+def console_main() -> None:
+    """``python -m reportgen.plan`` and ``reportgen-plan``: :func:`main`, then exit without the interpreter's
+    teardown of torch and transformers (about 0.9 s of CPU, a sixth of a plan's run): every file is written
+    and closed by then, and the console is flushed here."""
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import sys
 from typing import Any
 
 import torch
@@ -65,6 +66,29 @@ def shallow_config(config: Any, indices: list[int]) -> Any:
     return small
 
 
+@contextlib.contextmanager
+def without_detection_losses():
+    """While inside, transformers reads scipy as absent, if the modeling code is not imported yet.
+
+    ``transformers.modeling_utils`` imports its loss zoo, whose object-detection losses import
+    ``scipy.optimize`` (Hungarian matching) when scipy is installed: about 0.4 s of CPU, a tenth of
+    the plan's run, for code a causal LM never calls. Those modules then run without it, as on a
+    machine without scipy (their loss raises asking for scipy); nothing else reads the flag at
+    import. Outside the plan (or once transformers' modeling code is imported) this does nothing.
+    """
+    if "transformers.modeling_utils" in sys.modules or "scipy.optimize" in sys.modules:
+        yield
+        return
+    import transformers.utils as hf_utils
+
+    found = hf_utils.is_scipy_available
+    hf_utils.is_scipy_available = lambda: False
+    try:
+        yield
+    finally:
+        hf_utils.is_scipy_available = found
+
+
 def build_causal_lm(config: Any, dtype: torch.dtype, attn: str) -> nn.Module:
     """``AutoModelForCausalLM.from_config(config, attn_implementation=attn)`` in ``dtype`` on CPU, in
     train mode. Call it inside a ``FakeTensorMode`` for the plan or outside for a real model (the
@@ -76,7 +100,7 @@ def build_causal_lm(config: Any, dtype: torch.dtype, attn: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     try:
-        with torch.device("cpu"), default_dtype(dtype):
+        with torch.device("cpu"), default_dtype(dtype), without_detection_losses():
             model = AutoModelForCausalLM.from_config(
                 config, attn_implementation=attn, dtype=dtype, trust_remote_code=False
             )
@@ -147,17 +171,16 @@ def mask_constants(numel: int):
 
 
 def fake_batch(mode: Any, batch: int, seq: int) -> tuple[dict[str, Tensor], Tensor]:
-    """:func:`real_batch` on fake tensors of ``mode``; the mask carries its values (use it inside
-    :func:`mask_constants`)."""
+    """:func:`real_batch` on fake tensors of ``mode`` (call it inside the mode): the ids and targets are
+    born fake (no host memory, whatever the shape); the mask is made real, one byte per token, and
+    carries its values (use it inside :func:`mask_constants`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        inputs, target = real_batch(batch, seq)
-    convert = lambda t, const: mode.fake_tensor_converter.from_real_tensor(mode, t, make_constant=const)  # noqa: E731
-    return (
-        {"input_ids": convert(inputs["input_ids"], False), "attention_mask": convert(inputs["attention_mask"], True)},
-        convert(target, False),
-    )
+        mask = torch.ones(batch, seq, dtype=torch.bool)
+    ids = torch.zeros(batch, seq, dtype=torch.long)
+    inputs = {"input_ids": ids, "attention_mask": mode.fake_tensor_converter.from_real_tensor(mode, mask, True)}
+    return inputs, torch.zeros_like(ids)
 
 
 def layer_prefix(config: Any, dtype: torch.dtype, attn: str) -> str:

@@ -21,6 +21,9 @@ ASSUMPTIONS = (
     "Reserved upper bound: the tensor peak, one allocator granule per persistent tensor (2 MiB; 512 B for small "
     "tensors) and the fragmentation share of the transient bytes at the peak. The fragmentation share is an "
     "assumption (fragmentation=), not calibrated on a CUDA device here.",
+    "Extra FLOPs of recompute are those of the ops torch's FlopCounterMode has formulas for (matmuls and attention); "
+    "recomputed element-wise ops (norms, activations, rotary embeddings) take time but count 0, so a policy that "
+    "saves every matmul output shows about +0 %.",
     "Not counted: the CUDA context, NCCL's own buffers (outside torch's caching allocator), cuBLAS workspaces.",
 )
 

@@ -120,7 +120,7 @@ def recompute_file(policy: Policy, n_layers: int, layer_prefix: str, header: lis
         header: comment lines (the command that uses it, the plan's figures).
     """
     targets = [] if policy.every <= 1 else [f"{layer_prefix}.{i}" for i in range(0, n_layers, policy.every)]
-    body = OmegaConf.to_yaml(OmegaConf.create(policy.node(targets)))
+    body = OmegaConf.to_yaml(OmegaConf.create({**policy.node(targets), "planned": {"policy": policy.name}}))
     return "".join(f"# {line}\n" for line in header) + body
 
 

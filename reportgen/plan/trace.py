@@ -36,7 +36,7 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from reportgen.memory.peak import OUTSIDE, StepTracker
+from reportgen.memory.peak import OUTSIDE, StepTracker, format_bytes
 from reportgen.memory.saved import make_train_step
 from reportgen.plan.args import PlanArgs, PlanError
 from reportgen.plan.model import (
@@ -174,8 +174,11 @@ class PhaseTracker(StepTracker):
                 fig.after_forward = snap.get(_MemRefType.ACT, 0)
 
 
-def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, batch: int) -> Figures:
-    """Trace one warm step of the model with only the layers ``indices`` on fake tensors.
+def trace_step(
+    config: Any, indices: list[int], policy: Policy, args: PlanArgs, batch: int, optimizer: Any = None
+) -> Figures:
+    """Trace one warm step of the model with only the layers ``indices`` on fake tensors, with the
+    optimizer of ``optim=`` (:data:`OPTIMIZERS`) or the ``_target_`` node ``optimizer`` (a run's own).
 
     The optimizer state exists before the step (one step on zero gradients first, as
     :func:`reportgen.peak.warm_step_peak` with ``warm_steps=0``).
@@ -189,13 +192,14 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
     small = shallow_config(config, indices)
     quiet = logging.getLogger("torch._subclasses.fake_tensor")
     level, quiet.level = quiet.level, logging.CRITICAL  # a kernel's refusal is one line here, not its traceback
+    gc.freeze()  # what exists now (torch, transformers, earlier traces) is not scanned by the collection below
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, mask_constants(sys.maxsize):
             model = build_causal_lm(small, args.dtype, args.attn)
             layers = decoder_layers(model)
             switch_on(model, policy, policy.flags(indices), [p for p, _ in layers])
             data = fake_batch(mode, batch, args.seq)
-            step = make_train_step(model, data, causal_lm_loss, OPTIMIZERS[args.optim], None)
+            step = make_train_step(model, data, causal_lm_loss, optimizer or OPTIMIZERS[args.optim], None)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
             step.optimizer.step()
@@ -218,6 +222,7 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
         raise PlanError(refusal(exc, args)) from exc
     finally:
         quiet.setLevel(level)
+        gc.unfreeze()
     figures = tracker.figures
     shapes = [p.shape for p in model.parameters()]
     figures.params, figures.param_tensors = float(sum(s.numel() for s in shapes)), float(len(shapes))
@@ -228,24 +233,35 @@ def trace_step(config: Any, indices: list[int], policy: Policy, args: PlanArgs, 
     return figures
 
 
+def _reason(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, cut at a word boundary (marked ``...``) when longer than ``limit``."""
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def refusal(exc: BaseException, args: PlanArgs) -> str:
     """One line for a trace that raised: the cause and the fix."""
     text = " ".join(str(exc).split())
-    reason = f"{type(exc).__name__}: {text[:160]}"
     frames = [f.f_code.co_name for f, _ in traceback.walk_tb(exc.__traceback__)]
     if "grouped_mm" in text or any("grouped_mm" in name for name in frames):
         return (
             f"the mixture-of-experts kernel (torch._grouped_mm) has no {args.dtype_name} implementation to count "
-            f"with ({reason}); give dtype=bf16"
+            f"with ({_reason(exc, 120)}); give dtype=bf16"
+        )
+    shape = f"seq={args.seq} batch={args.batch}"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text:
+        return (
+            f"{shape} is too large to plan on this machine: the batch's attention mask alone is "
+            f"{format_bytes(args.seq * args.batch)} of host memory (one byte per token); give a smaller seq= or batch="
+        )
+    if isinstance(exc, OverflowError) or "overflow" in text.lower():
+        return (
+            f"{shape} is too large to plan: a tensor of this step has more elements than torch can index "
+            f"({_reason(exc, 120)}); give a smaller seq= or batch="
         )
     if any(w in text.lower() for w in ("sdpa", "scaled_dot_product", "attn_implementation", "attention")):
-        return f"attention with attn={args.attn} cannot run this config ({reason}); give attn=eager"
-    if isinstance(exc, (OverflowError, MemoryError)) or "overflow" in text.lower() or "numel" in text:
-        return (
-            f"the shape seq={args.seq} batch={args.batch} overflows what torch can count ({reason}); give a "
-            "smaller seq= or batch="
-        )
-    return f"transformers could not run a training step of this config ({reason}); check the config or give attn=eager"
+        return f"attention with attn={args.attn} cannot run this config ({_reason(exc)}); give attn=eager"
+    return f"transformers could not run a training step of this config ({_reason(exc)}); check the config"
 
 
 def variants(config: Any, policy: Policy) -> list[tuple]:
@@ -286,7 +302,9 @@ def depth_plan(per_layer: list) -> tuple[list[int], list[int], int]:
     return base, grown, m
 
 
-def scaled_figures(config: Any, policy: Policy, args: PlanArgs, batch: int) -> tuple[Figures, int]:
+def scaled_figures(
+    config: Any, policy: Policy, args: PlanArgs, batch: int, optimizer: Any = None
+) -> tuple[Figures, int]:
     """The full model's :class:`Figures` under ``policy`` at ``batch``, from two small-depth traces
     (:func:`depth_plan`): ``base + m x (grown - base)``.
 
@@ -294,7 +312,7 @@ def scaled_figures(config: Any, policy: Policy, args: PlanArgs, batch: int) -> t
         ``(figures, traces)``: the scaled figures and how many steps were traced.
     """
     base, grown, m = depth_plan(variants(config, policy))
-    traced = trace_step(config, base, policy, args, batch)
+    traced = trace_step(config, base, policy, args, batch, optimizer)
     if not m:
         return traced, 1
-    return traced.plus(trace_step(config, grown, policy, args, batch).minus(traced), m), 2
+    return traced.plus(trace_step(config, grown, policy, args, batch, optimizer).minus(traced), m), 2

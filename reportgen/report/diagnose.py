@@ -50,6 +50,11 @@ def _lost_grads(rows: list[Row], s: dict[str, Any]) -> bool:
     )
 
 
+def _plain_nonfinite(rows: list[Row]) -> bool:
+    """A failing tensor row whose plain value holds NaN/Inf (``nonfinite_plain``, results.rows)."""
+    return any(r.status in BAD and (r.extra.get("nonfinite_plain") or 0) > 0 for r in rows)
+
+
 def _failed_ranks(rows: list[Row]) -> list[int]:
     """Ranks of a sharded run whose own process raised, crashed or hung (ERROR rows with a rank)."""
     return sorted(
@@ -153,9 +158,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "plain twin non-finite",
-        lambda rows, s: bool(_bad(rows, Role.NONFINITE)),
-        "the plain twin itself computes NaN or Inf, and NaN is never equal to anything",
-        "fix the model, data or loss first (a log of 0, a division by 0, too high a learning rate)",
+        lambda rows, s: bool(_bad(rows, Role.NONFINITE)) or _plain_nonfinite(rows),
+        "the model produces NaN or Inf without any recomputation: the plain twin's own loss, gradients or weights are "
+        "not finite, and NaN is never equal to anything, so every comparison after it differs. This is not a "
+        "recompute non-determinism",
+        "fix the training first, then rerun: a learning rate too high (parity.optimizer.lr, the task's own), an "
+        "initialisation that overflows, a dtype too narrow for the values (float16 without loss scaling: use "
+        "dtype=float32 or bfloat16), a log of 0 or a division by 0 in the loss",
     ),
     Rule(
         "plain twin not reproducible",

@@ -2,6 +2,6 @@
 
 import sys
 
-from reportgen.sweep import main
+from reportgen.sweep.cli import main
 
 sys.exit(main())

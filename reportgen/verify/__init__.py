@@ -3,13 +3,15 @@
 TARGET is a run folder or its report.pdf, a sweep folder or its summary.pdf, or a comparison
 folder or its compare.pdf; the first line says which kind was found. One line per check,
 ``PASS ...`` or ``FAIL ...`` (``NOTE`` lines inform and never fail); the last line says
-VERIFIED or NOT VERIFIED and what was verified.
+VERIFIED or NOT VERIFIED and what was verified, and for a verified run whether its signed claim
+holds, fails or is INCONCLUSIVE (``VERIFIED (run folder): the signed claim FAILS; ...``).
 
 ``--expect run|sweep|comparison`` (what a CI gate passes) fails any other kind; the kind is the
 verified statement's predicate type, never a file name, and a folder holding the files of two
 kinds fails. The first and the last line both name the kind found.
 
-Exit codes: 0 verified; 1 not verified (a forgery, an edit, a missing or swapped file, another
+Exit codes: 0 verified (whatever the verified claim says: a signed FAIL verified is exit 0,
+its last line says FAILS); 1 not verified (a forgery, an edit, a missing or swapped file, another
 key); 2 the command cannot start (no such path, unusable key); 3 verified, and what it
 verifies is a run whose claim cannot be judged (INCONCLUSIVE), so that an honest INCONCLUSIVE
 run is told apart from a forgery.
@@ -56,7 +58,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.errors import ExitCode
 from reportgen.files import NotRegularFile, refuse_special
+from reportgen.results import FAIL as ROW_FAIL
 from reportgen.results import INCONCLUSIVE
+from reportgen.results import PASS as ROW_PASS
 from reportgen.sweep import INCOMPLETE_MARK
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
@@ -122,6 +126,12 @@ class Outcome:
         return not any(c.status == FAIL for c in self.checks)
 
 
+#: The signed run's claim, first on the last line, so a reviewer reading only that line sees the verdict.
+SIGNED_CLAIM: dict[str, str] = {
+    ROW_PASS: "the signed claim HOLDS; ",
+    ROW_FAIL: "the signed claim FAILS; ",
+    INCONCLUSIVE: "the signed claim is INCONCLUSIVE (honestly signed, and it cannot be judged: exit 3); ",
+}
 #: What ``--expect`` accepts: each kind's label.
 EXPECT = tuple(doc.label for doc, _, _ in KINDS.values())
 
@@ -208,11 +218,11 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
         )
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
-    found = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
-    checks = found.checks
+    verified = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
+    checks = verified.checks
     verdict = None
-    if doc is RUN and found.statement is not None and not any(c.status == FAIL for c in checks):
-        verdict = found.statement["predicate"]["verdict"]
+    if doc is RUN and verified.statement is not None and not any(c.status == FAIL for c in checks):
+        verdict = verified.statement["predicate"]["verdict"]
     if expect is not None and expect != doc.label:
         checks.append(
             Check(
@@ -272,11 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         lines.append(
-            f"VERIFIED ({outcome.kind}): all {len(checks) - sum(c.status == NOTE for c in checks)} checks hold "
+            f"VERIFIED ({outcome.kind}): {SIGNED_CLAIM.get(outcome.verdict or '', '')}"
+            f"all {len(checks) - sum(c.status == NOTE for c in checks)} checks hold "
             f"(key sha256:{fingerprint(public_key)})"
         )
-        if outcome.verdict == INCONCLUSIVE:
-            lines.append("the signed claim is INCONCLUSIVE: it was honestly signed, and it cannot be judged (exit 3)")
     try:
         print("\n".join(lines), flush=True)
     except BrokenPipeError:  # `... | head`: the verdict is the exit code

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import special_kind
 from reportgen.trust.attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
+from reportgen.trust.documents import DocumentSpec
 from reportgen.trust.keys import fingerprint
 from reportgen.trust.signing import (
     ENVELOPE_NAME,
@@ -34,6 +35,8 @@ from reportgen.verify.outcome import (  # noqa: F401
     Check,
     VerifyError,
     attempt,
+    of_type,
+    present,
     require,
     sha256_hex,
     short_digest,
@@ -206,24 +209,45 @@ def unlisted_files(
 class Document:
     """What one kind of signed reportgen document is made of (a run, a sweep summary, a comparison).
 
+    Its files and predicate type are the signer's own spec (``reportgen.trust.documents``), so
+    signer and verifier name the same files.
+
     Attributes:
         label: what verify says it checked, e.g. ``"run"``.
-        envelope: the envelope's file name in the folder, e.g. ``statement.dsse.json``.
-        pdf: the signed PDF's file name, e.g. ``report.pdf``.
-        unsigned: the rendered PDF before signing (a statement subject).
-        data: the data file attached in the PDF and listed as a subject (results.json, ...).
-        predicate_type: the statement's ``predicateType``.
+        files: the document's files (``envelope``, ``pdf``, ``unsigned``, ``data``) and its
+            statement's ``predicate_type``, as the signer writes them.
         check_predicate: ``fn(predicate) -> detail``; raises :class:`VerifyError` when the
             predicate lacks what this kind must state.
     """
 
     label: str
-    envelope: str
-    pdf: str
-    unsigned: str
-    data: str
-    predicate_type: str
+    files: DocumentSpec
     check_predicate: Callable[[dict], str]
+
+    @property
+    def envelope(self) -> str:
+        """The envelope's file name in the folder, e.g. ``statement.dsse.json``."""
+        return self.files.envelope
+
+    @property
+    def pdf(self) -> str:
+        """The signed PDF's file name, e.g. ``report.pdf``."""
+        return self.files.pdf
+
+    @property
+    def unsigned(self) -> str:
+        """The rendered PDF before signing (a statement subject)."""
+        return self.files.unsigned
+
+    @property
+    def data(self) -> str:
+        """The data file attached in the PDF and listed as a subject (results.json, ...)."""
+        return self.files.data
+
+    @property
+    def predicate_type(self) -> str:
+        """The statement's ``predicateType``."""
+        return self.files.predicate_type
 
 
 @dataclass

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
 from reportgen.results import frame_to_json
+from reportgen.trust.documents import DocumentSpec
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
 from reportgen.verify.common import (
     FAIL,
@@ -28,6 +29,8 @@ from reportgen.verify.common import (
     Verified,
     attempt,
     check_envelope,
+    of_type,
+    present,
     require,
     safe_relative,
     sha256_hex,
@@ -40,11 +43,9 @@ from reportgen.verify.run import check_run_predicate, check_verdict
 
 def check_comparison_predicate(predicate: dict) -> str:
     """A comparison's predicate names two inputs (BASE, NEW) with their statement digests, and its outcome."""
-    inputs = predicate.get("inputs")
-    require(
-        isinstance(inputs, list) and [i.get("label") for i in inputs] == ["BASE", "NEW"],
-        "the predicate does not name a BASE and a NEW run",
-    )
+    named = "the predicate does not name a BASE and a NEW run"
+    inputs = of_type(predicate.get("inputs"), list, named)
+    require([i.get("label") for i in inputs] == ["BASE", "NEW"], named)
     for side in inputs:
         require(
             isinstance(side.get("statement_sha256"), str),
@@ -56,15 +57,7 @@ def check_comparison_predicate(predicate: dict) -> str:
 
 
 #: A comparison: compare.pdf over compare.json.
-COMPARISON = Document(
-    "comparison",
-    "compare.dsse.json",
-    "compare.pdf",
-    "compare.unsigned.pdf",
-    "compare.json",
-    COMPARE_PREDICATE_TYPE,
-    check_comparison_predicate,
-)
+COMPARISON = Document("comparison", DocumentSpec.named("compare", COMPARE_PREDICATE_TYPE), check_comparison_predicate)
 
 
 def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey) -> Check:
@@ -76,9 +69,9 @@ def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey)
         require(sha256_hex(raw) == side["statement_sha256"], "its statement is not the one the comparison names")
         checks, statement = check_envelope(raw, public_key, PREDICATE_TYPE, check_run_predicate)
         failed = [c for c in checks if c.status == FAIL]
-        require(
-            statement is not None and not failed, f"its statement does not verify: {failed[0].line if failed else ''}"
-        )
+        unverified = f"its statement does not verify: {failed[0].line if failed else ''}"
+        require(not failed, unverified)
+        statement = present(statement, unverified)
         digests = subject_digests(statement)
         for name in (RESULTS_NAME, ".hydra/config.yaml"):
             if (where / name).is_file():

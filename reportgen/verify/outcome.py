@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from reportgen.trust.attachments import AttachmentError
 
 PASS, FAIL, NOTE = "PASS", "FAIL", "NOTE"
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,10 +57,36 @@ class VerifyError(Exception):
     """A check found something wrong (its message is the FAIL detail)."""
 
 
-def require(condition: bool, message: str) -> None:
-    """Raise :class:`VerifyError` with ``message`` unless ``condition`` holds."""
+def require(condition: object, message: str) -> None:
+    """Raise :class:`VerifyError` with ``message`` unless ``condition`` is true (truthy).
+
+    It narrows nothing for a type checker; to go on with a value that must be present or of a
+    type, take it from :func:`present` or :func:`of_type`, which raise the same way.
+    """
     if not condition:
         raise VerifyError(message)
+
+
+def present(value: T | None, message: str) -> T:
+    """``value``, or :class:`VerifyError` with ``message`` when it is ``None``.
+
+    Raises:
+        VerifyError: ``value`` is None.
+    """
+    if value is None:
+        raise VerifyError(message)
+    return value
+
+
+def of_type(value: object, kind: type[T], message: str) -> T:
+    """``value`` when it is an instance of ``kind``, else :class:`VerifyError` with ``message``.
+
+    Raises:
+        VerifyError: ``value`` is not a ``kind`` (e.g. a predicate field that is not a list).
+    """
+    if not isinstance(value, kind):
+        raise VerifyError(message)
+    return value
 
 
 def sha256_hex(data: bytes) -> str:

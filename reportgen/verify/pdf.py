@@ -203,7 +203,10 @@ def check_pdf(
         from cryptography import x509
 
         cert = x509.load_der_x509_certificate(signature.signer_cert.dump())
-        signed_by = fingerprint(cert.public_key())  # SHA-256 of the DER SubjectPublicKeyInfo
+        key = cert.public_key()
+        if not isinstance(key, ec.EllipticCurvePublicKey):  # an abstract class: of_type cannot name it for mypy
+            raise VerifyError(f"the certificate's key is {type(key).__name__}, not an ECDSA key")
+        signed_by = fingerprint(key)  # SHA-256 of the DER SubjectPublicKeyInfo
         require(signed_by == fingerprint(public_key), f"signed with key {short_digest(signed_by)}, not the given key")
         return f"certificate key is the given key {short_digest(fingerprint(public_key))}"
 

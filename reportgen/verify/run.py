@@ -11,7 +11,7 @@ from reportgen.ci.verdict import VERDICT_NAME
 from reportgen.results import FAIL as ROW_FAIL
 from reportgen.results import FLAGGED, INCONCLUSIVE, Role, claim_verdict, frame_from_json, judge_record
 from reportgen.results import PASS as ROW_PASS
-from reportgen.trust.signing import ENVELOPE_NAME, PDF_NAME, PREDICATE_TYPE, RESULTS_NAME, UNSIGNED_PDF_NAME
+from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import (
     FAIL,
@@ -125,7 +125,7 @@ def check_run_predicate(predicate: dict) -> str:
 
 
 #: A run: report.pdf over results.json (docs/architecture.md, "Outputs").
-RUN = Document("run", ENVELOPE_NAME, PDF_NAME, UNSIGNED_PDF_NAME, RESULTS_NAME, PREDICATE_TYPE, check_run_predicate)
+RUN = Document("run", RUN_DOCUMENT, check_run_predicate)
 
 
 def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:

@@ -27,13 +27,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.results import frame_to_json
 from reportgen.sweep import (
     INCOMPLETE_MARK,
-    SUMMARY_ENVELOPE,
-    SWEEP_PREDICATE_TYPE,
     VERDICT_BY_CODE,
     job_dirs,
     load_jobs,
     summary_frame,
 )
+from reportgen.sweep.signing import SUMMARY_DOCUMENT
 from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
 from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify.common import (
@@ -44,6 +43,8 @@ from reportgen.verify.common import (
     Document,
     Verified,
     attempt,
+    of_type,
+    present,
     require,
     safe_relative,
     sha256_hex,
@@ -60,8 +61,8 @@ SIGNED_CODES = (0, 1, 3)
 
 def check_sweep_predicate(predicate: dict) -> str:
     """A sweep's predicate lists at least one job, each with folder, exit code, verdict and statement digest."""
-    jobs = predicate.get("jobs")
-    require(isinstance(jobs, list) and jobs, "the predicate lists no jobs")
+    jobs = of_type(predicate.get("jobs"), list, "the predicate lists no jobs")
+    require(jobs, "the predicate lists no jobs")
     for job in jobs:
         require(
             isinstance(job, dict) and {"job", "dir", "exit_code", "verdict", "statement_sha256"} <= set(job),
@@ -75,15 +76,7 @@ def check_sweep_predicate(predicate: dict) -> str:
 
 
 #: A sweep: summary.pdf over summary.json.
-SUMMARY = Document(
-    "sweep",
-    SUMMARY_ENVELOPE,
-    "summary.pdf",
-    "summary.unsigned.pdf",
-    "summary.json",
-    SWEEP_PREDICATE_TYPE,
-    check_sweep_predicate,
-)
+SUMMARY = Document("sweep", SUMMARY_DOCUMENT, check_sweep_predicate)
 
 
 def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey, entry: dict) -> Check:
@@ -108,8 +101,9 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
             sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
             "its statement is not the one the summary lists (a swapped or replaced job)",
         )
-        entry["signed_launch"] = found.statement["predicate"].get("sweep")
-        signed = found.statement["predicate"]["verdict"]
+        statement = present(found.statement, "its run has no verified statement")
+        entry["signed_launch"] = statement["predicate"].get("sweep")
+        signed = statement["predicate"]["verdict"]
         expected = VERDICT_BY_CODE.get(job["exit_code"])
         require(
             signed == job["verdict"] == expected,

@@ -143,3 +143,47 @@ def test_diagnosis_names_a_different_forward_first():
     ]
     out = {r.check: r.extra["rule"] for r in diagnose(rows, {"mode": "non_reentrant", "preserve_rng_state": True})}
     assert out == {"gradient parity": "different forward", "state parity": "running statistics"}
+
+
+def test_a_loss_that_goes_nan_is_named_not_blamed_on_non_determinism(tmp_path):
+    """tests/user_conf/model/lr_blowup.yaml: lr=1e30, so step 1 is finite and the loss is inf from step 2
+    on in every twin. The trajectory check states the plain twin's first non-finite value, and its
+    diagnosis names the non-finite loss and the training settings, not randomness the run does not control."""
+    code, frame, _ = run_model(tmp_path, "+model=lr_blowup")
+    assert code == 3  # the baseline itself is broken: INCONCLUSIVE, never "recompute fails"
+    trajectory = frame[frame.check == "trajectory parity"]
+    finite = trajectory[trajectory.role == Role.NONFINITE].iloc[0]
+    assert finite.status == INCONCLUSIVE and finite.first_nonfinite == "loss at step 2"
+    first = trajectory[trajectory.role == Role.FIRST_DIVERGENCE].iloc[0]
+    assert first.value == 2 and "state read in forward" not in first.detail
+    why = trajectory[trajectory.role == Role.DIAGNOSIS].iloc[0]
+    assert why.rule == "plain twin non-finite"
+    assert "NaN or Inf without any recomputation" in why.cause and "not a recompute non-determinism" in why.cause
+    assert "learning rate too high (parity.optimizer.lr" in why.fix and "deterministic" not in why.detail
+    html = (tmp_path / "report.html").read_text()
+    assert "plain twin finite: the plain twin computes non-finite values (NaN/Inf), first in loss at step 2" in html
+
+
+def test_a_step_whose_plain_weights_are_not_finite_is_diagnosed_as_such():
+    """Optimizer-step parity has no finiteness row of its own: a failing tensor row whose plain value holds
+    NaN/Inf (``nonfinite_plain``, as results.rows writes it) is enough, before the A/A rule blames randomness."""
+    from reportgen.results import Row
+
+    rows = [
+        Row(
+            check="optimizer-step parity",
+            item=item,
+            variant=variant,
+            metric="max_abs_err",
+            value=float("nan"),
+            comparator="allclose",
+            on_miss=INCONCLUSIVE if variant == "aa" else FAIL,
+            role=Role.PARAM,
+            extra={"excess": float("inf"), "nonfinite_plain": 24 if variant == "recompute" else 0},
+        )
+        for item, variant in (("param 0.net.0.weight", "recompute"), ("param 0.net.0.weight", "aa"))
+    ]
+    (why,) = diagnose(rows, {"mode": "non_reentrant", "preserve_rng_state": True})
+    assert why.extra["rule"] == "plain twin non-finite" and "parity.optimizer.lr" in why.extra["fix"]
+    rows[0].extra["nonfinite_plain"] = 0  # finite plain values, A/A differs: the randomness rule again
+    assert diagnose(rows, {"mode": "non_reentrant"})[0].extra["rule"] == "plain twin not reproducible"

@@ -76,3 +76,50 @@ def test_a_typo_added_with_plus_is_refused_not_recorded_and_ignored():
     assert "parity.rtlo is not a setting (did you mean parity.rtol?)" in problems
     assert "timing.enabeld is not a setting (did you mean timing.enabled?)" in problems
     assert config_problems(compose_config("+model=ffn")) == ""
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("parity.rtlo=1e-5", "parity.rtlo is not a setting (did you mean parity.rtol?)"),
+        ("recompute.mod=x", "recompute.mod is not a setting (did you mean recompute.mode?)"),
+        ("distributed.ddp.static_grap=true", "distributed.ddp.static_grap is not a setting (did you mean "),
+        ("dtpye=float64", "dtpye is not a setting (did you mean dtype?)"),
+    ],
+)
+def test_a_typo_without_plus_is_one_line_naming_the_setting_meant(tmp_path, monkeypatch, capsys, override, says):
+    """Without `+`, Hydra would print its own multi-line block; reportgen answers first, exit 2, and
+    the Hydra app (which would write the run folder) never starts."""
+    from reportgen.cli import exit_code
+    from reportgen.errors import EXIT_USAGE
+
+    monkeypatch.chdir(tmp_path)
+    started = []
+    code = exit_code(lambda: started.append(1), ["+model=ffn", "report.sign=false", override])
+    out = capsys.readouterr().out
+    assert code == EXIT_USAGE and not started and list(tmp_path.iterdir()) == []
+    assert out.count("\n") == 1 and out.startswith("reportgen: cannot start: ") and says in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["+model=ffn", "parity.rtol=1e-5", "recompute=selective", "distributed.ddp.static_graph=true"],
+        ["+model=ffn", "+parity.rtlo=1e-5"],  # added on purpose: refused after composing, with the same words
+        ["+model=ffn", "model.width=8", "task.batch_size=4", "hydra.run.dir=x", "hydra/launcher=basic"],
+        ["-m", "+model=ffn", "parity.rtol=1e-5,1e-6", "--config-dir", "elsewhere", "no_such_group=3"],
+        ["+model=ffn", "parity.rtol=(", "--cfg", "job"],  # unparsable: Hydra reports it
+    ],
+)
+def test_known_settings_and_other_overrides_are_left_to_hydra(argv):
+    from reportgen.commands.overrides import argv_problems
+
+    assert argv_problems(argv) == ""
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["--no-such-option", "+model=ffn"]])
+def test_reading_the_command_line_first_prints_nothing(argv, capsys):
+    """Hydra answers --version itself; reading the line before it must not answer it a second time."""
+    from reportgen.commands.overrides import argv_problems
+
+    assert argv_problems(argv) == "" and capsys.readouterr() == ("", "")

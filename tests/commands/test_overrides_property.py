@@ -116,7 +116,7 @@ def test_any_override_on_the_command_line_exits_with_a_documented_code(tmp_path,
     [
         ("timing.max_overhead_ratio=nan", 2, "timing.max_overhead_ratio=nan must be a finite number > 0"),
         ("parity.rtol=-1", 2, "parity.rtol=-1 must be >= 0"),
-        ("parity.rtlo=1e-3", 2, "fix the config error above"),
+        ("parity.rtlo=1e-3", 2, "parity.rtlo is not a setting (did you mean parity.rtol?)"),
         ("dtype=1.5", 2, "dtype='1.5' must be one of"),
         ("no_such_key=3", 2, "fix the config error above"),  # "+key=" appends a key on purpose: allowed
         ("parity.rtol=${oops}", 2, "parity.rtol cannot be resolved"),

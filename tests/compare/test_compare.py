@@ -11,6 +11,7 @@ from conftest import TESTS, job_cost_rows, reportgen_cli, sign_folder, write_job
 from omegaconf import OmegaConf
 
 from reportgen.compare import command as compare
+from reportgen.compare import derive
 from reportgen.trust.keys import generate_key
 
 
@@ -105,6 +106,41 @@ def test_cli_exit_codes_and_outputs(tmp_path, capsys):
         )
         == 0
     )
+
+
+def test_runs_of_unrelated_models_are_not_comparable_exit_2_nothing_written(tmp_path, capsys):
+    """+model=ffn against +model=mlp: their costs differ because the models do, not because NEW regressed."""
+    ffn = {
+        "model": {"_target_": "reportgen.models.ffn.build"},
+        "task": {"_target_": "reportgen.tasks.SquaredOutputTask"},
+    }
+    mlp = {"model": {"_target_": "reportgen.models.mlp.DigitsMLP"}, "task": {"_target_": "reportgen.tasks.DigitsTask"}}
+    base = run_folder(tmp_path, "ffn", job_cost_rows(1000, 250, 1.30), ffn)
+    other = run_folder(tmp_path, "mlp", job_cost_rows(1000, 900, 1.90, ci=(1.85, 1.95)), mlp)
+    same = run_folder(tmp_path, "ffn2", job_cost_rows(1000, 250, 1.31), {**ffn, "seed": 3})
+    said = compare.not_comparable(compare.load_side("BASE", base), compare.load_side("NEW", other))
+    assert said.startswith(
+        "not comparable: BASE and NEW are runs of different models (model reportgen.models.ffn.build"
+    )
+    assert "≠ reportgen.models.mlp.DigitsMLP" in said and "task reportgen.tasks.SquaredOutputTask ≠ " in said
+    assert compare.not_comparable(compare.load_side("BASE", base), compare.load_side("NEW", same)) == ""
+    code = compare.main([str(base), str(other), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot start: not comparable" in err
+    assert not (tmp_path / "c").exists()
+    assert compare.main([str(base), str(same), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")]) == 3
+
+
+def test_the_signed_claim_names_the_model_for_a_lone_pdf(tmp_path):
+    """A report.pdf has no .hydra/config.yaml: the signed claim's model, architecture and task are compared."""
+    base = compare.load_side("BASE", run_folder(tmp_path, "a", job_cost_rows()))
+    new = compare.load_side("NEW", run_folder(tmp_path, "b", job_cost_rows()))
+    base.statement = {"predicate": {"claim": {"model": "m.build", "architecture": "m.Net", "task": "m.Task"}}}
+    new.statement = {"predicate": {"claim": {"model": "m.build", "architecture": "m.Other", "task": "m.Task"}}}
+    assert derive.identity(base) == {"model": "m.build", "architecture": "m.Net", "task": "m.Task"}
+    assert "(architecture m.Net ≠ m.Other)" in compare.not_comparable(base, new)
+    new.statement["predicate"]["claim"]["architecture"] = "m.Net"
+    assert compare.not_comparable(base, new) == ""
 
 
 def test_no_signing_key_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reportgen.memory.peak import warm_step_peak
+from reportgen.memory.peak import format_bytes, warm_step_peak
 from reportgen.plan import cli
 from reportgen.plan.args import load_config, parse_args
 from reportgen.plan.model import build_causal_lm, causal_lm_loss, decoder_layers, real_batch
@@ -233,6 +233,14 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
         "recompute=planned",
     )
     assert code == 0, frame[frame.status != "PASS"].to_string() if frame is not None else code
+    planned = frame[frame.item == "plan at this shape"].iloc[0]  # the plan's figure at the run's own shape
+    assert planned.status == "PASS" and planned.value <= 0.01 and planned.policy == "every_2"
+    measured = frame[(frame.metric == "peak_live_bytes") & (frame.variant == "recompute")].value.iloc[0]
+    assert planned.measured_peak_bytes == measured and planned.planned_peak_bytes > 0
+    page = (tmp_path / "run" / "report.html").read_text()
+    page_1 = page[: page.index("Rerun with")]  # the claim table on page 1
+    assert "Planned (reportgen.plan)" in page_1 and "policy every_2" in page_1
+    assert format_bytes(planned.planned_peak_bytes) in page_1 and format_bytes(measured) in page_1
 
 
 @pytest.mark.parametrize(

@@ -144,3 +144,18 @@ def test_a_failing_report_fits_twelve_pages_with_every_failing_checks_evidence_o
         assert f"{entry['failing']}of{entry['judged']}" in first
     grads = frame[(frame.check == "gradient parity") & (frame.status == "FAIL")]
     assert lead[0]["item"] == grads.loc[grads.tolerance_used.idxmax(), "item"]  # the worst, not the first
+
+
+@pytest.mark.slow
+def test_a_failing_unsigned_report_says_unsigned_on_page_one(tmp_path, monkeypatch):
+    """The failing report's "Why it fails" table fills page 1: the UNSIGNED mark stands beside the verdict,
+    not only in the claim table that the long evidence pushes to page 2; a signed report has no banner."""
+    frame = mlp_frame(True, monkeypatch, FAILING)
+    pages, _ = layout(frame, tmp_path)
+    first = page_text(pages[0])
+    assert "UNSIGNED" in first and "report.sign=false" in first
+    assert "Memory: recompute saves no memory here." in first  # the step peak does not move (finding 6)
+    required = required_names(None)
+    signed = tiny_meta(tmp_path, "sha256:" + "ab" * 32)
+    _, pdf_html = render_pages(frame, signed, claim_verdict(frame, required), required)
+    assert ">UNSIGNED<" not in pdf_html and 'class="unsigned-banner"' not in pdf_html

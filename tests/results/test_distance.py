@@ -5,8 +5,8 @@ import math
 import torch
 
 from reportgen.results import PASS, judge
+from reportgen.results.compared import tensor_row
 from reportgen.results.distance import measure, tolerances
-from reportgen.results.rows import tensor_row
 
 
 def within(d):

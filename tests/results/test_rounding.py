@@ -18,8 +18,9 @@ from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
 from reportgen.checks.trajectory import trajectory_parity
 from reportgen.results import FAIL, PASS, Role, judge, judge_record, to_frame
+from reportgen.results.compared import tensor_row
 from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
-from reportgen.results.rows import ROUNDING_LEVEL, envelope_used, tensor_row, with_rounding
+from reportgen.results.rows import ROUNDING_LEVEL, envelope_used, with_rounding
 from reportgen.training.train import TrainResult
 
 

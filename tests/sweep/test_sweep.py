@@ -11,9 +11,14 @@ import pytest
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from omegaconf import OmegaConf
 
-from reportgen import sweep
 from reportgen.config import TIME
 from reportgen.errors import ExitCode
+from reportgen.sweep.callback import SweepSummary, sweep_exit_code
+from reportgen.sweep.cli import main
+from reportgen.sweep.jobs import MISSING, load_jobs
+from reportgen.sweep.record import recorded_job
+from reportgen.sweep.summary import SweepMismatch, summarize
+from reportgen.sweep.table import pareto_front, summary_frame, worst_code
 from reportgen.trust.keys import generate_key
 
 
@@ -46,8 +51,8 @@ def fake_sweep(tmp_path) -> Path:
 
 
 def test_summary_frame_one_row_per_job_and_check_with_costs(fake_sweep):
-    jobs = sweep.load_jobs(fake_sweep)
-    frame = sweep.summary_frame(jobs)
+    jobs = load_jobs(fake_sweep)
+    frame = summary_frame(jobs)
     assert [j["job"] for j in jobs] == [0, 1, 2, 3, 4]
     assert list(frame.columns[:3]) == ["job", "recompute", "overrides"]  # +model is not swept: no column
     job0 = frame[frame.job == 0]
@@ -62,22 +67,22 @@ def test_summary_frame_one_row_per_job_and_check_with_costs(fake_sweep):
 
 
 def test_failures_are_listed_not_lost(fake_sweep):
-    frame = sweep.summary_frame(sweep.load_jobs(fake_sweep))
+    frame = summary_frame(load_jobs(fake_sweep))
     broken = frame[frame.job == 3]
     assert len(broken) == 1 and broken.check.isna().item()
     assert broken.verdict.item() == "NOT_STARTED" and broken.exit_code.item() == 2
     assert "match no module" in broken.error.item() and broken.recompute.item() == "broken"
     killed = frame[frame.job == 4]
-    assert killed.verdict.item() == sweep.MISSING and killed.exit_code.item() == ExitCode.BUG
+    assert killed.verdict.item() == MISSING and killed.exit_code.item() == ExitCode.BUG
     assert "no job.json" in killed.error.item() and killed.recompute.item() == "killed"
 
 
 def test_worst_code_is_the_largest_job_code(fake_sweep):
-    jobs = sweep.load_jobs(fake_sweep)
-    assert sweep.worst_code(jobs) == 70
-    assert sweep.worst_code([j for j in jobs if j["job"] < 4]) == 2
-    assert sweep.worst_code([j for j in jobs if j["job"] < 2]) == 0
-    assert sweep.worst_code([]) == 0
+    jobs = load_jobs(fake_sweep)
+    assert worst_code(jobs) == 70
+    assert worst_code([j for j in jobs if j["job"] < 4]) == 2
+    assert worst_code([j for j in jobs if j["job"] < 2]) == 0
+    assert worst_code([]) == 0
 
 
 def test_pareto_front_keeps_only_undominated_configurations_that_hold():
@@ -89,20 +94,20 @@ def test_pareto_front_keeps_only_undominated_configurations_that_hold():
             "overhead_ratio": [1.3, 1.5, 1.0, 1.6, 1.0],
         }
     )
-    front = sweep.pareto_front(jobs)
+    front = pareto_front(jobs)
     # 1 is dominated by 0; 2 fails (however cheap); 4 has no saving measured.
     assert front.job.tolist() == [0, 3]
 
 
 def test_recorded_job_writes_outcome_and_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sweep, "_job_identity", lambda: {"job": 7, "job_id": "7", "overrides": ["a=1"]})
+    monkeypatch.setattr("reportgen.sweep.record._job_identity", lambda: {"job": 7, "job_id": "7", "overrides": ["a=1"]})
 
     def cannot_start() -> int:
         print("reportgen: cannot start: recompute.targets match nothing")
         return 2
 
     (tmp_path / "a").mkdir()
-    assert sweep.recorded_job(tmp_path / "a", cannot_start) == 2
+    assert recorded_job(tmp_path / "a", cannot_start) == 2
     record = json.loads((tmp_path / "a" / "job.json").read_text())
     assert record["job"] == 7 and record["overrides"] == ["a=1"] and record["verdict"] == "NOT_STARTED"
     assert record["error"] == "cannot start: recompute.targets match nothing"
@@ -113,18 +118,18 @@ def test_recorded_job_writes_outcome_and_error(tmp_path, monkeypatch, capsys):
     def crashes() -> int:
         raise ZeroDivisionError("boom")
 
-    assert sweep.recorded_job(tmp_path / "b", crashes) == 70
+    assert recorded_job(tmp_path / "b", crashes) == 70
     record = json.loads((tmp_path / "b" / "job.json").read_text())
     assert record["verdict"] == "CRASHED" and record["error"] == "ZeroDivisionError: boom"
 
 
 def test_single_run_writes_no_job_file(tmp_path):
-    assert sweep.recorded_job(tmp_path, lambda: 1) == 1  # no Hydra multirun here
+    assert recorded_job(tmp_path, lambda: 1) == 1  # no Hydra multirun here
     assert not (tmp_path / "job.json").exists()
 
 
 def test_summarize_writes_csv_html_pdf_with_matrix_scatter_and_links(fake_sweep):
-    frame, code = sweep.summarize(fake_sweep, pdf=True, command="python -m reportgen -m ...")
+    frame, code = summarize(fake_sweep, pdf=True, command="python -m reportgen -m ...")
     assert code == 70
     csv = pd.read_csv(fake_sweep / "summary.csv")
     assert len(csv) == len(frame) == 4 + 4 + 4 + 1 + 1
@@ -142,8 +147,8 @@ def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep
     statement: nothing is signed, and each job is named (issue 27)."""
     (fake_sweep / "0" / "statement.dsse.json").write_text('{"stand-in": "job 0 envelope"}\n')
     private, _ = generate_key(tmp_path / "keys" / "k.pem")
-    with pytest.raises(sweep.SweepMismatch) as refused:
-        sweep.summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
+    with pytest.raises(SweepMismatch) as refused:
+        summarize(fake_sweep, sign=True, key_path=str(private), pdf=True)
     problems = refused.value.problems
     assert problems[0] == "job 0 (0/): its statement does not verify with this key (KeyError)"
     assert problems[1:] == [
@@ -161,8 +166,8 @@ def test_callback_sets_the_exit_code_from_the_files(fake_sweep, capsys):
             "report": {"sign": False, "key_path": None, "pdf": False, "title": "T"},
         }
     )
-    sweep.SweepSummary().on_multirun_end(cfg)
-    assert sweep.sweep_exit_code() == 70
+    SweepSummary().on_multirun_end(cfg)
+    assert sweep_exit_code() == 70
     out = capsys.readouterr().out
     assert "2 of 5 jobs hold; exit code 70" in out and "recompute=broken" in out
 
@@ -330,9 +335,9 @@ def test_a_real_sweeps_jobs_are_its_launchs_and_a_deleted_one_is_refused(basic_s
 
     folder = Path(shutil.copytree(basic_sweep[1], tmp_path / "copy"))
     launch = launch_record(folder)
-    jobs = sweep.load_jobs(folder)
+    jobs = load_jobs(folder)
     assert launch["job_count"] == 4 and [j["overrides"] for j in jobs] == [j["overrides"] for j in launch["jobs"]]
     assert launch["swept"]["recompute.preserve_rng_state"] == ["True", "False"]  # as Hydra writes them
     shutil.rmtree(folder / "1")
-    assert sweep.main(["summarize", str(folder), "--no-sign", "--no-pdf"]) == 2
+    assert main(["summarize", str(folder), "--no-sign", "--no-pdf"]) == 2
     assert "job 1 is missing: the launch made it" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def user_repo(tmp_path, monkeypatch):
     committed clean; on ``sys.path``."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    from test_cache import BLOCK
+    from training.test_cache import BLOCK  # tests/ is on sys.path (pyproject pythonpath): works run alone too
 
     repo = tmp_path / "repo"
     (repo / "provpkg").mkdir(parents=True)
@@ -88,8 +88,8 @@ def test_git_repositories_report_dirty_trees_and_tolerate_no_git(user_repo, tmp_
 
 def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(user_repo, tmp_path):
     from reportgen.report.render import render_html
-    from reportgen.trust.signing import claim_predicate
     from reportgen.trust.sources import file_sha256
+    from reportgen.trust.statement import claim_predicate
 
     setup = small_setup("+model=ffn", "model._target_=provpkg.blocks.build")
     module = (user_repo / "provpkg" / "blocks.py").resolve()

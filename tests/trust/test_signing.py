@@ -24,16 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.config import MEMORY, TIME
 from reportgen.results import FAIL, PASS, claim_verdict, frame_from_json, to_frame
 from reportgen.trust import keys
-from reportgen.trust.signing import (
-    ENVELOPE_NAME,
-    PREDICATE_TYPE,
-    SigningError,
-    claim_predicate,
-    decimal_string,
-    load_signing_key,
-    run_files,
-    signature_label,
-)
+from reportgen.trust.documents import ENVELOPE_NAME, PREDICATE_TYPE
+from reportgen.trust.signing_key import SigningError, load_signing_key, signature_label
+from reportgen.trust.statement import claim_predicate, decimal_string, run_files
 
 
 @pytest.fixture(scope="module")

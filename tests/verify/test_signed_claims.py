@@ -23,13 +23,16 @@ from conftest import (
     write_launch,
 )
 
-from reportgen import sweep
 from reportgen import verify as verifier
 from reportgen.compare import command as compare
 from reportgen.config import TIME
 from reportgen.report.render import render_report
 from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, to_frame
 from reportgen.run import write_results
+from reportgen.sweep import summary
+from reportgen.sweep.cli import main
+from reportgen.sweep.summary import INCOMPLETE_MARK, summarize
+from reportgen.sweep.table import summary_frame
 from reportgen.trust.keys import load_public_key
 from reportgen.trust.signing import SigningError, load_signing_key, sign_run, signature_label
 
@@ -62,7 +65,7 @@ def signed_sweep(tmp_path, keys):
     signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
     signed_job(root / "1", 1, ["+model=ffn", "recompute=reentrant"], 1, job_cost_rows(parity="FAIL"), private)
     write_job(root / "2", 2, ["+model=ffn", "recompute=broken"], 2, None, error="targets match nothing")
-    sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
+    summarize(root, sign=True, key_path=str(private), pdf=False)
     return root
 
 
@@ -118,16 +121,16 @@ def test_a_summary_that_does_not_follow_from_its_jobs_fails(tmp_path, keys, monk
     root = tmp_path / "lying"
     write_launch(root, ["+model=ffn"])
     signed_job(root / "0", 0, ["+model=ffn"], 1, job_cost_rows(parity="FAIL"), private)
-    honest = sweep.summary_frame
+    honest = summary_frame
 
     def lying(jobs):
         frame = honest(jobs)
         frame["status"] = "PASS"
         return frame
 
-    monkeypatch.setattr(sweep, "summary_frame", lying)
-    sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
-    monkeypatch.setattr(sweep, "summary_frame", honest)
+    monkeypatch.setattr(summary, "summary_frame", lying)
+    summarize(root, sign=True, key_path=str(private), pdf=False)
+    monkeypatch.setattr(summary, "summary_frame", honest)
     lines = failed(verify_dir(root, public).checks)
     assert lines == [
         "FAIL summary from jobs: summary.json does not follow from the jobs' signed files "
@@ -146,12 +149,12 @@ def test_an_added_job_folder_fails(signed_sweep, keys):
 
 def test_an_interrupted_summary_is_marked_and_summarize_writes_it_again(signed_sweep, keys, capsys):
     (private, public), _ = keys
-    (signed_sweep / sweep.INCOMPLETE_MARK).write_text("interrupted\n")
+    (signed_sweep / INCOMPLETE_MARK).write_text("interrupted\n")
     assert any(line.startswith("FAIL summary complete") for line in failed(verify_dir(signed_sweep, public).checks))
-    assert sweep.main(["summarize", str(signed_sweep), "--key", str(private), "--no-pdf"]) == 2  # worst job: exit 2
-    assert not (signed_sweep / sweep.INCOMPLETE_MARK).exists()
+    assert main(["summarize", str(signed_sweep), "--key", str(private), "--no-pdf"]) == 2  # worst job: exit 2
+    assert not (signed_sweep / INCOMPLETE_MARK).exists()
     assert failed(verify_dir(signed_sweep, public).checks) == []
-    assert sweep.main(["summarize", str(signed_sweep / "nothing")]) == 2
+    assert main(["summarize", str(signed_sweep / "nothing")]) == 2
     assert "holds no sweep jobs" in capsys.readouterr().err
 
 
@@ -168,7 +171,7 @@ def test_a_summary_that_cannot_be_written_names_the_path(signed_sweep, keys, cap
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tempfile, "mkstemp", full_disk)
-    assert sweep.main(["summarize", str(signed_sweep), "--key", str(private), "--no-pdf"]) == 2
+    assert main(["summarize", str(signed_sweep), "--key", str(private), "--no-pdf"]) == 2
     err = capsys.readouterr().err
     assert "could not write" in err and "disk is full" in err and "bug" not in err
 
@@ -176,7 +179,7 @@ def test_a_summary_that_cannot_be_written_names_the_path(signed_sweep, keys, cap
 def refused_summary(sweep_dir: Path, private: Path, capsys) -> str:
     """``sweep summarize`` (the repair command) on ``sweep_dir``: it must refuse; its message."""
     before = (sweep_dir / "summary.dsse.json").read_bytes()
-    assert sweep.main(["summarize", str(sweep_dir), "--key", str(private), "--no-pdf"]) == 2
+    assert main(["summarize", str(sweep_dir), "--key", str(private), "--no-pdf"]) == 2
     assert (sweep_dir / "summary.dsse.json").read_bytes() == before  # nothing re-signed
     return capsys.readouterr().err
 
@@ -224,9 +227,9 @@ def test_a_signed_summary_over_jobs_the_launch_did_not_make_fails(tmp_path, keys
     root = tmp_path / "short"
     write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant"])
     signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
-    real = sweep.job_problems
-    monkeypatch.setattr(sweep, "job_problems", lambda *a: (real(*a)[0], []))
-    sweep.summarize(root, sign=True, key_path=str(private), pdf=False)
+    real = summary.job_problems
+    monkeypatch.setattr(summary, "job_problems", lambda *a: (real(*a)[0], []))
+    summarize(root, sign=True, key_path=str(private), pdf=False)
     lines = failed(verify_dir(root, public).checks)
     assert lines == [
         "FAIL launch: job 1 is missing: the launch made it (+model=ffn recompute=reentrant), no folder holds it"
@@ -257,7 +260,7 @@ def test_a_run_folder_with_a_genuine_sweeps_files_copied_in_fails_as_mixed(signe
 def summary_pdf(signed_sweep, keys) -> Path:
     """The signed sweep's summary.pdf (rendered and signed again with a PDF)."""
     (private, _), _ = keys
-    assert sweep.main(["summarize", str(signed_sweep), "--key", str(private)]) == 2  # worst job: exit 2
+    assert main(["summarize", str(signed_sweep), "--key", str(private)]) == 2  # worst job: exit 2
     return signed_sweep / "summary.pdf"
 
 
@@ -510,9 +513,24 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
     assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE
     assert verifier.main([str(run), "--key", str(public)]) == 3
     out = capsys.readouterr().out
-    assert "VERIFIED (run folder)" in out and "INCONCLUSIVE" in out
+    assert out.splitlines()[-1].startswith("VERIFIED (run folder): the signed claim is INCONCLUSIVE (honestly signed")
     (run / "results.json").write_text((run / "results.json").read_text().replace("INCONCLUSIVE", "PASS"))
     assert verifier.main([str(run), "--key", str(public)]) == 1
+
+
+@pytest.mark.parametrize(
+    "failing, claim, code", [(True, "the signed claim FAILS", 0), (False, "the signed claim HOLDS", 0)]
+)
+def test_the_last_line_gives_the_signed_claims_verdict(tmp_path, keys, capsys, failing, claim, code):
+    """A reviewer reading only the last line sees the verdict: a failing signed run verifies (exit 0,
+    docs/exit-codes.md), and its last line says the claim it verified FAILS."""
+    (private, public), _ = keys
+    run = signed_run(tmp_path / "run", private, failing=failing)
+    assert verifier.main([str(run), "--key", str(public)]) == code
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"VERIFIED (run folder): {claim}; all ") and "checks hold (key sha256:" in last
+    assert verifier.main([str(run / "report.pdf"), "--key", str(public)]) == code
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"VERIFIED (run PDF): {claim}; ")
 
 
 def test_an_empty_claim_is_refused_before_anything_runs(compose_cfg):
@@ -690,7 +708,7 @@ def test_a_subject_that_is_a_symlink_out_of_the_folder_is_refused(tmp_path, keys
 def test_an_interrupted_summary_is_named_not_checked_as_a_run(signed_sweep, keys):
     (_, public), _ = keys
     (signed_sweep / "summary.dsse.json").unlink()
-    (signed_sweep / sweep.INCOMPLETE_MARK).write_text("interrupted\n")
+    (signed_sweep / INCOMPLETE_MARK).write_text("interrupted\n")
     outcome = verify_dir(signed_sweep, public)
     assert outcome.kind == "sweep folder" and failed(outcome.checks) == [
         "FAIL summary complete: summary.incomplete is present and there is no summary.dsse.json: the summary was "

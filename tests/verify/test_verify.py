@@ -249,3 +249,25 @@ def test_signed_run_without_pdf_verifies_from_the_folder(keys_and_run, tmp_path,
     ]
     (run / "results.json").write_text((run / "results.json").read_text().replace('"PASS"', '"FAIL"', 1))
     assert failed(verify(run, public))
+
+
+def test_malformed_predicates_fail_with_their_line_not_a_type_error():
+    """What a predicate must state is checked by type before it is used: a sweep whose ``jobs`` is
+    not a list, or a comparison whose ``inputs`` is missing, names what is wrong (the helpers that
+    let mypy follow those checks: ``present`` and ``of_type``)."""
+    from reportgen.verify.comparison import check_comparison_predicate
+    from reportgen.verify.outcome import VerifyError, of_type, present
+    from reportgen.verify.sweep import check_sweep_predicate
+
+    for jobs in ({"dir": "0"}, "0/", [], None):
+        with pytest.raises(VerifyError, match="^the predicate lists no jobs$"):
+            check_sweep_predicate({"jobs": jobs, "launch": {}})
+    for inputs in (None, {"BASE": {}}, [{"label": "NEW"}, {"label": "BASE"}]):
+        with pytest.raises(VerifyError, match="^the predicate does not name a BASE and a NEW run$"):
+            check_comparison_predicate({"inputs": inputs, "outcome": "holds"})
+    assert present({"a": 1}, "unused") == {"a": 1} and present(0, "unused") == 0  # falsy but present
+    with pytest.raises(VerifyError, match="^no statement$"):
+        present(None, "no statement")
+    assert of_type([1], list, "unused") == [1]
+    with pytest.raises(VerifyError, match="^not a list$"):
+        of_type((1,), list, "not a list")

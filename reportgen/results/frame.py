@@ -1,0 +1,150 @@
+"""The tidy results frame (the single source of truth), each check's status, the claim verdict, and
+the lossless results.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from reportgen.results.row import (
+    BASELINE,
+    COLUMNS,
+    ERROR,
+    FAIL,
+    FLAGGED,
+    INCONCLUSIVE,
+    NOT_RUN,
+    PASS,
+    READABLE_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    SEVERITY,
+    TWIN,
+    Row,
+    SchemaVersionError,
+)
+
+
+def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
+    """Rows → one tidy DataFrame, fixed columns first, ``extra`` keys as further columns."""
+    frame = pd.DataFrame.from_records([row.record() for row in rows])
+    if frame.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    frame["schema_version"] = SCHEMA_VERSION
+    extras = [c for c in frame.columns if c not in COLUMNS]
+    return frame[COLUMNS + extras]
+
+
+def check_status(statuses: Iterable[str]) -> str:
+    """Status of a check from the statuses of its rows: the most severe one (SEVERITY order)."""
+    present = set(statuses)
+    return next((s for s in SEVERITY if s in present), NOT_RUN)
+
+
+def baseline_rows(group: pd.DataFrame) -> pd.DataFrame:
+    """The ERROR and NOT_RUN rows of ``group`` that the baseline caused (column ``twin`` == :data:`BASELINE`)."""
+    if TWIN not in group.columns:
+        return group.iloc[0:0]
+    return group[group.status.isin([ERROR, NOT_RUN]) & (group[TWIN] == BASELINE)]
+
+
+def judged_status(group: pd.DataFrame) -> str:
+    """Status of one check from its rows: the most severe (:func:`check_status`), except that a check
+    whose plain twin broke (:func:`baseline_rows`) and that measured no FAIL cannot be judged:
+    INCONCLUSIVE, whatever the recompute twin did there (it ran without a working baseline)."""
+    status = check_status(group.status)
+    if status in (ERROR, NOT_RUN) and len(baseline_rows(group)):
+        return INCONCLUSIVE
+    return status
+
+
+def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
+    """One row per check: ``check, status, required, rows, failing`` in first-seen order (``status`` by
+    :func:`judged_status`)."""
+    required = set(required)
+    out = []
+    for check, group in frame.groupby("check", sort=False):
+        bad = group[group.status.isin([FAIL, ERROR, NOT_RUN])]
+        out.append(
+            {
+                "check": check,
+                "status": judged_status(group),
+                "required": check in required,
+                "rows": len(group),
+                "failing": len(bad),
+            }
+        )
+    for check in required - set(frame.check):
+        out.append({"check": check, "status": NOT_RUN, "required": True, "rows": 0, "failing": 0})
+    return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
+
+
+def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
+    """PASS only when every required check passes (docs/architecture.md, "Claim verdict").
+
+    INCONCLUSIVE when any row says the claim cannot be judged (e.g. the plain twin is not
+    reproducible against itself); it outranks everything else. Otherwise a required check
+    fails the claim when it has any FAIL, ERROR or NOT_RUN row of the recompute twin, or no rows
+    at all. A required check whose plain twin broke (:func:`judged_status`: INCONCLUSIVE) makes
+    the claim INCONCLUSIVE unless another required check fails it: the recompute twin raising
+    where the plain twin does not is still a failure. WARN and INFO rows do not fail it;
+    FLAGGED rows never count, whatever the check.
+    """
+    if (frame.status == INCONCLUSIVE).any():
+        return INCONCLUSIVE
+    summary = check_summary(frame[frame.status != FLAGGED], required)
+    summary = summary[summary.required]
+    if summary.status.isin([FAIL, ERROR, NOT_RUN]).any():
+        return FAIL
+    return INCONCLUSIVE if (summary.status == INCONCLUSIVE).any() else PASS
+
+
+def _plain_value(value: Any) -> Any:
+    """numpy scalars → Python; NaN/None → None (dropped from the record)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def frame_to_json(frame: pd.DataFrame) -> str:
+    """The frame as compact, lossless JSON records: the attached, signed results.json.
+
+    One record per line; keys in column order; a record leaves out its empty (NaN/None)
+    columns, which :func:`frame_from_json` restores as NaN. Floats are written with Python's
+    shortest round-trip repr (exact for float64); +-inf as ``Infinity`` (Python's json).
+    """
+    columns = list(frame.columns)
+    lines = []
+    for values in frame.itertuples(index=False, name=None):
+        record = {c: v for c, v in ((c, _plain_value(v)) for c, v in zip(columns, values)) if v is not None}
+        lines.append(json.dumps(record, separators=(",", ":")))
+    return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+def frame_from_json(text: str) -> pd.DataFrame:
+    """Inverse of :func:`frame_to_json` (used by ``reportgen.verify``); fixed columns first.
+
+    Raises:
+        SchemaVersionError: a record's ``schema_version`` is not one of
+            :data:`READABLE_SCHEMA_VERSIONS` (a file from a newer reportgen, or an edited one).
+    """
+    frame = pd.DataFrame.from_records(json.loads(text))
+    versions = set(frame["schema_version"].dropna()) if "schema_version" in frame.columns else set()
+    unknown = sorted(str(v) for v in versions if v not in READABLE_SCHEMA_VERSIONS)
+    if unknown:
+        raise SchemaVersionError(
+            f"results.json has schema version {', '.join(unknown)}; this reportgen reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (docs/results-schema.md): verify it with the "
+            "reportgen that wrote it, or a newer one"
+        )
+    frame["schema_version"] = frame["schema_version"].fillna(1) if "schema_version" in frame.columns else 1
+    for column in COLUMNS:
+        if column not in frame.columns:
+            frame[column] = math.nan
+    extras = [c for c in frame.columns if c not in COLUMNS]
+    return frame[COLUMNS + extras]

@@ -1,0 +1,275 @@
+"""Result rows and the one judge: the row contract (docs/architecture.md), statuses, roles, the
+results schema's columns and version.
+
+Checks *measure*: a row carries a value, a numeric threshold and a comparator. Only
+:func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
+``reportgen.verify`` can recompute every status from the signed values with the same code.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    """A row's status (the values in results.csv/json). PASS, WARN and FAIL come from
+    :func:`judge` only; the others are stated as facts (docs/architecture.md "Verdict")."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    NOT_RUN = "NOT_RUN"
+    INFO = "INFO"
+    FLAGGED = "FLAGGED"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = (
+    Status.PASS,
+    Status.WARN,
+    Status.FAIL,
+    Status.ERROR,
+    Status.NOT_RUN,
+    Status.INFO,
+    Status.FLAGGED,
+)
+#: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
+#: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
+INCONCLUSIVE = Status.INCONCLUSIVE
+#: Worst first: the status of a check is the first of these that any of its rows has. A
+#: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
+SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
+#: Column ``twin`` of an ERROR or NOT_RUN row: the twin that broke. :data:`BASELINE` ("plain") means the plain
+#: twin itself raised, computed non-finite values or (sharded) drifted across ranks: the check has no baseline
+#: and cannot be judged (:func:`judged_status`), which is never a recompute failure. "recompute" (or no
+#: column) is a failure of the recompute twin, judged as ERROR.
+TWIN = "twin"
+BASELINE = "plain"
+#: Twins that are the baseline (the plain twin and its A/A copy): an exception there is recorded as
+#: ``twin`` = :data:`BASELINE`, a drift across ranks there is INCONCLUSIVE (reportgen.distributed.sync).
+BASELINE_TWINS = ("plain", "aa")
+COLUMNS = [
+    "check",
+    "item",
+    "variant",
+    "role",
+    "metric",
+    "unit",
+    "value",
+    "threshold",
+    "threshold_value",
+    "comparator",
+    "on_miss",
+    "status",
+    "detail",
+    "seconds",
+    "schema_version",
+]
+#: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
+#: files before the ``schema_version`` column existed (same core columns); 2: with it.
+SCHEMA_VERSION = 2
+#: The versions this reportgen reads (``frame_from_json``); anything else is refused.
+READABLE_SCHEMA_VERSIONS = (1, 2)
+
+
+class SchemaVersionError(ValueError):
+    """results.json was written by a reportgen whose schema this one cannot read."""
+
+
+#: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
+#: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
+#: ``ci<=``: value <= threshold, and the upper end of its confidence interval (``ci_high``)
+#: too; value within but ``ci_high`` past it is WARN (not conclusive).
+#: An ``allclose`` or ``<=`` row may also carry ``rounding_excess`` (the value minus a stated
+#: factor times the rounding envelope: how far plain moves under tolerance-sized gradient noise,
+#: reportgen/rounding.py); finite and <= 0 passes it: the difference is at rounding level.
+COMPARATORS = ("<=", "<", ">=", ">", "==", "allclose", "ci<=")
+
+
+class Role:
+    """What a row is, for templates and plots (never look rows up by their prose ``item``)."""
+
+    LOSS, OUTPUT, PARAM_GRAD, INPUT_GRAD = "loss", "output", "param_grad", "input_grad"
+    PARAM, OPTIMIZER_STATE, BUFFER, ATTRIBUTE, RNG = "param", "optimizer_state", "buffer", "attribute", "rng"
+    WARNING, EXCEPTION, DISABLED, NOTE = "warning", "exception", "disabled", "note"
+    SAVE_OP = "save_op"
+    SAVED_TOTAL, SAVING, SAVED_MODULE, LOST_GRADIENTS = "saved_total", "saving", "saved_module", "lost_gradients"
+    STEP_PEAK, PEAK_SAVING, ESTIMATE_PEAK = "step_peak", "peak_saving", "estimate_peak"
+    CUDA_PEAK, ESTIMATE_MEASURED, ESTIMATE_TARGET, PER_LAYER = (
+        "cuda_peak",
+        "estimate_measured",
+        "estimate_target",
+        "per_layer",
+    )
+    STEP, MEDIAN, OVERHEAD, OVERHEAD_CI, FLOPS, LOAD = "step", "median", "overhead", "overhead_ci", "flops", "load"
+    BUDGET, RUN, HELD_OUT, ACCEPTED, SKIPPED, CURVE = "budget", "run", "held_out", "accepted", "skipped", "curve"
+    METRIC_DIFF, SKIPPED_DIFF, MEAN, WORST = "metric_diff", "skipped_diff", "mean", "worst"
+    REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
+    AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
+    FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
+    #: How many regions the recompute twin was seen recomputing (0: the configured recompute never ran).
+    OBSERVED = "observed"
+    #: An output leaf that is not a tensor (None, a number, a cache object), or a cache tensor only one twin returned.
+    OUTPUT_OTHER = "output_other"
+    CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.training.cache)
+    RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
+    #: One twin's replicated state (parameters, buffers) compared across ranks after every step (sharded checks).
+    RANK_SYNC = "rank_sync"
+    #: Output leaves that changed while backward ran (a recomputation wrote the forward's outputs again).
+    CHANGED_IN_BACKWARD = "changed_in_backward"
+    #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
+    RETAINED_GRAD = "retained_grad"
+    #: One clause of the release claim (``claim=<name>``), judged from the rows it reads (reportgen/claim/).
+    CLAUSE = "claim_clause"
+
+
+@dataclass(kw_only=True)
+class Row:
+    """One measured fact (the row contract in docs/architecture.md).
+
+    A row with a ``comparator`` is judged when it is made: ``status`` is set by :func:`judge`
+    from ``value``, ``threshold_value`` and ``on_miss`` (any status passed in is replaced).
+    A row without one keeps the status it states, which must be a fact (INFO, WARN, ERROR,
+    NOT_RUN, FLAGGED), never PASS or FAIL.
+
+    Attributes:
+        check: checklist item, e.g. ``"gradient parity"``.
+        item: what was measured, for people, e.g. ``"blocks.0.lin.weight.grad"``.
+        variant: the twin measured: ``"plain"``, ``"recompute"`` (compared with plain),
+            ``"aa"`` (a second, independent plain twin) or ``"larger_batch"``.
+        role: what kind of row it is (a :class:`Role` constant); templates select on it.
+        metric: name with its unit, e.g. ``max_abs_err``, ``saved_activation_bytes``.
+        unit: unit of ``value``: ``"B"``, ``"ms"``, ``"examples"``, ``"ratio"``, ``""``.
+        value: the measurement (float; NaN when there is none).
+        threshold: the threshold for people, e.g. ``"atol=1e-05 rtol=1.3e-06"`` ("" if none).
+        threshold_value: the threshold :func:`judge` uses (NaN for ``allclose`` and for none).
+        comparator: one of :data:`COMPARATORS`, or "" (not judged).
+        on_miss: status when the comparison fails: FAIL (required) or WARN (advisory).
+        status: PASS/WARN/FAIL/ERROR/NOT_RUN/INFO/FLAGGED/INCONCLUSIVE.
+        detail: one human sentence; an ERROR row carries the exception message.
+        seconds: wall time the measurement took, s.
+        extra: further named columns (e.g. ``max_rel_err``, ``excess``, ``ci_high``).
+    """
+
+    check: str
+    item: str
+    variant: str
+    metric: str
+    value: float = math.nan
+    threshold: str = ""
+    comparator: str = ""
+    status: str = INFO
+    detail: str = ""
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    role: str = ""
+    unit: str = ""
+    threshold_value: float = math.nan
+    on_miss: str = FAIL
+
+    def __post_init__(self) -> None:
+        self.rejudge()
+
+    def rejudge(self) -> None:
+        """Set ``status`` from the numbers again (after a builder added a column ``judge`` reads,
+        e.g. ``rounding_excess``); a row without a comparator keeps its stated status."""
+        if self.comparator:
+            self.status = judge(
+                self.value,
+                self.comparator,
+                self.threshold_value,
+                self.on_miss,
+                excess=self.extra.get("excess"),
+                ci_high=self.extra.get("ci_high"),
+                rounding_excess=self.extra.get("rounding_excess"),
+            )
+
+    def record(self) -> dict[str, Any]:
+        """The row as one flat record: fixed columns, then ``extra``'s keys."""
+        record = asdict(self)
+        record.update(record.pop("extra"))
+        return record
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def judge(
+    value: float,
+    comparator: str,
+    threshold_value: float,
+    on_miss: str = FAIL,
+    *,
+    excess: float | None = None,
+    ci_high: float | None = None,
+    rounding_excess: float | None = None,
+) -> str:
+    """Turn a measurement into a status: the only place a PASS or FAIL is decided.
+
+    Args:
+        value: the measurement. NaN or a missing threshold never meets a comparison.
+        comparator: one of :data:`COMPARATORS`.
+        threshold_value: what ``value`` is compared with (unused by ``allclose``).
+        on_miss: the status of a missed comparison (FAIL, or WARN for advisory rows).
+        excess: ``allclose`` only: ``max(|a - b| - (atol + rtol |b|))``; <= 0 passes.
+        ci_high: ``ci<=`` only: the upper end of the value's confidence interval.
+        rounding_excess: ``allclose`` and ``<=`` only: the difference minus the allowed multiple
+            of the rounding envelope (reportgen/rounding.py); finite and <= 0 passes a row that
+            misses its tolerance: the difference is one rounding-level noise would also make.
+
+    Returns:
+        PASS, WARN or ``on_miss``.
+
+    Raises:
+        ValueError: an unknown comparator.
+    """
+    value, threshold_value = _number(value), _number(threshold_value)
+    rounding = _number(rounding_excess)
+    if comparator in ("allclose", "<=") and math.isfinite(rounding) and rounding <= 0:
+        return PASS
+    if comparator == "allclose":
+        excess = _number(excess)
+        return PASS if math.isfinite(excess) and excess <= 0 else on_miss
+    if comparator not in COMPARATORS:
+        raise ValueError(f"unknown comparator {comparator!r}; known: {', '.join(COMPARATORS)}")
+    if math.isnan(value) or math.isnan(threshold_value):
+        return on_miss
+    if comparator == "ci<=":
+        if value > threshold_value:
+            return on_miss
+        return WARN if _number(ci_high) > threshold_value or math.isnan(_number(ci_high)) else PASS
+    met = {
+        "<=": value <= threshold_value,
+        "<": value < threshold_value,
+        ">=": value >= threshold_value,
+        ">": value > threshold_value,
+        "==": value == threshold_value,
+    }[comparator]
+    return PASS if met else on_miss
+
+
+def judge_record(record: Mapping[str, Any]) -> str:
+    """:func:`judge` on one row record (a :meth:`Row.record` or a results.json record); a
+    record without a comparator keeps its stated status."""
+    comparator = record.get("comparator") or ""
+    if not comparator:
+        return record.get("status", INFO)
+    number = lambda key: math.nan if record.get(key) is None else float(record[key])
+    return judge(
+        number("value"),
+        comparator,
+        number("threshold_value"),
+        record.get("on_miss") or FAIL,
+        excess=record.get("excess"),
+        ci_high=record.get("ci_high"),
+        rounding_excess=record.get("rounding_excess"),
+    )

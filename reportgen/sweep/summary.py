@@ -1,0 +1,111 @@
+"""Writing a sweep's summary: read every job, refuse a folder that is not its launch, write the
+summary files under an incomplete mark, sign them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
+from reportgen.report.metadata import report_time
+from reportgen.results import atomic_write
+from reportgen.sweep.jobs import load_jobs
+from reportgen.sweep.render import render_summary
+from reportgen.sweep.signing import SUMMARY_DOCUMENT, sign_summary
+from reportgen.sweep.table import summary_frame, swept_keys, worst_code
+from reportgen.trust.jobs import job_problems
+from reportgen.trust.signing import load_signing_key, signature_label
+
+#: The summary's envelope, and the mark left while a summary is being written (a summary that
+#: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
+SUMMARY_ENVELOPE, INCOMPLETE_MARK = SUMMARY_DOCUMENT.envelope, "summary.incomplete"
+#: Every file a summary consists of (removed before a summary is written again).
+SUMMARY_FILES = (
+    "summary.csv",
+    "summary.json",
+    "summary.html",
+    "summary.pdf",
+    "summary.unsigned.pdf",
+    SUMMARY_ENVELOPE,
+    JUNIT_NAME,
+)
+
+
+class SweepMismatch(Exception):
+    """The jobs in a sweep folder are not the ones its launch made, or do not say what their signed
+    runs say; ``problems`` names each difference, and the summary is not written."""
+
+    def __init__(self, sweep_dir: Path, problems: list[str]):
+        self.problems = problems
+        super().__init__(
+            f"{sweep_dir} is not summarised: {len(problems)} difference(s) from its launch and its "
+            "jobs' signed runs:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def summarize(
+    sweep_dir: str | Path,
+    sign: bool = False,
+    key_path: str | None = None,
+    pdf: bool = True,
+    title: str = "Activation recomputation sweep",
+    command: str = "",
+    rewrite: bool = False,
+) -> tuple[pd.DataFrame, int]:
+    """Read a finished sweep folder and write its summary (and signature); the callback's work.
+
+    Args:
+        sweep_dir: ``hydra.sweep.dir``.
+        sign, key_path: ``report.sign`` / ``report.key_path`` of the sweep.
+        pdf: ``report.pdf``: also write summary.pdf.
+        title: heading of the summary.
+        command: the sweep's command line, shown in the summary.
+        rewrite: remove an earlier (or interrupted) summary first; otherwise one that exists is
+            refused (``FileExistsError``), as outputs never overwrite.
+
+    While it writes, ``summary.incomplete`` marks the folder; it is removed last, so a summary
+    that was interrupted stays marked (``reportgen.verify`` fails it).
+
+    Returns:
+        ``(summary frame, worst job exit code)``.
+
+    Raises:
+        reportgen.trust.signing.SigningError: signing is on and there is no usable key.
+        reportgen.files.OutputWriteError: a summary file could not be written (disk full, ...).
+        SweepMismatch: the jobs on disk are not the jobs the launch made (``multirun.yaml``), or
+            (with a key) a job's run does not verify or its job.json disagrees with its signed
+            run; nothing is written.
+    """
+    sweep_dir = Path(sweep_dir)
+    key = load_signing_key(sign, key_path)
+    jobs = load_jobs(sweep_dir)
+    launch, problems = job_problems(sweep_dir, jobs, key.public_key if key else None)
+    if problems:
+        raise SweepMismatch(sweep_dir, problems)
+    for name in (*SUMMARY_FILES, INCOMPLETE_MARK) if rewrite else ():
+        (sweep_dir / name).unlink(missing_ok=True)
+    mark = sweep_dir / INCOMPLETE_MARK
+    atomic_write(
+        mark,
+        f"this summary is being written or was interrupted; write it again with\n"
+        f"  python -m reportgen.sweep summarize {sweep_dir}\n",
+    )
+    code = worst_code(jobs)
+    frame = summary_frame(jobs)
+    meta = {
+        "title": title,
+        "created": report_time(),
+        "sweep_dir": str(sweep_dir),
+        "exit_code": code,
+        "signature": signature_label(key),
+        "command": command,
+        "swept": swept_keys(jobs),
+    }
+    render_summary(frame, meta, sweep_dir, pdf=pdf)
+    junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
+    atomic_write(sweep_dir / JUNIT_NAME, junit)
+    if key is not None:
+        sign_summary(sweep_dir, jobs, code, meta["created"], command, launch, key)
+    mark.unlink()
+    return frame, code
