@@ -4,8 +4,10 @@ config validation and signing.
 A check is a module with a function ``fn(setup) -> list[Row]`` and a :class:`Check` record
 named ``CHECK``; adding one is that module plus one line in :data:`REGISTRY`. Checks never
 import each other: what they share (training steps, saved-activation counts, row builders)
-lives below them in ``reportgen.memory.saved``, ``reportgen.training.train``, ``reportgen.memory.estimate`` and
-``reportgen.results.rows``.
+lives below them in ``reportgen.memory.saved``, ``reportgen.training``, ``reportgen.memory.estimate`` and
+``reportgen.results.rows``. Helpers of one check that would make its module too long live in a
+sibling named after it (``memory_rows``, ``timing_rows``, ``distributed_grads``, ...), which holds no
+``CHECK`` and is imported by no other check.
 """
 
 from __future__ import annotations

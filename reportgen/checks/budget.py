@@ -3,7 +3,7 @@
 Gradient parity on one batch is necessary, not sufficient: the release claim is about
 training. For each seed, the plain and the recompute twin are trained from the same initial
 weights, on the same data order with the same dropout seeds, until each has accepted
-``budget.examples`` examples (see :mod:`reportgen.training.train`); then the task metric is evaluated
+``budget.examples`` examples (see :mod:`reportgen.training.loop`); then the task metric is evaluated
 on held-out data. The check *measures* each seed's metric difference; the condition
 ``|recompute - plain| <= budget.metric_tolerance`` *judges* it.
 """
@@ -18,10 +18,13 @@ from typing import Any
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import task_metric_plots
-from reportgen.config import TASK_METRICS
+from reportgen.config import TASK_METRICS, BudgetConfig, ParityConfig
 from reportgen.results import ERROR, INFO, PASS, TWIN, WARN, Role, Row
 from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
-from reportgen.training.train import TrainResult, budget_runs, lockstep_gradients, run_rows
+from reportgen.training.lockstep import lockstep_gradients
+from reportgen.training.loop import TrainResult
+from reportgen.training.rows import run_rows
+from reportgen.training.train import budget_runs
 
 log = logging.getLogger("reportgen")
 
@@ -48,7 +51,7 @@ def final_params_row(
         plain.final_params,
         recompute.final_params,
         *setup.tolerance(),
-        float(setup.cfg.parity.rounding_factor),
+        setup.config.parity.rounding_factor,
         None if rounding is None else rounding.final_params,
     )
 
@@ -57,11 +60,11 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
     """The rounding twin trained to the same budget, when it is needed and applies: the envelope
     is on (the caller asks only when a trained parameter is outside tolerance), and at every step
     of the budget run the recompute twin's gradients, taken at the plain twin's weights, stay
-    within tolerance (:func:`reportgen.training.train.lockstep_gradients`): the envelope models gradient
+    within tolerance (:func:`reportgen.training.lockstep.lockstep_gradients`): the envelope models gradient
     noise, so a fault that changes gradients, at once or from any later step, keeps its verdict.
     None otherwise; then ``found["lockstep_step"]`` (when ``found`` is given) is the first step whose
     gradients differ at identical weights."""
-    if not setup.cfg.parity.rounding_envelope:
+    if not setup.config.parity.rounding_envelope:
         return None
     first = lockstep_gradients(setup, seed, batch_size)
     if first is not None:
@@ -91,10 +94,12 @@ def compare_seed(
         The rows (an ERROR row added when the rounding twin raised) and
         ``(seed, |recompute - plain|, allowed, rounding_excess or None)`` for the worst-seed row.
     """
-    cfg, task = setup.cfg, setup.task
+    budget: BudgetConfig = setup.config.budget
+    parity: ParityConfig = setup.config.parity
+    task = setup.task
     metric = task.metric
     p, r = results["plain"].metrics[metric], results["recompute"].metrics[metric]
-    allowed = float(cfg.budget.metric_tolerance) + float(cfg.budget.metric_rtol) * abs(p)
+    allowed = budget.metric_tolerance + budget.metric_rtol * abs(p)
     rows = [
         metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better),
         final_params_row(setup, seed, results["plain"], results["recompute"]),
@@ -144,7 +149,7 @@ def compare_seed(
                 metric,
                 task.higher_is_better,
                 rounding.metrics[metric],
-                float(cfg.parity.rounding_factor),
+                parity.rounding_factor,
             )
             if final.status == PASS
             else rows[0],
@@ -188,10 +193,10 @@ def _train_or_error(
                 variant=variant,
                 metric="accepted_examples",
                 value=result.accepted_examples,
-                threshold=str(setup.cfg.budget.examples),
+                threshold=str(setup.config.budget.examples),
                 comparator="",
                 status=ERROR,
-                detail=f"budget not reached: only {result.accepted_examples} of {setup.cfg.budget.examples} examples "
+                detail=f"budget not reached: only {result.accepted_examples} of {setup.config.budget.examples} examples "
                 f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
                 "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
                 seconds=result.seconds,
@@ -233,21 +238,23 @@ def task_metrics(setup) -> list[Row]:
         ``std`` column (INFO). One ``worst_abs_diff_<metric>`` row (PASS/FAIL). A seed whose
         twins skipped different numbers of steps gets a WARN row. NOT_RUN when disabled.
     """
-    cfg, task = setup.cfg.budget, setup.task
-    metric, tol, rtol = task.metric, float(cfg.metric_tolerance), float(cfg.metric_rtol)
-    bs = int(cfg.batch_size)
+    section: BudgetConfig = setup.config.budget
+    task = setup.task
+    metric, tol, rtol = task.metric, section.metric_tolerance, section.metric_rtol
+    bs = section.batch_size
     rows = [
         Row(
             check=TASK_METRICS,
             item="budget",
             variant="recompute",
             metric="budget_examples",
-            value=int(cfg.examples),
+            value=section.examples,
             threshold="",
             comparator="",
             status=INFO,
-            detail=f"{cfg.examples} accepted examples per run at batch {bs}, optimizer {describe_optimizer(cfg.optimizer)}, "
-            f"seeds {', '.join(str(s) for s in cfg.seeds)}; learning-curve point every {cfg.eval_every} accepted "
+            detail=f"{section.examples} accepted examples per run at batch {bs}, "
+            f"optimizer {describe_optimizer(section.optimizer)}, seeds {', '.join(str(s) for s in section.seeds)}; "
+            f"learning-curve point every {section.eval_every} accepted "
             f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
             f"tolerance |recompute - plain| <= {tol:g}"
             + (f" + {rtol:g}·|plain|" if rtol else "")
@@ -259,7 +266,7 @@ def task_metrics(setup) -> list[Row]:
     ]
     finals: dict[str, list[float]] = {"plain": [], "recompute": []}
     diffs: list[tuple[int, float, float, float | None]] = []
-    for seed in cfg.seeds:
+    for seed in section.seeds:
         seed = int(seed)
         results: dict[str, TrainResult] = {}
         for variant, recompute in VARIANTS:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from reportgen.config import DIST_MEMORY, DIST_TIME
+from reportgen.config import DIST_MEMORY, DIST_TIME, MemoryConfig, TimingConfig
 from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
 from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.wrapping import spread_twin
@@ -46,7 +46,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         with twin(variant):  # an exception names the twin that raised
             model = spread_twin(setup, group, recompute)
             measured[variant] = saved_activation_bytes(
-                model, local, setup.task.loss, setup.cfg.forward_seed, paths
+                model, local, setup.task.loss, setup.config.forward_seed, paths
             ).total_bytes
     rows = [
         ranked(
@@ -72,8 +72,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
                 spread_twin(setup, group, recompute),
                 local,
                 setup.task.loss,
-                setup.cfg.parity.optimizer,
-                setup.cfg.forward_seed,
+                setup.config.parity.optimizer,
+                setup.config.forward_seed,
                 warm_steps=1,
             )
     rows += [
@@ -106,67 +106,88 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     )
     if group.rank != 0:
         return rows
-    on_miss = str(setup.cfg.memory.get("peak_on_miss", WARN))
-    rows.append(
-        Row(
-            check=DIST_MEMORY,
-            item="step peak, max over ranks (plain)",
-            variant="plain",
-            metric="peak_live_bytes",
-            value=worst[2],
-            unit="B",
-            role=ROLE_MAX_PEAK,
-            status=INFO,
-            detail=f"the largest plain step peak of the {group.world_size} ranks",
-        )
-    )
-    rows.append(
-        Row(
-            check=DIST_MEMORY,
-            item="step peak, max over ranks (recompute)",
-            variant="recompute",
-            metric="peak_live_bytes",
-            value=worst[3],
-            threshold=f"<= {worst[2]:.0f} B (plain, max over ranks)",
-            comparator="<=",
-            role=ROLE_MAX_PEAK,
-            unit="B",
-            threshold_value=worst[2],
-            on_miss=on_miss,
-            detail=f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
+    section: MemoryConfig = setup.config.memory
+    on_miss = section.peak_on_miss
+    return rows + [
+        *max_pair_rows(
+            "step peak",
+            "peak_live_bytes",
+            ROLE_MAX_PEAK,
+            worst[2],
+            worst[3],
+            "<=",
+            on_miss,
+            f"the largest plain step peak of the {group.world_size} ranks",
+            f"recompute's step peak on its worst rank is {worst[3]:.0f} B against {worst[2]:.0f} B plain "
             "(torch's MemTracker: live tensor bytes through forward, backward and the optimizer step)",
-        )
-    )
-    rows.append(
+        ),
+        *max_pair_rows(
+            "saved activations",
+            "saved_activation_bytes",
+            ROLE_MAX_SAVED,
+            worst[0],
+            worst[1],
+            "<",
+            WARN,
+            f"the largest plain twin's saved bytes of the {group.world_size} ranks",
+            f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain",
+        ),
+    ]
+
+
+def max_pair_rows(
+    item: str,
+    metric: str,
+    role: str,
+    plain: float,
+    recompute: float,
+    comparator: str,
+    on_miss: str,
+    plain_detail: str,
+    recompute_detail: str,
+) -> list[Row]:
+    """The plain/recompute row pair of one memory figure's maximum over ranks (rank 0): the plain
+    maximum stated (INFO), the recompute maximum judged against it.
+
+    Args:
+        item: the figure, e.g. ``"step peak"`` (items ``"<item>, max over ranks (<variant>)"``).
+        metric: the metric name of both rows (bytes, e.g. ``peak_live_bytes``).
+        role: the rows' role (:data:`ROLE_MAX_PEAK`, :data:`ROLE_MAX_SAVED`).
+        plain, recompute: each twin's maximum over ranks, bytes.
+        comparator: how recompute must compare with plain (``"<="``, ``"<"``).
+        on_miss: the recompute row's status when missed (FAIL, or WARN when advisory).
+        plain_detail, recompute_detail: each row's sentence.
+
+    Returns:
+        ``[plain row, recompute row]``.
+    """
+    return [
         Row(
             check=DIST_MEMORY,
-            item="saved activations, max over ranks (plain)",
+            item=f"{item}, max over ranks (plain)",
             variant="plain",
-            metric="saved_activation_bytes",
-            value=worst[0],
+            metric=metric,
+            value=plain,
             unit="B",
-            role=ROLE_MAX_SAVED,
+            role=role,
             status=INFO,
-            detail=f"the largest plain twin's saved bytes of the {group.world_size} ranks",
-        )
-    )
-    rows.append(
+            detail=plain_detail,
+        ),
         Row(
             check=DIST_MEMORY,
-            item="saved activations, max over ranks (recompute)",
+            item=f"{item}, max over ranks (recompute)",
             variant="recompute",
-            metric="saved_activation_bytes",
-            value=worst[1],
-            threshold=f"< {worst[0]:.0f} B (plain, max over ranks)",
-            comparator="<",
-            role=ROLE_MAX_SAVED,
+            metric=metric,
+            value=recompute,
+            threshold=f"{comparator} {plain:.0f} B (plain, max over ranks)",
+            comparator=comparator,
+            role=role,
             unit="B",
-            threshold_value=worst[0],
-            on_miss=WARN,
-            detail=f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain",
-        )
-    )
-    return rows
+            threshold_value=plain,
+            on_miss=on_miss,
+            detail=recompute_detail,
+        ),
+    ]
 
 
 def time_rows(setup: Setup, group: Group) -> list[Row]:
@@ -175,27 +196,28 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     on rank 0, the medians of the per-step maxima and the paired overhead ratio with its bootstrap CI
     (:func:`reportgen.results.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
     against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
-    tc, local = setup.cfg.timing, local_share(setup, group)
+    tc: TimingConfig = setup.config.timing
+    local = local_share(setup, group)
     steps: dict[str, Callable[[], None]] = {
         variant: make_train_step(
             spread_twin(setup, group, recompute),
             local,
             setup.task.loss,
-            setup.cfg.parity.optimizer,
-            setup.cfg.forward_seed,
+            setup.config.parity.optimizer,
+            setup.config.forward_seed,
         )
         for variant, recompute in (("plain", False), ("recompute", True))
     }
     sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain": [], "recompute": []}
-    for index in range(int(tc.warmup_steps) + int(tc.measured_steps)):
+    for index in range(tc.warmup_steps + tc.measured_steps):
         for variant, step in steps.items():
             sync()
             start = time.perf_counter()
             with twin(variant):
                 step()
             sync()
-            if index >= int(tc.warmup_steps):
+            if index >= tc.warmup_steps:
                 times[variant].append((time.perf_counter() - start) * 1e3)
     rows = [
         ranked(
@@ -232,7 +254,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
         )
         for variant, value in (("plain", plain), ("recompute", recompute))
     ]
-    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], int(tc.bootstrap_samples))
+    ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], tc.bootstrap_samples)
     bound = tc.max_overhead_ratio
     detail = (
         f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "

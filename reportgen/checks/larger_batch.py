@@ -32,11 +32,13 @@ import torch
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import larger_batch_plots
-from reportgen.config import LARGER_BATCH
+from reportgen.config import LARGER_BATCH, BudgetConfig, LargerBatchConfig
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
 from reportgen.results import FLAGGED, Role, Row
 from reportgen.structure import batch_size_of
-from reportgen.training.train import LR_SCALING, budget_runs, run_rows
+from reportgen.training.loop import LR_SCALING
+from reportgen.training.rows import run_rows
+from reportgen.training.train import budget_runs
 
 log = logging.getLogger("reportgen")
 
@@ -105,10 +107,10 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     Returns:
         ``(total bytes, examples actually in the batch)``.
     """
-    batch = setup.make_batch(batch_size, setup.cfg.seed)
+    batch = setup.make_batch(batch_size, setup.config.seed)
     model = setup.build(recompute)
     paths = [w.path for w in setup.wrapped]
-    saved = saved_activation_bytes(model, batch, setup.task.loss, setup.cfg.forward_seed, paths)
+    saved = saved_activation_bytes(model, batch, setup.task.loss, setup.config.forward_seed, paths)
     return int(saved.total_bytes), batch_size_of(batch[0])
 
 
@@ -122,7 +124,7 @@ def cuda_peak_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     Raises:
         torch.cuda.OutOfMemoryError: the step does not fit on the device.
     """
-    batch = setup.make_batch(batch_size, setup.cfg.seed)
+    batch = setup.make_batch(batch_size, setup.config.seed)
     peaks = cuda_step_peaks(setup, recompute, warm_steps=1, batch=batch)
     return int(peaks["peak_allocated_bytes"]), batch_size_of(batch[0])
 
@@ -153,7 +155,7 @@ def larger_batch_experiment(setup) -> list[Row]:
     """Find the largest batch whose recompute memory fits the plain run's; train at it.
 
     The learning rate is unchanged unless ``larger_batch.lr_scaling`` names a rule
-    (:data:`reportgen.training.train.LR_SCALING`); the rule and the lr used are in the rows.
+    (:data:`reportgen.training.loop.LR_SCALING`); the rule and the lr used are in the rows.
 
     Returns:
         FLAGGED rows only (variant ``larger_batch``): the reference bytes, each search probe
@@ -185,10 +187,12 @@ def larger_batch_experiment(setup) -> list[Row]:
 
 
 def _experiment(setup) -> list[Row]:
-    cfg, budget, task = setup.cfg.larger_batch, setup.cfg.budget, setup.task
-    if cfg.lr_scaling not in LR_SCALING:
-        raise ValueError(f"larger_batch.lr_scaling={cfg.lr_scaling!r} is not one of {', '.join(LR_SCALING)}")
-    base, ceiling = int(budget.batch_size), int(cfg.max_batch_size)
+    section: LargerBatchConfig = setup.config.larger_batch
+    budget: BudgetConfig = setup.config.budget
+    task = setup.task
+    if section.lr_scaling not in LR_SCALING:
+        raise ValueError(f"larger_batch.lr_scaling={section.lr_scaling!r} is not one of {', '.join(LR_SCALING)}")
+    base, ceiling = budget.batch_size, section.max_batch_size
     cuda = setup.device.type == "cuda"
     criterion = "cuda_peak_allocated_bytes" if cuda else "saved_activation_bytes"
     measure = (lambda b, rc: cuda_peak_bytes(setup, rc, b)) if cuda else (lambda b, rc: saved_bytes(setup, rc, b))
@@ -262,7 +266,7 @@ def _experiment(setup) -> list[Row]:
         else ""
     )
     ratio = found / base
-    scale = LR_SCALING[cfg.lr_scaling](ratio)
+    scale = LR_SCALING[section.lr_scaling](ratio)
     rows.append(
         Row(
             check=LARGER_BATCH,
@@ -276,15 +280,15 @@ def _experiment(setup) -> list[Row]:
             detail=f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
             f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
             f"{len(probes)} probes; {why}; learning rate "
-            f"{'unchanged' if cfg.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
-            f"(larger_batch.lr_scaling={cfg.lr_scaling})",
+            f"{'unchanged' if section.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
+            f"(larger_batch.lr_scaling={section.lr_scaling})",
             seconds=time.perf_counter() - t0,
             extra={"batch_size": found, "lr_scale": scale},
             role=Role.BATCH_FOUND,
             unit="examples",
         )
     )
-    seeds = [int(s) for s in (cfg.seeds if cfg.seeds is not None else budget.seeds)]
+    seeds = [int(s) for s in (section.seeds if section.seeds is not None else budget.seeds)]
     larger, plain = [], []
     for seed in seeds:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):

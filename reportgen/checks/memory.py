@@ -47,22 +47,14 @@ from reportgen.checks.memory_estimate import (  # noqa: F401
     not_estimated_row,
     saving_share,
 )
+from reportgen.checks.memory_rows import peak_rows, saved_rows
 from reportgen.checks.plots import memory_plots
-from reportgen.config import MEMORY
+from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.estimate import dropout_mask_bytes  # noqa: F401 - re-exported (benchmarks/estimate_7b.py)
-from reportgen.memory.peak import (
-    CATEGORIES,
-    StepPeak,
-    format_bytes,
-    increase_cause,
-    peak_sentence,
-    warm_step_peak,
-    where,
-)
-from reportgen.memory.saved import REST, SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
+from reportgen.memory.peak import StepPeak, warm_step_peak
+from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
 from reportgen.results.rows import exception_message
-from reportgen.structure import describe
 from reportgen.twins.setup import Setup, forward_backward
 
 VARIANTS = (("plain", False), ("recompute", True))
@@ -81,7 +73,8 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
     if measured is not None:
         rows += saved_rows(setup, *measured)
-    on_miss = str(setup.cfg.memory.peak_on_miss)
+    section: MemoryConfig = setup.config.memory
+    on_miss = section.peak_on_miss
     peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
     if peaks is not None:
         rows += peak_rows(setup, *peaks, measured[0] if measured else None)
@@ -146,103 +139,12 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
         start = time.perf_counter()
         with _twin(variant):
             model = setup.build(recompute)
-            saved[variant] = saved_activation_bytes(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, paths)
+            saved[variant] = saved_activation_bytes(
+                model, setup.batch, setup.task.loss, setup.config.forward_seed, paths
+            )
         seconds[variant] = time.perf_counter() - start
         del model
     return saved, seconds
-
-
-def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[str, float]) -> list[Row]:
-    """Total and per-module ``saved_activation_bytes`` rows (INFO), and the ``saving_share`` row,
-    judged ``>= memory.negligible_saving_share`` (WARN when below: the saving is negligible)."""
-    share_min = float(setup.cfg.memory.negligible_saving_share)
-    plain, rec = saved["plain"], saved["recompute"]
-    share = saving_share(plain.total_bytes, rec.total_bytes)
-    shape = f"batch {describe(setup.batch[0])}"
-    if share >= share_min:
-        sentence = f"recompute keeps {1 - share:.1%} of the plain run's saved activations (saves {share:.1%})"
-    elif rec.total_bytes > plain.total_bytes:
-        sentence = (
-            f"{-share:+.1%}: recompute costs memory here: it keeps "
-            f"{format_bytes(rec.total_bytes - plain.total_bytes)} more for backward than the plain run "
-            f"({format_bytes(plain.total_bytes)} → {format_bytes(rec.total_bytes)}); "
-            f"{increase_cause(plain, rec, _classes(setup))}"
-        )
-    else:
-        why = (
-            "recompute keeps more than the plain run"
-            if rec.total_bytes > plain.total_bytes
-            else f"recompute saves only {share:.1%} of the plain run's saved activations"
-        )
-        sentence = (
-            f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
-            "nothing, check recompute.targets"
-        )
-    rows = [
-        Row(
-            check=MEMORY,
-            item="saved activations (total)",
-            variant=variant,
-            metric="saved_activation_bytes",
-            value=s.total_bytes,
-            status=INFO,
-            detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
-            seconds=seconds[variant],
-            role=Role.SAVED_TOTAL,
-            unit="B",
-            extra={"storages": s.storages},
-        )
-        for variant, s in (("plain", plain), ("recompute", rec))
-    ]
-    rows.append(
-        Row(
-            check=MEMORY,
-            item="saving",
-            variant="recompute",
-            metric="saving_share",
-            value=share,
-            threshold=f">= {share_min:g} of plain",
-            comparator=">=",
-            detail=sentence,
-            role=Role.SAVING,
-            unit="share",
-            threshold_value=share_min,
-            on_miss=WARN,
-            extra={
-                "saving_bytes": plain.total_bytes - rec.total_bytes,
-                "plain_bytes": plain.total_bytes,
-                "recompute_bytes": rec.total_bytes,
-            },
-        )
-    )
-    for order, path in enumerate(plain.per_module):
-        for variant, s in (("plain", plain), ("recompute", rec)):
-            what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
-            rows.append(
-                Row(
-                    check=MEMORY,
-                    item=f"module {path}",
-                    variant=variant,
-                    metric="saved_activation_bytes",
-                    value=s.per_module[path],
-                    status=INFO,
-                    detail=what,
-                    role=Role.SAVED_MODULE,
-                    unit="B",
-                    extra={
-                        "module": path,
-                        "module_order": order,
-                        "storages": s.per_module_storages.get(path, 0),
-                        "produced_saved_bytes": s.produced_by.get(path, 0),
-                    },
-                )
-            )
-    return rows
-
-
-def _classes(setup: Setup) -> dict[str, str]:
-    """``{wrapped module path: class name}``."""
-    return {w.path: w.cls for w in setup.wrapped}
 
 
 def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
@@ -254,6 +156,7 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     Returns:
         ``({variant: StepPeak}, {variant: seconds})``.
     """
+    section: MemoryConfig = setup.config.memory
     peaks, seconds = {}, {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
@@ -265,90 +168,12 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
                 setup.batch,
                 setup.task.loss,
                 training_optimizer(setup),
-                setup.cfg.forward_seed,
-                max(1, int(setup.cfg.memory.warm_steps)),
+                setup.config.forward_seed,
+                max(1, section.warm_steps),
             )
         seconds[variant] = time.perf_counter() - start
         del model
     return peaks, seconds
-
-
-def peak_rows(
-    setup: Setup, peaks: dict[str, StepPeak], seconds: dict[str, float], saved: dict[str, SavedActivations] | None
-) -> list[Row]:
-    """``peak_live_bytes`` per twin (INFO, with phase, module and categories at the peak) and
-    the memory verdict row ``peak_saving_share``, judged ``>= memory.min_peak_saving_share``
-    (``memory.peak_on_miss`` when missed), whose detail names the cause of a miss."""
-    mc = setup.cfg.memory
-    share_min, on_miss = float(mc.min_peak_saving_share), str(mc.peak_on_miss)
-    rows = []
-    for variant, peak in peaks.items():
-        extra: dict[str, Any] = {
-            "peak_phase": peak.phase,
-            "peak_module": peak.module,
-            "peak_region": peak.region or "",
-            "baseline_bytes": peak.baseline_bytes,
-            "device": peak.device,
-            "warm_steps": int(mc.warm_steps),
-            **{f"at_peak_{c.replace(' ', '_')}_bytes": peak.categories[c] for c in CATEGORIES},
-        }
-        detail = (
-            f"peak of live tensor bytes in one warm step, reached in {where(peak)}; "
-            f"{format_bytes(peak.baseline_bytes)} were alive before the step (weights, optimizer state, batch)"
-        )
-        if peak.cuda:
-            allocated = peak.cuda["peak_allocated_bytes"]
-            ratio = peak.peak_bytes / allocated if allocated else float("nan")
-            extra |= {
-                "cuda_peak_allocated_bytes": allocated,
-                "cuda_peak_reserved_bytes": peak.cuda["peak_reserved_bytes"],
-                "cuda_baseline_allocated_bytes": peak.cuda["baseline_allocated_bytes"],
-                "tracker_to_allocated_ratio": ratio,
-            }
-            detail += (
-                f"; torch.cuda.max_memory_allocated in the same step: {format_bytes(allocated)} (tracker / "
-                f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
-                f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}"
-            )
-        rows.append(
-            Row(
-                check=MEMORY,
-                item="step peak",
-                variant=variant,
-                metric="peak_live_bytes",
-                value=peak.peak_bytes,
-                status=INFO,
-                detail=detail,
-                seconds=seconds[variant],
-                role=Role.STEP_PEAK,
-                unit="B",
-                extra=extra,
-            )
-        )
-    plain, rec = peaks["plain"], peaks["recompute"]
-    share = saving_share(plain.peak_bytes, rec.peak_bytes)
-    rows.append(
-        Row(
-            check=MEMORY,
-            item="step peak saving",
-            variant="recompute",
-            metric="peak_saving_share",
-            value=share,
-            threshold=f">= {share_min:g} of the plain peak",
-            comparator=">=",
-            detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
-            role=Role.PEAK_SAVING,
-            unit="share",
-            threshold_value=share_min,
-            on_miss=on_miss,
-            extra={
-                "plain_peak_bytes": plain.peak_bytes,
-                "recompute_peak_bytes": rec.peak_bytes,
-                "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes,
-            },
-        )
-    )
-    return rows
 
 
 def lost_gradient_rows(setup: Setup) -> list[Row]:
@@ -356,7 +181,7 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     that saving comes from activations that are never needed because gradients were lost."""
     start = time.perf_counter()
     plain_model, recompute_model = setup.twins()
-    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.cfg.forward_seed)  # noqa: E731
+    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed)  # noqa: E731
     with warnings.catch_warnings():  # torch's warnings are reported by gradient parity, not repeated here
         warnings.simplefilter("ignore")
         plain, rec = run(plain_model), run(recompute_model)
@@ -404,7 +229,8 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
                 "The saved-activation bytes above are exact on every device.",
             )
         ]
-    warm = int(setup.cfg.memory.warm_steps)
+    section: MemoryConfig = setup.config.memory
+    warm = section.warm_steps
     rows = []
     for variant, recompute in VARIANTS:
         start = time.perf_counter()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from reportgen.config import MEMORY
+from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.estimate import (
     Estimate,
     NotEstimableError,
@@ -111,7 +111,8 @@ def estimate_rows(
         )
     rows += korthikanti_rows(setup, here, "measured shape")
     rows += estimate_peak_rows(here, "measured shape", seconds, measured_peaks)
-    target = setup.cfg.memory.estimate
+    section: MemoryConfig = setup.config.memory
+    target = section.estimate
     if not target:
         return rows
     start = time.perf_counter()

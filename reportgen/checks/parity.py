@@ -11,6 +11,8 @@ INCONCLUSIVE rather than blaming recomputation.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import GRADIENT_PARITY
@@ -29,7 +31,7 @@ from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backw
 
 def _runs(setup: Setup, input_grad: bool):
     """Run plain, A/A and recompute twins; return ``(plain, aa, recompute, error_rows, warnings)``."""
-    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)  # noqa: E731
+    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad)  # noqa: E731
     plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(setup.build(False)))
     if rows:
         return None, None, None, rows, []
@@ -93,19 +95,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
         return out + errors + [aa_row(GRADIENT_PARITY, out)]
     if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
         out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, aa_g, rtol, atol)]
-    for name in sorted(set(plain_g.input_grad) | set(recompute_g.input_grad)):
-        out.append(
-            tensor_row(
-                GRADIENT_PARITY,
-                name,
-                plain_g.input_grad.get(name),
-                recompute_g.input_grad.get(name),
-                rtol,
-                atol,
-                Role.INPUT_GRAD,
-                aa=aa_g.input_grad.get(name),
-            )
-        )
+    out += _compare_maps(plain_g.input_grad, recompute_g.input_grad, aa_g.input_grad, Role.INPUT_GRAD, rtol, atol)
     return out + [aa_row(GRADIENT_PARITY, out)]
 
 
@@ -235,51 +225,54 @@ def _changed_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
     ]
 
 
+def _compare_maps(
+    plain: Mapping[str, Any],
+    recompute: Mapping[str, Any],
+    aa: Mapping[str, Any],
+    role: str,
+    rtol: float,
+    atol: float,
+    names: Iterable[str] | None = None,
+    suffix: str = "",
+) -> list[Row]:
+    """One :func:`reportgen.results.rows.tensor_row` per tensor name: plain vs recompute, the A/A twin
+    beside it. A name missing from one twin compares against None (a lost tensor is a row, never skipped).
+
+    Args:
+        plain, recompute, aa: ``{name: tensor or None}`` of each twin (outputs, retained or input gradients).
+        role: the rows' :class:`reportgen.results.Role`.
+        rtol, atol: the parity tolerance.
+        names: the names to compare, in row order; default every name of either twin, sorted.
+        suffix: appended to each name for the ``item`` column (``".grad"`` for parameter gradients).
+    """
+    names = sorted(set(plain) | set(recompute)) if names is None else names
+    return [
+        tensor_row(
+            GRADIENT_PARITY,
+            f"{name}{suffix}",
+            plain.get(name),
+            recompute.get(name),
+            rtol,
+            atol,
+            role,
+            aa=aa.get(name),
+        )
+        for name in names
+    ]
+
+
 def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
     out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
-    for name in list(dict.fromkeys([*plain.output, *recompute.output])):  # every tensor leaf, in output order
-        if _in_cache_of_one_twin(name, plain, recompute) is not None:
-            continue  # the cache object itself has its row (_other_rows)
-        out.append(
-            tensor_row(
-                GRADIENT_PARITY,
-                name,
-                plain.output.get(name),
-                recompute.output.get(name),
-                rtol,
-                atol,
-                Role.OUTPUT,
-                aa=aa.output.get(name),
-            )
-        )
+    leaves = [  # every tensor leaf, in output order; a cache object of one twin only has its row (_other_rows)
+        name
+        for name in dict.fromkeys([*plain.output, *recompute.output])
+        if _in_cache_of_one_twin(name, plain, recompute) is None
+    ]
+    out += _compare_maps(plain.output, recompute.output, aa.output, Role.OUTPUT, rtol, atol, leaves)
     out += _other_rows(plain, recompute)
     out += _changed_rows(plain, recompute)
-    for name in sorted(set(plain.retained) | set(recompute.retained)):
-        out.append(
-            tensor_row(
-                GRADIENT_PARITY,
-                name,
-                plain.retained.get(name),
-                recompute.retained.get(name),
-                rtol,
-                atol,
-                Role.RETAINED_GRAD,
-                aa=aa.retained.get(name),
-            )
-        )
-    for name in sorted(set(plain.grads) | set(recompute.grads)):
-        out.append(
-            tensor_row(
-                GRADIENT_PARITY,
-                f"{name}.grad",
-                plain.grads.get(name),
-                recompute.grads.get(name),
-                rtol,
-                atol,
-                Role.PARAM_GRAD,
-                aa=aa.grads.get(name),
-            )
-        )
+    out += _compare_maps(plain.retained, recompute.retained, aa.retained, Role.RETAINED_GRAD, rtol, atol)
+    out += _compare_maps(plain.grads, recompute.grads, aa.grads, Role.PARAM_GRAD, rtol, atol, suffix=".grad")
     return out
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from reportgen.checks.base import Check, Section
-from reportgen.config import SELECTIVE_POLICY, RecomputeMode
+from reportgen.config import SELECTIVE_POLICY, RecomputeConfig, RecomputeMode
 from reportgen.results import WARN, Role, Row
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
@@ -45,7 +45,7 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
         handles.append(module.register_forward_hook(lambda *_: active.__setitem__(0, active[0] - 1)))
     try:
         with _OpCounter(active) as counter:
-            with seeded(setup.cfg.forward_seed):
+            with seeded(setup.config.forward_seed):
                 call_model(model, clone_inputs(setup.batch[0]))
     finally:
         for handle in handles:
@@ -56,8 +56,8 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
 def selective_policy(setup: Setup) -> list[Row]:
     """One row per ``save_ops`` entry: calls it matched in the wrapped forward (selective mode
     only; no rows otherwise). Zero calls is WARN: the entry saves nothing."""
-    rc = setup.cfg.recompute
-    if rc.mode is None or RecomputeMode(getattr(rc.mode, "value", rc.mode)) is not RecomputeMode.selective:
+    rc: RecomputeConfig = setup.config.recompute
+    if rc.mode is not RecomputeMode.selective:
         return []
     seen = ops_in_wrapped_forward(setup)
     listing = ", ".join(f"{op} ×{n}" for op, n in seen.most_common(8))

@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from reportgen.checks.base import Check, Section
-from reportgen.config import STATE_PARITY, STEP_PARITY
+from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
 from reportgen.results import Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
@@ -23,9 +23,10 @@ def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: Gr
     """Forward and backward on the fixed batch (generator states read right after backward),
     then one step of ``cfg.parity.optimizer``; snapshot everything (gradients as backward left
     them). ``nudge``: the rounding twin's gradient noise, applied right before the step."""
+    parity: ParityConfig = setup.config.parity
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = instantiate(setup.cfg.parity.optimizer, params=params)
-    out = forward_backward(model, setup.batch, setup.task.loss, setup.cfg.forward_seed, input_grad)
+    optimizer = instantiate(parity.optimizer, params=params)
+    out = forward_backward(model, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad)
     if nudge is not None:
         nudge(params)
     optimizer.step()
@@ -57,7 +58,7 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
         if rows:
             return rows
     out = snapshot_rows(
-        snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(), list(setup.cfg.state.ignore_attributes)
+        snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(), setup.config.state.ignore_attributes
     )
     out = _rounding(setup, input_grad, snaps, out)
     return out + [aa_row(check, [r for r in out if r.check == check]) for check in (STEP_PARITY, STATE_PARITY)]
@@ -68,19 +69,19 @@ def _rounding(setup: Setup, input_grad: bool, snaps: dict[str, Snapshot], rows: 
     ``parity.rounding_envelope`` on, some such row outside tolerance, and every recompute
     gradient within tolerance (the premise of the envelope). The rounding twin raising is an
     ERROR row; the other rows keep their tolerance verdicts."""
-    parity = setup.cfg.parity
+    parity: ParityConfig = setup.config.parity
     if not parity.rounding_envelope or not outside_tolerance(rows):
         return rows
     rtol, atol = setup.tolerance()
     if not grads_at_rounding_level(
-        snaps["plain"].grads, snaps["recompute"].grads, None, rtol, atol, float(parity.rounding_factor)
+        snaps["plain"].grads, snaps["recompute"].grads, None, rtol, atol, parity.rounding_factor
     ):
         return rows
-    nudge = GradientNudge(rtol, atol, int(setup.cfg.seed))
+    nudge = GradientNudge(rtol, atol, setup.config.seed)
     rounding, errors = run_twin(
         STEP_PARITY, "rounding twin", lambda: one_step(setup.build(False), setup, input_grad, nudge)
     )
-    return rows + errors if errors else with_envelope(rows, snaps["plain"], rounding, float(parity.rounding_factor))
+    return rows + errors if errors else with_envelope(rows, snaps["plain"], rounding, parity.rounding_factor)
 
 
 CHECK = Check(

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import trajectory_plots
-from reportgen.config import TRAJECTORY
+from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.progress import progress
 from reportgen.results import INCONCLUSIVE, INFO, Role, Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
@@ -38,7 +38,7 @@ from reportgen.results.rows import (
 from reportgen.rng import fingerprint, seeded
 from reportgen.structure import call_model
 from reportgen.tasks import batch_to
-from reportgen.training.train import step_seed
+from reportgen.training.loop import step_seed
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
 
@@ -52,22 +52,23 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
     ``step_seed(forward_seed, cfg.seed, k)`` (the same for every twin). ``nudge``: the rounding
     twin's gradient noise, applied before every step.
     """
-    cfg = setup.cfg
+    parity: ParityConfig = setup.config.parity
+    seed, forward_seed = setup.config.seed, setup.config.forward_seed
     model = setup.build(recompute)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = instantiate(cfg.parity.optimizer, params=params)
-    generator = torch.Generator().manual_seed(int(cfg.seed))
+    optimizer = instantiate(parity.optimizer, params=params)
+    generator = torch.Generator().manual_seed(seed)
     snaps = []
     name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
-    with progress(f"trajectory {name}", total=int(cfg.parity.steps), unit="step") as bar:
-        for k in range(int(cfg.parity.steps)):
-            x, y = batch_to(setup.task.make_batch(generator, int(cfg.parity.batch_size)), setup.device, setup.dtype)
+    with progress(f"trajectory {name}", total=parity.steps, unit="step") as bar:
+        for k in range(parity.steps):
+            x, y = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
             optimizer.zero_grad(set_to_none=True)
-            with seeded(None if cfg.forward_seed is None else step_seed(cfg.forward_seed, cfg.seed, k)):
+            with seeded(None if forward_seed is None else step_seed(forward_seed, seed, k)):
                 loss = setup.task.loss(call_model(model, x), y)
                 loss.backward()
                 rng = fingerprint()
-            grads = grads_of(model) if cfg.parity.rounding_envelope else {}  # kept only for the envelope's gate
+            grads = grads_of(model) if parity.rounding_envelope else {}  # kept only for the envelope's gate
             if nudge is not None:
                 nudge(params)
             optimizer.step()
@@ -159,11 +160,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
             return errors
     rtol, atol = setup.tolerance()
     per_step = [
-        [
-            x
-            for x in snapshot_rows(p, r, a, rtol, atol, list(setup.cfg.state.ignore_attributes))
-            if x.role != Role.IGNORED
-        ]
+        [x for x in snapshot_rows(p, r, a, rtol, atol, setup.config.state.ignore_attributes) if x.role != Role.IGNORED]
         for p, a, r in zip(snaps["plain"], snaps["aa"], snaps["recompute"])
     ]
     out: list[Row] = _with_rounding_twin(setup, snaps, per_step)
@@ -230,13 +227,13 @@ def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step
     Returns:
         ERROR rows when the rounding twin raised (the steps keep their tolerance verdicts), else [].
     """
-    parity = setup.cfg.parity
+    parity: ParityConfig = setup.config.parity
     if not parity.rounding_envelope or not any(outside_tolerance(rows) for rows in per_step):
         return []
     rtol, atol = setup.tolerance()
-    factor = float(parity.rounding_factor)
+    factor = parity.rounding_factor
     rounding, errors = run_twin(
-        TRAJECTORY, "rounding twin", lambda: trajectory(setup, False, GradientNudge(rtol, atol, int(setup.cfg.seed)))
+        TRAJECTORY, "rounding twin", lambda: trajectory(setup, False, GradientNudge(rtol, atol, setup.config.seed))
     )
     if errors:
         return errors

@@ -1,21 +1,9 @@
 """A content-addressed disk cache of the plain twin's budget training runs, shared by a sweep's jobs.
 
-**The key** is the SHA-256 of every input that can change the plain twin's training result:
-
-- the whole composed config except the groups that only the recompute twin or the output
-  reads (:data:`NOT_IN_KEY`: ``recompute``, ``report``, ``verdict``, ``claim``, ``cache``); so
-  precision and autocast, ``compile.*``, dtype, device, seeds, budget, optimizer, task and
-  model arguments are in, and so is any setting added later (a deny-list, not an allow-list);
-- the run's own seed, batch size and learning-rate factor, the device and its kind (GPU name);
-- reportgen's version and the SHA-256 of its source, and the python, torch, numpy and
-  transformers versions;
-- the SHA-256 of every user source file, read from ``sys.modules`` after the model and task
-  were built (:mod:`reportgen.trust.sources`): whatever the package layout (a namespace package
-  without ``__init__.py``, a library imported from another folder), an edit is a miss;
-- the SHA-256 of the contents of every file the config names (``model.config``, every file of
-  a ``model.pretrained`` folder, ``task.text_file``, a user task's data file: any config string
-  that is a path on disk; ``reportgen.trust.sources.named_file_digests``): the same path with
-  edited contents (SiLU → GELU in config.json) is a miss, never the stale run.
+**The key** is the SHA-256 of every input that can change the plain twin's training result: the
+whole config but the groups only the recompute twin or the output reads, the run's seed, batch and
+learning-rate factor, the device kind, versions, and the digests of reportgen's source, the user's
+sources and every file the config names (:mod:`reportgen.training.cache_key`).
 
 **An entry is data only**: ``<key>.json`` (the key material, the run's numbers, the digest of
 the tensor file, the user sources loaded by the end of training, and a SHA-256 ``digest`` over
@@ -42,40 +30,34 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib
-import importlib.metadata
 import json
 import logging
 import os
-import platform
-import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from reportgen import __version__
-from reportgen.files import special_kind
-from reportgen.trust.sources import (
-    canonical_sha256,
-    digest_files,
-    file_sha256,
-    named_file_digests,
-    reportgen_sources_sha256,
-    user_source_digests,
+from reportgen.training.cache_key import (  # noqa: F401 - re-exported: imported from here before the split
+    FORMAT,
+    NOT_IN_KEY,
+    device_kind,
+    key_config,
+    plain_run_key,
 )
+from reportgen.training.cache_secret import (  # noqa: F401 - re-exported: imported from here before the split
+    SECRET_BYTES,
+    SECRET_ENV,
+    CacheSecretError,
+    cache_secret,
+    check_secret_file,
+    secret_path,
+)
+from reportgen.trust.sources import canonical_sha256, digest_files, file_sha256, user_source_digests
 
 log = logging.getLogger("reportgen")
 
 ENV = "REPORTGEN_CACHE_DIR"
-#: Names the file holding the cache secret (default ``~/.config/reportgen/cache-secret``).
-SECRET_ENV = "REPORTGEN_CACHE_SECRET"
-#: Bytes of a new cache secret; a shorter file is refused.
-SECRET_BYTES = 32
-#: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
-FORMAT = 2
-#: Config groups left out of the key: read only for the recompute twin or for the output.
-NOT_IN_KEY = ("recompute", "report", "verdict", "claim", "cache", "checks", "run", "hydra")
-#: Fields of a stored run's numbers (``reportgen.training.train.TrainResult`` without its tensors).
+#: Fields of a stored run's numbers (``reportgen.training.loop.TrainResult`` without its tensors).
 RECORD_FIELDS = (
     "metrics",
     "accepted_examples",
@@ -123,177 +105,6 @@ def cache_dir(cfg=None) -> Path | None:
     except (ImportError, ValueError):
         pass
     return None
-
-
-def key_config(cfg) -> dict:
-    """The composed config as plain data (interpolations resolved) without :data:`NOT_IN_KEY`."""
-    from omegaconf import OmegaConf
-
-    config = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    return {k: v for k, v in config.items() if k not in NOT_IN_KEY}
-
-
-def _import_targets(node: Any) -> None:
-    """Import the module of every ``_target_`` in ``node`` so that its source is in ``sys.modules``
-    (building the model and task already did; this covers a key computed before building)."""
-    if isinstance(node, dict):
-        target = node.get("_target_")
-        if isinstance(target, str) and "." in target:
-            try:
-                importlib.import_module(target.rsplit(".", 1)[0])
-            except Exception:  # noqa: BLE001 - a target that cannot import fails the build, not the key
-                pass
-        for value in node.values():
-            _import_targets(value)
-    elif isinstance(node, list):
-        for value in node:
-            _import_targets(value)
-
-
-def device_kind(device: Any) -> str:
-    """What the device is, beyond its index: the GPU's name and compute capability on CUDA; the
-    machine architecture and the vector instructions torch's CPU kernels dispatch to otherwise
-    (they round differently), e.g. ``"NVIDIA H200 (sm 9.0)"``, ``"cpu x86_64 AVX2"``."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"{torch.cuda.get_device_name(device)} (sm {major}.{minor})"
-    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "")()
-    return f"{device.type} {platform.machine()} {capability}".strip()
-
-
-def _version(distribution: str) -> str | None:
-    """An installed distribution's version, or None when it is not installed."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def plain_run_key(
-    cfg,
-    device: Any,
-    dtype: Any,
-    seed: int,
-    batch_size: int,
-    lr_scale: float,
-    modules: dict | None = None,
-    twin: str = "plain",
-) -> tuple[str, dict]:
-    """The cache key of a plain budget run, and the material it hashes (see module docstring).
-
-    Args:
-        cfg: the composed run config.
-        device: ``torch.device`` (or its name) the run trains on.
-        dtype: ``torch.dtype`` of both twins.
-        seed: the training run's seed (data order, dropout).
-        batch_size: examples per step.
-        lr_scale: learning-rate factor.
-        modules: the module table whose user sources are hashed (default ``sys.modules``).
-        twin: ``"plain"``, or ``"rounding"`` for the rounding twin's run (a plain twin with
-            tolerance-sized gradient noise, :mod:`reportgen.results.rounding`): its own key.
-
-    Returns:
-        ``(hex SHA-256 of the canonical JSON of the material, material)``.
-    """
-    import numpy
-    import torch
-
-    config = key_config(cfg)
-    _import_targets(config)
-    material = {
-        "format": FORMAT,
-        "config": config,
-        "device": {"name": str(device), "kind": device_kind(device)},
-        "dtype": str(dtype),
-        "run": {
-            "seed": int(seed),
-            "batch_size": int(batch_size),
-            "lr_scale": float(lr_scale),
-            **({} if twin == "plain" else {"twin": twin}),
-        },
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "numpy": numpy.__version__,
-            "transformers": _version("transformers"),
-            "reportgen": __version__,
-        },
-        "sources": {"reportgen": reportgen_sources_sha256(), "user": user_source_digests(modules)},
-        "files": named_file_digests(config),  # contents, not paths: an edited config.json is a miss
-    }
-    material = json.loads(json.dumps(material, sort_keys=True, default=str))
-    return canonical_sha256(material), material
-
-
-def secret_path() -> Path:
-    """Where the cache secret is: ``$REPORTGEN_CACHE_SECRET``, else ``~/.config/reportgen/cache-secret``."""
-    configured = os.environ.get(SECRET_ENV, "").strip()
-    return Path(configured or "~/.config/reportgen/cache-secret").expanduser()
-
-
-def cache_secret() -> bytes:
-    """The key of every entry's HMAC: the bytes of :func:`secret_path`, made on first use
-    (:data:`SECRET_BYTES` random bytes, mode 0600; two jobs making it at once agree on one).
-
-    Raises:
-        OSError: the file cannot be read or made, or holds fewer than 16 bytes.
-        CacheSecretError: it is not the user's own 0600 regular file (:func:`check_secret_file`).
-    """
-    path = secret_path()
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(secrets.token_bytes(SECRET_BYTES))
-            os.link(tmp, path)  # atomic: fails when another job made it first
-        except FileExistsError:
-            pass
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-    check_secret_file(path)
-    data = path.read_bytes()
-    if len(data) < 16:
-        raise OSError(
-            f"the cache secret {path} holds {len(data)} bytes (at least 16 needed); delete it and a new one is made"
-        )
-    return data
-
-
-class CacheSecretError(OSError):
-    """The cache secret is not the user's own private file; the message names the fix (``chmod 600``)."""
-
-
-def check_secret_file(path: Path) -> None:
-    """The cache secret must be a regular file of this user with mode 0600, like the signing key:
-    whoever can read it can write cache entries whose HMAC verifies.
-
-    Raises:
-        CacheSecretError: a device or FIFO, another user's file, or readable/writable by others.
-    """
-    kind = special_kind(path)
-    if kind:
-        raise CacheSecretError(
-            f"the cache secret {path} is {kind}, not a regular file; point "
-            f"{SECRET_ENV} at a file of your own (mode 0600), or unset it"
-        )
-    info = path.stat()
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        raise CacheSecretError(
-            f"the cache secret {path} belongs to another user (uid {info.st_uid}); it must be "
-            f"your own file (mode 0600): point {SECRET_ENV} at one, or unset it"
-        )
-    mode = info.st_mode & 0o777
-    if mode & 0o077:
-        raise CacheSecretError(
-            f"the cache secret {path} is accessible by others (mode {mode:04o}): anyone who can "
-            f"read it can write cache entries reportgen accepts. Run `chmod 600 {path}` (and delete "
-            "the cache folder if others may have read it)"
-        )
 
 
 def entry_digest(entry: dict, secret: bytes) -> str:

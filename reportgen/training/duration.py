@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reportgen.config import BudgetConfig, LargerBatchConfig, ParityConfig, TimingConfig
 from reportgen.errors import SetupError
 from reportgen.memory.saved import make_train_step, training_optimizer
-from reportgen.training.train import evaluate
+from reportgen.training.loop import evaluate
 from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
@@ -94,15 +95,15 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
     with torch.random.fork_rng(devices=devices):
         batch = (
             setup.batch
-            if batch_size == int(setup.cfg.parity.batch_size) and setup.batch is not None
-            else setup.make_batch(batch_size, int(setup.cfg.seed))
+            if batch_size == setup.config.parity.batch_size and setup.batch is not None
+            else setup.make_batch(batch_size, setup.config.seed)
         )
         step = make_train_step(
             setup.build(recompute, compiled=False),
             batch,
             setup.task.loss,
             training_optimizer(setup),
-            setup.cfg.forward_seed,
+            setup.config.forward_seed,
         )
         times = []
         for _ in range(max(2, steps)):
@@ -137,7 +138,10 @@ def estimate_run(setup: Setup) -> Estimate:
     Returns:
         The :class:`Estimate`.
     """
-    cfg = setup.cfg
+    parity: ParityConfig = setup.config.parity
+    tc: TimingConfig = setup.config.timing
+    bc: BudgetConfig = setup.config.budget
+    lb: LargerBatchConfig = setup.config.larger_batch
     est = Estimate()
     measured: dict[tuple[bool, int], float] = {}
 
@@ -147,28 +151,26 @@ def estimate_run(setup: Setup) -> Estimate:
             est.step_ms[f"{'recompute' if recompute else 'plain'}@{batch}"] = measured[(recompute, batch)] * 1e3
         return measured[(recompute, batch)]
 
-    pb = int(cfg.parity.batch_size)
+    pb = parity.batch_size
     plain, rec = step(False, pb), step(True, pb)
-    steps = int(cfg.parity.steps)
+    steps = parity.steps
     est.phases["trajectory parity"] = steps * (2 * plain + rec)
     est.drivers["trajectory parity"] = f"parity.steps={steps} × 3 twins × {(2 * plain + rec) / 3 * 1e3:.3g} ms"
-    tc = cfg.timing
     if tc.enabled:
-        rounds = int(tc.warmup_steps) + int(tc.measured_steps)
+        rounds = tc.warmup_steps + tc.measured_steps
         seconds = rounds * (plain + rec)
         if tc.target_ci_half_width_pp is not None:
-            seconds = max(seconds, int(tc.warmup_steps) * (plain + rec) + float(tc.max_measure_seconds))
+            seconds = max(seconds, tc.warmup_steps * (plain + rec) + tc.max_measure_seconds)
         est.phases["warm-step time"] = seconds
         est.drivers["warm-step time"] = (
-            f"timing.max_measure_seconds={float(tc.max_measure_seconds):g}"
+            f"timing.max_measure_seconds={tc.max_measure_seconds:g}"
             if tc.target_ci_half_width_pp is not None
-            else f"timing.measured_steps={int(tc.measured_steps)}"
+            else f"timing.measured_steps={tc.measured_steps}"
         )
-    bc = cfg.budget
     if bc.enabled:
-        bb, examples, seeds = int(bc.batch_size), int(bc.examples), len(bc.seeds)
+        bb, examples, seeds = bc.batch_size, bc.examples, len(bc.seeds)
         steps_per_run = math.ceil(examples / bb)
-        evals = (math.ceil(examples / int(bc.eval_every)) if int(bc.eval_every) > 0 else 1) + 1
+        evals = (math.ceil(examples / bc.eval_every) if bc.eval_every > 0 else 1) + 1
         eval_s = evaluation_seconds(setup)
         per_seed = steps_per_run * (step(False, bb) + step(True, bb)) + 2 * evals * eval_s
         est.phases["task metrics"] = seeds * per_seed
@@ -177,7 +179,6 @@ def estimate_run(setup: Setup) -> Estimate:
             f"2 twins × {(step(False, bb) + step(True, bb)) / 2 * 1e3:.3g} ms, "
             f"and {evals} evaluations per run × {eval_s * 1e3:.3g} ms"
         )
-        lb = cfg.larger_batch
         if lb.enabled:
             lb_seeds = len(lb.seeds) if lb.seeds is not None else seeds
             est.phases["larger-batch experiment"] = lb_seeds * (steps_per_run * step(True, bb) + evals * eval_s)
@@ -197,7 +198,7 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
         RunTooLong: the estimate exceeds the limit; the message gives it, the settings behind it
             and the override that allows the run.
     """
-    limit = setup.cfg.get("run", {}).get("max_estimated_minutes", None)
+    limit = setup.config.run.max_estimated_minutes
     if limit is None:
         return None
     try:
@@ -209,11 +210,11 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
         )
         return None
     log.info("estimated time of the long phases: %s", est.describe())
-    if est.minutes > float(limit):
+    if est.minutes > limit:
         allow = max(int(limit) + 1, math.ceil(est.minutes * 1.5))
         raise RunTooLong(
             f"the settings imply a run of {est.describe(share=0.1)}; that is past run.max_estimated_minutes="
-            f"{float(limit):g}. Lower the settings named, or allow it with "
+            f"{limit:g}. Lower the settings named, or allow it with "
             f"run.max_estimated_minutes={allow} (or run.max_estimated_minutes=null for no limit)"
         )
     return est

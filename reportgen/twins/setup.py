@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 from hydra.utils import get_method, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from reportgen.config import Config
 from reportgen.errors import SetupError
 from reportgen.results.distance import tolerances
 from reportgen.rng import fingerprint, seeded
@@ -85,6 +86,16 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
+    #: ``(cfg, cfg as its schema's dataclasses)``, made on first use of :attr:`config`.
+    typed: tuple[DictConfig, Config] | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> Config:
+        """``cfg`` as its schema's dataclasses (``OmegaConf.to_object``, once per ``cfg``): a check reads its
+        own section typed, e.g. ``section: ParityConfig = setup.config.parity``; ``model``, ``task`` are dicts."""
+        if self.typed is None or self.typed[0] is not self.cfg:
+            self.typed = (self.cfg, OmegaConf.to_object(self.cfg))
+        return self.typed[1]
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
@@ -99,20 +110,20 @@ class Setup:
         guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
         if self.autocast_dtype is not None:
             model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
-        if self.cfg.compile.enabled and compiled:
-            model.compile(backend=str(self.cfg.compile.backend))
+        if self.config.compile.enabled and compiled:
+            model.compile(backend=self.config.compile.backend)
         return model.train()
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The ``torch.autocast`` dtype of every forward, or None (``precision.autocast: null``)."""
-        name = self.cfg.precision.autocast
-        return None if name is None else AUTOCAST[str(name)]
+        name = self.config.precision.autocast
+        return None if name is None else AUTOCAST[name]
 
     def tolerance(self) -> tuple[float | None, float | None]:
         """``(rtol, atol)`` for parity: configured values, else (under autocast) torch.testing's
         defaults for the autocast dtype, else None (each tensor's own dtype decides)."""
-        rtol, atol = self.cfg.parity.rtol, self.cfg.parity.atol
+        rtol, atol = self.config.parity.rtol, self.config.parity.atol
         if self.autocast_dtype is not None:
             default = tolerances(self.autocast_dtype)
             return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)

@@ -5,19 +5,12 @@ import pytest
 import torch
 from conftest import compose_config
 
-from reportgen.checks.timing import (
-    bootstrap_ratio_ci,
-    flops_row,
-    interleaved_times,
-    median_rows,
-    overhead_row,
-    step_flops,
-    timed,
-    warm_step_time,
-)
+from reportgen.checks.timing import interleaved_times, step_flops, timed, warm_step_time
+from reportgen.checks.timing_rows import flops_row, median_rows, overhead_row
 from reportgen.config import TIME
 from reportgen.memory.saved import make_train_step
 from reportgen.results import FAIL, INFO, PASS, WARN, Role
+from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.run import prepare
 
 
@@ -199,10 +192,10 @@ def test_an_interval_wider_than_the_target_is_a_warning_not_a_figure_to_trust():
 
 
 def test_machine_load_warns_when_other_work_competes(monkeypatch):
-    from reportgen.checks import timing
+    from reportgen.checks import timing_rows
 
-    monkeypatch.setattr(timing.os, "getloadavg", lambda: (torch.get_num_threads() + 2.5, 0.0, 0.0))
-    row = timing.machine_load_row()
+    monkeypatch.setattr(timing_rows.os, "getloadavg", lambda: (torch.get_num_threads() + 2.5, 0.0, 0.0))
+    row = timing_rows.machine_load_row()
     assert row.status == WARN and row.metric == "load_average" and "inflated" in row.detail
-    monkeypatch.setattr(timing.os, "getloadavg", lambda: (torch.get_num_threads() + 0.2, 0.0, 0.0))
-    assert timing.machine_load_row().status == PASS
+    monkeypatch.setattr(timing_rows.os, "getloadavg", lambda: (torch.get_num_threads() + 0.2, 0.0, 0.0))
+    assert timing_rows.machine_load_row().status == PASS

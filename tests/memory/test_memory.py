@@ -18,7 +18,9 @@ import torch
 from conftest import compose_config, measured
 from torch import nn
 
-from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, measure_saved, saved_rows, saving_share
+from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, measure_saved
+from reportgen.checks.memory_estimate import saving_share
+from reportgen.checks.memory_rows import saved_rows
 from reportgen.config import MEMORY
 from reportgen.memory.saved import REST, saved_activation_bytes
 from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge

@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import compose_config
 
-from reportgen.checks.memory import measure_peaks, measure_saved, peak_rows, saved_rows, warm_step_memory
+from reportgen.checks.memory import measure_peaks, measure_saved, warm_step_memory
+from reportgen.checks.memory_rows import peak_rows, saved_rows
 from reportgen.config import MEMORY
 from reportgen.memory.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
 from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge_record

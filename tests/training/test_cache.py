@@ -14,7 +14,7 @@ import torch
 from conftest import compose_config, small_setup
 
 from reportgen.results import FAIL, WARN, Role
-from reportgen.training import cache
+from reportgen.training import cache, cache_key, cache_secret
 from reportgen.training.train import BudgetRuns, budget_runs
 
 #: A recompute target class in a user module: GELU, edited to Tanh by the attacks.
@@ -60,7 +60,7 @@ def forget_modules():
 
 def key_of(cfg, **kw) -> str:
     """The plain run's key for seed 0, batch 8 on this machine's CPU in float32."""
-    return cache.plain_run_key(cfg, kw.get("device", "cpu"), kw.get("dtype", torch.float32), 0, 8, 1.0)[0]
+    return cache_key.plain_run_key(cfg, kw.get("device", "cpu"), kw.get("dtype", torch.float32), 0, 8, 1.0)[0]
 
 
 def plain_run(setup):
@@ -94,7 +94,7 @@ def test_key_covers_autocast_compile_and_every_config_group_but_the_recompute_se
     # a sweep over recompute settings (or the report's) still shares the plain twin
     same = ["recompute=reentrant", "recompute.preserve_rng_state=false", "report.title=x", "cache.enabled=true"]
     assert {key_of(compose_config("+model=ffn", o)) for o in same} == {key}
-    material = cache.plain_run_key(base, "cpu", torch.float32, 0, 8, 1.0)[1]
+    material = cache_key.plain_run_key(base, "cpu", torch.float32, 0, 8, 1.0)[1]
     assert set(material["versions"]) >= {"torch", "transformers", "reportgen", "python"}
     assert material["device"]["kind"].startswith("cpu ") and len(material["sources"]["reportgen"]) == 64
 
@@ -115,9 +115,9 @@ def test_a_compile_change_is_a_miss(cache_folder):
     plain_run(setup)
     for override in ("compile.enabled=true", "compile.backend=aot_eager"):
         cfg = compose_config("+model=ffn", override)
-        key = cache.plain_run_key(cfg, setup.device, setup.dtype, 0, 8, 1.0)[0]
-        assert cache.load(cache_folder, key, cache.cache_secret()) is None, override
-    assert cache.load(cache_folder, key_of(setup.cfg), cache.cache_secret()) is not None
+        key = cache_key.plain_run_key(cfg, setup.device, setup.dtype, 0, 8, 1.0)[0]
+        assert cache.load(cache_folder, key, cache_secret.cache_secret()) is None, override
+    assert cache.load(cache_folder, key_of(setup.cfg), cache_secret.cache_secret()) is not None
 
 
 def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkeypatch, forget_modules):
@@ -132,9 +132,9 @@ def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkey
     gelu = plain_run(small_setup("+model=ffn", override))
     assert (
         str(module.resolve())
-        in cache.plain_run_key(small_setup("+model=ffn", override).cfg, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"][
-            "user"
-        ]
+        in cache_key.plain_run_key(small_setup("+model=ffn", override).cfg, "cpu", torch.float32, 0, 8, 1.0)[1][
+            "sources"
+        ]["user"]
     )
     assert plain_run(small_setup("+model=ffn", override)).cache_key is not None  # unchanged code: a hit
     module.write_text(BLOCK.format(import_line="", activation="nn.Tanh()"))
@@ -164,7 +164,7 @@ def test_an_edit_of_a_library_imported_from_another_folder_is_a_miss(
     gelu = plain_run(setup)
     assert (
         str((library / "act.py").resolve())
-        in cache.plain_run_key(setup.cfg, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"]["user"]
+        in cache_key.plain_run_key(setup.cfg, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"]["user"]
     )
     (library / "act.py").write_text("from torch import nn\nACT = nn.Tanh\n")
     forget_modules("actlib", "libuser")
@@ -178,7 +178,7 @@ def test_on_cuda_the_key_names_the_gpu_a_second_job_reuses_the_run_and_autocast_
     first = plain_run(setup)
     second = plain_run(small_setup("+model=ffn", "device=cuda"))
     assert first.cache_key is None and second.cache_key is not None and second.metrics == first.metrics
-    kind = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, 0, 8, 1.0)[1]["device"]["kind"]
+    kind = cache_key.plain_run_key(setup.cfg, setup.device, setup.dtype, 0, 8, 1.0)[1]["device"]["kind"]
     assert torch.cuda.get_device_name(setup.device) in kind
     assert plain_run(small_setup("+model=ffn", "device=cuda", "precision.autocast=bf16")).cache_key is None
 
@@ -243,7 +243,7 @@ def test_an_edited_or_moved_entry_is_a_warn_and_a_fresh_run(cache_folder, attack
     result = plain_run(small_setup("+model=ffn"))
     assert result.cache_key is None and result.metrics == first.metrics
     assert result.cache_rejected is not None and len(result.cache_rejected[0]) == 64
-    from reportgen.training.train import run_rows
+    from reportgen.training.rows import run_rows
 
     (warn,) = _rejection(run_rows("task metrics", "plain", "seed 0", 0, result, "loss"))
     assert warn.status == WARN and warn.extra["cache_problem"] == result.cache_rejected[1]
@@ -272,7 +272,7 @@ def test_a_pickled_entry_whose_unpickling_runs_code_is_never_unpickled(cache_fol
     torch.save({"0.net.0.weight": _RunsCode(marker)}, buffer)
     hostile.write_bytes(buffer.getvalue())
     entry["tensors"]["sha256"] = cache.file_sha256(hostile)
-    entry["digest"] = cache.entry_digest(entry, cache.cache_secret())  # an insider: every digest redone
+    entry["digest"] = cache.entry_digest(entry, cache_secret.cache_secret())  # an insider: every digest redone
     meta.write_text(json.dumps(entry))
 
     result = plain_run(small_setup("+model=ffn"))
@@ -292,18 +292,18 @@ def test_an_entry_written_without_your_cache_secret_is_a_warn(cache_folder, tmp_
     """Another user of a shared sweep folder (or an attacker who redoes a plain SHA-256) cannot
     make an entry this user's runs trust: the digest is an HMAC keyed with the user's secret."""
     first = plain_run(small_setup("+model=ffn"))
-    monkeypatch.setenv(cache.SECRET_ENV, str(tmp_path / "someone-else" / "cache-secret"))
+    monkeypatch.setenv(cache_secret.SECRET_ENV, str(tmp_path / "someone-else" / "cache-secret"))
     result = plain_run(small_setup("+model=ffn"))
     assert result.cache_key is None and "without your cache secret" in result.cache_rejected[1]
     assert result.metrics == first.metrics
     secret = tmp_path / "someone-else" / "cache-secret"
-    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == cache.SECRET_BYTES
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == cache_secret.SECRET_BYTES
     assert plain_run(small_setup("+model=ffn")).cache_key is not None  # the entry was rewritten under this secret
 
 
 def test_no_cache_secret_means_no_cache_not_a_failed_run(cache_folder, tmp_path, monkeypatch, caplog):
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv(cache.SECRET_ENV, str(tmp_path / "a-file" / "cache-secret"))  # cannot be made
+    monkeypatch.setenv(cache_secret.SECRET_ENV, str(tmp_path / "a-file" / "cache-secret"))  # cannot be made
     result = plain_run(small_setup("+model=ffn"))
     assert result.cache_key is None and result.cache_rejected is None and result.complete
     assert not cache_folder.exists() and "training without the cache" in caplog.text
@@ -389,7 +389,7 @@ def test_an_edited_config_json_under_the_same_path_is_a_miss(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("the quick brown fox\n" * 20)
     cfg = compose_config("+model=hf_causal_lm", f"model.config={config}", f"task.text_file={text}")
-    key, material = cache.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    key, material = cache_key.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
     assert set(material["files"]) == {str(config.resolve()), str(text.resolve())}
     fields = json.loads(config.read_text())
     fields["hidden_act"] = "gelu" if fields.get("hidden_act") != "gelu" else "silu"
@@ -411,20 +411,20 @@ def test_an_edited_config_json_under_the_same_path_is_a_miss(tmp_path):
 def test_a_cache_secret_others_can_read_is_refused_naming_chmod_600(cache_folder, tmp_path, monkeypatch, caplog, mode):
     secret = tmp_path / "shared" / "cache-secret"
     secret.parent.mkdir()
-    secret.write_bytes(b"s" * cache.SECRET_BYTES)
+    secret.write_bytes(b"s" * cache_secret.SECRET_BYTES)
     secret.chmod(mode)
-    monkeypatch.setenv(cache.SECRET_ENV, str(secret))
-    with pytest.raises(cache.CacheSecretError, match=r"Run `chmod 600 .*cache-secret`"):
-        cache.cache_secret()
+    monkeypatch.setenv(cache_secret.SECRET_ENV, str(secret))
+    with pytest.raises(cache_secret.CacheSecretError, match=r"Run `chmod 600 .*cache-secret`"):
+        cache_secret.cache_secret()
     result = plain_run(small_setup("+model=ffn"))
     assert result.cache_key is None and result.complete and not cache_folder.exists()  # never used
     assert "chmod 600" in caplog.text and "training without the cache" in caplog.text
 
 
 def test_a_cache_secret_that_is_a_device_is_refused(monkeypatch):
-    monkeypatch.setenv(cache.SECRET_ENV, "/dev/zero")
-    with pytest.raises(cache.CacheSecretError, match="is a character device, not a regular file"):
-        cache.cache_secret()
+    monkeypatch.setenv(cache_secret.SECRET_ENV, "/dev/zero")
+    with pytest.raises(cache_secret.CacheSecretError, match="is a character device, not a regular file"):
+        cache_secret.cache_secret()
 
 
 def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_the_entry_stale(cache_folder, tmp_path):
@@ -439,10 +439,28 @@ def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_th
         (tmp_path / "written.txt").write_text("not data")  # written, not read: not recorded
     assert found == [data.resolve()]
     cfg = compose_config("+model=ffn")
-    key, material = cache.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    key, material = cache_key.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
     record = {name: 0 for name in cache.RECORD_FIELDS} | {"metrics": {}, "curve": [], "complete": True}
-    secret = cache.cache_secret()
+    secret = cache_secret.cache_secret()
     cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, opened=found)
     assert cache.load(cache_folder, key, secret) is not None
     data.write_text("1 2 4\n")
     assert cache.load(cache_folder, key, secret) is None  # stale: trained afresh, never the old run
+
+
+def test_names_of_the_split_cache_module_still_import_from_cache():
+    """``reportgen.training.cache`` was split (key, secret); what was imported from it still is, as
+    the same objects."""
+    moved = {
+        cache_key: ("FORMAT", "NOT_IN_KEY", "device_kind", "key_config", "plain_run_key"),
+        cache_secret: (
+            "SECRET_BYTES",
+            "SECRET_ENV",
+            "CacheSecretError",
+            "cache_secret",
+            "check_secret_file",
+            "secret_path",
+        ),
+    }
+    for home, names in moved.items():
+        assert {n: getattr(cache, n) is getattr(home, n) for n in names} == dict.fromkeys(names, True)

@@ -14,7 +14,7 @@ from conftest import REPO
 
 from reportgen.rng import seed_all
 from reportgen.tasks import load_digits_arrays
-from reportgen.training.train import all_finite
+from reportgen.training.loop import all_finite
 
 
 def test_seed_all_without_an_accelerator_seeds_the_cpu_generator_as_torch_manual_seed_does(monkeypatch):

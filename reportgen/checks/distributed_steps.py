@@ -1,0 +1,170 @@
+"""Step and trajectory parity of the sharded twins (parts of :mod:`reportgen.checks.distributed`): one
+optimizer step, then ``parity.steps`` steps on the training stream, compared in full tensors on rank 0
+and each rank's own state (buffers, attributes, generators) per rank."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reportgen.checks.distributed_cost import local_share
+from reportgen.checks.distributed_grads import reference_grads, reference_rows
+from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, ParityConfig
+from reportgen.distributed.full import dist_name, full, full_optimizer_state, full_params
+from reportgen.distributed.launch import Group, shard_batch
+from reportgen.distributed.ranks import ranked, twin
+from reportgen.distributed.sync import Drift, replicated_state, sync_row
+from reportgen.distributed.sync import measure as measure_sync
+from reportgen.distributed.wrapping import spread_twin
+from reportgen.results import FAIL, INCONCLUSIVE, Role, Row
+from reportgen.results.rows import aa_row
+from reportgen.tasks import batch_to
+from reportgen.training.loop import step_seed
+from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward
+from reportgen.twins.setup import Setup
+from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
+
+
+def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
+    """A distributed twin's state after its step, in full tensors and plain names: parameters and
+    optimizer state (collectives under FSDP2), buffers, plain module attributes (of the model inside
+    DDP's wrapper), this rank's generator states after backward."""
+    inner = getattr(model, "module", model) if hasattr(model, "no_sync") else model  # DDP keeps the model in .module
+    buffers = {dist_name(n): full(b) for n, b in inner.named_buffers()}
+    return Snapshot(
+        full_params(model),
+        full_optimizer_state(model, optimizer),
+        buffers,
+        module_attributes(inner),
+        {k: v.clone() for k, v in rng.items()},
+        loss,
+    )
+
+
+#: Roles of the per-rank state rows (each rank's own buffers, attributes and generators).
+STATE_ROLES = {Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.IGNORED}
+
+
+def step_rows(setup: Setup, group: Group) -> list[Row]:
+    """One step of ``parity.optimizer`` on each distributed twin (plain, A/A, recompute).
+
+    Returns:
+        Per rank (``rank`` column): buffers, plain module attributes and generator states after
+        backward (bitwise), and that rank's A/A row. On rank 0 also: full parameters and optimizer
+        state, recompute vs plain, and (advisory) the full parameters vs one step of the
+        single-process reference. Compared by :func:`reportgen.twins.snapshot.snapshot_rows`, with
+        ``state.ignore_attributes`` honoured.
+    """
+    rtol, atol = setup.tolerance()
+    local, seed = local_share(setup, group), setup.config.forward_seed
+    snaps, drifts = {}, {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        with twin(name):
+            model = spread_twin(setup, group, recompute)
+            optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, model)
+            out = run_forward_backward(setup.task, model, local, seed)
+            optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
+            snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
+        drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
+    compared = snapshot_rows(
+        snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol, setup.config.state.ignore_attributes
+    )
+    rows = []
+    for row in compared:
+        row.check = DIST_STEP_PARITY
+        if row.role in STATE_ROLES:
+            rows.append(ranked(row, group.rank))
+        elif group.rank == 0:
+            row.item += " (full)"
+            rows.append(row)
+    rows.append(ranked(aa_row(DIST_STEP_PARITY, rows), group.rank))
+    if group.rank != 0:
+        return rows
+    rows += [sync_row(DIST_STEP_PARITY, name, [drift], group.world_size, rtol, atol) for name, drift in drifts.items()]
+    reference, _ = reference_grads(setup, group.world_size)
+    optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, reference)
+    optimizer_step(setup.task, reference, optimizer, make_scheduler(setup.task, optimizer))
+    ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    return rows + reference_rows(
+        DIST_STEP_PARITY, "param ", ref_params, snaps["plain"].params, snaps["recompute"].params, rtol, atol
+    )
+
+
+def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snapshot], list[Drift | None]]:
+    """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
+    after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
+    by the run's ``seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
+    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory.
+    After every step the ranks' replicated state is compared (:mod:`reportgen.distributed.sync`)."""
+    parity: ParityConfig = setup.config.parity
+    seed, forward_seed, (rtol, atol) = setup.config.seed, setup.config.forward_seed, setup.tolerance()
+    model = spread_twin(setup, group, recompute)
+    optimizer = make_optimizer(setup.task, parity.optimizer, model)
+    scheduler = make_scheduler(setup.task, optimizer)
+    generator = torch.Generator().manual_seed(seed)
+    snaps, drifts = [], []
+    for k in range(parity.steps):
+        batch = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
+        optimizer.zero_grad(set_to_none=True)
+        step_rng = None if forward_seed is None else step_seed(forward_seed, seed, k)
+        out = run_forward_backward(setup.task, model, shard_batch(batch, group.rank, group.world_size), step_rng)
+        optimizer_step(setup.task, model, optimizer, scheduler)
+        snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
+        drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))
+    return snaps, drifts
+
+
+def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
+    """The distributed plain, A/A and recompute twins, ``parity.steps`` steps each, compared after every step.
+
+    Returns:
+        Per step and rank: one ``recompute`` row (``allclose`` on the worst excess over every compared
+        item: on rank 0 the full parameters and optimizer state and its own state, on the other ranks
+        their own buffers, attributes and generators) and one ``aa`` row (INCONCLUSIVE when missed).
+    """
+    rtol, atol = setup.tolerance()
+    runs, drifts = {}, {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        with twin(name):
+            runs[name], drifts[name] = _trajectory(setup, group, recompute)
+    rows = (
+        []
+        if group.rank
+        else [sync_row(DIST_TRAJECTORY, name, d, group.world_size, rtol, atol) for name, d in drifts.items()]
+    )
+    for k, (p, a, r) in enumerate(zip(runs["plain"], runs["aa"], runs["recompute"]), start=1):
+        compared = [
+            x
+            for x in snapshot_rows(p, r, a, rtol, atol, setup.config.state.ignore_attributes)
+            if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)
+        ]
+        for variant, key, on_miss in (("recompute", "excess", FAIL), ("aa", "aa_excess", INCONCLUSIVE)):
+            excess = [(float(x.extra.get(key, math.inf)), x) for x in compared]
+            moved = [x.item for e, x in excess if not e <= 0]
+            worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)
+            detail = (
+                f"all {len(compared)} items within tolerance"
+                if not moved
+                else f"{len(moved)} of {len(compared)} items outside tolerance, e.g. {', '.join(moved[:3])}"
+            )
+            rows.append(
+                ranked(
+                    Row(
+                        check=DIST_TRAJECTORY,
+                        item=f"step {k}",
+                        variant=variant,
+                        metric="items_outside_tolerance",
+                        value=float(len(moved)),
+                        threshold="allclose per item",
+                        comparator="allclose",
+                        detail=detail,
+                        role=Role.TRAJECTORY,
+                        unit="items",
+                        on_miss=on_miss,
+                        extra={"step": k, "excess": worst, "items": len(compared)},
+                    ),
+                    group.rank,
+                )
+            )
+    return rows

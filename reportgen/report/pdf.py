@@ -1,0 +1,77 @@
+"""report.pdf from report.html: WeasyPrint lays the HTML out as PDF/A-3b with the run's files attached.
+
+The only module that calls WeasyPrint; the report, the plan, the sweep summary and the comparison
+all write their PDF through :func:`write_pdf`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from pathlib import Path
+
+from reportgen.paths import templates_dir
+
+#: PDF flavour of report.pdf: PDF/A-3b (ISO 19005-3, level B) is archival PDF that may carry
+#: attached files (results.json, the signed statement) with a stated relationship.
+PDF_VARIANT = "pdf/a-3b"
+
+
+def write_pdf(
+    html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = (), relative_links: bool = False
+) -> bytes:
+    """Lay out ``html`` with WeasyPrint and return a PDF/A-3b file with ``attachments``.
+
+    The bytes depend only on the arguments (and the installed fonts and WeasyPrint
+    version): every date in the file (Info /CreationDate and /ModDate, XMP dates, each
+    attachment's /Params dates) is ``created``, the trailer /ID is pydyf's MD5 of the
+    objects, and font subset tags are MD5s of font descriptions. So with
+    ``SOURCE_DATE_EPOCH`` fixed (which fixes ``created``, see ``metadata.report_time``),
+    two renders of the same frame are byte-identical.
+
+    Args:
+        html: the rendered report.html.
+        created: ISO 8601 time of the run, e.g. ``2024-01-01T00:00:00+00:00``.
+        attachments: ``(file name, data, AFRelationship, description)`` per file; the
+            relationship is a PDF/A-3 one: ``Data``, ``Source``, ``Supplement``, ...
+        relative_links: keep the HTML's relative links relative in the PDF (a sweep summary's
+            ``0/report.pdf``), so a signed PDF names no path of the machine that rendered it.
+
+    Returns:
+        The PDF file, bytes.
+
+    Raises:
+        ValueError: ``created`` is not an ISO 8601 time.
+    """
+    from weasyprint import HTML, Attachment
+
+    from reportgen.report.fetcher import LocalOnlyFetcher
+
+    when = dt.datetime.fromisoformat(created).astimezone(dt.UTC)
+    fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own (item 11)
+    document = HTML(string=html, base_url=str(templates_dir()), url_fetcher=fetcher).render(pdf_variant=PDF_VARIANT)
+    document.metadata.created = document.metadata.modified = when.isoformat()
+    if relative_links:  # WeasyPrint resolves them against base_url (the templates folder): undo that
+        bases = {Path(templates_dir()).absolute().as_uri() + "/", Path(templates_dir()).resolve().as_uri() + "/"}
+
+        def relative(target):
+            return next(
+                (target.removeprefix(b) for b in bases if isinstance(target, str) and target.startswith(b)), target
+            )
+
+        for page in document.pages:
+            page.links = [
+                (kind, relative(target) if kind == "external" else target, *rest) for kind, target, *rest in page.links
+            ]
+    files = [
+        Attachment(
+            file_obj=io.BytesIO(data),
+            name=name,
+            description=description,
+            relationship=relationship,
+            created=when,
+            modified=when,
+        )
+        for name, data, relationship, description in attachments
+    ]
+    return document.write_pdf(pdf_variant=PDF_VARIANT, attachments=files)

@@ -1,0 +1,79 @@
+"""Gradient parity at every step of a budget run, at identical weights (asked by the task-metrics
+check only when the trained parameters differ)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hydra.utils import instantiate
+
+from reportgen.config import BudgetConfig
+from reportgen.rng import seed_all, seeded
+from reportgen.structure import batch_size_of, call_model
+from reportgen.tasks import batch_to
+from reportgen.training.loop import all_finite, step_seed
+from reportgen.twins.setup import Setup
+
+
+def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
+    """Gradient parity at every step of the budget run with ``seed``, at identical weights.
+
+    The plain twin trains as its budget run does (same batches, generator seeds, optimizer,
+    skipped non-finite steps); before each step the recompute twin takes the plain twin's current
+    parameters (its own buffers and module state carry on, as in its own run) and both compute
+    gradients on the same batch. Rounding alone keeps these within the parity tolerances at every
+    step; a fault that switches on at any step (a forward counter, a schedule, state updated
+    twice) does not. Costs about two budget runs; asked only when trained parameters differ.
+
+    Args:
+        setup: the run's :class:`reportgen.twins.setup.Setup`.
+        seed, batch_size: as for :meth:`reportgen.training.train.BudgetRuns.get`.
+
+    Returns:
+        None when every step's gradients agree within tolerance, else the first step (1-based)
+        at which they do not.
+    """
+    from reportgen.results.distance import measure, tolerances
+
+    budget: BudgetConfig = setup.config.budget
+    rtol_atol, forward_seed = setup.tolerance(), setup.config.forward_seed
+    plain, twin = setup.build(False), setup.build(True)
+    pairs = list(
+        zip([p for p in plain.parameters() if p.requires_grad], [p for p in twin.parameters() if p.requires_grad])
+    )
+    opt = instantiate(budget.optimizer, params=[p for p, _ in pairs])
+    generator = torch.Generator().manual_seed(int(seed))
+    if forward_seed is None:
+        seed_all(int(seed))
+    accepted = draws = steps = 0
+    examples = int(budget.examples)
+    while accepted < examples and draws < int(budget.max_steps_factor * math.ceil(examples / batch_size)):
+        x, y = batch_to(
+            setup.task.make_batch(generator, min(batch_size, examples - accepted)), setup.device, setup.dtype
+        )
+        step_rng = None if forward_seed is None else step_seed(forward_seed, int(seed), draws)
+        draws += 1
+        with torch.no_grad():
+            for p, r in pairs:
+                r.copy_(p)
+        losses = []
+        for model in (plain, twin):
+            model.zero_grad(set_to_none=True)
+            with seeded(step_rng):
+                losses.append(setup.task.loss(call_model(model, x), y))
+                losses[-1].backward()
+        if not all_finite(losses[0], [p for p, _ in pairs]):  # the plain run skips this step too
+            continue
+        steps += 1
+        for p, r in pairs:
+            if (p.grad is None) != (r.grad is None):
+                return steps
+            if (
+                p.grad is not None
+                and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0
+            ):
+                return steps
+        opt.step()
+        accepted += batch_size_of(x)
+    return None
