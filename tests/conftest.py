@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -30,6 +31,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # threads=auto reads it: in-proce
 #: The plain-twin cache's HMAC secret for this session and its subprocesses (reportgen/cache.py),
 #: so that tests never make or read ~/.config/reportgen/cache-secret.
 os.environ["REPORTGEN_CACHE_SECRET"] = str(Path(tempfile.mkdtemp(prefix="reportgen-tests-")) / "cache-secret")
+
+#: Sharded tests that are not about how ranks start add :data:`FORKSERVER`: their 2 ranks fork from
+#: a server process that imported torch and reportgen once per test worker, instead of each rank
+#: importing both again (``spawn``, the product's default: ~4 s CPU per rank, most of a tiny
+#: launch). The rank runs the same code from the same pickled config; ``spawn`` keeps its own tests
+#: (tests/distributed/test_distributed.py: the ``auto`` parity test and the pipeline run).
+FORKSERVER = "distributed.start_method=forkserver"
+multiprocessing.set_forkserver_preload(["torch", "reportgen.checks", "reportgen.checks.distributed"])
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

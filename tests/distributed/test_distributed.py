@@ -1,7 +1,8 @@
 """Sharded twins on 2 CPU ranks (gloo), started by torch's elastic launcher: DDP and FSDP2 parity,
 a broken recompute setting that must FAIL, and a rank that raises (an ERROR row naming it).
 
-Each test launches 2 ranks (``distributed.start_method=auto`` spawns them)."""
+Each test launches 2 ranks: ``distributed.start_method=auto`` spawns them in the parity test that says
+so and in the pipeline run; the others fork them from the tests' fork server (``conftest.FORKSERVER``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import time
 
 import pytest
-from conftest import run_pipeline, small_setup
+from conftest import FORKSERVER, run_pipeline, small_setup
 
 from reportgen.checks import required_names
 from reportgen.checks.distributed import distributed_checks
@@ -40,13 +41,15 @@ TINY_MLP = (
 
 
 def sharded(*overrides: str, user_conf: bool = False):
-    """The frame of the sharded checks alone, on 2 ranks."""
-    return to_frame(distributed_checks(small_setup(*overrides, user_conf=user_conf)))
+    """The frame of the sharded checks alone, on 2 ranks (forked from the fork server unless
+    ``overrides`` set ``distributed.start_method``)."""
+    return to_frame(distributed_checks(small_setup(FORKSERVER, *overrides, user_conf=user_conf)))
 
 
-@pytest.mark.parametrize("strategy, method", [("ddp", "auto"), ("fsdp2", "auto")])
+@pytest.mark.parametrize("strategy, method", [("ddp", "auto"), ("fsdp2", "forkserver")])
 def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy, method):
-    """``auto`` = ``spawn``: each rank is a fresh interpreter that builds its setup from the pickled config."""
+    """``auto`` = ``spawn``: each rank is a fresh interpreter that builds its setup from the pickled config
+    (fsdp2 under ``spawn``: the pipeline run below); ``forkserver`` builds it from the same config."""
     frame = sharded(*TINY_MLP, f"distributed.strategy={strategy}", f"distributed.start_method={method}")
     required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY])]
     assert set(required.status) == {PASS}, required[required.status != PASS][["item", "detail"]]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
+from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
 
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
@@ -29,6 +29,7 @@ BASE = (
     "distributed.world_size=2",
     "distributed.timeout_s=20",
     "budget.enabled=false",
+    FORKSERVER,  # ranks fork from a server with torch imported (tests/conftest.py)
 )
 MLP = ("+model=mlp", "model.depth=2", "model.width=16", "model.hidden=32")
 PARITY = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY)
