@@ -5,7 +5,10 @@ adds the key, and :func:`reportgen.commands.validation.unknown_setting_problems`
 composing. Without ``+`` (``parity.rtlo=1e-5``) Hydra refuses it itself, with a multi-line block and
 exit 1; :func:`argv_problems` reads the same command line first (with Hydra's own argument and
 override parsers) so the console shows one line naming the setting meant, through the same
-:func:`unknown_key_problem`, and nothing is written. Imports no torch: it runs before every start.
+:func:`unknown_key_problem`, and nothing is written. The same first reading refuses, in one line each,
+a value the schema's type refuses (:func:`value_problem`: ``parity.rtol=abc``), a config group option
+that no config folder holds (:func:`group_option_problem`: ``+model=fnn``) and a setting removed with
+``~`` (:func:`removed_setting_problem`). Imports no torch: it runs before every start.
 """
 
 from __future__ import annotations
@@ -14,9 +17,16 @@ import contextlib
 import dataclasses
 import difflib
 import io
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, ValueNode
+from omegaconf.errors import ValidationError
+from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode
 
 from reportgen.config import Config
 from reportgen.distributed.settings import unknown_problems
+from reportgen.paths import conf_dir
 
 #: Groups whose keys are the user's own (``_target_`` nodes), never checked.
 FREE_FORM = ("model", "task")
@@ -104,10 +114,126 @@ def argv_problems(argv: list[str]) -> str:
     except (Exception, SystemExit):  # noqa: BLE001 - a line Hydra cannot read is Hydra's to report
         return ""
     problems = []
+    group_dirs = _group_dirs(args, overrides)
     for override in overrides:
-        if override.is_add() or override.is_force_add() or override.is_delete() or override.package:
-            continue  # `+key` is refused after composing (validation.unknown_setting_problems)
-        problem = dotted_key_problem(override.key_or_group)
+        problem = _override_problem(override, group_dirs)
         if problem and problem not in problems:
             problems.append(problem)
     return "; ".join(problems)
+
+
+def _override_problem(override: Any, group_dirs: list[Path] | None) -> str:
+    """The problem with one parsed override (Hydra's ``Override``), or ``""``."""
+    key = override.key_or_group
+    if override.package or override.is_sweep_override():
+        return ""
+    if override.is_delete():
+        return removed_setting_problem(key)
+    if group_dirs is not None and key in _groups():
+        return group_option_problem(override.input_line, key, override.value(), group_dirs)
+    if not (override.is_add() or override.is_force_add()):
+        problem = dotted_key_problem(key)  # `+key` is refused after composing (validation.unknown_setting_problems)
+        if problem:
+            return problem
+    return value_problem(key, override.value())
+
+
+def _group_dirs(args: Any, overrides: list) -> list[Path] | None:
+    """The folders whose subfolders are config groups (reportgen's conf/, ``--config-dir``, ``file://``
+    entries of ``hydra.searchpath``); None when another source is in play (``pkg://``, ``--config-path``),
+    so Hydra judges group options itself."""
+    dirs = [conf_dir()] + ([Path(args.config_dir)] if args.config_dir else [])
+    if args.config_path:
+        return None
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and not override.is_sweep_override():
+            for entry in override.value() or []:
+                if not str(entry).startswith("file://"):
+                    return None
+                dirs.append(Path(str(entry).removeprefix("file://")))
+    return dirs
+
+
+def _groups() -> set[str]:
+    """Top-level config groups reportgen ships (``model``, ``recompute``, ``claim``)."""
+    return {p.name for p in conf_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+
+
+def group_option_problem(line: str, group: str, option: Any, group_dirs: list[Path]) -> str:
+    """``"+model=fnn: no such model (did you mean ffn?); models: ffn, gpt, ..."``, or ``""`` when
+    ``option`` is a ``GROUP/OPTION.yaml`` in one of ``group_dirs`` (or not a plain name: Hydra judges it)."""
+    if not isinstance(option, str) or option == "null":
+        return ""
+    options = sorted({f.stem for d in group_dirs for f in (d / group).glob("*.yaml")})
+    if option in options:
+        return ""
+    near = difflib.get_close_matches(option, options, n=1)
+    noun = "model" if group == "model" else f"{group} option"
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return f"{line}: no such {noun}{hint}; {noun}s: {', '.join(options)}"
+
+
+def removed_setting_problem(key: str) -> str:
+    """``"~seed removes a required setting; ..."`` for ``~`` on a setting of the schema, else ``""``
+    (a model's or task's own key, a config group, ``hydra.*``: Hydra judges those)."""
+    top = key.split(".", 1)[0]
+    if top in FREE_FORM or top == "hydra" or "/" in key or (key == top and key in _groups()):
+        return ""
+    default = _schema_default(key)
+    if default is _UNKNOWN:
+        return ""
+    shown = "null" if default is None else default
+    return (
+        f"~{key} removes a required setting; reportgen reads every setting of reportgen/config.py, so set it "
+        f"instead (its default: {key}={shown})"
+    )
+
+
+_UNKNOWN = object()
+
+
+def _schema_default(key: str) -> Any:
+    """The schema default of a dotted setting (a node for a group), or ``_UNKNOWN``."""
+    node: Any = _schema()
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return _UNKNOWN
+        node = node._get_node(part)
+    return node._value() if isinstance(node, ValueNode) else key.rsplit(".", 1)[-1]
+
+
+def value_problem(key: str, value: Any) -> str:
+    """``"parity.rtol='abc' is not a float"`` when the schema's type refuses ``value``, else ``""``.
+
+    The value is tried on the schema itself (OmegaConf's own conversion), so what passes here
+    passes when Hydra composes; only the words are reportgen's.
+    """
+    top = key.split(".", 1)[0]
+    if top in FREE_FORM or top == "hydra" or "/" in key or _schema_default(key) is _UNKNOWN:
+        return ""
+    cfg = _schema()
+    try:
+        OmegaConf.update(cfg, key, value, merge=True)
+    except (ValidationError, ValueError, TypeError) as exc:
+        node = cfg
+        for part in key.split("."):
+            node = node._get_node(part)
+        return f"{key}={value!r} {_accepts(node, exc)}"
+    return ""
+
+
+def _accepts(node: Any, exc: Exception) -> str:
+    """What a schema node accepts, as the end of a sentence."""
+    null = " (or null)" if node._is_optional() else ""
+    if isinstance(node, EnumNode):
+        return f"must be one of {', '.join(m.name for m in node.enum_type)}{', null' if null else ''}"
+    words = {FloatNode: "is not a float", IntegerNode: "is not an integer", BooleanNode: "is not true or false"}
+    for kind, said in words.items():
+        if isinstance(node, kind):
+            return said + null
+    return f"is refused: {(str(exc).splitlines() or [''])[0]}"
+
+
+def _schema() -> DictConfig:
+    """A fresh structured config of :class:`reportgen.config.Config` (the root schema)."""
+    return OmegaConf.structured(Config)
