@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import difflib
 import io
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, ValueNode
@@ -114,23 +113,24 @@ def argv_problems(argv: list[str]) -> str:
     except (Exception, SystemExit):  # noqa: BLE001 - a line Hydra cannot read is Hydra's to report
         return ""
     problems = []
-    group_dirs = _group_dirs(args, overrides)
+    repo = _repository(args, overrides)
     for override in overrides:
-        problem = _override_problem(override, group_dirs)
+        problem = _override_problem(override, repo)
         if problem and problem not in problems:
             problems.append(problem)
     return "; ".join(problems)
 
 
-def _override_problem(override: Any, group_dirs: list[Path] | None) -> str:
-    """The problem with one parsed override (Hydra's ``Override``), or ``""``."""
+def _override_problem(override: Any, repo: Any) -> str:
+    """The problem with one parsed override (Hydra's ``Override``), or ``""``; ``repo`` is the
+    run's config repository (:func:`_repository`), or None."""
     key = override.key_or_group
     if override.package or override.is_sweep_override():
         return ""
     if override.is_delete():
         return removed_setting_problem(key)
-    if group_dirs is not None and key in _groups():
-        return group_option_problem(override.input_line, key, override.value(), group_dirs)
+    if repo is not None and key in _groups():
+        return group_option_problem(override.input_line, key, override.value(), repo)
     if not (override.is_add() or override.is_force_add()):
         problem = dotted_key_problem(key)  # `+key` is refused after composing (validation.unknown_setting_problems)
         if problem:
@@ -138,20 +138,23 @@ def _override_problem(override: Any, group_dirs: list[Path] | None) -> str:
     return value_problem(key, override.value())
 
 
-def _group_dirs(args: Any, overrides: list) -> list[Path] | None:
-    """The folders whose subfolders are config groups (reportgen's conf/, ``--config-dir``, ``file://``
-    entries of ``hydra.searchpath``); None when another source is in play (``pkg://``, ``--config-path``),
-    so Hydra judges group options itself."""
-    dirs = [conf_dir()] + ([Path(args.config_dir)] if args.config_dir else [])
+def _repository(args: Any, overrides: list) -> Any:
+    """Hydra's config repository for this command line, searched as Hydra searches it (reportgen's
+    conf/, search-path plugins, structured configs, ``--config-dir``, ``hydra.searchpath``); None with
+    ``--config-path`` (another primary config: Hydra judges group options itself)."""
+    from hydra._internal.config_repository import ConfigRepository
+    from hydra._internal.utils import create_config_search_path
+
     if args.config_path:
         return None
+    search = create_config_search_path(str(conf_dir()))
+    if args.config_dir:
+        search.append("command-line", f"file://{args.config_dir}")
     for override in overrides:
         if override.key_or_group == "hydra.searchpath" and not override.is_sweep_override():
             for entry in override.value() or []:
-                if not str(entry).startswith("file://"):
-                    return None
-                dirs.append(Path(str(entry).removeprefix("file://")))
-    return dirs
+                search.append("command-line", str(entry))
+    return ConfigRepository(search)
 
 
 def _groups() -> set[str]:
@@ -159,14 +162,14 @@ def _groups() -> set[str]:
     return {p.name for p in conf_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
 
 
-def group_option_problem(line: str, group: str, option: Any, group_dirs: list[Path]) -> str:
+def group_option_problem(line: str, group: str, option: Any, repo: Any) -> str:
     """``"+model=fnn: no such model (did you mean ffn?); models: ffn, gpt, ..."``, or ``""`` when
-    ``option`` is a ``GROUP/OPTION.yaml`` in one of ``group_dirs`` (or not a plain name: Hydra judges it)."""
-    if not isinstance(option, str) or option == "null":
+    ``repo`` (Hydra's ``ConfigRepository``) holds ``GROUP/OPTION`` (or it is not a plain name: Hydra judges it)."""
+    from hydra.core.object_type import ObjectType
+
+    if not isinstance(option, str) or option == "null" or repo.config_exists(f"{group}/{option}"):
         return ""
-    options = sorted({f.stem for d in group_dirs for f in (d / group).glob("*.yaml")})
-    if option in options:
-        return ""
+    options = sorted(repo.get_group_options(group, ObjectType.CONFIG))
     near = difflib.get_close_matches(option, options, n=1)
     noun = "model" if group == "model" else f"{group} option"
     hint = f" (did you mean {near[0]}?)" if near else ""
