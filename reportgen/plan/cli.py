@@ -171,15 +171,20 @@ def write_files(folder: Path, files: dict[str, str | bytes]) -> None:
 
 
 def planned_file(policy: Policy, plan: RankPlan, args: PlanArgs, config: Any, folder: Path) -> str:
-    """The recompute config file's text for the chosen policy."""
+    """The recompute config file's text for the chosen policy, its save list as the chosen ``attn`` runs it
+    (:meth:`Policy.for_attn`); the command in its header runs the model with that ``attn``."""
+    runs = policy.for_attn(args.attn)
     header = [
-        f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} recompute=planned",
+        f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} "
+        f"model.attn_implementation={args.attn} recompute=planned",
         f"planned by python -m reportgen.plan: {policy.name} ({policy.label}); per-rank tensor peak "
         f"{format_bytes(plan.tensor_peak)}, reserved <= {format_bytes(plan.reserved_upper)} at seq={args.seq} "
         f"batch={args.batch} world_size={args.world_size} strategy={args.strategy}",
     ]
+    if runs.save_ops != policy.save_ops:
+        header.append(f"attn={args.attn} never calls sdpa's attention kernels: they are left out of save_ops")
     prefix = layer_prefix(config, args.dtype, args.attn)
-    return recompute_file(policy, layer_count(config), prefix, header)
+    return recompute_file(runs, layer_count(config), prefix, header)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
