@@ -36,8 +36,9 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from reportgen.memory.peak import OUTSIDE, StepTracker, format_bytes
+from reportgen.memory.peak import OUTSIDE, format_bytes
 from reportgen.memory.saved import make_train_step
+from reportgen.memory.tracker import StepTracker
 from reportgen.plan.args import PlanArgs, PlanError
 from reportgen.plan.model import (
     build_causal_lm,
