@@ -198,7 +198,7 @@ def trace_step(
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, mask_constants(sys.maxsize):
             model = build_causal_lm(small, args.dtype, args.attn)
             layers = decoder_layers(model)
-            switch_on(model, policy, policy.flags(indices), [p for p, _ in layers])
+            switch_on(model, policy.for_attn(args.attn), policy.flags(indices), [p for p, _ in layers])
             data = fake_batch(mode, batch, args.seq)
             step = make_train_step(model, data, causal_lm_loss, optimizer or OPTIMIZERS[args.optim], None)
             for p in model.parameters():
