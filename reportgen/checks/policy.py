@@ -95,8 +95,8 @@ def _policy_detail(name: str, calls: int, matched: list[str], listing: str) -> s
         else "no entry matches, so everything in the wrapped modules is recomputed"
     )
     return (
-        f"{name} is never called inside the wrapped modules, so this entry saves nothing; {rest}. "
-        f"Ops that do run there: {listing}"
+        f"never called under this model: {name}, so this entry saves nothing; {rest}; ops that do run in the "
+        f"wrapped modules: {listing}; remove it from recompute.save_ops"
     )
 
 

@@ -23,8 +23,6 @@ from reportgen.memory.peak import format_bytes
 from reportgen.memory.saved import training_optimizer
 from reportgen.plan.args import DTYPES, PlanArgs, config_file, load_config
 from reportgen.plan.policies import by_name, names
-from reportgen.plan.rank import compose
-from reportgen.plan.trace import scaled_figures
 from reportgen.results import INFO, WARN, Role, Row
 from reportgen.twins.setup import Setup
 
@@ -113,6 +111,9 @@ def _plan(setup: Setup, policy: str) -> dict[str, Any]:
         pdf=False,
     )
     optimizer = OmegaConf.to_container(training_optimizer(setup), resolve=True)
+    from reportgen.plan.rank import compose  # lazy: the tracer imports MemTracker (~1.9 s CPU)
+    from reportgen.plan.trace import scaled_figures
+
     figures, _ = scaled_figures(load_config(args.config), by_name(policy), args, batch, optimizer)
     plan = compose(figures, args, policy)
     return {"policy": policy, "seq": seq, "batch": batch, "planned_bytes": float(plan.tensor_peak)}

@@ -37,8 +37,15 @@ from reportgen.plan.trace import PHASES, scaled_figures
 CSV_COLUMNS = ("policy", "phase", "component", "bytes", "gib")
 
 
-def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None) -> tuple[Any, list[RankPlan], int]:
+def plan_policies(
+    args: PlanArgs, log: Callable[[str], None] = lambda line: None, announce: Callable[[], None] = lambda: None
+) -> tuple[Any, list[RankPlan], int]:
     """Trace and compose every policy asked for.
+
+    Args:
+        args: the plan's words.
+        log: takes the progress lines (a warning about the config, then one line per policy traced).
+        announce: called once the config is read and accepted, before ``log`` is first called (the header).
 
     Returns:
         ``(config, [RankPlan per policy], traced steps)``.
@@ -47,7 +54,9 @@ def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None
         PlanError: the config or a trace cannot be planned.
     """
     config = load_config(args.config)
-    if warning := check_positions(config, args):
+    warning = check_positions(config, args)
+    announce()
+    if warning:
         log(f"reportgen.plan: {warning}")
     chosen = [by_name(args.recompute)] if args.recompute else list(POLICIES)
     plans, traces, start = [], 0, time.perf_counter()
@@ -64,6 +73,16 @@ def plan_policies(args: PlanArgs, log: Callable[[str], None] = lambda line: None
             f"({time.perf_counter() - start:.1f} s)"
         )
     return config, plans, traces
+
+
+def what_is_planned(args: PlanArgs) -> str:
+    """The first line of the console: what is planned (config, shape, precision, attention, ranks, strategy,
+    optimizer, budget)."""
+    budget = f", budget {args.memory_gib:g} GiB - {args.safety_margin:.0%} margin" if args.memory_gib else ""
+    return (
+        f"{args.config}: seq={args.seq} batch={args.batch} dtype={args.dtype_name} attn={args.attn} "
+        f"world_size={args.world_size} strategy={args.strategy} optim={args.optim}{budget}"
+    )
 
 
 def choose(plans: list[RankPlan], args: PlanArgs) -> RankPlan | None:
@@ -171,15 +190,20 @@ def write_files(folder: Path, files: dict[str, str | bytes]) -> None:
 
 
 def planned_file(policy: Policy, plan: RankPlan, args: PlanArgs, config: Any, folder: Path) -> str:
-    """The recompute config file's text for the chosen policy."""
+    """The recompute config file's text for the chosen policy, its save list as the chosen ``attn`` runs it
+    (:meth:`Policy.for_attn`); the command in its header runs the model with that ``attn``."""
+    runs = policy.for_attn(args.attn)
     header = [
-        f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} recompute=planned",
+        f"python -m reportgen --config-dir {folder} +model=hf_causal_lm model.config={args.config} "
+        f"model.attn_implementation={args.attn} recompute=planned",
         f"planned by python -m reportgen.plan: {policy.name} ({policy.label}); per-rank tensor peak "
         f"{format_bytes(plan.tensor_peak)}, reserved <= {format_bytes(plan.reserved_upper)} at seq={args.seq} "
         f"batch={args.batch} world_size={args.world_size} strategy={args.strategy}",
     ]
+    if runs.save_ops != policy.save_ops:
+        header.append(f"attn={args.attn} never calls sdpa's attention kernels: they are left out of save_ops")
     prefix = layer_prefix(config, args.dtype, args.attn)
-    return recompute_file(policy, layer_count(config), prefix, header)
+    return recompute_file(runs, layer_count(config), prefix, header)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,7 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
         folder = new_folder(args.out, dt.datetime.now())
         start = time.perf_counter()
-        config, plans, traces = plan_policies(args, log=lambda line: print(line, file=sys.stderr, flush=True))
+        config, plans, traces = plan_policies(
+            args,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+            announce=lambda: print(what_is_planned(args), flush=True),
+        )
         chosen = choose(plans, args)
         created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
         seconds = time.perf_counter() - start
@@ -215,12 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_BUG
-    budget = f", budget {args.memory_gib:g} GiB - {args.safety_margin:.0%} margin" if args.memory_gib else ""
-    print(
-        f"{args.config}: seq={args.seq} batch={args.batch} dtype={args.dtype_name} "
-        f"world_size={args.world_size} strategy={args.strategy} optim={args.optim}{budget} "
-        f"({traces} traced steps, {time.perf_counter() - start:.1f} s)"
-    )
+    print(f"planned in {time.perf_counter() - start:.1f} s ({traces} traced steps)")
     print(table(plans, args, chosen))
     print(timeline(chosen or plans[-1]))
     if args.memory_gib and chosen is None:

@@ -12,11 +12,15 @@ Every policy is the model's own switch (:func:`reportgen.hf.enable`, the same ca
   attention kernels) except every second ``aten.mm`` (``recompute.save_period``), torchtitan's
   ``_apply_op_sac`` (torchtitan/distributed/activation_checkpoint.py, 2024-12);
 * ``selective_mm``: the same list, every matmul's output saved (less recompute, more memory).
+
+The list's attention kernels are sdpa's: under another attention implementation (``attn=eager``: matmuls
+and a softmax) they are never called, so :meth:`Policy.for_attn` leaves them out of the traced policy and
+of the written file (a main run would WARN for each entry that matches nothing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ SAVE_OPS = [
     "aten._scaled_dot_product_efficient_attention",
     "aten._scaled_dot_product_flash_attention_for_cpu",
 ]
+#: Of those, the attention kernels: only ``attn_implementation="sdpa"`` calls them.
+SDPA_OPS = tuple(op for op in SAVE_OPS if op.startswith("aten._scaled_dot_product"))
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,13 @@ class Policy:
     def flags(self, indices: list[int]) -> list[bool]:
         """Which of the layers ``indices`` (indices in the full model) this policy recomputes."""
         return [self.every > 0 and i % self.every == 0 for i in indices]
+
+    def for_attn(self, attn: str) -> Policy:
+        """This policy for a model built with ``attn_implementation=attn``: with any attention but
+        ``sdpa`` the save list holds no :data:`SDPA_OPS` (that attention never calls them)."""
+        if attn == "sdpa" or not self.save_ops:
+            return self
+        return replace(self, save_ops=tuple(op for op in self.save_ops if op not in SDPA_OPS))
 
     def node(self, targets: list[str]) -> dict[str, Any]:
         """The ``recompute`` node (fields of :class:`reportgen.config.RecomputeConfig`) for layers ``targets``

@@ -36,8 +36,9 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from reportgen.memory.peak import OUTSIDE, StepTracker, format_bytes
+from reportgen.memory.peak import OUTSIDE, format_bytes
 from reportgen.memory.saved import make_train_step
+from reportgen.memory.tracker import StepTracker
 from reportgen.plan.args import PlanArgs, PlanError
 from reportgen.plan.model import (
     build_causal_lm,
@@ -197,7 +198,7 @@ def trace_step(
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, mask_constants(sys.maxsize):
             model = build_causal_lm(small, args.dtype, args.attn)
             layers = decoder_layers(model)
-            switch_on(model, policy, policy.flags(indices), [p for p, _ in layers])
+            switch_on(model, policy.for_attn(args.attn), policy.flags(indices), [p for p, _ in layers])
             data = fake_batch(mode, batch, args.seq)
             step = make_train_step(model, data, causal_lm_loss, optimizer or OPTIMIZERS[args.optim], None)
             for p in model.parameters():

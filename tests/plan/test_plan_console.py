@@ -103,3 +103,29 @@ def test_table_columns_never_run_together_and_the_flop_footnote_is_printed(tiny)
     assert cells[1][:6] == ["none", "123456.78 GiB", "135802.46 GiB", "optimizer step", "+0.0%", "123456789"]
     assert cells[2][4] == "+20.0%" and all(len(c) == 7 for c in cells)
     assert note.startswith("* extra FLOPs") and "matmuls and attention only" in note
+
+
+def test_the_header_comes_before_the_progress_lines(tiny, tmp_path, capsys, monkeypatch):
+    """What is planned (config, shape, ranks, strategy) is the first line, before the config's warning and the
+    per-policy progress lines (stderr, here read in one stream with stdout); a refused config prints no header."""
+    import sys
+
+    monkeypatch.setattr(sys, "stderr", sys.stdout)  # capsys's stdout: the lines in the order printed
+    words = [str(tiny), "seq=129", "allow_long_seq=true", "world_size=2", "strategy=fsdp", "memory_gib=1"]
+    assert cli.main([*words, f"out={tmp_path / 'out'}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        f"{tiny / 'config.json'}: seq=129 batch=1 dtype=bf16 attn=sdpa world_size=2 strategy=fsdp optim=fused, "
+        "budget 1 GiB - 5% margin"
+    )
+    assert lines[1].startswith("reportgen.plan: warning: seq=129 is beyond")
+    assert [line.split(":")[0] for line in lines[2:8]] == ["  none", "  full", "  every_2", "  every_4"] + [
+        "  selective_op",
+        "  selective_mm",
+    ]
+    assert re.fullmatch(r"planned in \d+\.\d s \(\d+ traced steps\)", lines[8]) and lines[9].startswith("recompute")
+    assert cli.main([str(tiny), "seq=129", f"out={tmp_path / 'refused'}"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        "reportgen.plan: seq=129 is beyond this config's max_position_embeddings=128; give seq=128 or less "
+        "(or allow_long_seq=true to plan it anyway)"
+    ]
