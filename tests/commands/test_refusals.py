@@ -98,3 +98,12 @@ def test_values_the_schema_accepts_are_not_refused(argv):
     from reportgen.commands.overrides import argv_problems
 
     assert argv_problems(["+model=ffn", *argv]) == ""
+
+
+def test_a_sweep_with_a_top_level_typo_is_refused_before_any_job_folder(tmp_path):
+    proc = reportgen(tmp_path, "-m", "+model=ffn", "+dtpye=float32", "seed=1,2")
+    assert proc.returncode == 2 and list(tmp_path.iterdir()) == []
+    assert (
+        proc.stdout == "reportgen: cannot start: dtpye is not a setting (did you mean dtype?); settings and their "
+        "types: reportgen/config.py.\n"
+    )
