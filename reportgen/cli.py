@@ -223,7 +223,8 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
     """Run the Hydra app and turn what happened into the process exit code (module docstring).
 
     An unknown setting changed without ``+`` (``parity.rtlo=1e-5``) is refused first, in one line
-    naming the setting meant (:func:`reportgen.commands.overrides.argv_problems`), exit 2, nothing written.
+    naming the setting meant (:func:`reportgen.commands.overrides.argv_problems`), exit 2, nothing written;
+    so are a wrong-type value, an unknown group option and a setting removed with ``~``.
 
     Args:
         app: the ``@hydra.main`` function.

@@ -171,8 +171,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if verdict != PASS:
         for line in why_lines(frame):
             print(line)
-    print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")
     print("\n".join(console_lines(frame, out_dir / "report.html")))
+    print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")  # the verdict is the last line
     return VERDICT_EXIT.get(verdict, EXIT_FAILS)
 
 

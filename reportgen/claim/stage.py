@@ -27,7 +27,8 @@ def judge_claim(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> list[Ro
 
 
 def console_lines(frame: pd.DataFrame, report: Path) -> list[str]:
-    """The console's last lines: one per clause not met (or that cannot be told), then how to open the report."""
+    """The console's lines before the verdict (the last line): one per clause not met (or that cannot be
+    told), then how to open the report."""
     lines = [
         f"reportgen: clause {c['outcome'].upper()}: {c['clause']} — measured {c['measured']}, bound {c['bound']}"
         for c in claim_table(frame)

@@ -5,7 +5,10 @@ adds the key, and :func:`reportgen.commands.validation.unknown_setting_problems`
 composing. Without ``+`` (``parity.rtlo=1e-5``) Hydra refuses it itself, with a multi-line block and
 exit 1; :func:`argv_problems` reads the same command line first (with Hydra's own argument and
 override parsers) so the console shows one line naming the setting meant, through the same
-:func:`unknown_key_problem`, and nothing is written. Imports no torch: it runs before every start.
+:func:`unknown_key_problem`, and nothing is written. The same first reading refuses, in one line each,
+a value the schema's type refuses (:func:`value_problem`: ``parity.rtol=abc``), a config group option
+that no config folder holds (:func:`group_option_problem`: ``+model=fnn``) and a setting removed with
+``~`` (:func:`removed_setting_problem`). Imports no torch: it runs before every start.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ import contextlib
 import dataclasses
 import difflib
 import io
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, ValueNode
+from omegaconf.errors import ValidationError
+from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode
 
 from reportgen.config import Config
 from reportgen.distributed.settings import unknown_problems
+from reportgen.paths import conf_dir
 
 #: Groups whose keys are the user's own (``_target_`` nodes), never checked.
 FREE_FORM = ("model", "task")
@@ -104,10 +113,130 @@ def argv_problems(argv: list[str]) -> str:
     except (Exception, SystemExit):  # noqa: BLE001 - a line Hydra cannot read is Hydra's to report
         return ""
     problems = []
+    repo = _repository(args, overrides)
     for override in overrides:
-        if override.is_add() or override.is_force_add() or override.is_delete() or override.package:
-            continue  # `+key` is refused after composing (validation.unknown_setting_problems)
-        problem = dotted_key_problem(override.key_or_group)
+        problem = _override_problem(override, repo)
         if problem and problem not in problems:
             problems.append(problem)
     return "; ".join(problems)
+
+
+def _override_problem(override: Any, repo: Any) -> str:
+    """The problem with one parsed override (Hydra's ``Override``), or ``""``; ``repo`` is the
+    run's config repository (:func:`_repository`), or None."""
+    key = override.key_or_group
+    if override.package or override.is_sweep_override():
+        return ""
+    if override.is_delete():
+        return removed_setting_problem(key)
+    if repo is not None and key in _groups():
+        return group_option_problem(override.input_line, key, override.value(), repo)
+    if not (override.is_add() or override.is_force_add()):
+        problem = dotted_key_problem(key)  # `+key` is refused after composing (validation.unknown_setting_problems)
+        if problem:
+            return problem
+    return value_problem(key, override.value())
+
+
+def _repository(args: Any, overrides: list) -> Any:
+    """Hydra's config repository for this command line, searched as Hydra searches it (reportgen's
+    conf/, search-path plugins, structured configs, ``--config-dir``, ``hydra.searchpath``); None with
+    ``--config-path`` (another primary config: Hydra judges group options itself)."""
+    from hydra._internal.config_repository import ConfigRepository
+    from hydra._internal.utils import create_config_search_path
+
+    if args.config_path:
+        return None
+    search = create_config_search_path(str(conf_dir()))
+    if args.config_dir:
+        search.append("command-line", f"file://{args.config_dir}")
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and not override.is_sweep_override():
+            for entry in override.value() or []:
+                search.append("command-line", str(entry))
+    return ConfigRepository(search)
+
+
+def _groups() -> set[str]:
+    """Top-level config groups reportgen ships (``model``, ``recompute``, ``claim``)."""
+    return {p.name for p in conf_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+
+
+def group_option_problem(line: str, group: str, option: Any, repo: Any) -> str:
+    """``"+model=fnn: no such model (did you mean ffn?); models: ffn, gpt, ..."``, or ``""`` when
+    ``repo`` (Hydra's ``ConfigRepository``) holds ``GROUP/OPTION`` (or it is not a plain name: Hydra judges it)."""
+    from hydra.core.object_type import ObjectType
+
+    if not isinstance(option, str) or option == "null" or repo.config_exists(f"{group}/{option}"):
+        return ""
+    options = sorted(repo.get_group_options(group, ObjectType.CONFIG))
+    near = difflib.get_close_matches(option, options, n=1)
+    noun = "model" if group == "model" else f"{group} option"
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return f"{line}: no such {noun}{hint}; {noun}s: {', '.join(options)}"
+
+
+def removed_setting_problem(key: str) -> str:
+    """``"~seed removes a required setting; ..."`` for ``~`` on a setting of the schema, else ``""``
+    (a model's or task's own key, a config group, ``hydra.*``: Hydra judges those)."""
+    top = key.split(".", 1)[0]
+    if top in FREE_FORM or top == "hydra" or "/" in key or (key == top and key in _groups()):
+        return ""
+    default = _schema_default(key)
+    if default is _UNKNOWN:
+        return ""
+    shown = "null" if default is None else default
+    return (
+        f"~{key} removes a required setting; reportgen reads every setting of reportgen/config.py, so set it "
+        f"instead (its default: {key}={shown})"
+    )
+
+
+_UNKNOWN = object()
+
+
+def _schema_default(key: str) -> Any:
+    """The schema default of a dotted setting (a node for a group), or ``_UNKNOWN``."""
+    node: Any = _schema()
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return _UNKNOWN
+        node = node._get_node(part)
+    return node._value() if isinstance(node, ValueNode) else key.rsplit(".", 1)[-1]
+
+
+def value_problem(key: str, value: Any) -> str:
+    """``"parity.rtol='abc' is not a float"`` when the schema's type refuses ``value``, else ``""``.
+
+    The value is tried on the schema itself (OmegaConf's own conversion), so what passes here
+    passes when Hydra composes; only the words are reportgen's.
+    """
+    top = key.split(".", 1)[0]
+    if top in FREE_FORM or top == "hydra" or "/" in key or _schema_default(key) is _UNKNOWN:
+        return ""
+    cfg = _schema()
+    try:
+        OmegaConf.update(cfg, key, value, merge=True)
+    except (ValidationError, ValueError, TypeError) as exc:
+        node = cfg
+        for part in key.split("."):
+            node = node._get_node(part)
+        return f"{key}={value!r} {_accepts(node, exc)}"
+    return ""
+
+
+def _accepts(node: Any, exc: Exception) -> str:
+    """What a schema node accepts, as the end of a sentence."""
+    null = " (or null)" if node._is_optional() else ""
+    if isinstance(node, EnumNode):
+        return f"must be one of {', '.join(m.name for m in node.enum_type)}{', null' if null else ''}"
+    words = {FloatNode: "is not a float", IntegerNode: "is not an integer", BooleanNode: "is not true or false"}
+    for kind, said in words.items():
+        if isinstance(node, kind):
+            return said + null
+    return f"is refused: {(str(exc).splitlines() or [''])[0]}"
+
+
+def _schema() -> DictConfig:
+    """A fresh structured config of :class:`reportgen.config.Config` (the root schema)."""
+    return OmegaConf.structured(Config)

@@ -32,7 +32,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from reportgen.commands.validation import config_problems
+from reportgen.commands.validation import config_problems, unknown_setting_problems
 from reportgen.errors import EXIT_USAGE, usage
 from reportgen.files import (  # noqa: F401 - re-exported for the run folder's callers
     current_umask,
@@ -206,7 +206,11 @@ class RunFolderGuard(Callback):
             self.lock.release()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Sweep: refuse a sweep folder that holds runs (its own or its jobs'); lock it."""
+        """Sweep: refuse settings no job could start with (unknown keys, added with ``+``: the sweep's
+        values are judged per job), then a sweep folder that holds runs (its own or its jobs'); lock it."""
+        problems = unknown_setting_problems(config)
+        if problems:
+            raise StartRefused("; ".join(problems) + ".")
         self.lock = FolderLock(Path(str(config.hydra.sweep.dir)), depth=1)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -9,11 +9,14 @@ otherwise pass "within the deadline of nan".
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 import re
 from typing import Any
 
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reportgen.checks import flagged_names, sections
@@ -26,6 +29,7 @@ from reportgen.config import (
     LARGER_BATCH,
     STATE_PARITY,
     STEP_PARITY,
+    Config,
 )
 from reportgen.distributed.settings import distributed_setting_problems
 from reportgen.threads import threads_problem
@@ -272,10 +276,38 @@ def unknown_setting_problems(cfg: DictConfig) -> list[str]:
     as ``+parity.rtlo=1e-5`` would be recorded and ignored. ``distributed`` is checked with its own
     nested groups (:func:`reportgen.distributed.settings.unknown_problems`); ``model`` and ``task`` are free-form.
     """
-    problems = []
+    problems = top_level_problems(cfg)
     for name, known in schema_groups().items():
         node = cfg.get(name) if isinstance(cfg, DictConfig) else None
         if name == "distributed" or name in FREE_FORM or not isinstance(node, DictConfig):
             continue
         problems += [unknown_key_problem(name, str(key), known) for key in node.keys() if str(key) not in known]
     return problems
+
+
+def top_level_problems(cfg: DictConfig) -> list[str]:
+    """One problem per top-level key that is no field of :class:`reportgen.config.Config`, not ``hydra``
+    and no config group chosen in this run (``hydra.runtime.choices``): ``+dtpye=float32``, ``++seeed=3``
+    or ``+foo.bar=1`` add such a key, which nothing reads, so the typo would be recorded and ignored.
+    Each problem names the setting meant when one is close (``difflib``).
+    """
+    if not isinstance(cfg, DictConfig):
+        return []
+    known = [f.name for f in dataclasses.fields(Config)]
+    allowed = {*known, "hydra", *_chosen_groups(cfg)}
+    return [added_key_problem(str(key), known) for key in cfg.keys() if str(key) not in allowed]
+
+
+def added_key_problem(key: str, known: list[str]) -> str:
+    """``"dtpye is not a setting (did you mean dtype?); ..."`` for a top-level key added with ``+``/``++``."""
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else f"; the settings are {', '.join(known)}"
+    return f"{key} is not a setting{hint}; settings and their types: reportgen/config.py"
+
+
+def _chosen_groups(cfg: DictConfig) -> set[str]:
+    """Top-level names of the config groups chosen in this run (a user's ``+mygroup=option`` too)."""
+    choices: Any = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    if choices is None and HydraConfig.initialized():
+        choices = HydraConfig.get().runtime.choices
+    return {str(group).split("/", 1)[0] for group in (choices or {})}

@@ -234,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CompareError(not_comparable(base, new))
         out_dir = _out_dir(args.out)
     except (KeyFileError, SigningError, CompareError) as exc:
-        print(
-            f"reportgen.compare.command: cannot start: {exc}".replace("report.sign=false", "--no-sign"), file=sys.stderr
-        )
+        print(f"reportgen.compare: cannot start: {exc}".replace("report.sign=false", "--no-sign"), file=sys.stderr)
         return EXIT_USAGE
     for side in (base, new):
         check_side(side, public_key, given=bool(args.key))
@@ -245,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     unverified = [s.label for s in (base, new) if not s.verified]
     if signing_key is not None and unverified:
         print(
-            f"reportgen.compare.command: the comparison is written UNSIGNED: {' and '.join(unverified)} did not verify, "
+            f"reportgen.compare: the comparison is written UNSIGNED: {' and '.join(unverified)} did not verify, "
             "and reportgen signs only what it verified"
         )
         signing_key = None

@@ -123,6 +123,24 @@ def _split_argv(args: list[str]) -> tuple[list[tuple[str, str]], list[str], bool
     return options, rest, multirun
 
 
+#: Hydra settings that only say where a run's files go: a rerun leaves them out, since the folder they
+#: name holds the run already (reportgen refuses it) and the default makes a new timestamped one.
+OUTPUT_LOCATION = (
+    "hydra.run.",
+    "hydra.sweep.",
+    "hydra.output_subdir",
+    "hydra.job.name",
+    "hydra.job.id",
+    "hydra.job.num",
+)
+
+
+def names_output_folder(override: str) -> bool:
+    """Whether an override (``hydra.run.dir=x``, ``++hydra.sweep.dir=y``) only sets an output location."""
+    key = override.lstrip("+~").partition("=")[0]
+    return any(key.startswith(p) if p.endswith(".") else key == p for p in OUTPUT_LOCATION)
+
+
 def rerun_command(
     argv: list[str] | None = None,
     environ: dict | None = None,
@@ -136,7 +154,8 @@ def rerun_command(
     ``--config-path``, ``--config-name``; folders relative where possible) and the overrides.
     In a multirun job, ``job_overrides`` (Hydra's ``overrides.task`` of the job) replace the
     sweep's comma lists and ``-m``, so each job's report says how to rerun that job alone; a
-    ``hydra.searchpath`` override is kept.
+    ``hydra.searchpath`` override is kept. Output-location overrides (``hydra.run.dir=...``,
+    :data:`OUTPUT_LOCATION`) are left out: that folder holds this run, so the rerun gets a new one.
 
     Args:
         argv: the process's arguments (default ``sys.argv``).
@@ -154,6 +173,7 @@ def rerun_command(
         overrides = [o for o in overrides if o.startswith("hydra.searchpath")] + list(job_overrides)
     elif multirun:
         overrides = ["-m", *overrides]
+    overrides = [o for o in overrides if not names_output_folder(o)]
     parts = ["python", "-m", "reportgen"]
     for name, value in options:
         folder = display_path(cwd / value, cwd) if name in FOLDER_OPTIONS and not value.startswith("pkg://") else value

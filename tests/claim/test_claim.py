@@ -489,7 +489,8 @@ def test_mlp_claim_end_to_end_and_a_bound_just_beyond_fails_naming_it(tmp_path, 
     assert code == 1 and claim_verdict(frame, REQUIRED) == FAIL
     assert {c["clause"]: c["outcome"] for c in claim_table(frame)}[beyond] == "not met"
     console = capsys.readouterr().out.splitlines()
-    assert console[-2].startswith(f"reportgen: clause NOT MET: {beyond}") and "webbrowser" in console[-1]
+    assert console[-3].startswith(f"reportgen: clause NOT MET: {beyond}") and "webbrowser" in console[-2]
+    assert console[-1].startswith("reportgen: claim FAILS (FAIL); report: ")  # the verdict is the last line
     assert (tmp_path / "b" / "summary.md").read_text().startswith("## reportgen: claim FAILS (FAIL)")
     assert json.loads((tmp_path / "b" / "verdict.json").read_text())["exit_code"] == 1
     doc = (DATA.parents[1] / "docs" / "results-schema.md").read_text().splitlines()

@@ -126,7 +126,7 @@ def test_runs_of_unrelated_models_are_not_comparable_exit_2_nothing_written(tmp_
     assert compare.not_comparable(compare.load_side("BASE", base), compare.load_side("NEW", same)) == ""
     code = compare.main([str(base), str(other), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "cannot start: not comparable" in err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("reportgen.compare: cannot start: not comparable")
     assert not (tmp_path / "c").exists()
     assert compare.main([str(base), str(same), "--no-sign", "--no-pdf", "--out", str(tmp_path / "c")]) == 3
 

@@ -60,3 +60,10 @@ def test_recomputing_only_the_relus_says_it_costs_memory_on_page_one(tmp_path):
         f"({-saving.value * 100:+.1f}%: {fmt_bytes(-saving.saving_bytes)} more than without recompute)"
     ) in box
     assert "saves -" not in first  # the cost row no longer says "saves -40.00 KiB"
+
+
+def test_on_a_failing_page_one_the_evidence_comes_before_the_memory_box(tmp_path):
+    """A claim that fails leads with why it fails; the memory box follows, still before the checks."""
+    html = page_one(real("mlp_failing_results.json.gz"), tmp_path)
+    assert html.index('class="verdict FAIL"') < html.index("<h3>Why it fails</h3>") < html.index(BOX)
+    assert html.index(BOX) < html.index('<table class="claim">')
