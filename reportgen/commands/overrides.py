@@ -86,11 +86,23 @@ def _top_level_problem(key: str) -> str:
     """A top-level key that is no setting of :class:`reportgen.config.Config` but close to one
     (``dtpye``); ``""`` otherwise: a key close to nothing may be a group of the user's config directory,
     so Hydra judges it."""
-    known = [f.name for f in dataclasses.fields(Config)]
-    near = difflib.get_close_matches(key, known, n=1)
-    if key in known or not near:
+    known = top_level_settings()
+    if key in known or not difflib.get_close_matches(key, known, n=1):
         return ""
-    return f"{key} is not a setting (did you mean {near[0]}?); settings and their types: reportgen/config.py"
+    return added_key_problem(key, known)
+
+
+def top_level_settings() -> list[str]:
+    """The top-level settings of :class:`reportgen.config.Config` (``seed``, ``dtype``, the groups), in schema order."""
+    return [f.name for f in dataclasses.fields(Config)]
+
+
+def added_key_problem(key: str, known: list[str]) -> str:
+    """``"dtpye is not a setting (did you mean dtype?); ..."`` for a top-level key that is no setting
+    (added with ``+``/``++``, or changed without): the closest of ``known`` (``difflib``), else the list."""
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else f"; the settings are {', '.join(known)}"
+    return f"{key} is not a setting{hint}; settings and their types: reportgen/config.py"
 
 
 def argv_problems(argv: list[str]) -> str:

@@ -9,8 +9,6 @@ otherwise pass "within the deadline of nan".
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import math
 import re
 from typing import Any
@@ -20,7 +18,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reportgen.checks import flagged_names, sections
-from reportgen.commands.overrides import FREE_FORM, schema_groups, unknown_key_problem
+from reportgen.commands.overrides import (
+    FREE_FORM,
+    added_key_problem,
+    schema_groups,
+    top_level_settings,
+    unknown_key_problem,
+)
 from reportgen.config import (
     DIST_GRADIENT_PARITY,
     DIST_STEP_PARITY,
@@ -29,7 +33,6 @@ from reportgen.config import (
     LARGER_BATCH,
     STATE_PARITY,
     STEP_PARITY,
-    Config,
 )
 from reportgen.distributed.settings import distributed_setting_problems
 from reportgen.threads import threads_problem
@@ -293,16 +296,9 @@ def top_level_problems(cfg: DictConfig) -> list[str]:
     """
     if not isinstance(cfg, DictConfig):
         return []
-    known = [f.name for f in dataclasses.fields(Config)]
+    known = top_level_settings()
     allowed = {*known, "hydra", *_chosen_groups(cfg)}
     return [added_key_problem(str(key), known) for key in cfg.keys() if str(key) not in allowed]
-
-
-def added_key_problem(key: str, known: list[str]) -> str:
-    """``"dtpye is not a setting (did you mean dtype?); ..."`` for a top-level key added with ``+``/``++``."""
-    near = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean {near[0]}?)" if near else f"; the settings are {', '.join(known)}"
-    return f"{key} is not a setting{hint}; settings and their types: reportgen/config.py"
 
 
 def _chosen_groups(cfg: DictConfig) -> set[str]:
