@@ -7,6 +7,7 @@ each command is the one table in docs/exit-codes.md, which tests/test_docs.py ch
 from __future__ import annotations
 
 import enum
+import textwrap
 
 from reportgen.paths import builtin_models
 
@@ -105,8 +106,6 @@ def exception_label(exc: BaseException) -> str:
 def clip_words(text: str, most: int = 170) -> str:
     """``text`` cut to at most ``most`` characters at a word boundary, with ``…`` when cut (console
     lines never end mid-word; ``textwrap.shorten`` does the cutting)."""
-    import textwrap
-
     return textwrap.shorten(text, width=most + 2, placeholder=" …") if len(text) > most else text
 
 
@@ -118,8 +117,6 @@ def clip_keeping_advice(text: str, most: int = 200) -> str:
     word boundary to the room left, and the clauses between are dropped (``…``). A detail of one clause
     is cut as :func:`clip_words` cuts it. The full detail is in the report and results.csv.
     """
-    import textwrap
-
     clauses = text.split("; ")
     if len(text) <= most or len(clauses) < 2:
         return clip_words(text, most)
