@@ -25,7 +25,7 @@ from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import trajectory_plots
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.progress import progress
-from reportgen.results import INCONCLUSIVE, INFO, Role, Row
+from reportgen.results import INCONCLUSIVE, INFO, PASS, Role, Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import (
     ROUNDING_LEVEL,
@@ -188,7 +188,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
         + (
             "; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
-            if first > 1 and finite.status == "PASS"
+            if first > 1 and finite.status == PASS
             else ""
         )
     )
