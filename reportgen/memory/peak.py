@@ -7,7 +7,7 @@ optimizer state and backward temporaries come on top. A memory claim is about th
 backward and the optimizer step with ``torch.distributed._tools.mem_tracker.MemTracker``, a
 ``TorchDispatchMode`` that sees every op's outputs and counts each storage once (a view and its
 base are one storage), categorised as parameters, buffers, gradients, activations,
-temporaries and optimizer state. :class:`StepTracker` extends it with what a report needs at
+temporaries and optimizer state. :class:`reportgen.memory.tracker.StepTracker` extends it with what a report needs at
 the moment of the peak:
 
 * the **phase**: ``forward``, ``backward``, ``recompute`` (a region's forward running again

@@ -19,7 +19,7 @@ embedding, head and loss are counted once, in every trace. tests/plan/test_plan.
 figures equal a full trace at small depth (dense, sliding-window pattern, MoE).
 
 The step is :func:`reportgen.measure.make_train_step` under :class:`PhaseTracker` (torch's
-``MemTracker`` via :class:`reportgen.peak.StepTracker`) and ``torch.utils.flop_counter.FlopCounterMode``.
+``MemTracker`` via :class:`reportgen.memory.tracker.StepTracker`) and ``torch.utils.flop_counter.FlopCounterMode``.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class Figures:
 
 
 class PhaseTracker(StepTracker):
-    """:class:`reportgen.peak.StepTracker` that also records, per phase of :data:`PHASES`, the peak of
+    """:class:`reportgen.memory.tracker.StepTracker` that also records, per phase of :data:`PHASES`, the peak of
     all live bytes and of the transient ones (all but parameters, buffers, gradients, optimizer
     state), and the activations alive at the end of the forward.
 
@@ -182,7 +182,7 @@ def trace_step(
     optimizer of ``optim=`` (:data:`OPTIMIZERS`) or the ``_target_`` node ``optimizer`` (a run's own).
 
     The optimizer state exists before the step (one step on zero gradients first, as
-    :func:`reportgen.peak.warm_step_peak` with ``warm_steps=0``).
+    :func:`reportgen.memory.peak.warm_step_peak` with ``warm_steps=0``).
 
     Raises:
         PlanError: the model cannot be built, or a kernel refuses the shape or dtype (the message
