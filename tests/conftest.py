@@ -6,10 +6,10 @@ import importlib.util
 import multiprocessing
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+import forked_cli
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -38,7 +38,7 @@ os.environ["REPORTGEN_CACHE_SECRET"] = str(Path(tempfile.mkdtemp(prefix="reportg
 #: launch). The rank runs the same code from the same pickled config; ``spawn`` keeps its own tests
 #: (tests/distributed/test_distributed.py: the ``auto`` parity test and the pipeline run).
 FORKSERVER = "distributed.start_method=forkserver"
-multiprocessing.set_forkserver_preload(["torch", "reportgen.checks", "reportgen.checks.distributed"])
+multiprocessing.set_forkserver_preload(forked_cli.PRELOAD)  # the CLI commands fork from it too (forked_cli.py)
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -331,17 +331,9 @@ def cli_env(pythonpath: str = "") -> dict:
 
 
 def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = "", timeout: float = 600):
-    """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text)."""
-    import subprocess
-
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=cli_env(pythonpath),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text).
+    Forked from the worker's pre-imported fork server (tests/forked_cli.py)."""
+    return forked_cli.run(cwd, module, list(args), cli_env(pythonpath), timeout)
 
 
 @pytest.fixture(scope="session")
@@ -359,13 +351,9 @@ TINY_JOB = list(SMALL_RUN)
 
 
 def reportgen_cli(cwd: Path, *args: str, module: str = "reportgen", env: dict | None = None):
-    """Run ``python -m MODULE ARGS`` in ``cwd`` with the clone on PYTHONPATH; the CompletedProcess."""
-    import subprocess
-
-    full_env = {**cli_env(), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=900
-    )
+    """Run ``python -m MODULE ARGS`` in ``cwd`` with the clone on PYTHONPATH; the CompletedProcess
+    (forked from the pre-imported fork server: tests/forked_cli.py)."""
+    return forked_cli.run(cwd, module, list(args), {**cli_env(), **(env or {})}, 900)
 
 
 def job_cost_rows(
