@@ -1,4 +1,5 @@
-"""The forked command runner (tests/forked_cli.py) gives a command what a fresh interpreter gives it."""
+"""The suite's own harness: the forked command runner (tests/forked_cli.py) gives a command what a fresh
+interpreter gives it, and the files named to start first exist."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import subprocess
 import sys
 
 import forked_cli
-from conftest import cli_env
+from conftest import LONGEST_FIRST, REPO, cli_env
 
 PROBE = """
 import atexit, json, os, sys
@@ -33,3 +34,8 @@ def test_an_uncaught_exception_exits_1_with_its_traceback(tmp_path):
     (tmp_path / "boom_cli.py").write_text("raise ValueError('boom')\n")
     done = forked_cli.run(tmp_path, "boom_cli", [], cli_env(), timeout=60)
     assert done.returncode == 1 and "ValueError: boom" in done.stderr and "Traceback" in done.stderr
+
+
+def test_the_files_that_start_first_exist_once_each():
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    assert [name for name in LONGEST_FIRST if not (REPO / name).is_file()] == []
