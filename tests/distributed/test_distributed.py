@@ -3,7 +3,7 @@ a broken recompute setting that must FAIL, and a rank that raises (an ERROR row 
 
 Each test launches 2 ranks: ``distributed.start_method=auto`` (the product's default) spawns them in
 the pipeline run, whose sharded rows the fsdp2 parity test reads too; the others fork them from the
-tests' fork server (``conftest.FORKSERVER``, with the modules every rank imports preloaded: rank_preload)."""
+tests' fork server (``conftest.FORKSERVER``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import os
 import time
 
 import pytest
-import rank_preload  # noqa: F401 - before the first launch: the fork server imports what every rank needs
 from conftest import FORKSERVER, run_pipeline, small_setup
 
 from reportgen.checks import required_names

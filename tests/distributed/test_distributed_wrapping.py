@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-import rank_preload  # noqa: F401 - before the first launch: the fork server imports what every rank needs
 from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
 
 from reportgen.checks.distributed import distributed_checks
