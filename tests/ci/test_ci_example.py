@@ -19,10 +19,12 @@ SMALL = [
     "budget.batch_size=64",
     "budget.seeds=[0]",
     "larger_batch.enabled=false",
-    "timing.measured_steps=5",
+    "timing.measured_steps=3",
+    "timing.warmup_steps=1",
     "timing.target_ci_half_width_pp=null",
-    "timing.max_measure_seconds=2",
+    "timing.max_measure_seconds=1",
     "parity.steps=2",
+    "memory.warm_steps=1",
     "report.pdf=false",
 ]
 
