@@ -13,8 +13,10 @@ import pytest
 from conftest import REPO, cli_env
 
 SCRIPT = REPO / "tests" / "ci" / "ci_example.sh"
-#: Small budgets: the script's steps are the subject, not the figures.
+#: Small budgets: the script's steps are the subject, not the figures. Two residual blocks instead
+#: of four (~1.2 s CPU less per run): mlp_release still holds (peak saving 22 % >= 20 % at batch 512).
 SMALL = [
+    "model.depth=2",
     "budget.examples=128",
     "budget.batch_size=64",
     "budget.seeds=[0]",
