@@ -1,8 +1,9 @@
 """Sharded twins on 2 CPU ranks (gloo), started by torch's elastic launcher: DDP and FSDP2 parity,
 a broken recompute setting that must FAIL, and a rank that raises (an ERROR row naming it).
 
-Each test launches 2 ranks: ``distributed.start_method=auto`` spawns them in the parity test that says
-so and in the pipeline run; the others fork them from the tests' fork server (``conftest.FORKSERVER``)."""
+Each test launches 2 ranks: ``distributed.start_method=auto`` (the product's default) spawns them in
+the pipeline run, whose sharded rows the fsdp2 parity test reads too; the others fork them from the
+tests' fork server (``conftest.FORKSERVER``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ from reportgen.results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, Ro
 
 #: 2 ranks; a test's collective gives up after 20 s.
 SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20")
+#: The checks a sharded run adds.
+SHARDED_CHECKS = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME, DIST_TASK_METRICS]
+#: Runs whose subject is one parity check: one trajectory step, no sharded task-metrics training
+#: (both covered by the parity test below).
+ONE_STEP = ("parity.steps=1", "budget.enabled=false", "timing.warmup_steps=0", "timing.measured_steps=1")
 #: A tiny mlp (2 residual blocks of width 16), a global batch of 8 (4 per rank), 2 timed steps.
 TINY_MLP = (
     "+model=mlp",
@@ -46,11 +52,24 @@ def sharded(*overrides: str, user_conf: bool = False):
     return to_frame(distributed_checks(small_setup(FORKSERVER, *overrides, user_conf=user_conf)))
 
 
-@pytest.mark.parametrize("strategy, method", [("ddp", "auto"), ("fsdp2", "forkserver")])
-def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy, method):
-    """``auto`` = ``spawn``: each rank is a fresh interpreter that builds its setup from the pickled config
-    (fsdp2 under ``spawn``: the pipeline run below); ``forkserver`` builds it from the same config."""
-    frame = sharded(*TINY_MLP, f"distributed.strategy={strategy}", f"distributed.start_method={method}")
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """``(exit code, results frame, output folder)`` of one ``run.run`` with 2 fsdp2 ranks started the
+    product's default way (``spawn``: each rank a fresh interpreter building its setup from the pickled
+    config); read by the pipeline test and by the fsdp2 parity test."""
+    out = tmp_path_factory.mktemp("pipeline")
+    code, frame = run_pipeline(out, *TINY_MLP, "distributed.strategy=fsdp2", "timing.max_overhead_ratio=1e6")
+    return code, frame, out
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(strategy, request):
+    """ddp: ranks forked from the fork server; fsdp2: the sharded rows of the pipeline run (spawned ranks)."""
+    if strategy == "ddp":
+        frame = sharded(*TINY_MLP, "distributed.strategy=ddp")
+    else:
+        _, frame, _ = request.getfixturevalue("pipeline")
+        frame = frame[frame.check.isin(SHARDED_CHECKS)]
     required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY])]
     assert set(required.status) == {PASS}, required[required.status != PASS][["item", "detail"]]
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
@@ -94,6 +113,8 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
         "distributed.strategy=fsdp2",
         "timing.warmup_steps=0",
         "timing.measured_steps=1",
+        "parity.steps=1",
+        "budget.examples=8",  # one global batch of 8: one training step already trains the twins apart
         user_conf=True,
     )
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
@@ -111,7 +132,7 @@ def test_a_rank_that_raises_gives_an_error_row_naming_it():
         "model._target_=user_models.sharded.build_raises_on_rank",
         "recompute.targets=[RankFault]",
         "distributed.world_size=2",
-        "distributed.timeout_s=5",
+        "distributed.timeout_s=1",  # rank 0 waits this long in the collective rank 1 never reaches
         user_conf=True,
     )
     errors = frame[frame.status.isin([ERROR, INCONCLUSIVE])]
@@ -149,10 +170,10 @@ def test_one_process_adds_no_sharded_rows(setup):
     assert distributed_checks(setup("+model=ffn")) == []
 
 
-def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
+def test_the_pipeline_writes_one_report_with_every_ranks_rows(pipeline):
     """``run.run`` with 2 ranks: one frame (rank 0 gathered rank 1's rows), the sharded checks required,
     and page 1 naming world size, strategy, backend and the commands that reproduce the run."""
-    code, frame = run_pipeline(tmp_path, *TINY_MLP, "distributed.strategy=fsdp2", "timing.max_overhead_ratio=1e6")
+    code, frame, out = pipeline
     assert code == 0
     overhead = frame[frame.role == "max_rank_overhead"].iloc[0]  # slowest rank per step, paired bootstrap CI (a
     # deadline no step misses on a loaded machine: the subject is the comparator, not the figure)
@@ -163,7 +184,7 @@ def test_the_pipeline_writes_one_report_with_every_ranks_rows(tmp_path):
     )
     sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME]
     assert set(sharded_checks) <= set(frame.check) and set(frame["rank"].dropna().astype(int)) == {0, 1}
-    html = (tmp_path / "report.html").read_text()
+    html = (out / "report.html").read_text()
     assert "2 ranks · fsdp2 · backend gloo" in html and "torchrun --standalone --nproc-per-node=2" in html
     assert set(sharded_checks) <= set(required_names(None, distributed=True))
     assert not set(sharded_checks) & set(required_names(None))  # one process: not part of the claim
@@ -181,8 +202,7 @@ def test_a_difference_on_one_rank_only_is_reported_with_its_rank(strategy):
         "recompute.targets=[RankBranch]",
         *SHARDED,
         f"distributed.strategy={strategy}",
-        "timing.warmup_steps=0",
-        "timing.measured_steps=1",
+        *ONE_STEP,
         user_conf=True,
     )
     local = frame[frame.role == "rank_local_grads"].set_index("rank")
@@ -198,10 +218,10 @@ def test_a_rank_that_hangs_is_named_within_the_timeout():
         "model._target_=user_models.sharded.build_sleeps_on_rank",
         "recompute.targets=[SleepsOnRank]",
         "distributed.world_size=2",
-        "distributed.timeout_s=3",
+        "distributed.timeout_s=1",  # rank 0's collective gives up after 1 s; rank 1's watchdog stops it after 11.5 s
         user_conf=True,
     )
-    assert time.perf_counter() - start < 40  # 1.5 x timeout_s + 10 s watchdog, plus start and stop
+    assert time.perf_counter() - start < 40  # 1.5 x timeout_s + 10 s watchdog, plus start and stop (loaded machine)
     hung = frame[(frame.status == ERROR) & (frame["rank"] == 1)]
     assert len(hung) == 1 and "rank 1" in hung.iloc[0].detail
     assert set(frame[frame.check != DIST_GRADIENT_PARITY].status) == {NOT_RUN}
@@ -215,8 +235,7 @@ def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
         "recompute=reentrant",
         *SHARDED,
         "distributed.strategy=ddp",
-        "timing.warmup_steps=0",
-        "timing.measured_steps=1",
+        *ONE_STEP,
         user_conf=True,
     )
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD) & (frame.status == FAIL)]
@@ -290,8 +309,7 @@ def test_built_in_models_run_sharded_on_cpu(model, strategy):
         "parity.batch_size=4",
         *SHARDED,
         f"distributed.strategy={strategy}",
-        "timing.warmup_steps=0",
-        "timing.measured_steps=1",
+        *ONE_STEP,
     )
     parity = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
     assert len(parity) and set(parity.status) <= {PASS, INFO}  # INFO: attributes the HF switch sets, ignored

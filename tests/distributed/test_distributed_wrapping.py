@@ -1,6 +1,7 @@
 """Public reports of recomputation under DDP / FSDP rebuilt as user models (issue 23), each reaching
 its verdict through the product on 2 CPU ranks (gloo). Every scenario is one launch of the sharded
-checks, shared by the tests that read it (module-scoped cache); settings are tiny."""
+checks, shared by the tests that read it (module-scoped cache); settings are tiny. The plain twin
+broken by itself is the pipeline run's scenario (its sharded rows), not a launch of its own."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
@@ -48,7 +48,6 @@ SCENARIOS = {
         True,
     ),
     "frozen input": (("+model=frozen_input", "recompute=reentrant"), True),
-    "unused parameter": (("+model=unused_param",), True),
     "killed rank": (("+model=killed_rank",), True),
     "fsdp2 no reshard": (MLP + ("distributed.strategy=fsdp2", "distributed.fsdp.reshard_after_forward=false"), False),
     "fsdp1 linear units": (MLP + ("distributed.strategy=fsdp1", "distributed.fsdp.units=[Linear]"), False),
@@ -116,25 +115,35 @@ def test_reentrant_with_a_frozen_input_fails_and_the_ranks_drift(launched):
     assert "head." in drift.loc["recompute"].detail and "rank 1" in drift.loc["recompute"].detail
 
 
-def test_a_plain_twin_broken_by_itself_cannot_be_judged(launched):
-    _, frame = launched("unused parameter")
-    assert verdict(frame) == INCONCLUSIVE  # exit 3, never "recompute fails"
-    baseline = frame[frame.status == INCONCLUSIVE]
-    assert set(baseline.twin.dropna()) <= {"plain", "aa"} and len(baseline)
-
-
-def test_the_pipeline_exits_3_for_a_plain_twin_broken_by_itself_and_page_one_shows_the_wrapping(tmp_path):
+@pytest.fixture(scope="module")
+def unused_parameter(tmp_path_factory):
+    """``(exit code, results frame, output folder)`` of the whole pipeline on a model with a parameter its
+    forward never uses (the plain twin breaks DDP by itself), with a DDP bucket size page 1 must show."""
+    out = tmp_path_factory.mktemp("unused")
     code, frame = run_pipeline(
-        tmp_path,
+        out,
         "+model=unused_param",
         *BASE,
         "distributed.ddp.bucket_cap_mb=1",
         "run.max_estimated_minutes=null",
         user_conf=True,
     )
+    return code, frame, out
+
+
+def test_a_plain_twin_broken_by_itself_cannot_be_judged(unused_parameter):
+    _, frame, _ = unused_parameter
+    frame = frame[frame.check.str.startswith("distributed")]  # the sharded checks' rows alone
+    assert verdict(frame) == INCONCLUSIVE  # exit 3, never "recompute fails"
+    baseline = frame[frame.status == INCONCLUSIVE]
+    assert set(baseline.twin.dropna()) <= {"plain", "aa"} and len(baseline)
+
+
+def test_the_pipeline_exits_3_for_a_plain_twin_broken_by_itself_and_page_one_shows_the_wrapping(unused_parameter):
+    code, frame, out = unused_parameter
     assert code == 3  # INCONCLUSIVE: the baseline breaks DDP by itself
     assert frame[frame.role == Role.RANK_SYNC].twin.isin(["plain", "aa"]).any()
-    html = (tmp_path / "report.html").read_text()
+    html = (out / "report.html").read_text()
     assert "ddp.find_unused_parameters=False" in html and "ddp.bucket_cap_mb=1.0" in html
     assert "order: build from the shared initial weights" in html and "training step: reportgen" in html
 
@@ -184,12 +193,13 @@ def test_the_users_step_fails_when_its_regions_rng_is_not_preserved(launched):
 def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_rows_and_no_signature(tmp_path):
     """A preemption while rank 1 hangs inside the sharded checks: exit 143, the single-process rows kept
     in results.partial.json, the sharded checks NOT_RUN, no report, nothing signed."""
-    out = tmp_path / "out"
+    out, started = tmp_path / "out", tmp_path / "rank-1-sleeps"
     args = [
         "--config-dir",
         str(USER_CONF),
         "+model=dropout_rng",
         "model._target_=user_models.sharded.build_sleeps_on_rank",
+        f"+model.started={started}",  # rank 1 creates it as it starts sleeping in its forward
         "recompute.targets=[SleepsOnRank]",
         "task.make_batch=user_models.faults.batch_small",
         "parity.batch_size=4",
@@ -205,10 +215,9 @@ def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_row
         [sys.executable, "-m", "reportgen", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and proc.poll() is None and len(_children(proc.pid)) < 2:
-        time.sleep(0.5)  # the ranks exist once the sharded checks started
-    assert proc.poll() is None, proc.stdout.read()
-    time.sleep(8)  # inside a check: rank 1 sleeps in its forward, rank 0 waits for it
+    while time.monotonic() < deadline and proc.poll() is None and not started.exists():
+        time.sleep(0.1)  # inside a check once it exists: rank 1 sleeps in its forward, rank 0 waits for it
+    assert proc.poll() is None and started.exists(), proc.stdout.read()
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 143, output
@@ -218,12 +227,3 @@ def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_row
     assert any(r["status"] == PASS for r in partial)  # the single-process rows measured before it
     assert not (out / "results.json").exists() and not (out / "report.html").exists()
     assert not [p for p in out.rglob("*") if "sig" in p.name or "statement" in p.name]
-
-
-def _children(pid: int) -> list[int]:
-    """Direct child processes of ``pid`` (Linux ``/proc``)."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(c) for c in text.split()]

@@ -52,21 +52,25 @@ def build_rank_branch(rank: int = 1, width: int = 8):
 
 
 class SleepsOnRank(nn.Module):
-    """``[batch, width]`` → same shape; on ``rank`` the forward sleeps ``seconds`` (a hung rank)."""
+    """``[batch, width]`` → same shape; on ``rank`` the forward sleeps ``seconds`` (a hung rank), first
+    creating the file ``started`` when one is named (a test then knows the rank hangs inside a check)."""
 
-    def __init__(self, width: int = 8, rank: int = 1, seconds: float = 600.0):
+    def __init__(self, width: int = 8, rank: int = 1, seconds: float = 600.0, started: str = ""):
         super().__init__()
         self.lin = nn.Linear(width, width)
-        self.rank, self.seconds = rank, seconds
+        self.rank, self.seconds, self.started = rank, seconds, started
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if dist.is_initialized() and dist.get_rank() == self.rank:
             import time
+            from pathlib import Path
 
+            if self.started:
+                Path(self.started).touch()
             time.sleep(self.seconds)
         return torch.relu(self.lin(x))
 
 
-def build_sleeps_on_rank(rank: int = 1, width: int = 8):
-    """Two :class:`SleepsOnRank` blocks."""
-    return nn.Sequential(SleepsOnRank(width, rank), SleepsOnRank(width, rank))
+def build_sleeps_on_rank(rank: int = 1, width: int = 8, started: str = ""):
+    """Two :class:`SleepsOnRank` blocks (``started``: see :class:`SleepsOnRank`)."""
+    return nn.Sequential(SleepsOnRank(width, rank, started=started), SleepsOnRank(width, rank, started=started))
