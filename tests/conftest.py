@@ -36,7 +36,8 @@ os.environ["REPORTGEN_CACHE_SECRET"] = str(Path(tempfile.mkdtemp(prefix="reportg
 #: a server process that imported torch and reportgen once per test worker, instead of each rank
 #: importing both again (``spawn``, the product's default: ~4 s CPU per rank, most of a tiny
 #: launch). The rank runs the same code from the same pickled config; ``spawn`` keeps its own tests
-#: (tests/distributed/test_distributed.py: the ``auto`` parity test and the pipeline run).
+#: (tests/distributed/test_distributed.py: the pipeline run, whose rows the fsdp2 parity test reads;
+#: tests/distributed/test_distributed_wrapping.py: the SIGTERM test's command).
 FORKSERVER = "distributed.start_method=forkserver"
 multiprocessing.set_forkserver_preload(forked_cli.PRELOAD)  # the CLI commands fork from it too (forked_cli.py)
 
