@@ -6,10 +6,10 @@ import importlib.util
 import multiprocessing
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+import forked_cli
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -38,7 +38,7 @@ os.environ["REPORTGEN_CACHE_SECRET"] = str(Path(tempfile.mkdtemp(prefix="reportg
 #: launch). The rank runs the same code from the same pickled config; ``spawn`` keeps its own tests
 #: (tests/distributed/test_distributed.py: the ``auto`` parity test and the pipeline run).
 FORKSERVER = "distributed.start_method=forkserver"
-multiprocessing.set_forkserver_preload(["torch", "reportgen.checks", "reportgen.checks.distributed"])
+multiprocessing.set_forkserver_preload(forked_cli.PRELOAD)  # the CLI commands fork from it too (forked_cli.py)
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -298,9 +298,36 @@ def signed_run(
     return out_dir
 
 
+#: The test files that take longest, longest first (seconds in one worker, quiet 2-core machine,
+#: 2026-12-02). With ``--no-loadscope-reorder`` (pyproject.toml) xdist hands whole files to the workers in
+#: collection order, which :func:`pytest_collection_modifyitems` makes this order, then the rest as
+#: collected: longest-processing-time-first scheduling, so no worker is left alone with a long file at
+#: the end (xdist's own reorder puts files with many tests first, and these have few). Only the order
+#: depends on it: a stale entry costs time, never a result (tests/test_layers.py checks the files exist).
+LONGEST_FIRST = (
+    "tests/distributed/test_distributed.py",
+    "tests/distributed/test_distributed_wrapping.py",
+    "tests/sweep/test_sweep.py",
+    "tests/commands/test_integrity.py",
+    "tests/twins/test_real_models.py",
+    "tests/commands/test_overrides_property.py",
+    "tests/compare/test_compare.py",
+    "tests/plan/test_plan.py",
+    "tests/training/test_cache.py",
+    "tests/commands/test_cli.py",
+    "tests/ci/test_ci_example.py",
+    "tests/results/test_rounding.py",
+    "tests/verify/test_verify.py",
+    "tests/models/test_hf_auto.py",
+    "tests/twins/test_recompute_hazards.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip ``gpu``-marked tests where torch sees no CUDA device and ``hf``-marked tests where
-    transformers (the ``hf`` extra) is not installed."""
+    """Order the files :data:`LONGEST_FIRST`; skip ``gpu``-marked tests where torch sees no CUDA device
+    and ``hf``-marked tests where transformers (the ``hf`` extra) is not installed."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
     missing = {
         "gpu": None if torch.cuda.is_available() else "needs CUDA",
         "hf": None if importlib.util.find_spec("transformers") else 'needs the hf extra: pip install -e ".[hf]"',
@@ -331,17 +358,9 @@ def cli_env(pythonpath: str = "") -> dict:
 
 
 def run_cli(cwd: Path, *args: str, module: str = "reportgen", pythonpath: str = "", timeout: float = 600):
-    """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text)."""
-    import subprocess
-
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=cli_env(pythonpath),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run ``python -m MODULE ARGS`` in ``cwd`` and wait: a ``subprocess.CompletedProcess`` (text).
+    Forked from the worker's pre-imported fork server (tests/forked_cli.py)."""
+    return forked_cli.run(cwd, module, list(args), cli_env(pythonpath), timeout)
 
 
 @pytest.fixture(scope="session")
@@ -359,13 +378,9 @@ TINY_JOB = list(SMALL_RUN)
 
 
 def reportgen_cli(cwd: Path, *args: str, module: str = "reportgen", env: dict | None = None):
-    """Run ``python -m MODULE ARGS`` in ``cwd`` with the clone on PYTHONPATH; the CompletedProcess."""
-    import subprocess
-
-    full_env = {**cli_env(), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=900
-    )
+    """Run ``python -m MODULE ARGS`` in ``cwd`` with the clone on PYTHONPATH; the CompletedProcess
+    (forked from the pre-imported fork server: tests/forked_cli.py)."""
+    return forked_cli.run(cwd, module, list(args), {**cli_env(), **(env or {})}, 900)
 
 
 def job_cost_rows(

@@ -385,7 +385,7 @@ def test_sigterm_handler_raises_a_keyboard_interrupt_and_is_restored():
 def test_every_section_renders_with_every_optional_value_missing(signed_run):
     from reportgen.report.render import render_html, view_model
 
-    run_dir, _ = signed_run
+    run_dir, _, _ = signed_run
     frame = frame_from_json((run_dir / "results.json").read_text())
     meta = _meta(run_dir)
     optional = [c for c in frame.columns if c not in ("check", "item", "variant", "role", "metric", "status", "detail")]
@@ -435,12 +435,27 @@ def _meta(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def signed_run(tmp_path_factory, signing_key_pair):
-    """One signed small ffn run into a named folder: ``(run folder, completed process)``."""
+    """One signed small ffn run into a named folder: ``(run folder, completed process, second)``.
+
+    While it runs (once it holds the folder's lock) a second run into the same folder is started
+    and must not start: ``second`` is its completed process
+    (test_two_runs_into_one_folder_at_once_the_second_does_not_start)."""
     cwd = tmp_path_factory.mktemp("signed")
     run_dir = cwd / "the-run"
-    proc = run_cli(cwd, *SMALL_RUN, f"report.key_path={signing_key_pair[0]}", f"hydra.run.dir={run_dir}")
+    args = [*SMALL_RUN, f"report.key_path={signing_key_pair[0]}", f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "-m", "reportgen", *args]
+    first = subprocess.Popen(command, cwd=cwd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / LOCK_NAME).exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.05)
+        second = run_cli(cwd, *args, "report.title=second")
+    finally:
+        out, err = first.communicate(timeout=600)
+    proc = subprocess.CompletedProcess(command, first.returncode, out, err)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return run_dir, proc
+    return run_dir, proc, second
 
 
 def _verify(run_dir: Path, public: Path) -> subprocess.CompletedProcess:
@@ -449,7 +464,7 @@ def _verify(run_dir: Path, public: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_rerun_into_a_folder_with_a_run_exits_2_and_the_earlier_run_still_verifies(signed_run, signing_key_pair):
-    run_dir, _ = signed_run
+    run_dir, _, _ = signed_run
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     proc = run_cli(run_dir.parent, *SMALL_RUN, f"report.key_path={signing_key_pair[0]}", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2
@@ -464,7 +479,7 @@ def test_rerun_into_a_folder_with_a_run_exits_2_and_the_earlier_run_still_verifi
 def test_outputs_have_the_modes_hydra_files_have(signed_run):
     from reportgen.files import current_umask
 
-    run_dir, _ = signed_run
+    run_dir, _, _ = signed_run
     expected = 0o666 & ~current_umask()  # the subprocess inherited this process's umask
     for name in (
         "results.csv",
@@ -480,32 +495,14 @@ def test_outputs_have_the_modes_hydra_files_have(signed_run):
 
 
 @pytest.mark.slow
-def test_two_runs_into_one_folder_at_once_the_second_does_not_start(tmp_path):
-    run_dir = tmp_path / "shared"
-    args = [
-        sys.executable,
-        "-m",
-        "reportgen",
-        *SMALL_RUN,
-        "report.sign=false",
-        "report.pdf=false",
-        f"hydra.run.dir={run_dir}",
-    ]
-    first = subprocess.Popen(
-        args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not (run_dir / LOCK_NAME).exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
-            time.sleep(0.05)
-        second = run_cli(tmp_path, *args[3:])
-    finally:
-        out, err = first.communicate(timeout=600)
+def test_two_runs_into_one_folder_at_once_the_second_does_not_start(signed_run):
+    """The second run started while the first held the folder's lock (the :func:`signed_run` fixture)."""
+    run_dir, first, second = signed_run
     assert second.returncode == 2 and str(run_dir) in second.stdout, second.stdout + second.stderr
-    assert first.returncode == 0, out + err
+    assert first.returncode == 0
     config = (run_dir / ".hydra" / "overrides.yaml").read_text()
-    assert "report.pdf=false" in config and len(list(tmp_path.glob("**/.hydra"))) == 1
+    assert "report.key_path=" in config and "report.title=second" not in config  # the first run's, untouched
+    assert len(list(run_dir.parent.glob("**/.hydra"))) == 1
 
 
 @pytest.mark.slow

@@ -166,6 +166,8 @@ def test_unsigned_runs_do_not_verify_with_a_key(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- end to end
 
+#: Signed runs with PDFs (a side may be a report.pdf); parity and training cut to the bone (the
+#: comparison reads their rows, not their length); timing as measured as the 20 ms sleep needs.
 SLOW_BLOCK = [
     "--config-dir",
     str(TESTS / "user_conf"),
@@ -173,7 +175,10 @@ SLOW_BLOCK = [
     "budget.examples=32",
     "budget.seeds=[0]",
     "larger_batch.enabled=false",
+    "parity.steps=2",
+    "memory.warm_steps=1",
     "timing.measured_steps=6",
+    "timing.warmup_steps=1",
     "timing.target_ci_half_width_pp=null",
     "timing.max_measure_seconds=3",
 ]
@@ -201,8 +206,17 @@ def test_slower_recompute_target_is_reported_and_exits_1(signed_pair, as_pdf):
         (root / "base", root / "new") if not as_pdf else (root / "base" / "report.pdf", root / "new" / "report.pdf")
     )
     out = root / f"cmp-{as_pdf}"
-    proc = reportgen_cli(
-        root, str(base), str(new), "--key", str(public), "--out", str(out), module="reportgen.compare", env=env
+    proc = reportgen_cli(  # compare.pdf: test_cli_exit_codes_and_outputs
+        root,
+        str(base),
+        str(new),
+        "--key",
+        str(public),
+        "--no-pdf",
+        "--out",
+        str(out),
+        module="reportgen.compare",
+        env=env,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "BASE VERIFIED" in proc.stdout and "NEW VERIFIED" in proc.stdout
