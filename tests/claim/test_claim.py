@@ -367,16 +367,16 @@ def test_comparison_junit_and_summary_name_each_regression(tmp_path):
 # --------------------------------------------------------------------------- signed and verified
 
 
-@pytest.fixture
-def claim_run(measured, tmp_path, signing_key_pair):
-    """A signed run folder of the stored frame with a release claim whose peak clause is not met."""
+@pytest.fixture(scope="module")
+def pristine_claim_run(measured, tmp_path_factory, signing_key_pair):
+    """A signed run folder of the stored frame with a release claim whose peak clause is not met (made once)."""
     from conftest import tiny_meta
 
     from reportgen.report.render import render_report
     from reportgen.run import write_results
     from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
-    out = tmp_path / "run"
+    out = tmp_path_factory.mktemp("claim") / "run"
     out.mkdir()
     frame, claim = _judged_frame(measured, "peak_saving_share >= 0.99", "overhead_ratio <= 50")
     key = load_signing_key(True, str(signing_key_pair[0]))
@@ -389,6 +389,15 @@ def claim_run(measured, tmp_path, signing_key_pair):
     sign_run(frame, meta, verdict, out, key, required=REQUIRED)
     finish_ci_outputs(frame, verdict, out)
     return out, frame, meta, key
+
+
+@pytest.fixture
+def claim_run(pristine_claim_run, tmp_path):
+    """A private copy of :func:`pristine_claim_run`'s folder (tests edit files in it), with its frame, meta and key."""
+    import shutil
+
+    out, *rest = pristine_claim_run
+    return (Path(shutil.copytree(out, tmp_path / "run")), *rest)
 
 
 def _verify(folder, public):

@@ -39,8 +39,13 @@ def test_target_shape_of_the_granularity_stack_is_exact():
     assert est.transformer is None  # no attention heads: no Korthikanti comparison
 
 
-def _gpt_target(**shape):
-    setup = prepare(compose_config("+model=gpt", "device=cpu"))
+@pytest.fixture(scope="module")
+def gpt_cpu():
+    """The built-in gpt's setup on CPU, prepared once: the estimates below read it, none changes it."""
+    return prepare(compose_config("+model=gpt", "device=cpu"))
+
+
+def _gpt_target(setup, **shape):
     over = {
         "model": {k: shape[k] for k in ("width", "depth", "heads")},
         "task": {"block_size": shape["s"]},
@@ -49,11 +54,21 @@ def _gpt_target(**shape):
     return setup, estimate_saved_activations(setup, over)
 
 
-def test_gpt_layer_matches_korthikanti_with_float32_values_float_masks_and_layernorm_statistics():
+#: The small gpt target shape of the two Korthikanti tests (s, b, h, a).
+S, B, H, A = 48, 3, 64, 2
+
+
+@pytest.fixture(scope="module")
+def small_gpt_target(gpt_cpu):
+    """``(setup, estimate)`` at :data:`S`, :data:`B`, :data:`H`, :data:`A`, 2 layers, estimated once for both tests."""
+    return _gpt_target(gpt_cpu, width=H, depth=2, heads=A, s=S, b=B)
+
+
+def test_gpt_layer_matches_korthikanti_with_float32_values_float_masks_and_layernorm_statistics(small_gpt_target):
     """On CPU in float32, reportgen's gpt layer keeps exactly sbh(16e + 2m) + as²b(2e + m) with e = m = 4
     (CPU dropout keeps a float mask), plus 2 LayerNorms × (mean, rstd) × b·s × 4 bytes."""
-    s, b, h, a = 48, 3, 64, 2
-    _, est = _gpt_target(width=h, depth=2, heads=a, s=s, b=b)
+    s, b, h, a = S, B, H, A
+    _, est = small_gpt_target
     shape = est.transformer
     assert (shape.s, shape.b, shape.h, shape.a, shape.element_bytes) == (s, b, h, a, 4)
     sbh, as2b = s * b * h, a * s * s * b
@@ -62,8 +77,8 @@ def test_gpt_layer_matches_korthikanti_with_float32_values_float_masks_and_layer
     assert est.per_layer("recompute") == 4 * sbh == shape.full_recompute_bytes(4)
 
 
-def test_korthikanti_rows_show_zero_unexplained_bytes_on_cpu():
-    setup, est = _gpt_target(width=64, depth=2, heads=2, s=48, b=3)
+def test_korthikanti_rows_show_zero_unexplained_bytes_on_cpu(small_gpt_target):
+    setup, est = small_gpt_target
     from reportgen.checks.memory import korthikanti_rows
 
     rows = {r.variant: r for r in korthikanti_rows(setup, est, "target shape")}
@@ -79,11 +94,11 @@ def test_paper_formula_is_34_and_5_in_16_bit():
     assert shape.full_recompute_bytes() == 2 * sbh
 
 
-def test_estimate_at_a_large_shape_allocates_no_activations():
+def test_estimate_at_a_large_shape_allocates_no_activations(gpt_cpu):
     """A 4096-wide, 2-layer stack at sequence 2048: over 4 GiB of activations (and 1.6 GB of weights)
     estimated, while the process grows by less than 512 MiB."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    _, est = _gpt_target(width=4096, depth=2, heads=32, s=2048, b=1)
+    _, est = _gpt_target(gpt_cpu, width=4096, depth=2, heads=32, s=2048, b=1)
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
     assert est.plain.total_bytes > 4 * 2**30
     assert grown < 2**29

@@ -208,7 +208,8 @@ def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(m
 def test_the_estimated_step_peak_of_transformers_equals_the_measurement(model):
     from reportgen.memory.estimate import estimate_saved_activations
 
-    setup = prepare(compose_config(f"+model={model}", "device=cpu"))
+    # one untracked warm step (warm_step_peak's own default) initialises the optimizer state as three do
+    setup = prepare(compose_config(f"+model={model}", "device=cpu", "memory.warm_steps=1"))
     peaks, _ = measure_peaks(setup)
     est = estimate_saved_activations(setup, {})
     for variant in ("plain", "recompute"):

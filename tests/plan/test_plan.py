@@ -97,11 +97,27 @@ def llama(tmp_path_factory):
     return _config(tmp_path_factory.mktemp("llama"), LLAMA)
 
 
+@pytest.fixture(scope="module")
+def llama_figures(llama):
+    """``figures(policy)``: the scaled figures of :data:`LLAMA` at seq :data:`SEQ`, batch :data:`BATCH`, fp32,
+    traced once per policy in this module (the per-policy test, the composed bound and the chosen policy's
+    budget read the same ones)."""
+    args = parse_args([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32"])
+    config, traced = load_config(args.config), {}
+
+    def figures(policy: str):
+        if policy not in traced:
+            traced[policy] = scaled_figures(config, by_name(policy), args, BATCH)[0]
+        return traced[policy]
+
+    return figures
+
+
 @pytest.mark.parametrize("policy", [p.name for p in POLICIES])
-def test_plan_equals_the_real_cpu_step_peak_for_every_policy(llama, policy):
+def test_plan_equals_the_real_cpu_step_peak_for_every_policy(llama, llama_figures, policy):
     args = parse_args([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32"])
     config = load_config(args.config)
-    planned = compose(scaled_figures(config, by_name(policy), args, BATCH)[0], args, policy)
+    planned = compose(llama_figures(policy), args, policy)
     torch.manual_seed(0)
     model = build_causal_lm(config, torch.float32, "sdpa")
     switch_on(model, by_name(policy), by_name(policy).flags(list(range(5))), [p for p, _ in decoder_layers(model)])
@@ -110,11 +126,11 @@ def test_plan_equals_the_real_cpu_step_peak_for_every_policy(llama, policy):
     assert planned.reserved_upper >= planned.tensor_peak
 
 
-def test_composed_plan_is_never_under_the_traced_step(llama):
+def test_composed_plan_is_never_under_the_traced_step(llama, llama_figures):
     """Mixed precision with one process (composed, not traced as is) bounds the pure traced step from above."""
     pure = parse_args([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32"])
     mixed = parse_args([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32", "grad_accum=2"])
-    figures = scaled_figures(load_config(pure.config), by_name("full"), pure, BATCH)[0]
+    figures = llama_figures("full")
     assert compose(figures, mixed, "full").tensor_peak >= compose(figures, pure, "full").tensor_peak
 
 
@@ -200,11 +216,10 @@ def test_an_existing_out_folder_is_not_overwritten(llama, tmp_path, capsys):
     assert "never overwritten" in capsys.readouterr().err and list(out.iterdir()) == []
 
 
-def test_the_chosen_policy_is_written_as_a_recompute_file(llama, tmp_path, capsys):
+def test_the_chosen_policy_is_written_as_a_recompute_file(llama, llama_figures, tmp_path, capsys):
     """A budget between the cheapest policies' bounds: the cheapest that fits is chosen and written."""
     args = parse_args([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32"])
-    config = load_config(args.config)
-    plans = {p: compose(scaled_figures(config, by_name(p), args, BATCH)[0], args, p) for p in ("none", "every_2")}
+    plans = {p: compose(llama_figures(p), args, p) for p in ("none", "every_2")}
     budget = (plans["every_2"].reserved_upper + plans["none"].reserved_upper) / 2 / 0.95 / 2**30
     out = tmp_path / "out"
     code = cli.main([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32", f"memory_gib={budget}", f"out={out}"])

@@ -62,12 +62,19 @@ def _called(name: str, seen: Counter) -> int:
     return sum(n for op, n in seen.items() if op.overloadpacket is packet)
 
 
-def test_the_docs_eager_example_writes_a_save_list_without_sdpa_kernels(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def docs_plan(tmp_path_factory) -> Path:
+    """The plan folder docs/planning.md's eager example writes, planned once (two tests read it, none changes it)."""
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("docs-example") / "plan"
+    assert cli.main(_docs_example(out)) == 0
+    return out
+
+
+def test_the_docs_eager_example_writes_a_save_list_without_sdpa_kernels(docs_plan):
     """The tester's flow: docs/planning.md's example plans with attn=eager and chooses a selective policy;
     its planned.yaml saved the sdpa kernels, which eager attention never calls (one WARN each in the main run)."""
-    out = tmp_path / "plan"
-    assert cli.main(_docs_example(out)) == 0
-    text = (out / "recompute" / "planned.yaml").read_text()
+    text = (docs_plan / "recompute" / "planned.yaml").read_text()
     planned = OmegaConf.create(text)
     assert planned.mode == "selective" and planned.planned.policy.startswith("selective_")  # not a vacuous pass
     assert list(planned.save_ops) == ["aten.mm"] and not set(planned.save_ops) & set(SDPA_OPS)
@@ -108,15 +115,14 @@ def test_a_save_op_never_called_is_a_warn_that_says_so_on_the_console(compose_cf
 
 
 @pytest.mark.slow
-def test_the_docs_eager_example_runs_through_the_main_command_with_no_selective_policy_warn(tmp_path, capsys):
+def test_the_docs_eager_example_runs_through_the_main_command_with_no_selective_policy_warn(docs_plan, tmp_path):
     """The tester's whole flow: the planned selective file through ``python -m reportgen``; every entry of its
     save list matches calls in the wrapped layers (the sdpa kernels used to be one WARN each)."""
     from conftest import run_pipeline
 
     from reportgen.config import SELECTIVE_POLICY
 
-    out = tmp_path / "plan"
-    assert cli.main(_docs_example(out)) == 0
+    out = docs_plan
     (tmp_path / "run").mkdir()
     code, frame = run_pipeline(
         tmp_path / "run",

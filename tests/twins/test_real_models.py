@@ -9,6 +9,7 @@ import torch
 from conftest import run_pipeline
 from user_models import real
 
+from reportgen.config import GRADIENT_PARITY
 from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
 from reportgen.structure import batch_size_of, call_model, describe, named_tensors
 from reportgen.twins.recompute import RecomputeConfigError, find_targets
@@ -99,15 +100,19 @@ def test_bf16_autocast_uses_its_tolerances_and_passes(tmp_path):
     assert "autocast dtype bf16" in (tmp_path / "report.html").read_text()
 
 
-def test_compiled_twins_run_against_a_compiled_baseline(tmp_path):
+def test_compiled_twins_run_against_a_compiled_baseline(tmp_path, monkeypatch):
+    """Only gradient parity runs (the one required check; what the assertions read): every other check
+    builds and compiles twins of its own (about 20 compiles), and page 1's compile line is metadata."""
+    from reportgen import run as pipeline
+    from reportgen.checks import REGISTRY
+
+    monkeypatch.setattr(pipeline, "REGISTRY", [c for c in REGISTRY if c.name == GRADIENT_PARITY])
     code, frame = run_model(
         tmp_path,
         "+model=granularity",
         "compile.enabled=true",
         "compile.backend=aot_eager",
-        "parity.steps=2",
-        "memory.enabled=false",
-        "verdict.required=[gradient parity]",
+        f"verdict.required=[{GRADIENT_PARITY}]",
     )
     parity = frame[frame.check == "gradient parity"]
     assert code == 0 and set(parity.status) <= {PASS, "INFO"}, parity.detail.tolist()

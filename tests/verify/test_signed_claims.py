@@ -51,22 +51,31 @@ def signed_job(folder: Path, job: int, overrides: list[str], exit_code: int, row
     return sign_folder(folder, key, JOB_REQUIRED, job_sweep(folder.parent, job, overrides))
 
 
-@pytest.fixture
-def keys(tmp_path):
-    return make_key(tmp_path / "keys"), make_key(tmp_path / "other", "other.pem")
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    """``((private, public), (other private, other public))``, made once: no test changes a key file."""
+    folder = tmp_path_factory.mktemp("keys")
+    return make_key(folder / "keys"), make_key(folder / "other", "other.pem")
 
 
-@pytest.fixture
-def signed_sweep(tmp_path, keys):
-    """Three jobs: 0 holds, 1 fails gradient parity, 2 could not start; summary signed, no PDF."""
+@pytest.fixture(scope="module")
+def pristine_sweep(tmp_path_factory, keys) -> Path:
+    """Three jobs: 0 holds, 1 fails gradient parity, 2 could not start; summary signed, no PDF (made once)."""
     (private, _), _ = keys
-    root = tmp_path / "sweep"
+    root = tmp_path_factory.mktemp("pristine") / "sweep"
     write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant,broken"])
     signed_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, job_cost_rows(), private)
     signed_job(root / "1", 1, ["+model=ffn", "recompute=reentrant"], 1, job_cost_rows(parity="FAIL"), private)
     write_job(root / "2", 2, ["+model=ffn", "recompute=broken"], 2, None, error="targets match nothing")
     summarize(root, sign=True, key_path=str(private), pdf=False)
     return root
+
+
+@pytest.fixture
+def signed_sweep(pristine_sweep, tmp_path) -> Path:
+    """A private copy of :func:`pristine_sweep` (tests edit, move and add files in it); the summary and the
+    statements name the jobs relative to the sweep folder, so the copy verifies as the original does."""
+    return Path(shutil.copytree(pristine_sweep, tmp_path / "sweep", symlinks=True))
 
 
 def verify_dir(target: Path, public: Path):
@@ -342,7 +351,8 @@ def test_a_file_dropped_into_a_running_run_is_not_signed(tmp_path, keys):
 @pytest.fixture
 def signed_pair(tmp_path, keys):
     (private, _), _ = keys
-    return signed_run(tmp_path / "base", private), signed_run(tmp_path / "new", private)
+    # no PDFs: the comparison is made and verified from the runs' signed statements and results (--no-pdf)
+    return signed_run(tmp_path / "base", private, pdf=False), signed_run(tmp_path / "new", private, pdf=False)
 
 
 def test_a_signed_comparison_verifies_and_is_rederived(signed_pair, keys, tmp_path, capsys):
@@ -383,7 +393,7 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
     (private, _), _ = keys
     base, new = signed_pair
     shutil.rmtree(new)
-    signed_run(new, private, failing=True)
+    signed_run(new, private, failing=True, pdf=False)
     results = new / "results.json"
     results.write_text(results.read_text().replace('"status":"FAIL"', '"status":"PASS"'))
     out = tmp_path / "cmp"
@@ -509,7 +519,7 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
             )
         ]
     )
-    run = signed_run(tmp_path / "run", private, frame=frame)
+    run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)  # the run folder is verified, not a PDF
     assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE
     assert verifier.main([str(run), "--key", str(public)]) == 3
     out = capsys.readouterr().out

@@ -4,15 +4,12 @@ lying verdict or a swapped statement does not (issue 5, "What I will check")."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REQUIRED, TESTS, make_key, signed_run, tiny_frame
+from conftest import REQUIRED, make_key, run_cli, signed_run, tiny_frame
 
 from reportgen.results import claim_verdict
 from reportgen.trust.keys import fingerprint, load_public_key
@@ -96,17 +93,9 @@ def test_signed_run_and_lone_pdf_verify(run, public, capsys):
 @pytest.mark.slow
 def test_cli_exit_codes_and_one_line_per_check(keys_and_run, run, tmp_path):
     _, public, other, _ = keys_and_run
-    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
 
-    def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "reportgen.verify", *map(str, args)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-            env=env,
-        )
+    def cli(*args):  # conftest's run_cli: however the suite starts its command-line processes
+        return run_cli(tmp_path, *map(str, args), module="reportgen.verify", timeout=120)
 
     ok = cli(run, "--key", public)
     assert ok.returncode == 0, ok.stdout + ok.stderr
