@@ -27,6 +27,7 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from functools import cache
 from pathlib import Path
@@ -102,7 +103,11 @@ def _child(module: str, args: list[str], cwd: str, env: dict, path: list[str], o
     except BaseException:  # noqa: BLE001 - what the interpreter prints for an uncaught exception; exit 1
         traceback.print_exc()
         code = 1
-    atexit._run_exitfuncs()  # logging's flush, Hydra's files: what a normal exit runs and a forked child skips
+    # What the interpreter's own exit runs, in its order, and a forked child skips: threading's shutdown
+    # (callbacks such as joblib/loky's executor shutdown, then non-daemon threads joined), then atexit
+    # (logging's flush). Without the first, loky's idle workers outlive the command by their 300 s timeout.
+    threading._shutdown()  # type: ignore[attr-defined]  # noqa: SLF001
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     raise SystemExit(code)

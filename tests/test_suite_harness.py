@@ -36,6 +36,21 @@ def test_an_uncaught_exception_exits_1_with_its_traceback(tmp_path):
     assert done.returncode == 1 and "ValueError: boom" in done.stderr and "Traceback" in done.stderr
 
 
+def test_threading_exit_callbacks_run_before_child_processes_are_joined(tmp_path):
+    """joblib's loky executor stops its worker processes from a ``threading._register_atexit``
+    callback, which a fresh interpreter runs before multiprocessing joins its children; run the other
+    way round, a forked sweep waited for the idle workers' 300 s timeout."""
+    (tmp_path / "worker_cli.py").write_text(
+        "import multiprocessing, threading\n"
+        "ctx = multiprocessing.get_context('fork')\n"
+        "done = ctx.Event()\n"
+        "threading._register_atexit(done.set)\n"
+        "ctx.Process(target=done.wait).start()  # ends when the exit callback runs\n"
+    )
+    done = forked_cli.run(tmp_path, "worker_cli", [], cli_env(), timeout=30)
+    assert done.returncode == 0 and done.stderr == ""
+
+
 def test_the_files_that_start_first_exist_once_each():
     assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
     assert [name for name in LONGEST_FIRST if not (REPO / name).is_file()] == []
