@@ -12,6 +12,12 @@ pipeline writes one ERROR row naming the check, the limit and the likely cause.
 Python delivers the signal between bytecodes, so a check stuck inside one long C call (a huge
 matmul) is stopped when that call returns; every recompute hazard above runs Python code
 (the region's forward, the backward of torch.utils.checkpoint's function) and is stopped within ``poll_s``.
+
+The stop is never raised inside an import: a module left half-executed stays broken for the rest of
+the process (a check stopped while torch imported sympy left every later check failing with "module
+'sympy' has no attribute 'printing'"). The watchdog signals again every ``poll_s`` until the main
+thread is outside the import system, or :data:`IMPORT_GRACE_S` has passed (an import that never
+returns is still stopped).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any
 
 #: Bytes in a GiB.
 GIB = 2**30
+#: Seconds the stop waits for an import in progress to finish before it interrupts the import anyway.
+IMPORT_GRACE_S = 10.0
 
 
 class CheckLimitExceeded(BaseException):
@@ -39,6 +47,17 @@ class CheckLimitExceeded(BaseException):
     def __init__(self, limit: str, message: str):
         super().__init__(message)
         self.limit, self.message = limit, message
+        self.at = time.monotonic()  # when the limit was passed
+
+
+def importing(frame: Any) -> bool:
+    """True when ``frame`` or one of its callers runs inside the import system (``importlib``'s
+    bootstrap frames), i.e. a module is being executed by an import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def rss_bytes() -> int:
@@ -85,10 +104,11 @@ def limited(name: str, timeout_s: float | None, max_rss_gib: float | None, poll_
         yield
         return
     reason: list[CheckLimitExceeded] = []
-    done = threading.Event()
+    done, delivered = threading.Event(), threading.Event()
 
     def on_signal(signum, frame) -> None:
-        if reason:
+        if reason and (not importing(frame) or time.monotonic() - reason[0].at > IMPORT_GRACE_S):
+            delivered.set()
             raise reason[0]
 
     def watch(main: int, start: float) -> None:
@@ -118,7 +138,10 @@ def limited(name: str, timeout_s: float | None, max_rss_gib: float | None, poll_
                     )
                 )
             if reason:
-                signal.pthread_kill(main, signal.SIGUSR1)
+                while not delivered.is_set():  # again while the main thread is inside an import
+                    signal.pthread_kill(main, signal.SIGUSR1)
+                    if done.wait(poll_s):
+                        return
                 return
 
     previous = signal.signal(signal.SIGUSR1, on_signal)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -33,6 +34,23 @@ def test_except_exception_inside_a_check_cannot_swallow_the_stop():
     assert swallowed == []
 
 
+def test_an_import_in_progress_finishes_before_the_stop(tmp_path, monkeypatch):
+    """A module half-executed when the stop hit stayed broken for every later check (torch importing
+    sympy: "module 'sympy' has no attribute 'printing'"): the stop waits for the import to finish."""
+    (tmp_path / "slow_import_module.py").write_text(
+        "import time\nstart = time.monotonic()\nwhile time.monotonic() - start < 0.6:\n    time.sleep(0.01)\nFINISHED = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_import_module", raising=False)
+    with pytest.raises(CheckLimitExceeded):
+        with limited("x", timeout_s=0.1, max_rss_gib=None, poll_s=0.02):
+            import slow_import_module  # noqa: F401 - the import is the subject
+
+            while True:
+                time.sleep(0.01)
+    assert sys.modules["slow_import_module"].FINISHED
+
+
 def test_memory_past_the_ceiling_is_stopped():
     ceiling = (rss_bytes() + 64 * 2**20) / GIB  # 64 MiB above what the process holds now
     hoard = []
@@ -54,7 +72,7 @@ def test_a_body_within_its_limits_runs_untouched():
 @pytest.mark.slow
 def test_a_region_that_never_returns_ends_as_error_rows_and_the_run_finishes(tmp_path):
     start = time.monotonic()
-    code, frame = run_pipeline(tmp_path, "+model=never_returns", "checks.timeout_s=1.5", user_conf=True)
+    code, frame = run_pipeline(tmp_path, "+model=never_returns", "checks.timeout_s=0.5", user_conf=True)
     assert time.monotonic() - start < 120
     assert code in (1, 3)  # the claim fails (or cannot be judged); never a hang
     stopped = frame[frame["item"] == "stopped at checks.timeout_s"]
