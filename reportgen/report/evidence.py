@@ -76,7 +76,11 @@ def _clean(record: dict) -> dict:
 
 def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> dict | None:
     """One failing check's lead: ``{"check", "status", "item", "status_row", "share", "difference",
-    "tolerance", "failing", "judged", "plain", "recompute", "detail", "baseline", "cause", "fix"}``.
+    "differing", "entries", "tolerance", "failing", "judged", "plain", "recompute", "detail", "baseline",
+    "cause", "fix"}``.
+
+    ``difference`` is NaN for an integer tensor (a generator state), whose largest entry difference
+    means nothing; ``differing`` of its ``entries`` entries differ instead.
 
     ``baseline`` is True when the plain twin broke (the check cannot be judged); then ``item`` and
     ``detail`` are those of the plain twin's first broken row. ``failing`` counts the check's FAIL
@@ -101,7 +105,9 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
         "item": item,
         "status_row": lead["status"],
         "share": tolerance_share(lead),
-        "difference": measured_difference(lead),
+        "difference": math.nan if lead.get("values_differing") is not None else measured_difference(lead),
+        "differing": lead.get("values_differing"),  # an integer tensor (a generator state): entries that differ
+        "entries": lead.get("values_compared"),
         "tolerance": lead.get("threshold"),
         "failing": failing,
         "judged": judged,

@@ -20,7 +20,12 @@ def _both_values(plain: Tensor, recompute: Tensor) -> dict[str, Any]:
         return {"plain_value": float(plain.double()), "recompute_value": float(recompute.double())}
     if not plain.is_floating_point():  # e.g. a generator state: say how much of it differs
         differ = int((plain != recompute).sum())
-        return {"plain_value": f"{plain.numel()} values", "recompute_value": f"{differ} of them differ"}
+        return {
+            "plain_value": f"{plain.numel()} values",
+            "recompute_value": f"{differ} of them differ",
+            "values_compared": plain.numel(),
+            "values_differing": differ,
+        }
     norm = lambda t: float(t.detach().double().norm()) if t.is_floating_point() else float("nan")  # noqa: E731
     return {"plain_norm": norm(plain), "recompute_norm": norm(recompute)}
 

@@ -1,6 +1,7 @@
 """The Hydra entry point as a user runs it: exit codes, messages, outputs (slow: subprocesses)."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def test_ffn_without_rng_preservation_fails_gradients_but_loss_passes_and_two_ru
     for name in ("report.html", "report.pdf", "results.json"):
         assert (run / name).stat().st_size > 0
     assert json.loads((run / "results.json").read_text())[0]["check"] == "gradient parity"
+    page_one = (run / "report.html").read_text()  # the CPU generator's state: entries that differ, no "difference"
+    assert re.search(r"\b[1-9]\d* of its 5056 values differ, where none may \(atol=0 rtol=0\)", page_one)
     reportgen(tmp_path, "+model=ffn", *SMALL, *PARITY_ONLY)  # a second run from the same folder: a folder of its own
     assert len(run_dirs(tmp_path)) == 2
 
