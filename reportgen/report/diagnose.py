@@ -313,6 +313,26 @@ GENERIC = ("trained apart",)
 SYMPTOMS = (*GENERIC, "state changed before recompute")
 
 
+#: Causes that can hide behind a frozen input under reentrant recompute: its fallback runs (the input
+#: made to require grad, items tagged "[input requires grad]") still differ when one of these holds.
+SECOND_CAUSES = ("RNG not replayed", "running statistics", "python state in forward")
+
+
+def second_cause(rule: Rule | None, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> Rule | None:
+    """The rule that explains what a frozen input under reentrant recompute does not: gradients that
+    still differ in the runs whose input requires grad (``tagged_input_grad`` rows with a value, not
+    None), e.g. a forward counter the recomputation advances; the first of :data:`SECOND_CAUSES` seen
+    in any check's ``rows``, else None."""
+    if rule is None or rule.name != "frozen input under reentrant":
+        return None
+    if not any(
+        r.status in BAD and r.item.endswith("[input requires grad]") and r.extra.get("recompute_value") != "None"
+        for r in group
+    ):
+        return None
+    return next((r for r in RULES if r.name in SECOND_CAUSES and r.applies(rows, settings)), None)
+
+
 def likely(rows: list[Row], settings: dict[str, Any]) -> Rule | None:
     """The first rule whose evidence is in ``rows`` (one check's rows), or None."""
     return next((rule for rule in RULES if rule.applies(rows, settings)), None)
@@ -345,6 +365,9 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
             rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
         cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
+        if also := second_cause(rule, group, rows, settings):
+            cause += f"; with the input requiring grad the gradients still differ: {also.cause}"
+            fix += f"; and {also.fix}"
         if rule is not None and rule.words and (said := matching(group, rule.words) or matching(rows, rule.words)):
             cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
         if rule is not None and rule.name == "a rank failed":

@@ -8,6 +8,7 @@ from conftest import compose_config, run_pipeline
 
 from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
+from reportgen.report.diagnose import diagnose
 from reportgen.results import check_summary, to_frame
 from reportgen.run import prepare
 
@@ -62,6 +63,22 @@ def test_frozen_input_non_reentrant_passes():
 def test_forward_counter_reentrant_fails_gradients_and_state():
     status, frame = parity_status("+model=forward_counter", "recompute=reentrant")
     assert status["gradient parity"] == "FAIL" and status["state parity"] == "FAIL"
+
+
+def test_forward_counter_reentrant_fix_names_the_frozen_input_and_the_counter():
+    """Reentrant recompute of a counter-reading forward on a plain input: the frozen input explains the
+    raise, the counter the gradients that still differ once the input requires grad; one cause alone for
+    a frozen input without a counter."""
+    settings = {"mode": "reentrant", "preserve_rng_state": True}
+    fixes = {}
+    for model in ("forward_counter", "frozen_input"):
+        setup = prepare(compose_config(f"+model={model}", "recompute=reentrant", user_conf=True))
+        said = diagnose(gradient_parity(setup) + step_and_state_parity(setup), settings)
+        fixes[model] = next(r.extra["fix"] for r in said if r.check == "gradient parity")
+    assert "enable_input_require_grads()" in fixes["forward_counter"]
+    assert "move the update out of forward" in fixes["forward_counter"]
+    assert "enable_input_require_grads()" in fixes["frozen_input"]
+    assert "move the update out of forward" not in fixes["frozen_input"]
 
 
 def test_forward_counter_non_reentrant_fails_state_and_names_the_attribute():
