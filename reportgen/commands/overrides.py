@@ -137,19 +137,36 @@ def argv_problems(argv: list[str]) -> str:
 
 def _override_problem(override: Any, repo: Any) -> str:
     """The problem with one parsed override (Hydra's ``Override``), or ``""``; ``repo`` is the
-    run's config repository (:func:`_repository`), or None."""
+    run's config repository (:func:`_repository`), or None. A swept override (``parity.rtol=abc,1e-5``,
+    ``+model=fnn,ffn``) has each of its values judged as if set alone, before any job starts."""
     key = override.key_or_group
-    if override.package or override.is_sweep_override():
+    values = _values(override)
+    if override.package or values is None:
         return ""
     if override.is_delete():
         return removed_setting_problem(key)
     if repo is not None and key in _groups():
-        return group_option_problem(override.input_line, key, override.value(), repo)
+        name = override.input_line.split("=", 1)[0]
+        return _first(group_option_problem(f"{name}={value}", key, value, repo) for value in values)
     if not (override.is_add() or override.is_force_add()):
         problem = dotted_key_problem(key)  # `+key` is refused after composing (validation.unknown_setting_problems)
         if problem:
             return problem
-    return value_problem(key, override.value())
+    return _first(value_problem(key, value) for value in values)
+
+
+def _values(override: Any) -> list | None:
+    """The values an override sets: its one value, each element of a list sweep (``a,b`` or
+    ``choice(a,b)``), or None for a range, interval or glob sweep (Hydra judges those)."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    if not override.is_sweep_override():
+        return [override.value()]
+    return list(override.sweep_iterator()) if isinstance(override.value(), ChoiceSweep) else None
+
+
+def _first(problems: Any) -> str:
+    return next((problem for problem in problems if problem), "")
 
 
 def _repository(args: Any, overrides: list) -> Any:

@@ -91,7 +91,7 @@ def test_an_unknown_model_names_the_one_meant_and_the_models_of_every_config_dir
         ["parity.rtol=1e-5", "report.sign=false", "recompute.mode=reentrant", "forward_seed=null", "seed=3"],
         ["parity.rtol=${parity.atol}", "recompute.mode=null", "distributed.ddp.bucket_cap_mb=5", "claim=gpt_release"],
         ["~model.width", "~recompute", "parity.optimizer.lr=1", "memory.estimate={a:1}", "threads=4"],
-        ["-m", "parity.rtol=abc,1e-5", "+model=ffn"],  # a sweep: each job's config is judged as it composes
+        ["parity.rtol=1e-5,2e-5", "seed=range(0,3)", "recompute=glob(*)"],  # sweeps of values the schema accepts
     ],
 )
 def test_values_the_schema_accepts_are_not_refused(argv):
@@ -107,3 +107,16 @@ def test_a_sweep_with_a_top_level_typo_is_refused_before_any_job_folder(tmp_path
         proc.stdout == "reportgen: cannot start: dtpye is not a setting (did you mean dtype?); settings and their "
         "types: reportgen/config.py.\n"
     )
+
+
+def test_each_swept_value_is_judged_before_any_job_starts(tmp_path):
+    """``parity.rtol=abc,1e-5`` used to start the sweep and fail in Hydra's own words; each value of a
+    list sweep is now judged as if set alone, and ranges/globs are left to Hydra."""
+    from reportgen.commands.overrides import argv_problems
+
+    assert argv_problems(["+model=ffn", "parity.rtol=1e-5,abc"]) == "parity.rtol='abc' is not a float (or null)"
+    assert argv_problems(["+model=ffn", "parity.rtol=choice(1e-5,abc)"]) == "parity.rtol='abc' is not a float (or null)"
+    assert argv_problems(["+model=ffn,fnn"]).startswith("+model=fnn: no such model (did you mean ffn?)")
+    proc = reportgen(tmp_path, "-m", "+model=ffn", "parity.rtol=abc,1e-5")
+    assert proc.returncode == 2 and list(tmp_path.iterdir()) == []
+    assert proc.stdout == "reportgen: cannot start: parity.rtol='abc' is not a float (or null)\n"
