@@ -158,11 +158,14 @@ def _override_problem(override: Any, repo: Any) -> str:
 def _values(override: Any) -> list | None:
     """The values an override sets: its one value, each element of a list sweep (``a,b`` or
     ``choice(a,b)``), or None for a range, interval or glob sweep (Hydra judges those)."""
-    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.core.override_parser.types import ChoiceSweep, Override
 
     if not override.is_sweep_override():
         return [override.value()]
-    return list(override.sweep_iterator()) if isinstance(override.value(), ChoiceSweep) else None
+    if not isinstance(override.value(), ChoiceSweep):
+        return None
+    # quoted items ('1e-5') as the plain strings Hydra composes with, as value() gives a single value
+    return [Override._convert_value(item) for item in override.sweep_iterator()]  # noqa: SLF001
 
 
 def _first(problems: Any) -> str:

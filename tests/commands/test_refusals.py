@@ -92,6 +92,7 @@ def test_an_unknown_model_names_the_one_meant_and_the_models_of_every_config_dir
         ["parity.rtol=${parity.atol}", "recompute.mode=null", "distributed.ddp.bucket_cap_mb=5", "claim=gpt_release"],
         ["~model.width", "~recompute", "parity.optimizer.lr=1", "memory.estimate={a:1}", "threads=4"],
         ["parity.rtol=1e-5,2e-5", "seed=range(0,3)", "recompute=glob(*)"],  # sweeps of values the schema accepts
+        ["parity.rtol='1e-5','2e-5'", 'seed="1",2', "recompute.mode='reentrant','non_reentrant'"],  # quoted items
     ],
 )
 def test_values_the_schema_accepts_are_not_refused(argv):
@@ -117,6 +118,7 @@ def test_each_swept_value_is_judged_before_any_job_starts(tmp_path):
     assert argv_problems(["+model=ffn", "parity.rtol=1e-5,abc"]) == "parity.rtol='abc' is not a float (or null)"
     assert argv_problems(["+model=ffn", "parity.rtol=choice(1e-5,abc)"]) == "parity.rtol='abc' is not a float (or null)"
     assert argv_problems(["+model=ffn,fnn"]).startswith("+model=fnn: no such model (did you mean ffn?)")
+    assert argv_problems(["+model='ffn','fnn'"]).startswith("+model=fnn: no such model (did you mean ffn?)")
     proc = reportgen(tmp_path, "-m", "+model=ffn", "parity.rtol=abc,1e-5")
     assert proc.returncode == 2 and list(tmp_path.iterdir()) == []
     assert proc.stdout == "reportgen: cannot start: parity.rtol='abc' is not a float (or null)\n"
