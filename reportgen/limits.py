@@ -17,7 +17,8 @@ The stop is never raised inside an import: a module left half-executed stays bro
 the process (a check stopped while torch imported sympy left every later check failing with "module
 'sympy' has no attribute 'printing'"). The watchdog signals again every ``poll_s`` until the main
 thread is outside the import system, or :data:`IMPORT_GRACE_S` has passed (an import that never
-returns is still stopped).
+returns is still stopped); a body that ends before that signal lands is stopped as it ends, so the
+overrun is still an ERROR row.
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ def limited(name: str, timeout_s: float | None, max_rss_gib: float | None, poll_
             watcher.join()
         finally:  # a signal that arrives late is ignored, never SIGUSR1's default (ending the process)
             signal.signal(signal.SIGUSR1, signal.SIG_IGN if previous in (signal.SIG_DFL, None) else previous)
+    if reason and not delivered.is_set():  # passed while an import ran, and the body ended before the next signal
+        raise reason[0]
 
 
 def check_limits(cfg: Any) -> tuple[float | None, float | None]:

@@ -79,6 +79,15 @@ def _cache_written_again(rows: list[Row]) -> bool:
 #: the rules that read the symptoms they cause (a differing forward, a lost gradient, a CheckpointError).
 HAZARDS: tuple[Rule, ...] = (
     Rule(
+        "stopped at a limit",
+        lambda rows, s: any(r.status in BAD and r.extra.get("exception_type") == "CheckLimitExceeded" for r in rows),
+        "the check ran past checks.timeout_s, or the process past checks.max_rss_gib (the row says which): a "
+        "recompute region that never returns, backward recursing without end, or a check that is only slow or large "
+        "at this size",
+        "if the model is healthy and the check only slow or large here, raise checks.timeout_s (or "
+        "checks.max_rss_gib); otherwise the log shows where the check was stopped: make that region return",
+    ),
+    Rule(
         "region returned a tensor it did not create",
         lambda rows, s: _raised(rows, RETURNED_LEAF),
         "a region recomputed with reentrant recompute (use_reentrant=True) returns a tensor it did not create (its own "

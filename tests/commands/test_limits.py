@@ -51,6 +51,20 @@ def test_an_import_in_progress_finishes_before_the_stop(tmp_path, monkeypatch):
     assert sys.modules["slow_import_module"].FINISHED
 
 
+def test_a_body_that_ends_right_after_a_slow_import_is_still_stopped(tmp_path, monkeypatch):
+    """The deadline passed during the import; the body ends before the next signal: the overrun is
+    raised as the body ends, never forgiven."""
+    (tmp_path / "slow_import_then_done.py").write_text(
+        "import time\nstart = time.monotonic()\nwhile time.monotonic() - start < 1.0:\n    time.sleep(0.01)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_import_then_done", raising=False)
+    with pytest.raises(CheckLimitExceeded) as stopped:  # signals at 0.3, 0.6, 0.9 s land in the import; the next, 1.2 s
+        with limited("x", timeout_s=0.1, max_rss_gib=None, poll_s=0.3):
+            import slow_import_then_done  # noqa: F401 - the import is the subject
+    assert stopped.value.limit == "timeout_s" and "slow_import_then_done" in sys.modules
+
+
 def test_memory_past_the_ceiling_is_stopped():
     ceiling = (rss_bytes() + 64 * 2**20) / GIB  # 64 MiB above what the process holds now
     hoard = []
@@ -78,4 +92,6 @@ def test_a_region_that_never_returns_ends_as_error_rows_and_the_run_finishes(tmp
     stopped = frame[frame["item"] == "stopped at checks.timeout_s"]
     assert "gradient parity" in set(stopped.check) and (stopped.status == "ERROR").all()
     assert stopped.detail.str.contains("never returns").all()
+    why = frame[(frame.role == "diagnosis") & (frame.check == "gradient parity")].iloc[0]  # not "returned a tensor"
+    assert why["rule"] == "stopped at a limit" and "raise checks.timeout_s" in why["fix"]
     assert (tmp_path / "report.html").exists()
