@@ -9,7 +9,11 @@ directory, the environment, ``sys.path`` (the script folder ``cwd`` first, then 
 interpreter's own), ``sys.argv`` and stdout/stderr on files — runs the module with :func:`runpy.run_module`
 as ``__main__``, runs the ``atexit`` handlers (a forked child skips them) and exits with the command's code.
 What differs from a fresh interpreter: modules are already imported (their import-time state only: the
-server runs no product code), and stdin is ``/dev/null``.
+server runs no product code), so an environment variable read at import (``OMP_NUM_THREADS`` by torch,
+``MPLBACKEND`` by matplotlib) or a stand-in module put on ``PYTHONPATH`` for a preloaded one has the
+server's value, not the command's; every command shares the server's string-hash seed
+(``PYTHONHASHSEED``) and warning filters (``PYTHONWARNINGS``); stdin is ``/dev/null``. A test about any
+of these starts a real process.
 
 Tests that are about the process itself (signals, two commands at once, a prompt on stdin, console
 scripts, the wheel) start real processes with :mod:`subprocess`; ``REPORTGEN_TESTS_FRESH_PROCESSES=1``
@@ -135,6 +139,7 @@ def run(cwd: Path, module: str, args: list[str], env: dict, timeout: float) -> s
             process.kill()
             process.join()
             raise subprocess.TimeoutExpired(command, timeout)
-        return subprocess.CompletedProcess(
-            command, process.exitcode, out.read_text(errors="replace"), err.read_text(errors="replace")
-        )
+        said = [f.read_text(errors="replace") if f.exists() else "" for f in (out, err)]
+        if not err.exists():  # the child died before its output was redirected
+            said[1] = f"forked_cli: the command's process ended with {process.exitcode} before it started\n"
+        return subprocess.CompletedProcess(command, process.exitcode, *said)

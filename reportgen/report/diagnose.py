@@ -376,7 +376,7 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
         if also := second_cause(rule, group, rows, settings):
             cause += f"; with the input requiring grad the gradients still differ: {also.cause}"
-            fix += f"; and {also.fix}"
+            fix = f"both are needed: (1) {fix}; (2) {also.fix}"
         if rule is not None and rule.words and (said := matching(group, rule.words) or matching(rows, rule.words)):
             cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
         if rule is not None and rule.name == "a rank failed":
