@@ -141,8 +141,10 @@ def _override_problem(override: Any, repo: Any) -> str:
     ``+model=fnn,ffn``) has each of its values judged as if set alone, before any job starts."""
     key = override.key_or_group
     values = _values(override)
-    if override.package or values is None:
+    if override.package:
         return ""
+    if values is None:  # a range, interval or glob: Hydra judges its values, reportgen still its name
+        return "" if override.is_add() or override.is_force_add() or key in _groups() else dotted_key_problem(key)
     if override.is_delete():
         return removed_setting_problem(key)
     if repo is not None and key in _groups():

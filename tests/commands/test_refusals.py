@@ -119,6 +119,7 @@ def test_each_swept_value_is_judged_before_any_job_starts(tmp_path):
     assert argv_problems(["+model=ffn", "parity.rtol=choice(1e-5,abc)"]) == "parity.rtol='abc' is not a float (or null)"
     assert argv_problems(["+model=ffn,fnn"]).startswith("+model=fnn: no such model (did you mean ffn?)")
     assert argv_problems(["+model='ffn','fnn'"]).startswith("+model=fnn: no such model (did you mean ffn?)")
+    assert argv_problems(["+model=ffn", "parity.rtlo=range(1,3)"]).startswith("parity.rtlo is not a setting")
     proc = reportgen(tmp_path, "-m", "+model=ffn", "parity.rtol=abc,1e-5")
     assert proc.returncode == 2 and list(tmp_path.iterdir()) == []
     assert proc.stdout == "reportgen: cannot start: parity.rtol='abc' is not a float (or null)\n"
