@@ -48,7 +48,11 @@ def tolerance_share(record: dict) -> float:
 
 def measured_difference(record: dict) -> float:
     """``max |recompute − plain|`` of the row's item (its value for ``max_abs_err`` and ``abs_diff_*``
-    rows, the worst parameter's for a final-parameters row), NaN when the row measures none."""
+    rows, the worst parameter's for a final-parameters row), NaN when the row measures none or one
+    that means nothing (an integer tensor such as a generator state: its detail counts the entries
+    that differ)."""
+    if record.get("values_differing") is not None:
+        return math.nan
     metric = str(record.get("metric") or "")
     if metric == "max_abs_err" or metric.startswith("abs_diff"):
         return _number(record.get("value"))
@@ -76,11 +80,11 @@ def _clean(record: dict) -> dict:
 
 def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> dict | None:
     """One failing check's lead: ``{"check", "status", "item", "status_row", "share", "difference",
-    "differing", "entries", "tolerance", "failing", "judged", "plain", "recompute", "detail", "baseline",
-    "cause", "fix"}``.
+    "differing", "tolerance", "failing", "judged", "plain", "recompute", "detail", "baseline", "cause",
+    "fix"}``.
 
     ``difference`` is NaN for an integer tensor (a generator state), whose largest entry difference
-    means nothing; ``differing`` of its ``entries`` entries differ instead.
+    means nothing; ``differing`` counts its entries that differ and ``detail`` says so.
 
     ``baseline`` is True when the plain twin broke (the check cannot be judged); then ``item`` and
     ``detail`` are those of the plain twin's first broken row. ``failing`` counts the check's FAIL
@@ -105,9 +109,8 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
         "item": item,
         "status_row": lead["status"],
         "share": tolerance_share(lead),
-        "difference": math.nan if lead.get("values_differing") is not None else measured_difference(lead),
+        "difference": measured_difference(lead),
         "differing": lead.get("values_differing"),  # an integer tensor (a generator state): entries that differ
-        "entries": lead.get("values_compared"),
         "tolerance": lead.get("threshold"),
         "failing": failing,
         "judged": judged,

@@ -126,10 +126,11 @@ def tensor_row(
             else f"exceeds tolerance by {d.worst_excess:.3g}"
             + (f" ({d.tolerance_used:.3g}× the tolerance)" if d.tolerance_used < float("inf") else "")
         )
+    values = _both_values(plain, recompute) if recompute.shape == plain.shape and not d.bitwise_equal else {}
     if recompute.shape != plain.shape:
         detail = f"shape {tuple(recompute.shape)} vs plain {tuple(plain.shape)}"
-    elif not plain.is_floating_point() and not d.bitwise_equal:  # a generator state: how much of it, not by how much
-        differ = int((plain != recompute).sum())
+    elif "values_differing" in values:  # a generator state: how much of it differs, not by how much
+        differ = values["values_differing"]
         detail = f"{differ} of its {plain.numel()} values {'differs' if differ == 1 else 'differ'}, where none may"
     return Row(
         check=check,
@@ -150,7 +151,7 @@ def tensor_row(
             "excess": d.worst_excess,
             "nonfinite_plain": d.nonfinite_b,
             "nonfinite_recompute": d.nonfinite_a,
-            **(_both_values(plain, recompute) if recompute.shape == plain.shape and not d.bitwise_equal else {}),
+            **values,
             **_aa_extra(plain, aa, rt, at),
         },
     )
