@@ -20,7 +20,9 @@ recomputation.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
+import itertools
 import logging
 import statistics
 from dataclasses import dataclass, field
@@ -290,6 +292,21 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
     return model
 
 
+def fake_copy(template: nn.Module, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """The run's one build (:mod:`reportgen.twins.template`) as a model of fake tensors on ``device``
+    with floating parameters and buffers in ``dtype``: the shape of the measured model without running
+    its factory again. Call inside ``mode``."""
+    memo: dict[int, object] = {}
+    for tensor in itertools.chain(template.parameters(), template.buffers()):
+        if type(tensor) not in (nn.Parameter, torch.Tensor) or id(tensor) in memo:
+            continue
+        fake = mode.from_tensor(tensor.detach()).to(device=device)
+        if fake.is_floating_point():
+            fake = fake.to(dtype)
+        memo[id(tensor)] = nn.Parameter(fake, tensor.requires_grad) if type(tensor) is nn.Parameter else fake
+    return copy.deepcopy(template, memo)
+
+
 def _same_device(actual: torch.device, wanted: torch.device) -> bool:
     """``cuda:0`` is the ``cuda`` asked for (seen on an H200: comparing them as unequal sent fake
     parameters through ``Module.to``, which cannot swap them)."""
@@ -326,11 +343,16 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
     dtype_name = over.get("dtype", cfg.dtype)
     dtype = DTYPES[dtype_name]
     generator = torch.Generator().manual_seed(cfg.seed)
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    same_model = not over.get("model")  # the measured model's shape: copy the run's one build
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         batch = batch_to(task.make_batch(generator, batch_size), setup.device, dtype)
         saved, peaks, peak_error = {}, {}, ""
         for recompute in (False, True):
-            model = fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
+            model = (
+                fake_copy(setup.template.module, mode, setup.device, dtype)
+                if same_model
+                else fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
+            )
             if recompute:
                 apply_recompute(model, cfg.recompute)
             else:  # the target shape may have another depth: find the wrapped paths on this model

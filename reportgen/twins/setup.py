@@ -1,13 +1,15 @@
-"""Everything the checks share: the task, seeded twins from one state_dict, the fixed batch.
+"""Everything the checks share: the task, seeded twins from one built model, the fixed batch.
 
 Every check asks for fresh twins, so one check's side effects (counters, running stats,
-RNG draws) never leak into the next one's measurements.
+RNG draws) never leak into the next one's measurements. The user's factory runs once per
+process (:mod:`reportgen.twins.template`); a twin is a copy of that one build.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,7 @@ from reportgen.structure import (
     other_leaves,
 )
 from reportgen.tasks import Batch, batch_to
+from reportgen.twins.template import Template, shared_references
 from reportgen.twins.recompute import (
     Wrapped,
     apply_recompute,
@@ -44,6 +47,7 @@ from reportgen.twins.recompute import (
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: ``precision.autocast`` values and their dtypes.
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+log = logging.getLogger("reportgen")
 
 
 @dataclass
@@ -55,7 +59,8 @@ class Setup:
         task: the instantiated task (see :class:`reportgen.tasks.Task`).
         device: where both twins run.
         dtype: precision of both twins.
-        state: the one initial ``state_dict`` both twins load.
+        template: the one build of the user's model every twin copies
+            (:class:`reportgen.twins.template.Template`).
         wrapped: modules the recompute twin wraps (path and class).
         batch: the fixed parity batch ``(inputs, targets)`` on ``device``.
         observed: modules seen recomputing in the recompute twin (None: not observed).
@@ -76,7 +81,7 @@ class Setup:
     task: Any
     device: torch.device
     dtype: torch.dtype
-    state: dict[str, Tensor]
+    template: Template
     wrapped: list[Wrapped]
     batch: Batch
     observed: list[str] | None = None
@@ -98,13 +103,13 @@ class Setup:
         return self.typed[1]
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
-        """A fresh twin with the shared initial weights; ``recompute`` turns recomputation on
+        """A fresh twin, a copy of the one build on the run's device (the factory never runs
+        again: :meth:`reportgen.twins.template.Template.twin`); ``recompute`` turns recomputation on
         (wraps the targets, or calls the model's own switch); every twin's forward is guarded
         (:func:`reportgen.twins.recompute.guard_returned_leaves`). Under ``precision.autocast`` every
         forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
         (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``."""
-        model = _instantiate_model(self.cfg, self.task, self.device, self.dtype)
-        model.load_state_dict(self.state)
+        model = self.template.twin(self.device)
         if recompute:
             apply_recompute(model, self.cfg.recompute)
         guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
@@ -163,7 +168,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _instantiate_model(cfg: DictConfig, task: Any, device: torch.device, dtype: torch.dtype) -> nn.Module:
+def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> Template:
+    """The one call of the user's factory in this process, seeded with ``cfg.seed``; the model
+    is converted to ``dtype`` where the factory left it (twins are copied to the run's device)."""
     factory = get_method(cfg.model._target_)
     params = inspect.signature(factory).parameters
     extra = {"task": task} if "task" in params else {}
@@ -171,7 +178,8 @@ def _instantiate_model(cfg: DictConfig, task: Any, device: torch.device, dtype: 
     model = instantiate(cfg.model, **extra)
     if not isinstance(model, nn.Module):
         raise SetupError(f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module")
-    return model.to(device=device, dtype=dtype)
+    rng_state = torch.get_rng_state()
+    return Template(model.to(dtype=dtype), int(cfg.seed), rng_state)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -234,7 +242,7 @@ def build_setup(cfg: DictConfig) -> Setup:
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     try:
         task = instantiate(cfg.task)
-        model = _instantiate_model(cfg, task, device, dtype)
+        template = _instantiate_model(cfg, task, dtype)
     except SetupError:
         raise
     except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
@@ -244,19 +252,25 @@ def build_setup(cfg: DictConfig) -> Setup:
             f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
             "and that your code is importable (PYTHONPATH)."
         ) from exc
+    model = template.module
     probe = copy.deepcopy(model)
     if is_model_switch(cfg.recompute):
         wrapped, reported = [], switch_on(probe, cfg.recompute)
     else:
         wrapped, reported = apply_recompute(probe, cfg.recompute), None
     mode, mode_note = effective_mode(cfg.recompute, reported)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if shared := shared_references(model):
+        log.warning(
+            "the model's factory registered hooks that hold a module of the model (%s): every twin is a copy "
+            "of one build, and these hooks still act on that build's modules",
+            "; ".join(shared[:4]),
+        )
     return Setup(
         cfg,
         task,
         device,
         dtype,
-        state,
+        template,
         wrapped,
         batch=(),
         mode=mode,

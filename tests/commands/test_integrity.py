@@ -278,6 +278,7 @@ def contract_setup():
 )
 def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batch, loss, expected, monkeypatch):
     from reportgen.twins.setup import Setup
+    from reportgen.twins.template import Template
 
     monkeypatch.syspath_prepend(str(TESTS))
     from user_models import integrity
@@ -285,7 +286,7 @@ def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batc
     setup = Setup(**{**contract_setup.__dict__})
     setup.cfg = compose_config("+model=ffn", "model._target_=user_models.integrity.build", "recompute.targets=[Block]")
     setup.task = FunctionTask(getattr(integrity, make_batch), getattr(integrity, loss))
-    setup.state = integrity.build().state_dict()
+    setup.template = Template(integrity.build(), 0, torch.get_rng_state())
     with pytest.raises(TaskContractError) as err:
         check_task_contract(setup)
     text = str(err.value)

@@ -1,0 +1,60 @@
+"""One build of the user's model per process; twins are exact copies (reportgen.twins.template)."""
+
+from __future__ import annotations
+
+import torch
+from conftest import run_pipeline
+
+from reportgen.twins.template import Template, copy_module, shared_references
+from user_models import counting
+
+
+def test_factory_runs_once_across_every_check_estimate_search_and_budget(tmp_path):
+    counting.CALLS["count"] = 0
+    code, frame = run_pipeline(
+        tmp_path,
+        "+model=ffn",
+        "model._target_=user_models.counting.build_counted",
+        "larger_batch.enabled=true",
+        "larger_batch.max_batch_size=64",
+        "budget.examples=64",
+        "run.max_estimated_minutes=60",
+    )
+    assert code == 0
+    checks = set(frame["check"])
+    assert {"gradient parity", "trajectory parity", "warm-step memory", "task metrics"} <= checks
+    assert any("larger" in c for c in checks)
+    assert counting.CALLS["count"] == 1
+
+
+def test_copy_keeps_ties_parametrizations_buffers_attributes_and_hooks():
+    torch.manual_seed(3)
+    template = counting.build_tricky()
+    twin = copy_module(template, torch.device("cpu"))
+    assert twin.head.weight is twin.embed.weight and twin.head.weight is not template.head.weight
+    assert torch.equal(twin.scale, template.scale) and twin.scale.data_ptr() != template.scale.data_ptr()
+    original = twin.mid.parametrizations.weight.original
+    assert original is not template.mid.parametrizations.weight.original
+    assert torch.equal(twin.mid.weight, template.mid.weight) and torch.equal(twin.mid.weight, twin.mid.weight.T)
+    twin(torch.tensor([[1, 2, 3]]))
+    assert (twin.calls, template.calls) == (1, 0)  # the bound-method hook acts on the copy
+    loss = twin(torch.tensor([[1, 2]])).sum()
+    loss.backward()
+    assert twin.embed.weight.grad is not None and template.embed.weight.grad is None
+    assert original.requires_grad and original.grad is not None
+
+
+def test_a_closure_hook_over_a_module_is_named():
+    assert shared_references(counting.build_tricky()) == []
+    named = shared_references(counting.build_tricky(closure_hook=True))
+    assert len(named) == 1 and named[0].startswith("mid._forward_hooks: build_tricky.<locals>.<lambda>")
+
+
+def test_a_twin_leaves_torch_generators_where_a_fresh_build_would():
+    torch.manual_seed(7)
+    model = counting.build_tricky()
+    template = Template(model, 7, torch.get_rng_state())
+    fresh = torch.rand(4)
+    torch.manual_seed(123)
+    template.twin(torch.device("cpu"))
+    assert torch.equal(torch.rand(4), fresh)
