@@ -180,11 +180,12 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     """FAIL when a trainable parameter has a gradient in the plain run and None under recompute:
     that saving comes from activations that are never needed because gradients were lost."""
     start = time.perf_counter()
-    plain_model, recompute_model = setup.twins()
-    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed)  # noqa: E731
+    run = lambda r: forward_backward(  # noqa: E731 - the twin is discarded: no second copy of its gradients
+        setup.build(r), setup.batch, setup.task.loss, setup.config.forward_seed, clone_grads=False
+    )
     with warnings.catch_warnings():  # torch's warnings are reported by gradient parity, not repeated here
         warnings.simplefilter("ignore")
-        plain, rec = run(plain_model), run(recompute_model)
+        plain, rec = run(False), run(True)  # one twin resident at a time
     lost = sorted(n for n, g in plain.grads.items() if g is not None and rec.grads.get(n) is None)
     if lost:
         names = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")

@@ -31,7 +31,7 @@ from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backw
 
 def _runs(setup: Setup, input_grad: bool):
     """Run plain, A/A and recompute twins; return ``(plain, aa, recompute, error_rows, warnings)``."""
-    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad)  # noqa: E731
+    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad, False)  # noqa: E731
     plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(setup.build(False)))
     if rows:
         return None, None, None, rows, []

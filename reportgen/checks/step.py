@@ -16,7 +16,15 @@ from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.structure import has_floating
 from reportgen.twins.setup import Setup, forward_backward
-from reportgen.twins.snapshot import Snapshot, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.twins.snapshot import (
+    Snapshot,
+    aa_columns,
+    outside_tolerance,
+    snapshot_rows,
+    take,
+    with_aa,
+    with_envelope,
+)
 
 
 def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
@@ -26,11 +34,13 @@ def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: Gr
     parity: ParityConfig = setup.config.parity
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = instantiate(parity.optimizer, params=params)
-    out = forward_backward(model, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad)
+    out = forward_backward(
+        model, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad, clone_grads=nudge is not None
+    )  # the twin is discarded after the step: its own gradients are the snapshot's unless a nudge changes them
     if nudge is not None:
         nudge(params)
     optimizer.step()
-    return take(model, optimizer, out.rng, out.loss, out.grads)
+    return take(model, optimizer, out.rng, out.loss, out.grads, clone=False)  # the twin is discarded
 
 
 def step_and_state_parity(setup: Setup) -> list[Row]:
@@ -48,7 +58,10 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
 
 
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
-    snaps = {}
+    """Plain, A/A and recompute twins one after another; the A/A twin is compared and dropped before
+    the recompute twin is built, so at most two training states are resident."""
+    snaps: dict[str, Snapshot] = {}
+    aa: dict[str, dict] = {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         snaps[name], rows = run_twin(
             STEP_PARITY,
@@ -57,8 +70,13 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
         )
         if rows:
             return rows
-    out = snapshot_rows(
-        snaps["plain"], snaps["recompute"], snaps["aa"], *setup.tolerance(), setup.config.state.ignore_attributes
+        if name == "aa":
+            aa = aa_columns(snaps["plain"], snaps.pop("aa"), *setup.tolerance())
+    out = with_aa(
+        snapshot_rows(
+            snaps["plain"], snaps["recompute"], None, *setup.tolerance(), setup.config.state.ignore_attributes
+        ),
+        aa,
     )
     out = _rounding(setup, input_grad, snaps, out)
     return out + [aa_row(check, [r for r in out if r.check == check]) for check in (STEP_PARITY, STATE_PARITY)]

@@ -17,6 +17,7 @@ own gradient envelope, each floating-state item is judged against the rounding e
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from hydra.utils import instantiate
@@ -40,12 +41,25 @@ from reportgen.structure import call_model
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
 from reportgen.twins.setup import Setup
-from reportgen.twins.snapshot import Snapshot, grads_of, outside_tolerance, snapshot_rows, take, with_envelope
+from reportgen.twins.snapshot import (
+    Snapshot,
+    aa_columns,
+    grads_of,
+    outside_tolerance,
+    snapshot_rows,
+    take,
+    with_aa,
+    with_envelope,
+)
 
 
-def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None) -> list[Snapshot]:
-    """Train a fresh twin for ``parity.steps`` steps on the training stream; a snapshot after each
-    (with the gradients backward left, before any nudge).
+def trajectory(
+    setup: Setup, recompute: bool, nudge: GradientNudge | None = None, keep_grads: bool = False
+) -> Iterator[Snapshot]:
+    """Train a fresh twin for ``parity.steps`` steps on the training stream, yielding a view of its
+    state after each step (:func:`reportgen.twins.snapshot.take` with ``clone=False``: valid until
+    the next step). ``keep_grads``: the view carries clones of the gradients backward left (before
+    any nudge), for the rounding envelope's gate; otherwise the gradients are freed after the step.
 
     Batches: ``task.make_batch`` with a generator seeded by ``cfg.seed``, ``parity.batch_size``
     examples each; before step ``k``'s forward every generator is seeded with
@@ -58,7 +72,6 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = instantiate(parity.optimizer, params=params)
     generator = torch.Generator().manual_seed(seed)
-    snaps = []
     name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
     with progress(f"trajectory {name}", total=parity.steps, unit="step") as bar:
         for k in range(parity.steps):
@@ -68,13 +81,53 @@ def trajectory(setup: Setup, recompute: bool, nudge: GradientNudge | None = None
                 loss = setup.task.loss(call_model(model, x), y)
                 loss.backward()
                 rng = fingerprint()
-            grads = grads_of(model) if parity.rounding_envelope else {}  # kept only for the envelope's gate
+            grads = grads_of(model) if keep_grads else {}  # kept only for the envelope's gate
             if nudge is not None:
                 nudge(params)
             optimizer.step()
-            snaps.append(take(model, optimizer, rng, loss, grads))
+            if not keep_grads:
+                optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
             bar.update(1)
-    return snaps
+            yield take(model, optimizer, rng, loss, grads, clone=False)
+
+
+#: ``{twin: its trajectory}`` of one lockstep run (:func:`lockstep`).
+Twins = dict[str, Iterator[Snapshot]]
+
+
+def lockstep(twins: Twins) -> Iterator[dict[str, Snapshot]]:
+    """Step every trajectory of ``twins`` once per iteration and yield ``{twin: view}`` (each view valid
+    until the next iteration): the twins are compared where they are, step by step, with no stored copy
+    of any twin's state. A twin that raises ends the run with :class:`TwinRaised`."""
+    iterators = dict(twins)
+    while True:
+        views = {}
+        for name, steps in iterators.items():
+            try:
+                views[name] = next(steps)
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001 - the caller turns it into the twin's ERROR row
+                raise TwinRaised(name, exc) from exc
+        yield views
+
+
+class TwinRaised(Exception):
+    """A twin's trajectory raised in :func:`lockstep`; ``twin`` names it, ``error`` is what it raised."""
+
+    def __init__(self, twin: str, error: Exception):
+        super().__init__(f"{twin}: {error}")
+        self.twin, self.error = twin, error
+
+
+def _twin_error(exc: TwinRaised) -> list[Row]:
+    """The ERROR row of the twin that raised, as :func:`reportgen.results.rows.run_twin` makes it."""
+    where = {"aa": "plain", "rounding": "rounding twin"}.get(exc.twin, exc.twin)
+
+    def reraise():
+        raise exc.error
+
+    return run_twin(TRAJECTORY, where, reraise)[1]
 
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
@@ -151,27 +204,31 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         ``first_diverging_step`` row (INFO: the first step at which recompute leaves tolerance,
         0 when none, naming the items).
     """
-    snaps = {}
-    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        snaps[name], errors = run_twin(
-            TRAJECTORY, "plain" if name == "aa" else name, lambda r=recompute: trajectory(setup, r)
-        )
-        if errors:
-            return errors
     rtol, atol = setup.tolerance()
-    per_step = [
-        [x for x in snapshot_rows(p, r, a, rtol, atol, setup.config.state.ignore_attributes) if x.role != Role.IGNORED]
-        for p, a, r in zip(snaps["plain"], snaps["aa"], snaps["recompute"])
-    ]
-    out: list[Row] = _with_rounding_twin(setup, snaps, per_step)
-    finite = _plain_finite(snaps["plain"])
+    ignore = setup.config.state.ignore_attributes
+    try:  # two twins resident at a time: plain beside its A/A twin, then beside the recompute twin
+        aa = [
+            aa_columns(v["plain"], v["aa"], rtol, atol)
+            for v in lockstep({"plain": trajectory(setup, False), "aa": trajectory(setup, False)})
+        ]
+        per_step, losses, finite = [], [], None
+        for k, v in enumerate(lockstep({"plain": trajectory(setup, False), "recompute": trajectory(setup, True)})):
+            rows = snapshot_rows(v["plain"], v["recompute"], None, rtol, atol, ignore)
+            per_step.append([x for x in with_aa(rows, aa[k]) if x.role != Role.IGNORED])
+            losses.append(v["plain"].loss)
+            if k + 1 == setup.config.parity.steps:
+                finite = _plain_finite(losses, v["plain"].params)
+    except TwinRaised as exc:
+        return _twin_error(exc)
+    out: list[Row] = _with_rounding_twin(setup, per_step)
+    finite = finite if finite is not None else _plain_finite(losses, {})
     out.append(finite)
     first, first_items = 0, []
     for k, rows in enumerate(per_step, start=1):
         out += step_rows(k, rows)
         if not first and not out[-2].status == "PASS":
             first, first_items = k, [x.item for x in rows if not effective_excess(x) <= 0]
-    steps = len(snaps["plain"])
+    steps = len(per_step)
     rounded = sum(
         1 for row in out if row.variant == "recompute" and row.extra.get("items_outside") and row.status == "PASS"
     )
@@ -209,38 +266,42 @@ def trajectory_parity(setup: Setup) -> list[Row]:
     return out
 
 
-def _plain_finite(plain: list[Snapshot]) -> Row:
-    """The plain trajectory's loss at every step and its weights after the last: a NaN/Inf there (too
-    high a learning rate, an overflowing init or dtype) makes every later comparison unequal without
-    any recomputation, so the row (``Role.NONFINITE``, INCONCLUSIVE when missed) names the first one."""
-    named = {f"loss at step {k}": snap.loss for k, snap in enumerate(plain, start=1)}
-    if plain:
-        named |= {f"{name} after step {len(plain)}": t for name, t in plain[-1].params.items()}
+def _plain_finite(losses: list[torch.Tensor], params: dict[str, torch.Tensor]) -> Row:
+    """The plain trajectory's loss at every step and its weights after the last (``params``): a NaN/Inf
+    there (too high a learning rate, an overflowing init or dtype) makes every later comparison unequal
+    without any recomputation, so the row (``Role.NONFINITE``, INCONCLUSIVE when missed) names the first one."""
+    named = {f"loss at step {k}": loss for k, loss in enumerate(losses, start=1)}
+    named |= {f"{name} after step {len(losses)}": t for name, t in params.items()}
     return nonfinite_row(TRAJECTORY, named)
 
 
-def _with_rounding_twin(setup: Setup, snaps: dict[str, list[Snapshot]], per_step: list[list[Row]]) -> list[Row]:
+def _with_rounding_twin(setup: Setup, per_step: list[list[Row]]) -> list[Row]:
     """Run the rounding twin's trajectory when some step has a floating-state item outside
     tolerance (and ``parity.rounding_envelope`` is on); judge each step's rows against its
     envelope while the recompute gradients stay at rounding level (every earlier step included).
+    The plain and recompute trajectories run again beside it (three twins resident: only here).
 
     Returns:
-        ERROR rows when the rounding twin raised (the steps keep their tolerance verdicts), else [].
+        ERROR rows when a twin raised (the steps keep their tolerance verdicts), else [].
     """
     parity: ParityConfig = setup.config.parity
     if not parity.rounding_envelope or not any(outside_tolerance(rows) for rows in per_step):
         return []
     rtol, atol = setup.tolerance()
     factor = parity.rounding_factor
-    rounding, errors = run_twin(
-        TRAJECTORY, "rounding twin", lambda: trajectory(setup, False, GradientNudge(rtol, atol, setup.config.seed))
-    )
-    if errors:
-        return errors
-    for k, (p, r, q, rows) in enumerate(zip(snaps["plain"], snaps["recompute"], rounding, per_step)):
-        if not grads_at_rounding_level(p.grads, r.grads, q.grads if k else None, rtol, atol, factor):
-            break  # the envelope models gradient noise; from here the gradients themselves differ
-        with_envelope(rows, p, q, factor)
+    twins = {
+        "plain": trajectory(setup, False, keep_grads=True),
+        "recompute": trajectory(setup, True, keep_grads=True),
+        "rounding": trajectory(setup, False, GradientNudge(rtol, atol, setup.config.seed), keep_grads=True),
+    }
+    try:
+        for k, (v, rows) in enumerate(zip(lockstep(twins), per_step)):
+            p, r, q = v["plain"], v["recompute"], v["rounding"]
+            if not grads_at_rounding_level(p.grads, r.grads, q.grads if k else None, rtol, atol, factor):
+                break  # the envelope models gradient noise; from here the gradients themselves differ
+            with_envelope(rows, p, q, factor)
+    except TwinRaised as exc:
+        return _twin_error(exc)
     return []
 
 

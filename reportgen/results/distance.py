@@ -80,18 +80,37 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
             # The common case, a few passes instead of a dozen: no difference anywhere, and the
             # excess is the margin the smallest |b| leaves, -(atol + rtol * min |b|).
             return Distance(0.0, 0.0, True, -(atol + rtol * float(low)))
-    a64, b64 = a.double().cpu(), b.double().cpu()
-    finite_a, finite_b = torch.isfinite(a64), torch.isfinite(b64)
-    bad_a, bad_b = int((~finite_a).sum()), int((~finite_b).sum())
-    diff = (a64 - b64).abs().masked_fill(~(finite_a & finite_b), float("inf"))
-    nonzero = b64 != 0
-    rel = (
-        (diff[nonzero] / b64[nonzero].abs()).max().item()
-        if nonzero.any()
-        else (0.0 if diff.max() == 0 else float("inf"))
-    )
-    allowed = atol + rtol * b64.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
-    excess = (diff - allowed).max().item()
-    used = torch.where(diff == 0, 0.0, diff / allowed).max().item()  # x/0 = inf where nothing is allowed
-    bitwise = bool((a64 == b64).all()) and not (bad_a or bad_b)
-    return Distance(diff.max().item(), rel, bitwise, excess, bad_a, bad_b, used)
+    return _chunked(a.reshape(-1), b.reshape(-1), rtol, atol)
+
+
+#: Elements per float64 chunk of :func:`measure` (32 MiB per temporary).
+CHUNK = 1 << 22
+
+
+def _chunked(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
+    """:func:`measure`'s float64 arithmetic on flat ``a`` and ``b``, :data:`CHUNK` elements at a time on
+    their own device (never a float64 copy of the whole tensor, never a host copy), with one host
+    synchronisation for all the figures."""
+    inf = torch.tensor(float("inf"), dtype=torch.float64, device=b.device)
+    zero = torch.zeros((), dtype=torch.float64, device=b.device)
+    diff_max, rel_max, excess, used = -inf, -inf, -inf, zero.clone()
+    bad_a, bad_b, any_nonzero, unequal = zero.clone(), zero.clone(), zero.clone(), zero.clone()
+    for start in range(0, b.numel(), CHUNK):
+        a64, b64 = a[start : start + CHUNK].double(), b[start : start + CHUNK].double()
+        finite_a, finite_b = torch.isfinite(a64), torch.isfinite(b64)
+        bad_a += (~finite_a).sum()
+        bad_b += (~finite_b).sum()
+        diff = (a64 - b64).abs().masked_fill(~(finite_a & finite_b), float("inf"))
+        nonzero = b64 != 0
+        any_nonzero = torch.maximum(any_nonzero, nonzero.any().double())
+        rel_max = torch.maximum(rel_max, torch.where(nonzero, diff / b64.abs(), -inf).max())
+        diff_max = torch.maximum(diff_max, diff.max())
+        allowed = atol + rtol * b64.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+        excess = torch.maximum(excess, (diff - allowed).max())
+        used = torch.maximum(used, torch.where(diff == 0, 0.0, diff / allowed).max())  # x/0 = inf: nothing allowed
+        unequal += (a64 != b64).sum()
+    figures = torch.stack([diff_max, rel_max, excess, used, bad_a, bad_b, any_nonzero, unequal]).tolist()
+    diff_max, rel_max, excess, used, bad_a, bad_b, any_nonzero, unequal = figures
+    rel = rel_max if any_nonzero else (0.0 if diff_max == 0 else float("inf"))
+    bitwise = not unequal and not (bad_a or bad_b)
+    return Distance(diff_max, rel, bitwise, excess, int(bad_a), int(bad_b), used)

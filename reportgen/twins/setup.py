@@ -32,7 +32,6 @@ from reportgen.structure import (
     other_leaves,
 )
 from reportgen.tasks import Batch, batch_to
-from reportgen.twins.template import Template, shared_references
 from reportgen.twins.recompute import (
     Wrapped,
     apply_recompute,
@@ -43,6 +42,7 @@ from reportgen.twins.recompute import (
     plain_name,
     switch_on,
 )
+from reportgen.twins.template import Template, shared_references
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: ``precision.autocast`` values and their dtypes.
@@ -360,7 +360,12 @@ def retained_grads(model: nn.Module) -> dict[str, Tensor | None]:
 
 
 def forward_backward(
-    model: nn.Module, batch: Batch, loss_fn, forward_seed: int | None, input_grad: bool = False
+    model: nn.Module,
+    batch: Batch,
+    loss_fn,
+    forward_seed: int | None,
+    input_grad: bool = False,
+    clone_grads: bool = True,
 ) -> StepOutput:
     """One forward and backward on a clone of ``batch`` (the shared parity function).
 
@@ -373,6 +378,9 @@ def forward_backward(
         input_grad: make a floating input require grad and return its gradient. Off for the
             training-like runs: a leaf that requires grad changes what the reentrant
             implementation does, so it is measured in a separate run.
+        clone_grads: copy the gradients (off: ``grads`` holds the model's own ``.grad`` tensors,
+            detached, no second copy; for a caller that discards the twin or leaves its
+            gradients alone).
 
     Raises:
         Exception: whatever the forward or backward raises; when the output's tensor leaves
@@ -391,8 +399,9 @@ def forward_backward(
                 exc.add_note(changes_said(changed, cache_paths(output, "output"), use_cache_of(model)))
             raise
         rng = fingerprint()
+    keep = (lambda g: g.detach().clone()) if clone_grads else (lambda g: g.detach())  # noqa: E731
     grads = {
-        plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+        plain_name(n): (keep(p.grad) if p.grad is not None else None)
         for n, p in model.named_parameters()
         if p.requires_grad
     }

@@ -70,19 +70,24 @@ def take(
     rng: dict[str, torch.Tensor],
     loss: torch.Tensor | None = None,
     grads: dict[str, torch.Tensor | None] | None = None,
+    clone: bool = True,
 ) -> Snapshot:
-    """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (tensors cloned;
-    ``grads``, taken by the caller before the step, kept as given)."""
+    """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (``grads``, taken by the
+    caller before the step, kept as given).
+
+    ``clone=False`` takes a view: the snapshot holds the twin's own tensors, no second copy of its
+    training state. Use it when the twin is discarded (or compared) before it changes again."""
+    keep = (lambda t: t.detach().clone()) if clone else (lambda t: t.detach())  # noqa: E731
     names = {p: plain_name(n) for n, p in model.named_parameters()}
     opt_state = {
-        f"{names[p]}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).detach().clone()
+        f"{names[p]}.{k}": keep(v if torch.is_tensor(v) else torch.tensor(v))
         for p, state in optimizer.state.items()
         for k, v in state.items()
     }
     return Snapshot(
-        {names[p]: p.detach().clone() for p in names},
+        {names[p]: keep(p) for p in names},
         opt_state,
-        {plain_name(n): b.detach().clone() for n, b in model.named_buffers()},
+        {plain_name(n): keep(b) for n, b in model.named_buffers()},
         module_attributes(model),
         {k: v.clone() for k, v in rng.items()},
         None if loss is None else loss.detach().clone(),
@@ -150,6 +155,40 @@ def _tensor_rows(
         )
         for k in sorted(set(plain) | set(recompute))
     ]
+
+
+#: The A/A columns a compared row carries (:func:`reportgen.results.compared.tensor_row`'s ``aa``).
+AA_COLUMNS = ("aa_max_abs_err", "aa_excess", "aa_tolerance_used")
+
+
+def aa_columns(plain: Snapshot, aa: Snapshot, rtol: float | None, atol: float | None) -> dict[str, dict[str, Any]]:
+    """``{item: A/A columns}``: how far a second plain twin's snapshot is from the plain one, item by
+    item, exactly as :func:`snapshot_rows` would fill them with ``aa`` given (same tolerances, a
+    missing item is infinitely far). Lets the A/A twin be compared and discarded before the
+    recompute twin is built, so two training states are resident at most."""
+    columns = {}
+    for row in snapshot_rows(plain, aa, None, rtol, atol):
+        if row.metric == "max_abs_err":
+            used = row.extra.get("tolerance_used", 0.0 if row.extra["excess"] <= 0 else float("inf"))
+            columns[row.item] = {
+                "aa_max_abs_err": row.value,
+                "aa_excess": row.extra["excess"],
+                "aa_tolerance_used": used,
+            }
+        else:
+            columns[row.item] = {"aa_excess": row.extra["excess"]}
+    return columns
+
+
+def with_aa(rows: list[Row], columns: dict[str, dict[str, Any]]) -> list[Row]:
+    """``rows`` of :func:`snapshot_rows` (no A/A twin) with the A/A columns of :func:`aa_columns`; an item
+    neither twin of the A/A pair had is "None in both" (distance 0). Ignored attributes get none."""
+    for row in rows:
+        if row.role == Role.IGNORED:
+            continue
+        absent = dict.fromkeys(AA_COLUMNS if row.metric == "max_abs_err" else ("aa_excess",), 0.0)
+        row.extra.update(columns.get(row.item, absent))
+    return rows
 
 
 def snapshot_rows(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 from conftest import run_pipeline
+from user_models import counting
 
 from reportgen.twins.template import Template, copy_module, shared_references
-from user_models import counting
 
 
 def test_factory_runs_once_across_every_check_estimate_search_and_budget(tmp_path):
