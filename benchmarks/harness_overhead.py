@@ -14,6 +14,12 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/harness_overhead.py                 # +model=gpt
     .venv/bin/python benchmarks/harness_overhead.py +model=mlp report.pdf=false
+    .venv/bin/python benchmarks/harness_overhead.py +model=hf_causal_lm \
+        model.config=conf/examples/hf_causal_lm_113m task.block_size=32 parity.batch_size=2 report.sign=false
+
+Also printed: ``peak_rss_gib`` (this process's peak resident set, ``getrusage``), ``twin_state_gib``
+(one twin's training state: weights, gradients and two AdamW moments, 4 × the parameter bytes) and
+``factory_calls`` (how often the model's factory ran: 1, reportgen.twins.template).
 
 The hooks themselves add a little to the model-work figure, so the ratio is a lower bound. On a
 shared machine wall time depends on what else runs; ``cpu_over_model_work_cpu`` is the same ratio
@@ -28,6 +34,7 @@ import dataclasses
 import functools
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -179,17 +186,36 @@ class Phases:
         return {name: [round(v, 2) for v in spent] for name, spent in self.seconds.items()}
 
 
+def count_factory_calls() -> dict:
+    """Count the calls of the pipeline's one model build (``reportgen.twins.setup._instantiate_model``)."""
+    from reportgen.twins import setup as twins_setup
+
+    calls: dict = {"n": 0, "param_bytes": 0}
+    original = twins_setup._instantiate_model
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        template = original(*args, **kwargs)
+        calls["param_bytes"] = sum(p.numel() * p.element_size() for p in template.module.parameters())
+        return template
+
+    twins_setup._instantiate_model = counted
+    return calls
+
+
 def _children_cpu() -> float:
     """CPU seconds of this process's ended child processes (user + system)."""
     times = os.times()
     return times.children_user + times.children_system
 
 
-def main(overrides: list[str]) -> dict:
-    """Run one report with ``overrides``; return the timings (also printed as JSON)."""
+def main(overrides: list[str], json_path: str | None = None, config_dir: str | None = None) -> dict:
+    """Run one report with ``overrides`` (``config_dir``: an extra config folder, as ``--config-dir``
+    adds one, e.g. a plan's output); return the timings (printed as JSON, and written to ``json_path``)."""
     register_configs()
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
-        cfg = compose("config", overrides=overrides or ["+model=gpt", "report.sign=false"])
+        cfg = compose("config", overrides=[*extra, *(overrides or ["+model=gpt", "report.sign=false"])])
     work = ModelWork()
     handles = [
         register_module_forward_pre_hook(work.pre_forward),
@@ -201,6 +227,7 @@ def main(overrides: list[str]) -> dict:
     torch.autograd.backward = work.wrap_backward(original)
     phases = Phases(work)
     phases.install()
+    calls = count_factory_calls()
     out_dir = Path(tempfile.mkdtemp(prefix="reportgen-bench-"))
     try:
         start, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
@@ -215,7 +242,11 @@ def main(overrides: list[str]) -> dict:
     per_check = frame.groupby("check", sort=False).seconds.sum().round(2).to_dict()
     overhead = frame[(frame.check == TIME) & (frame.metric == "overhead_ratio")]
     model_s = sum(work.seconds.values())
+    params = calls["param_bytes"]
     result = {
+        "factory_calls": calls["n"],
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "twin_state_gib": round(4 * params / 2**30, 2),
         "overrides": overrides,
         "exit_code": code,
         "wall_s": round(wall, 2),
@@ -238,10 +269,26 @@ def main(overrides: list[str]) -> dict:
         else [round(float(overhead.ci_low.iloc[0]), 4), round(float(overhead.ci_high.iloc[0]), 4)],
         "ci_half_width_pp": None if overhead.empty else round(float(overhead.ci_half_width_pp.iloc[0]), 2),
         "out_dir": str(out_dir),
+        # the whole run's CUDA peaks (every twin, every check), GiB: [max_memory_allocated, max_memory_reserved]
+        "cuda_run_peak_gib": run_peak_gib(),
     }
     print(json.dumps(result, indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=1))
     return result
 
 
+def run_peak_gib() -> list[float] | None:
+    """The process's CUDA peaks across the run, GiB, or None without CUDA
+    (reportgen.memory.peak.run_device_peak: kept across the checks' own peak resets)."""
+    from reportgen.memory.peak import run_device_peak
+
+    peak = run_device_peak()
+    return None if peak is None else [round(peak[0] / 2**30, 2), round(peak[1] / 2**30, 2)]
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args, flags = sys.argv[1:], {}
+    while args and args[0] in ("--json", "--config-dir"):
+        flags[args[0]], args = args[1], args[2:]
+    main(args, flags.get("--json"), flags.get("--config-dir"))

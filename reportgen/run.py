@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from reportgen.checks import REGISTRY, Check, required_names, run_order
 from reportgen.checks.distributed import follow
+from reportgen.checks.memory import run_peak_row
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
@@ -139,6 +140,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
+    rows.append(run_peak_row(setup))  # the whole run's peak, beside one twin's step peak
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim

@@ -50,9 +50,11 @@ from reportgen.checks.memory_estimate import (  # noqa: F401
 from reportgen.checks.memory_rows import peak_rows, saved_rows
 from reportgen.checks.plots import memory_plots
 from reportgen.config import MEMORY, MemoryConfig
+from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.estimate import dropout_mask_bytes  # noqa: F401 - re-exported (benchmarks/estimate_7b.py)
 from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
+from reportgen.memory.step_peak import format_bytes
 from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
 from reportgen.results.rows import exception_message
 from reportgen.twins.setup import Setup, forward_backward
@@ -75,11 +77,15 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         rows += saved_rows(setup, *measured)
     section: MemoryConfig = setup.config.memory
     on_miss = section.peak_on_miss
+    cuda_rows: list[Row] = []  # each twin's allocator peaks, measured once, alone on the device
+    cuda = _guarded(cuda_rows, "CUDA allocator peaks", ERROR, lambda: cuda_peaks(setup))
     peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
     if peaks is not None:
+        for variant, peak in peaks[0].items():  # the step-peak row states the same allocator figures
+            peak.cuda = {k: v for k, v in (cuda or {}).get(variant, {}).items() if k != "seconds"} or None
         rows += peak_rows(setup, *peaks, measured[0] if measured else None)
     _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
-    _guarded(rows, "CUDA allocator peaks", ERROR, lambda: rows.extend(cuda_peak_rows(setup)))
+    rows += cuda_rows if cuda is None else cuda_peak_rows(setup, cuda)
     _guarded(
         rows,
         "estimate at measured shape",
@@ -213,9 +219,25 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     ]
 
 
-def cuda_peak_rows(setup: Setup) -> list[Row]:
-    """``peak_allocated_bytes`` and ``peak_reserved_bytes`` per variant on CUDA; elsewhere one
-    INFO row that says they were not measured (value NaN, never 0)."""
+def cuda_peaks(setup: Setup) -> dict[str, dict[str, float]]:
+    """``{variant: allocator peaks}`` of one warm step of each twin on CUDA
+    (:func:`reportgen.memory.saved.cuda_step_peaks`: only that twin, its optimizer state and the batch
+    are resident; the one build the twins copy stays on the host), with ``seconds`` each; {} elsewhere.
+    The one measurement every row that states a twin's CUDA peak reads."""
+    if setup.device.type != "cuda":
+        return {}
+    out = {}
+    for variant, recompute in VARIANTS:
+        start = time.perf_counter()
+        with _twin(variant):
+            peaks = cuda_step_peaks(setup, recompute, setup.config.memory.warm_steps)
+        out[variant] = {**peaks, "seconds": time.perf_counter() - start}
+    return out
+
+
+def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]:
+    """``peak_allocated_bytes`` and ``peak_reserved_bytes`` per variant from :func:`cuda_peaks` on CUDA;
+    elsewhere one INFO row that says they were not measured (value NaN, never 0)."""
     if setup.device.type != "cuda":
         return [
             Row(
@@ -233,16 +255,15 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
     section: MemoryConfig = setup.config.memory
     warm = section.warm_steps
     rows = []
-    for variant, recompute in VARIANTS:
-        start = time.perf_counter()
-        peaks = cuda_step_peaks(setup, recompute, warm)
+    for variant, _ in VARIANTS:
+        peaks = cuda[variant]
         gap = peaks["peak_reserved_bytes"] - peaks["peak_allocated_bytes"]
         extra = {
             "baseline_allocated_bytes": peaks["baseline_allocated_bytes"],
             "reserved_gap_bytes": gap,
             "warm_steps": warm,
         }
-        seconds = time.perf_counter() - start
+        seconds = peaks["seconds"]
         rows.append(
             Row(
                 check=MEMORY,
@@ -274,6 +295,38 @@ def cuda_peak_rows(setup: Setup) -> list[Row]:
             )
         )
     return rows
+
+
+def run_peak_row(setup: Setup) -> Row:
+    """The whole run's own peak (every twin of every check), an INFO row of this check made after the
+    last check: on CUDA ``max_memory_allocated`` / ``max_memory_reserved`` over the run
+    (:func:`reportgen.memory.device_peak.run_device_peak`), elsewhere the peak resident set. Beside it,
+    the bytes of the one build every twin copies, so a reader sees what the harness holds beyond one twin."""
+    build = setup.template.nbytes
+    cuda = run_device_peak(setup.device) if setup.device.type == "cuda" else None
+    if cuda is not None:
+        metric, value = "run_peak_allocated_bytes", cuda[0]
+        said = f"max_memory_allocated {format_bytes(cuda[0])}, max_memory_reserved {format_bytes(cuda[1])} on {setup.device}"
+        extra = {"run_peak_reserved_bytes": cuda[1]}
+    else:
+        metric, value = "run_peak_rss_bytes", run_host_peak()
+        said = (
+            f"peak resident set of the process {format_bytes(value)} (host memory: this run is on {setup.device.type})"
+        )
+        extra = {}
+    return Row(
+        check=MEMORY,
+        item="run peak",
+        variant="plain",
+        metric=metric,
+        value=float(value),
+        status=INFO,
+        role=Role.NOTE,
+        unit="B",
+        detail=f"the whole run's own peak, every twin of every check: {said}; the one build every twin is "
+        f"copied from holds {format_bytes(build)} (on the host); one twin's step peak is measured alone, above",
+        extra={**extra, "build_bytes": build},
+    )
 
 
 CHECK = Check(

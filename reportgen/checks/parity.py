@@ -27,15 +27,16 @@ from reportgen.results.rows import (
 )
 from reportgen.structure import describe, has_floating
 from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backward
+from reportgen.twins.template import on_host
 
 
 def _runs(setup: Setup, input_grad: bool):
     """Run plain, A/A and recompute twins; return ``(plain, aa, recompute, error_rows, warnings)``."""
     run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad, False)  # noqa: E731
-    plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(setup.build(False)))
+    plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: on_host(run(setup.build(False))))  # kept: on the host
     if rows:
         return None, None, None, rows, []
-    aa, rows = run_twin(GRADIENT_PARITY, "plain", lambda: run(setup.build(False)))
+    aa, rows = run_twin(GRADIENT_PARITY, "plain", lambda: on_host(run(setup.build(False))))
     if rows:
         return None, None, None, rows, []
     with warnings.catch_warnings(record=True) as caught:

@@ -25,6 +25,7 @@ from reportgen.twins.snapshot import (
     with_aa,
     with_envelope,
 )
+from reportgen.twins.template import on_host
 
 
 def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
@@ -70,6 +71,8 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
         )
         if rows:
             return rows
+        if name == "plain":
+            snaps["plain"] = on_host(snaps["plain"])  # kept while two more twins run: never on the device
         if name == "aa":
             aa = aa_columns(snaps["plain"], snaps.pop("aa"), *setup.tolerance())
     out = with_aa(

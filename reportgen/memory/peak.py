@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_leaves
 
+from reportgen.memory.device_peak import reset_peaks
 from reportgen.memory.saved import make_train_step
 from reportgen.memory.step_peak import (  # re-exported: users import them from here
     CATEGORIES,
@@ -123,7 +124,7 @@ def warm_step_peak(
         gc.collect()
         torch.cuda.synchronize(device)
         allocated_before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
+        reset_peaks(device)
     with tracker:
         step()
     peak = tracker.step_peak(device, baseline)

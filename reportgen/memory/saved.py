@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
 
+from reportgen.memory.device_peak import reset_peaks
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
@@ -324,7 +325,7 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
         step()
     torch.cuda.synchronize(device)
     baseline = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    reset_peaks(device)
     step()
     torch.cuda.synchronize(device)
     peaks = {

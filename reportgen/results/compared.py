@@ -19,7 +19,7 @@ def _both_values(plain: Tensor, recompute: Tensor) -> dict[str, Any]:
     if plain.numel() == 1 and recompute.numel() == 1:
         return {"plain_value": float(plain.double()), "recompute_value": float(recompute.double())}
     if not plain.is_floating_point():  # e.g. a generator state: say how much of it differs
-        differ = int((plain != recompute).sum())
+        differ = int((plain.to(recompute.device) != recompute).sum())
         return {
             "plain_value": f"{plain.numel()} values",
             "recompute_value": f"{differ} of them differ",

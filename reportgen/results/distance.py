@@ -72,6 +72,10 @@ def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
         return Distance(0.0, 0.0, True, 0.0)
     a, b = a.detach(), b.detach()
     floating = b.is_floating_point() or b.is_complex()
+    if a.device != b.device:  # a copy kept on the host beside a live twin's tensor: compared chunk by chunk
+        if floating:
+            return _chunked(a.reshape(-1), b.reshape(-1), rtol, atol)
+        a = a.to(b.device)  # integers and bools (counters, generator states): small, and judged exactly
     if torch.equal(a, b):  # bitwise equal, so no NaN (NaN != NaN); finite unless an Inf sits in both
         if not floating:  # integers and bools: exact, no margin from rtol beyond atol
             return Distance(0.0, 0.0, True, -atol)
@@ -89,14 +93,16 @@ CHUNK = 1 << 22
 
 def _chunked(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     """:func:`measure`'s float64 arithmetic on flat ``a`` and ``b``, :data:`CHUNK` elements at a time on
-    their own device (never a float64 copy of the whole tensor, never a host copy), with one host
-    synchronisation for all the figures."""
-    inf = torch.tensor(float("inf"), dtype=torch.float64, device=b.device)
-    zero = torch.zeros((), dtype=torch.float64, device=b.device)
+    their device (the accelerator's when one of them is on the host: that one's chunks travel), never a
+    float64 copy of the whole tensor, with one host synchronisation for all the figures."""
+    device = a.device if a.device.type != "cpu" else b.device  # an accelerator when either is on one
+    inf = torch.tensor(float("inf"), dtype=torch.float64, device=device)
+    zero = torch.zeros((), dtype=torch.float64, device=device)
     diff_max, rel_max, excess, used = -inf, -inf, -inf, zero.clone()
     bad_a, bad_b, any_nonzero, unequal = zero.clone(), zero.clone(), zero.clone(), zero.clone()
     for start in range(0, b.numel(), CHUNK):
-        a64, b64 = a[start : start + CHUNK].double(), b[start : start + CHUNK].double()
+        a64 = a[start : start + CHUNK].to(device, torch.float64)
+        b64 = b[start : start + CHUNK].to(device, torch.float64)
         finite_a, finite_b = torch.isfinite(a64), torch.isfinite(b64)
         bad_a += (~finite_a).sum()
         bad_b += (~finite_b).sum()

@@ -25,13 +25,18 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import dataclasses
 import functools
 import gc
 import itertools
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_leaves, tree_map
+
+Kept = TypeVar("Kept", bound=Any)
 
 #: Hook dictionaries of ``nn.Module`` whose functions :func:`shared_references` inspects.
 HOOK_DICTS = (
@@ -43,6 +48,12 @@ HOOK_DICTS = (
     "_load_state_dict_pre_hooks",
     "_load_state_dict_post_hooks",
 )
+
+
+#: Template size from which :meth:`Template.twin` calls :func:`release_memory` first (bytes): below it a
+#: twin is small beside the interpreter, and a full ``gc.collect()`` (about 0.1 s in a process that
+#: imported torch, transformers and matplotlib) would cost more than it returns.
+RELEASE_ABOVE = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -60,13 +71,21 @@ class Template:
     seed: int
     rng_state: Tensor
 
+    @functools.cached_property
+    def nbytes(self) -> int:
+        """Bytes of the template's parameters and buffers (ties counted once)."""
+        return sum(
+            t.numel() * t.element_size() for t in itertools.chain(self.module.parameters(), self.module.buffers())
+        )
+
     def twin(self, device: torch.device) -> nn.Module:
         """A fresh copy of :attr:`module` with its parameters and buffers on ``device``.
 
         Leaves torch's generators as a fresh build would: every generator seeded with
         :attr:`seed`, the CPU generator then at :attr:`rng_state`.
         """
-        release_memory()  # the previous twin's memory, before this one takes as much again
+        if self.nbytes >= RELEASE_ABOVE:  # the previous twin's memory, before this one takes as much again
+            release_memory()
         model = copy_module(self.module, device)
         torch.manual_seed(self.seed)
         torch.set_rng_state(self.rng_state)
@@ -91,6 +110,20 @@ def _malloc_trim():
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+def on_host(kept: Kept) -> Kept:
+    """``kept`` (a dataclass of tensors and containers of tensors: a
+    :class:`reportgen.twins.setup.StepOutput`, a :class:`reportgen.twins.snapshot.Snapshot`) with
+    every tensor off the accelerator: what a check keeps of one twin while it builds the next must
+    not cost the device a second training state. The same object when nothing is on one."""
+    leaves = [t for f in dataclasses.fields(kept) for t in tree_leaves(getattr(kept, f.name))]
+    if all(not isinstance(t, Tensor) or t.device.type == "cpu" for t in leaves):
+        return kept
+    host = lambda t: t.to("cpu") if isinstance(t, Tensor) else t  # noqa: E731
+    return dataclasses.replace(
+        kept, **{f.name: tree_map(host, getattr(kept, f.name)) for f in dataclasses.fields(kept)}
+    )
 
 
 def copy_module(module: nn.Module, device: torch.device) -> nn.Module:

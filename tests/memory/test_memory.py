@@ -18,7 +18,7 @@ import torch
 from conftest import compose_config, measured
 from torch import nn
 
-from reportgen.checks.memory import cuda_peak_rows, lost_gradient_rows, measure_saved
+from reportgen.checks.memory import cuda_peak_rows, cuda_peaks, lost_gradient_rows, measure_saved, warm_step_memory
 from reportgen.checks.memory_estimate import saving_share
 from reportgen.checks.memory_rows import saved_rows
 from reportgen.config import MEMORY
@@ -141,7 +141,8 @@ def test_lost_gradients_make_the_saving_fail():
 
 def test_without_cuda_the_peaks_are_not_measured_never_zero():
     setup = granularity("device=cpu")
-    (row,) = cuda_peak_rows(setup)
+    assert cuda_peaks(setup) == {}
+    (row,) = cuda_peak_rows(setup, {})
     assert row.check == MEMORY and row.status == INFO and row.value != row.value  # NaN, not 0
     assert row.detail.startswith("not measured")
 
@@ -149,13 +150,16 @@ def test_without_cuda_the_peaks_are_not_measured_never_zero():
 @pytest.mark.gpu
 def test_cuda_peaks_reserved_at_least_allocated_and_recompute_lower():
     setup = prepare(compose_config("+model=gpt", "device=cuda", "parity.batch_size=32"))
-    rows = cuda_peak_rows(setup)
-    peak = {(r.variant, r.metric): r for r in rows}
+    rows = warm_step_memory(setup)
+    peak = {(r.variant, r.metric): r for r in rows if r.item == "CUDA step peak"}
     for variant in ("plain", "recompute"):
         allocated, reserved = peak[(variant, "peak_allocated_bytes")], peak[(variant, "peak_reserved_bytes")]
         assert reserved.value >= allocated.value > allocated.extra["baseline_allocated_bytes"] > 0
         assert allocated.extra["reserved_gap_bytes"] == reserved.value - allocated.value
     assert peak[("recompute", "peak_allocated_bytes")].value < peak[("plain", "peak_allocated_bytes")].value
+    for row in (r for r in rows if r.item == "step peak"):  # one measurement: every row states the same figures
+        assert row.extra["cuda_peak_allocated_bytes"] == peak[(row.variant, "peak_allocated_bytes")].value
+        assert row.extra["cuda_peak_reserved_bytes"] == peak[(row.variant, "peak_reserved_bytes")].value
 
 
 @pytest.mark.gpu
@@ -207,6 +211,6 @@ def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
 
 def test_memory_section_on_cpu_says_not_measured_and_shows_no_zero_peaks():
     setup = granularity("device=cpu")
-    rows = saved_rows(setup, *measure_saved(setup)) + cuda_peak_rows(setup)
+    rows = saved_rows(setup, *measure_saved(setup)) + cuda_peak_rows(setup, cuda_peaks(setup))
     html = _render_section(rows)
     assert "not measured: this run is on cpu" in html and "Peak allocated" not in html

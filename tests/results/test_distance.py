@@ -94,3 +94,20 @@ def test_a_trajectory_step_row_shows_the_share_of_tolerance_that_decided_it():
     assert near_zero.extra["max_rel_err"] > 400  # the figure the row used to print beside PASS
     assert math.isclose(failing.value, 3.0, rel_tol=1e-6) and failing.status == "FAIL"
     assert aa.value == 0.0 and aa.status == PASS
+
+
+def test_chunks_give_the_figures_of_one_pass_wherever_the_worst_element_lies(monkeypatch):
+    from reportgen.results import distance
+
+    torch.manual_seed(0)
+    b = torch.randn(1000)
+    a = b + 1e-6 * torch.randn(1000)
+    a[17], a[901] = float("nan"), b[901] + 0.5  # a NaN in the first chunk, the largest difference in the last
+    b[400:600] = 0.0  # a chunk of zeros: no relative error there
+    whole = measure(a, b, 1.3e-6, 1e-5)
+    monkeypatch.setattr(distance, "CHUNK", 128)
+    chunked = measure(a, b, 1.3e-6, 1e-5)
+    assert chunked == whole
+    assert (whole.max_abs_err, whole.nonfinite_a, whole.bitwise_equal) == (math.inf, 1, False)
+    a[17] = b[17]
+    assert measure(a, b, 1.3e-6, 1e-5).max_abs_err == float((a - b).abs().max())
