@@ -22,6 +22,7 @@ from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
 from reportgen.commands.rundir import forget_unstarted_run
+from reportgen.config import MEMORY
 from reportgen.distributed.launch import (
     device_problem,
     launch_commands,
@@ -140,7 +141,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
-    rows.append(run_peak_row(setup))  # the whole run's peak, beside one twin's step peak
+    if any(r.check == MEMORY and r.status != NOT_RUN for r in rows):  # the whole run's peak, beside one twin's
+        rows.append(run_peak_row(setup))
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim

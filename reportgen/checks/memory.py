@@ -57,7 +57,8 @@ from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_acti
 from reportgen.memory.step_peak import format_bytes
 from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
 from reportgen.results.rows import exception_message
-from reportgen.twins.setup import Setup, forward_backward
+from reportgen.twins.forward import forward_backward
+from reportgen.twins.setup import Setup
 
 VARIANTS = (("plain", False), ("recompute", True))
 

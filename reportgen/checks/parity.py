@@ -1,7 +1,7 @@
 """Fixed-input parity: loss, outputs, input gradient and every trainable parameter's gradient.
 
 Twins from one state_dict, cloned inputs, one shared function
-(:func:`reportgen.twins.setup.forward_backward`) — the pattern of torchtitan's
+(:func:`reportgen.twins.forward.forward_backward`) — the pattern of torchtitan's
 ``test_activation_checkpoint.py``. A second plain twin, built independently, runs the same
 batch (the A/A control): every row shows how far it is from the plain twin beside the
 recompute difference, and a plain twin that does not reproduce itself makes the claim
@@ -26,7 +26,8 @@ from reportgen.results.rows import (
     tensor_row,
 )
 from reportgen.structure import describe, has_floating
-from reportgen.twins.setup import Setup, StepOutput, changes_said, forward_backward
+from reportgen.twins.forward import StepOutput, changes_said, forward_backward
+from reportgen.twins.setup import Setup
 from reportgen.twins.template import on_host
 
 

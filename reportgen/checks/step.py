@@ -15,7 +15,8 @@ from reportgen.results import Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.structure import has_floating
-from reportgen.twins.setup import Setup, forward_backward
+from reportgen.twins.forward import forward_backward
+from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import (
     Snapshot,
     aa_columns,

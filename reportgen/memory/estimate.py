@@ -20,9 +20,7 @@ recomputation.
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
-import itertools
 import logging
 import statistics
 from dataclasses import dataclass, field
@@ -42,6 +40,7 @@ from reportgen.structure import describe, named_tensors
 from reportgen.tasks import batch_to
 from reportgen.twins.recompute import apply_recompute, find_targets
 from reportgen.twins.setup import DTYPES, Setup, autocast_forward
+from reportgen.twins.template import copy_module
 
 log = logging.getLogger("reportgen")
 
@@ -293,18 +292,9 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
 
 
 def fake_copy(template: nn.Module, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """The run's one build (:mod:`reportgen.twins.template`) as a model of fake tensors on ``device``
-    with floating parameters and buffers in ``dtype``: the shape of the measured model without running
-    its factory again. Call inside ``mode``."""
-    memo: dict[int, object] = {}
-    for tensor in itertools.chain(template.parameters(), template.buffers()):
-        if type(tensor) not in (nn.Parameter, torch.Tensor) or id(tensor) in memo:
-            continue
-        fake = mode.from_tensor(tensor.detach()).to(device=device)
-        if fake.is_floating_point():
-            fake = fake.to(dtype)
-        memo[id(tensor)] = nn.Parameter(fake, tensor.requires_grad) if type(tensor) is nn.Parameter else fake
-    return copy.deepcopy(template, memo)
+    """The run's one build (:mod:`reportgen.twins.template`) as fake tensors on ``device``, floating ones in
+    ``dtype``: the measured model's shapes without running its factory again. Call inside ``mode``."""
+    return copy_module(template, lambda t: mode.from_tensor(t).to(device, dtype if t.is_floating_point() else t.dtype))
 
 
 def _same_device(actual: torch.device, wanted: torch.device) -> bool:
@@ -343,14 +333,13 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
     dtype_name = over.get("dtype", cfg.dtype)
     dtype = DTYPES[dtype_name]
     generator = torch.Generator().manual_seed(cfg.seed)
-    same_model = not over.get("model")  # the measured model's shape: copy the run's one build
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         batch = batch_to(task.make_batch(generator, batch_size), setup.device, dtype)
         saved, peaks, peak_error = {}, {}, ""
         for recompute in (False, True):
             model = (
                 fake_copy(setup.template.module, mode, setup.device, dtype)
-                if same_model
+                if not over.get("model")  # the measured model's shape: the run's one build, copied
                 else fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
             )
             if recompute:

@@ -23,8 +23,8 @@ from torch import nn
 from reportgen.rng import fingerprint, seeded
 from reportgen.structure import clone_inputs
 from reportgen.tasks import TRAINING_STEP_MEMBERS, Batch
+from reportgen.twins.forward import StepOutput, forward_backward
 from reportgen.twins.recompute import plain_name
-from reportgen.twins.setup import StepOutput, forward_backward
 
 
 def user_members(task: Any) -> list[str]:
@@ -34,7 +34,7 @@ def user_members(task: Any) -> list[str]:
 
 def run_forward_backward(task: Any, model: nn.Module, batch: Batch, forward_seed: int | None) -> StepOutput:
     """The task's ``forward_backward`` (seeded, on cloned inputs), else reportgen's
-    :func:`reportgen.twins.setup.forward_backward` with ``task.loss``.
+    :func:`reportgen.twins.forward.forward_backward` with ``task.loss``.
 
     Returns:
         A :class:`StepOutput`; with the user's call it holds the loss it returned (detached), the

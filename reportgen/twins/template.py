@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import gc
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -86,7 +87,7 @@ class Template:
         """
         if self.nbytes >= RELEASE_ABOVE:  # the previous twin's memory, before this one takes as much again
             release_memory()
-        model = copy_module(self.module, device)
+        model = copy_module(self.module, lambda t: t.to(device, copy=True))
         torch.manual_seed(self.seed)
         torch.set_rng_state(self.rng_state)
         return model
@@ -114,7 +115,7 @@ def _malloc_trim():
 
 def on_host(kept: Kept) -> Kept:
     """``kept`` (a dataclass of tensors and containers of tensors: a
-    :class:`reportgen.twins.setup.StepOutput`, a :class:`reportgen.twins.snapshot.Snapshot`) with
+    :class:`reportgen.twins.forward.StepOutput`, a :class:`reportgen.twins.snapshot.Snapshot`) with
     every tensor off the accelerator: what a check keeps of one twin while it builds the next must
     not cost the device a second training state. The same object when nothing is on one."""
     leaves = [t for f in dataclasses.fields(kept) for t in tree_leaves(getattr(kept, f.name))]
@@ -126,18 +127,19 @@ def on_host(kept: Kept) -> Kept:
     )
 
 
-def copy_module(module: nn.Module, device: torch.device) -> nn.Module:
-    """``copy.deepcopy(module)`` whose parameters and buffers are new tensors on ``device``.
+def copy_module(module: nn.Module, convert: Callable[[Tensor], Tensor]) -> nn.Module:
+    """``copy.deepcopy(module)`` whose parameters and buffers are ``convert(tensor)`` (detached), e.g. a
+    copy on the run's device (:meth:`Template.twin`) or a fake tensor (the GPU-free estimate).
 
-    Each distinct parameter or buffer is copied once (ties stay ties); a parameter keeps
-    ``requires_grad``. Subclasses of ``nn.Parameter`` and tensor subclasses are left to their
-    own ``__deepcopy__`` (and so stay on the template's device)."""
+    Each distinct parameter or buffer is converted once (ties stay ties); a parameter stays an
+    ``nn.Parameter`` with its ``requires_grad``. Subclasses of ``nn.Parameter`` and tensor subclasses are
+    left to their own ``__deepcopy__`` (and so stay where the template's are)."""
     memo: dict[int, object] = {}
     for tensor in itertools.chain(module.parameters(), module.buffers()):
         if type(tensor) not in (nn.Parameter, Tensor) or id(tensor) in memo:
             continue
-        moved = tensor.detach().to(device, copy=True)
-        memo[id(tensor)] = nn.Parameter(moved, tensor.requires_grad) if type(tensor) is nn.Parameter else moved
+        new = convert(tensor.detach())
+        memo[id(tensor)] = nn.Parameter(new, tensor.requires_grad) if type(tensor) is nn.Parameter else new
     return copy.deepcopy(module, memo)
 
 

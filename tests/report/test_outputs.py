@@ -8,7 +8,7 @@ import torch
 
 from reportgen.checks.parity import _tensor_rows
 from reportgen.structure import named_tensors, other_leaves
-from reportgen.twins.setup import StepOutput
+from reportgen.twins.forward import StepOutput
 
 
 class KVCache:

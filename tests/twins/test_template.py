@@ -30,7 +30,7 @@ def test_factory_runs_once_across_every_check_estimate_search_and_budget(tmp_pat
 def test_copy_keeps_ties_parametrizations_buffers_attributes_and_hooks():
     torch.manual_seed(3)
     template = counting.build_tricky()
-    twin = copy_module(template, torch.device("cpu"))
+    twin = copy_module(template, lambda t: t.clone())
     assert twin.head.weight is twin.embed.weight and twin.head.weight is not template.head.weight
     assert torch.equal(twin.scale, template.scale) and twin.scale.data_ptr() != template.scale.data_ptr()
     original = twin.mid.parametrizations.weight.original
