@@ -280,8 +280,8 @@ def main(overrides: list[str], json_path: str | None = None, config_dir: str | N
 
 def run_peak_gib() -> list[float] | None:
     """The process's CUDA peaks across the run, GiB, or None without CUDA
-    (reportgen.memory.peak.run_device_peak: kept across the checks' own peak resets)."""
-    from reportgen.memory.peak import run_device_peak
+    (reportgen.memory.device_peak.run_device_peak: kept across the checks' own peak resets)."""
+    from reportgen.memory.device_peak import run_device_peak
 
     peak = run_device_peak()
     return None if peak is None else [round(peak[0] / 2**30, 2), round(peak[1] / 2**30, 2)]

@@ -8,22 +8,28 @@ budget's batch (``budget.batch_size``) and multiplies by the steps the settings 
 raises :class:`RunTooLong`, which the pipeline turns into exit 2 with one line giving the
 estimate and the override that allows it.
 
-The estimate counts training steps only (no evaluation, snapshots, plots or PDF), so it is a
-lower bound of the phases it names; it is good enough to tell minutes from hours.
+Beside the long phases it counts what every run does (:func:`fixed_phases`): the checks on the fixed
+batch, the twins copied from the one build, the tensor comparisons (timed on equal tensors), the
+report (a measured fixed cost) and the time the process has already spent.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from reportgen.config import BudgetConfig, LargerBatchConfig, ParityConfig, TimingConfig
 from reportgen.errors import SetupError
+from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import make_train_step, training_optimizer
+from reportgen.results.distance import measure, tolerances
 from reportgen.training.loop import evaluate
 from reportgen.twins.setup import Setup
 
@@ -154,8 +160,12 @@ def estimate_run(setup: Setup) -> Estimate:
     pb = parity.batch_size
     plain, rec = step(False, pb), step(True, pb)
     steps = parity.steps
-    est.phases["trajectory parity"] = steps * (2 * plain + rec)
-    est.drivers["trajectory parity"] = f"parity.steps={steps} × 3 twins × {(2 * plain + rec) / 3 * 1e3:.3g} ms"
+    est.phases["trajectory parity"] = steps * (3 * plain + rec)
+    est.drivers["trajectory parity"] = (
+        f"parity.steps={steps} × 4 twin runs (plain beside its A/A twin, then beside the recompute twin) × "
+        f"{(3 * plain + rec) / 4 * 1e3:.3g} ms"
+    )
+    fixed_phases(setup, est, plain, rec)
     if tc.enabled:
         rounds = tc.warmup_steps + tc.measured_steps
         seconds = rounds * (plain + rec)
@@ -186,6 +196,102 @@ def estimate_run(setup: Setup) -> Estimate:
     return est
 
 
+#: Seconds of the report itself (rendering, plots, PDF, signing, CI files) on a 2-core AMD EPYC,
+#: measured with benchmarks/harness_overhead.py (phases ``render_report`` .. ``finish_ci_outputs``):
+#: ffn 4.6 s, mlp 5.5 s, the 113M Llama config 6.4 s; without the PDF about a fifth of that.
+REPORT_SECONDS = 6.0
+
+
+def fixed_phases(setup: Setup, est: Estimate, plain: float, rec: float) -> None:
+    """Add what every run does beside its long phases: the checks on the fixed batch (gradient, step and
+    memory), the twin copies (:mod:`reportgen.twins.template`), the tensor comparisons, the report, and
+    what this process has spent before the estimate (imports, the one build, the estimate itself).
+
+    Args:
+        plain, rec: seconds of one training step of each twin at ``parity.batch_size``.
+    """
+    mc = setup.config.memory
+    warm = max(1, mc.warm_steps) + 1  # warm steps and the measured one, per twin
+    cuda = setup.device.type == "cuda"
+    tracked = tracked_step_seconds(setup) if mc.enabled else 0.0
+    short = (
+        3 * (plain + rec)
+        + (2 * (plain + rec) + warm * 2 * tracked + (warm * (plain + rec) if cuda else 0.0)) * mc.enabled
+    )
+    est.phases["gradient, step and memory checks"] = short
+    est.drivers["gradient, step and memory checks"] = f"9 fixed-batch runs × {(plain + rec) / 2 * 1e3:.3g} ms" + (
+        f", {2 * warm} steps under the memory tracker × {tracked * 1e3:.3g} ms" if mc.enabled else ""
+    )
+    copies = twin_copies(setup)
+    copy = copy_seconds(setup)
+    est.phases["twin copies"] = copies * copy
+    est.drivers["twin copies"] = f"{copies} twins copied from the one build × {copy * 1e3:.3g} ms"
+    passes = 2 + 2 * 3 + setup.config.parity.steps * 2 * 3  # gradients; parameters and two optimizer moments
+    compare = comparison_seconds(setup)
+    est.phases["comparisons"] = passes * compare
+    est.drivers["comparisons"] = f"{passes} parameter-sized comparisons × {compare * 1e3:.3g} ms (equal tensors)"
+    est.phases["report"] = REPORT_SECONDS if setup.config.report.pdf else REPORT_SECONDS / 5
+    est.drivers["report"] = "rendering, PDF and signing (measured fixed cost, REPORT_SECONDS)"
+    est.phases["so far"] = process_seconds()
+    est.drivers["so far"] = "imports, the one build and this estimate"
+
+
+def twin_copies(setup: Setup) -> int:
+    """How many twins the run copies from the one build: gradient and step parity 3 each, the trajectory 4,
+    the memory check 6 (8 on CUDA), timing 2, 2 per budget seed, the larger-batch search (a probe per
+    doubling and per bisection step) and its seeds, and the 5 of this estimate."""
+    cfg = setup.config
+    count = 3 + 3 + 4 + 5 + (6 + 2 * (setup.device.type == "cuda")) * cfg.memory.enabled + 2 * cfg.timing.enabled
+    if cfg.budget.enabled:
+        seeds = len(cfg.budget.seeds)
+        count += 2 * seeds
+        if cfg.larger_batch.enabled:
+            doublings = max(1, math.ceil(math.log2(max(2, cfg.larger_batch.max_batch_size / cfg.budget.batch_size))))
+            lb_seeds = len(cfg.larger_batch.seeds) if cfg.larger_batch.seeds is not None else seeds
+            count += 2 * doublings + lb_seeds
+    return count
+
+
+def copy_seconds(setup: Setup) -> float:
+    """Wall time of one twin copied from the one build, s (:meth:`reportgen.twins.setup.Setup.build`)."""
+    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        start = time.perf_counter()
+        setup.build(False, compiled=False)
+        return time.perf_counter() - start
+
+
+def comparison_seconds(setup: Setup) -> float:
+    """Wall time of comparing every parameter of the one build with itself, s
+    (:func:`reportgen.results.distance.measure` on equal tensors, the common case of a healthy model; a
+    tensor that differs takes the chunked float64 path, several times longer)."""
+    start = time.perf_counter()
+    for p in setup.template.module.parameters():
+        measure(p, p, *tolerances(p.dtype))
+    return time.perf_counter() - start
+
+
+def tracked_step_seconds(setup: Setup) -> float:
+    """Wall time of one training step of the plain twin under the memory check's tracker, s
+    (:func:`reportgen.memory.peak.warm_step_peak`)."""
+    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = setup.build(False, compiled=False)
+        start = time.perf_counter()  # the optimizer state from a step on zero gradients, then one tracked step
+        warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup), setup.config.forward_seed, 0)
+        return time.perf_counter() - start
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux ``/proc``; 0 where it cannot be read)."""
+    try:
+        started = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
 def refuse_long_runs(setup: Setup) -> Estimate | None:
     """Estimate the run (:func:`estimate_run`) and refuse it past ``run.max_estimated_minutes``.
 
@@ -209,7 +315,7 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
             "them show the error, once each"
         )
         return None
-    log.info("estimated time of the long phases: %s", est.describe())
+    log.info("estimated run time: %s", est.describe())
     if est.minutes > limit:
         allow = max(int(limit) + 1, math.ceil(est.minutes * 1.5))
         raise RunTooLong(

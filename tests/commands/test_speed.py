@@ -115,8 +115,19 @@ def test_estimate_multiplies_the_timed_step_by_the_steps_the_settings_imply(setu
     )
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.010 if recompute else 0.005)
     monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.1)
+    fixed = {"copy_seconds": 0.2, "comparison_seconds": 0.03, "tracked_step_seconds": 0.07, "process_seconds": 4.0}
+    for name, seconds in fixed.items():
+        monkeypatch.setattr(duration, name, lambda *a, seconds=seconds: seconds)
     est = duration.estimate_run(s)
-    assert est.phases["trajectory parity"] == pytest.approx(1000 * (2 * 0.005 + 0.010))
+    assert est.phases["trajectory parity"] == pytest.approx(1000 * (3 * 0.005 + 0.010))  # plain twice, A/A, recompute
+    warm = s.config.memory.warm_steps + 1
+    assert est.phases["gradient, step and memory checks"] == pytest.approx(5 * 0.015 + 2 * warm * 0.07)
+    # 3 + 3 + 4 (parity) + 5 (this estimate) + 6 (memory) + 2 (timing) + 2 × 2 seeds + search (2 × 4 doublings
+    # from 16 to larger_batch.max_batch_size=4096, rounded up from log2 256 = 8) + 2 larger-batch seeds
+    assert duration.twin_copies(s) == 3 + 3 + 4 + 5 + 6 + 2 + 4 + 2 * 8 + 2
+    assert est.phases["twin copies"] == pytest.approx(duration.twin_copies(s) * 0.2)
+    assert est.phases["comparisons"] == pytest.approx((2 + 6 + 1000 * 6) * 0.03)
+    assert est.phases["so far"] == 4.0 and est.phases["report"] == pytest.approx(duration.REPORT_SECONDS / 5)
     evals = 3200 // 16 + 1  # SMALL: budget.eval_every=16, and one more at the start
     assert est.phases["task metrics"] == pytest.approx(2 * (200 * (0.005 + 0.010) + 2 * evals * 0.1))
     assert est.phases["larger-batch experiment"] == pytest.approx(2 * (200 * 0.010 + evals * 0.1))
@@ -128,13 +139,15 @@ def test_settings_that_imply_hours_are_refused_with_the_estimate_and_the_overrid
     s = setup("+model=ffn", "parity.steps=100000")
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.02)
     monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.0)
+    for name in ("copy_seconds", "comparison_seconds", "tracked_step_seconds", "process_seconds"):
+        monkeypatch.setattr(duration, name, lambda *a: 0.0)
     with pytest.raises(RunTooLong) as refused:
         refuse_long_runs(s)
     message = str(refused.value)
-    assert "\n" not in message and "trajectory parity 1.7 h" in message and "parity.steps=100000" in message
+    assert "\n" not in message and "trajectory parity 2.2 h" in message and "parity.steps=100000" in message
     assert (
-        "run.max_estimated_minutes=60" in message and "run.max_estimated_minutes=151" in message
-    )  # 1.5 × the 100-min estimate
+        "run.max_estimated_minutes=60" in message and "run.max_estimated_minutes=201" in message
+    )  # 1.5 × the 133-min estimate: 4 × 100000 steps of 20 ms and the report (1.2 s without a PDF)
 
 
 def test_the_pipeline_exits_2_before_any_check(tmp_path, monkeypatch, capsys):
