@@ -76,8 +76,10 @@ bench 8b 300 $LM model.config=$EIGHT_B task.block_size=$SEQ8 parity.batch_size=1
 
 "$PY" - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 """One line per report: wall, model work, ratio, factory calls, peaks, pages; the 8B peak against its plan."""
-import csv, json, re, sys
+import csv, json, sys
 from pathlib import Path
+
+from pyhanko.pdf_utils.reader import PdfFileReader
 
 out = Path(sys.argv[1])
 for name in ("gpt", "1b", "1b_planned", "8b"):
@@ -87,7 +89,7 @@ for name in ("gpt", "1b", "1b_planned", "8b"):
         continue
     r = json.loads(path.read_text())
     pdf = Path(r["out_dir"]) / "report.pdf"
-    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes())) if pdf.exists() else None
+    pages = int(PdfFileReader(pdf.open("rb")).root["/Pages"]["/Count"]) if pdf.exists() else None
     print(f"{name}: exit {r['exit_code']}, wall {r['wall_s']} s, model work {r['model_work_s']} s "
           f"(x{r['wall_over_model_work']}), factory calls {r['factory_calls']}, peak RSS {r['peak_rss_gib']} GiB, "
           f"CUDA run peak allocated/reserved {r.get('cuda_run_peak_gib')}, pages {pages}")

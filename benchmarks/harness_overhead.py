@@ -186,6 +186,20 @@ class Phases:
         return {name: [round(v, 2) for v in spent] for name, spent in self.seconds.items()}
 
 
+def capture_estimate() -> dict:
+    """Keep the total of the run's pre-check estimate (``reportgen.run.refuse_long_runs``' result), s."""
+    kept: dict = {"s": None}
+    original = pipeline.refuse_long_runs
+
+    def kept_estimate(setup):
+        est = original(setup)
+        kept["s"] = None if est is None else round(sum(est.phases.values()), 2)
+        return est
+
+    pipeline.refuse_long_runs = kept_estimate
+    return kept
+
+
 def count_factory_calls() -> dict:
     """Count the calls of the pipeline's one model build (``reportgen.twins.setup._instantiate_model``)."""
     from reportgen.twins import setup as twins_setup
@@ -228,6 +242,7 @@ def main(overrides: list[str], json_path: str | None = None, config_dir: str | N
     phases = Phases(work)
     phases.install()
     calls = count_factory_calls()
+    estimate = capture_estimate()
     out_dir = Path(tempfile.mkdtemp(prefix="reportgen-bench-"))
     try:
         start, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
@@ -245,6 +260,9 @@ def main(overrides: list[str], json_path: str | None = None, config_dir: str | N
     params = calls["param_bytes"]
     result = {
         "factory_calls": calls["n"],
+        # the run's own pre-check estimate of its wall (reportgen.training.duration), and its ratio to the wall
+        "estimate_s": estimate["s"],
+        "estimate_over_wall": round(estimate["s"] / wall, 2) if estimate["s"] else None,
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "twin_state_gib": round(4 * params / 2**30, 2),
         "overrides": overrides,

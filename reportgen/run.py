@@ -21,7 +21,7 @@ from reportgen.checks.memory import run_peak_row
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
-from reportgen.commands.rundir import forget_unstarted_run
+from reportgen.commands.rundir import forget_unstarted_run, unwritable
 from reportgen.config import MEMORY
 from reportgen.distributed.launch import (
     device_problem,
@@ -49,6 +49,7 @@ from reportgen.limits import CheckLimitExceeded, check_limits, limited
 from reportgen.plan.at_run import planned_peak
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
+from reportgen.report.pdf import renderer_problem
 from reportgen.report.render import render_report
 from reportgen.results import (
     ERROR,
@@ -119,6 +120,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     try:
         claim = parse_claim(cfg.get("claim"))  # the release note's clauses (exit 2 on one it cannot read)
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
+        if problem := unwritable(out_dir) or (cfg.report.pdf and renderer_problem()):  # nor without a report
+            raise UsageError(problem)
         setup = prepare(cfg)
         with limited("estimating the run's duration", *check_limits(cfg)):
             refuse_long_runs(setup)  # settings that imply hours: exit 2 with the estimate and the override

@@ -235,6 +235,22 @@ def job_log_path(run_dir: Path | None = None) -> Path | None:
     return found[0] if found else None
 
 
+def unwritable(folder: Path) -> str:
+    """Why the run folder cannot take the report's files ("" when it can): a probe file is created and
+    removed before any model work, so a long run never ends unable to write what it measured."""
+    probe = folder / ".reportgen-write-probe"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return (
+            f"the run folder {folder} is not writable ({exc.strerror or exc}); choose another with "
+            "hydra.run.dir=PATH, or free the disk"
+        )
+    return ""
+
+
 def forget_unstarted_run(folder: Path) -> None:
     """After a run that could not start (exit 2 before anything was measured), remove the
     ``.hydra/`` Hydra wrote into its folder, so the corrected command can use the same folder.

@@ -17,6 +17,22 @@ from reportgen.paths import templates_dir
 PDF_VARIANT = "pdf/a-3b"
 
 
+def renderer_problem() -> str:
+    """Why WeasyPrint cannot render here ("" when it can): checked before any model work, so a long run
+    never ends in a report it cannot lay out. WeasyPrint loads Pango and its companions with
+    ``cffi`` when imported; without them the import raises ``OSError`` naming the missing library."""
+    try:
+        import weasyprint  # noqa: F401 - the import is the check
+    except (OSError, ImportError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (
+            f"the PDF renderer (WeasyPrint) cannot load: {first}. Install Pango (Debian/Ubuntu: apt-get install "
+            "libpango-1.0-0 libpangoft2-1.0-0; see WeasyPrint's installation docs), or run with report.pdf=false "
+            "for the HTML report alone"
+        )
+    return ""
+
+
 def write_pdf(
     html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = (), relative_links: bool = False
 ) -> bytes:

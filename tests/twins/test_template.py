@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from conftest import run_pipeline
 from user_models import counting
 
+from reportgen.errors import EXIT_USAGE
 from reportgen.twins.template import Template, copy_module, shared_references
 
 
@@ -58,3 +61,25 @@ def test_a_twin_leaves_torch_generators_where_a_fresh_build_would():
     torch.manual_seed(123)
     template.twin(torch.device("cpu"))
     assert torch.equal(torch.rand(4), fresh)
+
+
+def test_a_renderer_that_cannot_load_stops_the_run_before_the_model_is_built(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "weasyprint", None)  # `import weasyprint` raises, as without Pango
+    counting.CALLS["count"] = 0
+    code, _ = run_pipeline(
+        tmp_path, "+model=ffn", "model._target_=user_models.counting.build_counted", "report.pdf=true"
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_USAGE and counting.CALLS["count"] == 0
+    assert "the PDF renderer (WeasyPrint) cannot load" in out and "report.pdf=false" in out
+
+
+def test_a_run_folder_that_cannot_be_written_stops_the_run_before_the_model_is_built(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    counting.CALLS["count"] = 0
+    code, _ = run_pipeline(
+        tmp_path / "a-file" / "run", "+model=ffn", "model._target_=user_models.counting.build_counted"
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_USAGE and counting.CALLS["count"] == 0
+    assert "is not writable" in out and "hydra.run.dir=PATH" in out
