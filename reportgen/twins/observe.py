@@ -15,12 +15,12 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
 from reportgen.config import GRADIENT_PARITY
-from reportgen.results import Role, Row
+from reportgen.results import INFO, Role, Row
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import Wrapped, plain_name
-from reportgen.twins.setup import Setup
+from reportgen.twins.setup import Setup, shared_hooks_said
 
 
 def observe_recompute(
@@ -141,13 +141,30 @@ def observe_twins(setup: Setup) -> None:
 
 
 def observation_rows(setup: Setup) -> list[Row]:
-    """A FAIL row of gradient parity when the model's switch recomputes nothing (else none).
+    """A FAIL row of gradient parity when the model's switch recomputes nothing, and an INFO row naming
+    hooks the factory registered that a copy cannot rebind (else none).
 
     Judged like every row: ``recomputed_regions >= 1``, so ``reportgen.verify`` re-derives it.
     """
+    rows = (
+        [
+            Row(
+                check=GRADIENT_PARITY,
+                item="hooks shared by the twins",
+                variant="recompute",
+                metric="shared_hooks",
+                value=float(len(setup.shared_hooks)),
+                status=INFO,
+                role=Role.NOTE,
+                detail=shared_hooks_said(setup.shared_hooks),
+            )
+        ]
+        if setup.shared_hooks
+        else []
+    )
     if not setup.nothing_recomputes:
-        return []
-    return [
+        return rows
+    return rows + [
         Row(
             check=GRADIENT_PARITY,
             item="regions recomputed",

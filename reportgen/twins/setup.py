@@ -61,6 +61,9 @@ class Setup:
             ``recompute.mode`` is unset and the switch did not say), what the report and diagnosis read.
         architecture: the plain model's class, ``module.QualName`` (e.g.
             ``transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM``); what page 1 names.
+        shared_hooks: hooks the factory registered that hold a module of the model
+            (:func:`reportgen.twins.template.shared_references`): on every twin they still act on the
+            one build's modules, which page 1 and the log name.
         mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default
             (use_reentrant=True)" (:func:`reportgen.twins.recompute.effective_mode`).
     """
@@ -79,6 +82,7 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
+    shared_hooks: list[str] = field(default_factory=list)
     #: ``(cfg, cfg as its schema's dataclasses)``, made on first use of :attr:`config`.
     typed: tuple[DictConfig, Config] | None = field(default=None, repr=False)
 
@@ -130,6 +134,16 @@ class Setup:
         """A task batch of ``batch_size`` examples drawn with ``seed``, on device."""
         generator = torch.Generator().manual_seed(seed)
         return batch_to(self.task.make_batch(generator, batch_size), self.device, self.dtype)
+
+
+def shared_hooks_said(shared: list[str]) -> str:
+    """One sentence naming hooks a copy cannot rebind (at most four, and how many more)."""
+    more = f" and {len(shared) - 4} more" if len(shared) > 4 else ""
+    return (
+        f"the model's factory registered hooks that hold a module of the model ({'; '.join(shared[:4])}{more}): "
+        "every twin is a copy of one build, and on each twin these hooks still act on that build's modules; "
+        "register them as bound methods of the module (or after the model is built) so a copy rebinds them"
+    )
 
 
 def autocast_forward(forward, device_type: str, dtype: torch.dtype):
@@ -248,11 +262,7 @@ def build_setup(cfg: DictConfig) -> Setup:
         wrapped, reported = apply_recompute(probe, cfg.recompute), None
     mode, mode_note = effective_mode(cfg.recompute, reported)
     if shared := shared_references(model):
-        log.warning(
-            "the model's factory registered hooks that hold a module of the model (%s): every twin is a copy "
-            "of one build, and these hooks still act on that build's modules",
-            "; ".join(shared[:4]),
-        )
+        log.warning("%s", shared_hooks_said(shared))
     return Setup(
         cfg,
         task,
@@ -263,5 +273,6 @@ def build_setup(cfg: DictConfig) -> Setup:
         batch=(),
         mode=mode,
         mode_note=mode_note,
+        shared_hooks=shared,
         architecture=f"{type(model).__module__}.{type(model).__qualname__}",
     )

@@ -83,3 +83,15 @@ def test_a_run_folder_that_cannot_be_written_stops_the_run_before_the_model_is_b
     out = capsys.readouterr().out
     assert code == EXIT_USAGE and counting.CALLS["count"] == 0
     assert "is not writable" in out and "hydra.run.dir=PATH" in out
+
+
+def test_a_closure_hook_is_named_in_the_report_rows(tmp_path):
+    code, frame = run_pipeline(
+        tmp_path,
+        "+model=ffn",
+        "model._target_=user_models.counting.build_tricky_ffn",
+        "budget.enabled=false",
+        "timing.enabled=false",
+    )
+    row = frame[frame["item"] == "hooks shared by the twins"]
+    assert len(row) == 1 and row.status.item() == "INFO" and "bound methods" in row.detail.item()

@@ -60,3 +60,11 @@ def build_tricky(closure_hook: bool = False) -> nn.Module:
         head = model.head
         model.mid.register_forward_hook(lambda module, args, output: head.weight.sum())
     return model
+
+
+def build_tricky_ffn(**kwargs) -> nn.Module:
+    """The tutorial's ffn with a forward hook on its block that is a closure over the block's first layer."""
+    model = build(**kwargs)
+    first = model[0].net[0]
+    model[0].register_forward_hook(lambda module, args, output: first.weight.sum())
+    return model
