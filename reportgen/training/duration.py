@@ -48,7 +48,10 @@ class Estimate:
     """Estimated wall time of the long phases of a run.
 
     Attributes:
-        phases: ``{phase: seconds}``, e.g. ``{"trajectory parity": 12.0, "task metrics": 300.0}``, s.
+        phases: ``{phase: seconds}``, e.g. ``{"trajectory parity": 12.0, "task metrics": 300.0}``, s: the
+            expected length (a phase that stops on a criterion: its least).
+        upper: ``{phase: seconds}`` of the phases that stop on a criterion, at their cap (the adaptive
+            timing: ``timing.max_measure_seconds``).
         drivers: ``{phase: the settings that set its length}``, e.g. ``"parity.steps=8 × 3 twins × 4.1 ms"``.
         step_ms: ``{"plain@64": ms, "recompute@64": ms, ...}``: the timed step per twin and batch size, ms.
     """
@@ -56,11 +59,18 @@ class Estimate:
     phases: dict[str, float] = field(default_factory=dict)
     drivers: dict[str, str] = field(default_factory=dict)
     step_ms: dict[str, float] = field(default_factory=dict)
+    upper: dict[str, float] = field(default_factory=dict)
 
     @property
     def minutes(self) -> float:
-        """The whole estimate, minutes."""
+        """The whole estimate, minutes (each phase at its expected length)."""
         return sum(self.phases.values()) / 60
+
+    @property
+    def upper_minutes(self) -> float:
+        """The longest the run can take, minutes: phases that stop on a criterion (the adaptive timing) at
+        their cap, the rest as estimated. What :func:`refuse_long_runs` holds against the limit."""
+        return sum(self.upper.get(name, seconds) for name, seconds in self.phases.items()) / 60
 
     def describe(self, share: float = 0.0) -> str:
         """``"about 3.2 h: task metrics 3.1 h (budget.examples=...), trajectory parity 5 min (...)"``, longest first.
@@ -70,7 +80,9 @@ class Estimate:
         """
         total = sum(self.phases.values())
         parts = [
-            f"{name} {format_duration(seconds)} ({self.drivers[name]})"
+            f"{name} {format_duration(seconds)}"
+            + (f" to {format_duration(self.upper[name])}" if self.upper.get(name, seconds) > seconds else "")
+            + f" ({self.drivers[name]})"
             for name, seconds in sorted(self.phases.items(), key=lambda kv: -kv[1])
             if seconds >= share * total
         ]
@@ -168,15 +180,15 @@ def estimate_run(setup: Setup) -> Estimate:
     fixed_phases(setup, est, plain, rec)
     if tc.enabled:
         rounds = tc.warmup_steps + tc.measured_steps
-        seconds = rounds * (plain + rec)
-        if tc.target_ci_half_width_pp is not None:
-            seconds = max(seconds, tc.warmup_steps * (plain + rec) + tc.max_measure_seconds)
-        est.phases["warm-step time"] = seconds
-        est.drivers["warm-step time"] = (
-            f"timing.max_measure_seconds={tc.max_measure_seconds:g}"
-            if tc.target_ci_half_width_pp is not None
-            else f"timing.measured_steps={tc.measured_steps}"
-        )
+        est.phases["warm-step time"] = rounds * (plain + rec)  # at least timing.measured_steps rounds
+        est.drivers["warm-step time"] = f"timing.measured_steps={tc.measured_steps}"
+        if tc.target_ci_half_width_pp is not None:  # more rounds until the CI is tight enough, up to the cap
+            cap = tc.warmup_steps * (plain + rec) + tc.max_measure_seconds
+            est.upper["warm-step time"] = max(est.phases["warm-step time"], cap)
+            est.drivers["warm-step time"] += (
+                f", then up to timing.max_measure_seconds={tc.max_measure_seconds:g} until the 95% CI is "
+                f"within {tc.target_ci_half_width_pp:g} pp"
+            )
     if bc.enabled:
         bb, examples, seeds = bc.batch_size, bc.examples, len(bc.seeds)
         steps_per_run = math.ceil(examples / bb)
@@ -196,10 +208,12 @@ def estimate_run(setup: Setup) -> Estimate:
     return est
 
 
-#: Seconds of the report itself (rendering, plots, PDF, signing, CI files) on a 2-core AMD EPYC,
-#: measured with benchmarks/harness_overhead.py (phases ``render_report`` .. ``finish_ci_outputs``):
-#: ffn 4.6 s, mlp 5.5 s, the 113M Llama config 6.4 s; without the PDF about a fifth of that.
-REPORT_SECONDS = 6.0
+#: Seconds of the report itself (metadata, rendering with its plots, PDF, CI files, signing) on a 2-core
+#: AMD EPYC, measured with benchmarks/harness_overhead.py (phases ``run_metadata`` .. ``finish_ci_outputs``):
+#: ffn 3.6 s signed, mlp 3.8 s and the 113M Llama config 3.7 s unsigned (signing adds about 0.3 s).
+REPORT_SECONDS = 4.0
+#: The same without the PDF (``report.pdf=false``): WeasyPrint's layout is about 2 of those seconds.
+REPORT_SECONDS_NO_PDF = 2.0
 
 
 def fixed_phases(setup: Setup, est: Estimate, plain: float, rec: float) -> None:
@@ -230,7 +244,7 @@ def fixed_phases(setup: Setup, est: Estimate, plain: float, rec: float) -> None:
     compare = comparison_seconds(setup)
     est.phases["comparisons"] = passes * compare
     est.drivers["comparisons"] = f"{passes} parameter-sized comparisons × {compare * 1e3:.3g} ms (equal tensors)"
-    est.phases["report"] = REPORT_SECONDS if setup.config.report.pdf else REPORT_SECONDS / 5
+    est.phases["report"] = REPORT_SECONDS if setup.config.report.pdf else REPORT_SECONDS_NO_PDF
     est.drivers["report"] = "rendering, PDF and signing (measured fixed cost, REPORT_SECONDS)"
     est.phases["so far"] = process_seconds()
     est.drivers["so far"] = "imports, the one build and this estimate"
@@ -316,8 +330,8 @@ def refuse_long_runs(setup: Setup) -> Estimate | None:
         )
         return None
     log.info("estimated run time: %s", est.describe())
-    if est.minutes > limit:
-        allow = max(int(limit) + 1, math.ceil(est.minutes * 1.5))
+    if est.upper_minutes > limit:
+        allow = max(int(limit) + 1, math.ceil(est.upper_minutes * 1.5))
         raise RunTooLong(
             f"the settings imply a run of {est.describe(share=0.1)}; that is past run.max_estimated_minutes="
             f"{limit:g}. Lower the settings named, or allow it with "

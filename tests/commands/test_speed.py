@@ -127,11 +127,12 @@ def test_estimate_multiplies_the_timed_step_by_the_steps_the_settings_imply(setu
     assert duration.twin_copies(s) == 3 + 3 + 4 + 5 + 6 + 2 + 4 + 2 * 8 + 2
     assert est.phases["twin copies"] == pytest.approx(duration.twin_copies(s) * 0.2)
     assert est.phases["comparisons"] == pytest.approx((2 + 6 + 1000 * 6) * 0.03)
-    assert est.phases["so far"] == 4.0 and est.phases["report"] == pytest.approx(duration.REPORT_SECONDS / 5)
+    assert est.phases["so far"] == 4.0 and est.phases["report"] == duration.REPORT_SECONDS_NO_PDF
     evals = 3200 // 16 + 1  # SMALL: budget.eval_every=16, and one more at the start
     assert est.phases["task metrics"] == pytest.approx(2 * (200 * (0.005 + 0.010) + 2 * evals * 0.1))
     assert est.phases["larger-batch experiment"] == pytest.approx(2 * (200 * 0.010 + evals * 0.1))
     assert est.phases["warm-step time"] == pytest.approx(4 * 0.015)  # SMALL: 1 warm-up + 3 measured rounds
+    assert "warm-step time" not in est.upper  # SMALL: timing.target_ci_half_width_pp=null, no adaptive rounds
     assert "parity.steps=1000" in est.drivers["trajectory parity"]
 
 
@@ -147,7 +148,7 @@ def test_settings_that_imply_hours_are_refused_with_the_estimate_and_the_overrid
     assert "\n" not in message and "trajectory parity 2.2 h" in message and "parity.steps=100000" in message
     assert (
         "run.max_estimated_minutes=60" in message and "run.max_estimated_minutes=201" in message
-    )  # 1.5 × the 133-min estimate: 4 × 100000 steps of 20 ms and the report (1.2 s without a PDF)
+    )  # 1.5 × the 133-min estimate: 4 × 100000 steps of 20 ms and the report (2 s without a PDF)
 
 
 def test_the_pipeline_exits_2_before_any_check(tmp_path, monkeypatch, capsys):
@@ -211,3 +212,19 @@ def overhead(times: dict[str, list[float]], samples: int):
     row = timing.overhead_row(times, samples, None)
     row.extra["rounds"] = len(times["plain"])
     return row
+
+
+def test_adaptive_timing_is_estimated_at_its_least_and_refused_at_its_cap(setup, monkeypatch):
+    s = setup("+model=ffn", "timing.target_ci_half_width_pp=2", "timing.max_measure_seconds=3000")
+    monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.01)
+    monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.0)
+    for name in ("copy_seconds", "comparison_seconds", "tracked_step_seconds", "process_seconds"):
+        monkeypatch.setattr(duration, name, lambda *a: 0.0)
+    est = duration.estimate_run(s)
+    assert est.phases["warm-step time"] == pytest.approx(4 * 0.02)  # SMALL: 1 warm-up + 3 measured rounds
+    assert est.upper["warm-step time"] == pytest.approx(0.02 + 3000)
+    assert est.minutes < 1 < 50 < est.upper_minutes
+    assert "warm-step time 0 s to 50 min" in est.describe()
+    monkeypatch.setattr(duration, "estimate_run", lambda setup: est)
+    with pytest.raises(RunTooLong):  # the limit (60 min) holds against the cap, not the least
+        refuse_long_runs(setup("+model=ffn", "run.max_estimated_minutes=30"))
