@@ -73,8 +73,8 @@ class FunctionTask:
 
     def __init__(
         self,
-        make_batch: str,
-        loss: str,
+        make_batch: str | Callable,
+        loss: str | Callable,
         eval_batches: int = 4,
         eval_batch_size: int = 32,
         eval_seed: int = 10_007,

@@ -45,12 +45,14 @@ def final_params_row(
     tolerances): the held-out metric can agree within its tolerance while the weights have
     drifted apart. ``rounding``: the rounding twin trained to the same budget
     (reportgen/rounding.py), whose distance from plain is each parameter's rounding envelope."""
+    rtol, atol = setup.tolerance()
     return trained_params_row(
         TASK_METRICS,
         seed,
         plain.final_params,
         recompute.final_params,
-        *setup.tolerance(),
+        rtol,
+        atol,
         setup.config.parity.rounding_factor,
         None if rounding is None else rounding.final_params,
     )
@@ -138,7 +140,9 @@ def compare_seed(
     final = (
         None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
     )
-    if final is not None:  # the metric may lean on the envelope only when the weights are at rounding level
+    if (
+        final is not None and rounding is not None
+    ):  # the metric may lean on the envelope only when the weights are at rounding level
         rows = [
             metric_diff_row(
                 TASK_METRICS,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from reportgen.checks.distributed_cost import local_share
 from reportgen.config import DIST_GRADIENT_PARITY
 from reportgen.distributed.full import full_grads
@@ -24,6 +26,17 @@ from reportgen.twins.setup import Setup
 ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
 
 
+def _mean(parts: list[Tensor | None], world_size: int) -> Tensor | None:
+    """The float64 mean of every rank's share (summed in rank order), in the shares' dtype; None when any is None."""
+    present = [p for p in parts if p is not None]
+    if not present or len(present) < len(parts):
+        return None
+    total = present[0].double()
+    for p in present[1:]:
+        total = total + p.double()
+    return (total / world_size).to(present[0].dtype)
+
+
 def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
     """The single-process plain reference on the same global batch: the plain twin's gradients on
     each rank's share, with that rank's generator draws (every rank seeds ``forward_seed``), averaged
@@ -37,12 +50,10 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
                 setup.task, model, shard_batch(setup.batch, rank, world_size), setup.config.forward_seed
             ).grads
         )
-    grads = {}
+    grads: dict[str, Tensor | None] = {}
     for name in per_rank[0]:
         parts = [g.get(name) for g in per_rank]  # None on any share: None (never skipped)
-        grads[name] = (
-            None if any(p is None for p in parts) else (sum(p.double() for p in parts) / world_size).to(parts[0].dtype)
-        )
+        grads[name] = _mean(parts, world_size)
     for name, p in model.named_parameters():
         p.grad = None if grads.get(name) is None else grads[name].clone()
     return model, grads

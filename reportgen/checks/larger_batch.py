@@ -289,7 +289,8 @@ def _experiment(setup) -> list[Row]:
         )
     )
     seeds = [int(s) for s in (section.seeds if section.seeds is not None else budget.seeds)]
-    larger, plain = [], []
+    larger: list[float] = []  # the held-out metric of each seed's run
+    plain: list[float] = []
     for seed in seeds:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
             result = budget_runs(setup).get(setup, recompute, seed, batch_size, lr_scale)

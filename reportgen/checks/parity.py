@@ -232,8 +232,8 @@ def _compare_maps(
     recompute: Mapping[str, Any],
     aa: Mapping[str, Any],
     role: str,
-    rtol: float,
-    atol: float,
+    rtol: float | None,
+    atol: float | None,
     names: Iterable[str] | None = None,
     suffix: str = "",
 ) -> list[Row]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -105,7 +106,7 @@ def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
     metric = curves.metric.iloc[0].removeprefix("curve_")
     seeds = sorted(curves.seed.dropna().unique())
     fig = Figure(figsize=(7.5, 2.5))
-    axes = fig.subplots(1, len(seeds), sharey=True, squeeze=False)[0]
+    axes: Any = fig.subplots(1, len(seeds), sharey=True, squeeze=False)[0]
     diffs = []
     for ax, seed in zip(axes, seeds):
         per_seed = curves[curves.seed == seed]

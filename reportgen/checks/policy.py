@@ -25,7 +25,7 @@ class _OpCounter(TorchDispatchMode):
 
     def __init__(self, active: list[int]):
         super().__init__()
-        self.active, self.seen = active, Counter()
+        self.active, self.seen = active, Counter[str]()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.active[0]:

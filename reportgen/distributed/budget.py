@@ -137,10 +137,10 @@ def budget_rows(setup, group: Group) -> list[Row]:
         )
     ]
     for seed in seeds:
-        plain, recompute = results[("plain", seed)], results[("recompute", seed)]
-        for variant, result in (("plain", plain), ("recompute", recompute)):
+        plain_run, recompute_run = results[("plain", seed)], results[("recompute", seed)]
+        for variant, result in (("plain", plain_run), ("recompute", recompute_run)):
             rows += run_rows(DIST_TASK_METRICS, variant, f"seed {seed}", int(seed), result, task.metric)
-        rows += compare_rows(setup, int(seed), plain, recompute)
+        rows += compare_rows(setup, int(seed), plain_run, recompute_run)
     return rows
 
 
@@ -151,13 +151,15 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
     p, r = plain.metrics[metric], recompute.metrics[metric]
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
     rows = [metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better)]
+    rtol, atol = setup.tolerance()
     rows.append(
         trained_params_row(
             DIST_TASK_METRICS,
             seed,
             plain.final_params,
             recompute.final_params,
-            *setup.tolerance(),
+            rtol,
+            atol,
             float(setup.cfg.parity.rounding_factor),
         )
     )

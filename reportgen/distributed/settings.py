@@ -20,7 +20,11 @@ from reportgen.config import DDPConfig, DistributedConfig, FSDP1Config, FSDPConf
 #: The settings each strategy passes to torch (other groups must keep their defaults).
 USED_BY = {"ddp": {"ddp"}, "fsdp2": {"fsdp"}, "fsdp1": {"fsdp", "fsdp1"}, "custom": {"wrap"}}
 #: Groups whose values only exist to be passed to a strategy.
-GROUPS = {"ddp": DDPConfig(), "fsdp": FSDPConfig(), "fsdp1": FSDP1Config()}
+GROUPS: dict[str, DDPConfig | FSDPConfig | FSDP1Config] = {
+    "ddp": DDPConfig(),
+    "fsdp": FSDPConfig(),
+    "fsdp1": FSDP1Config(),
+}
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -29,7 +33,7 @@ def known_settings(schema: type = DistributedConfig, prefix: str = "distributed"
     """Every dotted setting of ``schema`` (nested dataclasses expanded), e.g. ``distributed.ddp.static_graph``."""
     names = []
     for f in dataclasses.fields(schema):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(default):
             names += known_settings(type(default), f"{prefix}.{f.name}")
         else:

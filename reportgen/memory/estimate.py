@@ -97,9 +97,10 @@ def fake_failure(exc: BaseException) -> str:
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and its causes (Hydra wraps a factory's exception in an InstantiationException)."""
     out: list[BaseException] = []
-    while exc is not None and exc not in out:
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    at: BaseException | None = exc
+    while at is not None and at not in out:
+        out.append(at)
+        at = at.__cause__ or at.__context__
     return out
 
 

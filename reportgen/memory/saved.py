@@ -186,7 +186,9 @@ def saved_activation_bytes(
     ledger = _Ledger(_weight_keys(model))
     stack: list[str] = []
     owner = lambda: stack[-1] if stack else REST  # noqa: E731
-    handles, contexts, restore = [], [], []
+    handles: list[Any] = []
+    contexts: list[Any] = []
+    restore: list[Any] = []
 
     def push(name: str):
         return lambda module, args: stack.append(name)
@@ -254,9 +256,33 @@ def saved_activation_bytes(
     return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts, produced_by)
 
 
+@dataclass
+class TrainStep:
+    """One training step of a twin, callable: forward, loss, backward, optimizer step,
+    ``zero_grad(set_to_none=True)`` (:func:`make_train_step`).
+
+    Attributes:
+        model, batch, loss_fn, forward_seed: as given to :func:`make_train_step`.
+        optimizer: the optimizer it steps (a memory tracker counts its state).
+    """
+
+    model: nn.Module
+    batch: Batch
+    loss_fn: Callable
+    optimizer: torch.optim.Optimizer
+    forward_seed: int | None
+
+    def __call__(self) -> None:
+        x, y = self.batch
+        with seeded(self.forward_seed):
+            self.loss_fn(call_model(self.model, x), y).backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
 def make_train_step(
     model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any, forward_seed: int | None = None
-) -> Callable[[], None]:
+) -> TrainStep:
     """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
 
     Gradients are freed at the end of each step, so between steps only weights and optimizer
@@ -275,16 +301,7 @@ def make_train_step(
         counts that optimizer's state).
     """
     optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
-    x, y = batch
-
-    def step() -> None:
-        with seeded(forward_seed):
-            loss_fn(call_model(model, x), y).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step.optimizer = optimizer
-    return step
+    return TrainStep(model, batch, loss_fn, optimizer, forward_seed)
 
 
 def training_optimizer(setup: Setup) -> Any:

@@ -163,7 +163,7 @@ def peak_sentence(
     if region is not None and rec.phase in ("backward", "recompute"):
         path, nbytes = region
         held = saved["plain"].per_module.get(path) if saved else None
-        if held is not None and saved["plain"].total_bytes:
+        if held is not None and saved and saved["plain"].total_bytes:
             held_share = held / saved["plain"].total_bytes
         else:  # a model's own switch: compare with the activations alive at the plain peak
             acts = plain.categories["saved activations"] + plain.categories["other activations"]

@@ -31,7 +31,7 @@ def layer_count(config: Any) -> int:
     return int(getattr(config, "num_hidden_layers", 0) or 0)
 
 
-def _per_layer_lists(config: Any) -> dict[str, list]:
+def _per_layer_lists(config: Any) -> dict[str, list | tuple]:
     """The config's attributes that hold one value per layer (``layer_types`` ...)."""
     n = layer_count(config)
     return {k: v for k, v in vars(config).items() if isinstance(v, (list, tuple)) and len(v) == n and n > 1}
@@ -158,7 +158,9 @@ def mask_constants(numel: int):
     except ImportError:
         masking = None
     is_tracing = getattr(masking, "is_tracing", None)  # transformers 5: a fake tensor counts as tracing
-    if is_tracing is not None:  # so it would keep a mask the real run skips; judge it as the real run does
+    if (
+        masking is not None and is_tracing is not None
+    ):  # so it would keep a mask the real run skips; judge it as the real run does
         masking.is_tracing = lambda tensor=None: (
             is_tracing(None) or (tensor is not None and not fake_tensor.is_fake(tensor) and is_tracing(tensor))
         )
@@ -166,7 +168,7 @@ def mask_constants(numel: int):
         yield
     finally:
         fake_tensor.CONSTANT_NUMEL_LIMIT = previous
-        if is_tracing is not None:
+        if masking is not None and is_tracing is not None:
             masking.is_tracing = is_tracing
 
 

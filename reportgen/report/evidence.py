@@ -92,10 +92,7 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
     """
     status = judged_status(group)
     broken = baseline_rows(group)
-    if status == INCONCLUSIVE and len(broken):
-        lead = _clean(broken.iloc[0].to_dict())
-    else:
-        lead = worst_row(group)
+    lead = _clean(broken.iloc[0].to_dict()) if status == INCONCLUSIVE and len(broken) else worst_row(group)
     if lead is None:
         return None
     failing, judged = int((group.status == FAIL).sum()), int(group.comparator.fillna("").astype(bool).sum())

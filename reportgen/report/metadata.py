@@ -90,7 +90,7 @@ def user_code_commit(target: str) -> str:
     """Git commit (and ``+dirty``) of the repository holding the model factory's source file,
     or ``"not in a git repository"``."""
     try:
-        source = Path(sys.modules[get_method(target).__module__].__file__).resolve().parent
+        source = Path(sys.modules[get_method(target).__module__].__file__ or "").resolve().parent
         head = subprocess.run(
             ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
         )

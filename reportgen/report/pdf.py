@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 from reportgen.paths import templates_dir
@@ -34,7 +35,7 @@ def renderer_problem() -> str:
 
 
 def write_pdf(
-    html: str, created: str, attachments: list[tuple[str, bytes, str, str]] = (), relative_links: bool = False
+    html: str, created: str, attachments: Sequence[tuple[str, bytes, str, str]] = (), relative_links: bool = False
 ) -> bytes:
     """Lay out ``html`` with WeasyPrint and return a PDF/A-3b file with ``attachments``.
 

@@ -116,7 +116,7 @@ def entry_digest(entry: dict, secret: bytes) -> str:
     return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
 
 
-def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
+def load(folder: Path, key: str, secret: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The entry under ``key``: ``(record, tensors)``, or None when there is none or it is stale.
 
     ``record`` holds :data:`RECORD_FIELDS`; ``tensors`` is ``{name: torch.Tensor}``. A stale
@@ -178,7 +178,7 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict, dict] | None:
     ):
         raise Rejected("its tensor file does not hold a {name: tensor} dict")
     record = entry.get("record")
-    if not _valid_record(record):
+    if not isinstance(record, dict) or not _valid_record(record):
         raise Rejected("its record does not hold the fields of a training run")
     return record, tensors
 

@@ -108,7 +108,7 @@ def resolve_ops(names: list[str]) -> list[torch._ops.OpOverload]:
     Raises:
         RecomputeConfigError: a name does not resolve to an op.
     """
-    ops = []
+    ops: list[Any] = []
     for name in names:
         namespace, _, rest = name.partition(".")
         target = getattr(torch.ops, namespace, None)

@@ -7,6 +7,7 @@ modules (counters, flags) and every random generator's state after backward.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -197,7 +198,7 @@ def snapshot_rows(
     aa: Snapshot | None,
     rtol: float | None,
     atol: float | None,
-    ignore: list[str] = (),
+    ignore: Sequence[str] = (),
 ) -> list[Row]:
     """Rows comparing two snapshots (and the A/A twin's, when given) item by item.
 

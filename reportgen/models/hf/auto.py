@@ -112,7 +112,7 @@ def model_config(config: str | None, pretrained: str | None) -> Any:
             "holding one: random weights) or model.pretrained=FOLDER (local weights), e.g. "
             f"model.config={EXAMPLE}"
         )
-    return load_config(config if config is not None else str(pretrained_folder(pretrained)))
+    return load_config(config if config is not None else str(pretrained_folder(str(pretrained))))
 
 
 def pretrained_folder(path: str) -> Path:
