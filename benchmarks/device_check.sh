@@ -64,9 +64,13 @@ bench 1b "$LIMIT" $LM model.config=$ONE_B task.block_size=$SEQ1 parity.batch_siz
 # policy is chosen and written as OUT/plan_1b/recompute/planned.yaml.
 step 1b_plan_all 120 "$PY" -m reportgen.plan $ONE_B seq=$SEQ1 batch=$BATCH1 dtype=$PLAN_DTYPE pdf=false \
   out="$OUT/plan_1b_all"
-GIB=$("$PY" -c "import csv,sys; print(round(0.9 * max(float(r['bytes']) for r in csv.DictReader(open(sys.argv[1])) \
-if r['policy'] == 'none' and r['component'] == 'reserved upper bound') / 2**30, 4))" "$OUT/plan_1b_all/plan.csv" \
-  2>/dev/null || echo "$GIB")
+GIB=$("$PY" - "$OUT/plan_1b_all/plan.csv" <<'PICK' 2>/dev/null || echo "$GIB"
+import csv, sys  # halfway between the smallest recompute bound and the no-recompute bound, before the 5 % margin
+bounds = {r["policy"]: float(r["bytes"]) for r in csv.DictReader(open(sys.argv[1])) if r["component"] == "reserved upper bound"}
+low = min(v for k, v in bounds.items() if k != "none")
+print(f"{(low + bounds['none']) / 2 / 0.95 / 2**30:.6f}")
+PICK
+)
 step 1b_plan 120 "$PY" -m reportgen.plan $ONE_B seq=$SEQ1 batch=$BATCH1 dtype=$PLAN_DTYPE memory_gib=$GIB \
   pdf=false out="$OUT/plan_1b"
 bench 1b_planned 180 --config-dir "$OUT/plan_1b" $LM model.config=$ONE_B task.block_size=$SEQ1 \
@@ -93,10 +97,13 @@ for name in ("gpt", "1b", "1b_planned", "8b"):
     print(f"{name}: exit {r['exit_code']}, wall {r['wall_s']} s, model work {r['model_work_s']} s "
           f"(x{r['wall_over_model_work']}), factory calls {r['factory_calls']}, peak RSS {r['peak_rss_gib']} GiB, "
           f"CUDA run peak allocated/reserved {r.get('cuda_run_peak_gib')}, pages {pages}")
-    planned = [row for row in json.loads((Path(r["out_dir"]) / "results.json").read_text())["rows"]
-               if row.get("role") == "planned_peak"] if (Path(r["out_dir"]) / "results.json").exists() else []
-    for row in planned:
-        print(f"  planned vs measured: {row.get('detail')}")
+    results = Path(r["out_dir"]) / "results.json"
+    rows = json.loads(results.read_text()) if results.exists() else []
+    for row in rows:
+        if row.get("metric") == "planned_peak_difference_share":
+            print(f"  planned vs measured ({row.get('status')}): {row.get('detail')}")
+        if row.get("item") == "CUDA step peak":
+            print(f"  CUDA step peak {row.get('variant')} {row.get('metric')}: {row.get('value') / 2**30:.2f} GiB")
 plan, run = out / "plan_8b" / "plan.csv", out / "8b.json"
 if plan.exists() and run.exists():
     bounds = {row["policy"]: float(row["bytes"]) / 2**30 for row in csv.DictReader(plan.open())
