@@ -22,17 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from reportgen.commands.overrides import argv_problems
 from reportgen.commands.rundir import StartRefused, job_log_path
-from reportgen.errors import (
-    EXIT_BUG,
-    EXIT_HOLDS,
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
-    EXIT_USAGE,
-    Terminated,  # noqa: F401 - re-exported: cli.Terminated is SIGTERM as an exception
-    console_text,
-    exception_label,
-    usage,
-)
+from reportgen.errors import ExitCode, Terminated, console_text, exception_label, usage
 from reportgen.files import OutputWriteError
 from reportgen.paths import builtin_models
 from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
@@ -147,15 +137,15 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     if cfg.get("model") is None or cfg.get("task") is None:
         print(usage())
-        return EXIT_USAGE
+        return ExitCode.USAGE
     problems = config_problems(cfg)
     if problems:
         print(f"reportgen: cannot start: {problems}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     log_path = job_log_path(Path(out_dir))
     one_line_console(log_path)
     code = _guarded_run(cfg, Path(out_dir), log_path)
-    if multirun and code in (EXIT_SIGINT, EXIT_SIGTERM):
+    if multirun and code in (ExitCode.SIGINT, ExitCode.SIGTERM):
         record(code)
         raise SystemExit(code)
     return code
@@ -180,7 +170,7 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
                     f"render and sign it with {SIGN_COMMAND} {out_dir}"
                 )
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
-            code = EXIT_SIGINT
+            code = ExitCode.SIGINT
         except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
             print(
@@ -188,7 +178,7 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
                 + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else ""),
                 flush=True,
             )
-            return EXIT_USAGE
+            return ExitCode.USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
             _log_to_file(exc)
             kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
@@ -200,8 +190,8 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
                 + " Please report it with that log.",
                 flush=True,
             )
-            return EXIT_BUG
-    return EXIT_SIGTERM if code == EXIT_SIGINT and _terminated else code
+            return ExitCode.BUG
+    return ExitCode.SIGTERM if code == ExitCode.SIGINT and _terminated else code
 
 
 def _log_to_file(exc: BaseException) -> None:
@@ -233,7 +223,7 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
     problems = argv_problems(sys.argv[1:] if argv is None else argv)
     if problems:
         print(f"reportgen: cannot start: {problems}", flush=True)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         with sigterm_as_interrupt():  # SIGTERM before the job starts: one line, and the folder lock is released
             app()
@@ -241,7 +231,7 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
         return int(exc.code)
     except KeyboardInterrupt:
         print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}) before any check ran", flush=True)
-        return max(_codes + [EXIT_SIGTERM if _terminated else EXIT_SIGINT])
+        return max(_codes + [ExitCode.SIGTERM if _terminated else ExitCode.SIGINT])
     except SystemExit as exc:
         if _codes:
             return max(_codes)
@@ -251,9 +241,9 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
                 f"reportgen: cannot start: fix the config error above (settings and their types: "
                 f"reportgen/config.py; `--cfg job` prints the composed config). Built-in models: {models}."
             )
-            return EXIT_USAGE
+            return ExitCode.USAGE
         raise
     from reportgen.sweep import sweep_exit_code
 
     swept = sweep_exit_code()  # a multirun: the worst code in the jobs' job.json files
-    return swept if swept is not None else (max(_codes) if _codes else EXIT_HOLDS)
+    return swept if swept is not None else (max(_codes) if _codes else ExitCode.HOLDS)

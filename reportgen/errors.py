@@ -28,14 +28,6 @@ class ExitCode(enum.IntEnum):
     SIGTERM = 143
 
 
-EXIT_HOLDS, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_BUG = (
-    ExitCode.HOLDS,
-    ExitCode.FAILS,
-    ExitCode.USAGE,
-    ExitCode.INCONCLUSIVE,
-    ExitCode.BUG,
-)
-EXIT_SIGINT, EXIT_SIGTERM = ExitCode.SIGINT, ExitCode.SIGTERM
 EXIT_CODES_HELP = (
     "exit codes: 0 claim holds, 1 claim fails, 2 could not start (config, usage, output folder, "
     "task contract; the message names the fix), 3 cannot be judged, 70 reportgen's own bug (log "

@@ -33,18 +33,7 @@ from reportgen.distributed.launch import (
     resolve_backend,
 )
 from reportgen.distributed.wrapping import settings_in_force, wrap_order
-from reportgen.errors import (
-    EXIT_FAILS,
-    EXIT_HOLDS,
-    EXIT_INCONCLUSIVE,
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
-    EXIT_USAGE,
-    Terminated,
-    UsageError,
-    clip_keeping_advice,
-    console_text,
-)
+from reportgen.errors import ExitCode, Terminated, UsageError, clip_keeping_advice, console_text
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
 from reportgen.plan.at_run import planned_peak
 from reportgen.report.diagnose import diagnose
@@ -79,9 +68,8 @@ from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
 
-EXIT_INTERRUPTED = EXIT_SIGINT  #: the partial frame stays on disk
 #: Exit code per claim verdict.
-VERDICT_EXIT = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+VERDICT_EXIT = {PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}
 
 
 class Interrupted(Exception):
@@ -112,7 +100,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if problem := launch_problem(world):
         print(f"reportgen: cannot start: {problem}")
         forget_unstarted_run(out_dir)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if world > 1 and launched():
         cfg = rank_config(cfg)  # this rank's own GPU
         if launch_rank() != 0:
@@ -130,7 +118,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except UsageError as exc:
         print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
-        return EXIT_USAGE
+        return ExitCode.USAGE
     required = required_names(cfg.verdict.required, distributed=world > 1) + claim_required(cfg.get("claim"))
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
     if claim:
@@ -143,7 +131,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         rows = run_checks(setup, out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
-        return EXIT_SIGTERM if exc.terminated else EXIT_INTERRUPTED
+        return ExitCode.SIGTERM if exc.terminated else ExitCode.SIGINT  # the partial frame stays on disk
     if any(r.check == MEMORY and r.status != NOT_RUN for r in rows):  # the whole run's peak, beside one twin's
         rows.append(run_peak_row(setup))
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
@@ -180,7 +168,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             print(line)
     print("\n".join(console_lines(frame, out_dir / "report.html")))
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")  # the verdict is the last line
-    return VERDICT_EXIT.get(verdict, EXIT_FAILS)
+    return VERDICT_EXIT.get(verdict, ExitCode.FAILS)
 
 
 def why_lines(frame, most: int = 3) -> list[str]:
@@ -219,10 +207,10 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
         setup = prepare(cfg)
     except UsageError as exc:
         print(f"reportgen: rank {launch_rank()} cannot start: {console_text(str(exc))}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     follow(setup)  # writes nothing: out_dir may be rank 0's own folder (srun tasks share one)
     log.info("rank %d: rows handed to rank 0", launch_rank())
-    return EXIT_HOLDS
+    return ExitCode.HOLDS
 
 
 def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:

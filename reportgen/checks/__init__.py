@@ -13,7 +13,7 @@ sibling named after it (``memory_rows``, ``timing_rows``, ``distributed_grads``,
 from __future__ import annotations
 
 from reportgen.checks import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
-from reportgen.checks.base import (  # noqa: F401 - the records, re-exported with the registry
+from reportgen.checks.base import (
     ROWS_TEMPLATE,
     Check,
     Section,
@@ -74,3 +74,17 @@ def run_order(registry: list[Check], distributed: bool, joined: bool) -> list[Ch
 def flagged_names() -> set[str]:
     """Names of the flagged experiments (their rows never count toward the verdict)."""
     return {s.name for s in sections() if s.flagged}
+
+
+__all__ = [
+    "Check",
+    "REGISTRY",
+    "ROWS_TEMPLATE",
+    "Section",
+    "default_required",
+    "flagged_names",
+    "required_names",
+    "run_order",
+    "section",
+    "sections",
+]

@@ -25,25 +25,9 @@ rank's rows.
 from __future__ import annotations
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.distributed_cost import (  # noqa: F401
-    ROLE_MAX_OVERHEAD,
-    ROLE_MAX_PEAK,
-    ROLE_MAX_SAVED,
-    ROLE_MAX_STEP,
-    ROLE_RANK_PEAK,
-    ROLE_RANK_STEP,
-    ROLE_RANK_TOTAL,
-    local_share,
-    memory_rows,
-    time_rows,
-)
-from reportgen.checks.distributed_grads import (  # noqa: F401 - re-exported: defined here before the split
-    ROLE_REFERENCE,
-    gradient_rows,
-    local_gradients_row,
-    reference_grads,
-)
-from reportgen.checks.distributed_steps import STATE_ROLES, step_rows, trajectory_rows  # noqa: F401
+from reportgen.checks.distributed_cost import memory_rows, time_rows
+from reportgen.checks.distributed_grads import gradient_rows
+from reportgen.checks.distributed_steps import step_rows, trajectory_rows
 from reportgen.config import (
     DIST_GRADIENT_PARITY,
     DIST_MEMORY,

@@ -39,19 +39,11 @@ from collections.abc import Callable
 from typing import Any
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.memory_estimate import (  # noqa: F401
-    PEAK_ESTIMATE_TOLERANCE,
-    estimate_peak_rows,
-    estimate_rows,
-    korthikanti_rows,
-    not_estimated_row,
-    saving_share,
-)
+from reportgen.checks.memory_estimate import estimate_rows
 from reportgen.checks.memory_rows import peak_rows, saved_rows
 from reportgen.checks.plots import memory_plots
 from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.device_peak import run_device_peak, run_host_peak
-from reportgen.memory.estimate import dropout_mask_bytes  # noqa: F401 - re-exported (benchmarks/estimate_7b.py)
 from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import format_bytes

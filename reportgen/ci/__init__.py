@@ -15,7 +15,7 @@ import pandas as pd
 
 from reportgen.ci.junit import JUNIT_NAME, junit_xml
 from reportgen.ci.summary import SUMMARY_NAME, append_step_summary, summary_markdown
-from reportgen.ci.verdict import VERDICT_NAME, write_verdict  # noqa: F401 - re-exported
+from reportgen.ci.verdict import VERDICT_NAME, write_verdict
 from reportgen.files import atomic_write
 
 
@@ -35,3 +35,11 @@ def finish_ci_outputs(frame: pd.DataFrame, verdict: str, out_dir: Path) -> None:
     out_dir = Path(out_dir)
     write_verdict(frame, verdict, out_dir)
     append_step_summary((out_dir / SUMMARY_NAME).read_text(encoding="utf-8"))
+
+
+__all__ = [
+    "VERDICT_NAME",
+    "finish_ci_outputs",
+    "write_ci_outputs",
+    "write_verdict",
+]

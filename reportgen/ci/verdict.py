@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen.claim.rows import claim_table
-from reportgen.errors import EXIT_FAILS, EXIT_HOLDS, EXIT_INCONCLUSIVE
+from reportgen.errors import ExitCode
 from reportgen.files import atomic_write
 from reportgen.results import INCONCLUSIVE, PASS
 
@@ -32,8 +32,8 @@ VERSION = 1
 
 def exit_code(verdict: str) -> int:
     """The run's exit code for a claim verdict: 0 holds, 1 fails, 3 cannot be judged."""
-    codes: dict[str, int] = {PASS: EXIT_HOLDS, INCONCLUSIVE: EXIT_INCONCLUSIVE}
-    return int(codes.get(verdict, EXIT_FAILS))
+    codes: dict[str, int] = {PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}
+    return int(codes.get(verdict, ExitCode.FAILS))
 
 
 def _number(value: Any) -> float | None:

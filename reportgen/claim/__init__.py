@@ -5,7 +5,7 @@ the ``release claim`` section from the checks' rows, ``fits`` predicts the step 
 clause bounds. docs/ci.md is the guide.
 """
 
-from reportgen.claim.clauses import (  # noqa: F401
+from reportgen.claim.clauses import (
     Claim,
     ClaimError,
     Clause,
@@ -13,4 +13,16 @@ from reportgen.claim.clauses import (  # noqa: F401
     claim_required,
     parse_claim,
 )
-from reportgen.claim.rows import claim_table, clause_rows, outcome  # noqa: F401
+from reportgen.claim.rows import claim_table, clause_rows, outcome
+
+__all__ = [
+    "Claim",
+    "ClaimError",
+    "Clause",
+    "claim_from_record",
+    "claim_required",
+    "claim_table",
+    "clause_rows",
+    "outcome",
+    "parse_claim",
+]

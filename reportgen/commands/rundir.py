@@ -33,12 +33,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from reportgen.commands.validation import config_problems, unknown_setting_problems
-from reportgen.errors import EXIT_USAGE, usage
-from reportgen.files import (  # noqa: F401 - re-exported for the run folder's callers
-    current_umask,
-    output_file_mode,
-    write_failure,
-)
+from reportgen.errors import ExitCode, usage
+from reportgen.files import write_failure
 
 #: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
 LOCK_NAME = ".reportgen.lock"
@@ -71,7 +67,7 @@ class StartRefused(SystemExit):
 
     def __init__(self, message: str, headline: bool = True):
         print(f"reportgen: cannot start: {message}" if headline else message, flush=True)
-        super().__init__(EXIT_USAGE)
+        super().__init__(ExitCode.USAGE)
 
 
 def run_markers(folder: Path, depth: int = 0) -> list[str]:

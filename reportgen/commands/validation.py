@@ -101,6 +101,30 @@ def _number_problem(name: str, value: Any, low: float, inclusive: bool, nullable
     return None
 
 
+#: Module names of earlier releases that configs may still name in a ``_target_`` or ``recompute.enable``,
+#: and where that code lives now (docs/moves.md).
+MOVED_MODULES = {
+    "reportgen.hf_masked": "reportgen.models.hf.masked",
+    "reportgen.hf_auto": "reportgen.models.hf.auto",
+    "reportgen.hf": "reportgen.models.hf",
+}
+
+
+def moved_module_problems(cfg: DictConfig) -> list[str]:
+    """One problem per setting that names a moved module (``model._target_=reportgen.hf_auto.causal_lm``),
+    naming the new name (``reportgen.models.hf.auto.causal_lm``)."""
+    found = []
+    for name in ("model._target_", "task._target_", "recompute.enable"):
+        value = OmegaConf.select(cfg, name, default=None, throw_on_resolution_failure=False)
+        if not isinstance(value, str):
+            continue
+        for old, new in MOVED_MODULES.items():
+            if value == old or value.startswith(old + "."):
+                found.append(f"{name}={value} names a module that moved: use {name}={new}{value[len(old) :]}")
+                break
+    return found
+
+
 def config_problems(cfg: DictConfig) -> str:
     """Every bad value in a composed config, as one paragraph naming each setting and its rule.
 
@@ -167,7 +191,7 @@ def config_problems(cfg: DictConfig) -> str:
             problems.append(f"{name}={share} must be between 0 and 1 (a share of the plain figure)")
     if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
         problems.append(problem)
-    problems += _distributed_problems(values) + _mode_problem(values)
+    problems += _distributed_problems(values) + _mode_problem(values) + moved_module_problems(cfg)
     problems += distributed_setting_problems(cfg.get("distributed"))
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):

@@ -49,10 +49,11 @@ from reportgen.compare.derive import (
     load_side,
     not_comparable,
 )
-from reportgen.errors import EXIT_USAGE
+from reportgen.errors import ExitCode
 from reportgen.files import atomic_write
 from reportgen.report.metadata import report_time
-from reportgen.report.render import environment, write_pdf
+from reportgen.report.pdf import write_pdf
+from reportgen.report.render import environment
 from reportgen.results import frame_to_json
 from reportgen.trust.attachments import read_attachments
 from reportgen.trust.keys import KeyFileError, default_key_path, load_public_key, public_key_path
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = _out_dir(args.out)
     except (KeyFileError, SigningError, CompareError) as exc:
         print(f"reportgen.compare: cannot start: {exc}".replace("report.sign=false", "--no-sign"), file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     for side in (base, new):
         check_side(side, public_key, given=bool(args.key))
         said = {True: "VERIFIED", False: "NOT VERIFIED", None: "NOT VERIFIED"}

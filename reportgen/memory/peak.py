@@ -136,12 +136,3 @@ def warm_step_peak(
             "baseline_allocated_bytes": int(allocated_before),
         }
     return peak
-
-
-def __getattr__(name: str) -> Any:
-    """``StepTracker`` stays importable from here (PEP 562), loaded only when asked for."""
-    if name == "StepTracker":
-        from reportgen.memory.tracker import StepTracker
-
-        return StepTracker
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """What a step's memory peak is, and the sentences the memory rows say about it.
 
 :class:`StepPeak` is the peak of live tensor bytes of one warm training step, as
-:class:`reportgen.memory.peak.StepTracker` counts it (phase, module, region, categories);
+:class:`reportgen.memory.tracker.StepTracker` counts it (phase, module, region, categories);
 :func:`where`, :func:`increase_cause` and :func:`peak_sentence` word it for the rows of the
 memory checks. Split out of :mod:`reportgen.memory.peak`, which re-exports every name here.
 """

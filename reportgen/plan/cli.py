@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reportgen.errors import EXIT_BUG, EXIT_SIGINT, EXIT_USAGE
+from reportgen.errors import ExitCode
 from reportgen.memory.peak import format_bytes
 from reportgen.plan.args import PlanArgs, PlanError, check_positions, load_config, parse_args
 from reportgen.plan.model import layer_count, layer_prefix
@@ -231,10 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_files(folder, files)
     except PlanError as exc:
         print(f"reportgen.plan: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("reportgen.plan: interrupted; nothing written", file=sys.stderr)
-        return EXIT_SIGINT
+        return ExitCode.SIGINT
     except Exception as exc:  # noqa: BLE001 - reportgen's own bug: one line, not a traceback
         reason = " ".join(str(exc).split())[:300]
         print(
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "with the command line",
             file=sys.stderr,
         )
-        return EXIT_BUG
+        return ExitCode.BUG
     print(f"planned in {time.perf_counter() - start:.1f} s ({traces} traced steps)")
     print(table(plans, args, chosen))
     print(timeline(chosen or plans[-1]))

@@ -51,6 +51,6 @@ def html_text(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None, me
 
 def pdf_bytes(html: str, created: str, csv: str) -> bytes:
     """plan.pdf (PDF/A-3b) with plan.csv attached."""
-    from reportgen.report.render import write_pdf
+    from reportgen.report.pdf import write_pdf
 
     return write_pdf(html, created, [("plan.csv", csv.encode(), "Data", "the plan's figures")])

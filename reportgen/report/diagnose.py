@@ -15,7 +15,7 @@ from typing import Any
 
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
-from reportgen.report.diagnose_unexplained import BAD, TENSOR_ROLES, unexplained  # noqa: F401 - re-exported
+from reportgen.report.diagnose_unexplained import BAD, unexplained
 from reportgen.results import BASELINE, ERROR, INCONCLUSIVE, INFO, NOT_RUN, TWIN, Role, Row
 from reportgen.twins.forward import CACHE_WRITTEN_AGAIN
 from reportgen.twins.recompute import RETURNED_LEAF

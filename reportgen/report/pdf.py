@@ -7,6 +7,7 @@ all write their PDF through :func:`write_pdf`.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import io
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ def renderer_problem() -> str:
     never ends in a report it cannot lay out. WeasyPrint loads Pango and its companions with
     ``cffi`` when imported; without them the import raises ``OSError`` naming the missing library."""
     try:
-        import weasyprint  # noqa: F401 - the import is the check
+        importlib.import_module("weasyprint")  # the import is the check
     except (OSError, ImportError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return (

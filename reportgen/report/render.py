@@ -22,7 +22,7 @@ from reportgen.memory.peak import CATEGORIES
 from reportgen.paths import templates_dir
 from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
 from reportgen.report.guard import guard_costs, guard_sections
-from reportgen.report.pdf import PDF_VARIANT, write_pdf  # noqa: F401 - the PDF's writer, importable from here as before
+from reportgen.report.pdf import write_pdf
 from reportgen.results import INFO, PASS, SEVERITY, Role, atomic_write, check_summary, frame_to_json
 
 #: How a group of rows (one role) is named when it collapses to one summary line.

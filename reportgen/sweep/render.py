@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 
 from reportgen.checks.plots import finish_axes, to_svg
-from reportgen.report.render import environment, write_pdf
+from reportgen.report.pdf import write_pdf
+from reportgen.report.render import environment
 from reportgen.results import PASS, atomic_write, frame_to_json
 from reportgen.sweep.table import job_table, pareto_front
 

@@ -37,22 +37,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from reportgen.training.cache_key import (  # noqa: F401 - re-exported: imported from here before the split
-    FORMAT,
-    NOT_IN_KEY,
-    device_kind,
-    key_config,
-    plain_run_key,
-)
-from reportgen.training.cache_secret import (  # noqa: F401 - re-exported: imported from here before the split
-    SECRET_BYTES,
-    SECRET_ENV,
-    CacheSecretError,
-    cache_secret,
-    check_secret_file,
-    secret_path,
-)
-from reportgen.trust.sources import canonical_sha256, digest_files, file_sha256, user_source_digests
+from reportgen.files import sha256_file as file_sha256
+from reportgen.training.cache_key import FORMAT
+from reportgen.trust.sources import canonical_sha256, digest_files, user_source_digests
 
 log = logging.getLogger("reportgen")
 

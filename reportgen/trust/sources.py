@@ -24,7 +24,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from reportgen.files import sha256_file as file_sha256  # noqa: F401 - one file digest for the cache and the statement
+from reportgen.files import sha256_file as file_sha256
 
 #: reportgen's own package folder (left out of the user sources; hashed as a whole).
 PACKAGE_DIR = Path(__file__).resolve().parent

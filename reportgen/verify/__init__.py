@@ -62,26 +62,18 @@ from reportgen.results import FAIL as ROW_FAIL
 from reportgen.results import INCONCLUSIVE
 from reportgen.results import PASS as ROW_PASS
 from reportgen.sweep import INCOMPLETE_MARK
+from reportgen.trust.attachments import embedded_files
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
-from reportgen.verify.common import (  # noqa: F401
-    FAIL,
-    NOTE,
-    PASS,
-    Check,
-    Document,
-    VerifyError,
-    embedded_files,
-    peek_predicate_type,
-    unlisted_files,
-)
-from reportgen.verify.comparison import (  # noqa: F401
+from reportgen.verify.common import Document, peek_predicate_type
+from reportgen.verify.comparison import (
     COMPARISON,
     verify_comparison,
     verify_comparison_dir,
     verify_comparison_pdf,
 )
-from reportgen.verify.run import (  # noqa: F401
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError
+from reportgen.verify.run import (
     RUN,
     status_mismatches,
     verify_pdf,
@@ -89,7 +81,7 @@ from reportgen.verify.run import (  # noqa: F401
     verify_run_dir,
     verify_run_pdf,
 )
-from reportgen.verify.sweep import (  # noqa: F401
+from reportgen.verify.sweep import (
     SUMMARY,
     verify_summary,
     verify_summary_pdf,
@@ -97,12 +89,6 @@ from reportgen.verify.sweep import (  # noqa: F401
     verify_sweep_dir,
 )
 
-EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_USAGE, EXIT_INCONCLUSIVE = (
-    ExitCode.HOLDS,
-    ExitCode.FAILS,
-    ExitCode.USAGE,
-    ExitCode.INCONCLUSIVE,
-)
 #: Each kind of signed document with its folder and PDF verifiers (each returns ``Verified``).
 KINDS = {
     RUN.predicate_type: (RUN, verify_run, verify_run_pdf),
@@ -272,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = verify_target(Path(args.target), public_key, args.expect)
     except (KeyFileError, FileNotFoundError, NotRegularFile) as exc:
         print(f"reportgen.verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     checks = outcome.checks
     failed = [c for c in checks if c.status == FAIL]
     lines = [f"checking a {outcome.kind}: {args.target}", *(c.line for c in checks)]
@@ -291,5 +277,43 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `... | head`: the verdict is the exit code
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if failed:
-        return EXIT_NOT_VERIFIED
-    return EXIT_INCONCLUSIVE if outcome.verdict == INCONCLUSIVE else EXIT_VERIFIED
+        return ExitCode.FAILS
+    return ExitCode.INCONCLUSIVE if outcome.verdict == INCONCLUSIVE else ExitCode.HOLDS
+
+
+__all__ = [
+    "COMPARISON",
+    "Check",
+    "ExitCode.INCONCLUSIVE",
+    "ExitCode.FAILS",
+    "ExitCode.USAGE",
+    "ExitCode.HOLDS",
+    "EXPECT",
+    "FAIL",
+    "KINDS",
+    "NOTE",
+    "Outcome",
+    "PASS",
+    "RUN",
+    "SIGNED_CLAIM",
+    "SUMMARY",
+    "VerifyError",
+    "kind_of",
+    "kinds_in_folder",
+    "main",
+    "mixed_kinds",
+    "status_mismatches",
+    "verify",
+    "verify_comparison",
+    "verify_comparison_dir",
+    "verify_comparison_pdf",
+    "verify_pdf",
+    "verify_run",
+    "verify_run_dir",
+    "verify_run_pdf",
+    "verify_summary",
+    "verify_summary_pdf",
+    "verify_sweep",
+    "verify_sweep_dir",
+    "verify_target",
+]

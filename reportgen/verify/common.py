@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import special_kind
-from reportgen.trust.attachments import AttachmentError, embedded_files  # noqa: F401 - re-exported
+from reportgen.trust.attachments import embedded_files
 from reportgen.trust.documents import DocumentSpec
 from reportgen.trust.keys import fingerprint
 from reportgen.trust.signing import (
@@ -28,19 +28,7 @@ from reportgen.trust.signing import (
     envelope_file_bytes,
     sslib_public_key,
 )
-from reportgen.verify.outcome import (  # noqa: F401
-    FAIL,
-    NOTE,
-    PASS,
-    Check,
-    VerifyError,
-    attempt,
-    of_type,
-    present,
-    require,
-    sha256_hex,
-    short_digest,
-)
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, sha256_hex, short_digest
 from reportgen.verify.pdf import check_pdf, first_revision_digests
 
 # --------------------------------------------------------------------------- the statement

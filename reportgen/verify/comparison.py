@@ -22,22 +22,15 @@ from reportgen.results import frame_to_json
 from reportgen.trust.documents import DocumentSpec
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
 from reportgen.verify.common import (
-    FAIL,
-    NOTE,
-    Check,
     Document,
     Verified,
-    attempt,
     check_envelope,
-    of_type,
-    present,
-    require,
     safe_relative,
-    sha256_hex,
     subject_digests,
     verify_document_dir,
     verify_signed_pdf,
 )
+from reportgen.verify.outcome import FAIL, NOTE, Check, attempt, of_type, present, require, sha256_hex
 from reportgen.verify.run import check_run_predicate, check_verdict
 
 

@@ -13,16 +13,8 @@ from reportgen.results import FLAGGED, INCONCLUSIVE, Role, claim_verdict, frame_
 from reportgen.results import PASS as ROW_PASS
 from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.verify.claim import check_claim, check_verdict_file
-from reportgen.verify.common import (
-    FAIL,
-    Check,
-    Document,
-    Verified,
-    attempt,
-    require,
-    verify_document_dir,
-    verify_signed_pdf,
-)
+from reportgen.verify.common import Document, Verified, verify_document_dir, verify_signed_pdf
+from reportgen.verify.outcome import FAIL, Check, attempt, require
 
 #: Rows comparing the recompute twin with the plain one on what training computes: a miss is
 #: always FAIL (no setting makes it advisory), whatever ``on_miss`` a row may say.

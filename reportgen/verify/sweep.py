@@ -36,23 +36,15 @@ from reportgen.sweep.signing import SUMMARY_DOCUMENT
 from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
 from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify.common import (
-    FAIL,
-    NOTE,
-    PASS,
-    Check,
     Document,
     Verified,
-    attempt,
-    of_type,
-    present,
-    require,
     safe_relative,
-    sha256_hex,
     subject_digests,
     unlisted_files,
     verify_document_dir,
     verify_signed_pdf,
 )
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, attempt, of_type, present, require, sha256_hex
 from reportgen.verify.run import verify_run
 
 #: Exit codes of jobs that ran their checks and therefore signed their run.

@@ -91,13 +91,13 @@ def test_a_typo_without_plus_is_one_line_naming_the_setting_meant(tmp_path, monk
     """Without `+`, Hydra would print its own multi-line block; reportgen answers first, exit 2, and
     the Hydra app (which would write the run folder) never starts."""
     from reportgen.cli import exit_code
-    from reportgen.errors import EXIT_USAGE
+    from reportgen.errors import ExitCode
 
     monkeypatch.chdir(tmp_path)
     started = []
     code = exit_code(lambda: started.append(1), ["+model=ffn", "report.sign=false", override])
     out = capsys.readouterr().out
-    assert code == EXIT_USAGE and not started and list(tmp_path.iterdir()) == []
+    assert code == ExitCode.USAGE and not started and list(tmp_path.iterdir()) == []
     assert out.count("\n") == 1 and out.startswith("reportgen: cannot start: ") and says in out
 
 
@@ -123,3 +123,22 @@ def test_reading_the_command_line_first_prints_nothing(argv, capsys):
     from reportgen.commands.overrides import argv_problems
 
     assert argv_problems(argv) == "" and capsys.readouterr() == ("", "")
+
+
+@pytest.mark.hf
+def test_a_config_naming_a_moved_module_gets_one_line_naming_the_new_target(tmp_path):
+    from conftest import reportgen
+
+    pytest.importorskip("transformers")
+    proc = reportgen(
+        tmp_path,
+        "+model=hf_causal_lm",
+        "model._target_=reportgen.hf_auto.causal_lm",
+        "recompute.enable=reportgen.hf.enable",
+        "model.config=x",
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "model._target_=reportgen.hf_auto.causal_lm names a module that moved: use " in out
+    assert "model._target_=reportgen.models.hf.auto.causal_lm" in out
+    assert "recompute.enable=reportgen.models.hf.enable" in out and "Traceback" not in out

@@ -24,15 +24,16 @@ import torch
 from conftest import SMALL_RUN, TESTS, cli_env, compose_config, run_cli
 
 from reportgen import cli
-from reportgen.commands.rundir import LOCK_NAME, FolderLock, output_file_mode, run_markers
+from reportgen.commands.rundir import LOCK_NAME, FolderLock, run_markers
 from reportgen.commands.validation import config_problems
+from reportgen.files import output_file_mode
 from reportgen.report.fetcher import LocalOnlyFetcher, RefusedURL
 from reportgen.results import atomic_write, frame_from_json
 from reportgen.tasks import FunctionTask
 from reportgen.trust.keys import KeyFileError, generate_key, load_private_key
 from reportgen.trust.signing import SigningError, load_signing_key
 from reportgen.twins.contract import TaskContractError, check_task_contract
-from reportgen.verify import unlisted_files
+from reportgen.verify.common import unlisted_files
 
 INTEGRITY_CONF = TESTS / "integrity_conf"
 
@@ -235,7 +236,7 @@ def test_fetcher_serves_only_files_under_its_roots(tmp_path):
 def test_pdf_render_contacts_no_server_and_reads_no_outside_file(http_server, tmp_path, caplog):
     from weasyprint import HTML
 
-    from reportgen.report.render import write_pdf
+    from reportgen.report.pdf import write_pdf
 
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-CONTENT")

@@ -59,13 +59,13 @@ def test_a_wrong_value_or_a_removed_setting_is_one_line_naming_what_it_accepts(
     """Hydra would print a multi-line block (or, for ~seed, start and fail building the model);
     reportgen answers first, exit 2, and the Hydra app (which would write the run folder) never starts."""
     from reportgen.cli import exit_code
-    from reportgen.errors import EXIT_USAGE
+    from reportgen.errors import ExitCode
 
     monkeypatch.chdir(tmp_path)
     started = []
     code = exit_code(lambda: started.append(1), ["+model=ffn", override])
     out = capsys.readouterr().out
-    assert code == EXIT_USAGE and not started and list(tmp_path.iterdir()) == []
+    assert code == ExitCode.USAGE and not started and list(tmp_path.iterdir()) == []
     assert out.count("\n") == 1 and out == f"reportgen: cannot start: {out.split(': ', 2)[2]}" and says in out
 
 

@@ -14,7 +14,7 @@ from conftest import compose_config, run_pipeline
 from reportgen import progress, threads
 from reportgen.checks import timing
 from reportgen.commands.validation import config_problems
-from reportgen.errors import EXIT_USAGE
+from reportgen.errors import ExitCode
 from reportgen.results import PASS, WARN
 from reportgen.training import duration
 from reportgen.training.duration import Estimate, RunTooLong, format_duration, refuse_long_runs
@@ -154,7 +154,7 @@ def test_settings_that_imply_hours_are_refused_with_the_estimate_and_the_overrid
 def test_the_pipeline_exits_2_before_any_check(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(duration, "step_seconds", lambda setup, recompute, batch: 0.02)
     monkeypatch.setattr(duration, "evaluation_seconds", lambda setup: 0.0)
-    assert run_pipeline(tmp_path, "+model=ffn", "budget.examples=1000000000000")[0] == EXIT_USAGE
+    assert run_pipeline(tmp_path, "+model=ffn", "budget.examples=1000000000000")[0] == ExitCode.USAGE
     out = capsys.readouterr().out
     assert out.startswith("reportgen: cannot start: the settings imply a run of about") and "years" in out
     assert not (tmp_path / "results.partial.json").exists()

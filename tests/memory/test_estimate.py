@@ -6,7 +6,8 @@ import resource
 import pytest
 from conftest import compose_config
 
-from reportgen.checks.memory import estimate_rows, measure_saved
+from reportgen.checks.memory import measure_saved
+from reportgen.checks.memory_estimate import estimate_rows
 from reportgen.memory.estimate import (
     EstimateConfigError,
     TransformerShape,
@@ -79,7 +80,7 @@ def test_gpt_layer_matches_korthikanti_with_float32_values_float_masks_and_layer
 
 def test_korthikanti_rows_show_zero_unexplained_bytes_on_cpu(small_gpt_target):
     setup, est = small_gpt_target
-    from reportgen.checks.memory import korthikanti_rows
+    from reportgen.checks.memory_estimate import korthikanti_rows
 
     rows = {r.variant: r for r in korthikanti_rows(setup, est, "target shape")}
     assert rows["plain"].extra["residual_bytes"] == 0 and rows["recompute"].extra["residual_bytes"] == 0

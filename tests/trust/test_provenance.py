@@ -87,8 +87,8 @@ def test_git_repositories_report_dirty_trees_and_tolerate_no_git(user_repo, tmp_
 
 
 def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(user_repo, tmp_path):
+    from reportgen.files import sha256_file as file_sha256
     from reportgen.report.render import render_html
-    from reportgen.trust.sources import file_sha256
     from reportgen.trust.statement import claim_predicate
 
     setup = small_setup("+model=ffn", "model._target_=provpkg.blocks.build")

@@ -8,7 +8,7 @@ import torch
 from conftest import run_pipeline
 from user_models import counting
 
-from reportgen.errors import EXIT_USAGE
+from reportgen.errors import ExitCode
 from reportgen.twins.template import Template, copy_module, shared_references
 
 
@@ -70,7 +70,7 @@ def test_a_renderer_that_cannot_load_stops_the_run_before_the_model_is_built(tmp
         tmp_path, "+model=ffn", "model._target_=user_models.counting.build_counted", "report.pdf=true"
     )
     out = capsys.readouterr().out
-    assert code == EXIT_USAGE and counting.CALLS["count"] == 0
+    assert code == ExitCode.USAGE and counting.CALLS["count"] == 0
     assert "the PDF renderer (WeasyPrint) cannot load" in out and "report.pdf=false" in out
 
 
@@ -81,7 +81,7 @@ def test_a_run_folder_that_cannot_be_written_stops_the_run_before_the_model_is_b
         tmp_path / "a-file" / "run", "+model=ffn", "model._target_=user_models.counting.build_counted"
     )
     out = capsys.readouterr().out
-    assert code == EXIT_USAGE and counting.CALLS["count"] == 0
+    assert code == ExitCode.USAGE and counting.CALLS["count"] == 0
     assert "is not writable" in out and "hydra.run.dir=PATH" in out
 
 
