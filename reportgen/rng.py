@@ -108,7 +108,7 @@ def fingerprint() -> dict[str, torch.Tensor]:
     if _cuda():
         states.update({f"torch.cuda.get_rng_state({i})": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
     states["random.getstate()"] = torch.tensor(random.getstate()[1], dtype=torch.int64)
-    numpy_state = np.random.get_state(legacy=True)  # ("MT19937", keys, position, ...)
+    numpy_state: Any = np.random.get_state(legacy=True)  # ("MT19937", keys, position, ...)
     keys, position = numpy_state[1], numpy_state[2]
     states["numpy.random.get_state()"] = torch.tensor([*np.asarray(keys).tolist(), int(position)], dtype=torch.int64)
     return states

@@ -69,7 +69,7 @@ from reportgen.twins.setup import Setup
 log = logging.getLogger("reportgen")
 
 #: Exit code per claim verdict.
-VERDICT_EXIT = {PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}
+VERDICT_EXIT: dict[str, ExitCode] = {PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}
 
 
 class Interrupted(Exception):
@@ -157,7 +157,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     clear_pending(out_dir)
     finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
-    said = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}.get(verdict, "FAILS")
+    said = {str(PASS): "HOLDS", str(INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in (
         frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
     ):

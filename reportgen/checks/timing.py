@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -79,7 +79,7 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
 
 
 def interleaved_times(
-    steps: dict[str, Callable[[], None]],
+    steps: Mapping[str, Callable[[], None]],
     warmup: int,
     measured: int,
     device: torch.device,
@@ -188,7 +188,7 @@ def warm_step_time(setup: Setup) -> list[Row]:
     return rows + ([load] if load else [])
 
 
-def counted_flops(steps: dict[str, Callable[[], None]]) -> tuple[dict[str, int], Row | None]:
+def counted_flops(steps: Mapping[str, Callable[[], None]]) -> tuple[dict[str, int], Row | None]:
     """Run one step of each twin under ``FlopCounterMode``: ``({variant: FLOPs}, None)``.
 
     The FLOP count is a side estimate: where it cannot be computed (e.g. ``autograd.grad``

@@ -139,7 +139,7 @@ def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
                 parts["activations and temporaries"] = fig.transient[phase]
         plan.timeline[phase] = parts
     totals = {phase: sum(parts.values()) for phase, parts in plan.timeline.items()}
-    plan.peak_phase = max(totals, key=totals.get)
+    plan.peak_phase = max(totals, key=lambda phase: totals[phase])
     plan.tensor_peak = totals[plan.peak_phase]
     plan.phase_reserved = reserved_upper(plan, fig, args)
     plan.reserved_upper = max(plan.phase_reserved.values())
@@ -169,7 +169,7 @@ def largest_batch(at_b: RankPlan, at_next: RankPlan, args: PlanArgs) -> int:
     through the bounds at ``args.batch`` and ``args.batch + 1`` solved for the budget; the smallest
     answer over the phases (0: not even batch 1)."""
     budget = (args.memory_gib or 0.0) * 2**30 * (1 - args.safety_margin)
-    best = None
+    best: int | None = None
     for phase, bound in at_b.phase_reserved.items():
         slope = at_next.phase_reserved.get(phase, bound) - bound
         if slope > 0:

@@ -40,7 +40,7 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         ``frame`` is ``None`` when the job left no results.
     """
     sweep_dir = Path(sweep_dir)
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     for folder in job_dirs(sweep_dir):
         record_path, hydra_dir = folder / JOB_FILE, folder / ".hydra"
         if record_path.exists():

@@ -55,7 +55,7 @@ def swept_keys(jobs: list[dict]) -> list[str]:
 def job_costs(frame: pd.DataFrame | None) -> dict[str, Any]:
     """Headline costs of one job: ``reportgen.report.render.headline_costs`` plus the largest
     per-seed |recompute - plain| held-out metric difference (``abs_diff_<metric>`` rows)."""
-    out = {
+    out: dict[str, Any] = {
         "saved_activation_share": None,
         "overhead_ratio": None,
         "overhead_ci_low": None,

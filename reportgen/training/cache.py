@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from reportgen.files import sha256_file as file_sha256
+from reportgen.files import sha256_file
 from reportgen.training.cache_key import FORMAT
 from reportgen.trust.sources import canonical_sha256, digest_files, user_source_digests
 
@@ -148,7 +148,7 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict[str, Any], dict[st
     if tensor_file.parent != Path(folder) or not tensor_file.is_file():
         raise Rejected("its tensor file is missing")
     try:
-        tensor_digest = file_sha256(tensor_file)
+        tensor_digest = sha256_file(tensor_file)
     except OSError as exc:
         raise Rejected(f"its tensor file is unreadable ({type(exc).__name__})") from None
     if tensor_digest != tensors_info.get("sha256"):
@@ -243,7 +243,7 @@ def store(
         "key": key,
         "material": material,
         "record": json.loads(json.dumps({k: record[k] for k in RECORD_FIELDS})),
-        "tensors": {"file": tensor_name, "sha256": file_sha256(folder / tensor_name)},
+        "tensors": {"file": tensor_name, "sha256": sha256_file(folder / tensor_name)},
         "sources_loaded": user_source_digests(modules),
         "files_opened": digest_files(opened or []),
     }

@@ -15,7 +15,7 @@ import weakref
 
 from reportgen.config import BudgetConfig
 from reportgen.results.rounding import GradientNudge
-from reportgen.training import cache
+from reportgen.training import cache, cache_key, cache_secret
 from reportgen.training.lockstep import lockstep_gradients
 from reportgen.training.loop import (
     LR_SCALING,
@@ -142,8 +142,10 @@ def cached_plain_run(
     if folder is None:
         return train()
     try:
-        key, material = cache.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale, twin=twin)
-        secret = cache.cache_secret()
+        key, material = cache_key.plain_run_key(
+            setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale, twin=twin
+        )
+        secret = cache_secret.cache_secret()
     except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
         log.warning(
             "%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
@@ -153,7 +155,7 @@ def cached_plain_run(
             batch_size,
             type(exc).__name__,
             exc,
-            cache.secret_path(),
+            cache_secret.secret_path(),
         )
         return train()
     rejected = None

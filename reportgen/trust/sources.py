@@ -24,7 +24,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from reportgen.files import sha256_file as file_sha256
+from reportgen.files import sha256_file
 
 #: reportgen's own package folder (left out of the user sources; hashed as a whole).
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -113,7 +113,7 @@ def digest_files(files) -> dict[str, str]:
     out = {}
     for path in files:
         try:
-            out[str(path)] = file_sha256(path)
+            out[str(path)] = sha256_file(path)
         except OSError:
             out[str(path)] = "unreadable"
     return out
@@ -127,7 +127,7 @@ def user_source_digests(modules: dict | None = None) -> dict[str, str]:
 def reportgen_sources_sha256() -> str:
     """One hex SHA-256 over every ``.py`` file of reportgen's package (relative path and digest)."""
     files = sorted(PACKAGE_DIR.rglob("*.py"))
-    return canonical_sha256({str(f.relative_to(PACKAGE_DIR)): file_sha256(f) for f in files})
+    return canonical_sha256({str(f.relative_to(PACKAGE_DIR)): sha256_file(f) for f in files})
 
 
 def display_path(path: Path | str, cwd: Path | None = None) -> str:

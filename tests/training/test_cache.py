@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import compose_config, small_setup
 
+from reportgen.files import sha256_file
 from reportgen.results import FAIL, WARN, Role
 from reportgen.training import cache, cache_key, cache_secret
 from reportgen.training.train import BudgetRuns, budget_runs
@@ -271,7 +272,7 @@ def test_a_pickled_entry_whose_unpickling_runs_code_is_never_unpickled(cache_fol
     buffer = io.BytesIO()
     torch.save({"0.net.0.weight": _RunsCode(marker)}, buffer)
     hostile.write_bytes(buffer.getvalue())
-    entry["tensors"]["sha256"] = cache.file_sha256(hostile)
+    entry["tensors"]["sha256"] = sha256_file(hostile)
     entry["digest"] = cache.entry_digest(entry, cache_secret.cache_secret())  # an insider: every digest redone
     meta.write_text(json.dumps(entry))
 

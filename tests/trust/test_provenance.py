@@ -87,7 +87,7 @@ def test_git_repositories_report_dirty_trees_and_tolerate_no_git(user_repo, tmp_
 
 
 def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(user_repo, tmp_path):
-    from reportgen.files import sha256_file as file_sha256
+    from reportgen.files import sha256_file
     from reportgen.report.render import render_html
     from reportgen.trust.statement import claim_predicate
 
@@ -98,7 +98,7 @@ def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(use
     meta = run_metadata(setup.cfg, setup, tmp_path)
     predicate = claim_predicate(tiny_frame(), meta, "PASS", REQUIRED)
     sources = predicate["environment"]["user_sources"]
-    assert sources[str(module)] == file_sha256(module)  # outside the working folder: absolute
+    assert sources[str(module)] == sha256_file(module)  # outside the working folder: absolute
     (repo,) = [r for r in predicate["environment"]["user_repositories"] if r["repository"] == str(user_repo.resolve())]
     assert repo["dirty"] is True and repo["files"] == 1
     assert len(predicate["environment"]["reportgen_sources_sha256"]) == 64
