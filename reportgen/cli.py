@@ -72,7 +72,7 @@ class OneLineExceptions(logging.Formatter):
             return self.inner.format(
                 logging.makeLogRecord({**record.__dict__, "msg": console_text(record.getMessage()), "args": ()})
             )
-        exc = record.exc_info[1]
+        exc = record.exc_info[1] or Exception("(no exception)")
         first = (str(exc).strip().splitlines() or [""])[0]
         where = f"full traceback in {self.log_path}" if self.log_path else "full traceback in the run's log"
         message = console_text(f"{record.getMessage()}: {exception_label(exc)}: {first}")
@@ -172,21 +172,21 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
             code = ExitCode.SIGINT
         except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug
-            kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
+            files = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
             print(
                 f"reportgen: cannot finish: {exc}."
-                + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else ""),
+                + (f" What was measured is in {', '.join(str(out_dir / n) for n in files)}." if files else ""),
                 flush=True,
             )
             return ExitCode.USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
             _log_to_file(exc)
-            kept = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
+            files = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
             first = (str(exc).strip().splitlines() or [""])[0]
             print(
                 f"reportgen: internal error, a bug in reportgen, not in your config: {exception_label(exc)}: "
                 f"{console_text(first)}. Full traceback: {log_path or 'the run log'}."
-                + (f" What was measured is in {', '.join(str(out_dir / n) for n in kept)}." if kept else "")
+                + (f" What was measured is in {', '.join(str(out_dir / n) for n in files)}." if files else "")
                 + " Please report it with that log.",
                 flush=True,
             )
@@ -227,8 +227,8 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
     try:
         with sigterm_as_interrupt():  # SIGTERM before the job starts: one line, and the folder lock is released
             app()
-    except StartRefused as exc:  # printed its one paragraph already
-        return int(exc.code)
+    except StartRefused:  # printed its one paragraph already
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}) before any check ran", flush=True)
         return max(_codes + [ExitCode.SIGTERM if _terminated else ExitCode.SIGINT])

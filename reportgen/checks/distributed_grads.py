@@ -55,7 +55,7 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
         parts = [g.get(name) for g in per_rank]  # None on any share: None (never skipped)
         grads[name] = _mean(parts, world_size)
     for name, p in model.named_parameters():
-        p.grad = None if grads.get(name) is None else grads[name].clone()
+        p.grad = None if (grad := grads.get(name)) is None else grad.clone()
     return model, grads
 
 

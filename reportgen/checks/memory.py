@@ -74,9 +74,10 @@ def warm_step_memory(setup: Setup) -> list[Row]:
     cuda = _guarded(cuda_rows, "CUDA allocator peaks", ERROR, lambda: cuda_peaks(setup))
     peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
     if peaks is not None:
-        for variant, peak in peaks[0].items():  # the step-peak row states the same allocator figures
+        by_twin, seconds = peaks
+        for variant, peak in by_twin.items():  # the step-peak row states the same allocator figures
             peak.cuda = {k: v for k, v in (cuda or {}).get(variant, {}).items() if k != "seconds"} or None
-        rows += peak_rows(setup, *peaks, measured[0] if measured else None)
+        rows += peak_rows(setup, by_twin, seconds, measured[0] if measured else None)
     _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
     rows += cuda_rows if cuda is None else cuda_peak_rows(setup, cuda)
     _guarded(

@@ -6,6 +6,8 @@ twin (reportgen/rounding.py) takes the step too and those items are judged again
 
 from __future__ import annotations
 
+import functools
+
 from hydra.utils import instantiate
 from torch import nn
 
@@ -59,6 +61,11 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
     return rows
 
 
+def _one_twin(setup: Setup, recompute: bool, input_grad: bool) -> Snapshot:
+    """:func:`one_step` on a fresh twin."""
+    return one_step(setup.build(recompute), setup, input_grad)
+
+
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
     """Plain, A/A and recompute twins one after another; the A/A twin is compared and dropped before
     the recompute twin is built, so at most two training states are resident."""
@@ -68,7 +75,7 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
         snaps[name], rows = run_twin(
             STEP_PARITY,
             "plain" if name == "aa" else name,
-            lambda r=recompute: one_step(setup.build(r), setup, input_grad),
+            functools.partial(_one_twin, setup, recompute, input_grad),
         )
         if rows:
             return rows

@@ -161,7 +161,7 @@ def identity(side: Side) -> dict[str, str]:
     for name, keys in IDENTITY:
         for key in keys:
             value = claim.get(key) or side.config.get(key)
-            if value not in (None, "null", '""'):
+            if value is not None and value not in ("null", '""'):
                 found[name] = str(json.loads(value))
                 break
     return found

@@ -16,6 +16,7 @@ INCONCLUSIVE (the baseline itself is broken under this wrapping).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -92,7 +93,7 @@ def tolerance_said(rtol: float | None, atol: float | None) -> str:
 def sync_row(
     check: str,
     twin: str,
-    drifts: list[Drift],
+    given: Sequence[Drift | None],
     world_size: int,
     rtol: float | None,
     atol: float | None,
@@ -102,7 +103,13 @@ def sync_row(
 
     Judged ``== 0`` on the number of (rank, tensor) pairs out of tolerance at the first step with a
     drift; on a miss FAIL for the recompute twin, INCONCLUSIVE for a plain twin.
+
+    Raises:
+        ValueError: a step without a :class:`Drift` (what :func:`measure` returns on other ranks).
     """
+    drifts = [d for d in given if d is not None]
+    if len(drifts) != len(given):
+        raise ValueError("rank sync is judged on rank 0, where every step has a Drift")
     first = next((d for d in drifts if d.drifting), None)
     steps = f"after each of {len(drifts)} step(s)" if len(drifts) > 1 else f"after the {after}"
     if first is None:

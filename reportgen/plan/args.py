@@ -58,7 +58,7 @@ MAX_TOKENS = 2**28
 
 #: ``key=value`` words the command takes, with their defaults (None = required; "" = not given).
 WORDS = {
-    "seq": None,
+    "seq": "",
     "batch": "1",
     "dtype": "bf16",
     "memory_gib": "",
@@ -204,7 +204,7 @@ def read_words(argv: Sequence[str]) -> tuple[str, dict[str, str], str | None]:
         if not eq or key not in WORDS:
             raise PlanError(f"{word!r} is not a known key=value word; use {', '.join(WORDS)} ({USAGE})")
         words[key] = value
-    if words["seq"] is None:
+    if not words["seq"]:
         raise PlanError(f"give the sequence length in tokens, e.g. seq=8192 ({USAGE})")
     return ns.config, words, ns.out_flag
 

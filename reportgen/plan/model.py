@@ -161,15 +161,19 @@ def mask_constants(numel: int):
     if (
         masking is not None and is_tracing is not None
     ):  # so it would keep a mask the real run skips; judge it as the real run does
-        masking.is_tracing = lambda tensor=None: (
-            is_tracing(None) or (tensor is not None and not fake_tensor.is_fake(tensor) and is_tracing(tensor))
+        setattr(  # noqa: B010 - a module attribute transformers defines, set for the trace only
+            masking,
+            "is_tracing",
+            lambda tensor=None: (
+                is_tracing(None) or (tensor is not None and not fake_tensor.is_fake(tensor) and is_tracing(tensor))
+            ),
         )
     try:
         yield
     finally:
         fake_tensor.CONSTANT_NUMEL_LIMIT = previous
         if masking is not None and is_tracing is not None:
-            masking.is_tracing = is_tracing
+            setattr(masking, "is_tracing", is_tracing)  # noqa: B010 - put back
 
 
 def fake_batch(mode: Any, batch: int, seq: int) -> tuple[dict[str, Tensor], Tensor]:

@@ -172,6 +172,7 @@ def largest_batch(at_b: RankPlan, at_next: RankPlan, args: PlanArgs) -> int:
     best: int | None = None
     for phase, bound in at_b.phase_reserved.items():
         slope = at_next.phase_reserved.get(phase, bound) - bound
+        fits: int | None
         if slope > 0:
             fits = args.batch + math.floor((budget - bound) / slope)
         else:

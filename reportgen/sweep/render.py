@@ -29,7 +29,7 @@ def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
     fig = Figure(figsize=(7.5, 3.4))
     ax = fig.subplots()
     dense = len(measured) > 40  # rasterize point layers of big sweeps: small, fast PDFs
-    groups = [
+    groups: list[tuple[str, Any, dict[str, Any]]] = [
         ("holds", measured.verdict == PASS, dict(color="#0a7d2e", marker="o")),
         (
             "fails (cost or task check)",

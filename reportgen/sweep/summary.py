@@ -106,6 +106,6 @@ def summarize(
     junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
     atomic_write(sweep_dir / JUNIT_NAME, junit)
     if key is not None:
-        sign_summary(sweep_dir, jobs, code, meta["created"], command, launch, key)
+        sign_summary(sweep_dir, jobs, code, str(meta["created"]), command, launch, key)
     mark.unlink()
     return frame, code

@@ -31,7 +31,7 @@ from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.results.distance import measure, tolerances
 from reportgen.training.loop import evaluate
-from reportgen.twins.setup import Setup
+from reportgen.twins.setup import NOT_DRAWN, Setup
 
 log = logging.getLogger("reportgen")
 
@@ -113,7 +113,7 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
     with torch.random.fork_rng(devices=devices):
         batch = (
             setup.batch
-            if batch_size == setup.config.parity.batch_size and setup.batch is not None
+            if batch_size == setup.config.parity.batch_size and setup.batch is not NOT_DRAWN
             else setup.make_batch(batch_size, setup.config.seed)
         )
         step = make_train_step(

@@ -36,6 +36,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 #: ``precision.autocast`` values and their dtypes.
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 log = logging.getLogger("reportgen")
+#: :attr:`Setup.batch` before the pipeline draws the fixed batch (after the task contract is probed).
+NOT_DRAWN: Batch = ((), ())
 
 
 @dataclass
@@ -270,7 +272,7 @@ def build_setup(cfg: DictConfig) -> Setup:
         dtype,
         template,
         wrapped,
-        batch=(),
+        batch=NOT_DRAWN,
         mode=mode,
         mode_note=mode_note,
         shared_hooks=shared,
