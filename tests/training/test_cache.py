@@ -447,21 +447,3 @@ def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_th
     assert cache.load(cache_folder, key, secret) is not None
     data.write_text("1 2 4\n")
     assert cache.load(cache_folder, key, secret) is None  # stale: trained afresh, never the old run
-
-
-def test_names_of_the_split_cache_module_still_import_from_cache():
-    """``reportgen.training.cache`` was split (key, secret); what was imported from it still is, as
-    the same objects."""
-    moved = {
-        cache_key: ("FORMAT", "NOT_IN_KEY", "device_kind", "key_config", "plain_run_key"),
-        cache_secret: (
-            "SECRET_BYTES",
-            "SECRET_ENV",
-            "CacheSecretError",
-            "cache_secret",
-            "check_secret_file",
-            "secret_path",
-        ),
-    }
-    for home, names in moved.items():
-        assert {n: getattr(cache, n) is getattr(home, n) for n in names} == dict.fromkeys(names, True)
