@@ -40,21 +40,7 @@ from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.pdf import renderer_problem
 from reportgen.report.render import render_report
-from reportgen.results import (
-    ERROR,
-    FLAGGED,
-    INCONCLUSIVE,
-    NOT_RUN,
-    PASS,
-    WARN,
-    Role,
-    Row,
-    atomic_write,
-    claim_verdict,
-    frame_to_json,
-    replace_write,
-    to_frame,
-)
+from reportgen.results import Role, Row, Status, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
 from reportgen.results.rows import error_row
 from reportgen.threads import apply_threads
 from reportgen.training.duration import refuse_long_runs
@@ -69,7 +55,7 @@ from reportgen.twins.setup import Setup
 log = logging.getLogger("reportgen")
 
 #: Exit code per claim verdict.
-VERDICT_EXIT: dict[str, ExitCode] = {PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}
+VERDICT_EXIT: dict[str, ExitCode] = {Status.PASS: ExitCode.HOLDS, Status.INCONCLUSIVE: ExitCode.INCONCLUSIVE}
 
 
 class Interrupted(Exception):
@@ -132,7 +118,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return ExitCode.SIGTERM if exc.terminated else ExitCode.SIGINT  # the partial frame stays on disk
-    if any(r.check == MEMORY and r.status != NOT_RUN for r in rows):  # the whole run's peak, beside one twin's
+    if any(r.check == MEMORY and r.status != Status.NOT_RUN for r in rows):  # the whole run's peak, beside one twin's
         rows.append(run_peak_row(setup))
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
     rows += diagnose(rows, recompute_settings(cfg, setup))
@@ -157,13 +143,13 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     clear_pending(out_dir)
     finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
-    said = {str(PASS): "HOLDS", str(INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
+    said = {str(Status.PASS): "HOLDS", str(Status.INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in (
-        frame.loc[frame.status == WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
+        frame.loc[frame.status == Status.WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
     ):
         detail = console_text(f"{item}: {detail}")
         print(f"reportgen: WARN {check}: {clip_keeping_advice(detail)}")
-    if verdict != PASS:
+    if verdict != Status.PASS:
         for line in why_lines(frame):
             print(line)
     print("\n".join(console_lines(frame, out_dir / "report.html")))
@@ -246,7 +232,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                 item="compile",
                 variant="recompute",
                 metric="not_run",
-                status=NOT_RUN,
+                status=Status.NOT_RUN,
                 role=Role.DISABLED,
                 detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
                 f"({setup.compile_error}); run with compile.enabled=false",
@@ -273,7 +259,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                     item=f"stopped at checks.{exc.limit}",
                     variant="recompute",
                     metric="exception",
-                    status=ERROR,
+                    status=Status.ERROR,
                     detail=exc.message,
                     seconds=time.perf_counter() - start,
                     role=Role.EXCEPTION,
@@ -287,7 +273,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                     item="interrupted",
                     variant="recompute",
                     metric="not_run",
-                    status=NOT_RUN,
+                    status=Status.NOT_RUN,
                     role=Role.DISABLED,
                     detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished",
                 )
@@ -318,7 +304,7 @@ def disabled_rows(check: Check) -> list[Row]:
             item=str(check.config),
             variant="recompute",
             metric="not_run",
-            status=FLAGGED if s.flagged else NOT_RUN,
+            status=Status.FLAGGED if s.flagged else Status.NOT_RUN,
             role=Role.DISABLED,
             detail=f"not run: {check.config}.enabled=false",
         )

@@ -19,7 +19,7 @@ from typing import Any
 from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import task_metric_plots
 from reportgen.config import TASK_METRICS, BudgetConfig, ParityConfig
-from reportgen.results import ERROR, INFO, PASS, TWIN, WARN, Role, Row
+from reportgen.results import TWIN, Role, Row, Status
 from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
 from reportgen.training.lockstep import lockstep_gradients
 from reportgen.training.loop import TrainResult
@@ -109,7 +109,7 @@ def compare_seed(
     errors = []
     try:
         found: dict = {}
-        rounding = rounding_run(setup, seed, batch_size, found) if rows[1].status != PASS else None
+        rounding = rounding_run(setup, seed, batch_size, found) if rows[1].status != Status.PASS else None
         if "lockstep_step" in found:  # evidence for the diagnosis: where the fault switches on
             rows[1].detail += (
                 f"; gradients taken at identical weights first differ at step {found['lockstep_step']} "
@@ -130,7 +130,7 @@ def compare_seed(
                 value=math.nan,
                 threshold="",
                 comparator="",
-                status=WARN,
+                status=Status.WARN,
                 detail=f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
                 "was trained afresh in this run and the entry replaced",
                 extra={"seed": seed, "cache_key": key, "cache_problem": why},
@@ -155,7 +155,7 @@ def compare_seed(
                 rounding.metrics[metric],
                 parity.rounding_factor,
             )
-            if final.status == PASS
+            if final.status == Status.PASS
             else rows[0],
             final,
         ]
@@ -180,7 +180,7 @@ def _train_or_error(
                 value=math.nan,
                 threshold="",
                 comparator="",
-                status=ERROR,
+                status=Status.ERROR,
                 seconds=time.perf_counter() - start,
                 role=Role.EXCEPTION,
                 detail=f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
@@ -199,7 +199,7 @@ def _train_or_error(
                 value=result.accepted_examples,
                 threshold=str(setup.config.budget.examples),
                 comparator="",
-                status=ERROR,
+                status=Status.ERROR,
                 detail=f"budget not reached: only {result.accepted_examples} of {setup.config.budget.examples} examples "
                 f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
                 "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
@@ -220,7 +220,7 @@ def nonfinite_metric_row(seed: int, metric: str, value: float) -> Row:
         item=f"seed {seed}",
         variant="plain",
         metric=f"abs_diff_{metric}",
-        status=ERROR,
+        status=Status.ERROR,
         role=Role.METRIC_DIFF,
         detail=f"the plain twin's held-out {metric} is {value}: the baseline itself "
         "computes non-finite values, so this check cannot be judged; fix the model, data or loss first",
@@ -255,7 +255,7 @@ def task_metrics(setup) -> list[Row]:
             value=section.examples,
             threshold="",
             comparator="",
-            status=INFO,
+            status=Status.INFO,
             detail=f"{section.examples} accepted examples per run at batch {bs}, "
             f"optimizer {describe_optimizer(section.optimizer)}, seeds {', '.join(str(s) for s in section.seeds)}; "
             f"learning-curve point every {section.eval_every} accepted "
@@ -305,7 +305,7 @@ def task_metrics(setup) -> list[Row]:
                     role=Role.SKIPPED_DIFF,
                     unit="steps",
                     threshold_value=0.0,
-                    on_miss=WARN,
+                    on_miss=Status.WARN,
                 )
             )
     for variant, values in finals.items():
@@ -320,7 +320,7 @@ def task_metrics(setup) -> list[Row]:
                     value=statistics.fmean(values),
                     threshold="",
                     comparator="",
-                    status=INFO,
+                    status=Status.INFO,
                     detail=f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
                     extra={"std": std, "n_seeds": len(values)},
                     role=Role.MEAN,

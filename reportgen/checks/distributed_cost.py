@@ -16,7 +16,7 @@ from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import make_train_step, saved_activation_bytes
-from reportgen.results import INFO, WARN, Row
+from reportgen.results import Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.twins.setup import Setup
 
@@ -58,7 +58,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
                 value=float(value),
                 unit="B",
                 role=ROLE_RANK_TOTAL,
-                status=INFO,
+                status=Status.INFO,
                 detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)",
             ),
             group.rank,
@@ -86,7 +86,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
                 value=float(peak.peak_bytes),
                 unit="B",
                 role=ROLE_RANK_PEAK,
-                status=INFO,
+                status=Status.INFO,
                 detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
                 f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
                 extra={"phase": peak.phase, **(peak.cuda or {})},
@@ -128,7 +128,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
             worst[0],
             worst[1],
             "<",
-            WARN,
+            Status.WARN,
             f"the largest plain twin's saved bytes of the {group.world_size} ranks",
             f"recompute keeps {worst[1]:.0f} B on its worst rank against {worst[0]:.0f} B plain",
         ),
@@ -170,7 +170,7 @@ def max_pair_rows(
             value=plain,
             unit="B",
             role=role,
-            status=INFO,
+            status=Status.INFO,
             detail=plain_detail,
         ),
         Row(
@@ -229,7 +229,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
                 value=statistics.median(ms),
                 unit="ms",
                 role=ROLE_RANK_STEP,
-                status=INFO,
+                status=Status.INFO,
                 detail=f"median of {len(ms)} warm steps on rank {group.rank}",
             ),
             group.rank,
@@ -249,7 +249,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
             value=value,
             unit="ms",
             role=ROLE_MAX_STEP,
-            status=INFO,
+            status=Status.INFO,
             detail=f"median over {len(worst[variant])} steps of the slowest rank's time",
         )
         for variant, value in (("plain", plain), ("recompute", recompute))
@@ -271,7 +271,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
             comparator="ci<=" if bound is not None else "",
             role=ROLE_MAX_OVERHEAD,
             unit="ratio",
-            status=INFO,
+            status=Status.INFO,
             threshold_value=float(bound) if bound is not None else float("nan"),
             detail=detail,
             extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])},

@@ -17,7 +17,7 @@ from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.sync import replicated_state, sync_row
 from reportgen.distributed.wrapping import spread_twin
-from reportgen.results import PASS, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rows import aa_row, tensor_row
 from reportgen.training.user_step import run_forward_backward
 from reportgen.twins.setup import Setup
@@ -73,7 +73,7 @@ def reference_rows(check: str, prefix: str, reference: dict, plain: dict, recomp
                 atol,
                 ROLE_REFERENCE,
             )
-            row.variant, row.on_miss = variant, WARN
+            row.variant, row.on_miss = variant, Status.WARN
             row.__post_init__()  # judged again by results.judge with the advisory on_miss
             rows.append(row)
     return rows
@@ -175,7 +175,7 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
         tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
         for n in sorted(set(plain.grads) | set(rc.grads))
     ]
-    bad = sorted((r for r in compared if r.status != PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
+    bad = sorted((r for r in compared if r.status != Status.PASS), key=lambda r: -float(r.extra.get("excess", 0.0)))
     equal = all(bool(r.extra.get("bitwise_equal")) for r in compared)
     detail = (
         f"all {len(compared)} gradients of this rank's share {'bitwise equal' if equal else 'within tolerance'}"

@@ -17,7 +17,7 @@ from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.sync import Drift, replicated_state, sync_row
 from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.wrapping import spread_twin
-from reportgen.results import FAIL, INCONCLUSIVE, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rows import aa_row
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
@@ -139,7 +139,7 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
             for x in snapshot_rows(p, r, a, rtol, atol, setup.config.state.ignore_attributes)
             if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)
         ]
-        for variant, key, on_miss in (("recompute", "excess", FAIL), ("aa", "aa_excess", INCONCLUSIVE)):
+        for variant, key, on_miss in (("recompute", "excess", Status.FAIL), ("aa", "aa_excess", Status.INCONCLUSIVE)):
             excess = [(float(x.extra.get(key, math.inf)), x) for x in compared]
             moved = [x.item for e, x in excess if not e <= 0]
             worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)

@@ -34,7 +34,7 @@ from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import larger_batch_plots
 from reportgen.config import LARGER_BATCH, BudgetConfig, LargerBatchConfig
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
-from reportgen.results import FLAGGED, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.structure import batch_size_of
 from reportgen.training.loop import LR_SCALING
 from reportgen.training.rows import run_rows
@@ -178,7 +178,7 @@ def larger_batch_experiment(setup) -> list[Row]:
                 value=math.nan,
                 threshold="",
                 comparator="",
-                status=FLAGGED,
+                status=Status.FLAGGED,
                 detail=f"the experiment could not finish: {type(exc).__name__}: {exc}",
                 seconds=time.perf_counter() - start,
                 role=Role.EXCEPTION,
@@ -211,7 +211,7 @@ def _experiment(setup) -> list[Row]:
             value=reference,
             threshold="",
             comparator="",
-            status=FLAGGED,
+            status=Status.FLAGGED,
             detail=f"reference: {what} of the plain twin at the base batch",
             seconds=time.perf_counter() - t0,
             extra={"batch_size": base},
@@ -231,7 +231,7 @@ def _experiment(setup) -> list[Row]:
                 value=p.bytes,
                 threshold=str(reference),
                 comparator="",
-                status=FLAGGED,
+                status=Status.FLAGGED,
                 detail="fits" if p.fits else f"does not fit: {p.note}",
                 extra={"batch_size": p.batch_size, "fits": p.fits, "reference_bytes": reference},
                 role=Role.PROBE,
@@ -248,7 +248,7 @@ def _experiment(setup) -> list[Row]:
                 value=math.nan,
                 threshold="",
                 comparator="",
-                status=FLAGGED,
+                status=Status.FLAGGED,
                 detail=f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); "
                 "no larger batch to try",
                 seconds=time.perf_counter() - t0,
@@ -276,7 +276,7 @@ def _experiment(setup) -> list[Row]:
             value=found,
             threshold="",
             comparator="",
-            status=FLAGGED,
+            status=Status.FLAGGED,
             detail=f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
             f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
             f"{len(probes)} probes; {why}; learning rate "
@@ -304,7 +304,7 @@ def _experiment(setup) -> list[Row]:
                         value=result.accepted_examples,
                         threshold=str(budget.examples),
                         comparator=">=",
-                        status=FLAGGED,
+                        status=Status.FLAGGED,
                         detail=f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or "
                         "gradient before the step cap",
                         seconds=result.seconds,
@@ -316,7 +316,13 @@ def _experiment(setup) -> list[Row]:
                 continue
             role = "recompute at the larger batch" if recompute else "plain at the base batch, for comparison"
             run = run_rows(
-                LARGER_BATCH, "larger_batch", f"seed {seed} batch {batch_size}", seed, result, task.metric, FLAGGED
+                LARGER_BATCH,
+                "larger_batch",
+                f"seed {seed} batch {batch_size}",
+                seed,
+                result,
+                task.metric,
+                Status.FLAGGED,
             )
             run[0].detail = f"{role}: {run[0].detail}"
             run[0].extra["run_label"] = role
@@ -334,7 +340,7 @@ def _experiment(setup) -> list[Row]:
                     value=statistics.fmean(values),
                     threshold="",
                     comparator="",
-                    status=FLAGGED,
+                    status=Status.FLAGGED,
                     detail=f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch: mean ± "
                     f"sample std over {len(values)} seeds {statistics.fmean(values):.6g} ± {std:.3g}",
                     extra={

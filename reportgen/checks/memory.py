@@ -47,7 +47,7 @@ from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import format_bytes
-from reportgen.results import ERROR, INFO, TWIN, WARN, Role, Row
+from reportgen.results import TWIN, Role, Row, Status
 from reportgen.results.rows import exception_message
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
@@ -65,25 +65,27 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
     rows: list[Row] = []
-    measured = _guarded(rows, "saved activations", ERROR, lambda: measure_saved(setup))
+    measured = _guarded(rows, "saved activations", Status.ERROR, lambda: measure_saved(setup))
     if measured is not None:
         rows += saved_rows(setup, *measured)
     section: MemoryConfig = setup.config.memory
     on_miss = section.peak_on_miss
     cuda_rows: list[Row] = []  # each twin's allocator peaks, measured once, alone on the device
-    cuda = _guarded(cuda_rows, "CUDA allocator peaks", ERROR, lambda: cuda_peaks(setup))
-    peaks = _guarded(rows, "step peak", on_miss if on_miss == WARN else ERROR, lambda: measure_peaks(setup))
+    cuda = _guarded(cuda_rows, "CUDA allocator peaks", Status.ERROR, lambda: cuda_peaks(setup))
+    peaks = _guarded(
+        rows, "step peak", on_miss if on_miss == Status.WARN else Status.ERROR, lambda: measure_peaks(setup)
+    )
     if peaks is not None:
         by_twin, seconds = peaks
         for variant, peak in by_twin.items():  # the step-peak row states the same allocator figures
             peak.cuda = {k: v for k, v in (cuda or {}).get(variant, {}).items() if k != "seconds"} or None
         rows += peak_rows(setup, by_twin, seconds, measured[0] if measured else None)
-    _guarded(rows, "gradients behind the saving", WARN, lambda: rows.extend(lost_gradient_rows(setup)))
+    _guarded(rows, "gradients behind the saving", Status.WARN, lambda: rows.extend(lost_gradient_rows(setup)))
     rows += cuda_rows if cuda is None else cuda_peak_rows(setup, cuda)
     _guarded(
         rows,
         "estimate at measured shape",
-        WARN,
+        Status.WARN,
         lambda: rows.extend(estimate_rows(setup, measured[0] if measured else None, peaks[0] if peaks else None)),
     )
     return rows
@@ -240,7 +242,7 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
                 variant="plain",
                 metric="peak_allocated_bytes",
                 value=float("nan"),
-                status=INFO,
+                status=Status.INFO,
                 role=Role.NOTE,
                 detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
                 "The saved-activation bytes above are exact on every device.",
@@ -265,7 +267,7 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
                 variant=variant,
                 metric="peak_allocated_bytes",
                 value=peaks["peak_allocated_bytes"],
-                status=INFO,
+                status=Status.INFO,
                 seconds=seconds,
                 extra=extra,
                 role=Role.CUDA_PEAK,
@@ -281,7 +283,7 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
                 variant=variant,
                 metric="peak_reserved_bytes",
                 value=peaks["peak_reserved_bytes"],
-                status=INFO,
+                status=Status.INFO,
                 extra=extra,
                 role=Role.CUDA_PEAK,
                 unit="B",
@@ -314,7 +316,7 @@ def run_peak_row(setup: Setup) -> Row:
         variant="plain",
         metric=metric,
         value=float(value),
-        status=INFO,
+        status=Status.INFO,
         role=Role.NOTE,
         unit="B",
         detail=f"the whole run's own peak, every twin of every check: {said}; the one build every twin is "

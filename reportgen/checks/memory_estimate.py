@@ -18,7 +18,7 @@ from reportgen.memory.estimate import (
 )
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, where
 from reportgen.memory.saved import SavedActivations
-from reportgen.results import INFO, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup
 
 
@@ -58,7 +58,7 @@ def estimate_rows(
                     variant=variant,
                     metric="estimated_saved_activation_bytes",
                     value=est,
-                    status=INFO,
+                    status=Status.INFO,
                     detail=f"not compared with the measurement: {here.dtype_note}",
                     seconds=seconds,
                     role=Role.ESTIMATE_MEASURED,
@@ -75,7 +75,7 @@ def estimate_rows(
                     variant=variant,
                     metric="estimated_saved_activation_bytes",
                     value=est,
-                    status=WARN,
+                    status=Status.WARN,
                     detail="no measurement to validate the estimator against",
                     seconds=seconds,
                     role=Role.ESTIMATE_MEASURED,
@@ -99,7 +99,7 @@ def estimate_rows(
                 role=Role.ESTIMATE_MEASURED,
                 unit="B",
                 threshold_value=real,
-                on_miss=WARN,
+                on_miss=Status.WARN,
                 detail=(
                     "estimate (fake tensors, no allocation) equals the measurement"
                     if est == real
@@ -131,7 +131,7 @@ def estimate_rows(
                 variant=variant,
                 metric="estimated_saved_activation_bytes",
                 value=getattr(far, variant).total_bytes,
-                status=INFO,
+                status=Status.INFO,
                 seconds=seconds,
                 role=Role.ESTIMATE_TARGET,
                 unit="B",
@@ -155,7 +155,7 @@ def not_estimated_row(item: str, reason: str, seconds: float) -> Row:
         item=item,
         variant="recompute",
         metric="estimated_saved_activation_bytes",
-        status=INFO,
+        status=Status.INFO,
         role=Role.ESTIMATE_MEASURED,
         unit="B",
         seconds=seconds,
@@ -177,7 +177,7 @@ def estimate_peak_rows(
                 item=f"step peak estimate, {where_}",
                 variant="recompute",
                 metric="estimated_peak_live_bytes",
-                status=INFO,
+                status=Status.INFO,
                 role=Role.ESTIMATE_PEAK,
                 unit="B",
                 seconds=seconds,
@@ -203,7 +203,7 @@ def estimate_peak_rows(
                 variant=variant,
                 metric="estimated_peak_live_bytes",
                 value=peak.peak_bytes,
-                status=INFO,
+                status=Status.INFO,
                 seconds=seconds,
                 role=Role.ESTIMATE_PEAK,
                 unit="B",
@@ -228,7 +228,7 @@ def estimate_peak_rows(
                     role=Role.ESTIMATE_PEAK,
                     unit="share",
                     threshold_value=PEAK_ESTIMATE_TOLERANCE,
-                    on_miss=WARN,
+                    on_miss=Status.WARN,
                     detail=(
                         f"estimated step peak {format_bytes(peak.peak_bytes)}, measured {format_bytes(real)}"
                         + ("" if diff <= PEAK_ESTIMATE_TOLERANCE else ": do not trust the target-shape peak")
@@ -319,7 +319,7 @@ def _per_layer_row(
         variant=variant,
         metric="estimated_saved_activation_bytes",
         value=value,
-        status=INFO,
+        status=Status.INFO,
         role=Role.PER_LAYER,
         unit="B",
         detail=detail,

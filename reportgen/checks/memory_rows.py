@@ -11,7 +11,7 @@ from reportgen.checks.memory_estimate import saving_share
 from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, where
 from reportgen.memory.saved import REST, SavedActivations
-from reportgen.results import INFO, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.structure import describe
 from reportgen.twins.setup import Setup
 
@@ -50,7 +50,7 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             variant=variant,
             metric="saved_activation_bytes",
             value=s.total_bytes,
-            status=INFO,
+            status=Status.INFO,
             detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
             seconds=seconds[variant],
             role=Role.SAVED_TOTAL,
@@ -72,7 +72,7 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             role=Role.SAVING,
             unit="share",
             threshold_value=share_min,
-            on_miss=WARN,
+            on_miss=Status.WARN,
             extra={
                 "saving_bytes": plain.total_bytes - rec.total_bytes,
                 "plain_bytes": plain.total_bytes,
@@ -90,7 +90,7 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
                     variant=variant,
                     metric="saved_activation_bytes",
                     value=s.per_module[path],
-                    status=INFO,
+                    status=Status.INFO,
                     detail=what,
                     role=Role.SAVED_MODULE,
                     unit="B",
@@ -154,7 +154,7 @@ def peak_rows(
                 variant=variant,
                 metric="peak_live_bytes",
                 value=peak.peak_bytes,
-                status=INFO,
+                status=Status.INFO,
                 detail=detail,
                 seconds=seconds[variant],
                 role=Role.STEP_PEAK,

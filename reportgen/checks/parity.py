@@ -16,7 +16,7 @@ from typing import Any
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import GRADIENT_PARITY
-from reportgen.results import INCONCLUSIVE, INFO, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rows import (
     aa_row,
     nonfinite_row,
@@ -68,7 +68,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
             variant="recompute",
             metric="warning",
             detail=w,
-            status=INFO,
+            status=Status.INFO,
             role=Role.WARNING,
         )
         for w in caught
@@ -86,7 +86,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
                 item="input.grad",
                 variant="recompute",
                 metric="max_abs_err",
-                status=INFO,
+                status=Status.INFO,
                 role=Role.INPUT_GRAD,
                 detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient",
             )
@@ -124,7 +124,7 @@ def baseline_row(setup: Setup) -> Row:
         role=Role.BASELINE,
         unit="modules",
         threshold_value=0.0,
-        on_miss=INCONCLUSIVE,
+        on_miss=Status.INCONCLUSIVE,
         extra={"modules": ", ".join(found)},
     )
 
@@ -178,7 +178,7 @@ def _other_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
                     item=name,
                     variant="recompute",
                     metric="not_compared",
-                    status=INFO,
+                    status=Status.INFO,
                     role=Role.OUTPUT_OTHER,
                     detail=(
                         said

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import SELECTIVE_POLICY, RecomputeConfig, RecomputeMode
-from reportgen.results import WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.twins.recompute import resolve_ops
@@ -78,7 +78,7 @@ def selective_policy(setup: Setup) -> list[Row]:
                 role=Role.SAVE_OP,
                 unit="calls",
                 threshold_value=0.0,
-                on_miss=WARN,
+                on_miss=Status.WARN,
             )
         )
     return rows

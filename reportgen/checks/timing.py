@@ -43,7 +43,7 @@ from reportgen.checks.timing_rows import (
 from reportgen.config import TIME, TimingConfig
 from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.progress import progress
-from reportgen.results import INFO, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.twins.setup import Setup
 
@@ -166,7 +166,7 @@ def warm_step_time(setup: Setup) -> list[Row]:
             variant=v,
             metric="step_time_ms",
             value=ms,
-            status=INFO,
+            status=Status.INFO,
             detail="one measured step",
             role=Role.STEP,
             unit="ms",
@@ -206,7 +206,7 @@ def counted_flops(steps: Mapping[str, Callable[[], None]]) -> tuple[dict[str, in
             item="expected from FLOPs",
             variant="recompute",
             metric="expected_overhead_ratio",
-            status=WARN,
+            status=Status.WARN,
             role=Role.FLOPS,
             unit="ratio",
             detail=f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from reportgen.config import TIME
-from reportgen.results import INFO, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 
 VARIANTS = ("plain", "recompute")
@@ -42,7 +42,7 @@ def ci_width_row(overhead: Row, target_pp: float, stopped: str) -> Row:
         role=Role.OVERHEAD_CI,
         unit="pp",
         threshold_value=target_pp,
-        on_miss=WARN,
+        on_miss=Status.WARN,
     )
 
 
@@ -78,7 +78,7 @@ def machine_load_row() -> Row | None:
         detail=detail,
         role=Role.LOAD,
         threshold_value=threads + 1,
-        on_miss=WARN,
+        on_miss=Status.WARN,
         extra={"cpus": cpus, "torch_threads": threads},
     )
 
@@ -118,7 +118,7 @@ def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, s
                 value=float(med),
                 threshold=threshold,
                 comparator=comparator,
-                status=INFO,
+                status=Status.INFO,
                 detail=detail,
                 seconds=seconds if variant == "plain" else 0.0,
                 extra=extra,
@@ -165,7 +165,7 @@ def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float |
         value=ratio,
         threshold=threshold,
         comparator=comparator,
-        status=INFO,
+        status=Status.INFO,
         detail=detail,
         seconds=0.0,
         extra=extra,
@@ -187,7 +187,7 @@ def flops_row(flops: dict[str, int]) -> Row:
         variant="recompute",
         metric="expected_overhead_ratio",
         value=ratio,
-        status=INFO,
+        status=Status.INFO,
         extra=extra,
         role=Role.FLOPS,
         unit="ratio",

@@ -26,7 +26,7 @@ from reportgen.checks.base import Check, Section
 from reportgen.checks.plots import trajectory_plots
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.progress import progress
-from reportgen.results import INCONCLUSIVE, INFO, PASS, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import (
     ROUNDING_LEVEL,
@@ -138,7 +138,7 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
     envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same
     way on tolerance alone, INCONCLUSIVE when missed)."""
     out = []
-    for variant, key, on_miss in (("recompute", "excess", "FAIL"), ("aa", "aa_excess", INCONCLUSIVE)):
+    for variant, key, on_miss in (("recompute", "excess", "FAIL"), ("aa", "aa_excess", Status.INCONCLUSIVE)):
         excess = [(r.extra.get(key, math.inf), r) for r in rows]
         worst_excess, worst = max(excess, key=lambda e: (not e[0] <= 0, e[0] if e[0] == e[0] else math.inf))
         moved = [r.item for e, r in excess if not e <= 0]
@@ -245,7 +245,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         + (f" and {len(first_items) - 4} more" if len(first_items) > 4 else "")
         + (
             "; step 1 was equal, so the fault shows only after a step: state read in forward and updated after it"
-            if first > 1 and finite.status == PASS
+            if first > 1 and finite.status == Status.PASS
             else ""
         )
     )
@@ -256,7 +256,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
             variant="recompute",
             metric="first_diverging_step",
             value=float(first),
-            status=INFO,
+            status=Status.INFO,
             detail=detail,
             role=Role.FIRST_DIVERGENCE,
             unit="step",

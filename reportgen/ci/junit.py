@@ -21,7 +21,7 @@ import pandas as pd
 
 from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, check_summary
+from reportgen.results import Role, Status, check_summary
 
 #: File name in the run folder.
 JUNIT_NAME = "junit.xml"
@@ -58,16 +58,16 @@ def _diagnoses(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
 
 def _outcome(case: ET.Element, status: str, required: bool, message: str, text: str) -> str:
     """Add the child that says how a test case ended; returns ``failure``/``error``/``skipped``/``passed``."""
-    if status == FAIL and required:
+    if status == Status.FAIL and required:
         ET.SubElement(case, "failure", message=message, type=status).text = text
         return "failure"
-    if status in (ERROR, INCONCLUSIVE) and required:
+    if status in (Status.ERROR, Status.INCONCLUSIVE) and required:
         ET.SubElement(case, "error", message=message, type=status).text = text
         return "error"
-    if status == NOT_RUN:
+    if status == Status.NOT_RUN:
         ET.SubElement(case, "skipped", message=message, type=status).text = text
         return "skipped"
-    if status not in (PASS,) or not required:
+    if status not in (Status.PASS,) or not required:
         ET.SubElement(case, "system-out").text = f"{status}{'' if required else ' (not required)'}: {message}"
     return "passed"
 
@@ -100,7 +100,10 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
             name=s["check"],
             time=_seconds(seconds.get(s["check"], 0.0)),
         )
-        rows = frame[(frame.check == s["check"]) & frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE])]
+        rows = frame[
+            (frame.check == s["check"])
+            & frame.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE])
+        ]
         cause, fix = diagnoses.get(s["check"], ("", ""))
         text = _failing_text(rows) + (f"\nLikely cause: {cause}.\nFix: {fix}." if fix else "")
         message = f"{s['check']}: {s['status']}, {s['failing']} of {s['rows']} rows not passing"
@@ -120,13 +123,13 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
             )
         ] += 1
     case = ET.SubElement(suite_el, "testcase", classname="reportgen", name="claim verdict", time="0.000")
-    said = {str(PASS): "the claim holds", str(INCONCLUSIVE): "the claim cannot be judged"}.get(
+    said = {str(Status.PASS): "the claim holds", str(Status.INCONCLUSIVE): "the claim cannot be judged"}.get(
         verdict, "the claim fails"
     )
     counts[
         _outcome(
             case,
-            verdict if verdict in (PASS, INCONCLUSIVE) else FAIL,
+            verdict if verdict in (Status.PASS, Status.INCONCLUSIVE) else Status.FAIL,
             True,
             f"verdict {verdict}: {said}",
             f"verdict {verdict}; open report.html; check the signature with {command}" if command else said,
@@ -171,11 +174,14 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | N
         name = f"job {job['job']}: {' '.join(shown) or '(no overrides)'}"
         case = ET.SubElement(suite_el, "testcase", classname="reportgen.sweep", name=name, time=_seconds(seconds))
         code = int(job["exit_code"])
-        status = PASS if code == 0 else FAIL if code == 1 else ERROR
+        status = Status.PASS if code == 0 else Status.FAIL if code == 1 else Status.ERROR
         text = f"{job['dir']}/report.html: verdict {job['verdict']}, exit code {code}"
         if frame is not None and len(frame) and code == 1:
             text += "\n" + _failing_text(
-                frame[frame.status.isin([FAIL, ERROR, NOT_RUN, INCONCLUSIVE]) & frame.check.isin(job["required"])]
+                frame[
+                    frame.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE])
+                    & frame.check.isin(job["required"])
+                ]
             )
         message = job.get("error") or f"verdict {job['verdict']} (exit {code})"
         counts[_outcome(case, status, True, message, text)] += 1
@@ -212,17 +218,17 @@ def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
     def status(prefix: str, measured: Any) -> str:
         hit = said(prefix)
         if measured is None:
-            return NOT_RUN
-        return PASS if hit is None else FAIL if hit in regressions else ERROR
+            return Status.NOT_RUN
+        return Status.PASS if hit is None else Status.FAIL if hit in regressions else Status.ERROR
 
     cases: list[tuple[str, str, str]] = [
-        (f"{label} verifies", FAIL if said(label) else PASS, said(label) or f"{label} verifies")
+        (f"{label} verifies", Status.FAIL if said(label) else Status.PASS, said(label) or f"{label} verifies")
         for label in ("BASE", "NEW")
     ]
     cases.append(
         (
             "NEW's claim holds",
-            PASS if result["verdicts"]["new"] == PASS else FAIL,
+            Status.PASS if result["verdicts"]["new"] == Status.PASS else Status.FAIL,
             said("NEW's claim") or f"NEW's claim verdict {result['verdicts']['new']}",
         )
     )

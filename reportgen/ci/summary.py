@@ -22,7 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
 from reportgen.paths import templates_dir
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role
+from reportgen.results import Role, Status
 
 log = logging.getLogger("reportgen")
 
@@ -30,7 +30,7 @@ log = logging.getLogger("reportgen")
 SUMMARY_NAME = "summary.md"
 #: Characters with a meaning in GitHub-flavoured Markdown tables and inline text.
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~])")
-SAID: dict[str, str] = {PASS: "HOLDS", INCONCLUSIVE: "CANNOT BE JUDGED"}
+SAID: dict[str, str] = {Status.PASS: "HOLDS", Status.INCONCLUSIVE: "CANNOT BE JUDGED"}
 
 
 def md(value: Any) -> str:
@@ -57,7 +57,7 @@ def environment() -> Environment:
 def failing_rows(frame: pd.DataFrame, required: Iterable[str], most: int = 10) -> list[dict[str, Any]]:
     """Up to ``most`` rows of required checks that FAIL, ERROR, are NOT_RUN or INCONCLUSIVE (clauses apart)."""
     bad = frame[
-        frame.status.isin([INCONCLUSIVE, FAIL, ERROR, NOT_RUN])
+        frame.status.isin([Status.INCONCLUSIVE, Status.FAIL, Status.ERROR, Status.NOT_RUN])
         & frame.check.isin(list(required))
         & (frame.check != RELEASE_CLAIM)
     ]

@@ -21,7 +21,7 @@ import pandas as pd
 from reportgen.claim.rows import claim_table
 from reportgen.errors import ExitCode
 from reportgen.files import atomic_write
-from reportgen.results import INCONCLUSIVE, PASS
+from reportgen.results import Status
 
 #: File name in the run folder, and the envelope it is bound to.
 VERDICT_NAME = "verdict.json"
@@ -32,7 +32,7 @@ VERSION = 1
 
 def exit_code(verdict: str) -> int:
     """The run's exit code for a claim verdict: 0 holds, 1 fails, 3 cannot be judged."""
-    codes: dict[str, int] = {PASS: ExitCode.HOLDS, INCONCLUSIVE: ExitCode.INCONCLUSIVE}
+    codes: dict[str, int] = {Status.PASS: ExitCode.HOLDS, Status.INCONCLUSIVE: ExitCode.INCONCLUSIVE}
     return int(codes.get(verdict, ExitCode.FAILS))
 
 

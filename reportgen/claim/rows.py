@@ -30,7 +30,7 @@ from reportgen.config import (
     TIME,
     TRAJECTORY,
 )
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, NOT_RUN, PASS, Role, Row, check_status
+from reportgen.results import Role, Row, Status, check_status
 
 #: The checks behind ``training unchanged``; the sharded ones count when the run has their rows.
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, TRAJECTORY, STATE_PARITY)
@@ -54,7 +54,7 @@ FIXES = {
     FITS: "recompute more of the model, lower the precision (dtype / precision.autocast), or claim a smaller batch",
 }
 #: What page 1 says for a clause row's status.
-OUTCOMES: dict[str, str] = {PASS: "met", FAIL: "not met"}
+OUTCOMES: dict[str, str] = {Status.PASS: "met", Status.FAIL: "not met"}
 
 
 def outcome(status: str) -> str:
@@ -99,7 +99,7 @@ def _row(clause: Clause, value: float, detail: str, **extra: Any) -> Row:
         role=Role.CLAUSE,
         unit=clause.unit,
         threshold_value=clause.bound,
-        on_miss=FAIL,
+        on_miss=Status.FAIL,
         extra={"clause_kind": clause.kind, "clause_fix": clause_fix(clause), **extra},
     )
 
@@ -118,7 +118,7 @@ def cannot_tell(clause: Clause, why: str, **extra: Any) -> Row:
         metric=clause.metric,
         value=math.nan,
         threshold=bound_text(clause),
-        status=NOT_RUN,
+        status=Status.NOT_RUN,
         detail=f"cannot tell: {why}",
         role=Role.CLAUSE,
         unit=clause.unit,
@@ -145,8 +145,8 @@ def _unchanged(frame: pd.DataFrame, clause: Clause) -> Row:
     tell when none fails but one raised or did not run."""
     checks = list(PARITY_CHECKS) + [c for c in SHARDED_PARITY_CHECKS if (frame.check == c).any()]
     status = {c: check_status(frame.loc[frame.check == c, "status"]) for c in checks}
-    failing = [c for c, s in status.items() if s in (FAIL, INCONCLUSIVE)]
-    unknown = [c for c, s in status.items() if s in (ERROR, NOT_RUN)]
+    failing = [c for c, s in status.items() if s in (Status.FAIL, Status.INCONCLUSIVE)]
+    unknown = [c for c, s in status.items() if s in (Status.ERROR, Status.NOT_RUN)]
     if not failing and unknown:
         return cannot_tell(clause, f"{', '.join(unknown)} did not run to the end (ERROR or NOT_RUN)")
     detail = (
@@ -195,15 +195,15 @@ def _task(frame: pd.DataFrame, clause: Clause) -> Row:
     """``task metric within tolerance``: seeds whose held-out metric difference does not pass."""
     checks = [TASK_METRICS] + ([DIST_TASK_METRICS] if (frame.check == DIST_TASK_METRICS).any() else [])
     diffs = frame[frame.check.isin(checks) & (frame.role == Role.METRIC_DIFF)]
-    broken = frame[frame.check.isin(checks) & frame.status.isin([ERROR, NOT_RUN])]
-    if diffs.empty or (not (diffs.status == FAIL).any() and len(broken)):
+    broken = frame[frame.check.isin(checks) & frame.status.isin([Status.ERROR, Status.NOT_RUN])]
+    if diffs.empty or (not (diffs.status == Status.FAIL).any() and len(broken)):
         return cannot_tell(
             clause,
             f"{' and '.join(checks)} measured no metric difference for every seed (disabled, raised or interrupted)",
             source=", ".join(checks),
         )
     share = pd.to_numeric(diffs.value, errors="coerce") / pd.to_numeric(diffs.threshold_value, errors="coerce")
-    outside = int((diffs.status != PASS).sum())
+    outside = int((diffs.status != Status.PASS).sum())
     detail = (
         f"{outside} of {len(diffs)} seed runs outside budget.metric_tolerance; the largest difference uses "
         f"{share.max():.1%} of its tolerance"

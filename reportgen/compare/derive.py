@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from reportgen.checks import required_names
 from reportgen.errors import UsageError
 from reportgen.files import sha256_bytes
-from reportgen.results import PASS, Role, check_summary, claim_verdict, frame_from_json
+from reportgen.results import Role, Status, check_summary, claim_verdict, frame_from_json
 from reportgen.sweep import job_costs
 from reportgen.trust.attachments import AttachmentError, read_attachments
 from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
@@ -187,7 +187,7 @@ def _costs(side: Side) -> dict[str, Any]:
     """The side's headline costs (``sweep.job_costs``) and whether its own timing can be trusted:
     its overhead CI met the width target (the ``overhead_ci`` row passed), None when not measured."""
     ci = side.frame[side.frame.role == Role.OVERHEAD_CI]
-    trusted = None if ci.empty else bool((ci.status == PASS).all())
+    trusted = None if ci.empty else bool((ci.status == Status.PASS).all())
     return {**job_costs(side.frame), "timing_trusted": trusted}
 
 
@@ -265,8 +265,8 @@ def compare(
         if base.config.get(k) != new.config.get(k)
     ]
     regressions, unclear = [], []
-    if new.verdict != PASS:
-        failing = [c["check"] for c in checks if c["required"] and c["new"] not in (PASS, "WARN", "INFO", None)]
+    if new.verdict != Status.PASS:
+        failing = [c["check"] for c in checks if c["required"] and c["new"] not in (Status.PASS, "WARN", "INFO", None)]
         regressions.append(f"NEW's claim fails ({', '.join(failing) or 'required checks missing'})")
     if overhead_change is not None and overhead_change > max_overhead_increase_pp:
         rose = (

@@ -25,7 +25,7 @@ from reportgen.distributed.full import full_params
 from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import twin
 from reportgen.distributed.wrapping import wrap_twin
-from reportgen.results import INFO, NOT_RUN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rows import metric_diff_row, trained_params_row
 from reportgen.training.train import Sharding, TrainResult, run_rows, train_to_budget
 
@@ -105,7 +105,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
                     item="budget",
                     variant="recompute",
                     metric="not_run",
-                    status=NOT_RUN,
+                    status=Status.NOT_RUN,
                     role=Role.DISABLED,
                     detail="not run: budget.enabled=false",
                 )
@@ -127,7 +127,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
             variant="recompute",
             metric="budget_examples",
             value=int(cfg.examples),
-            status=INFO,
+            status=Status.INFO,
             unit="examples",
             role=Role.BUDGET,
             detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "

@@ -33,7 +33,7 @@ from reportgen.distributed.launch import (
     start_method,
     watchdog,
 )
-from reportgen.results import ERROR, INCONCLUSIVE, NOT_RUN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rows import error_row
 from reportgen.twins.prepare import prepare
 from reportgen.twins.setup import Setup
@@ -122,7 +122,7 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                         item="not run",
                         variant="recompute",
                         metric="not_run",
-                        status=NOT_RUN,
+                        status=Status.NOT_RUN,
                         role=Role.DISABLED,
                         detail=f"not run: {ranks_said(failed)} failed in an earlier part",
                     )
@@ -179,7 +179,7 @@ def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int,
                 item=f"rank {r}",
                 variant="recompute",
                 metric="exception",
-                status=INCONCLUSIVE if r in signals else ERROR,
+                status=Status.INCONCLUSIVE if r in signals else Status.ERROR,
                 role=Role.EXCEPTION,
                 detail=f"rank {r} failed: {message}"
                 + ("; the claim cannot be judged from an interrupted run" if r in signals else ""),
@@ -195,7 +195,7 @@ def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int,
             item="not run",
             variant="recompute",
             metric="not_run",
-            status=NOT_RUN,
+            status=Status.NOT_RUN,
             role=Role.DISABLED,
             detail=f"not run: {ranks_said(ranks)} failed",
         )

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from reportgen.distributed.full import dist_name, full, full_params
 from reportgen.distributed.launch import Group, gather_objects
-from reportgen.results import BASELINE_TWINS, FAIL, INCONCLUSIVE, Role, Row
+from reportgen.results import BASELINE_TWINS, Role, Row, Status
 from reportgen.results.distance import tolerances
 
 
@@ -143,6 +143,6 @@ def sync_row(
         role=Role.RANK_SYNC,
         unit="tensors",
         threshold_value=0.0,
-        on_miss=INCONCLUSIVE if twin in BASELINE_TWINS else FAIL,
+        on_miss=Status.INCONCLUSIVE if twin in BASELINE_TWINS else Status.FAIL,
         extra={"twin": twin, "bitwise_equal": bitwise, "first_drift_step": first.step if first else None},
     )

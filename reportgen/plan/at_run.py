@@ -23,7 +23,7 @@ from reportgen.memory.peak import format_bytes
 from reportgen.memory.saved import training_optimizer
 from reportgen.plan.args import DTYPES, PlanArgs, config_file, load_config
 from reportgen.plan.policies import by_name, names
-from reportgen.results import INFO, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup
 
 #: The plan's figure must be within this share of the measured step peak.
@@ -56,7 +56,7 @@ def planned_peak(setup: Setup, rows: list[Row]) -> tuple[Row, dict[str, Any]] | 
         figure = _plan(setup, policy)
     except Exception as exc:  # noqa: BLE001 - the plan's figure is evidence beside the checks, never a crash
         detail = f"the plan's figure at this shape was not made ({type(exc).__name__}: {' '.join(str(exc).split())})"
-        row = Row(check=MEMORY, item=ITEM, variant="recompute", metric="planned_peak_bytes", status=INFO)
+        row = Row(check=MEMORY, item=ITEM, variant="recompute", metric="planned_peak_bytes", status=Status.INFO)
         row.detail, row.seconds = detail[:400], time.perf_counter() - start
         return row, {}
     measured_bytes = float(measured.value)
@@ -73,7 +73,7 @@ def planned_peak(setup: Setup, rows: list[Row]) -> tuple[Row, dict[str, Any]] | 
         threshold=f"<= {TOLERANCE:g} of the measured step peak",
         comparator="<=",
         threshold_value=TOLERANCE,
-        on_miss=WARN,
+        on_miss=Status.WARN,
         unit="share",
         role=Role.NOTE,
         detail=(

@@ -16,7 +16,7 @@ from typing import Any
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
 from reportgen.report.diagnose_unexplained import BAD, unexplained
-from reportgen.results import BASELINE, ERROR, INCONCLUSIVE, INFO, NOT_RUN, TWIN, Role, Row
+from reportgen.results import BASELINE, TWIN, Role, Row, Status
 from reportgen.twins.forward import CACHE_WRITTEN_AGAIN
 from reportgen.twins.recompute import RETURNED_LEAF
 
@@ -150,7 +150,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "plain twin raised",
-        lambda rows, s: any(r.extra.get(TWIN) == BASELINE and r.status in (ERROR, NOT_RUN) for r in rows),
+        lambda rows, s: any(r.extra.get(TWIN) == BASELINE and r.status in (Status.ERROR, Status.NOT_RUN) for r in rows),
         "the plain twin breaks without any recomputation (it raises, e.g. in training or in the evaluation under "
         "torch.no_grad, or cannot reach the budget), so this check has no baseline to compare with: it cannot be "
         "judged, and the recompute twin is not blamed",
@@ -176,7 +176,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "plain twin not reproducible",
-        lambda rows, s: any(r.variant == "aa" and r.status == INCONCLUSIVE for r in rows),
+        lambda rows, s: any(r.variant == "aa" and r.status == Status.INCONCLUSIVE for r in rows),
         "the plain twin does not reproduce itself: the model or task uses randomness or state the run does not "
         "control (os.urandom, the clock, a global counter, a nondeterministic kernel, a cache built at import)",
         "make the model deterministic given the seeds (draw randomness from torch, random or numpy; on CUDA use "
@@ -366,7 +366,7 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
         by_check.setdefault(row.check, []).append(row)
     out = []
     for check, group in by_check.items():
-        if not any(r.status in BAD for r in group) or all(r.status == NOT_RUN for r in group):
+        if not any(r.status in BAD for r in group) or all(r.status == Status.NOT_RUN for r in group):
             continue
         rule = likely(group, settings)
         if rule is None or rule.name in GENERIC:  # a specific cause seen in another check explains this one
@@ -387,7 +387,7 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
                 item="why it fails",
                 variant="recompute",
                 metric="diagnosis",
-                status=INFO,
+                status=Status.INFO,
                 role=Role.DIAGNOSIS,
                 detail=f"Likely cause: {cause}. Fix: {fix}.",
                 extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""},

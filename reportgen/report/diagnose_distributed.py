@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from reportgen.config import GRADIENT_PARITY, STATE_PARITY, STEP_PARITY
-from reportgen.results import BASELINE_TWINS, ERROR, FAIL, INCONCLUSIVE, PASS, Role, Row
+from reportgen.results import BASELINE_TWINS, Role, Row, Status
 
-BAD = (FAIL, ERROR, INCONCLUSIVE)
+BAD = (Status.FAIL, Status.ERROR, Status.INCONCLUSIVE)
 #: What DDP says when a parameter's gradient hook fires twice in one backward (torch/csrc/distributed/c10d/reducer.cpp).
 READY_TWICE = (
     "mark a variable ready only once",
@@ -128,7 +128,7 @@ RULES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
 def single_process_passed(rows: list[Row]) -> bool:
     """True when the single-process parity checks ran and every row of them passed (or was not judged)."""
     judged = [r for r in rows if r.check in SINGLE_PROCESS and r.comparator]
-    return bool(judged) and all(r.status == PASS for r in judged)
+    return bool(judged) and all(r.status == Status.PASS for r in judged)
 
 
 def rank_failed_fix(rows: list[Row]) -> str:

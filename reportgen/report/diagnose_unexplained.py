@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, Role, Row
+from reportgen.results import Role, Row, Status
 
 #: Statuses a diagnosis explains.
-BAD = (FAIL, ERROR, INCONCLUSIVE)
+BAD = (Status.FAIL, Status.ERROR, Status.INCONCLUSIVE)
 
 #: Roles of rows that compare one tensor (or value) between the twins.
 TENSOR_ROLES = (

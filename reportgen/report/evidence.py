@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, NOT_RUN, TWIN, Role, baseline_rows, judged_status
+from reportgen.results import BASELINE, TWIN, Role, Status, baseline_rows, judged_status
 
 #: At most this many failing checks are led on page 1 (every one is in the checks table below it).
 MOST_CHECKS = 6
@@ -68,10 +68,10 @@ def worst_row(group: pd.DataFrame) -> dict | None:
     """The FAIL row of one check with the largest share of its tolerance; without FAIL rows its first
     ERROR or NOT_RUN row; None when nothing in it fails."""
     records = [_clean(r) for r in group.to_dict("records")]
-    failed = [r for r in records if r["status"] == FAIL]
+    failed = [r for r in records if r["status"] == Status.FAIL]
     if failed:
         return max(failed, key=_rank)
-    return next((r for r in records if r["status"] in (ERROR, NOT_RUN, INCONCLUSIVE)), None)
+    return next((r for r in records if r["status"] in (Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE)), None)
 
 
 def _clean(record: dict) -> dict:
@@ -92,10 +92,10 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
     """
     status = judged_status(group)
     broken = baseline_rows(group)
-    lead = _clean(broken.iloc[0].to_dict()) if status == INCONCLUSIVE and len(broken) else worst_row(group)
+    lead = _clean(broken.iloc[0].to_dict()) if status == Status.INCONCLUSIVE and len(broken) else worst_row(group)
     if lead is None:
         return None
-    failing, judged = int((group.status == FAIL).sum()), int(group.comparator.fillna("").astype(bool).sum())
+    failing, judged = int((group.status == Status.FAIL).sum()), int(group.comparator.fillna("").astype(bool).sum())
     if lead.get("items_outside") is not None and lead.get("items"):  # an aggregate row (a trajectory step): its items
         failing, judged = int(lead["items_outside"]), int(lead["items"])
     item = str(lead["item"]) + (f": {lead['worst_item']}" if lead.get("worst_item") else "")
@@ -114,7 +114,7 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
         "plain": plain,
         "recompute": recompute,
         "detail": lead.get("detail") or "",
-        "baseline": lead.get(TWIN) == BASELINE and status == INCONCLUSIVE,
+        "baseline": lead.get(TWIN) == BASELINE and status == Status.INCONCLUSIVE,
         "cause": None if diagnosis is None else diagnosis.get("cause"),
         "fix": None if diagnosis is None else diagnosis.get("fix"),
         "rule": None if diagnosis is None else (diagnosis.get("rule") or diagnosis.get("fix")),
@@ -149,9 +149,9 @@ def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHE
         [Role.DIAGNOSIS, Role.CLAUSE]
     )  # the claim's table names clauses
     for check, group in frame[judged].groupby("check", sort=False):
-        if judged_status(group) not in (FAIL, ERROR, NOT_RUN, INCONCLUSIVE):
+        if judged_status(group) not in (Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE):
             continue
-        if (group.status == NOT_RUN).all():  # disabled or interrupted: the checks table says so
+        if (group.status == Status.NOT_RUN).all():  # disabled or interrupted: the checks table says so
             continue
         entry = check_evidence(check, group, diagnosis.get(check))
         if entry is not None:

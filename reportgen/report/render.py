@@ -23,7 +23,7 @@ from reportgen.paths import templates_dir
 from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
 from reportgen.report.guard import guard_costs, guard_sections
 from reportgen.report.pdf import write_pdf
-from reportgen.results import INFO, PASS, SEVERITY, Role, atomic_write, check_summary, frame_to_json
+from reportgen.results import SEVERITY, Role, Status, atomic_write, check_summary, frame_to_json
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
 ROLE_LABELS = {
@@ -170,7 +170,7 @@ def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
         statuses = sorted({r["status"] for r in rows}, key=SEVERITY.index)
         values = [r for r in rows if isinstance(r.get("value"), (int, float))]
         worst = max(values, key=lambda r: r["value"]) if values else rows[0]
-        bad = [r for r in rows if r["status"] not in (PASS, INFO)]
+        bad = [r for r in rows if r["status"] not in (Status.PASS, Status.INFO)]
         shown = (bad or rows)[:few] if len(rows) > few + 1 else rows
         rest = rows[len(shown) :]
         shares = [x for x in (tolerance_share(r) for r in rest) if not math.isnan(x)]
@@ -182,7 +182,7 @@ def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
                 "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index),
                 "low": min(shares, default=math.nan),
                 "high": max(shares, default=math.nan),
-                "failing": sum(r["status"] not in (PASS, INFO) for r in rest),
+                "failing": sum(r["status"] not in (Status.PASS, Status.INFO) for r in rest),
             }
         )
         out.append(
@@ -192,7 +192,7 @@ def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
                 "rows": rows,
                 "worst": worst,
                 "statuses": statuses,
-                "collapsed": len(rows) > 1 and set(statuses) <= {PASS, INFO},
+                "collapsed": len(rows) > 1 and set(statuses) <= {Status.PASS, Status.INFO},
                 "shown": shown,
                 "more": more,
             }

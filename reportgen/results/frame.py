@@ -13,18 +13,13 @@ import pandas as pd
 from reportgen.results.row import (
     BASELINE,
     COLUMNS,
-    ERROR,
-    FAIL,
-    FLAGGED,
-    INCONCLUSIVE,
-    NOT_RUN,
-    PASS,
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     SEVERITY,
     TWIN,
     Row,
     SchemaVersionError,
+    Status,
 )
 
 
@@ -41,14 +36,14 @@ def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
 def check_status(statuses: Iterable[str]) -> str:
     """Status of a check from the statuses of its rows: the most severe one (SEVERITY order)."""
     present = set(statuses)
-    return next((s for s in SEVERITY if s in present), NOT_RUN)
+    return next((s for s in SEVERITY if s in present), Status.NOT_RUN)
 
 
 def baseline_rows(group: pd.DataFrame) -> pd.DataFrame:
     """The ERROR and NOT_RUN rows of ``group`` that the baseline caused (column ``twin`` == :data:`BASELINE`)."""
     if TWIN not in group.columns:
         return group.iloc[0:0]
-    return group[group.status.isin([ERROR, NOT_RUN]) & (group[TWIN] == BASELINE)]
+    return group[group.status.isin([Status.ERROR, Status.NOT_RUN]) & (group[TWIN] == BASELINE)]
 
 
 def judged_status(group: pd.DataFrame) -> str:
@@ -56,8 +51,8 @@ def judged_status(group: pd.DataFrame) -> str:
     whose plain twin broke (:func:`baseline_rows`) and that measured no FAIL cannot be judged:
     INCONCLUSIVE, whatever the recompute twin did there (it ran without a working baseline)."""
     status = check_status(group.status)
-    if status in (ERROR, NOT_RUN) and len(baseline_rows(group)):
-        return INCONCLUSIVE
+    if status in (Status.ERROR, Status.NOT_RUN) and len(baseline_rows(group)):
+        return Status.INCONCLUSIVE
     return status
 
 
@@ -67,7 +62,7 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
     required = set(required)
     out = []
     for check, group in frame.groupby("check", sort=False):
-        bad = group[group.status.isin([FAIL, ERROR, NOT_RUN])]
+        bad = group[group.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN])]
         out.append(
             {
                 "check": check,
@@ -78,7 +73,7 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
             }
         )
     for check in required - set(frame.check):
-        out.append({"check": check, "status": NOT_RUN, "required": True, "rows": 0, "failing": 0})
+        out.append({"check": check, "status": Status.NOT_RUN, "required": True, "rows": 0, "failing": 0})
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
 
 
@@ -93,13 +88,13 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
     where the plain twin does not is still a failure. WARN and INFO rows do not fail it;
     FLAGGED rows never count, whatever the check.
     """
-    if (frame.status == INCONCLUSIVE).any():
-        return INCONCLUSIVE
-    summary = check_summary(frame[frame.status != FLAGGED], required)
+    if (frame.status == Status.INCONCLUSIVE).any():
+        return Status.INCONCLUSIVE
+    summary = check_summary(frame[frame.status != Status.FLAGGED], required)
     summary = summary[summary.required]
-    if summary.status.isin([FAIL, ERROR, NOT_RUN]).any():
-        return FAIL
-    return INCONCLUSIVE if (summary.status == INCONCLUSIVE).any() else PASS
+    if summary.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN]).any():
+        return Status.FAIL
+    return Status.INCONCLUSIVE if (summary.status == Status.INCONCLUSIVE).any() else Status.PASS
 
 
 def _plain_value(value: Any) -> Any:

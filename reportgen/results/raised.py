@@ -7,7 +7,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from reportgen.results.row import BASELINE, BASELINE_TWINS, ERROR, TWIN, Role, Row
+from reportgen.results.row import BASELINE, BASELINE_TWINS, TWIN, Role, Row, Status
 
 #: Characters of an exception message kept in a row's detail (the first paragraph, at most).
 MAX_MESSAGE = 600
@@ -18,7 +18,7 @@ NO_GRAD_GRAPH = "does not require grad and does not have a grad_fn"
 
 def raised_for_lack_of_grad(rows: list[Row]) -> bool:
     """True when the recompute run failed only because nothing upstream required grad."""
-    return any(r.status == ERROR and r.item == "recompute" and NO_GRAD_GRAPH in r.detail for r in rows)
+    return any(r.status == Status.ERROR and r.item == "recompute" and NO_GRAD_GRAPH in r.detail for r in rows)
 
 
 def exception_message(exc: BaseException) -> str:
@@ -57,7 +57,7 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, 
         value=float("nan"),
         threshold="",
         comparator="",
-        status=ERROR,
+        status=Status.ERROR,
         detail=detail,
         seconds=seconds,
         role=Role.EXCEPTION,

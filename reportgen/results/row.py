@@ -26,24 +26,23 @@ class Status(enum.StrEnum):
     NOT_RUN = "NOT_RUN"
     INFO = "INFO"
     FLAGGED = "FLAGGED"
+    #: the claim cannot be judged (plain twin not reproducible, plain run raised, non-finite plain loss,
+    #: or a baseline that already recomputes). Exit code 3.
     INCONCLUSIVE = "INCONCLUSIVE"
 
 
-PASS, WARN, FAIL, ERROR, NOT_RUN, INFO, FLAGGED = (
-    Status.PASS,
-    Status.WARN,
+#: Worst first: the status of a check is the first of these that any of its rows has. A
+#: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
+SEVERITY = [
+    Status.INCONCLUSIVE,
     Status.FAIL,
     Status.ERROR,
     Status.NOT_RUN,
-    Status.INFO,
+    Status.WARN,
+    Status.PASS,
     Status.FLAGGED,
-)
-#: INCONCLUSIVE: the claim cannot be judged (plain twin not reproducible, plain run raised,
-#: non-finite plain loss, or a baseline that already recomputes). Exit code 3.
-INCONCLUSIVE = Status.INCONCLUSIVE
-#: Worst first: the status of a check is the first of these that any of its rows has. A
-#: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
-SEVERITY = [INCONCLUSIVE, FAIL, ERROR, NOT_RUN, WARN, PASS, FLAGGED, INFO]
+    Status.INFO,
+]
 #: Column ``twin`` of an ERROR or NOT_RUN row: the twin that broke. :data:`BASELINE` ("plain") means the plain
 #: twin itself raised, computed non-finite values or (sharded) drifted across ranks: the check has no baseline
 #: and cannot be judged (:func:`judged_status`), which is never a recompute failure. "recompute" (or no
@@ -163,14 +162,14 @@ class Row:
     value: float = math.nan
     threshold: str = ""
     comparator: str = ""
-    status: str = INFO
+    status: str = Status.INFO
     detail: str = ""
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     role: str = ""
     unit: str = ""
     threshold_value: float = math.nan
-    on_miss: str = FAIL
+    on_miss: str = Status.FAIL
 
     def __post_init__(self) -> None:
         self.rejudge()
@@ -207,7 +206,7 @@ def judge(
     value: float,
     comparator: str,
     threshold_value: float,
-    on_miss: str = FAIL,
+    on_miss: str = Status.FAIL,
     *,
     excess: float | None = None,
     ci_high: float | None = None,
@@ -235,10 +234,10 @@ def judge(
     value, threshold_value = _number(value), _number(threshold_value)
     rounding = _number(rounding_excess)
     if comparator in ("allclose", "<=") and math.isfinite(rounding) and rounding <= 0:
-        return PASS
+        return Status.PASS
     if comparator == "allclose":
         excess = _number(excess)
-        return PASS if math.isfinite(excess) and excess <= 0 else on_miss
+        return Status.PASS if math.isfinite(excess) and excess <= 0 else on_miss
     if comparator not in COMPARATORS:
         raise ValueError(f"unknown comparator {comparator!r}; known: {', '.join(COMPARATORS)}")
     if math.isnan(value) or math.isnan(threshold_value):
@@ -246,7 +245,7 @@ def judge(
     if comparator == "ci<=":
         if value > threshold_value:
             return on_miss
-        return WARN if _number(ci_high) > threshold_value or math.isnan(_number(ci_high)) else PASS
+        return Status.WARN if _number(ci_high) > threshold_value or math.isnan(_number(ci_high)) else Status.PASS
     met = {
         "<=": value <= threshold_value,
         "<": value < threshold_value,
@@ -254,7 +253,7 @@ def judge(
         ">": value > threshold_value,
         "==": value == threshold_value,
     }[comparator]
-    return PASS if met else on_miss
+    return Status.PASS if met else on_miss
 
 
 def judge_record(record: Mapping[str, Any]) -> str:
@@ -262,13 +261,13 @@ def judge_record(record: Mapping[str, Any]) -> str:
     record without a comparator keeps its stated status."""
     comparator = record.get("comparator") or ""
     if not comparator:
-        return record.get("status", INFO)
+        return record.get("status", Status.INFO)
     number = lambda key: math.nan if record.get(key) is None else float(record[key])
     return judge(
         number("value"),
         comparator,
         number("threshold_value"),
-        record.get("on_miss") or FAIL,
+        record.get("on_miss") or Status.FAIL,
         excess=record.get("excess"),
         ci_high=record.get("ci_high"),
         rounding_excess=record.get("rounding_excess"),

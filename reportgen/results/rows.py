@@ -22,7 +22,7 @@ from reportgen.results.raised import (
     tagged_input_grad,
 )
 from reportgen.results.rounding import envelope
-from reportgen.results.row import INCONCLUSIVE, Role, Row
+from reportgen.results.row import Role, Row, Status
 
 __all__ = [
     "MAX_MESSAGE",
@@ -174,7 +174,7 @@ def _baseline_gate(
         role=role,
         unit=unit,
         threshold_value=0.0,
-        on_miss=INCONCLUSIVE,
+        on_miss=Status.INCONCLUSIVE,
         extra=extra,
     )
 

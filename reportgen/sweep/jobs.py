@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from reportgen.checks import required_names
 from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
-from reportgen.results import ERROR, FAIL, check_summary, frame_from_json
+from reportgen.results import Status, check_summary, frame_from_json
 from reportgen.sweep.record import JOB_FILE
 
 #: A folder with Hydra's ``.hydra/`` but no ``job.json``: the job was killed (OOM, SLURM time
@@ -67,7 +67,7 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
         error = record.get("error")
         if not error and frame is not None and record["exit_code"] == 1:
             summary = check_summary(frame[frame.status != "FLAGGED"], required)
-            bad = summary[summary.required & summary.status.isin([FAIL, ERROR, "NOT_RUN"])]
+            bad = summary[summary.required & summary.status.isin([Status.FAIL, Status.ERROR, "NOT_RUN"])]
             error = "claim fails: " + ", ".join(f"{c} {s}" for c, s in zip(bad.check, bad.status))
         number = record.get("job")
         if number is None:

@@ -12,7 +12,7 @@ import pandas as pd
 from reportgen.checks.plots import finish_axes, to_svg
 from reportgen.report.pdf import write_pdf
 from reportgen.report.render import environment
-from reportgen.results import PASS, atomic_write, frame_to_json
+from reportgen.results import Status, atomic_write, frame_to_json
 from reportgen.sweep.table import job_table, pareto_front
 
 
@@ -30,10 +30,10 @@ def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
     ax = fig.subplots()
     dense = len(measured) > 40  # rasterize point layers of big sweeps: small, fast PDFs
     groups: list[tuple[str, Any, dict[str, Any]]] = [
-        ("holds", measured.verdict == PASS, dict(color="#0a7d2e", marker="o")),
+        ("holds", measured.verdict == Status.PASS, dict(color="#0a7d2e", marker="o")),
         (
             "fails (cost or task check)",
-            (measured.verdict != PASS) & ~measured.parity_failed,
+            (measured.verdict != Status.PASS) & ~measured.parity_failed,
             dict(color="#d0621b", marker="s"),
         ),
         ("parity failure", measured.parity_failed, dict(color="#b01c1c", marker="x")),
@@ -108,7 +108,7 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
         job["pareto"] = job["job"] in set(front.job)
         job["swept"] = " ".join(f"{k}={job.get(k)}" for k in meta["swept"]) or job["overrides"]
         rows.append(job)
-    holding = sum(1 for r in rows if r["verdict"] == PASS)
+    holding = sum(1 for r in rows if r["verdict"] == Status.PASS)
     return {
         "meta": meta,
         "jobs": rows,

@@ -11,7 +11,7 @@ import pandas as pd
 
 from reportgen.config import GRADIENT_PARITY, STATE_PARITY, STEP_PARITY
 from reportgen.report.render import headline_costs
-from reportgen.results import ERROR, FAIL, PASS, check_summary
+from reportgen.results import Status, check_summary
 
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 SUMMARY_COLUMNS = [
@@ -125,7 +125,7 @@ def pareto_front(jobs: pd.DataFrame) -> pd.DataFrame:
     Returns:
         The non-dominated PASS rows, sorted by saved-activation share.
     """
-    ok = jobs[(jobs.verdict == PASS) & jobs.saved_activation_share.notna() & jobs.overhead_ratio.notna()]
+    ok = jobs[(jobs.verdict == Status.PASS) & jobs.saved_activation_share.notna() & jobs.overhead_ratio.notna()]
     keep = []
     for i, row in ok.iterrows():
         dominated = (
@@ -141,7 +141,7 @@ def pareto_front(jobs: pd.DataFrame) -> pd.DataFrame:
 def job_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per job from the summary frame, with ``parity_failed`` (a parity check FAIL or ERROR)."""
     per_job = frame.drop_duplicates("job").set_index("job")
-    parity = frame[frame.check.isin(PARITY_CHECKS) & frame.status.isin([FAIL, ERROR])].job.unique()
+    parity = frame[frame.check.isin(PARITY_CHECKS) & frame.status.isin([Status.FAIL, Status.ERROR])].job.unique()
     per_job["parity_failed"] = per_job.index.isin(parity)
     return per_job.reset_index()
 
@@ -151,7 +151,7 @@ def console_table(frame: pd.DataFrame, code: int, where: Path) -> str:
     jobs = job_table(frame)
     keys = list(frame.columns[1 : frame.columns.get_loc("overrides")])
     lines = [
-        f"reportgen sweep: {int((jobs.verdict == PASS).sum())} of {len(jobs)} jobs hold; exit code {code} "
+        f"reportgen sweep: {int((jobs.verdict == Status.PASS).sum())} of {len(jobs)} jobs hold; exit code {code} "
         "(the worst job's)",
         f"  {'job':>4}  {'verdict':<12} {'exit':>4}  overrides",
     ]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-from reportgen.results import FLAGGED, INFO, WARN, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.training.loop import TrainResult
 
 
 def run_rows(
-    check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str, status: str = INFO
+    check: str, variant: str, item: str, seed: int, result: TrainResult, metric: str, status: str = Status.INFO
 ) -> list[Row]:
     """Rows of one training run: every held-out metric, accepted examples, skipped steps, and
     learning-curve points (metric ``curve_<metric>``, column ``accepted_examples``).
@@ -65,7 +65,9 @@ def run_rows(
                 value=math.nan,
                 threshold="",
                 comparator="",
-                status=FLAGGED if status == FLAGGED else WARN,  # every row of a flagged experiment is FLAGGED
+                status=Status.FLAGGED
+                if status == Status.FLAGGED
+                else Status.WARN,  # every row of a flagged experiment is FLAGGED
                 detail=f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
                 f"{why}; the plain twin was trained afresh in this run and the entry replaced",
                 extra={**common, "cache_key": rejected_key, "cache_problem": why},

@@ -31,7 +31,7 @@ from reportgen.ci import JUNIT_NAME, SUMMARY_NAME, VERDICT_NAME, finish_ci_outpu
 from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
 from reportgen.report.render import render_report
-from reportgen.results import INCONCLUSIVE, PASS, claim_verdict, frame_from_json
+from reportgen.results import Status, claim_verdict, frame_from_json
 from reportgen.trust.manifest import PENDING_NAME, clear_pending, seal_holds, start_manifest
 from reportgen.trust.signing import (
     ENVELOPE_NAME,
@@ -150,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FinishRefusedError, SigningError) as exc:
         print(f"reportgen.sign: refused: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    said = {str(PASS): "HOLDS", str(INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
+    said = {str(Status.PASS): "HOLDS", str(Status.INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     print(
         f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; claim {said} ({verdict})"
     )
-    return int({str(PASS): ExitCode.HOLDS, str(INCONCLUSIVE): ExitCode.INCONCLUSIVE}.get(verdict, ExitCode.FAILS))
+    return int(
+        {str(Status.PASS): ExitCode.HOLDS, str(Status.INCONCLUSIVE): ExitCode.INCONCLUSIVE}.get(verdict, ExitCode.FAILS)
+    )

@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
 from reportgen.config import GRADIENT_PARITY
-from reportgen.results import INFO, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
@@ -154,7 +154,7 @@ def observation_rows(setup: Setup) -> list[Row]:
                 variant="recompute",
                 metric="shared_hooks",
                 value=float(len(setup.shared_hooks)),
-                status=INFO,
+                status=Status.INFO,
                 role=Role.NOTE,
                 detail=shared_hooks_said(setup.shared_hooks),
             )

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from reportgen.config import STATE_PARITY, STEP_PARITY
-from reportgen.results import INFO, Role, Row
+from reportgen.results import Role, Row, Status
 from reportgen.results.rounding import envelope
 from reportgen.results.rows import NO_AA, tensor_row, value_row, with_rounding
 from reportgen.twins.recompute import named_inner_modules, plain_name
@@ -237,7 +237,7 @@ def snapshot_rows(
                     item=f"attribute {key}",
                     variant="recompute",
                     metric="ignored",
-                    status=INFO,
+                    status=Status.INFO,
                     role=Role.IGNORED,
                     detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
                     f"recompute={recompute.attributes.get(key)!r}",

@@ -58,9 +58,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.errors import ExitCode
 from reportgen.files import NotRegularFile, refuse_special
-from reportgen.results import FAIL as ROW_FAIL
-from reportgen.results import INCONCLUSIVE
-from reportgen.results import PASS as ROW_PASS
+from reportgen.results import Status
 from reportgen.sweep import INCOMPLETE_MARK
 from reportgen.trust.attachments import embedded_files
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
@@ -114,9 +112,9 @@ class Outcome:
 
 #: The signed run's claim, first on the last line, so a reviewer reading only that line sees the verdict.
 SIGNED_CLAIM: dict[str, str] = {
-    ROW_PASS: "the signed claim HOLDS; ",
-    ROW_FAIL: "the signed claim FAILS; ",
-    INCONCLUSIVE: "the signed claim is INCONCLUSIVE (honestly signed, and it cannot be judged: exit 3); ",
+    Status.PASS: "the signed claim HOLDS; ",
+    Status.FAIL: "the signed claim FAILS; ",
+    Status.INCONCLUSIVE: "the signed claim is INCONCLUSIVE (honestly signed, and it cannot be judged: exit 3); ",
 }
 #: What ``--expect`` accepts: each kind's label.
 EXPECT = tuple(doc.label for doc, _, _ in KINDS.values())
@@ -278,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if failed:
         return ExitCode.FAILS
-    return ExitCode.INCONCLUSIVE if outcome.verdict == INCONCLUSIVE else ExitCode.HOLDS
+    return ExitCode.INCONCLUSIVE if outcome.verdict == Status.INCONCLUSIVE else ExitCode.HOLDS
 
 
 __all__ = [

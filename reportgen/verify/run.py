@@ -8,9 +8,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.checks import flagged_names
 from reportgen.ci.verdict import VERDICT_NAME
-from reportgen.results import FAIL as ROW_FAIL
-from reportgen.results import FLAGGED, INCONCLUSIVE, Role, claim_verdict, frame_from_json, judge_record
-from reportgen.results import PASS as ROW_PASS
+from reportgen.results import Role, Status, claim_verdict, frame_from_json, judge_record
 from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import Document, Verified, verify_document_dir, verify_signed_pdf
@@ -36,7 +34,7 @@ def configured_on_miss(record: dict, config: dict | None) -> str | None:
     for a recompute parity row; ``memory.peak_on_miss`` of ``config`` (a flattened run config)
     for the step-peak saving; ``None`` (the row's own) otherwise."""
     if record.get("role") in PARITY_ROLES and record.get("variant") == "recompute":
-        return ROW_FAIL
+        return Status.FAIL
     if record.get("role") == Role.PEAK_SAVING and config and config.get("memory.peak_on_miss"):
         return str(config["memory.peak_on_miss"]).strip("\"'")  # a flattened config holds it as JSON text
     return None
@@ -63,7 +61,7 @@ def status_mismatches(frame, config: dict | None = None) -> list[str]:
             (f"{record.get('check')} / {record.get('item')} / {record.get('variant')} / {record.get('metric')}"),
         )
         configured = configured_on_miss(record, config)
-        if record.get("comparator") and configured and (record.get("on_miss") or ROW_FAIL) != configured:
+        if record.get("comparator") and configured and (record.get("on_miss") or Status.FAIL) != configured:
             problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; its check misses as {configured}")
         if record.get("comparator"):
             expected = judge_record(record)
@@ -73,9 +71,9 @@ def status_mismatches(frame, config: dict | None = None) -> list[str]:
                     f"{record.get('comparator')} {record.get('threshold_value', record.get('threshold'))!r} "
                     f"gives {expected}"
                 )
-        elif stated in (ROW_PASS, ROW_FAIL):
+        elif stated in (Status.PASS, Status.FAIL):
             problems.append(f"row {name} says {stated} without a comparison to derive it from")
-        if (stated == FLAGGED) != (record.get("check") in flagged):
+        if (stated == Status.FLAGGED) != (record.get("check") in flagged):
             problems.append(
                 f"row {name} says {stated}, but only the flagged experiments "
                 f"({', '.join(sorted(flagged))}) are FLAGGED, and all their rows"
@@ -109,7 +107,8 @@ def check_run_predicate(predicate: dict) -> str:
     """A run's predicate states a verdict (PASS, FAIL or INCONCLUSIVE) and a non-empty list of
     required checks: a claim that requires nothing is empty and never verifies."""
     require(
-        predicate.get("verdict") in (ROW_PASS, ROW_FAIL, INCONCLUSIVE) and isinstance(predicate.get("required"), list),
+        predicate.get("verdict") in (Status.PASS, Status.FAIL, Status.INCONCLUSIVE)
+        and isinstance(predicate.get("required"), list),
         "the predicate has no verdict or required checks",
     )
     require(len(predicate["required"]) > 0, "the claim requires no check (verdict.required=[]): an empty claim")

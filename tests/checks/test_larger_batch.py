@@ -10,7 +10,7 @@ from reportgen import run as pipeline
 from reportgen.checks import larger_batch as lb
 from reportgen.checks.parity import gradient_parity
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
-from reportgen.results import FLAGGED, PASS, Role, Row, check_summary, claim_verdict, to_frame
+from reportgen.results import Role, Row, Status, check_summary, claim_verdict, to_frame
 from reportgen.run import prepare
 
 
@@ -78,7 +78,7 @@ def mlp_setup(*overrides, device="cpu"):
 def test_mlp_finds_the_largest_fitting_batch_and_trains_it_to_the_budget():
     setup = mlp_setup()
     frame = to_frame(lb.larger_batch_experiment(setup))
-    assert set(frame.status) == {FLAGGED} and set(frame.variant) == {"larger_batch"}
+    assert set(frame.status) == {Status.FLAGGED} and set(frame.variant) == {"larger_batch"}
     found = int(frame[frame["item"] == "batch found"].value.item())
     reference, _ = lb.saved_bytes(setup, False, 64)
     at_found, _ = lb.saved_bytes(setup, True, found)
@@ -106,7 +106,7 @@ def test_linear_lr_scaling_is_applied_and_stated():
 def test_a_broken_experiment_is_still_only_flagged():
     setup = mlp_setup("larger_batch.lr_scaling=cubic")
     rows = lb.larger_batch_experiment(setup)
-    assert len(rows) == 1 and rows[0].status == FLAGGED and "lr_scaling='cubic'" in rows[0].detail
+    assert len(rows) == 1 and rows[0].status == Status.FLAGGED and "lr_scaling='cubic'" in rows[0].detail
 
 
 def fake_larger(rows_status, value=1.0):
@@ -139,12 +139,12 @@ def test_larger_batch_result_never_changes_the_verdict(required):
             threshold_value=1e-4,
         )
     ]
-    assert base[0].status == PASS
+    assert base[0].status == Status.PASS
     verdicts = set()
     for extra in (
         [],
-        fake_larger(FLAGGED, 64)(None),
-        fake_larger(FLAGGED, 4096)(None),
+        fake_larger(Status.FLAGGED, 64)(None),
+        fake_larger(Status.FLAGGED, 4096)(None),
         [
             Row(
                 check=LARGER_BATCH,
@@ -154,15 +154,15 @@ def test_larger_batch_result_never_changes_the_verdict(required):
                 value=math.nan,
                 threshold="",
                 comparator="",
-                status=FLAGGED,
+                status=Status.FLAGGED,
                 detail="boom",
             )
         ],
     ):
         verdicts.add(claim_verdict(to_frame(base + extra), [TASK_METRICS]))
-    assert verdicts == {PASS}
-    summary = check_summary(to_frame(base + fake_larger(FLAGGED)(None)), required)
-    assert summary.set_index("check").status[LARGER_BATCH] == FLAGGED
+    assert verdicts == {Status.PASS}
+    summary = check_summary(to_frame(base + fake_larger(Status.FLAGGED)(None)), required)
+    assert summary.set_index("check").status[LARGER_BATCH] == Status.FLAGGED
 
 
 def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeypatch, tmp_path, use_checks):
@@ -175,7 +175,9 @@ def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeyp
     )
     codes = []
     broken = lambda setup: (_ for _ in ()).throw(RuntimeError("search failed"))  # noqa: E731
-    for i, larger in enumerate([fake_larger(FLAGGED, 64), fake_larger(FLAGGED, 4096), lb.larger_batch_experiment]):
+    for i, larger in enumerate(
+        [fake_larger(Status.FLAGGED, 64), fake_larger(Status.FLAGGED, 4096), lb.larger_batch_experiment]
+    ):
         use_checks((GRADIENT_PARITY, gradient_parity), (LARGER_BATCH, larger))
         out = tmp_path / str(i)
         out.mkdir()
@@ -191,7 +193,7 @@ def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeyp
 def test_cuda_search_uses_peak_allocated_bytes():
     setup = mlp_setup(device="cuda")
     frame = to_frame(lb.larger_batch_experiment(setup))
-    assert set(frame.status) == {FLAGGED}
+    assert set(frame.status) == {Status.FLAGGED}
     found = frame[frame.role == Role.BATCH_FOUND].iloc[0]
     reference = frame[frame.role == Role.REFERENCE].iloc[0]
     assert reference.metric == "cuda_peak_allocated_bytes" and reference.value > 0

@@ -15,7 +15,7 @@ from reportgen.checks.memory import warm_step_memory
 from reportgen.checks.timing import warm_step_time
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STATE_PARITY, TIME
 from reportgen.report.render import headline_costs, render_html
-from reportgen.results import FAIL, PASS, WARN, Role, Row, frame_from_json, judge, to_frame
+from reportgen.results import Role, Row, Status, frame_from_json, judge, to_frame
 from reportgen.run import prepare
 
 DUMMY = "dummy check"
@@ -44,7 +44,7 @@ def dummy_check(setup) -> list[Row]:
             threshold="<= 0.5",
             comparator="<=",
             threshold_value=0.5,
-            on_miss=WARN,
+            on_miss=Status.WARN,
         ),
     ]
 
@@ -63,7 +63,7 @@ def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp
     code = pipeline.run(cfg, tmp_path)
     frame = frame_from_json((tmp_path / "results.json").read_text())
     dummy = frame[frame.check == DUMMY].set_index("item").status.to_dict()
-    assert dummy == {"answer": PASS, "question": WARN}  # judged by results.judge, not by the check
+    assert dummy == {"answer": Status.PASS, "question": Status.WARN}  # judged by results.judge, not by the check
     html = (tmp_path / "report.html").read_text()
     assert 'id="dummy-check"' in html and "A dummy check added in a test." in html
     assert code == 0 and (tmp_path / "report.pdf").is_file()
@@ -76,13 +76,13 @@ def test_a_new_check_is_one_record_and_renders_judges_and_signs(monkeypatch, tmp
 @pytest.mark.parametrize(
     "value, comparator, threshold, on_miss, expected",
     [
-        (1.0, "<=", 1.0, FAIL, PASS),
-        (1.0001, "<=", 1.0, FAIL, FAIL),
-        (0.5, ">=", 0.05, WARN, PASS),
-        (0.01, ">=", 0.05, WARN, WARN),
-        (float("nan"), "<=", 1.0, FAIL, FAIL),
-        (0.0, "==", 0.0, FAIL, PASS),
-        (1.0, "<=", float("nan"), FAIL, FAIL),
+        (1.0, "<=", 1.0, Status.FAIL, Status.PASS),
+        (1.0001, "<=", 1.0, Status.FAIL, Status.FAIL),
+        (0.5, ">=", 0.05, Status.WARN, Status.PASS),
+        (0.01, ">=", 0.05, Status.WARN, Status.WARN),
+        (float("nan"), "<=", 1.0, Status.FAIL, Status.FAIL),
+        (0.0, "==", 0.0, Status.FAIL, Status.PASS),
+        (1.0, "<=", float("nan"), Status.FAIL, Status.FAIL),
     ],
 )
 def test_judge_compares_value_with_threshold(value, comparator, threshold, on_miss, expected):
@@ -90,12 +90,12 @@ def test_judge_compares_value_with_threshold(value, comparator, threshold, on_mi
 
 
 def test_judge_allclose_and_confidence_interval_rules():
-    assert judge(0.3, "allclose", float("nan"), excess=-1e-9) == PASS
-    assert judge(0.3, "allclose", float("nan"), excess=1e-9) == FAIL
-    assert judge(0.0, "allclose", float("nan"), excess=float("nan")) == FAIL
-    assert judge(1.10, "ci<=", 1.2, ci_high=1.15) == PASS
-    assert judge(1.10, "ci<=", 1.2, ci_high=1.25) == WARN
-    assert judge(1.25, "ci<=", 1.2, ci_high=1.30) == FAIL
+    assert judge(0.3, "allclose", float("nan"), excess=-1e-9) == Status.PASS
+    assert judge(0.3, "allclose", float("nan"), excess=1e-9) == Status.FAIL
+    assert judge(0.0, "allclose", float("nan"), excess=float("nan")) == Status.FAIL
+    assert judge(1.10, "ci<=", 1.2, ci_high=1.15) == Status.PASS
+    assert judge(1.10, "ci<=", 1.2, ci_high=1.25) == Status.WARN
+    assert judge(1.25, "ci<=", 1.2, ci_high=1.30) == Status.FAIL
     with pytest.raises(ValueError, match="unknown comparator"):
         judge(1.0, "~", 1.0)
 
@@ -109,9 +109,9 @@ def test_a_row_states_no_pass_or_fail_of_its_own():
         value=3.0,
         comparator="<=",
         threshold_value=1.0,
-        status=PASS,
+        status=Status.PASS,
     )
-    assert row.status == FAIL
+    assert row.status == Status.FAIL
 
 
 def test_registry_defaults():
@@ -137,7 +137,7 @@ def test_page_one_costs_come_from_a_real_frame():
     assert costs["memory"]["share"] == saving.value == pytest.approx(1 - totals["recompute"] / totals["plain"])
     overhead = frame[frame.role == Role.OVERHEAD].iloc[0]
     assert costs["time"]["ratio"] == overhead.value and costs["time"]["low"] == overhead.ci_low
-    html = render_html(frame, tiny_meta("/tmp/x"), PASS, [MEMORY, TIME])
+    html = render_html(frame, tiny_meta("/tmp/x"), Status.PASS, [MEMORY, TIME])
     page_one = html[: html.index("<h2>Checks</h2>")]
     assert f", {costs['memory']['share'] * 100:.1f}%)" in page_one
     assert re.search(rf"step time ×{overhead.value:.3f}", page_one)

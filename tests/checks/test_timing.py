@@ -9,7 +9,7 @@ from reportgen.checks.timing import interleaved_times, step_flops, timed, warm_s
 from reportgen.checks.timing_rows import flops_row, median_rows, overhead_row
 from reportgen.config import TIME
 from reportgen.memory.saved import make_train_step
-from reportgen.results import FAIL, INFO, PASS, WARN, Role
+from reportgen.results import Role, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.run import prepare
 
@@ -86,28 +86,28 @@ def _times(plain_ms, ratio):
 
 def test_overhead_deadline_missed_says_by_how_much():
     row = overhead_row(_times([10, 11, 12, 13], 1.5), 200, max_ratio=1.2)
-    assert row.status == FAIL and row.metric == "overhead_ratio"
+    assert row.status == Status.FAIL and row.metric == "overhead_ratio"
     assert "deadline missed" in row.detail and "0.300 over" in row.detail
 
 
 def test_overhead_within_deadline_passes_and_no_deadline_is_info():
-    assert overhead_row(_times([10, 11, 12, 13], 1.1), 200, max_ratio=1.2).status == PASS
+    assert overhead_row(_times([10, 11, 12, 13], 1.1), 200, max_ratio=1.2).status == Status.PASS
     row = overhead_row(_times([10, 11, 12, 13], 1.1), 200, max_ratio=None)
-    assert row.status == INFO and row.extra["ci_half_width_pp"] == pytest.approx(0.0)
+    assert row.status == Status.INFO and row.extra["ci_half_width_pp"] == pytest.approx(0.0)
 
 
 def test_overhead_whose_interval_straddles_the_deadline_is_not_conclusive():
     times = {"plain": [10.0] * 8, "recompute": [11.0, 11.0, 11.0, 11.0, 13.0, 13.0, 13.0, 13.0]}
     row = overhead_row(times, 500, max_ratio=1.25)  # per-round ratios 1.1 and 1.3: median 1.2, CI up to 1.3
     assert row.value == pytest.approx(1.2) and row.extra["ci_high"] > 1.25
-    assert row.status == WARN and "not conclusive" in row.detail
+    assert row.status == Status.WARN and "not conclusive" in row.detail
 
 
 def test_step_time_deadline_missed_on_the_recompute_median():
     rows = {r.variant: r for r in median_rows(_times([10, 20, 30], 2.0), max_step_time_ms=25.0, seconds=0.0)}
-    assert rows["plain"].status == INFO and rows["plain"].value == 20.0
+    assert rows["plain"].status == Status.INFO and rows["plain"].value == 20.0
     rec = rows["recompute"]
-    assert rec.status == FAIL and rec.value == 40.0 and "15 ms (60.0%) over" in rec.detail
+    assert rec.status == Status.FAIL and rec.value == 40.0 and "15 ms (60.0%) over" in rec.detail
     assert rec.extra["p25_ms"] == 30.0 and rec.extra["iqr_ms"] == 20.0
 
 
@@ -148,7 +148,7 @@ def test_warm_step_time_rows():
     steps = [r for r in rows if r.item.startswith("step ")]
     assert len(steps) == 10 and all(r.value > 0 and r.metric == "step_time_ms" for r in steps)
     overhead = next(r for r in rows if r.metric == "overhead_ratio")
-    assert overhead.status == PASS and 0 < overhead.extra["ci_low"] <= overhead.extra["ci_high"]
+    assert overhead.status == Status.PASS and 0 < overhead.extra["ci_low"] <= overhead.extra["ci_high"]
     assert overhead.extra["rounds"] == 5 and overhead.extra["stopped"] == "5 rounds configured"
     assert next(r for r in rows if r.metric == "expected_overhead_ratio").value == pytest.approx(32 / 27)
 
@@ -186,8 +186,8 @@ def test_an_interval_wider_than_the_target_is_a_warning_not_a_figure_to_trust():
     overhead = next(r for r in rows if r.role == Role.OVERHEAD)
     confidence = next(r for r in rows if r.role == Role.OVERHEAD_CI)
     assert overhead.extra["rounds"] == 4 and overhead.extra["stopped"].startswith("time budget")
-    assert overhead.status == INFO  # no deadline: the cost is reported, not judged
-    assert confidence.status == WARN and "too noisy to trust" in confidence.detail
+    assert overhead.status == Status.INFO  # no deadline: the cost is reported, not judged
+    assert confidence.status == Status.WARN and "too noisy to trust" in confidence.detail
     assert confidence.value == overhead.extra["ci_half_width_pp"] > 0 == confidence.threshold_value
 
 
@@ -196,6 +196,6 @@ def test_machine_load_warns_when_other_work_competes(monkeypatch):
 
     monkeypatch.setattr(timing_rows.os, "getloadavg", lambda: (torch.get_num_threads() + 2.5, 0.0, 0.0))
     row = timing_rows.machine_load_row()
-    assert row.status == WARN and row.metric == "load_average" and "inflated" in row.detail
+    assert row.status == Status.WARN and row.metric == "load_average" and "inflated" in row.detail
     monkeypatch.setattr(timing_rows.os, "getloadavg", lambda: (torch.get_num_threads() + 0.2, 0.0, 0.0))
-    assert timing_rows.machine_load_row().status == PASS
+    assert timing_rows.machine_load_row().status == Status.PASS

@@ -12,7 +12,7 @@ import torch
 from conftest import SMALL, compose_config, run_pipeline
 
 from reportgen.report.diagnose import diagnose
-from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
+from reportgen.results import Role, Status
 from reportgen.rng import fingerprint, seeded
 
 
@@ -39,11 +39,11 @@ def test_seeded_controls_every_generator_and_restores_the_callers():
 @pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
 def test_python_random_layerdrop_outside_the_region_passes(tmp_path, mode):
     code, frame, status = run_model(tmp_path, "+model=layerdrop", f"recompute={mode}")
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR", Status.INCONCLUSIVE])].detail.tolist()
     grads = frame[frame.role == Role.PARAM_GRAD]
     assert len(grads) == 4 * 6 + 2 + 2 and grads.bitwise_equal.astype(bool).all()
     rng = frame[(frame.role == Role.RNG) & frame["item"].str.startswith("RNG random.getstate()")]
-    assert rng.status.tolist() == [PASS]
+    assert rng.status.tolist() == [Status.PASS]
 
 
 def test_without_python_seeding_layerdrop_would_differ(monkeypatch):
@@ -56,13 +56,13 @@ def test_without_python_seeding_layerdrop_would_differ(monkeypatch):
     from reportgen.run import prepare
 
     rows = gradient_parity(prepare(compose_config("+model=layerdrop", *SMALL, user_conf=True)))
-    assert any(r.status != PASS for r in rows if r.role in (Role.LOSS, Role.PARAM_GRAD, Role.AA))
+    assert any(r.status != Status.PASS for r in rows if r.role in (Role.LOSS, Role.PARAM_GRAD, Role.AA))
 
 
 @pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
 def test_autograd_grad_inside_the_region_passes_and_the_flop_count_is_only_a_warning(tmp_path, mode):
     code, frame, status = run_model(tmp_path, "+model=force_inside", f"recompute={mode}")
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR"])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR"])].detail.tolist()
     flops = frame[frame.role == Role.FLOPS].iloc[0]
     if mode == "reentrant":
         assert flops.status == "WARN" and "not estimated" in flops.detail
@@ -71,12 +71,12 @@ def test_autograd_grad_inside_the_region_passes_and_the_flop_count_is_only_a_war
 
 def test_a_fault_invisible_at_step_one_fails_naming_the_first_diverging_step(tmp_path):
     code, frame, status = run_model(tmp_path, "+model=observer")
-    assert status["gradient parity"] == [PASS] and PASS in status["optimizer-step parity"]
-    assert FAIL in status["trajectory parity"] and code == 1
+    assert status["gradient parity"] == [Status.PASS] and Status.PASS in status["optimizer-step parity"]
+    assert Status.FAIL in status["trajectory parity"] and code == 1
     first = frame[frame.role == Role.FIRST_DIVERGENCE].iloc[0]
     assert first.value == 2 and "step 1 was equal" in first.detail
     steps = frame[(frame.role == Role.TRAJECTORY) & (frame.variant == "recompute")].set_index("step").status
-    assert steps[1] == PASS and steps[2] == FAIL
+    assert steps[1] == Status.PASS and steps[2] == Status.FAIL
     diagnosis = frame[(frame.role == Role.DIAGNOSIS) & (frame.check == "trajectory parity")].iloc[0]
     assert diagnosis.rule == "visible after a step" and "updated twice per step" in diagnosis.detail
 
@@ -85,7 +85,7 @@ def test_a_nondeterministic_plain_twin_is_inconclusive_exit_3(tmp_path):
     code, frame, status = run_model(tmp_path, "+model=noisy")
     assert code == 3
     aa = frame[(frame.role == Role.AA) & (frame.check == "gradient parity")].iloc[0]
-    assert aa.status == INCONCLUSIVE and aa.value > 0 and "not reproducible against itself" in aa.detail
+    assert aa.status == Status.INCONCLUSIVE and aa.value > 0 and "not reproducible against itself" in aa.detail
     html = (tmp_path / "report.html").read_text()
     assert "CANNOT BE JUDGED" in html and "Why it cannot be judged" in html
 
@@ -94,9 +94,9 @@ def test_nan_in_both_twins_is_never_pass(tmp_path):
     code, frame, _ = run_model(tmp_path, "+model=nan_both")
     assert code == 3
     loss = frame[frame.role == Role.LOSS].iloc[0]
-    assert loss.status == FAIL and not loss.bitwise_equal
+    assert loss.status == Status.FAIL and not loss.bitwise_equal
     finite = frame[frame.role == Role.NONFINITE].iloc[0]
-    assert finite.status == INCONCLUSIVE and finite.first_nonfinite == "loss"
+    assert finite.status == Status.INCONCLUSIVE and finite.first_nonfinite == "loss"
 
 
 def test_a_failing_report_explains_itself_with_both_values(tmp_path):
@@ -107,7 +107,7 @@ def test_a_failing_report_explains_itself_with_both_values(tmp_path):
     assert "Why it fails" in page_one and "preserve_rng_state=true" in page_one
     # the worst item of each check, its measured difference and share of tolerance, and how many fail
     # (issue 28: not the first failing row, not two rounded norms that look equal)
-    grads = frame[(frame.check == "gradient parity") & (frame.status == FAIL)]
+    grads = frame[(frame.check == "gradient parity") & (frame.status == Status.FAIL)]
     worst = grads.loc[grads.tolerance_used.idxmax()]
     why = page_one[page_one.index("Why it fails") :]
     assert why.index(worst["item"].split(".")[-2]) < why.index("optimizer-step parity")
@@ -153,7 +153,7 @@ def test_a_loss_that_goes_nan_is_named_not_blamed_on_non_determinism(tmp_path):
     assert code == 3  # the baseline itself is broken: INCONCLUSIVE, never "recompute fails"
     trajectory = frame[frame.check == "trajectory parity"]
     finite = trajectory[trajectory.role == Role.NONFINITE].iloc[0]
-    assert finite.status == INCONCLUSIVE and finite.first_nonfinite == "loss at step 2"
+    assert finite.status == Status.INCONCLUSIVE and finite.first_nonfinite == "loss at step 2"
     first = trajectory[trajectory.role == Role.FIRST_DIVERGENCE].iloc[0]
     assert first.value == 2 and "state read in forward" not in first.detail
     why = trajectory[trajectory.role == Role.DIAGNOSIS].iloc[0]
@@ -177,7 +177,7 @@ def test_a_step_whose_plain_weights_are_not_finite_is_diagnosed_as_such():
             metric="max_abs_err",
             value=float("nan"),
             comparator="allclose",
-            on_miss=INCONCLUSIVE if variant == "aa" else FAIL,
+            on_miss=Status.INCONCLUSIVE if variant == "aa" else Status.FAIL,
             role=Role.PARAM,
             extra={"excess": float("inf"), "nonfinite_plain": 24 if variant == "recompute" else 0},
         )

@@ -24,18 +24,7 @@ from reportgen.ci.junit import junit_xml
 from reportgen.ci.summary import append_step_summary, md, summary_markdown
 from reportgen.claim import ClaimError, claim_table, clause_rows, parse_claim
 from reportgen.config import GRADIENT_PARITY, MEMORY, RELEASE_CLAIM, TIME
-from reportgen.results import (
-    ERROR,
-    FAIL,
-    NOT_RUN,
-    PASS,
-    Role,
-    Row,
-    claim_verdict,
-    frame_from_json,
-    frame_to_json,
-    to_frame,
-)
+from reportgen.results import Role, Row, Status, claim_verdict, frame_from_json, frame_to_json, to_frame
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 #: The checks a one-process run requires by default, and the claim's own section.
@@ -146,7 +135,7 @@ def test_each_clause_reads_its_measured_row(measured):
     assert rows["overhead_ratio <= 50"].value == overhead.ci_high > overhead.value  # judged on the CI's upper end
     assert rows["step_time_ms <= 100000"].value == median.value
     assert rows["training unchanged"].value == 0 and rows["task metric within tolerance"].value == 0
-    assert {r.status for r in rows.values()} == {PASS}
+    assert {r.status for r in rows.values()} == {Status.PASS}
     assert all(r.role == Role.CLAUSE and r.check == RELEASE_CLAIM for r in rows.values())
 
 
@@ -156,10 +145,10 @@ def test_a_bound_just_beyond_the_measurement_fails_naming_the_clause(measured):
     beyond, within = f"peak_saving_share >= {peak * 1.001:.6f}", f"peak_saving_share >= {peak * 0.999:.6f}"
     straddle = f"overhead_ratio <= {(overhead.value + overhead.ci_high) / 2:.6f}"  # median within, CI not
     rows = {r.item: r for r in clause_rows(measured, _claim(beyond, within, straddle))}
-    assert (rows[beyond].status, rows[within].status, rows[straddle].status) == (FAIL, PASS, FAIL)
+    assert (rows[beyond].status, rows[within].status, rows[straddle].status) == (Status.FAIL, Status.PASS, Status.FAIL)
     assert "cannot tell" in rows[straddle].detail
     frame = to_frame(list(rows.values()))
-    assert claim_verdict(to_frame([*_measured_rows(measured), *rows.values()]), REQUIRED) == FAIL
+    assert claim_verdict(to_frame([*_measured_rows(measured), *rows.values()]), REQUIRED) == Status.FAIL
     table = {c["clause"]: c["outcome"] for c in claim_table(frame)}
     assert table == {"training unchanged": "met", beyond: "not met", within: "met", straddle: "not met"}
 
@@ -196,8 +185,8 @@ def _measured_rows(measured):
 def test_a_missing_measurement_cannot_tell_and_fails_the_claim(measured):
     without_time = measured[measured.check != TIME]
     rows = {r.item: r for r in clause_rows(without_time, _claim("overhead_ratio <= 2", "fits: batch 8 within 1 GiB"))}
-    assert rows["overhead_ratio <= 2"].status == NOT_RUN and math.isnan(rows["overhead_ratio <= 2"].value)
-    assert rows["fits: batch 8 within 1 GiB"].status == NOT_RUN  # no prediction given
+    assert rows["overhead_ratio <= 2"].status == Status.NOT_RUN and math.isnan(rows["overhead_ratio <= 2"].value)
+    assert rows["fits: batch 8 within 1 GiB"].status == Status.NOT_RUN  # no prediction given
     assert claim_table(to_frame(list(rows.values())))[1]["outcome"] == "cannot tell"
 
 
@@ -214,14 +203,14 @@ def test_training_unchanged_counts_failing_parity_checks(measured):
         extra={"excess": 0.49},
     )
     rows = clause_rows(to_frame([*_measured_rows(measured), broken]), _claim("peak_saving_share >= 0.01"))
-    assert (rows[0].value, rows[0].status) == (1.0, FAIL) and GRADIENT_PARITY in rows[0].detail
+    assert (rows[0].value, rows[0].status) == (1.0, Status.FAIL) and GRADIENT_PARITY in rows[0].detail
 
 
 def test_fits_is_judged_on_the_predicted_peak(measured):
     claim = _claim("fits: batch 4096 within 64 MiB", "fits: batch 4096 within 8 MiB")
     fits = {c.text: {"predicted_bytes": 20 * 2**20, "method": "test"} for c in claim.clauses[1:]}
     rows = clause_rows(measured, claim, fits)
-    assert [r.status for r in rows[1:]] == [PASS, FAIL] and rows[1].threshold_value == 64 * 2**20
+    assert [r.status for r in rows[1:]] == [Status.PASS, Status.FAIL] and rows[1].threshold_value == 64 * 2**20
 
 
 def test_stored_fits_prediction_scales_the_measured_peak(measured):
@@ -246,7 +235,7 @@ def _judged_frame(measured, *clauses):
 def test_junit_validates_and_has_one_case_per_check_clause_and_verdict(measured):
     lxml = pytest.importorskip("lxml.etree")
     frame, claim = _judged_frame(measured, "peak_saving_share >= 0.99", "overhead_ratio <= 50")
-    frame.loc[frame.check == "task metrics", "status"] = ERROR  # an error is <error>
+    frame.loc[frame.check == "task metrics", "status"] = Status.ERROR  # an error is <error>
     verdict = claim_verdict(frame, REQUIRED)
     data = junit_xml(frame, verdict, REQUIRED, "mlp | <run>", "python -m reportgen.verify X --key K")
     schema = lxml.XMLSchema(lxml.parse(str(DATA / "junit.xsd")))
@@ -293,7 +282,7 @@ def test_sweep_junit_has_one_case_per_job(measured):
             "dir": "0",
             "overrides": ["+model=mlp"],
             "exit_code": 0,
-            "verdict": PASS,
+            "verdict": Status.PASS,
             "error": None,
             "frame": measured,
             "required": REQUIRED,
@@ -303,7 +292,7 @@ def test_sweep_junit_has_one_case_per_job(measured):
             "dir": "1",
             "overrides": ["claim=x"],
             "exit_code": 1,
-            "verdict": FAIL,
+            "verdict": Status.FAIL,
             "error": "claim fails",
             "frame": failing,
             "required": REQUIRED,
@@ -338,7 +327,7 @@ def test_comparison_junit_and_summary_name_each_regression(tmp_path):
 
     rose = "overhead ratio rose by 12.0 pp (1.300 → 1.420), more than the allowed 5 pp"
     result = {
-        "verdicts": {"base": PASS, "new": PASS},
+        "verdicts": {"base": Status.PASS, "new": Status.PASS},
         "regressions": [rose],
         "unclear": [],
         "outcome": "regressed",
@@ -417,7 +406,7 @@ def test_page_one_and_the_statement_carry_the_claim(claim_run):
     assert statement["predicate"]["claim"]["release"]["clauses"][1]["bound"] == 0.99
     assert {s["name"] for s in statement["subject"]} >= {"junit.xml", "summary.md"}
     record = json.loads((out / "verdict.json").read_text())
-    assert (record["verdict"], record["exit_code"]) == (FAIL, 1)
+    assert (record["verdict"], record["exit_code"]) == (Status.FAIL, 1)
     assert [c["outcome"] for c in record["clauses"]] == ["met", "not met", "met"]
 
 
@@ -428,7 +417,7 @@ def test_verify_rejudges_clauses_and_binds_verdict_json(claim_run, signing_key_p
     assert checks["verdict.json"].status == "PASS"
     assert all(c.status != "FAIL" for c in checks.values())
     record = json.loads((out / "verdict.json").read_text())
-    record["verdict"], record["exit_code"] = PASS, 0
+    record["verdict"], record["exit_code"] = Status.PASS, 0
     (out / "verdict.json").write_text(json.dumps(record))
     assert _verify(out, signing_key_pair[1])["verdict.json"].status == "FAIL"
 
@@ -437,7 +426,7 @@ def test_an_edited_clause_result_fails_verification(claim_run, signing_key_pair)
     """Edited in results.json: the digest fails and the row's status no longer follows from its value."""
     out, *_ = claim_run
     frame = frame_from_json((out / "results.json").read_text())
-    frame.loc[frame.item == "peak_saving_share >= 0.99", "status"] = PASS
+    frame.loc[frame.item == "peak_saving_share >= 0.99", "status"] = Status.PASS
     (out / "results.json").write_text(frame_to_json(frame))
     checks = _verify(out, signing_key_pair[1])
     assert checks["subject results.json"].status == "FAIL"
@@ -451,7 +440,7 @@ def test_a_re_signed_clause_value_fails_its_re_derivation(claim_run, signing_key
     out, frame, meta, key = claim_run
     forged = frame.copy()
     mask = forged.item == "peak_saving_share >= 0.99"
-    forged.loc[mask, "value"], forged.loc[mask, "status"] = 0.995, PASS
+    forged.loc[mask, "value"], forged.loc[mask, "status"] = 0.995, Status.PASS
     folder = tmp_path / "forged"
     folder.mkdir()
     from reportgen.run import write_results
@@ -495,7 +484,7 @@ def test_mlp_claim_end_to_end_and_a_bound_just_beyond_fails_naming_it(tmp_path, 
     beyond = f"peak_saving_share >= {share * 1.0001:.8f}"
     clauses = f'claim.clauses=["{beyond}","fits: batch 4096 within 1 GiB"]'
     code, frame = run_pipeline(tmp_path / "b", "+model=mlp", "parity.batch_size=512", clauses)
-    assert code == 1 and claim_verdict(frame, REQUIRED) == FAIL
+    assert code == 1 and claim_verdict(frame, REQUIRED) == Status.FAIL
     assert {c["clause"]: c["outcome"] for c in claim_table(frame)}[beyond] == "not met"
     console = capsys.readouterr().out.splitlines()
     assert console[-3].startswith(f"reportgen: clause NOT MET: {beyond}") and "webbrowser" in console[-2]

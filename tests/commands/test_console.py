@@ -6,7 +6,7 @@ import pytest
 from conftest import run_pipeline
 
 from reportgen.errors import clip_keeping_advice
-from reportgen.results import WARN
+from reportgen.results import Status
 
 #: Details of WARN rows as real runs wrote them (+model=ffn, +model=mlp, relu_only).
 DETAILS = [
@@ -45,7 +45,7 @@ def test_the_console_warn_lines_of_a_run_end_with_their_advice(tmp_path, capsys)
     """+model=ffn: the step peak and the noisy timing are WARN; each console line ends with its row's advice."""
     _, frame = run_pipeline(tmp_path, "+model=ffn")
     out = capsys.readouterr().out
-    warned = frame[frame.status == WARN].drop_duplicates("check")
+    warned = frame[frame.status == Status.WARN].drop_duplicates("check")
     assert len(warned) >= 1
     for check, detail in warned[["check", "detail"]].values:
         line = next(x for x in out.splitlines() if x.startswith(f"reportgen: WARN {check}: "))

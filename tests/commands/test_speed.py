@@ -15,7 +15,7 @@ from reportgen import progress, threads
 from reportgen.checks import timing
 from reportgen.commands.validation import config_problems
 from reportgen.errors import ExitCode
-from reportgen.results import PASS, WARN
+from reportgen.results import Status
 from reportgen.training import duration
 from reportgen.training.duration import Estimate, RunTooLong, format_duration, refuse_long_runs
 
@@ -196,13 +196,13 @@ def test_stopping_on_the_target_always_reports_an_interval_within_it(seed):
     target = timing.ci_half_width_pp(times, 2000)  # exactly at the edge, where two bootstraps disagree most
     reached = timing.ci_target_reached(target, 2000)(times)
     row = timing.ci_width_row(overhead(times, 2000), target, "confidence target reached")
-    assert reached and row.status == PASS
+    assert reached and row.status == Status.PASS
 
 
 def test_a_noisy_row_never_says_the_target_was_reached():
     times = {"plain": [10.0, 30.0, 12.0, 50.0], "recompute": [40.0, 11.0, 90.0, 13.0]}
     row = timing.ci_width_row(overhead(times, 500), 2.0, "confidence target reached")
-    assert row.status == WARN and "too noisy to trust" in row.detail and "target reached" not in row.detail
+    assert row.status == Status.WARN and "too noisy to trust" in row.detail and "target reached" not in row.detail
     row = timing.ci_width_row(overhead(times, 500), 2.0, "time budget of 10 s spent")
     assert "(time budget of 10 s spent)" in row.detail and "timing.max_measure_seconds" in row.detail
 

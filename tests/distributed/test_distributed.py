@@ -24,7 +24,7 @@ from reportgen.config import (
     DIST_TIME,
     DIST_TRAJECTORY,
 )
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, Role, judged_status, to_frame
+from reportgen.results import Role, Status, judged_status, to_frame
 
 #: 2 ranks; a test's collective gives up after 20 s.
 SHARDED = ("distributed.world_size=2", "distributed.timeout_s=20")
@@ -71,7 +71,7 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
         _, frame, _ = request.getfixturevalue("pipeline")
         frame = frame[frame.check.isin(SHARDED_CHECKS)]
     required = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY])]
-    assert set(required.status) == {PASS}, required[required.status != PASS][["item", "detail"]]
+    assert set(required.status) == {Status.PASS}, required[required.status != Status.PASS][["item", "detail"]]
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
     assert len(grads) == 2 * 6 + 6 and grads.bitwise_equal.astype(bool).all()  # every parameter, full tensor
     params = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.PARAM)]
@@ -87,10 +87,10 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
         assert set(frame[(frame.check == check) & (frame.role == role)]["rank"].astype(int)) == {0, 1}, (check, role)
     steps = frame[(frame.check == DIST_TRAJECTORY) & (frame.variant == "recompute") & (frame.role == Role.TRAJECTORY)]
     synced = frame[frame.role == Role.RANK_SYNC]  # every twin's ranks in sync after every step of the 3 parity checks
-    assert len(synced) == 3 * 3 and set(synced.status) == {PASS} and synced.bitwise_equal.astype(bool).all()
+    assert len(synced) == 3 * 3 and set(synced.status) == {Status.PASS} and synced.bitwise_equal.astype(bool).all()
     assert len(steps) == 2 * 3 and set(steps.step.astype(int)) == {1, 2, 3}  # parity.steps=3, on both ranks
     worst = frame[(frame.role == "max_rank_saved_total") & (frame.variant == "recompute")].iloc[0]
-    assert worst.status == PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
+    assert worst.status == Status.PASS and worst.value < worst.threshold_value  # recompute keeps less on its worst rank
     peak = frame[(frame.role == "max_rank_step_peak") & (frame.variant == "recompute")].iloc[0]
     assert peak.comparator == "<=" and peak.value > 0 and peak.threshold_value > 0  # MemTracker on the sharded twins
     # task metrics of the sharded twins: the budget (32 examples, global batches of 8) is counted over both ranks
@@ -100,7 +100,7 @@ def test_sharded_non_reentrant_recompute_gives_bitwise_equal_full_gradients(stra
     steps = budget[(budget.role == Role.RUN)].steps.astype(int)
     assert set(steps) == {4}  # 32 global examples in global batches of 8: 4 steps, not 8 (4 per rank)
     judged = budget[budget.role.isin([Role.METRIC_DIFF, Role.FINAL_PARAMS])]
-    assert len(judged) == 2 and set(judged.status) == {PASS}, judged[["item", "metric", "value", "detail"]]
+    assert len(judged) == 2 and set(judged.status) == {Status.PASS}, judged[["item", "metric", "value", "detail"]]
     assert judged[judged.role == Role.FINAL_PARAMS].value.iloc[0] == 0.0  # non-reentrant: bitwise equal training
 
 
@@ -118,12 +118,14 @@ def test_sharded_dropout_without_preserved_rng_state_fails_naming_the_ranks():
         user_conf=True,
     )
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
-    assert (grads.status == FAIL).any()
-    rng = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.RNG) & (frame.status == FAIL)]
+    assert (grads.status == Status.FAIL).any()
+    rng = frame[(frame.check == DIST_STEP_PARITY) & (frame.role == Role.RNG) & (frame.status == Status.FAIL)]
     assert set(rng["rank"].astype(int)) == {0, 1}  # each rank's generator advanced by the extra draws
     assert all(item.startswith(f"rank {int(r)}:") for item, r in zip(rng.item, rng["rank"]))
     trained = frame[(frame.check == DIST_TASK_METRICS) & (frame.role == Role.FINAL_PARAMS)]
-    assert list(trained.status) == [FAIL] and "trained apart" in trained.detail.iloc[0]  # the sharded twins drift
+    assert (
+        list(trained.status) == [Status.FAIL] and "trained apart" in trained.detail.iloc[0]
+    )  # the sharded twins drift
 
 
 def test_a_rank_that_raises_gives_an_error_row_naming_it():
@@ -135,7 +137,7 @@ def test_a_rank_that_raises_gives_an_error_row_naming_it():
         "distributed.timeout_s=1",  # rank 0 waits this long in the collective rank 1 never reaches
         user_conf=True,
     )
-    errors = frame[frame.status.isin([ERROR, INCONCLUSIVE])]
+    errors = frame[frame.status.isin([Status.ERROR, Status.INCONCLUSIVE])]
     assert 1 in set(errors["rank"].astype(int))
     raised = errors[errors["rank"] == 1].iloc[0]
     assert (
@@ -144,9 +146,9 @@ def test_a_rank_that_raises_gives_an_error_row_naming_it():
         and "deliberate fault on rank 1" in raised.detail
     )
     # the block raises in every twin, the plain one first: the baseline is broken, so it cannot be judged
-    assert raised.twin == "plain" and judged_status(frame[frame.check == DIST_GRADIENT_PARITY]) == INCONCLUSIVE
+    assert raised.twin == "plain" and judged_status(frame[frame.check == DIST_GRADIENT_PARITY]) == Status.INCONCLUSIVE
     later = frame[frame.check.isin([DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME])]
-    assert set(later.status) == {NOT_RUN} and all("rank" in d for d in later.detail)
+    assert set(later.status) == {Status.NOT_RUN} and all("rank" in d for d in later.detail)
 
 
 def test_sharded_settings_are_refused_before_anything_runs(compose_cfg):
@@ -179,7 +181,7 @@ def test_the_pipeline_writes_one_report_with_every_ranks_rows(pipeline):
     # deadline no step misses on a loaded machine: the subject is the comparator, not the figure)
     assert (
         overhead.comparator == "ci<="
-        and overhead.status == PASS
+        and overhead.status == Status.PASS
         and overhead.ci_low <= overhead.value <= overhead.ci_high
     )
     sharded_checks = [DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME]
@@ -206,9 +208,11 @@ def test_a_difference_on_one_rank_only_is_reported_with_its_rank(strategy):
         user_conf=True,
     )
     local = frame[frame.role == "rank_local_grads"].set_index("rank")
-    assert local.loc[0].status == PASS and local.loc[1].status == FAIL and "rank 1" in local.loc[1]["item"]
+    assert (
+        local.loc[0].status == Status.PASS and local.loc[1].status == Status.FAIL and "rank 1" in local.loc[1]["item"]
+    )
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
-    assert (grads.status == FAIL).any()  # the reduced full gradients differ too, without saying where
+    assert (grads.status == Status.FAIL).any()  # the reduced full gradients differ too, without saying where
 
 
 def test_a_rank_that_hangs_is_named_within_the_timeout():
@@ -222,9 +226,9 @@ def test_a_rank_that_hangs_is_named_within_the_timeout():
         user_conf=True,
     )
     assert time.perf_counter() - start < 40  # 1.5 x timeout_s + 10 s watchdog, plus start and stop (loaded machine)
-    hung = frame[(frame.status == ERROR) & (frame["rank"] == 1)]
+    hung = frame[(frame.status == Status.ERROR) & (frame["rank"] == 1)]
     assert len(hung) == 1 and "rank 1" in hung.iloc[0].detail
-    assert set(frame[frame.check != DIST_GRADIENT_PARITY].status) == {NOT_RUN}
+    assert set(frame[frame.check != DIST_GRADIENT_PARITY].status) == {Status.NOT_RUN}
 
 
 def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
@@ -238,10 +242,12 @@ def test_reentrant_recompute_with_a_frozen_input_under_ddp_fails():
         *ONE_STEP,
         user_conf=True,
     )
-    grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD) & (frame.status == FAIL)]
+    grads = frame[
+        (frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD) & (frame.status == Status.FAIL)
+    ]
     assert grads.detail.str.contains("None in the recompute run").any()  # the adapters lost theirs
     local = frame[frame.role == "rank_local_grads"]
-    assert set(local.status) == {FAIL} and set(local["rank"].astype(int)) == {0, 1}
+    assert set(local.status) == {Status.FAIL} and set(local["rank"].astype(int)) == {0, 1}
 
 
 def test_slurm_tasks_become_ranks_and_a_mismatched_launch_is_refused(monkeypatch):
@@ -312,8 +318,11 @@ def test_built_in_models_run_sharded_on_cpu(model, strategy):
         *ONE_STEP,
     )
     parity = frame[frame.check.isin([DIST_GRADIENT_PARITY, DIST_STEP_PARITY])]
-    assert len(parity) and set(parity.status) <= {PASS, INFO}  # INFO: attributes the HF switch sets, ignored
-    assert set(frame[frame.check == DIST_MEMORY].status) <= {PASS, INFO}
+    assert len(parity) and set(parity.status) <= {
+        Status.PASS,
+        Status.INFO,
+    }  # INFO: attributes the HF switch sets, ignored
+    assert set(frame[frame.check == DIST_MEMORY].status) <= {Status.PASS, Status.INFO}
 
 
 def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
@@ -342,7 +351,7 @@ def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
         item="rank 1",
         variant="recompute",
         metric="exception",
-        status=ERROR,
+        status=Status.ERROR,
         role=Role.EXCEPTION,
         detail="rank 1 failed: ValueError: boom",
         extra={"rank": 1},

@@ -14,7 +14,7 @@ from reportgen.distributed.ranks import failure_rows, twin
 from reportgen.distributed.settings import known_settings
 from reportgen.distributed.wrapping import ddp_kwargs, settings_in_force, unit_modules, wrap_order
 from reportgen.report.diagnose import diagnose
-from reportgen.results import BASELINE, ERROR, FAIL, INCONCLUSIVE, PASS, TWIN, Role, Row, claim_verdict, to_frame
+from reportgen.results import BASELINE, TWIN, Role, Row, Status, claim_verdict, to_frame
 from reportgen.results.rows import error_row
 from reportgen.twins.recompute import CheckpointWrapper
 
@@ -128,7 +128,9 @@ def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_b
             raise RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one")
     except RuntimeError as exc:
         row = error_row(DIST_TRAJECTORY, exc, "rank 1", twin=exc.reportgen_twin)
-    assert row.status == ERROR and row.extra[TWIN] == BASELINE and "the aa twin on rank 1 run failed" in row.detail
+    assert (
+        row.status == Status.ERROR and row.extra[TWIN] == BASELINE and "the aa twin on rank 1 run failed" in row.detail
+    )
     passed = Row(
         check=GRADIENT_PARITY,
         item="x",
@@ -140,10 +142,12 @@ def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_b
         threshold_value=0.0,
     )
     frame = to_frame([row, passed])
-    assert claim_verdict(frame, [GRADIENT_PARITY, DIST_TRAJECTORY]) == INCONCLUSIVE  # exit 3, never "recompute fails"
+    assert (
+        claim_verdict(frame, [GRADIENT_PARITY, DIST_TRAJECTORY]) == Status.INCONCLUSIVE
+    )  # exit 3, never "recompute fails"
     raised = error_row(DIST_TRAJECTORY, RuntimeError("boom"), "rank 0", twin="recompute")
     assert raised.extra[TWIN] == "recompute" and "the recompute twin on rank 0 run raised" in raised.detail
-    assert claim_verdict(to_frame([raised, passed]), [GRADIENT_PARITY, DIST_TRAJECTORY]) == FAIL
+    assert claim_verdict(to_frame([raised, passed]), [GRADIENT_PARITY, DIST_TRAJECTORY]) == Status.FAIL
 
 
 def test_a_rank_the_os_killed_is_named_with_its_signal_and_cannot_be_judged():
@@ -152,12 +156,12 @@ def test_a_rank_the_os_killed_is_named_with_its_signal_and_cannot_be_judged():
         {1: "the rank's process was killed by SIGKILL"}, [DIST_GRADIENT_PARITY, DIST_TRAJECTORY], {1: "SIGKILL"}
     )
     assert (
-        rows[0].status == INCONCLUSIVE
+        rows[0].status == Status.INCONCLUSIVE
         and rows[0].extra == {"signal": "SIGKILL", "rank": 1}
         and "rank 1" in rows[0].item
     )
     assert rows[1].status == "NOT_RUN" and "rank 1" in rows[1].detail
-    assert failure_rows({0: "ValueError: boom"}, [DIST_GRADIENT_PARITY])[0].status == ERROR
+    assert failure_rows({0: "ValueError: boom"}, [DIST_GRADIENT_PARITY])[0].status == Status.ERROR
 
 
 def _raised(message: str, twin_name: str = "recompute", rank: int = 0) -> Row:
@@ -191,7 +195,7 @@ def test_run_it_alone_is_advised_only_when_the_single_process_checks_did_not_pas
         item="rank 1",
         variant="recompute",
         metric="exception",
-        status=ERROR,
+        status=Status.ERROR,
         role=Role.EXCEPTION,
         detail="rank 1 failed: ValueError: boom",
         extra={"rank": 1},
@@ -208,7 +212,7 @@ def test_run_it_alone_is_advised_only_when_the_single_process_checks_did_not_pas
         comparator="==",
         threshold_value=0.0,
     )
-    assert passed.status == PASS
+    assert passed.status == Status.PASS
     said = [r for r in diagnose([failed, passed], SETTINGS) if r.check == DIST_GRADIENT_PARITY][0]
     assert "run it alone" not in said.extra["fix"] and "single-process checks passed" in said.extra["fix"]
 
@@ -218,10 +222,13 @@ def test_rank_drift_rows_are_diagnosed_by_which_twin_drifted():
 
     drifted = Drift(2, [(1, "head.weight", 2.5e-2)], 2.5e-2, 4)
     row = sync_row(DIST_TRAJECTORY, "recompute", [Drift(1, [], 0.0, 4), drifted], 2, None, None)
-    assert row.status == FAIL and "after step 2: head.weight differs between rank 0 and rank 1 by 0.025" in row.detail
+    assert (
+        row.status == Status.FAIL
+        and "after step 2: head.weight differs between rank 0 and rank 1 by 0.025" in row.detail
+    )
     plain = sync_row(DIST_TRAJECTORY, "plain", [drifted], 2, 1e-5, 1e-6)
-    assert plain.status == INCONCLUSIVE and plain.extra["twin"] == "plain"
-    assert sync_row(DIST_TRAJECTORY, "plain", [Drift(1, [], 0.0, 4)], 2, None, None).status == PASS
+    assert plain.status == Status.INCONCLUSIVE and plain.extra["twin"] == "plain"
+    assert sync_row(DIST_TRAJECTORY, "plain", [Drift(1, [], 0.0, 4)], 2, None, None).status == Status.PASS
     (said,) = diagnose([row], SETTINGS)
     assert said.extra["rule"] == "recompute ranks drift"
     (said,) = diagnose([plain], SETTINGS)

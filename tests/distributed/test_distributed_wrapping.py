@@ -17,7 +17,7 @@ from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline,
 from reportgen.checks.distributed import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
 from reportgen.report.diagnose import diagnose
-from reportgen.results import ERROR, FAIL, INCONCLUSIVE, PASS, Role, claim_verdict, to_frame
+from reportgen.results import Role, Status, claim_verdict, to_frame
 
 pytestmark = pytest.mark.slow
 
@@ -85,33 +85,33 @@ def verdict(frame) -> str:
 
 def test_ddp_reentrant_with_find_unused_parameters_errors_naming_the_cause(launched):
     rows, frame = launched("ddp reentrant unused")
-    raised = frame[frame.status == ERROR]
+    raised = frame[frame.status == Status.ERROR]
     assert set(raised["rank"].astype(int)) == {0, 1} and set(raised.twin) == {"recompute"}
     assert raised.detail.str.contains("Expected to mark a variable ready only once").all()
     said = [r for r in diagnose(rows, {**SETTINGS, "mode": "reentrant"}) if r.check == DIST_GRADIENT_PARITY][0]
     assert said.extra["rule"] == "DDP: parameter ready twice" and "static_graph=true" in said.extra["fix"]
     assert '"Expected to mark a variable ready only once"' in said.extra["cause"]
-    assert verdict(frame) == FAIL
+    assert verdict(frame) == Status.FAIL
     _, healthy = launched("ddp non-reentrant unused")
-    assert verdict(healthy) == PASS
+    assert verdict(healthy) == Status.PASS
 
 
 def test_a_block_applied_twice_errors_under_ddp_reentrant_and_passes_with_a_static_graph(launched):
     _, twice = launched("twice reentrant")
-    assert verdict(twice) == FAIL and (twice[twice.status == ERROR].twin == "recompute").all()
+    assert verdict(twice) == Status.FAIL and (twice[twice.status == Status.ERROR].twin == "recompute").all()
     _, static = launched("twice static graph")
-    assert verdict(static) == PASS
+    assert verdict(static) == Status.PASS
     synced = static[static.role == Role.RANK_SYNC]
-    assert len(synced) == 9 and set(synced.status) == {PASS}  # 3 twins x 3 parity checks
+    assert len(synced) == 9 and set(synced.status) == {Status.PASS}  # 3 twins x 3 parity checks
     _, custom = launched("twice custom wrap")  # the same DDP, written by the user in distributed.wrap
-    assert verdict(custom) == PASS
+    assert verdict(custom) == Status.PASS
 
 
 def test_reentrant_with_a_frozen_input_fails_and_the_ranks_drift(launched):
     rows, frame = launched("frozen input")
-    assert verdict(frame) == FAIL
+    assert verdict(frame) == Status.FAIL
     drift = frame[(frame.role == Role.RANK_SYNC) & (frame.check == DIST_GRADIENT_PARITY)].set_index("twin")
-    assert drift.loc["plain"].status == PASS and drift.loc["recompute"].status == FAIL
+    assert drift.loc["plain"].status == Status.PASS and drift.loc["recompute"].status == Status.FAIL
     assert "head." in drift.loc["recompute"].detail and "rank 1" in drift.loc["recompute"].detail
 
 
@@ -134,8 +134,8 @@ def unused_parameter(tmp_path_factory):
 def test_a_plain_twin_broken_by_itself_cannot_be_judged(unused_parameter):
     _, frame, _ = unused_parameter
     frame = frame[frame.check.str.startswith("distributed")]  # the sharded checks' rows alone
-    assert verdict(frame) == INCONCLUSIVE  # exit 3, never "recompute fails"
-    baseline = frame[frame.status == INCONCLUSIVE]
+    assert verdict(frame) == Status.INCONCLUSIVE  # exit 3, never "recompute fails"
+    baseline = frame[frame.status == Status.INCONCLUSIVE]
     assert set(baseline.twin.dropna()) <= {"plain", "aa"} and len(baseline)
 
 
@@ -150,44 +150,46 @@ def test_the_pipeline_exits_3_for_a_plain_twin_broken_by_itself_and_page_one_sho
 
 def test_a_rank_the_os_killed_is_named_and_cannot_be_judged(launched):
     _, frame = launched("killed rank")
-    killed = frame[frame.status == INCONCLUSIVE].iloc[0]
+    killed = frame[frame.status == Status.INCONCLUSIVE].iloc[0]
     assert killed["rank"] == 1 and killed.signal == "SIGKILL" and "killed by SIGKILL" in killed.detail
-    assert verdict(frame) == INCONCLUSIVE
+    assert verdict(frame) == Status.INCONCLUSIVE
 
 
 @pytest.mark.parametrize("name", ["fsdp2 no reshard", "fsdp1 linear units"])
 def test_fsdp_settings_users_train_with_pass(launched, name):
     _, frame = launched(name)
     parity = frame[frame.check.isin(PARITY)]
-    assert verdict(frame) == PASS, parity[parity.status != PASS][["item", "detail"]]
+    assert verdict(frame) == Status.PASS, parity[parity.status != Status.PASS][["item", "detail"]]
     grads = parity[(parity.role == Role.PARAM_GRAD)]
     assert len(grads) == 3 * 6 and grads.bitwise_equal.astype(bool).all()  # full tensors, every parameter
-    assert not (frame.status == ERROR).any(), frame[frame.status == ERROR][["check", "detail"]]  # memory, time too
+    assert not (frame.status == Status.ERROR).any(), frame[frame.status == Status.ERROR][
+        ["check", "detail"]
+    ]  # memory, time too
 
 
 def test_two_forwards_before_one_backward_in_the_users_step_errors_under_reentrant_only(launched):
     _, reentrant = launched("two forwards reentrant")
-    assert verdict(reentrant) == FAIL and (reentrant[reentrant.status == ERROR].twin == "recompute").all()
+    assert verdict(reentrant) == Status.FAIL and (reentrant[reentrant.status == Status.ERROR].twin == "recompute").all()
     _, non_reentrant = launched("two forwards non-reentrant")
-    assert verdict(non_reentrant) == PASS
+    assert verdict(non_reentrant) == Status.PASS
 
 
 @pytest.mark.parametrize("name", ["accumulate ddp", "accumulate fsdp2"])
 def test_accumulation_clipping_adamw_and_a_cosine_schedule_pass(launched, name):
     _, frame = launched(name)
     parity = frame[frame.check.isin(PARITY)]
-    assert verdict(frame) == PASS, parity[parity.status != PASS][["item", "detail"]]
+    assert verdict(frame) == Status.PASS, parity[parity.status != Status.PASS][["item", "detail"]]
     state = parity[(parity.role == Role.OPTIMIZER_STATE)]
     assert state["item"].str.contains("exp_avg_sq").any()  # AdamW's, the user's optimizer
     steps = parity[(parity.check == DIST_TRAJECTORY) & (parity.role == Role.TRAJECTORY)]
-    assert set(steps.status) == {PASS} and len(steps) == 2 * 2 * 3  # 3 steps, recompute and A/A rows, 2 ranks
+    assert set(steps.status) == {Status.PASS} and len(steps) == 2 * 2 * 3  # 3 steps, recompute and A/A rows, 2 ranks
 
 
 def test_the_users_step_fails_when_its_regions_rng_is_not_preserved(launched):
     _, frame = launched("accumulate rng not preserved")
-    assert verdict(frame) == FAIL
+    assert verdict(frame) == Status.FAIL
     grads = frame[(frame.check == DIST_GRADIENT_PARITY) & (frame.role == Role.PARAM_GRAD)]
-    assert (grads.status == FAIL).any()
+    assert (grads.status == Status.FAIL).any()
 
 
 def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_rows_and_no_signature(tmp_path):
@@ -224,6 +226,6 @@ def test_sigterm_in_the_middle_of_a_distributed_check_exits_143_with_partial_row
     partial = json.loads((out / "results.partial.json").read_text())
     sharded = [r for r in partial if r["check"].startswith("distributed")]
     assert sharded and all(r["status"] == "NOT_RUN" for r in sharded)
-    assert any(r["status"] == PASS for r in partial)  # the single-process rows measured before it
+    assert any(r["status"] == Status.PASS for r in partial)  # the single-process rows measured before it
     assert not (out / "results.json").exists() and not (out / "report.html").exists()
     assert not [p for p in out.rglob("*") if "sig" in p.name or "statement" in p.name]

@@ -15,7 +15,7 @@ from reportgen.memory.estimate import (
     validate_overrides,
 )
 from reportgen.memory.saved import REST
-from reportgen.results import PASS
+from reportgen.results import Status
 from reportgen.run import prepare
 
 
@@ -25,7 +25,7 @@ def test_estimate_equals_measurement_at_the_measured_shape_on_gpt():
     rows = [r for r in estimate_rows(setup, saved) if r.item == "estimate at measured shape"]
     assert {r.variant for r in rows} == {"plain", "recompute"}
     for row in rows:
-        assert row.status == PASS and row.value == saved[row.variant].total_bytes
+        assert row.status == Status.PASS and row.value == saved[row.variant].total_bytes
         assert row.extra["estimate_to_measured_ratio"] == 1.0
 
 

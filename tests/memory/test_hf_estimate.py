@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from reportgen.errors import clip_words
 from reportgen.memory.estimate import FAKE_KERNEL_DTYPE, fake_failure
-from reportgen.results import INFO, PASS, WARN
+from reportgen.results import Status
 
 BASE = {
     "vocab_size": 96,
@@ -55,15 +55,15 @@ def test_hf_causal_lm_estimates_without_a_warning(tmp_path, kind, monkeypatch):
     )
     assert code == 0
     memory = frame[frame.check == "warm-step memory"]
-    assert memory[memory.status == WARN].empty, memory[memory.status == WARN].detail.tolist()
+    assert memory[memory.status == Status.WARN].empty, memory[memory.status == Status.WARN].detail.tolist()
     estimate = memory[memory["item"] == "estimate at measured shape"]
     assert len(estimate) == 2
     assert not memory.detail.str.contains("Exception|Error in call|OpOverload").any()
     if kind == "mixtral":  # the fake grouped_mm takes bfloat16 only: estimated in it, said, not compared
-        assert set(estimate.status) == {INFO}
+        assert set(estimate.status) == {Status.INFO}
         assert estimate.detail.str.contains(f"estimated in {FAKE_KERNEL_DTYPE}, not float32").all()
     else:  # the causality probe no longer runs on fake tensors: the estimate equals the measurement
-        assert set(estimate.status) == {PASS} and (estimate.value == estimate.measured_bytes).all()
+        assert set(estimate.status) == {Status.PASS} and (estimate.value == estimate.measured_bytes).all()
 
 
 def test_a_probe_that_reads_values_is_named_in_words_not_as_its_exception():

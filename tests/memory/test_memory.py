@@ -23,7 +23,7 @@ from reportgen.checks.memory_estimate import saving_share
 from reportgen.checks.memory_rows import saved_rows
 from reportgen.config import MEMORY
 from reportgen.memory.saved import REST, saved_activation_bytes
-from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge
+from reportgen.results import Role, Status, judge
 from reportgen.run import prepare
 
 B, S, W, DEPTH = 2, 32, 16, 3
@@ -109,7 +109,7 @@ def test_a_tiny_target_gets_the_negligible_saving_warning():
     setup = granularity("recompute.targets=[0.norm1]")
     rows = saved_rows(setup, *measure_saved(setup))
     saving = next(r for r in rows if r.role == Role.SAVING)
-    assert saving.status == WARN and "negligible saving" in saving.detail
+    assert saving.status == Status.WARN and "negligible saving" in saving.detail
     assert saving.extra["saving_bytes"] == 2 * STATS
     assert saving.value == pytest.approx(2 * STATS / (DEPTH * (8 * UNIT + 4 * STATS) + UNIT))
 
@@ -118,32 +118,35 @@ def test_a_whole_layer_target_passes_the_saving_threshold():
     setup = granularity()
     rows = saved_rows(setup, *measure_saved(setup))
     saving = next(r for r in rows if r.role == Role.SAVING)
-    assert saving.status == PASS
+    assert saving.status == Status.PASS
     plain_total = DEPTH * (8 * UNIT + 4 * STATS) + UNIT
     assert saving.extra["saving_bytes"] == plain_total - (DEPTH + 1) * UNIT
     modules = {(r.item, r.variant): r.value for r in rows if r.item.startswith("module ")}
     assert modules[("module 2", "recompute")] == UNIT and modules[(f"module {REST}", "plain")] == UNIT
 
 
-@pytest.mark.parametrize("plain, recompute, status", [(100, 96, WARN), (100, 95, PASS), (100, 120, WARN), (0, 0, WARN)])
+@pytest.mark.parametrize(
+    "plain, recompute, status",
+    [(100, 96, Status.WARN), (100, 95, Status.PASS), (100, 120, Status.WARN), (0, 0, Status.WARN)],
+)
 def test_saving_status_threshold(plain, recompute, status):
-    assert judge(saving_share(plain, recompute), ">=", 0.05, on_miss=WARN) == status
+    assert judge(saving_share(plain, recompute), ">=", 0.05, on_miss=Status.WARN) == status
 
 
 def test_lost_gradients_make_the_saving_fail():
     """Reentrant recompute behind a frozen embedding: the adapters' 4 parameters get no gradient."""
     setup = prepare(compose_config("+model=frozen_input", "recompute=reentrant", user_conf=True))
     (row,) = lost_gradient_rows(setup)
-    assert row.status == FAIL and row.value == 4.0 and "not real" in row.detail
+    assert row.status == Status.FAIL and row.value == 4.0 and "not real" in row.detail
     setup = prepare(compose_config("+model=frozen_input", "recompute=non_reentrant", user_conf=True))
-    assert lost_gradient_rows(setup)[0].status == PASS
+    assert lost_gradient_rows(setup)[0].status == Status.PASS
 
 
 def test_without_cuda_the_peaks_are_not_measured_never_zero():
     setup = granularity("device=cpu")
     assert cuda_peaks(setup) == {}
     (row,) = cuda_peak_rows(setup, {})
-    assert row.check == MEMORY and row.status == INFO and row.value != row.value  # NaN, not 0
+    assert row.check == MEMORY and row.status == Status.INFO and row.value != row.value  # NaN, not 0
     assert row.detail.startswith("not measured")
 
 

@@ -17,7 +17,7 @@ from reportgen.checks.memory import measure_peaks, measure_saved, warm_step_memo
 from reportgen.checks.memory_rows import peak_rows, saved_rows
 from reportgen.config import MEMORY
 from reportgen.memory.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
-from reportgen.results import FAIL, INFO, PASS, WARN, Role, judge_record
+from reportgen.results import Role, Status, judge_record
 from reportgen.run import prepare
 
 RELU_B, RELU_W, RELUS = 256, 32, 5
@@ -42,13 +42,13 @@ def test_one_region_around_the_whole_stack_leaves_the_peak_where_it_was():
     setup = stack()
     peaks, rows = memory_rows(setup)
     saving = next(r for r in rows if r.role == Role.SAVING)
-    assert saving.status == PASS and saving.value > 0.9  # the saved bytes alone would pass the claim
+    assert saving.status == Status.PASS and saving.value > 0.9  # the saved bytes alone would pass the claim
     plain, rec = peaks["plain"], peaks["recompute"]
     assert rec.peak_bytes == plain.peak_bytes  # backward recomputes all 6 layers at once
     assert rec.phase == "backward" and rec.largest_region()[0] == "body"
     assert rec.categories["recomputed activations"] > rec.categories["saved activations"]
     row = verdict_row(rows)
-    assert row.status == WARN and row.value == 0.0 and row.metric == "peak_saving_share"
+    assert row.status == Status.WARN and row.value == 0.0 and row.metric == "peak_saving_share"
     assert "one region (body) holds 9" in row.detail and "split it (e.g. one region per layer)" in row.detail
     assert "does not lower the step's peak" in row.detail
 
@@ -56,8 +56,8 @@ def test_one_region_around_the_whole_stack_leaves_the_peak_where_it_was():
 def test_peak_on_miss_fail_makes_the_whole_stack_region_fail_the_memory_check():
     setup = stack("memory.peak_on_miss=FAIL")
     row = verdict_row(memory_rows(setup)[1])
-    assert row.status == FAIL
-    assert judge_record(row.record()) == FAIL  # reportgen.verify re-judges it from its numbers
+    assert row.status == Status.FAIL
+    assert judge_record(row.record()) == Status.FAIL  # reportgen.verify re-judges it from its numbers
     from reportgen.report.diagnose import diagnose
 
     (why,) = diagnose([row], {})
@@ -69,7 +69,7 @@ def test_one_region_per_layer_lowers_the_peak_and_passes():
     peaks, rows = memory_rows(setup)
     plain, rec = peaks["plain"], peaks["recompute"]
     row = verdict_row(rows)
-    assert row.status == PASS and row.value == pytest.approx(1 - rec.peak_bytes / plain.peak_bytes)
+    assert row.status == Status.PASS and row.value == pytest.approx(1 - rec.peak_bytes / plain.peak_bytes)
     assert row.value > 0.4 and row.extra["peak_saving_bytes"] == plain.peak_bytes - rec.peak_bytes
     # at most one layer's activations come back at a time
     region, recomputed = rec.largest_region()
@@ -81,13 +81,13 @@ def test_relu_only_target_is_an_increase_charged_to_the_relus():
     peaks, rows = memory_rows(setup)
     extra = RELUS * RELU_B * RELU_W * 4  # one [B, 32] float32 input per wrapped ReLU
     saving = next(r for r in rows if r.role == Role.SAVING)
-    assert saving.extra["saving_bytes"] == -extra and saving.status == WARN
+    assert saving.extra["saving_bytes"] == -extra and saving.status == Status.WARN
     share = extra / saving.extra["plain_bytes"]
     assert saving.detail.startswith(f"+{share:.1%}: recompute costs memory here")
     assert "(RecomputedReLU)" in saving.detail and "rest of model" not in saving.detail
     assert peaks["recompute"].peak_bytes - peaks["plain"].peak_bytes == extra
     row = verdict_row(rows)
-    assert row.status == WARN and row.value == pytest.approx(-extra / peaks["plain"].peak_bytes)
+    assert row.status == Status.WARN and row.value == pytest.approx(-extra / peaks["plain"].peak_bytes)
     assert row.detail.startswith(f"+{extra / peaks['plain'].peak_bytes:.1%}: recompute costs memory here")
     assert "1 (RecomputedReLU), 3 (RecomputedReLU)" in row.detail and format_bytes(extra) in row.detail
     # per module: each ReLU's own count is unchanged; its output, kept by the next Linear, is charged to it
@@ -106,7 +106,7 @@ def test_both_twins_report_their_peak_with_phase_module_and_categories_on_cpu():
     tensors = len(list(model.parameters()))
     batch_bytes = sum(t.numel() * t.element_size() for t in setup.batch)
     for row in peaks.values():
-        assert row.status == INFO and row.check == MEMORY and row.unit == "B"
+        assert row.status == Status.INFO and row.check == MEMORY and row.unit == "B"
         assert row.extra["peak_phase"] == "backward" and row.extra["peak_module"].startswith("body.layers.5.ff")
         parts = [row.extra[f"at_peak_{c.replace(' ', '_')}_bytes"] for c in CATEGORIES]
         assert sum(parts) == row.value
@@ -125,7 +125,7 @@ def test_a_tiny_model_peaks_in_the_optimizer_step_and_the_row_says_so():
     assert {p.phase for p in peaks.values()} == {"optimizer step"}
     assert {p.module for p in peaks.values()} == {OUTSIDE}
     row = verdict_row(rows)
-    assert row.status == WARN and "both peaks are in the optimizer step" in row.detail
+    assert row.status == Status.WARN and "both peaks are in the optimizer step" in row.detail
 
 
 def test_the_tracker_counts_a_view_once_and_sees_what_backward_frees():
@@ -181,7 +181,7 @@ def test_on_cuda_the_allocator_peaks_of_the_same_step_sit_beside_the_tracker():
         assert peak.cuda["peak_reserved_bytes"] >= peak.cuda["peak_allocated_bytes"] >= peak.peak_bytes
         row = next(r for r in rows if r.role == Role.STEP_PEAK and r.variant == variant)
         assert 0 < row.extra["tracker_to_allocated_ratio"] <= 1 and "max_memory_allocated" in row.detail
-    assert verdict_row(rows).status == PASS
+    assert verdict_row(rows).status == Status.PASS
     assert peaks["recompute"].cuda["peak_allocated_bytes"] < peaks["plain"].cuda["peak_allocated_bytes"]
 
 
@@ -197,7 +197,7 @@ def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(m
     estimates = {r.variant: r for r in rows if r.metric == "estimated_peak_live_bytes"}
     assert set(checks) == set(estimates) == {"plain", "recompute"}
     for variant, row in checks.items():
-        assert row.status == PASS and row.value <= 0.01
+        assert row.status == Status.PASS and row.value <= 0.01
         assert abs(estimates[variant].value - peaks[variant].peak_bytes) <= 0.01 * peaks[variant].peak_bytes
         assert estimates[variant].extra["peak_phase"] == peaks[variant].phase
 

@@ -21,7 +21,7 @@ from reportgen.checks import required_names, timing
 from reportgen.config import TIME
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages
-from reportgen.results import INFO, PASS, WARN, Role, Row, claim_verdict, frame_from_json, to_frame
+from reportgen.results import Role, Row, Status, claim_verdict, frame_from_json, to_frame
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
 #: A real failing ``+model=mlp recompute.preserve_rng_state=false`` run (issue 28 item 8): five required
@@ -47,7 +47,7 @@ def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
             variant=v,
             metric="step_time_ms",
             value=ms,
-            status=INFO,
+            status=Status.INFO,
             role=Role.STEP,
             unit="ms",
             extra={"step_index": k},
@@ -102,8 +102,8 @@ def layout(frame: pd.DataFrame, tmp_path: Path):
 def test_noisy_timing_adds_no_page_and_moves_nothing(tmp_path, monkeypatch):
     quiet, noisy = mlp_frame(False, monkeypatch), mlp_frame(True, monkeypatch)
     statuses = lambda f: set(f[f.role.isin([Role.OVERHEAD_CI, Role.LOAD])].status)  # noqa: E731
-    assert statuses(quiet) == {PASS} and statuses(noisy) == {WARN}  # the two frames really differ
-    assert claim_verdict(noisy, required_names(None)) == PASS
+    assert statuses(quiet) == {Status.PASS} and statuses(noisy) == {Status.WARN}  # the two frames really differ
+    assert claim_verdict(noisy, required_names(None)) == Status.PASS
     quiet_pages, quiet_tops = layout(quiet, tmp_path)
     noisy_pages, noisy_tops = layout(noisy, tmp_path)
     assert len(quiet_pages) <= MAX_PAGES and len(noisy_pages) == len(quiet_pages)

@@ -15,7 +15,7 @@ from conftest import tiny_meta
 from reportgen.checks import required_names
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages
-from reportgen.results import FAIL, Role, claim_verdict, frame_from_json, to_frame
+from reportgen.results import Role, Status, claim_verdict, frame_from_json, to_frame
 from reportgen.results.rows import tensor_row
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
@@ -70,7 +70,7 @@ def test_a_failing_report_with_long_names_keeps_every_text_box_inside_the_page(t
     from weasyprint import HTML
 
     frame = failing_frame()
-    assert (frame[frame.check == "gradient parity"].status == FAIL).all()
+    assert (frame[frame.check == "gradient parity"].status == Status.FAIL).all()
     meta = tiny_meta(tmp_path)
     meta["command"] = "python -m reportgen " + " ".join(f"a.long.override.key_{i}=" + "v" * 50 for i in range(4))
     required = required_names(None)

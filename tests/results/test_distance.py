@@ -4,14 +4,14 @@ import math
 
 import torch
 
-from reportgen.results import PASS, judge
+from reportgen.results import Status, judge
 from reportgen.results.compared import tensor_row
 from reportgen.results.distance import measure, tolerances
 
 
 def within(d):
     """The status judge() gives a distance: the allclose rule on its worst excess."""
-    return judge(d.max_abs_err, "allclose", float("nan"), excess=d.worst_excess) == PASS
+    return judge(d.max_abs_err, "allclose", float("nan"), excess=d.worst_excess) == Status.PASS
 
 
 def test_defaults_are_assert_close_defaults():
@@ -72,7 +72,7 @@ def test_tolerance_used_is_the_deciding_number_not_the_relative_error():
     d = measure(a, b, rtol=1e-5, atol=1e-6)
     assert math.isclose(d.tolerance_used, 0.5, rel_tol=1e-6) and d.max_rel_err > 400 and within(d)
     row = tensor_row("gradient parity", "w.grad", b, a, 1e-5, 1e-6)
-    assert row.status == PASS and math.isclose(row.extra["tolerance_used"], 0.5, rel_tol=1e-6)
+    assert row.status == Status.PASS and math.isclose(row.extra["tolerance_used"], 0.5, rel_tol=1e-6)
     assert "uses 50% of it" in row.detail and "near zero, where atol decides" in row.detail
     over = measure(b + 3e-6, b, rtol=0.0, atol=1e-6)
     assert math.isclose(over.tolerance_used, 3.0, rel_tol=1e-6) and not within(over)
@@ -89,11 +89,13 @@ def test_a_trajectory_step_row_shows_the_share_of_tolerance_that_decided_it():
     over = tensor_row("trajectory parity", "param v", b, b + 3e-6, 0.0, 1e-6, aa=b.clone())
     (passing, aa), (failing, _) = step_rows(1, [near_zero]), step_rows(2, [near_zero, over])
     assert (
-        passing.metric == "tolerance_used" and math.isclose(passing.value, 0.5, rel_tol=1e-6) and passing.status == PASS
+        passing.metric == "tolerance_used"
+        and math.isclose(passing.value, 0.5, rel_tol=1e-6)
+        and passing.status == Status.PASS
     )
     assert near_zero.extra["max_rel_err"] > 400  # the figure the row used to print beside PASS
     assert math.isclose(failing.value, 3.0, rel_tol=1e-6) and failing.status == "FAIL"
-    assert aa.value == 0.0 and aa.status == PASS
+    assert aa.value == 0.0 and aa.status == Status.PASS
 
 
 def test_chunks_give_the_figures_of_one_pass_wherever_the_worst_element_lies(monkeypatch):

@@ -17,7 +17,7 @@ from reportgen.checks.budget import compare_seed
 from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
 from reportgen.checks.trajectory import trajectory_parity
-from reportgen.results import FAIL, PASS, Role, judge, judge_record, to_frame
+from reportgen.results import Role, Status, judge, judge_record, to_frame
 from reportgen.results.compared import tensor_row
 from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_LEVEL, envelope_used, with_rounding
@@ -47,13 +47,13 @@ def test_nudge_defaults_to_the_dtype_tolerance_and_leaves_missing_gradients_alon
 
 
 def test_judge_passes_a_row_outside_tolerance_only_within_its_rounding_envelope():
-    assert judge(1.0, "allclose", math.nan, excess=0.5, rounding_excess=-0.1) == PASS
-    assert judge(1.0, "allclose", math.nan, excess=0.5, rounding_excess=0.1) == FAIL
-    assert judge(1.0, "allclose", math.nan, excess=0.5, rounding_excess=math.nan) == FAIL
-    assert judge(2.0, "<=", 1.0, rounding_excess=-1.0) == PASS
-    assert judge(2.0, ">=", 3.0, rounding_excess=-1.0) == FAIL  # only allclose and <= read it
-    record = {"value": 1.0, "comparator": "allclose", "excess": 0.5, "rounding_excess": -0.1, "on_miss": FAIL}
-    assert judge_record(record) == PASS  # what reportgen.verify recomputes
+    assert judge(1.0, "allclose", math.nan, excess=0.5, rounding_excess=-0.1) == Status.PASS
+    assert judge(1.0, "allclose", math.nan, excess=0.5, rounding_excess=0.1) == Status.FAIL
+    assert judge(1.0, "allclose", math.nan, excess=0.5, rounding_excess=math.nan) == Status.FAIL
+    assert judge(2.0, "<=", 1.0, rounding_excess=-1.0) == Status.PASS
+    assert judge(2.0, ">=", 3.0, rounding_excess=-1.0) == Status.FAIL  # only allclose and <= read it
+    record = {"value": 1.0, "comparator": "allclose", "excess": 0.5, "rounding_excess": -0.1, "on_miss": Status.FAIL}
+    assert judge_record(record) == Status.PASS  # what reportgen.verify recomputes
 
 
 def test_with_rounding_passes_inside_twice_the_envelope_and_fails_outside():
@@ -61,9 +61,9 @@ def test_with_rounding_passes_inside_twice_the_envelope_and_fails_outside():
     recompute = torch.tensor([0.0, 3e-4, 0.0, 0.0])
     inside = with_rounding(tensor_row("c", "w", plain, recompute, None, None, Role.PARAM), 2e-4, 2.0)
     outside = with_rounding(tensor_row("c", "w", plain, recompute, None, None, Role.PARAM), 1e-4, 2.0)
-    assert inside.status == PASS and ROUNDING_LEVEL in inside.detail
+    assert inside.status == Status.PASS and ROUNDING_LEVEL in inside.detail
     assert inside.extra["rounding_excess"] == pytest.approx(3e-4 - 4e-4)
-    assert outside.status == FAIL and "outside 2× the rounding envelope" in outside.detail
+    assert outside.status == Status.FAIL and "outside 2× the rounding envelope" in outside.detail
     assert "uses 0.75 of its 2× rounding envelope" in inside.detail  # 3e-4 of the 4e-4 allowed
     assert envelope_used(3e-4, 2e-4, 2.0) == pytest.approx(0.75) and envelope_used(1e-9, 0.0, 2.0) == math.inf
 
@@ -90,24 +90,28 @@ def _checks(frame):
 def test_rounding_level_model_passes_step_and_trajectory_with_the_envelope_and_fails_without():
     on = _rows(small_setup("+model=rounding_level", user_conf=True))
     grads = on[on.role == Role.PARAM_GRAD]
-    assert grads.status.eq(PASS).all() and grads.value.max() > 0  # rounding-level gradient differences
+    assert grads.status.eq(Status.PASS).all() and grads.value.max() > 0  # rounding-level gradient differences
     shift = on[(on.check == "optimizer-step parity") & (on["item"] == "param 3.shift")].iloc[0]
-    assert shift.excess > 0 and shift.status == PASS and ROUNDING_LEVEL in shift.detail
+    assert shift.excess > 0 and shift.status == Status.PASS and ROUNDING_LEVEL in shift.detail
     assert 0 < shift.value <= 2 * shift.rounding_envelope
     steps = on[(on.role == Role.TRAJECTORY) & (on.variant == "recompute")]
-    assert steps.status.eq(PASS).all() and (steps.excess > 0).all() and steps.detail.str.contains(ROUNDING_LEVEL).all()
-    assert set(_checks(on)["optimizer-step parity"]) == {PASS}
+    assert (
+        steps.status.eq(Status.PASS).all()
+        and (steps.excess > 0).all()
+        and steps.detail.str.contains(ROUNDING_LEVEL).all()
+    )
+    assert set(_checks(on)["optimizer-step parity"]) == {Status.PASS}
 
     off = _rows(small_setup("+model=rounding_level", "parity.rounding_envelope=false", user_conf=True))
     status = _checks(off)
-    assert FAIL in status["optimizer-step parity"] and FAIL in status["trajectory parity"]
+    assert Status.FAIL in status["optimizer-step parity"] and Status.FAIL in status["trajectory parity"]
     assert "rounding_envelope" not in off.columns  # off means not built at all
 
 
 def test_rounding_level_model_passes_task_metrics_and_fails_them_without_the_envelope(tmp_path):
     from reportgen.checks.budget import task_metrics
 
-    for flag, expected in (("true", PASS), ("false", FAIL)):
+    for flag, expected in (("true", Status.PASS), ("false", Status.FAIL)):
         frame = to_frame(
             task_metrics(small_setup("+model=rounding_level", f"parity.rounding_envelope={flag}", user_conf=True))
         )
@@ -120,7 +124,7 @@ def test_the_rounding_twin_is_not_built_when_everything_is_within_tolerance(monk
     built = []
     monkeypatch.setattr(GradientNudge, "__call__", lambda self, params: built.append(1))
     frame = _rows(small_setup("+model=dropout_rng", "recompute.preserve_rng_state=true", user_conf=True))
-    assert set(frame.status) <= {PASS, "INFO"} and built == []
+    assert set(frame.status) <= {Status.PASS, "INFO"} and built == []
 
 
 @pytest.mark.parametrize(
@@ -131,13 +135,13 @@ def test_held_faults_still_fail_with_the_envelope_on(model, check):
     """Only the check whose FAIL is asserted runs (step parity writes state parity's rows too)."""
     run = {"trajectory parity": trajectory_parity, "state parity": step_and_state_parity}[check]
     frame = to_frame(run(small_setup(f"+model={model}", "parity.rounding_envelope=true", user_conf=True)))
-    assert FAIL in _checks(frame)[check]
+    assert Status.FAIL in _checks(frame)[check]
 
 
 def test_dropout_not_replayed_keeps_its_step_failure_although_the_envelope_would_cover_it():
     """Its gradients differ beyond tolerance, so the envelope (a model of gradient noise) never applies."""
     frame = _rows(small_setup("+model=dropout_rng", "recompute.preserve_rng_state=false", user_conf=True))
-    assert FAIL in _checks(frame)["optimizer-step parity"]
+    assert Status.FAIL in _checks(frame)["optimizer-step parity"]
     assert "rounding_envelope" not in frame.columns or frame.rounding_envelope.isna().all()
 
 
@@ -154,7 +158,7 @@ def test_a_metric_difference_with_parameters_within_tolerance_is_never_put_down_
     setup = small_setup("+model=rounding_level", user_conf=True)
     w = {"w": torch.ones(3)}
     rows, _ = compare_seed(setup, 0, 8, {"plain": _result(2.0, w), "recompute": _result(2.001, dict(w))})
-    assert [r.status for r in rows] == [FAIL, PASS]
+    assert [r.status for r in rows] == [Status.FAIL, Status.PASS]
 
 
 def test_worst_seed_row_follows_the_rounding_verdict_of_its_seed(monkeypatch):
@@ -163,13 +167,13 @@ def test_worst_seed_row_follows_the_rounding_verdict_of_its_seed(monkeypatch):
     setup = small_setup("+model=rounding_level", user_conf=True)
     plain = _result(2.0, {"w": torch.zeros(3)})
     recompute = _result(2.001, {"w": torch.tensor([0.0, 1e-3, 0.0])})
-    for rounding_w, expected in ((2e-3, PASS), (1e-4, FAIL)):
+    for rounding_w, expected in ((2e-3, Status.PASS), (1e-4, Status.FAIL)):
         rounding = _result(2.002, {"w": torch.tensor([0.0, rounding_w, 0.0])})
         monkeypatch.setattr(budget, "rounding_run", lambda *a, r=rounding, **k: r)
         rows, diff = compare_seed(setup, 0, 8, {"plain": plain, "recompute": recompute})
         final = next(r for r in rows if r.role == Role.FINAL_PARAMS)
         assert final.status == expected and rows[0].status == expected  # metric: 0.001 <= 2 × 0.002, if weights are
-        assert diff[3] == (pytest.approx(0.001 - 2 * 0.002) if expected == PASS else None)  # at rounding level
+        assert diff[3] == (pytest.approx(0.001 - 2 * 0.002) if expected == Status.PASS else None)  # at rounding level
 
 
 @pytest.mark.hf
@@ -188,8 +192,8 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
     setup = small_setup("+model=t5_reentrant", *budget, user_conf=True)
     grads = to_frame(gradient_parity(setup))
     grads = grads[grads.role == Role.PARAM_GRAD]
-    assert grads.status.eq(PASS).all() and grads.value.max() > 0
-    for flag, expected in (("true", PASS), ("false", FAIL)):
+    assert grads.status.eq(Status.PASS).all() and grads.value.max() > 0
+    for flag, expected in (("true", Status.PASS), ("false", Status.FAIL)):
         flagged = (  # the envelope is on by default: the setup above, as the pipeline runs every check on one
             setup
             if flag == "true"
@@ -200,13 +204,13 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
         metric = frame[frame.role.isin([Role.METRIC_DIFF, Role.WORST])]
-        if expected == PASS:
-            assert set(metric.status) == {PASS}, metric.detail.tolist()
+        if expected == Status.PASS:
+            assert set(metric.status) == {Status.PASS}, metric.detail.tolist()
             used = float(re.search(r"the closest uses ([0-9.]+) of its 2× rounding envelope", final.detail).group(1))
             assert 0 < used <= 0.5, final.detail  # measured 0.008-0.06: the margin, not the factor, passes it
         else:  # without the envelope the metric rows follow the metric's own tolerance only
             beyond = (metric.value.astype(float) > metric.threshold_value.astype(float)).any()
-            assert set(metric.status) == {FAIL if beyond else PASS}, metric.detail.tolist()
+            assert set(metric.status) == {Status.FAIL if beyond else Status.PASS}, metric.detail.tolist()
 
 
 @pytest.mark.slow
@@ -215,9 +219,9 @@ def test_rounding_level_model_holds_end_to_end_and_every_status_rejudges_from_th
 
     (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
     code, frame = run_pipeline(tmp_path / "on", "+model=rounding_level", user_conf=True)
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR"])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR"])].detail.tolist()
     enveloped = frame[frame.rounding_envelope.notna() & (frame.excess > 0)]
-    assert len(enveloped) and set(enveloped.status) == {PASS}
+    assert len(enveloped) and set(enveloped.status) == {Status.PASS}
     assert all(judge_record(r) == r["status"] for r in frame.to_dict("records"))  # as reportgen.verify does
     code, _ = run_pipeline(tmp_path / "off", "+model=rounding_level", "parity.rounding_envelope=false", user_conf=True)
     assert code == 1
@@ -249,6 +253,6 @@ def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_roun
     assert lockstep_gradients(setup, 0, 16) == 11  # forward + recompute: call 21 is step 11's forward
     frame = to_frame(task_metrics(setup))
     final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
-    assert final.status == FAIL and "trained apart" in final.detail and ROUNDING_LEVEL not in final.detail
+    assert final.status == Status.FAIL and "trained apart" in final.detail and ROUNDING_LEVEL not in final.detail
     assert "first differ at step 11 of the budget run" in final.detail and final.lockstep_first_step == 11
     assert "rounding_excess" not in frame or frame.rounding_excess.isna().all()  # no rounding twin was trained

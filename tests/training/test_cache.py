@@ -14,7 +14,7 @@ import torch
 from conftest import compose_config, small_setup
 
 from reportgen.files import sha256_file
-from reportgen.results import FAIL, WARN, Role
+from reportgen.results import Role, Status
 from reportgen.training import cache, cache_key, cache_secret
 from reportgen.training.train import BudgetRuns, budget_runs
 
@@ -203,7 +203,7 @@ def test_the_recompute_twins_run_stored_under_the_plain_key_is_a_warn_and_a_fres
     setup = small_setup(*overrides, user_conf=True)
     honest = task_metrics(setup)
     worst = next(r for r in honest if r.role == Role.WORST)
-    assert worst.status == FAIL
+    assert worst.status == Status.FAIL
     recompute = budget_runs(setup).get(setup, True, 0, 8)
     meta, entry = _entry(cache_folder)
     entry["record"] = {name: getattr(recompute, name) for name in cache.RECORD_FIELDS}  # the digest is not redone
@@ -215,10 +215,10 @@ def test_the_recompute_twins_run_stored_under_the_plain_key_is_a_warn_and_a_fres
     again = small_setup(*overrides, user_conf=True)
     rows = task_metrics(again)
     (warn,) = _rejection(rows)
-    assert warn.status == WARN and "digest mismatch" in warn.detail and "trained afresh" in warn.detail
+    assert warn.status == Status.WARN and "digest mismatch" in warn.detail and "trained afresh" in warn.detail
     plain = budget_runs(again).get(again, False, 0, 8)
     assert plain.cache_key is None and plain.metrics == budget_runs(setup).get(setup, False, 0, 8).metrics
-    assert next(r for r in rows if r.role == Role.WORST).status == FAIL  # the verdict did not move
+    assert next(r for r in rows if r.role == Role.WORST).status == Status.FAIL  # the verdict did not move
     assert not _rejection(task_metrics(small_setup(*overrides, user_conf=True)))  # the entry was replaced
 
 
@@ -247,7 +247,7 @@ def test_an_edited_or_moved_entry_is_a_warn_and_a_fresh_run(cache_folder, attack
     from reportgen.training.rows import run_rows
 
     (warn,) = _rejection(run_rows("task metrics", "plain", "seed 0", 0, result, "loss"))
-    assert warn.status == WARN and warn.extra["cache_problem"] == result.cache_rejected[1]
+    assert warn.status == Status.WARN and warn.extra["cache_problem"] == result.cache_rejected[1]
 
 
 class _RunsCode:
@@ -344,7 +344,7 @@ def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_stil
     from reportgen import run as pipeline
     from reportgen.checks import REGISTRY
     from reportgen.config import LARGER_BATCH, TASK_METRICS
-    from reportgen.results import FLAGGED
+    from reportgen.results import Status
     from reportgen.trust.keys import load_public_key
     from reportgen.verify import FAIL as VERIFY_FAIL
     from reportgen.verify import verify
@@ -369,8 +369,8 @@ def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_stil
     assert code == honest_code == 1
     rejected = frame[frame.role == Role.CACHE]
     assert set(rejected.check) == {TASK_METRICS, LARGER_BATCH}
-    assert set(rejected[rejected.check == TASK_METRICS].status) == {WARN}
-    assert set(rejected[rejected.check == LARGER_BATCH].status) == {FLAGGED}
+    assert set(rejected[rejected.check == TASK_METRICS].status) == {Status.WARN}
+    assert set(rejected[rejected.check == LARGER_BATCH].status) == {Status.FLAGGED}
     html = (tmp_path / "poisoned" / "report.html").read_text()
     assert "Cache entries rejected" in html and "digest mismatch" in html
     checks = verify(tmp_path / "poisoned", load_public_key(public))

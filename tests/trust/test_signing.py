@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.config import MEMORY, TIME
-from reportgen.results import FAIL, PASS, claim_verdict, frame_from_json, to_frame
+from reportgen.results import Status, claim_verdict, frame_from_json, to_frame
 from reportgen.trust import keys
 from reportgen.trust.documents import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.trust.signing_key import SigningError, load_signing_key, signature_label
@@ -165,21 +165,21 @@ def test_private_key_never_lands_in_outputs(run_dir, key_pair):
 def test_predicate_holds_claim_with_decimal_tolerances_and_recomputable_verdict(run_dir, key_pair):
     predicate = statement_of(run_dir)["predicate"]
     results = frame_from_json((run_dir / "results.json").read_text())
-    assert predicate["verdict"] == claim_verdict(results, predicate["required"]) == PASS
+    assert predicate["verdict"] == claim_verdict(results, predicate["required"]) == Status.PASS
     assert predicate["required"] == REQUIRED
     assert predicate["tolerances"]["rtol"] == "0.0000013" and predicate["tolerances"]["atol"] == "0.00001"
     assert {"check": "gradient parity", "metric": "max_abs_err", "threshold": "atol=1e-05, rtol=1.3e-06"} in predicate[
         "tolerances"
     ]["thresholds"]
     checks = {c["check"]: c for c in predicate["checks"]}
-    assert checks["gradient parity"]["status"] == PASS and checks["gradient parity"]["seconds"] == "0.02"
+    assert checks["gradient parity"]["status"] == Status.PASS and checks["gradient parity"]["seconds"] == "0.02"
     assert predicate["environment"]["torch"] == "2.x" and predicate["claim"]["targets"] == ["Block"]
     assert predicate["signer"]["publicKeySha256"] == keys.fingerprint(keys.load_public_key(key_pair[1]))
 
 
 def test_predicate_costs_are_the_memory_and_time_rows_as_decimal_strings(tmp_path):
     frame = to_frame(cost_rows())
-    predicate = claim_predicate(frame, tiny_meta(tmp_path), FAIL, [MEMORY])
+    predicate = claim_predicate(frame, tiny_meta(tmp_path), Status.FAIL, [MEMORY])
     costs = {(c["check"], c["variant"], c["metric"]): c["value"] for c in predicate["costs"]}
     assert costs == {
         (MEMORY, "plain", "saved_activation_bytes"): "4194304",
@@ -191,7 +191,7 @@ def test_predicate_costs_are_the_memory_and_time_rows_as_decimal_strings(tmp_pat
 
 def test_failing_claim_is_signed_as_fail(tmp_path, key_pair):
     run = signed_run(tmp_path / "run", key_pair[0], failing=True)
-    assert statement_of(run)["predicate"]["verdict"] == FAIL
+    assert statement_of(run)["predicate"]["verdict"] == Status.FAIL
 
 
 def test_decimal_strings_are_exact_and_exponent_free():

@@ -10,7 +10,7 @@ from conftest import run_pipeline
 from user_models import real
 
 from reportgen.config import GRADIENT_PARITY
-from reportgen.results import FAIL, INCONCLUSIVE, PASS, Role
+from reportgen.results import Role, Status
 from reportgen.structure import batch_size_of, call_model, describe, named_tensors
 from reportgen.twins.recompute import RecomputeConfigError, find_targets
 
@@ -34,12 +34,12 @@ def test_structure_names_every_leaf_and_calls_with_keywords():
 @pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
 def test_keyword_inputs_and_a_dataclass_output_pass(tmp_path, mode):
     code, frame = run_model(tmp_path, "+model=decoder", f"recompute={mode}")
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR", Status.INCONCLUSIVE])].detail.tolist()
     outputs = frame[frame.role == Role.OUTPUT].set_index("item").status
     assert outputs.to_dict() == {
-        "output.logits": PASS,
-        "output.hidden_states[0]": PASS,
-        "output.hidden_states[1]": PASS,
+        "output.logits": Status.PASS,
+        "output.hidden_states[0]": Status.PASS,
+        "output.hidden_states[1]": Status.PASS,
     }
 
 
@@ -52,7 +52,7 @@ def test_base_class_targets_match_subclasses_and_every_target_must_match():
 
 def test_the_models_own_switch_is_observed_and_its_flags_are_shown_as_ignored(tmp_path):
     code, frame = run_model(tmp_path, "+model=decoder_switch")
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR", Status.INCONCLUSIVE])].detail.tolist()
     ignored = frame[frame.role == Role.IGNORED]
     assert set(ignored["item"]) == {
         f"attribute layers.{i}.{a}" for i in (0, 1) for a in ("gradient_checkpointing", "use_reentrant")
@@ -71,14 +71,14 @@ def test_a_switch_flag_not_declared_ignorable_fails_state_parity(tmp_path):
     code, frame = run_model(tmp_path, "+model=decoder_switch", "state.ignore_attributes=[]")
     assert code == 1
     flags = frame[(frame.role == Role.ATTRIBUTE) & frame["item"].str.endswith("gradient_checkpointing")]
-    assert set(flags.status) == {FAIL}
+    assert set(flags.status) == {Status.FAIL}
 
 
 def test_a_factory_that_already_recomputes_is_inconclusive(tmp_path):
     code, frame = run_model(tmp_path, "+model=already_recomputing")
     assert code == 3
     baseline = frame[frame.role == Role.BASELINE].iloc[0]
-    assert baseline.status == INCONCLUSIVE and baseline.value == 4  # norm and ff of each of the 2 layers
+    assert baseline.status == Status.INCONCLUSIVE and baseline.value == 4  # norm and ff of each of the 2 layers
     assert baseline.modules == "layers.1.norm, layers.1.ff, layers.0.norm, layers.0.ff"  # backward order
 
 
@@ -94,7 +94,7 @@ def test_autocast_state_that_differs_in_recompute_is_caught(tmp_path):
 
 def test_bf16_autocast_uses_its_tolerances_and_passes(tmp_path):
     code, frame = run_model(tmp_path, "+model=decoder", "precision.autocast=bf16")
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR", Status.INCONCLUSIVE])].detail.tolist()
     loss = frame[frame.role == Role.LOSS].iloc[0]
     assert loss.rtol == pytest.approx(1.6e-2) and loss.atol == pytest.approx(1e-5)
     assert "autocast dtype bf16" in (tmp_path / "report.html").read_text()
@@ -115,7 +115,7 @@ def test_compiled_twins_run_against_a_compiled_baseline(tmp_path, monkeypatch):
         f"verdict.required=[{GRADIENT_PARITY}]",
     )
     parity = frame[frame.check == "gradient parity"]
-    assert code == 0 and set(parity.status) <= {PASS, "INFO"}, parity.detail.tolist()
+    assert code == 0 and set(parity.status) <= {Status.PASS, "INFO"}, parity.detail.tolist()
     assert "the baseline is the compiled plain twin" in (tmp_path / "report.html").read_text()
 
 
@@ -124,7 +124,7 @@ def test_compiled_twins_run_against_a_compiled_baseline(tmp_path, monkeypatch):
 @pytest.mark.parametrize("model", ["hf_gpt2", "hf_llama"])
 def test_hugging_face_models_through_their_own_switch_hold(tmp_path, model):
     code, frame = run_pipeline(tmp_path, f"+model={model}", "budget.examples=32", "budget.seeds=[0]")
-    assert code == 0, frame[frame.status.isin([FAIL, "ERROR", INCONCLUSIVE])].detail.tolist()
+    assert code == 0, frame[frame.status.isin([Status.FAIL, "ERROR", Status.INCONCLUSIVE])].detail.tolist()
     html = (tmp_path / "report.html").read_text()
     import transformers
 

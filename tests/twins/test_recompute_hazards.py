@@ -16,7 +16,7 @@ from torch import nn
 
 from reportgen.checks.parity import gradient_parity
 from reportgen.report.diagnose import diagnose
-from reportgen.results import ERROR, FAIL, Role, Row, check_summary, to_frame
+from reportgen.results import Role, Row, Status, check_summary, to_frame
 from reportgen.run import prepare
 from reportgen.structure import changed_leaves, leaf_states
 from reportgen.twins.recompute import RecomputeHazard, guard_returned_leaves
@@ -70,19 +70,19 @@ def test_each_hazard_fails_with_a_report_and_every_failing_check_names_its_cause
 
 def test_a_cache_appended_again_in_the_reentrant_recompute_is_seen_in_the_output_and_the_gradients():
     status, frame = parity("+model=cached_decoder", "recompute=reentrant")
-    assert status == FAIL
+    assert status == Status.FAIL
     (changed,) = frame[frame.role == Role.CHANGED_IN_BACKWARD].itertuples()
     assert changed.value == 4.0 and changed.in_cache and changed.use_cache  # 2 layers x (keys, values)
     assert '["past_key_values"].key_cache[0] (shape [16, 6, 16] -> [16, 12, 16])' in changed.detail
     qkv = frame[frame["item"] == "layers.0.qkv.weight.grad"].iloc[0]
-    assert qkv.status == FAIL and qkv.value > 1e-2  # the keys seen twice change the gradient, not rounding
+    assert qkv.status == Status.FAIL and qkv.value > 1e-2  # the keys seen twice change the gradient, not rounding
     assert (frame[frame.role == Role.LOSS].status == "PASS").all()  # the forward itself is the same
 
 
 def test_a_cache_appended_again_in_the_non_reentrant_recompute_is_named_in_the_error_row():
     status, frame = parity("+model=cached_decoder", "recompute=non_reentrant")
-    errors = frame[frame.status == ERROR]
-    assert status == ERROR and len(errors) >= 1
+    errors = frame[frame.status == Status.ERROR]
+    assert status == Status.ERROR and len(errors) >= 1
     assert errors.detail.str.contains("different metadata").all()  # torch's message stays
     assert errors.detail.str.contains("a key/value cache the forward appends to").all()  # what reportgen saw
     assert errors.detail.str.contains("use_cache=True").all()
@@ -106,8 +106,8 @@ def test_the_other_mode_named_in_a_fix_passes(model, mode):
 def test_retain_grad_in_a_non_reentrant_region_leaves_the_recompute_grad_none():
     status, frame = parity("+model=retain_grad", "recompute=non_reentrant")
     retained = frame[frame.role == Role.RETAINED_GRAD]
-    assert status == FAIL and set(retained["item"]) == {"1.pre.grad", "2.pre.grad"}
-    assert (retained.status == FAIL).all() and (retained.recompute_value == "None").all()
+    assert status == Status.FAIL and set(retained["item"]) == {"1.pre.grad", "2.pre.grad"}
+    assert (retained.status == Status.FAIL).all() and (retained.recompute_value == "None").all()
     assert (retained.plain_value == "tensor").all()
     params = frame[frame.role == Role.PARAM_GRAD]
     assert (params.status == "PASS").all()  # training itself is the same: only the retained .grad is lost
@@ -117,9 +117,9 @@ def test_a_reentrant_region_returning_its_parameter_stops_before_backward():
     start = time.perf_counter()
     status, frame = parity("+model=returns_parameter", "recompute=reentrant")
     assert time.perf_counter() - start < 30
-    errors = frame[frame.status == ERROR]
+    errors = frame[frame.status == Status.ERROR]
     assert (
-        status == ERROR
+        status == Status.ERROR
         and errors.detail.str.contains(
             "reentrant recompute region bias returned a tensor it did not create (its parameter bias.bias", regex=False
         ).all()
@@ -168,7 +168,7 @@ def _error(detail: str, check: str = "gradient parity") -> Row:
         item="recompute",
         variant="recompute",
         metric="exception",
-        status=ERROR,
+        status=Status.ERROR,
         role=Role.EXCEPTION,
         detail=f"the recompute run raised {detail}",
     )
@@ -307,7 +307,7 @@ def test_hugging_face_llama_with_its_cache_on_under_a_generic_wrapper_names_use_
     rows = gradient_parity(setup)
     (why,) = diagnose(rows, {"mode": mode, "preserve_rng_state": True})
     assert why.extra["rule"] == "cache written again in recompute" and "use_cache=False" in why.extra["fix"]
-    said = " ".join(r.detail for r in rows if r.status in (FAIL, ERROR))
+    said = " ".join(r.detail for r in rows if r.status in (Status.FAIL, Status.ERROR))
     # transformers 4.x returns the cache as output.past_key_values, 5.x as output.cache
     assert "output.past_key_values.layers[1].keys" in said or "output.cache.layers[1].keys" in said
     assert "a key/value cache the forward appends to" in said and "use_cache=True" in said
@@ -342,9 +342,9 @@ def test_a_reentrant_region_returning_a_graph_tensor_it_did_not_create_stops_bef
     start = time.perf_counter()
     status, frame = parity("+model=returns_parameter", "recompute=reentrant", *TABLE_VALUE)
     assert time.perf_counter() - start < 30
-    errors = frame[frame.status == ERROR]
+    errors = frame[frame.status == Status.ERROR]
     assert (
-        status == ERROR
+        status == Status.ERROR
         and errors.detail.str.contains(
             "reentrant recompute region value returned a tensor it did not create (a tensor [16] that requires grad",
             regex=False,

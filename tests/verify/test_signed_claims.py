@@ -27,7 +27,7 @@ from reportgen import verify as verifier
 from reportgen.compare import command as compare
 from reportgen.config import TIME
 from reportgen.report.render import render_report
-from reportgen.results import INCONCLUSIVE, Role, Row, claim_verdict, to_frame
+from reportgen.results import Role, Row, Status, claim_verdict, to_frame
 from reportgen.run import write_results
 from reportgen.sweep import summary
 from reportgen.sweep.cli import main
@@ -513,14 +513,14 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
                 item="plain vs plain (A/A)",
                 variant="aa",
                 metric="max_abs_err",
-                status=INCONCLUSIVE,
+                status=Status.INCONCLUSIVE,
                 role=Role.LOSS,
                 detail="the plain twin does not reproduce itself",
             )
         ]
     )
     run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)  # the run folder is verified, not a PDF
-    assert claim_verdict(frame, REQUIRED) == INCONCLUSIVE
+    assert claim_verdict(frame, REQUIRED) == Status.INCONCLUSIVE
     assert verifier.main([str(run), "--key", str(public)]) == 3
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("VERIFIED (run folder): the signed claim is INCONCLUSIVE (honestly signed")
