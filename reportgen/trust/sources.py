@@ -27,7 +27,7 @@ from typing import Any
 from reportgen.files import sha256_file
 
 #: reportgen's own package folder (left out of the user sources; hashed as a whole).
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # reportgen/, this module being reportgen/trust/sources.py
 #: Folder names whose files belong to installed libraries (versioned, not hashed).
 LIBRARY_FOLDER_NAMES = ("site-packages", "dist-packages")
 #: Seconds one git call may take before the repository's state is reported as unknown.

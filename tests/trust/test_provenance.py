@@ -107,3 +107,19 @@ def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(use
     shown = list(sources)[:20]  # page 1 lists the first 20 user sources (other tests' modules may come first)
     assert (str(module) in html) == (str(module) in shown)
     assert len(sources) <= 20 or f"and {len(sources) - 20} more (every digest is in the signed statement)" in html
+
+
+def test_reportgen_is_hashed_whole_and_never_listed_as_the_users_source(monkeypatch):
+    """reportgen's own files are one digest (``reportgen_sources_sha256``), not "your source files": the
+    package folder was once taken as trust/, which listed ~100 of reportgen's files as the user's and
+    hashed only trust/ as reportgen's own."""
+    import reportgen
+    import reportgen.run  # noqa: F401 - every check module is loaded, as in a run
+    from reportgen.trust import sources
+
+    package = Path(reportgen.__file__).resolve().parent
+    assert not [p for p in sources.user_source_files() if p.is_relative_to(package)]
+    hashed = []
+    monkeypatch.setattr(sources, "sha256_file", lambda f: hashed.append(Path(f)) or "0" * 64)
+    sources.reportgen_sources_sha256()
+    assert package / "checks" / "parity.py" in hashed and package / "run.py" in hashed
