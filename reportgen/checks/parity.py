@@ -2,7 +2,7 @@
 
 Twins from one state_dict, cloned inputs, one shared function
 (:func:`reportgen.twins.forward.forward_backward`) — the pattern of torchtitan's
-``test_activation_checkpoint.py``. A second plain twin, built independently, runs the same
+``test_activation_checkpoint.py``. A second plain twin, a fresh copy of the same build, runs the same
 batch (the A/A control): every row shows how far it is from the plain twin beside the
 recompute difference, and a plain twin that does not reproduce itself makes the claim
 INCONCLUSIVE rather than blaming recomputation.
@@ -284,7 +284,7 @@ CHECK = Check(
         Section(
             GRADIENT_PARITY,
             "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first; "
-            "a second, independently built plain twin (A/A) shows the noise floor beside each difference.",
+            "a second plain twin (A/A, a fresh copy of the same build) shows the noise floor beside each difference.",
         ),
     ),
 )

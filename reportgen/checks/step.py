@@ -1,6 +1,6 @@
 """One-optimizer-step parity (parameters, optimizer state) and state parity (buffers, plain
 Python attributes of modules, every random generator's state after backward), with the A/A
-control: a second, independently built plain twin takes the same step. When some parameter,
+control: a second plain twin (a fresh copy of the same build) takes the same step. When some parameter,
 optimizer-state or buffer item misses tolerance while every gradient is within it, a rounding
 twin (reportgen/rounding.py) takes the step too and those items are judged against its envelope."""
 

@@ -3,7 +3,7 @@
 One-step parity on fresh twins misses faults that leave step 1 bitwise equal and show from
 step 2 on: state that the forward reads and then updates (an observer, a running scale, a
 counter) updated twice per step under recomputation. Here the plain twin, a second plain
-twin built independently (A/A) and the recompute twin each take ``parity.steps`` steps of
+twin copied from the same build (A/A) and the recompute twin each take ``parity.steps`` steps of
 ``parity.optimizer`` on the same batches (drawn from the task with ``seed``), every random
 generator seeded identically before each forward; after every step parameters, optimizer
 state, buffers, plain module attributes and generator states are compared.

@@ -115,7 +115,7 @@ def aa_row(check: str, rows: list[Row]) -> Row:
     worst = max((r.extra.get("aa_max_abs_err", float("inf")) for r in moved), default=0.0)
     names = ", ".join(r.item for r in moved[:4]) + (f" and {len(moved) - 4} more" if len(moved) > 4 else "")
     detail = (
-        f"a second, independently built plain twin reproduces all {len(measured)} items of the plain twin"
+        f"a second plain twin reproduces all {len(measured)} items of the plain twin"
         if not moved
         else f"the plain twin is not reproducible against itself: {len(moved)} of {len(measured)} items moved between "
         f"two plain runs ({names}); largest A/A difference {worst:.3g}. The claim cannot be judged"
