@@ -30,7 +30,7 @@ import torch
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 
 from reportgen.config import RecomputeMethod
 from reportgen.errors import UsageError
@@ -293,9 +293,11 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
 
 
 def fake_copy(template: nn.Module, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """The run's one build (:mod:`reportgen.twins.template`) as fake tensors on ``device``, floating ones in
-    ``dtype``: the measured model's shapes without running its factory again. Call inside ``mode``."""
-    return copy_module(template, lambda t: mode.from_tensor(t).to(device, dtype if t.is_floating_point() else t.dtype))
+    """The run's one build as fake tensors on ``device`` (floating ones in ``dtype``), the factory not run again;
+    called inside ``mode``, copied outside it, so a plain tensor attribute stays as the factory made it."""
+    fake = lambda t: mode.from_tensor(t).to(device, dtype if t.is_floating_point() else t.dtype)  # noqa: E731
+    with unset_fake_temporarily():
+        return copy_module(template, fake)
 
 
 def _same_device(actual: torch.device, wanted: torch.device) -> bool:
@@ -340,7 +342,7 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
         for recompute in (False, True):
             model = (
                 fake_copy(setup.template.module, mode, setup.device, dtype)
-                if not over.get("model")  # the measured model's shape: the run's one build, copied
+                if not over.get("model") and setup.template.rebuild is None  # the measured shape: the one build
                 else fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
             )
             if recompute:

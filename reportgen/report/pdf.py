@@ -27,6 +27,11 @@ def renderer_problem() -> str:
         importlib.import_module("weasyprint")  # the import is the check
     except (OSError, ImportError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if isinstance(exc, ImportError) and "weasyprint" in str(getattr(exc, "name", "") or first):
+            return (
+                f"the PDF renderer (WeasyPrint) is not installed ({first}); install reportgen's dependencies "
+                "(pip install weasyprint), or run with report.pdf=false for the HTML report alone"
+            )
         return (
             f"the PDF renderer (WeasyPrint) cannot load: {first}. Install Pango (Debian/Ubuntu: apt-get install "
             "libpango-1.0-0 libpangoft2-1.0-0; see WeasyPrint's installation docs), or run with report.pdf=false "

@@ -20,7 +20,7 @@ from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import Wrapped, plain_name
-from reportgen.twins.setup import Setup, shared_hooks_said
+from reportgen.twins.setup import Setup, rebuilt_said
 
 
 def observe_recompute(
@@ -141,25 +141,26 @@ def observe_twins(setup: Setup) -> None:
 
 
 def observation_rows(setup: Setup) -> list[Row]:
-    """A FAIL row of gradient parity when the model's switch recomputes nothing, and an INFO row naming
-    hooks the factory registered that a copy cannot rebind (else none).
+    """A FAIL row of gradient parity when the model's switch recomputes nothing, and an INFO row saying
+    why every twin calls the factory again when a copy cannot stand for a build (else none).
 
     Judged like every row: ``recomputed_regions >= 1``, so ``reportgen.verify`` re-derives it.
     """
+    because = setup.template.rebuilt_because
     rows = (
         [
             Row(
                 check=GRADIENT_PARITY,
-                item="hooks shared by the twins",
+                item="twins built by the factory",
                 variant="recompute",
-                metric="shared_hooks",
-                value=float(len(setup.shared_hooks)),
+                metric="factory_builds_per_twin",
+                value=1.0,
                 status=Status.INFO,
                 role=Role.NOTE,
-                detail=shared_hooks_said(setup.shared_hooks),
+                detail=rebuilt_said(because),
             )
         ]
-        if setup.shared_hooks
+        if because
         else []
     )
     if not setup.nothing_recomputes:

@@ -7,7 +7,6 @@ process (:mod:`reportgen.twins.template`); a twin is a copy of that one build.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from reportgen.twins.recompute import (
     is_model_switch,
     switch_on,
 )
-from reportgen.twins.template import Template, shared_references
+from reportgen.twins.template import Template, one_build
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: ``precision.autocast`` values and their dtypes.
@@ -63,9 +62,6 @@ class Setup:
             ``recompute.mode`` is unset and the switch did not say), what the report and diagnosis read.
         architecture: the plain model's class, ``module.QualName`` (e.g.
             ``transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM``); what page 1 names.
-        shared_hooks: hooks the factory registered that hold a module of the model
-            (:func:`reportgen.twins.template.shared_references`): on every twin they still act on the
-            one build's modules, which page 1 and the log name.
         mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default
             (use_reentrant=True)" (:func:`reportgen.twins.recompute.effective_mode`).
     """
@@ -84,7 +80,6 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
-    shared_hooks: list[str] = field(default_factory=list)
     #: ``(cfg, cfg as its schema's dataclasses)``, made on first use of :attr:`config`.
     typed: tuple[DictConfig, Config] | None = field(default=None, repr=False)
 
@@ -138,13 +133,12 @@ class Setup:
         return batch_to(self.task.make_batch(generator, batch_size), self.device, self.dtype)
 
 
-def shared_hooks_said(shared: list[str]) -> str:
-    """One sentence naming hooks a copy cannot rebind (at most four, and how many more)."""
-    more = f" and {len(shared) - 4} more" if len(shared) > 4 else ""
+def rebuilt_said(because: str) -> str:
+    """One sentence saying why every twin calls the model's factory again, and how to build once."""
     return (
-        f"the model's factory registered hooks that hold a module of the model ({'; '.join(shared[:4])}{more}): "
-        "every twin is a copy of one build, and on each twin these hooks still act on that build's modules; "
-        "register them as bound methods of the module (or after the model is built) so a copy rebinds them"
+        f"every twin calls the model's factory again instead of copying one build: {because}. Exact, but the "
+        "initialisation is repeated for every twin (slow for a large model); register hooks as bound methods "
+        "of the module and keep uncopyable objects (locks, open files) off it, so one build is copied"
     )
 
 
@@ -172,18 +166,25 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> Template:
-    """The one call of the user's factory in this process, seeded with ``cfg.seed``; the model
-    is converted to ``dtype`` where the factory left it (twins are copied to the run's device)."""
+def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> tuple[Template, nn.Module]:
+    """The one call of the user's factory in this process, seeded with ``cfg.seed``; the model is
+    converted to ``dtype`` where the factory left it (twins are copied to the run's device). Returns the
+    :class:`Template` and a host copy to probe the recompute settings on
+    (:func:`reportgen.twins.template.one_build`)."""
     factory = get_method(cfg.model._target_)
     params = inspect.signature(factory).parameters
     extra = {"task": task} if "task" in params else {}
-    torch.manual_seed(cfg.seed)
-    model = instantiate(cfg.model, **extra)
-    if not isinstance(model, nn.Module):
-        raise SetupError(f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module")
-    rng_state = torch.get_rng_state()
-    return Template(model.to(dtype=dtype), int(cfg.seed), rng_state)
+
+    def build() -> nn.Module:
+        torch.manual_seed(cfg.seed)
+        model = instantiate(cfg.model, **extra)
+        if not isinstance(model, nn.Module):
+            raise SetupError(
+                f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module"
+            )
+        return model.to(dtype=dtype)
+
+    return one_build(build(), int(cfg.seed), build)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -246,7 +247,7 @@ def build_setup(cfg: DictConfig) -> Setup:
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     try:
         task = instantiate(cfg.task)
-        template = _instantiate_model(cfg, task, dtype)
+        template, probe = _instantiate_model(cfg, task, dtype)
     except SetupError:
         raise
     except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
@@ -257,14 +258,13 @@ def build_setup(cfg: DictConfig) -> Setup:
             "and that your code is importable (PYTHONPATH)."
         ) from exc
     model = template.module
-    probe = copy.deepcopy(model)
     if is_model_switch(cfg.recompute):
         wrapped, reported = [], switch_on(probe, cfg.recompute)
     else:
         wrapped, reported = apply_recompute(probe, cfg.recompute), None
     mode, mode_note = effective_mode(cfg.recompute, reported)
-    if shared := shared_references(model):
-        log.warning("%s", shared_hooks_said(shared))
+    if template.rebuilt_because:
+        log.warning("%s", rebuilt_said(template.rebuilt_because))
     return Setup(
         cfg,
         task,
@@ -275,6 +275,5 @@ def build_setup(cfg: DictConfig) -> Setup:
         batch=NOT_DRAWN,
         mode=mode,
         mode_note=mode_note,
-        shared_hooks=shared,
         architecture=f"{type(model).__module__}.{type(model).__qualname__}",
     )

@@ -66,11 +66,18 @@ class Template:
             never wrapped: twins are copies).
         seed: ``cfg.seed``, the seed the factory ran under.
         rng_state: ``torch.get_rng_state()`` right after the factory returned (uint8 tensor).
+        rebuild: the factory itself (seeded, in the run's dtype) when a copy cannot stand for a build
+            (:attr:`rebuilt_because`); None: every twin is a copy.
+        rebuilt_because: why every twin calls the factory again ("" when twins are copies): hooks that
+            hold a module of the model (:func:`shared_references`: on a copy they would act on, and
+            change, the one build) or a model ``copy.deepcopy`` refuses (a lock, an open file).
     """
 
     module: nn.Module
     seed: int
     rng_state: Tensor
+    rebuild: Callable[[], nn.Module] | None = None
+    rebuilt_because: str = ""
 
     @functools.cached_property
     def nbytes(self) -> int:
@@ -80,17 +87,44 @@ class Template:
         )
 
     def twin(self, device: torch.device) -> nn.Module:
-        """A fresh copy of :attr:`module` with its parameters and buffers on ``device``.
+        """A fresh copy of :attr:`module` with its parameters and buffers on ``device`` (a fresh build
+        by :attr:`rebuild` where a copy cannot stand for one).
 
         Leaves torch's generators as a fresh build would: every generator seeded with
         :attr:`seed`, the CPU generator then at :attr:`rng_state`.
         """
         if self.nbytes >= RELEASE_ABOVE:  # the previous twin's memory, before this one takes as much again
             release_memory()
+        if self.rebuild is not None:
+            return self.rebuild().to(device)
         model = copy_module(self.module, lambda t: t.to(device, copy=True))
         torch.manual_seed(self.seed)
         torch.set_rng_state(self.rng_state)
         return model
+
+
+def one_build(module: nn.Module, seed: int, rebuild: Callable[[], nn.Module]) -> tuple[Template, nn.Module]:
+    """The :class:`Template` of ``module`` (just built by ``rebuild``, seeded with ``seed``) and a copy of it
+    on the host to probe the recompute settings on. Twins are copies unless the factory registered hooks that
+    hold a module of the model or ``copy.deepcopy`` refuses the model; then :attr:`Template.rebuild` is
+    ``rebuild`` and :attr:`Template.rebuilt_because` says why (a row of the report names it)."""
+    rng_state = torch.get_rng_state()
+    because = ""
+    if shared := shared_references(module):
+        more = f" and {len(shared) - 4} more" if len(shared) > 4 else ""
+        because = f"hooks the factory registered hold a module of the model ({'; '.join(shared[:4])}{more})"
+    else:
+        try:
+            probe = copy_module(module, lambda t: t.clone())
+        except Exception as exc:  # noqa: BLE001 - whatever deepcopy raises on the user's object
+            because = f"copy.deepcopy cannot copy the model ({type(exc).__name__}: {exc})"
+    if because:
+        probe = rebuild()
+        template = Template(module, seed, rng_state, rebuild, because)
+    else:
+        template = Template(module, seed, rng_state)
+    torch.set_rng_state(rng_state)
+    return template, probe
 
 
 def release_memory() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 from conftest import run_pipeline
 from user_models import counting
@@ -71,7 +72,7 @@ def test_a_renderer_that_cannot_load_stops_the_run_before_the_model_is_built(tmp
     )
     out = capsys.readouterr().out
     assert code == ExitCode.USAGE and counting.CALLS["count"] == 0
-    assert "the PDF renderer (WeasyPrint) cannot load" in out and "report.pdf=false" in out
+    assert "the PDF renderer (WeasyPrint) is not installed" in out and "report.pdf=false" in out
 
 
 def test_a_run_folder_that_cannot_be_written_stops_the_run_before_the_model_is_built(tmp_path, capsys):
@@ -85,13 +86,26 @@ def test_a_run_folder_that_cannot_be_written_stops_the_run_before_the_model_is_b
     assert "is not writable" in out and "hydra.run.dir=PATH" in out
 
 
-def test_a_closure_hook_is_named_in_the_report_rows(tmp_path):
+@pytest.mark.parametrize(
+    "factory, because",
+    [
+        ("build_tricky_ffn", "hooks the factory registered hold a module of the model"),
+        ("build_locked_ffn", "copy.deepcopy cannot copy the model (TypeError"),
+    ],
+)
+def test_a_model_a_copy_cannot_stand_for_is_built_by_its_factory_for_every_twin(tmp_path, factory, because):
+    """A closure hook over a module would act on (and change) the one build from every copy; a lock cannot
+    be copied at all: each twin is then a fresh build, the claim is judged as before, and a row says why."""
+    counting.CALLS["count"] = 0
     code, frame = run_pipeline(
         tmp_path,
         "+model=ffn",
-        "model._target_=user_models.counting.build_tricky_ffn",
+        f"model._target_=user_models.counting.{factory}",
         "budget.enabled=false",
         "timing.enabled=false",
+        "verdict.required=[gradient parity,optimizer-step parity,state parity,trajectory parity]",
     )
-    row = frame[frame["item"] == "hooks shared by the twins"]
-    assert len(row) == 1 and row.status.item() == "INFO" and "bound methods" in row.detail.item()
+    row = frame[frame["item"] == "twins built by the factory"]
+    assert code == 0 and len(row) == 1 and row.status.item() == "INFO"
+    assert because in row.detail.item() and "bound methods" in row.detail.item()
+    assert counting.CALLS["count"] > 10  # the build, the probe, and one per twin

@@ -8,6 +8,8 @@ submodule, which a copy cannot rebind).
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
@@ -63,8 +65,23 @@ def build_tricky(closure_hook: bool = False) -> nn.Module:
 
 
 def build_tricky_ffn(**kwargs) -> nn.Module:
-    """The tutorial's ffn with a forward hook on its block that is a closure over the block's first layer."""
+    """The tutorial's ffn with a forward hook on its block that is a closure over the block's first layer
+    and counts the block's calls in a buffer of that layer (counted)."""
+    CALLS["count"] += 1
     model = build(**kwargs)
     first = model[0].net[0]
-    model[0].register_forward_hook(lambda module, args, output: first.weight.sum())
+    first.register_buffer("calls", torch.zeros(()))
+
+    def count(module, args, output):
+        first.calls += 1
+
+    model[0].register_forward_hook(count)
+    return model
+
+
+def build_locked_ffn(**kwargs) -> nn.Module:
+    """The tutorial's ffn holding a ``threading.Lock``, which ``copy.deepcopy`` refuses (counted)."""
+    CALLS["count"] += 1
+    model = build(**kwargs)
+    model.lock = threading.Lock()
     return model
