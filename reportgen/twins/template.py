@@ -13,8 +13,10 @@ buffer pre-entered in deepcopy's memo as a copy on the run's device, so:
   parameter), plain module attributes, the model's own switch and the hooks the factory
   registered (deepcopy rebinds a bound-method hook to the copy).
 
-What a copy cannot reproduce is named by :func:`shared_references`: a hook that is a closure
-over a module of the template keeps pointing at the template, not at the twin.
+What a copy cannot stand for is found at the build (:func:`one_build`): a hook that is a closure over a
+module of the model (:func:`shared_references`; on a copy it would act on, and change, the one build) or a
+model ``copy.deepcopy`` refuses. Such a model is built by its factory for every twin, as before, and a row
+of the report says why.
 
 The torch generators are left as the old per-twin build left them: seeded with ``cfg.seed``,
 then advanced by the initialisation's draws (the CPU state right after the factory returned is
