@@ -209,9 +209,9 @@ def count_factory_calls() -> dict:
 
     def counted(*args, **kwargs):
         calls["n"] += 1
-        template = original(*args, **kwargs)
+        template, probe = original(*args, **kwargs)
         calls["param_bytes"] = sum(p.numel() * p.element_size() for p in template.module.parameters())
-        return template
+        return template, probe
 
     twins_setup._instantiate_model = counted
     return calls
