@@ -174,6 +174,89 @@ class Row:
     def __post_init__(self) -> None:
         self.rejudge()
 
+    @classmethod
+    def fact(
+        cls,
+        check: str,
+        item: str,
+        role: str,
+        detail: str,
+        *,
+        status: str = Status.INFO,
+        metric: str = "",
+        value: float = math.nan,
+        unit: str = "",
+        variant: str = "recompute",
+        seconds: float = 0.0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Row:
+        """A stated fact, not judged: INFO by default (or WARN, ERROR, NOT_RUN, FLAGGED, INCONCLUSIVE;
+        never PASS or FAIL, which only :func:`judge` gives). ``metric`` defaults to ``role``.
+
+        Example: ``Row.fact(MEMORY, "policy", Role.NOTE, "recomputes 4 of 6 blocks")``.
+        """
+        return cls(
+            check=check,
+            item=item,
+            variant=variant,
+            metric=metric or str(role),
+            value=value,
+            unit=unit,
+            status=status,
+            role=role,
+            detail=detail,
+            seconds=seconds,
+            extra=dict(extra or {}),
+        )
+
+    @classmethod
+    def not_run(cls, check: str, detail: str, *, item: str = "not run", role: str = Role.DISABLED) -> Row:
+        """A NOT_RUN row of ``check`` (role ``disabled``, metric ``not_run``): the part did not run, ``detail`` says why."""
+        return cls.fact(check, item, role, detail, status=Status.NOT_RUN, metric="not_run")
+
+    @classmethod
+    def measured(
+        cls,
+        check: str,
+        item: str,
+        metric: str,
+        value: float,
+        unit: str,
+        *,
+        comparator: str,
+        threshold_value: float,
+        role: str,
+        detail: str,
+        threshold: str = "",
+        on_miss: str = Status.FAIL,
+        variant: str = "recompute",
+        seconds: float = 0.0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Row:
+        """A measurement judged at once by :func:`judge`: ``value`` (in ``unit``) ``comparator``
+        ``threshold_value``, else ``on_miss``. ``threshold`` (for people) defaults to
+        ``"{comparator} {threshold_value:g}"``.
+
+        Example: ``Row.measured(MEMORY, "saving", "saving_share", 0.4, "share", comparator=">=",
+        threshold_value=0.1, role=Role.SAVING, detail="...", on_miss=Status.WARN)``.
+        """
+        return cls(
+            check=check,
+            item=item,
+            variant=variant,
+            metric=metric,
+            value=value,
+            unit=unit,
+            threshold=threshold or f"{comparator} {threshold_value:g}",
+            threshold_value=threshold_value,
+            comparator=comparator,
+            on_miss=on_miss,
+            role=role,
+            detail=detail,
+            seconds=seconds,
+            extra=dict(extra or {}),
+        )
+
     def rejudge(self) -> None:
         """Set ``status`` from the numbers again (after a builder added a column ``judge`` reads,
         e.g. ``rounding_excess``); a row without a comparator keeps its stated status."""
