@@ -18,7 +18,7 @@ import time
 sys.path[:0] = [".", "tests"]
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from reportgen.checks.memory import CHECK  # noqa: E402
+from reportgen.checks.memory.check import CHECK  # noqa: E402
 from reportgen.config import register_configs  # noqa: E402
 from reportgen.paths import conf_dir  # noqa: E402
 from reportgen.twins.contract import check_task_contract  # noqa: E402
@@ -35,7 +35,7 @@ CASES = [
 
 
 def prepare(cfg):
-    """``reportgen.run.prepare``'s stages, without importing the signing stack (a device image may
+    """``reportgen.commands.run.prepare``'s stages, without importing the signing stack (a device image may
     lack ``cryptography``)."""
     setup = build_setup(cfg)
     check_task_contract(setup)

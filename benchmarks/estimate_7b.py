@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from conftest import compose_config  # noqa: E402
 
+from reportgen.commands.run import prepare  # noqa: E402
 from reportgen.memory.estimate import (
     dropout_mask_bytes,
     estimate_saved_activations,  # noqa: E402
 )
-from reportgen.run import prepare  # noqa: E402
 
 
 def peak_rss_mib() -> float:

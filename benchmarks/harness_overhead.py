@@ -1,6 +1,6 @@
 """Harness overhead: wall time of one full report vs the bare model work it performs.
 
-Runs the whole pipeline once (``reportgen.run.run``, every check, HTML and PDF) and, in the
+Runs the whole pipeline once (``reportgen.commands.run.run``, every check, HTML and PDF) and, in the
 same run, times the model work inside it: top-level module forwards (outside backward),
 ``torch.autograd.backward`` calls (which include any recomputation) and optimizer steps,
 through global module hooks, a wrapper around ``torch.autograd.backward`` and global
@@ -49,8 +49,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reportgen import run as pipeline  # noqa: E402
-from reportgen.checks import memory_estimate  # noqa: E402
+from reportgen.checks.memory import estimate as memory_estimate  # noqa: E402
+from reportgen.commands import run as pipeline  # noqa: E402
 from reportgen.config import TIME, register_configs  # noqa: E402
 from reportgen.paths import conf_dir  # noqa: E402
 from reportgen.report import render  # noqa: E402
@@ -122,7 +122,7 @@ class ModelWork:
             self._add("optimizer")
 
 
-#: The pipeline's stages (names in ``reportgen.run``) and the report's parts (names in
+#: The pipeline's stages (names in ``reportgen.commands.run``) and the report's parts (names in
 #: ``reportgen.report.render``) timed one by one; the checks are timed through the registry.
 STAGES = (
     "prepare",
@@ -187,7 +187,7 @@ class Phases:
 
 
 def capture_estimate() -> dict:
-    """Keep the total of the run's pre-check estimate (``reportgen.run.refuse_long_runs``' result), s."""
+    """Keep the total of the run's pre-check estimate (``reportgen.commands.run.refuse_long_runs``' result), s."""
     kept: dict = {"s": None}
     original = pipeline.refuse_long_runs
 

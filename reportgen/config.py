@@ -32,6 +32,7 @@ DIST_TRAJECTORY = "distributed trajectory parity"
 DIST_MEMORY = "distributed memory per rank"
 DIST_TIME = "distributed step time"
 DIST_TASK_METRICS = "distributed task metrics"
+CONTROLS = "detector controls"  #: faults the checks above must catch (reportgen/checks/controls/), never required
 #: The release claim's clauses (``claim=<name>``, reportgen/claim/): one judged row per clause;
 #: required whenever a claim file states clauses.
 RELEASE_CLAIM = "release claim"
@@ -177,6 +178,16 @@ class LargerBatchConfig:
     lr_scaling: str = "none"
     #: Seeds trained at the larger batch; null = the same seeds as ``budget.seeds``.
     seeds: list[int] | None = None
+
+
+@dataclass
+class ControlsConfig:
+    """Faults injected inside a recompute region while it recomputes, each a check must catch (docs/verdict.md)."""
+
+    enabled: bool = True  #: false = no controls are run (one NOT_RUN row; the claim is judged without them)
+    #: Fault size in tolerance units: the recomputed inputs move by this many times the relative difference
+    #: gradient parity accepts at the region's gradient scale (``rtol + atol / max|grad|``), at most 100 %.
+    size: float = 10.0
 
 
 @dataclass
@@ -354,6 +365,9 @@ class ClaimConfig:
     #: end of its 95% CI), ``step_time_ms <= 250`` (median), ``fits: batch 16 [at seq 1024] within 80 GiB``,
     #: ``task metric within tolerance``.
     clauses: list[str] = field(default_factory=list)
+    #: Accept a sentence stating a quantity no clause judges (a saving, an overhead, a fits), printed on
+    #: page 1 as "not judged" beside the verdict; false (default) refuses such a claim before model work.
+    unjudged_ok: bool = False
     #: The task's keyword that sets tokens per example, overridden by a ``fits: ... at seq S`` clause
     #: in the GPU-free estimate (``block_size`` for the built-in character task).
     seq_key: str = "block_size"
@@ -382,6 +396,7 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     larger_batch: LargerBatchConfig = field(default_factory=LargerBatchConfig)
+    controls: ControlsConfig = field(default_factory=ControlsConfig)
     state: StateConfig = field(default_factory=StateConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)

@@ -61,26 +61,8 @@ def progress(
     """
     tty = sys.stderr.isatty() if interactive is None else interactive
     if tty:
-        return tqdm(
-            total=total,
-            desc=desc,
-            unit=unit,
-            leave=False,
-            file=sys.stderr,
-            mininterval=TTY_INTERVAL_S,
-            dynamic_ncols=True,
-            **kwargs,
-        )
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=unit,
-        leave=True,
-        file=_LogLines(log),
-        mininterval=LOG_INTERVAL_S,
-        maxinterval=LOG_INTERVAL_S,
-        delay=LOG_DELAY_S,
-        ncols=100,
-        ascii=True,
-        **kwargs,
-    )
+        shown = {"leave": False, "file": sys.stderr, "mininterval": TTY_INTERVAL_S, "dynamic_ncols": True}
+    else:
+        shown = {"leave": True, "file": _LogLines(log), "mininterval": LOG_INTERVAL_S, "maxinterval": LOG_INTERVAL_S}
+        shown |= {"delay": LOG_DELAY_S, "ncols": 100, "ascii": True}
+    return tqdm(total=total, desc=desc, unit=unit, **shown, **kwargs)

@@ -1,9 +1,9 @@
 """``python -m reportgen.sign RUN_DIR``: render and sign a finished run interrupted before signing
-(:mod:`reportgen.trust.finish`)."""
+(:mod:`reportgen.commands.sign`)."""
 
 import sys
 
-from reportgen.trust.finish import main
+from reportgen.commands.sign import main
 
 if __name__ == "__main__":
     sys.exit(main())

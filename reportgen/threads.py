@@ -14,7 +14,7 @@ the share of a core it loses, not by a barrier that waits for a descheduled thre
 An explicit ``OMP_NUM_THREADS`` (a parallel launcher's ``hydra.job.env_set``, or the user's
 shell) is taken as the user's choice.
 
-The pipeline applies it once, before the twins are built (``reportgen.run.run``); this module
+The pipeline applies it once, before the twins are built (``reportgen.commands.run.run``); this module
 only decides and sets numbers.
 """
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from reportgen.commands.run import write_results
 from reportgen.config import MEMORY, TIME, register_configs
 from reportgen.paths import conf_dir
 from reportgen.report.render import render_report
 from reportgen.results import Role, Row, claim_verdict, to_frame
-from reportgen.run import write_results
 from reportgen.trust import keys
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
@@ -75,7 +75,7 @@ def compose_config(*overrides: str, user_conf: bool = False):
 
 def small_setup(*overrides: str, user_conf: bool = False):
     """A :class:`reportgen.twins.setup.Setup` from the real config with :data:`SMALL` budgets."""
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
 
     return prepare(compose_config(*SMALL, *overrides, user_conf=user_conf))
 
@@ -87,9 +87,9 @@ def setup():
 
 
 def run_pipeline(out_dir: Path, *overrides: str, user_conf: bool = False):
-    """``(exit code, results frame)`` of the whole pipeline (``reportgen.run.run``) with
+    """``(exit code, results frame)`` of the whole pipeline (``reportgen.commands.run.run``) with
     :data:`SMALL` budgets and ``overrides``, written into ``out_dir``."""
-    from reportgen import run as pipeline
+    from reportgen.commands import run as pipeline
     from reportgen.results import frame_from_json
 
     code = pipeline.run(compose_config(*SMALL, *overrides, user_conf=user_conf), out_dir)
@@ -114,7 +114,7 @@ def checks_of(*pairs):
 @pytest.fixture
 def use_checks(monkeypatch):
     """``use_checks((name, fn), ...)``: the pipeline runs exactly these checks in this test."""
-    from reportgen import run as pipeline
+    from reportgen.commands import run as pipeline
 
     def use(*pairs):
         monkeypatch.setattr(pipeline, "REGISTRY", checks_of(*pairs))

@@ -102,7 +102,7 @@ def test_sac_packet_policy_is_not_silent(tmp_path):
 # (moved from tests/memory/test_memory.py: they import the case files themselves)
 from conftest import compose_config, measured  # noqa: E402
 
-from reportgen.run import prepare  # noqa: E402
+from reportgen.commands.run import prepare  # noqa: E402
 
 SHARED_CASES = CASES
 

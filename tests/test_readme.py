@@ -38,11 +38,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from reportgen.checks.parity import gradient_parity
+from reportgen.commands.run import prepare
 from reportgen.commands.validation import config_problems
 from reportgen.config import register_configs
 from reportgen.paths import conf_dir
 from reportgen.results import check_summary, to_frame
-from reportgen.run import prepare
 
 REPO = TESTS.parent
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

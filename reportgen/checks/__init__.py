@@ -5,19 +5,26 @@ A check is a module with a function ``fn(setup) -> list[Row]`` and a :class:`Che
 named ``CHECK``; adding one is that module plus one line in :data:`REGISTRY`. Checks never
 import each other: what they share (training steps, saved-activation counts, row builders)
 lives below them in ``reportgen.memory.saved``, ``reportgen.training``, ``reportgen.memory.estimate`` and
-``reportgen.results.rows``. Helpers of one check that would make its module too long live in a
-sibling named after it (``memory_rows``, ``timing_rows``, ``distributed_grads``, ...), which holds no
-``CHECK`` and is imported by no other check.
+``reportgen.results.rows``, or beside them in modules that hold no ``CHECK``: ``base`` (the records),
+``plots`` (the plot machinery) and ``judged`` (rows several checks judge the same way). A check with more
+than one module is a folder named after it (``memory/``, ``timing/``, ``distributed/``): ``check.py`` holds
+its ``CHECK``, the other modules its helpers (rows, plots, parts), which no other check imports.
 """
 
 from __future__ import annotations
 
-from reportgen.checks import budget, distributed, larger_batch, memory, parity, policy, step, timing, trajectory
+from reportgen.checks import budget, larger_batch, parity, policy, step, trajectory
 from reportgen.checks.base import (
+    PIPELINE_ROLES,
     ROWS_TEMPLATE,
     Check,
     Section,
 )
+from reportgen.checks.controls import check as controls_check
+from reportgen.checks.distributed import check as distributed_check
+from reportgen.checks.memory import check as memory_check
+from reportgen.checks.timing import check as timing_check
+from reportgen.results import Kind, Role
 
 #: Every check, in checklist (and report) order.
 REGISTRY: list[Check] = [
@@ -25,11 +32,12 @@ REGISTRY: list[Check] = [
     step.CHECK,
     trajectory.CHECK,
     policy.CHECK,
-    memory.CHECK,
-    timing.CHECK,
+    memory_check.CHECK,
+    timing_check.CHECK,
     budget.CHECK,
     larger_batch.CHECK,
-    distributed.CHECK,
+    distributed_check.CHECK,
+    controls_check.CHECK,  # last: it controls the checks above
 ]
 
 
@@ -76,14 +84,30 @@ def flagged_names() -> set[str]:
     return {s.name for s in sections() if s.flagged}
 
 
+def roles_of(kind: Kind) -> frozenset[Role]:
+    """The roles of ``kind`` that the registered checks' sections declare (:attr:`Section.roles`),
+    e.g. ``roles_of(Kind.PARITY)``: the rows the verifier re-judges as required parity."""
+    return frozenset(r for s in sections() for r in s.roles if r.kind is kind)
+
+
+def declared_roles(name: str) -> frozenset[Role]:
+    """Every role a row of the registered section ``name`` may carry: the roles it declares and
+    :data:`PIPELINE_ROLES` (empty of its own for a name no check produces)."""
+    found = section(name)
+    return frozenset((*(found.roles if found else ()), *PIPELINE_ROLES))
+
+
 __all__ = [
+    "PIPELINE_ROLES",
     "Check",
     "REGISTRY",
     "ROWS_TEMPLATE",
     "Section",
+    "declared_roles",
     "default_required",
     "flagged_names",
     "required_names",
+    "roles_of",
     "run_order",
     "section",
     "sections",

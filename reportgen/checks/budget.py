@@ -17,7 +17,8 @@ import time
 from typing import Any
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.plots import task_metric_plots
+from reportgen.checks.base.judged import zero_count_row
+from reportgen.checks.base.plots import task_metric_plots
 from reportgen.config import TASK_METRICS, BudgetConfig, ParityConfig
 from reportgen.results import TWIN, Role, Row, Status
 from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
@@ -121,20 +122,20 @@ def compare_seed(
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
     if rounding is not None and rounding.cache_rejected:
         key, why = rounding.cache_rejected
+        detail = (
+            f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
+            "was trained afresh in this run and the entry replaced"
+        )
         errors.append(
-            Row(
-                check=TASK_METRICS,
-                item=f"seed {seed}",
-                variant="rounding",
-                metric="cache_entry_rejected",
-                value=math.nan,
-                threshold="",
-                comparator="",
+            Row.fact(
+                TASK_METRICS,
+                f"seed {seed}",
+                Role.CACHE,
+                detail,
                 status=Status.WARN,
-                detail=f"the rounding-twin cache entry (sha256:{key[:16]}…) was not used: {why}; the rounding twin "
-                "was trained afresh in this run and the entry replaced",
+                metric="cache_entry_rejected",
+                variant="rounding",
                 extra={"seed": seed, "cache_key": key, "cache_problem": why},
-                role=Role.CACHE,
             )
         )
     final = (
@@ -171,59 +172,63 @@ def _train_or_error(
         result = budget_runs(setup).get(setup, recompute, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
+        detail = f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}" + (
+            ": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""
+        )
         return None, [
-            Row(
-                check=TASK_METRICS,
-                item=item,
-                variant=variant,
-                metric="exception",
-                value=math.nan,
-                threshold="",
-                comparator="",
+            Row.fact(
+                TASK_METRICS,
+                item,
+                Role.EXCEPTION,
+                detail,
                 status=Status.ERROR,
+                metric="exception",
+                variant=variant,
                 seconds=time.perf_counter() - start,
-                role=Role.EXCEPTION,
-                detail=f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}"
-                + (": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""),
                 extra={"seed": seed, "exception_type": type(exc).__name__, TWIN: variant},
             )
         ]
     if not result.complete:
-        cap = result.steps + result.skipped_steps
-        return None, [
-            Row(
-                check=TASK_METRICS,
-                item=item,
-                variant=variant,
-                metric="accepted_examples",
-                value=result.accepted_examples,
-                threshold=str(setup.config.budget.examples),
-                comparator="",
-                status=Status.ERROR,
-                detail=f"budget not reached: only {result.accepted_examples} of {setup.config.budget.examples} examples "
-                f"accepted after the cap of {cap} drawn batches ({result.skipped_steps} skipped for a "
-                "non-finite loss or gradient); raise budget.max_steps_factor or fix the data/loss",
-                seconds=result.seconds,
-                extra={"seed": seed, "skipped_steps": result.skipped_steps, "batch_size": batch_size, TWIN: variant},
-                role=Role.ACCEPTED,
-                unit="examples",
-            )
-        ]
+        examples, cap = setup.config.budget.examples, result.steps + result.skipped_steps
+        detail = (
+            f"budget not reached: only {result.accepted_examples} of {examples} examples accepted after the cap of "
+            f"{cap} drawn batches ({result.skipped_steps} skipped for a non-finite loss or gradient); raise "
+            "budget.max_steps_factor or fix the data/loss"
+        )
+        extra = {"seed": seed, "skipped_steps": result.skipped_steps, "batch_size": batch_size, TWIN: variant}
+        row = Row.fact(
+            TASK_METRICS,
+            item,
+            Role.ACCEPTED,
+            detail,
+            status=Status.ERROR,
+            metric="accepted_examples",
+            value=result.accepted_examples,
+            unit="examples",
+            variant=variant,
+            seconds=result.seconds,
+            extra=extra,
+        )
+        row.threshold = str(examples)  # the budget it fell short of, for people (not judged)
+        return None, [row]
     return result, []
 
 
 def nonfinite_metric_row(seed: int, metric: str, value: float) -> Row:
     """An ERROR of the baseline (``twin`` = plain): the plain twin's held-out metric is NaN or infinite, so
     the seed's metric cannot be compared and the check cannot be judged."""
-    return Row(
-        check=TASK_METRICS,
-        item=f"seed {seed}",
-        variant="plain",
-        metric=f"abs_diff_{metric}",
+    detail = (
+        f"the plain twin's held-out {metric} is {value}: the baseline itself "
+        "computes non-finite values, so this check cannot be judged; fix the model, data or loss first"
+    )
+    return Row.fact(
+        TASK_METRICS,
+        f"seed {seed}",
+        Role.METRIC_DIFF,
+        detail,
         status=Status.ERROR,
-        role=Role.METRIC_DIFF,
-        detail=f"the plain twin's held-out {metric} is {value}: the baseline itself "
-        "computes non-finite values, so this check cannot be judged; fix the model, data or loss first",
+        metric=f"abs_diff_{metric}",
+        variant="plain",
         extra={"seed": seed, "plain_value": value, TWIN: "plain"},
     )
 
@@ -246,26 +251,26 @@ def task_metrics(setup) -> list[Row]:
     task = setup.task
     metric, tol, rtol = task.metric, section.metric_tolerance, section.metric_rtol
     bs = section.batch_size
+    detail = (
+        f"{section.examples} accepted examples per run at batch {bs}, "
+        f"optimizer {describe_optimizer(section.optimizer)}, seeds {', '.join(str(s) for s in section.seeds)}; "
+        f"learning-curve point every {section.eval_every} accepted "
+        f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
+        f"tolerance |recompute - plain| <= {tol:g}"
+        + (f" + {rtol:g}·|plain|" if rtol else "")
+        + "; the trained twins' final parameters are compared too"
+    )
+    examples, extra = section.examples, {"batch_size": bs}
     rows = [
-        Row(
-            check=TASK_METRICS,
-            item="budget",
-            variant="recompute",
+        Row.fact(
+            TASK_METRICS,
+            "budget",
+            Role.BUDGET,
+            detail,
             metric="budget_examples",
-            value=section.examples,
-            threshold="",
-            comparator="",
-            status=Status.INFO,
-            detail=f"{section.examples} accepted examples per run at batch {bs}, "
-            f"optimizer {describe_optimizer(section.optimizer)}, seeds {', '.join(str(s) for s in section.seeds)}; "
-            f"learning-curve point every {section.eval_every} accepted "
-            f"examples; task metric {metric} ({'higher' if task.higher_is_better else 'lower'} is better), "
-            f"tolerance |recompute - plain| <= {tol:g}"
-            + (f" + {rtol:g}·|plain|" if rtol else "")
-            + "; the trained twins' final parameters are compared too",
-            extra={"batch_size": bs},
-            role=Role.BUDGET,
+            value=examples,
             unit="examples",
+            extra=extra,
         )
     ]
     finals: dict[str, list[float]] = {"plain": [], "recompute": []}
@@ -290,63 +295,58 @@ def task_metrics(setup) -> list[Row]:
         diffs.append(diff)
         sp, sr = results["plain"].skipped_steps, results["recompute"].skipped_steps
         if sp != sr:
+            said = f"the twins skipped different numbers of steps (plain {sp}, recompute {sr}): they did not see the same updates"
             rows.append(
-                Row(
-                    check=TASK_METRICS,
-                    item=f"seed {seed}",
-                    variant="recompute",
-                    metric="skipped_steps_diff",
-                    value=sr - sp,
-                    threshold="0",
-                    comparator="==",
-                    detail=f"the twins skipped different numbers of steps (plain {sp}, recompute {sr}): they did "
-                    "not see the same updates",
-                    extra={"seed": seed},
-                    role=Role.SKIPPED_DIFF,
-                    unit="steps",
-                    threshold_value=0.0,
+                zero_count_row(
+                    TASK_METRICS,
+                    f"seed {seed}",
+                    "skipped_steps_diff",
+                    sr - sp,
+                    "steps",
+                    Role.SKIPPED_DIFF,
+                    said,
                     on_miss=Status.WARN,
+                    extra={"seed": seed},
                 )
             )
     for variant, values in finals.items():
         if values:
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            mean, std = statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+            said = f"mean ± sample std over {len(values)} seeds: {mean:.6g} ± {std:.3g}"
+            spread = {"std": std, "n_seeds": len(values)}
             rows.append(
-                Row(
-                    check=TASK_METRICS,
-                    item="all seeds",
-                    variant=variant,
+                Row.fact(
+                    TASK_METRICS,
+                    "all seeds",
+                    Role.MEAN,
+                    said,
                     metric=f"mean_{metric}",
-                    value=statistics.fmean(values),
-                    threshold="",
-                    comparator="",
-                    status=Status.INFO,
-                    detail=f"mean ± sample std over {len(values)} seeds: {statistics.fmean(values):.6g} ± {std:.3g}",
-                    extra={"std": std, "n_seeds": len(values)},
-                    role=Role.MEAN,
+                    value=mean,
+                    variant=variant,
+                    extra=spread,
                 )
             )
     if diffs:
         seed, worst, allowed, rounding_excess = max(diffs, key=_effective)
+        detail = (
+            f"the per-seed |recompute - plain| {metric} closest to (or furthest past) its tolerance "
+            f"(seed {seed}), over {len(diffs)} seeds"
+        )
+        if worst > allowed and _effective((seed, worst, allowed, rounding_excess)) <= 0:
+            detail += ", within its rounding envelope"
         rows.append(
-            Row(
-                check=TASK_METRICS,
-                item="all seeds",
-                variant="recompute",
-                metric=f"worst_abs_diff_{metric}",
-                value=worst,
-                threshold=f"{allowed:g}",
+            Row.measured(
+                TASK_METRICS,
+                "all seeds",
+                f"worst_abs_diff_{metric}",
+                worst,
+                "",
                 comparator="<=",
-                detail=f"the per-seed |recompute - plain| {metric} closest to (or furthest past) its tolerance "
-                f"(seed {seed}), over {len(diffs)} seeds"
-                + (
-                    ", within its rounding envelope"
-                    if worst > allowed and _effective((seed, worst, allowed, rounding_excess)) <= 0
-                    else ""
-                ),
-                extra={"seed": seed, **({} if rounding_excess is None else {"rounding_excess": rounding_excess})},
-                role=Role.WORST,
                 threshold_value=allowed,
+                threshold=f"{allowed:g}",
+                role=Role.WORST,
+                detail=detail,
+                extra={"seed": seed, **({} if rounding_excess is None else {"rounding_excess": rounding_excess})},
             )
         )
     return rows
@@ -371,6 +371,20 @@ CHECK = Check(
             "within the rounding envelope, only if gradients taken at identical weights agree at every step of the budget run.",
             template="sections/task-metrics.html.j2",
             plotter=task_metric_plots,
+            roles=(
+                Role.BUDGET,
+                Role.RUN,
+                Role.HELD_OUT,
+                Role.ACCEPTED,
+                Role.SKIPPED,
+                Role.CURVE,
+                Role.CACHE,
+                Role.MEAN,
+                Role.WORST,
+                Role.METRIC_DIFF,
+                Role.SKIPPED_DIFF,
+                Role.FINAL_PARAMS,
+            ),
         ),
     ),
     config="budget",

@@ -27,11 +27,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.plots import larger_batch_plots
+from reportgen.checks.base.plots import larger_batch_plots
 from reportgen.config import LARGER_BATCH, BudgetConfig, LargerBatchConfig
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
 from reportgen.results import Role, Row, Status
@@ -169,21 +170,13 @@ def larger_batch_experiment(setup) -> list[Row]:
         return _experiment(setup)
     except Exception as exc:  # noqa: BLE001 - the experiment never changes the verdict, even when it breaks
         log.exception("larger-batch experiment raised")
-        return [
-            Row(
-                check=LARGER_BATCH,
-                item="experiment",
-                variant="larger_batch",
-                metric="exception",
-                value=math.nan,
-                threshold="",
-                comparator="",
-                status=Status.FLAGGED,
-                detail=f"the experiment could not finish: {type(exc).__name__}: {exc}",
-                seconds=time.perf_counter() - start,
-                role=Role.EXCEPTION,
-            )
-        ]
+        detail, seconds = f"the experiment could not finish: {type(exc).__name__}: {exc}", time.perf_counter() - start
+        return [_flagged("experiment", Role.EXCEPTION, detail, metric="exception", seconds=seconds)]
+
+
+def _flagged(item: str, role: str, detail: str, **columns: Any) -> Row:
+    """A fact of the experiment (:meth:`Row.fact`, variant ``larger_batch``), FLAGGED: it never counts."""
+    return Row.fact(LARGER_BATCH, item, role, detail, status=Status.FLAGGED, variant="larger_batch", **columns)
 
 
 def _experiment(setup) -> list[Row]:
@@ -202,61 +195,32 @@ def _experiment(setup) -> list[Row]:
     t0 = time.perf_counter()
     log.info("larger batch: measuring the plain twin at batch %d (%s)", base, criterion)
     reference, _ = measure(base, False)
+    said, seconds = f"reference: {what} of the plain twin at the base batch", time.perf_counter() - t0
+    columns = {"metric": criterion, "unit": "B"}
     rows.append(
-        Row(
-            check=LARGER_BATCH,
-            item=f"plain at batch {base}",
-            variant="larger_batch",
-            metric=criterion,
+        _flagged(
+            f"plain at batch {base}",
+            Role.REFERENCE,
+            said,
             value=reference,
-            threshold="",
-            comparator="",
-            status=Status.FLAGGED,
-            detail=f"reference: {what} of the plain twin at the base batch",
-            seconds=time.perf_counter() - t0,
+            seconds=seconds,
             extra={"batch_size": base},
-            role=Role.REFERENCE,
-            unit="B",
+            **columns,
         )
     )
     t0 = time.perf_counter()
     found, probes = largest_fitting_batch(make_probe(lambda b: measure(b, True), reference), base, ceiling)
     for p in probes:
+        said = "fits" if p.fits else f"does not fit: {p.note}"
+        extra = {"batch_size": p.batch_size, "fits": p.fits, "reference_bytes": reference}
         rows.append(
-            Row(
-                check=LARGER_BATCH,
-                item=f"recompute at batch {p.batch_size}",
-                variant="larger_batch",
-                metric=criterion,
-                value=p.bytes,
-                threshold=str(reference),
-                comparator="",
-                status=Status.FLAGGED,
-                detail="fits" if p.fits else f"does not fit: {p.note}",
-                extra={"batch_size": p.batch_size, "fits": p.fits, "reference_bytes": reference},
-                role=Role.PROBE,
-                unit="B",
-            )
+            _flagged(f"recompute at batch {p.batch_size}", Role.PROBE, said, value=p.bytes, extra=extra, **columns)
         )
+        rows[-1].threshold = str(reference)  # for people: the plain twin's bytes it is held against (not judged)
+    columns = {"metric": "batch_size", "unit": "examples"}
     if found is None:
-        rows.append(
-            Row(
-                check=LARGER_BATCH,
-                item="batch found",
-                variant="larger_batch",
-                metric="batch_size",
-                value=math.nan,
-                threshold="",
-                comparator="",
-                status=Status.FLAGGED,
-                detail=f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); "
-                "no larger batch to try",
-                seconds=time.perf_counter() - t0,
-                role=Role.BATCH_FOUND,
-                unit="examples",
-            )
-        )
-        return rows
+        said = f"recompute at the base batch {base} already needs more than plain ({probes[0].note}); no larger batch to try"
+        return [*rows, _flagged("batch found", Role.BATCH_FOUND, said, seconds=time.perf_counter() - t0, **columns)]
     boundary = next((p for p in reversed(probes) if not p.fits and p.batch_size == found + 1), None)
     why = (
         f"batch {found + 1} does not fit ({boundary.note})"
@@ -267,27 +231,15 @@ def _experiment(setup) -> list[Row]:
     )
     ratio = found / base
     scale = LR_SCALING[section.lr_scaling](ratio)
-    rows.append(
-        Row(
-            check=LARGER_BATCH,
-            item="batch found",
-            variant="larger_batch",
-            metric="batch_size",
-            value=found,
-            threshold="",
-            comparator="",
-            status=Status.FLAGGED,
-            detail=f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
-            f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
-            f"{len(probes)} probes; {why}; learning rate "
-            f"{'unchanged' if section.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
-            f"(larger_batch.lr_scaling={section.lr_scaling})",
-            seconds=time.perf_counter() - t0,
-            extra={"batch_size": found, "lr_scale": scale},
-            role=Role.BATCH_FOUND,
-            unit="examples",
-        )
+    said = (
+        f"the largest batch at which the recompute twin's {what} are no more than the plain twin's at "
+        f"batch {base} ({found / base:.2f}x the base batch); found by doubling then bisection in "
+        f"{len(probes)} probes; {why}; learning rate "
+        f"{'unchanged' if section.lr_scaling == 'none' else f'scaled {scale:.3g}x'} "
+        f"(larger_batch.lr_scaling={section.lr_scaling})"
     )
+    extra, seconds = {"batch_size": found, "lr_scale": scale}, time.perf_counter() - t0
+    rows.append(_flagged("batch found", Role.BATCH_FOUND, said, value=found, seconds=seconds, extra=extra, **columns))
     seeds = [int(s) for s in (section.seeds if section.seeds is not None else budget.seeds)]
     larger: list[float] = []  # the held-out metric of each seed's run
     plain: list[float] = []
@@ -295,22 +247,25 @@ def _experiment(setup) -> list[Row]:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
             result = budget_runs(setup).get(setup, recompute, seed, batch_size, lr_scale)
             if not result.complete:
+                said = (
+                    f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or gradient "
+                    "before the step cap"
+                )
                 rows.append(
-                    Row(
-                        check=LARGER_BATCH,
-                        item=f"seed {seed} batch {batch_size}",
-                        variant="larger_batch",
-                        metric="accepted_examples",
-                        value=result.accepted_examples,
-                        threshold=str(budget.examples),
+                    Row.measured(
+                        LARGER_BATCH,
+                        f"seed {seed} batch {batch_size}",
+                        "accepted_examples",
+                        result.accepted_examples,
+                        "examples",
                         comparator=">=",
-                        status=Status.FLAGGED,
-                        detail=f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or "
-                        "gradient before the step cap",
+                        threshold_value=math.nan,  # no number to meet: judge() gives on_miss, FAIL
+                        threshold=str(budget.examples),
+                        role=Role.ACCEPTED,
+                        detail=said,
+                        variant="larger_batch",
                         seconds=result.seconds,
                         extra={"seed": seed, "batch_size": batch_size},
-                        role=Role.ACCEPTED,
-                        unit="examples",
                     )
                 )
                 continue
@@ -330,26 +285,18 @@ def _experiment(setup) -> list[Row]:
             (larger if recompute else plain).append(result.metrics[task.metric])
     for name, values, batch_size in (("larger", larger, found), ("base", plain, base)):
         if values:
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            mean, std = statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+            label = f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch"
+            said = f"{label}: mean ± sample std over {len(values)} seeds {mean:.6g} ± {std:.3g}"
+            spread = {"batch_size": batch_size, "std": std, "n_seeds": len(values), "run_label": label}
             rows.append(
-                Row(
-                    check=LARGER_BATCH,
-                    item=f"all seeds batch {batch_size}",
-                    variant="larger_batch",
+                _flagged(
+                    f"all seeds batch {batch_size}",
+                    Role.MEAN,
+                    said,
                     metric=f"mean_{task.metric}",
-                    value=statistics.fmean(values),
-                    threshold="",
-                    comparator="",
-                    status=Status.FLAGGED,
-                    detail=f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch: mean ± "
-                    f"sample std over {len(values)} seeds {statistics.fmean(values):.6g} ± {std:.3g}",
-                    extra={
-                        "batch_size": batch_size,
-                        "std": std,
-                        "n_seeds": len(values),
-                        "run_label": f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch",
-                    },
-                    role=Role.MEAN,
+                    value=mean,
+                    extra=spread,
                 )
             )
     return rows
@@ -365,6 +312,18 @@ CHECK = Check(
             plotter=larger_batch_plots,
             required=False,
             flagged=True,
+            roles=(
+                Role.REFERENCE,
+                Role.PROBE,
+                Role.BATCH_FOUND,
+                Role.RUN,
+                Role.HELD_OUT,
+                Role.ACCEPTED,
+                Role.SKIPPED,
+                Role.CURVE,
+                Role.CACHE,
+                Role.MEAN,
+            ),
         ),
     ),
     config="larger_batch",

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.judged import zero_count_row
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import Role, Row, Status
 from reportgen.results.rows import (
@@ -61,18 +62,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
     """
     rtol, atol = setup.tolerance()
     plain, aa, recompute, out, caught = _runs(setup, input_grad=False)
-    out += [
-        Row(
-            check=GRADIENT_PARITY,
-            item="torch warning",
-            variant="recompute",
-            metric="warning",
-            detail=w,
-            status=Status.INFO,
-            role=Role.WARNING,
-        )
-        for w in caught
-    ]
+    out += [Row.fact(GRADIENT_PARITY, "torch warning", Role.WARNING, w) for w in caught]
     if plain is None:  # the plain run raised: nothing to compare against
         return out
     out.append(baseline_row(setup))
@@ -80,17 +70,8 @@ def gradient_parity(setup: Setup) -> list[Row]:
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
     if not has_floating(setup.batch[0]):
-        out.append(
-            Row(
-                check=GRADIENT_PARITY,
-                item="input.grad",
-                variant="recompute",
-                metric="max_abs_err",
-                status=Status.INFO,
-                role=Role.INPUT_GRAD,
-                detail=f"no floating input ({describe(setup.batch[0])}): it has no gradient",
-            )
-        )
+        said = f"no floating input ({describe(setup.batch[0])}): it has no gradient"
+        out.append(Row.fact(GRADIENT_PARITY, "input.grad", Role.INPUT_GRAD, said, metric="max_abs_err"))
         return out + [aa_row(GRADIENT_PARITY, out)]
     plain_g, aa_g, recompute_g, errors, _ = _runs(setup, input_grad=True)
     if errors:
@@ -112,19 +93,16 @@ def baseline_row(setup: Setup) -> Row:
         else f"the plain twin already recomputes ({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): the "
         "baseline is not plain, so the claim cannot be judged. Build the model without recomputation"
     )
-    return Row(
-        check=GRADIENT_PARITY,
-        item="plain twin is plain",
-        variant="plain",
-        metric="recomputing_modules",
-        value=float(len(found)),
-        threshold="0",
-        comparator="==",
-        detail=detail,
-        role=Role.BASELINE,
-        unit="modules",
-        threshold_value=0.0,
+    return zero_count_row(
+        GRADIENT_PARITY,
+        "plain twin is plain",
+        "recomputing_modules",
+        len(found),
+        "modules",
+        Role.BASELINE,
+        detail,
         on_miss=Status.INCONCLUSIVE,
+        variant="plain",
         extra={"modules": ", ".join(found)},
     )
 
@@ -156,43 +134,30 @@ def _other_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
         scalars = all(x.split(" ", 1)[0] in ("bool", "int", "float", "str") for x in (p, r))
         said = f"plain returned {p}, recompute returned {r}"
         if scalars:
+            equal = float(p == r)
             rows.append(
-                Row(
-                    check=GRADIENT_PARITY,
-                    item=name,
-                    variant="recompute",
-                    metric="equal",
-                    value=float(p == r),
-                    threshold="== 1",
+                Row.measured(
+                    GRADIENT_PARITY,
+                    name,
+                    "equal",
+                    equal,
+                    "",
                     comparator="==",
                     threshold_value=1.0,
                     role=Role.OUTPUT_OTHER,
                     detail=said,
                 )
             )
-        else:
-            cache = "cache" in p + r and p != r
-            rows.append(
-                Row(
-                    check=GRADIENT_PARITY,
-                    item=name,
-                    variant="recompute",
-                    metric="not_compared",
-                    status=Status.INFO,
-                    role=Role.OUTPUT_OTHER,
-                    detail=(
-                        said
-                        + (
-                            "; a cache present in one twin only is stated, not a failure (Hugging Face "
-                            "turns use_cache off under gradient checkpointing)"
-                            if cache
-                            else "; not a tensor, not compared"
-                            if p != r
-                            else "; not a tensor"
-                        )
-                    ),
-                )
-            )
+            continue
+        said += (
+            "; a cache present in one twin only is stated, not a failure (Hugging Face "
+            "turns use_cache off under gradient checkpointing)"
+            if "cache" in p + r and p != r
+            else "; not a tensor, not compared"
+            if p != r
+            else "; not a tensor"
+        )
+        rows.append(Row.fact(GRADIENT_PARITY, name, Role.OUTPUT_OTHER, said, metric="not_compared"))
     return rows
 
 
@@ -209,22 +174,12 @@ def _changed_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
         if extra_changes
         else "the output changes during backward in the plain twin too (not caused by recompute)"
     )
-    return [
-        Row(
-            check=GRADIENT_PARITY,
-            item="output leaves changed during backward",
-            variant="recompute",
-            metric="changed_leaves",
-            value=float(len(extra_changes)),
-            threshold="0",
-            comparator="==",
-            threshold_value=0.0,
-            role=Role.CHANGED_IN_BACKWARD,
-            unit="leaves",
-            detail=detail,
-            extra={"in_cache": in_cache, "use_cache": recompute.use_cache, "leaves": ", ".join(extra_changes)},
-        )
-    ]
+    extra = {"in_cache": in_cache, "use_cache": recompute.use_cache, "leaves": ", ".join(extra_changes)}
+    item, count = "output leaves changed during backward", len(extra_changes)
+    row = zero_count_row(
+        GRADIENT_PARITY, item, "changed_leaves", count, "leaves", Role.CHANGED_IN_BACKWARD, detail, extra=extra
+    )
+    return [row]
 
 
 def _compare_maps(
@@ -285,6 +240,21 @@ CHECK = Check(
             GRADIENT_PARITY,
             "One forward and backward on the same fixed batch, same weights and seeds. Worst tensors first; "
             "a second plain twin (A/A, a fresh copy of the same build) shows the noise floor beside each difference.",
+            roles=(
+                Role.LOSS,
+                Role.OUTPUT,
+                Role.OUTPUT_OTHER,
+                Role.CHANGED_IN_BACKWARD,
+                Role.RETAINED_GRAD,
+                Role.PARAM_GRAD,
+                Role.INPUT_GRAD,
+                Role.AA,
+                Role.BASELINE,
+                Role.NONFINITE,
+                Role.WARNING,
+                Role.NOTE,
+                Role.OBSERVED,
+            ),
         ),
     ),
 )

@@ -65,20 +65,19 @@ def selective_policy(setup: Setup) -> list[Row]:
     matched = [f"{name} ×{n}" for name, n in calls.items() if n > 0]
     rows = []
     for name, n in calls.items():
+        detail = _policy_detail(name, n, matched, listing)  # threshold for people: "> 0"
         rows.append(
-            Row(
-                check=SELECTIVE_POLICY,
-                item=name,
-                variant="recompute",
-                metric="matched_calls",
-                value=float(n),
-                threshold="> 0",
+            Row.measured(
+                SELECTIVE_POLICY,
+                name,
+                "matched_calls",
+                float(n),
+                "calls",
                 comparator=">",
-                detail=_policy_detail(name, n, matched, listing),
-                role=Role.SAVE_OP,
-                unit="calls",
                 threshold_value=0.0,
                 on_miss=Status.WARN,
+                role=Role.SAVE_OP,
+                detail=detail,
             )
         )
     return rows
@@ -109,6 +108,7 @@ CHECK = Check(
             "match calls inside the wrapped modules, or it saves nothing.",
             template="sections/selective-policy.html.j2",
             required=False,
+            roles=(Role.SAVE_OP,),
         ),
     ),
 )

@@ -13,7 +13,7 @@ from torch import nn
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
-from reportgen.results import Row
+from reportgen.results import Role, Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.structure import has_floating
@@ -120,12 +120,14 @@ CHECK = Check(
             STEP_PARITY,
             "One step of the configured optimizer on each twin: parameters and optimizer state after it. "
             + ROUNDING_NOTE,
+            roles=(Role.PARAM, Role.OPTIMIZER_STATE, Role.AA),
         ),
         Section(
             STATE_PARITY,
             "Buffers, plain Python attributes of modules, and the state of every random generator "
             "(torch, Python random, NumPy) after backward; floating buffers may be judged against the "
             "rounding envelope, generator states and attributes must match exactly.",
+            roles=(Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.IGNORED, Role.AA),
         ),
     ),
 )

@@ -23,7 +23,8 @@ import torch
 from hydra.utils import instantiate
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.plots import trajectory_plots
+from reportgen.checks.base.judged import step_row
+from reportgen.checks.base.plots import trajectory_plots
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
@@ -150,35 +151,18 @@ def step_rows(step: int, rows: list[Row]) -> list[Row]:
             "items": len(rows),
             "items_outside": len(moved),
         }
-        detail = (
-            f"all {len(rows)} items within tolerance"
-            if not moved
-            else f"{len(moved)} of {len(rows)} items outside tolerance, e.g. {', '.join(moved[:3])}"
-        )
+        rounding = ""
         if variant == "recompute" and moved and any("rounding_excess" in r.extra for r in rows):
             extra.update(_rounding_summary(rows))
             far = [r.item for r in rows if not effective_excess(r) <= 0]
-            detail += (
+            rounding = (
                 f"; every one {ROUNDING_LEVEL} (within {extra['rounding_factor']:g}× the rounding envelope, "
                 f"largest {extra['rounding_envelope']:.3g})"
                 if not far
                 else f"; {len(far)} also outside the rounding envelope, e.g. {', '.join(far[:3])}"
             )
-        out.append(
-            Row(
-                check=TRAJECTORY,
-                item=f"step {step}",
-                variant=variant,
-                metric="tolerance_used",
-                value=largest,
-                threshold="allclose per item",
-                comparator="allclose",
-                detail=detail,
-                role=Role.TRAJECTORY,
-                on_miss=on_miss,
-                extra=extra,
-            )
-        )
+        out.append(step_row(TRAJECTORY, step, "tolerance_used", largest, "", variant, on_miss, moved, extra))
+        out[-1].detail += rounding
     return out
 
 
@@ -249,19 +233,10 @@ def trajectory_parity(setup: Setup) -> list[Row]:
             else ""
         )
     )
+    extra = {"steps": steps, "first_items": ", ".join(first_items[:8])}
+    item, metric = "first diverging step", "first_diverging_step"
     out.append(
-        Row(
-            check=TRAJECTORY,
-            item="first diverging step",
-            variant="recompute",
-            metric="first_diverging_step",
-            value=float(first),
-            status=Status.INFO,
-            detail=detail,
-            role=Role.FIRST_DIVERGENCE,
-            unit="step",
-            extra={"steps": steps, "first_items": ", ".join(first_items[:8])},
-        )
+        Row.fact(TRAJECTORY, item, Role.FIRST_DIVERGENCE, detail, metric=metric, value=first, unit="step", extra=extra)
     )
     return out
 
@@ -315,6 +290,7 @@ CHECK = Check(
             "states. " + ROUNDING_NOTE,
             template="sections/trajectory-parity.html.j2",
             plotter=trajectory_plots,
+            roles=(Role.TRAJECTORY, Role.NONFINITE, Role.FIRST_DIVERGENCE),
         ),
     ),
 )

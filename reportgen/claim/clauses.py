@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from reportgen.claim.sentence import clause_for, unjudged
 from reportgen.config import RELEASE_CLAIM
 from reportgen.errors import SetupError
 
@@ -85,14 +86,17 @@ class Claim:
     Attributes:
         text: the sentence as written (page 1 prints it verbatim).
         clauses: the parsed clauses, in file order after ``training unchanged``.
+        unjudged: quantities the sentence states that no clause judges (only with
+            ``claim.unjudged_ok=true``; else the claim is refused), e.g. ``'"90 %" (a memory saving)'``.
     """
 
     text: str
     clauses: tuple[Clause, ...]
+    unjudged: tuple[str, ...] = ()
 
     def record(self) -> dict[str, Any]:
-        """``{"text", "clauses": [...]}``: signed in the statement's ``claim.release``."""
-        return {"text": self.text, "clauses": [c.record() for c in self.clauses]}
+        """``{"text", "clauses": [...], "unjudged": [...]}``: signed in the statement's ``claim.release``."""
+        return {"text": self.text, "clauses": [c.record() for c in self.clauses], "unjudged": list(self.unjudged)}
 
 
 def parse_clause(text: str) -> Clause:
@@ -169,8 +173,13 @@ def parse_claim(claim_cfg: Any) -> Claim | None:
     ``training unchanged`` is always a clause: it is added first when the file leaves it out.
     A claim with clauses but no sentence is stated as its clauses joined.
 
+    Every quantity the sentence states must be judged by a clause at least as strictly
+    (:func:`reportgen.claim.sentence.unjudged`); ``claim.unjudged_ok=true`` keeps the others, said
+    as "not judged" on page 1.
+
     Raises:
-        ClaimError: a clause cannot be read, or one is given twice.
+        ClaimError: a clause cannot be read, one is given twice, or the sentence states a quantity
+            no clause judges (the message names it and the clause that would).
     """
     text = claim_cfg.get("text") if claim_cfg is not None else None
     written = [str(c) for c in (claim_cfg.get("clauses") or [])] if claim_cfg is not None else []
@@ -183,7 +192,14 @@ def parse_claim(claim_cfg: Any) -> Claim | None:
     if len(set(seen)) != len(seen):
         raise ClaimError(f"claim.clauses names a clause twice: {sorted({s for s in seen if seen.count(s) > 1})}")
     sentence = " ".join(str(text).split()) if text else "; ".join(c.text for c in clauses) + "."
-    return Claim(text=sentence, clauses=tuple(clauses))
+    left = unjudged(sentence, clauses) if text else []
+    if left and not claim_cfg.get("unjudged_ok"):
+        named = "; ".join(f"{s.said()}: add `{clause_for(s)}`" for s in left)
+        raise ClaimError(
+            f"claim.text states what no clause judges: {named} to claim.clauses, or set claim.unjudged_ok=true "
+            "to print it on page 1 as not judged"
+        )
+    return Claim(text=sentence, clauses=tuple(clauses), unjudged=tuple(s.said() for s in left))
 
 
 def claim_required(claim_cfg: Any) -> list[str]:
@@ -197,4 +213,5 @@ def claim_from_record(record: dict[str, Any] | None) -> Claim | None:
     """The signed ``claim.release`` record back into a :class:`Claim` (``reportgen.verify``)."""
     if not record:
         return None
-    return Claim(text=record["text"], clauses=tuple(Clause(**c) for c in record["clauses"]))
+    clauses = tuple(Clause(**c) for c in record["clauses"])
+    return Claim(text=record["text"], clauses=clauses, unjudged=tuple(record.get("unjudged", ())))

@@ -87,21 +87,10 @@ def clause_rows(frame: pd.DataFrame, claim: Claim, fits: dict[str, dict[str, Any
 
 def _row(clause: Clause, value: float, detail: str, **extra: Any) -> Row:
     """A judged clause row: ``value <comparator> bound``, FAIL when missed."""
-    return Row(
-        check=RELEASE_CLAIM,
-        item=clause.text,
-        variant="recompute",
-        metric=clause.metric,
-        value=float(value),
-        threshold=bound_text(clause),
-        comparator=clause.comparator,
-        detail=detail,
-        role=Role.CLAUSE,
-        unit=clause.unit,
-        threshold_value=clause.bound,
-        on_miss=Status.FAIL,
-        extra={"clause_kind": clause.kind, "clause_fix": clause_fix(clause), **extra},
-    )
+    extra = {"clause_kind": clause.kind, "clause_fix": clause_fix(clause), **extra}
+    judged: dict[str, Any] = {"comparator": clause.comparator, "threshold_value": clause.bound, "role": Role.CLAUSE}
+    judged |= {"threshold": bound_text(clause), "detail": detail, "extra": extra}
+    return Row.measured(RELEASE_CLAIM, clause.text, clause.metric, float(value), clause.unit, **judged)
 
 
 def clause_fix(clause: Clause) -> str:
@@ -111,24 +100,10 @@ def clause_fix(clause: Clause) -> str:
 
 def cannot_tell(clause: Clause, why: str, **extra: Any) -> Row:
     """A clause whose measurement is missing: NOT_RUN, no comparison (page 1: *cannot tell*)."""
-    return Row(
-        check=RELEASE_CLAIM,
-        item=clause.text,
-        variant="recompute",
-        metric=clause.metric,
-        value=math.nan,
-        threshold=bound_text(clause),
-        status=Status.NOT_RUN,
-        detail=f"cannot tell: {why}",
-        role=Role.CLAUSE,
-        unit=clause.unit,
-        threshold_value=clause.bound,
-        extra={
-            "clause_kind": clause.kind,
-            "clause_fix": "run the check the clause reads to the end (its row in the report says why it did not)",
-            **extra,
-        },
-    )
+    fix = "run the check the clause reads to the end (its row in the report says why it did not)"
+    row = _row(clause, math.nan, f"cannot tell: {why}", clause_fix=fix, **extra)
+    row.comparator, row.status = "", Status.NOT_RUN  # the bound stays for people; nothing is compared
+    return row
 
 
 def bound_text(clause: Clause) -> str:

@@ -1,2 +1,2 @@
-"""Comparing two signed runs: the derivation (:mod:`.derive`, read by the verifier) and the
-``python -m reportgen.compare`` command (:mod:`.command`)."""
+"""Comparing two signed runs: the derivation (:mod:`.derive`), read by the verifier and by the
+``python -m reportgen.compare`` command (:mod:`reportgen.commands.compare`)."""

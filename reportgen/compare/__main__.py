@@ -1,7 +1,8 @@
-"""``python -m reportgen.compare``: see :mod:`reportgen.compare.command`."""
+"""``python -m reportgen.compare``: see :mod:`reportgen.commands.compare`."""
 
 import sys
 
-from reportgen.compare.command import main
+from reportgen.commands.compare import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

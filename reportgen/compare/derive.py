@@ -1,6 +1,6 @@
-"""Two signed runs side by side: what changed, and whether NEW regressed (``reportgen.compare.command``'s logic).
+"""Two signed runs side by side: what changed, and whether NEW regressed (``reportgen.commands.compare``'s logic).
 
-Read by the ``reportgen.compare.command`` command, which verifies, renders and signs, and by
+Read by the ``reportgen.commands.compare`` command, which verifies, renders and signs, and by
 ``reportgen.verify``, which re-derives a signed comparison from the two runs it names. Nothing
 here verifies or writes anything.
 

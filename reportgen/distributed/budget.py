@@ -15,8 +15,6 @@ full trained parameters are then compared as in the single-process task-metrics 
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 
@@ -25,9 +23,9 @@ from reportgen.distributed.full import full_params
 from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import twin
 from reportgen.distributed.wrapping import wrap_twin
-from reportgen.results import Role, Row, Status
+from reportgen.results import Role, Row
 from reportgen.results.rows import metric_diff_row, trained_params_row
-from reportgen.training.train import Sharding, TrainResult, run_rows, train_to_budget
+from reportgen.training.train import Sharding, TrainResult, budget_run, run_rows
 
 VARIANTS = (("plain", False), ("recompute", True))
 
@@ -60,21 +58,8 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
         ranks=world,
     )
     variant = "recompute" if recompute else "plain"
-    return train_to_budget(
-        model,
-        setup.task,
-        examples=int(cfg.examples),
-        batch_size=int(cfg.batch_size),
-        seed=seed,
-        forward_seed=setup.cfg.forward_seed,
-        optimizer=cfg.optimizer,
-        device=setup.device,
-        dtype=setup.dtype,
-        eval_every=int(cfg.eval_every),
-        max_steps=int(cfg.max_steps_factor * math.ceil(int(cfg.examples) / int(cfg.batch_size))),
-        desc=f"sharded {variant} seed {seed} rank {group.rank}",
-        sharding=sharding,
-    )
+    desc = f"sharded {variant} seed {seed} rank {group.rank}"
+    return budget_run(setup, model, cfg, seed, cfg.batch_size, desc, sharding=sharding)
 
 
 def sharded_seeds(cfg) -> list[int]:
@@ -96,21 +81,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
     """
     cfg, task = setup.cfg.budget, setup.task
     if not cfg.enabled:
-        return (
-            []
-            if group.rank
-            else [
-                Row(
-                    check=DIST_TASK_METRICS,
-                    item="budget",
-                    variant="recompute",
-                    metric="not_run",
-                    status=Status.NOT_RUN,
-                    role=Role.DISABLED,
-                    detail="not run: budget.enabled=false",
-                )
-            ]
-        )
+        return [] if group.rank else [Row.not_run(DIST_TASK_METRICS, "not run: budget.enabled=false", item="budget")]
     seeds = sharded_seeds(setup.cfg)
     results = {}
     for seed in seeds:
@@ -120,20 +91,16 @@ def budget_rows(setup, group: Group) -> list[Row]:
     if group.rank:
         return []
     share = int(cfg.batch_size) // group.world_size
+    detail = (
+        f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
+        f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
+        f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
+        f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})"
+    )
+    examples = int(cfg.examples)
     rows = [
-        Row(
-            check=DIST_TASK_METRICS,
-            item="budget",
-            variant="recompute",
-            metric="budget_examples",
-            value=int(cfg.examples),
-            status=Status.INFO,
-            unit="examples",
-            role=Role.BUDGET,
-            detail=f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
-            f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
-            f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
-            f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})",
+        Row.fact(
+            DIST_TASK_METRICS, "budget", Role.BUDGET, detail, metric="budget_examples", value=examples, unit="examples"
         )
     ]
     for seed in seeds:
@@ -152,15 +119,7 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
     rows = [metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better)]
     rtol, atol = setup.tolerance()
-    rows.append(
-        trained_params_row(
-            DIST_TASK_METRICS,
-            seed,
-            plain.final_params,
-            recompute.final_params,
-            rtol,
-            atol,
-            float(setup.cfg.parity.rounding_factor),
-        )
-    )
-    return rows
+    factor = float(setup.cfg.parity.rounding_factor)
+    return rows + [
+        trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params, rtol, atol, factor)
+    ]

@@ -116,17 +116,7 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
     for name, part in parts:
         if failed:
             if group.rank == 0:
-                rows.append(
-                    Row(
-                        check=name,
-                        item="not run",
-                        variant="recompute",
-                        metric="not_run",
-                        status=Status.NOT_RUN,
-                        role=Role.DISABLED,
-                        detail=f"not run: {ranks_said(failed)} failed in an earlier part",
-                    )
-                )
+                rows.append(Row.not_run(name, f"not run: {ranks_said(failed)} failed in an earlier part"))
             continue
         start, said = time.perf_counter(), ""
         with watchdog(1.5 * timeout + 10):
@@ -136,15 +126,9 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                     measured[0].seconds = time.perf_counter() - start
                 rows += measured
             except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
+                where, seconds = f"rank {group.rank}", time.perf_counter() - start
                 row = ranked(
-                    error_row(
-                        name,
-                        exc,
-                        f"rank {group.rank}",
-                        time.perf_counter() - start,
-                        twin=getattr(exc, "reportgen_twin", None),
-                    ),
-                    group.rank,
+                    error_row(name, exc, where, seconds, twin=getattr(exc, "reportgen_twin", None)), group.rank
                 )
                 rows.append(row)
                 said = row.detail
@@ -172,35 +156,15 @@ def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int,
     A rank the operating system ended with a signal (``signals``: the OOM killer's SIGKILL, a
     segfault) is the environment, not recompute: its row is INCONCLUSIVE (column ``signal``)."""
     signals = signals or {}
-    rows = [
-        ranked(
-            Row(
-                check=names[0],
-                item=f"rank {r}",
-                variant="recompute",
-                metric="exception",
-                status=Status.INCONCLUSIVE if r in signals else Status.ERROR,
-                role=Role.EXCEPTION,
-                detail=f"rank {r} failed: {message}"
-                + ("; the claim cannot be judged from an interrupted run" if r in signals else ""),
-                extra={"signal": signals[r]} if r in signals else {},
-            ),
-            r,
-        )
-        for r, message in ranks.items()
-    ]
-    return rows + [
-        Row(
-            check=name,
-            item="not run",
-            variant="recompute",
-            metric="not_run",
-            status=Status.NOT_RUN,
-            role=Role.DISABLED,
-            detail=f"not run: {ranks_said(ranks)} failed",
-        )
-        for name in names[1:]
-    ]
+    rows = []
+    for r, message in ranks.items():
+        status, extra, said = Status.ERROR, {}, f"rank {r} failed: {message}"
+        if r in signals:
+            status, extra = Status.INCONCLUSIVE, {"signal": signals[r]}
+            said += "; the claim cannot be judged from an interrupted run"
+        row = Row.fact(names[0], f"rank {r}", Role.EXCEPTION, said, status=status, metric="exception", extra=extra)
+        rows.append(ranked(row, r))
+    return rows + [Row.not_run(name, f"not run: {ranks_said(ranks)} failed") for name in names[1:]]
 
 
 def ranks_said(ranks: dict[int, Any]) -> str:

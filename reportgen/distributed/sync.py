@@ -27,6 +27,7 @@ from reportgen.distributed.full import dist_name, full, full_params
 from reportgen.distributed.launch import Group, gather_objects
 from reportgen.results import BASELINE_TWINS, Role, Row, Status
 from reportgen.results.distance import tolerances
+from reportgen.results.rows import zero_count_row
 
 
 def replicated_state(model: nn.Module) -> dict[str, Tensor]:
@@ -131,18 +132,9 @@ def sync_row(
         value, bitwise = float(len(first.drifting)), False
         if twin in BASELINE_TWINS:
             detail += "; the plain twin itself drifts, so recompute cannot be judged under this wrapping"
-    return Row(
-        check=check,
-        item=f"rank sync ({twin})",
-        variant=twin,
-        metric="tensors_out_of_sync",
-        value=value,
-        threshold="0",
-        comparator="==",
-        detail=detail,
-        role=Role.RANK_SYNC,
-        unit="tensors",
-        threshold_value=0.0,
-        on_miss=Status.INCONCLUSIVE if twin in BASELINE_TWINS else Status.FAIL,
-        extra={"twin": twin, "bitwise_equal": bitwise, "first_drift_step": first.step if first else None},
+    on_miss = Status.INCONCLUSIVE if twin in BASELINE_TWINS else Status.FAIL
+    extra = {"twin": twin, "bitwise_equal": bitwise, "first_drift_step": first.step if first else None}
+    item, role = f"rank sync ({twin})", Role.RANK_SYNC
+    return zero_count_row(
+        check, item, "tensors_out_of_sync", value, "tensors", role, detail, on_miss=on_miss, variant=twin, extra=extra
     )

@@ -3,8 +3,9 @@
 Modules, lowest first: :mod:`.args` (command line, config), :mod:`.model` (the model at any depth,
 batch, loss), :mod:`.policies` (recompute policies and the planned recompute file), :mod:`.trace`
 (one step on fake tensors at small depth, scaled), :mod:`.rank` (per-rank timeline, reserved upper
-bound), :mod:`.page` (plan.html, plan.pdf), :mod:`.cli` (the command: ``reportgen.plan.cli.main`` and the
-``reportgen-plan`` console script ``reportgen.plan.cli.console_main``, which load the tracer).
+bound), :mod:`.page` (plan.html, plan.pdf). The command is :mod:`reportgen.commands.plan` (``main`` and the
+``reportgen-plan`` console script ``console_main``, which load the tracer); a main run of a plan's
+recompute file is judged by :mod:`reportgen.commands.planned`.
 """
 
 from reportgen.plan.args import PlanArgs, PlanError, parse_args

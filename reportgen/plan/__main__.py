@@ -1,5 +1,6 @@
-"""``python -m reportgen.plan``: see :mod:`reportgen.plan.cli`."""
+"""``python -m reportgen.plan``: see :mod:`reportgen.commands.plan`."""
 
-from reportgen.plan.cli import console_main
+from reportgen.commands.plan import console_main
 
-console_main()
+if __name__ == "__main__":
+    console_main()

@@ -21,7 +21,6 @@ of the written file (a main run would WARN for each entry that matches nothing).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -135,12 +134,3 @@ def recompute_file(policy: Policy, n_layers: int, layer_prefix: str, header: lis
     targets = [] if policy.every <= 1 else [f"{layer_prefix}.{i}" for i in range(0, n_layers, policy.every)]
     body = OmegaConf.to_yaml(OmegaConf.create({**policy.node(targets), "planned": {"policy": policy.name}}))
     return "".join(f"# {line}\n" for line in header) + body
-
-
-def write_recompute_file(folder: Path, text: str) -> Path:
-    """Write ``folder/recompute/planned.yaml`` (the folder is a Hydra config dir: ``--config-dir folder
-    ... recompute=planned``)."""
-    path = folder / "recompute" / "planned.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path

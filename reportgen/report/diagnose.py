@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from reportgen.config import CONTROLS
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
 from reportgen.report.diagnose_unexplained import BAD, unexplained
@@ -181,6 +182,15 @@ RULES: tuple[Rule, ...] = (
         "control (os.urandom, the clock, a global counter, a nondeterministic kernel, a cache built at import)",
         "make the model deterministic given the seeds (draw randomness from torch, random or numpy; on CUDA use "
         "torch.use_deterministic_algorithms(True)), then rerun",
+    ),
+    Rule(
+        "a check is blind",
+        lambda rows, s: all(r.check == CONTROLS for r in rows) and bool(_bad(rows, Role.CONTROL)),
+        "a fault injected inside a recompute region while it recomputed was not caught by the check that exists for "
+        "it, so that check's PASS could not have seen such a fault on this model (each INCONCLUSIVE control row names "
+        "the check and why: a tolerance wider than the gradients, a region the loss does not depend on)",
+        "do what the control rows say (lower parity.atol / parity.rtol, recompute a region the loss uses), then "
+        "rerun; controls.enabled=false judges the claim without the controls",
     ),
     *HAZARDS,
     Rule(
@@ -381,16 +391,6 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
             cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
         if rule is not None and rule.name == "a rank failed":
             fix = rank_failed_fix(rows)
-        out.append(
-            Row(
-                check=check,
-                item="why it fails",
-                variant="recompute",
-                metric="diagnosis",
-                status=Status.INFO,
-                role=Role.DIAGNOSIS,
-                detail=f"Likely cause: {cause}. Fix: {fix}.",
-                extra={"cause": cause, "fix": fix, "rule": rule.name if rule else ""},
-            )
-        )
+        extra = {"cause": cause, "fix": fix, "rule": rule.name if rule else ""}
+        out.append(Row.fact(check, "why it fails", Role.DIAGNOSIS, f"Likely cause: {cause}. Fix: {fix}.", extra=extra))
     return out

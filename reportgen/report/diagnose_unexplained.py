@@ -3,34 +3,22 @@
 
 from __future__ import annotations
 
-from reportgen.results import Role, Row, Status
+from reportgen.checks import roles_of
+from reportgen.results import Kind, Row, Status
 
 #: Statuses a diagnosis explains.
 BAD = (Status.FAIL, Status.ERROR, Status.INCONCLUSIVE)
 
-#: Roles of rows that compare one tensor (or value) between the twins.
-TENSOR_ROLES = (
-    Role.LOSS,
-    Role.OUTPUT,
-    Role.PARAM_GRAD,
-    Role.INPUT_GRAD,
-    Role.PARAM,
-    Role.OPTIMIZER_STATE,
-    Role.BUFFER,
-    Role.ATTRIBUTE,
-    Role.RNG,
-    Role.RETAINED_GRAD,
-    Role.OUTPUT_OTHER,
-)
-
 
 def unexplained(check: str, rows: list[Row]) -> tuple[str, str]:
     """``(cause, fix)`` when no rule matches: both name the first differing tensor of ``check``'s rows
-    (in the check's order: loss, outputs, gradients) and the check that saw it, else its first bad row."""
+    (in the check's order: loss, outputs, gradients; a row whose role is of kind ``PARITY`` among those the
+    registered checks declare, ``reportgen.checks.roles_of``) and the check that saw it, else its first bad row."""
     bad = [r for r in rows if r.status in BAD]
-    first = next((r for r in bad if r.role in TENSOR_ROLES), bad[0])
+    compared = roles_of(Kind.PARITY)
+    first = next((r for r in bad if r.role in compared), bad[0])
     said = first.detail.split("; ")[0][:160]
-    what = "tensor" if first.role in TENSOR_ROLES else "failing row"
+    what = "tensor" if first.role in compared else "failing row"
     cause = f"no known pattern matches these rows; the first differing {what} is {first.item} ({said})"
     fix = (
         f"start from {first.item}, which {check} saw differ first: find what the recomputed region computes "

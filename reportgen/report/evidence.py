@@ -139,13 +139,15 @@ def scalar_values(record: dict) -> tuple[str | None, str | None]:
 
 
 def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHECKS) -> list[dict]:
-    """Page 1's lead, one entry per required check that fails or cannot be judged (at most ``most``):
+    """Page 1's lead, one entry per required check that fails or cannot be judged, and per check with an
+    INCONCLUSIVE row (a detector control that was not caught), required or not (at most ``most``):
     failing checks in the checklist's order, then those whose plain twin broke (:func:`check_evidence`
     per check). An entry whose diagnosis (cause and fix) an earlier entry already gave has
     ``same_as`` = that entry's check."""
     diagnosis = {r["check"]: r for r in frame[frame.role == Role.DIAGNOSIS].to_dict("records")}
     out = []
-    judged = frame.check.isin(required) & ~frame.role.isin(
+    gates = frame.check[frame.status == Status.INCONCLUSIVE].unique()  # decides the claim, required or not
+    judged = frame.check.isin([*required, *gates]) & ~frame.role.isin(
         [Role.DIAGNOSIS, Role.CLAUSE]
     )  # the claim's table names clauses
     for check, group in frame[judged].groupby("check", sort=False):

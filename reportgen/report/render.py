@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from reportgen.checks import ROWS_TEMPLATE
 from reportgen.checks import section as registered_section
-from reportgen.checks.plots import section_plots
+from reportgen.checks.base.plots import section_plots
 from reportgen.claim.rows import claim_table
 from reportgen.memory.peak import CATEGORIES
 from reportgen.paths import templates_dir
@@ -26,7 +26,7 @@ from reportgen.report.pdf import write_pdf
 from reportgen.results import SEVERITY, Role, Status, atomic_write, check_summary, frame_to_json
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
-ROLE_LABELS = {
+ROLE_LABELS: dict[str, str] = {
     Role.LOSS: "loss",
     Role.OUTPUT: "output tensors",
     Role.PARAM_GRAD: "parameter gradients",
@@ -289,25 +289,18 @@ def headline_costs(frame: pd.DataFrame) -> dict:
         "time": {"ratio", "low", "high", "status"} | None}``; None = not measured (the
         template says so).
     """
-    saving, overhead = _role_row(frame, Role.SAVING), _role_row(frame, Role.OVERHEAD)
-    memory = None
-    if saving is not None and pd.notna(saving.value) and pd.notna(saving.get("plain_bytes")):
-        memory = {
-            "plain": saving["plain_bytes"],
-            "recompute": saving["recompute_bytes"],
-            "saved": saving["saving_bytes"],
-            "share": saving.value,
-            "status": saving.status,
-        }
-    peak_row, peak = _role_row(frame, Role.PEAK_SAVING), None
-    if peak_row is not None and pd.notna(peak_row.value) and pd.notna(peak_row.get("plain_peak_bytes")):
-        peak = {
-            "plain": peak_row["plain_peak_bytes"],
-            "recompute": peak_row["recompute_peak_bytes"],
-            "saved": peak_row["peak_saving_bytes"],
-            "share": peak_row.value,
-            "status": peak_row.status,
-        }
+
+    def saved(role: str, prefix: str) -> dict | None:
+        row = _role_row(frame, role)
+        if row is None or pd.isna(row.value) or pd.isna(row.get(f"plain_{prefix}bytes")):
+            return None
+        figures = (
+            ("plain", "recompute", "saved"),
+            (f"plain_{prefix}bytes", f"recompute_{prefix}bytes", f"{prefix}saving_bytes"),
+        )
+        return {**{k: row[c] for k, c in zip(*figures, strict=True)}, "share": row.value, "status": row.status}
+
+    memory, peak, overhead = saved(Role.SAVING, ""), saved(Role.PEAK_SAVING, "peak_"), _role_row(frame, Role.OVERHEAD)
     time = None
     if overhead is not None and pd.notna(overhead.value):
         time = {

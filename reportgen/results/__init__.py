@@ -7,13 +7,17 @@ Checks *measure*: a row carries a value, a numeric threshold and a comparator. O
 :func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
 ``reportgen.verify`` can recompute every status from the signed values with the same code.
 
-The row contract (statuses, roles, :class:`Row`, :func:`judge`, the schema's columns) is
-:mod:`reportgen.results.row`; the frame, each check's status, the claim verdict and results.json
-are :mod:`reportgen.results.frame`. Their names are importable from here.
+The row contract (statuses, :class:`Row`, :func:`judge`, the schema's columns) is
+:mod:`reportgen.results.row`, the roles and their kinds :mod:`reportgen.results.role`; the frame, each
+check's status, the claim verdict and results.json are :mod:`reportgen.results.frame`. Their names are
+importable from here.
 """
 
 from reportgen.files import atomic_write, replace_write  # re-exported: the writers of a run's files
 from reportgen.results.frame import (
+    READABLE_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    SchemaVersionError,
     baseline_rows,
     check_status,
     check_summary,
@@ -23,18 +27,15 @@ from reportgen.results.frame import (
     judged_status,
     to_frame,
 )
+from reportgen.results.role import Kind, Role
 from reportgen.results.row import (
     BASELINE,
     BASELINE_TWINS,
     COLUMNS,
     COMPARATORS,
-    READABLE_SCHEMA_VERSIONS,
-    SCHEMA_VERSION,
     SEVERITY,
     TWIN,
-    Role,
     Row,
-    SchemaVersionError,
     Status,
     judge,
     judge_record,
@@ -49,6 +50,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEVERITY",
     "TWIN",
+    "Kind",
     "Role",
     "Row",
     "SchemaVersionError",

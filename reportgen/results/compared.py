@@ -3,6 +3,7 @@ control's distance beside it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from torch import Tensor
@@ -81,36 +82,15 @@ def tensor_row(
         rt, at = tolerances(present.dtype, rtol, atol) if present is not None else (0.0, 0.0)
         extra = _aa_extra(plain, aa, rt, at)
         if plain is None and recompute is None:
-            return Row(
-                check=check,
-                item=item,
-                variant="recompute",
-                metric="max_abs_err",
-                value=0.0,
-                threshold="",
-                comparator="allclose",
-                detail="None in both runs",
-                role=role,
-                extra={"excess": 0.0, **extra},
+            return allclose_row(
+                check, item, "max_abs_err", 0.0, "", role, "None in both runs", {"excess": 0.0, **extra}
             )
         missing = "recompute" if recompute is None else "plain"
-        return Row(
-            check=check,
-            item=item,
-            variant="recompute",
-            metric="max_abs_err",
-            value=float("inf"),
-            threshold="",
-            comparator="allclose",
-            role=role,
-            detail=f"None in the {missing} run, a tensor in the other: it would not train the same",
-            extra={
-                "excess": float("inf"),
-                "plain_value": "None" if plain is None else "tensor",
-                "recompute_value": "None" if recompute is None else "tensor",
-                **extra,
-            },
-        )
+        present_in = {"plain_value": "None" if plain is None else "tensor"}
+        present_in["recompute_value"] = "None" if recompute is None else "tensor"
+        detail = f"None in the {missing} run, a tensor in the other: it would not train the same"
+        extra = {"excess": float("inf"), **present_in, **extra}
+        return allclose_row(check, item, "max_abs_err", float("inf"), "", role, detail, extra)
     rt, at = tolerances(plain.dtype, rtol, atol)
     d = measure(recompute, plain, rt, at)
     if d.nonfinite_b:
@@ -132,17 +112,16 @@ def tensor_row(
     elif "values_differing" in values:  # a generator state: how much of it differs, not by how much
         differ = values["values_differing"]
         detail = f"{differ} of its {plain.numel()} values {'differs' if differ == 1 else 'differ'}, where none may"
-    return Row(
-        check=check,
-        item=item,
-        variant="recompute",
-        metric="max_abs_err",
-        value=d.max_abs_err,
-        threshold=f"atol={at:g} rtol={rt:g}",
-        comparator="allclose",
-        detail=detail,
-        role=role,
-        extra={
+    tolerance = f"atol={at:g} rtol={rt:g}"
+    return allclose_row(
+        check,
+        item,
+        "max_abs_err",
+        d.max_abs_err,
+        tolerance,
+        role,
+        detail,
+        {
             "max_rel_err": d.max_rel_err,
             "tolerance_used": d.tolerance_used,
             "bitwise_equal": d.bitwise_equal,
@@ -155,6 +134,14 @@ def tensor_row(
             **_aa_extra(plain, aa, rt, at),
         },
     )
+
+
+def allclose_row(
+    check: str, item: str, metric: str, value: float, threshold: str, role: str, detail: str, extra: dict
+) -> Row:
+    """A row judged ``allclose`` on its ``excess`` column (``threshold``: the tolerances for people)."""
+    judged: dict[str, Any] = {"comparator": "allclose", "threshold_value": math.nan, "threshold": threshold}
+    return Row.measured(check, item, metric, value, "", role=role, detail=detail, extra=extra, **judged)
 
 
 def _near_zero(d) -> str:
@@ -180,16 +167,18 @@ def value_row(check: str, item: str, plain: Any, recompute: Any, role: str = "",
     }
     if aa is not NO_AA:
         extra["aa_excess"] = 0.0 if aa == plain else float("inf")
-    return Row(
-        check=check,
-        item=item,
-        variant="recompute",
-        metric="abs_diff" if numeric else "mismatch",
-        value=value,
-        threshold="0",
-        comparator="==",
-        detail=f"plain={plain!r}, recompute={recompute!r}",
-        role=role,
-        threshold_value=0.0,
-        extra=extra,
+    metric = "abs_diff" if numeric else "mismatch"
+    return zero_count_row(
+        check, item, metric, value, "", role, f"plain={plain!r}, recompute={recompute!r}", extra=extra
     )
+
+
+def zero_count_row(
+    check: str, item: str, metric: str, count: float, unit: str, role: str, detail: str, **more: Any
+) -> Row:
+    """``count`` (in ``unit``) judged ``== 0``, threshold ``"0"`` for people; ``more``: :meth:`Row.measured`'s
+    ``on_miss`` (FAIL, WARN for an advisory count, INCONCLUSIVE for one that breaks the baseline), ``variant``,
+    ``seconds``, ``extra``. Counts that must be zero: lost gradients, a twin's drift across ranks, a value
+    that differs between the twins, what makes the baseline untrustworthy."""
+    judged: dict[str, Any] = {"comparator": "==", "threshold_value": 0.0, "threshold": "0"}
+    return Row.measured(check, item, metric, float(count), unit, role=role, detail=detail, **judged, **more)

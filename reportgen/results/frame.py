@@ -10,17 +10,17 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.results.row import (
-    BASELINE,
-    COLUMNS,
-    READABLE_SCHEMA_VERSIONS,
-    SCHEMA_VERSION,
-    SEVERITY,
-    TWIN,
-    Row,
-    SchemaVersionError,
-    Status,
-)
+from reportgen.results.row import BASELINE, COLUMNS, SEVERITY, TWIN, Row, Status
+
+#: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
+#: files before the ``schema_version`` column existed (same core columns); 2: with it.
+SCHEMA_VERSION = 2
+#: The versions this reportgen reads (``frame_from_json``); anything else is refused.
+READABLE_SCHEMA_VERSIONS = (1, 2)
+
+
+class SchemaVersionError(ValueError):
+    """results.json was written by a reportgen whose schema this one cannot read."""
 
 
 def to_frame(rows: Iterable[Row]) -> pd.DataFrame:

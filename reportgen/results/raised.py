@@ -32,11 +32,8 @@ def exception_message(exc: BaseException) -> str:
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
     """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check" (or, in a
     sharded check, "rank 1"); ``twin`` the twin that was running there (``plain``, ``aa``, ``recompute``;
-    defaults to ``where`` when that names a twin). A baseline twin (plain or A/A) is recorded as
-    column ``twin`` = :data:`reportgen.results.BASELINE`.
-
-    A row of the plain twin (``where="plain"``) is an ERROR of the baseline (column ``twin`` =
-    :data:`reportgen.results.BASELINE`): its check cannot be judged (:func:`reportgen.results.judged_status`).
+    defaults to ``where`` when that names a twin). A baseline twin's (plain or A/A) row has column ``twin`` =
+    :data:`reportgen.results.BASELINE`: its check cannot be judged (:func:`reportgen.results.judged_status`).
     The detail holds the message's first paragraph (at most :data:`MAX_MESSAGE` characters), then
     the exception's notes (``add_note``), e.g. the output leaves that changed during backward."""
     twin = twin or (where if where in ("plain", "aa", "recompute") else None)
@@ -49,19 +46,9 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, 
     else:
         detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
     broke = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # plain: nothing to judge against
-    return Row(
-        check=check,
-        item=where,
-        variant="recompute",
-        metric="exception",
-        value=float("nan"),
-        threshold="",
-        comparator="",
-        status=Status.ERROR,
-        detail=detail,
-        seconds=seconds,
-        role=Role.EXCEPTION,
-        extra={"exception_type": type(exc).__name__, **broke},
+    extra = {"exception_type": type(exc).__name__, **broke}
+    return Row.fact(
+        check, where, Role.EXCEPTION, detail, status=Status.ERROR, metric="exception", seconds=seconds, extra=extra
     )
 
 

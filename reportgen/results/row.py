@@ -1,5 +1,5 @@
-"""Result rows and the one judge: the row contract (docs/architecture.md), statuses, roles, the
-results schema's columns and version.
+"""Result rows and the one judge: the row contract (docs/architecture.md), statuses, the results
+schema's columns (its version is :mod:`reportgen.results.frame`'s; the roles are :mod:`reportgen.results.role`).
 
 Checks *measure*: a row carries a value, a numeric threshold and a comparator. Only
 :func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from reportgen.results.role import Role
 
 
 class Status(enum.StrEnum):
@@ -69,17 +71,6 @@ COLUMNS = [
     "seconds",
     "schema_version",
 ]
-#: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
-#: files before the ``schema_version`` column existed (same core columns); 2: with it.
-SCHEMA_VERSION = 2
-#: The versions this reportgen reads (``frame_from_json``); anything else is refused.
-READABLE_SCHEMA_VERSIONS = (1, 2)
-
-
-class SchemaVersionError(ValueError):
-    """results.json was written by a reportgen whose schema this one cannot read."""
-
-
 #: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
 #: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
 #: ``ci<=``: value <= threshold, and the upper end of its confidence interval (``ci_high``)
@@ -88,43 +79,6 @@ class SchemaVersionError(ValueError):
 #: factor times the rounding envelope: how far plain moves under tolerance-sized gradient noise,
 #: reportgen/rounding.py); finite and <= 0 passes it: the difference is at rounding level.
 COMPARATORS = ("<=", "<", ">=", ">", "==", "allclose", "ci<=")
-
-
-class Role:
-    """What a row is, for templates and plots (never look rows up by their prose ``item``)."""
-
-    LOSS, OUTPUT, PARAM_GRAD, INPUT_GRAD = "loss", "output", "param_grad", "input_grad"
-    PARAM, OPTIMIZER_STATE, BUFFER, ATTRIBUTE, RNG = "param", "optimizer_state", "buffer", "attribute", "rng"
-    WARNING, EXCEPTION, DISABLED, NOTE = "warning", "exception", "disabled", "note"
-    SAVE_OP = "save_op"
-    SAVED_TOTAL, SAVING, SAVED_MODULE, LOST_GRADIENTS = "saved_total", "saving", "saved_module", "lost_gradients"
-    STEP_PEAK, PEAK_SAVING, ESTIMATE_PEAK = "step_peak", "peak_saving", "estimate_peak"
-    CUDA_PEAK, ESTIMATE_MEASURED, ESTIMATE_TARGET, PER_LAYER = (
-        "cuda_peak",
-        "estimate_measured",
-        "estimate_target",
-        "per_layer",
-    )
-    STEP, MEDIAN, OVERHEAD, OVERHEAD_CI, FLOPS, LOAD = "step", "median", "overhead", "overhead_ci", "flops", "load"
-    BUDGET, RUN, HELD_OUT, ACCEPTED, SKIPPED, CURVE = "budget", "run", "held_out", "accepted", "skipped", "curve"
-    METRIC_DIFF, SKIPPED_DIFF, MEAN, WORST = "metric_diff", "skipped_diff", "mean", "worst"
-    REFERENCE, PROBE, BATCH_FOUND = "reference", "probe", "batch_found"
-    AA, NONFINITE, TRAJECTORY, FIRST_DIVERGENCE = "aa", "nonfinite", "trajectory", "first_divergence"
-    FINAL_PARAMS, DIAGNOSIS, BASELINE, IGNORED = "final_params", "diagnosis", "baseline", "ignored"
-    #: How many regions the recompute twin was seen recomputing (0: the configured recompute never ran).
-    OBSERVED = "observed"
-    #: An output leaf that is not a tensor (None, a number, a cache object), or a cache tensor only one twin returned.
-    OUTPUT_OTHER = "output_other"
-    CACHE = "cache"  #: a plain-twin cache entry that was not trusted (reportgen.training.cache)
-    RANK_LOCAL_GRADS = "rank_local_grads"  #: one rank's own gradients before reduction (sharded checks)
-    #: One twin's replicated state (parameters, buffers) compared across ranks after every step (sharded checks).
-    RANK_SYNC = "rank_sync"
-    #: Output leaves that changed while backward ran (a recomputation wrote the forward's outputs again).
-    CHANGED_IN_BACKWARD = "changed_in_backward"
-    #: The ``.grad`` of a tensor kept as a module attribute that called ``retain_grad()``.
-    RETAINED_GRAD = "retained_grad"
-    #: One clause of the release claim (``claim=<name>``), judged from the rows it reads (reportgen/claim/).
-    CLAUSE = "claim_clause"
 
 
 @dataclass(kw_only=True)
@@ -227,7 +181,7 @@ class Row:
         threshold_value: float,
         role: str,
         detail: str,
-        threshold: str = "",
+        threshold: str | None = None,
         on_miss: str = Status.FAIL,
         variant: str = "recompute",
         seconds: float = 0.0,
@@ -235,27 +189,16 @@ class Row:
     ) -> Row:
         """A measurement judged at once by :func:`judge`: ``value`` (in ``unit``) ``comparator``
         ``threshold_value``, else ``on_miss``. ``threshold`` (for people) defaults to
-        ``"{comparator} {threshold_value:g}"``.
+        ``"{comparator} {threshold_value:g}"``; pass ``""`` for none (an ``allclose`` row without tolerances).
 
         Example: ``Row.measured(MEMORY, "saving", "saving_share", 0.4, "share", comparator=">=",
         threshold_value=0.1, role=Role.SAVING, detail="...", on_miss=Status.WARN)``.
         """
-        return cls(
-            check=check,
-            item=item,
-            variant=variant,
-            metric=metric,
-            value=value,
-            unit=unit,
-            threshold=threshold or f"{comparator} {threshold_value:g}",
-            threshold_value=threshold_value,
-            comparator=comparator,
-            on_miss=on_miss,
-            role=role,
-            detail=detail,
-            seconds=seconds,
-            extra=dict(extra or {}),
-        )
+        row = cls.fact(check, item, role, detail, metric=metric, value=value, unit=unit, variant=variant, extra=extra)
+        row.threshold = f"{comparator} {threshold_value:g}" if threshold is None else threshold
+        row.threshold_value, row.comparator, row.on_miss, row.seconds = threshold_value, comparator, on_miss, seconds
+        row.rejudge()
+        return row
 
     def rejudge(self) -> None:
         """Set ``status`` from the numbers again (after a builder added a column ``judge`` reads,

@@ -8,9 +8,11 @@ tensor or value is :mod:`reportgen.results.compared`, an exception as an ERROR r
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
-from reportgen.results.compared import NO_AA, tensor_row, tolerance_used, value_row
+from reportgen.results.compared import NO_AA, allclose_row, tensor_row, tolerance_used, value_row, zero_count_row
 from reportgen.results.distance import nonfinite_count
 from reportgen.results.raised import (
     MAX_MESSAGE,
@@ -31,6 +33,7 @@ __all__ = [
     "ROUNDING_LEVEL",
     "ROUNDING_NOTE",
     "aa_row",
+    "allclose_row",
     "difference_detail",
     "effective_excess",
     "envelope_used",
@@ -46,6 +49,7 @@ __all__ = [
     "trained_params_row",
     "value_row",
     "with_rounding",
+    "zero_count_row",
 ]
 
 
@@ -120,22 +124,16 @@ def aa_row(check: str, rows: list[Row]) -> Row:
         else f"the plain twin is not reproducible against itself: {len(moved)} of {len(measured)} items moved between "
         f"two plain runs ({names}); largest A/A difference {worst:.3g}. The claim cannot be judged"
     )
-    return _baseline_gate(
-        check=check,
-        item="plain vs plain (A/A control)",
-        variant="aa",
-        metric="aa_items_outside_tolerance",
-        count=len(moved),
-        unit="items",
-        detail=detail,
-        role=Role.AA,
-        extra={"aa_items": len(measured), "aa_worst_abs_err": worst},
+    extra = {"aa_items": len(measured), "aa_worst_abs_err": worst}
+    item, metric, inconclusive = "plain vs plain (A/A control)", "aa_items_outside_tolerance", Status.INCONCLUSIVE
+    return zero_count_row(
+        check, item, metric, len(moved), "items", Role.AA, detail, on_miss=inconclusive, variant="aa", extra=extra
     )
 
 
 def nonfinite_row(check: str, named: dict[str, Tensor | None]) -> Row:
     """Non-finite values (NaN/Inf) in the plain twin's loss or gradients: ``== 0``, else the claim
-    is INCONCLUSIVE (the baseline itself is broken), naming the first such tensor."""
+    is INCONCLUSIVE (the baseline itself is broken, never a recompute FAIL), naming the first such tensor."""
     bad = [(name, nonfinite_count(t)) for name, t in named.items() if t is not None and nonfinite_count(t)]
     detail = (
         "every plain loss and gradient is finite"
@@ -143,39 +141,11 @@ def nonfinite_row(check: str, named: dict[str, Tensor | None]) -> Row:
         else f"the plain twin computes non-finite values (NaN/Inf), first in {bad[0][0]} ({bad[0][1]} element(s)); "
         f"{len(bad)} tensor(s) in all. Nothing can be compared: fix the model, data or loss first"
     )
-    return _baseline_gate(
-        check=check,
-        item="plain twin finite",
-        variant="plain",
-        metric="nonfinite_tensors",
-        count=len(bad),
-        unit="tensors",
-        detail=detail,
-        role=Role.NONFINITE,
-        extra={"first_nonfinite": bad[0][0] if bad else ""},
-    )
-
-
-def _baseline_gate(
-    *, check: str, item: str, variant: str, metric: str, count: int, unit: str, detail: str, role: str, extra: dict
-) -> Row:
-    """A count of what makes the baseline untrustworthy (items the A/A twin moves, non-finite plain
-    tensors), judged ``== 0``; a miss makes the claim INCONCLUSIVE, never FAIL: a plain twin that
-    is not a baseline cannot be compared against."""
-    return Row(
-        check=check,
-        item=item,
-        variant=variant,
-        metric=metric,
-        value=float(count),
-        threshold="0",
-        comparator="==",
-        detail=detail,
-        role=role,
-        unit=unit,
-        threshold_value=0.0,
-        on_miss=Status.INCONCLUSIVE,
-        extra=extra,
+    extra = {"first_nonfinite": bad[0][0] if bad else ""}
+    item, role, inconclusive = "plain twin finite", Role.NONFINITE, Status.INCONCLUSIVE
+    count, unit = len(bad), "tensors"
+    return zero_count_row(
+        check, item, "nonfinite_tensors", count, unit, role, detail, on_miss=inconclusive, variant="plain", extra=extra
     )
 
 
@@ -241,17 +211,8 @@ def trained_params_row(
         )
     elif moved:
         detail += ": the twins trained apart"
-    return Row(
-        check=check,
-        item=f"seed {seed}",
-        variant="recompute",
-        metric="final_params_tolerance_used",
-        value=used,
-        threshold=worst.threshold,
-        comparator="allclose",
-        detail=detail,
-        role=Role.FINAL_PARAMS,
-        extra=extra,
+    return allclose_row(
+        check, f"seed {seed}", "final_params_tolerance_used", used, worst.threshold, Role.FINAL_PARAMS, detail, extra
     )
 
 
@@ -295,16 +256,6 @@ def metric_diff_row(
                 if diff <= factor * envelope_
                 else f"; also outside {factor:g}× the rounding envelope {envelope_:.3g}"
             )
-    return Row(
-        check=check,
-        item=f"seed {seed}",
-        variant="recompute",
-        metric=f"abs_diff_{metric}",
-        value=diff,
-        threshold=f"{allowed:g}",
-        comparator="<=",
-        detail=detail,
-        role=Role.METRIC_DIFF,
-        threshold_value=allowed,
-        extra=extra,
-    )
+    judged: dict[str, Any] = {"comparator": "<=", "threshold_value": allowed, "threshold": f"{allowed:g}"}
+    item, role = f"seed {seed}", Role.METRIC_DIFF
+    return Row.measured(check, item, f"abs_diff_{metric}", diff, "", role=role, detail=detail, extra=extra, **judged)

@@ -1,7 +1,8 @@
-"""``python -m reportgen.sweep``: see :mod:`reportgen.sweep`."""
+"""``python -m reportgen.sweep``: see :mod:`reportgen.sweep.cli`."""
 
 import sys
 
 from reportgen.sweep.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -48,11 +48,9 @@ def main(argv: list[str] | None = None) -> int:
             command=f"python -m reportgen.sweep summarize {sweep_dir}",
             rewrite=True,
         )
-    except (SigningError, OutputWriteError) as exc:
-        print(f"reportgen.sweep: cannot write the summary: {exc}", file=sys.stderr)
-        return 2
-    except SweepMismatch as exc:
-        print(f"reportgen.sweep: refused: {exc}", file=sys.stderr)
+    except (SigningError, OutputWriteError, SweepMismatch) as exc:
+        said = "refused" if isinstance(exc, SweepMismatch) else "cannot write the summary"
+        print(f"reportgen.sweep: {said}: {exc}", file=sys.stderr)
         return 2
     print(console_table(frame, code, sweep_dir / "summary.html"))
     return code

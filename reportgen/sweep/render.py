@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.checks.plots import finish_axes, to_svg
+from reportgen.checks.base.plots import finish_axes, to_svg
 from reportgen.report.pdf import write_pdf
 from reportgen.report.render import environment
 from reportgen.results import Status, atomic_write, frame_to_json

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from reportgen.results import Role, Row, Status
 from reportgen.training.loop import TrainResult
@@ -29,7 +30,7 @@ def run_rows(
         (``Role.CACHE``; WARN, or FLAGGED inside the flagged experiment).
     """
     common = {"seed": seed, "batch_size": result.batch_size}
-    run = {
+    run: dict[str, Any] = {
         **common,
         "accepted_examples": result.accepted_examples,
         "steps": result.steps,
@@ -37,114 +38,35 @@ def run_rows(
         "lr": result.lr,
     }
     cached = f"; from the plain-twin cache (key sha256:{result.cache_key})" if result.cache_key else ""
-    rows = [
-        Row(
-            check=check,
-            item=item,
-            variant=variant,
-            metric=metric,
-            value=result.metrics[metric],
-            threshold="",
-            comparator="",
-            status=status,
-            detail=f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}, "
-            f"lr {result.lr:g}{cached}",
-            seconds=result.seconds,
-            extra={**run, **({"cache_key": result.cache_key} if result.cache_key else {})},
-            role=Role.RUN,
-        )
-    ]
+
+    def fact(role: str, metric: str, value: float, detail: str, extra: dict, **more: Any) -> Row:
+        more = {"status": status, "variant": variant, **more}
+        return Row.fact(check, item, role, detail, metric=metric, value=value, extra=extra, **more)
+
+    run_detail = f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}"
+    run |= {"cache_key": result.cache_key} if result.cache_key else {}
+    run_detail += f", lr {result.lr:g}{cached}"
+    rows = [fact(Role.RUN, metric, result.metrics[metric], run_detail, run, seconds=result.seconds)]
     if result.cache_rejected:
         rejected_key, why = result.cache_rejected
-        rows.append(
-            Row(
-                check=check,
-                item=item,
-                variant=variant,
-                metric="cache_entry_rejected",
-                value=math.nan,
-                threshold="",
-                comparator="",
-                status=Status.FLAGGED
-                if status == Status.FLAGGED
-                else Status.WARN,  # every row of a flagged experiment is FLAGGED
-                detail=f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
-                f"{why}; the plain twin was trained afresh in this run and the entry replaced",
-                extra={**common, "cache_key": rejected_key, "cache_problem": why},
-                role=Role.CACHE,
-            )
+        detail = (
+            f"the plain-twin cache entry under this run's key (sha256:{rejected_key[:16]}…) was not used: "
+            f"{why}; the plain twin was trained afresh in this run and the entry replaced"
         )
-    rows += [
-        Row(
-            check=check,
-            item=item,
-            variant=variant,
-            metric=name,
-            value=value,
-            threshold="",
-            comparator="",
-            status=status,
-            detail="held-out, same data as the task metric",
-            extra=dict(common),
-            role=Role.HELD_OUT,
-        )
-        for name, value in sorted(result.metrics.items())
-        if name != metric
-    ]
-    skip_detail = (
-        (
-            f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
-            "or gradient; their examples are not accepted"
-        )
-        if result.skipped_steps
-        else "no step skipped"
+        flag = Status.FLAGGED if status == Status.FLAGGED else Status.WARN  # a flagged experiment's rows are FLAGGED
+        extra = {**common, "cache_key": rejected_key, "cache_problem": why}
+        rows.append(fact(Role.CACHE, "cache_entry_rejected", math.nan, detail, extra, status=flag))
+    held_out = "held-out, same data as the task metric"
+    rows += [fact(Role.HELD_OUT, k, v, held_out, common) for k, v in sorted(result.metrics.items()) if k != metric]
+    skipped = (
+        f"{result.skipped_steps} steps ({result.skipped_examples} examples) skipped for a non-finite loss "
+        "or gradient; their examples are not accepted"
     )
-    rows.append(
-        Row(
-            check=check,
-            item=item,
-            variant=variant,
-            metric="accepted_examples",
-            value=result.accepted_examples,
-            threshold="",
-            comparator="",
-            status=status,
-            detail=f"examples whose update was applied; {result.steps} applied steps",
-            extra=dict(common),
-            role=Role.ACCEPTED,
-            unit="examples",
-        )
-    )
-    rows.append(
-        Row(
-            check=check,
-            item=item,
-            variant=variant,
-            metric="skipped_steps",
-            value=result.skipped_steps,
-            threshold="",
-            comparator="",
-            status=status,
-            detail=skip_detail,
-            extra={**common, "skipped_examples": result.skipped_examples},
-            role=Role.SKIPPED,
-            unit="steps",
-        )
-    )
-    rows += [
-        Row(
-            check=check,
-            item=item,
-            variant=variant,
-            metric=f"curve_{metric}",
-            value=value,
-            threshold="",
-            comparator="",
-            status=status,
-            detail="learning-curve point",
-            extra={**common, "accepted_examples": n},
-            role=Role.CURVE,
-        )
-        for n, value in result.curve
-    ]
+    skip_detail = skipped if result.skipped_steps else "no step skipped"
+    applied = f"examples whose update was applied; {result.steps} applied steps"
+    rows.append(fact(Role.ACCEPTED, "accepted_examples", result.accepted_examples, applied, common, unit="examples"))
+    skip_extra = {**common, "skipped_examples": result.skipped_examples}
+    rows.append(fact(Role.SKIPPED, "skipped_steps", result.skipped_steps, skip_detail, skip_extra, unit="steps"))
+    curve, point = f"curve_{metric}", "learning-curve point"
+    rows += [fact(Role.CURVE, curve, v, point, {**common, "accepted_examples": n}) for n, v in result.curve]
     return rows

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import weakref
+from typing import Any
 
 from reportgen.config import BudgetConfig
 from reportgen.results.rounding import GradientNudge
@@ -37,6 +38,7 @@ __all__ = [
     "Sharding",
     "TrainResult",
     "all_finite",
+    "budget_run",
     "budget_runs",
     "cached_plain_run",
     "evaluate",
@@ -95,27 +97,40 @@ class BudgetRuns:
                     budget.examples,
                     batch_size,
                 )
-                return train_to_budget(
-                    setup.build(recompute),
-                    setup.task,
-                    examples=int(budget.examples),
-                    batch_size=int(batch_size),
-                    seed=int(seed),
-                    forward_seed=setup.config.forward_seed,
-                    optimizer=budget.optimizer,
-                    device=setup.device,
-                    dtype=setup.dtype,
-                    eval_every=int(budget.eval_every),
-                    lr_scale=lr_scale,
-                    max_steps=int(budget.max_steps_factor * math.ceil(budget.examples / batch_size)),
-                    desc=f"{variant} seed {seed} batch {batch_size}",
-                    nudge=nudge,
-                )
+                desc = f"{variant} seed {seed} batch {batch_size}"
+                model = setup.build(recompute)
+                return budget_run(setup, model, budget, seed, batch_size, desc, lr_scale=lr_scale, nudge=nudge)
 
             self._runs[key] = (
                 train() if recompute else cached_plain_run(setup, int(seed), int(batch_size), lr_scale, train, variant)
             )
         return self._runs[key]
+
+
+def budget_run(
+    setup: Setup, model: Any, budget: Any, seed: int, batch_size: int, desc: str, **more: Any
+) -> TrainResult:
+    """:func:`train_to_budget` of ``model`` on ``setup``'s task, device and dtype, to ``budget``'s examples (the
+    ``budget`` config, or what a sharded run trains to) at ``batch_size``, with its optimizer, evaluation
+    interval and step cap (``max_steps_factor`` × the steps the examples need); ``more``: ``lr_scale``,
+    ``nudge``, ``sharding``."""
+    examples, batch_size = int(budget.examples), int(batch_size)
+    steps = int(budget.max_steps_factor * math.ceil(examples / batch_size))
+    return train_to_budget(
+        model,
+        setup.task,
+        examples=examples,
+        batch_size=batch_size,
+        seed=int(seed),
+        forward_seed=setup.config.forward_seed,
+        optimizer=budget.optimizer,
+        device=setup.device,
+        dtype=setup.dtype,
+        eval_every=int(budget.eval_every),
+        max_steps=steps,
+        desc=desc,
+        **more,
+    )
 
 
 def cached_plain_run(

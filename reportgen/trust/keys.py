@@ -227,11 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         out = Path(args.out) if args.out else default_key_path()[0]
         private_path, public_path = generate_key(out)
-    except (FileExistsError, KeyFileError) as exc:
-        print(f"reportgen.trust.keys: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"reportgen.trust.keys: cannot write the key: {exc}", file=sys.stderr)
+    except (KeyFileError, OSError) as exc:
+        said = "" if isinstance(exc, (FileExistsError, KeyFileError)) else "cannot write the key: "
+        print(f"reportgen.trust.keys: {said}{exc}", file=sys.stderr)
         return 1
     print(f"private key: {private_path} (mode 0600; keep it secret, never commit it)")
     print(f"public key:  {public_path} (give this to reviewers)")

@@ -33,17 +33,9 @@ def self_signed_certificate(key: SigningKey) -> x509.Certificate:
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "reportgen"),
         ]
     )
-    usage = x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=True,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=False,
-        crl_sign=False,
-        encipher_only=False,
-        decipher_only=False,
-    )
+    others = "key_encipherment data_encipherment key_agreement key_cert_sign crl_sign encipher_only decipher_only"
+    granted = dict.fromkeys(("digital_signature", "content_commitment"), True)
+    usage = x509.KeyUsage(**granted, **dict.fromkeys(others.split(), False))
     return (
         x509.CertificateBuilder()
         .subject_name(name)

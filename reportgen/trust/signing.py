@@ -46,7 +46,6 @@ from reportgen.trust.documents import (
 from reportgen.trust.pades import SIGNATURE_FIELD, self_signed_certificate, sign_pdf
 from reportgen.trust.signing_key import SigningError, SigningKey, load_signing_key, signature_label
 from reportgen.trust.statement import (
-    COST_ROLES,
     build_statement,
     canonical_json,
     claim_predicate,
@@ -60,7 +59,6 @@ from reportgen.trust.statement import (
 )
 
 __all__ = [
-    "COST_ROLES",
     "ENVELOPE_NAME",
     "PAYLOAD_TYPE",
     "PDF_NAME",
@@ -140,21 +138,12 @@ def sign(
 def sign_run(
     frame: pd.DataFrame, meta: dict, verdict: str, out_dir: Path, key: SigningKey | None, required: Iterable[str]
 ) -> dict[str, Path]:
-    """Sign everything the run wrote: statement.dsse.json, then the signed report.pdf.
+    """Sign everything the run wrote (:func:`sign` with :func:`claim_predicate`): statement.dsse.json,
+    then the signed report.pdf; the unsigned PDF becomes ``report.unsigned.pdf``, a statement subject.
+    Nothing when ``key`` is ``None`` (signing off: report.pdf stays the unsigned PDF/A).
 
-    Does nothing when ``key`` is ``None`` (signing off: report.pdf stays the unsigned PDF/A).
-    The unsigned PDF is renamed ``report.unsigned.pdf`` and becomes a statement subject.
-
-    Args:
-        frame, meta, verdict, required: as for :func:`claim_predicate`.
-        out_dir: the run folder; results and report are written already.
-        key: from :func:`load_signing_key`.
-
-    Returns:
-        ``{"statement": path, "pdf": path}`` of what was written (``pdf`` only with a PDF).
-
-    Raises:
-        FileExistsError: a signed output exists already (outputs never overwrite a run).
+    ``frame``, ``meta``, ``verdict``, ``required`` are as for :func:`claim_predicate`; ``out_dir`` (the run
+    folder, results and report written already), ``key``, what it returns and raises as for :func:`sign`.
     """
     if key is None:
         return {}
@@ -172,28 +161,11 @@ def sign_document(
     key: SigningKey | None,
     reason: str,
 ) -> dict[str, Path]:
-    """Sign a document made from several runs (a sweep summary, a comparison) like a run.
-
-    :func:`sign` with ``DocumentSpec.named(stem, predicate_type)``: ``<stem>.pdf`` (as rendered)
-    becomes ``<stem>.unsigned.pdf``; ``<stem>.dsse.json`` is a DSSE envelope around an in-toto
-    Statement v1 over ``subjects`` (typically the document's own files plus every job's
-    ``statement.dsse.json``); ``<stem>.pdf`` is the unsigned PDF plus the attached envelope and a
-    PAdES signature. Does nothing when ``key`` is ``None``.
-
-    Args:
-        out_dir: folder the document and its subjects live in.
-        stem: file-name stem, e.g. ``"summary"``.
-        subjects: POSIX paths relative to ``out_dir``; missing ones are skipped.
-        predicate: the statement's predicate (strict JSON: no NaN).
-        predicate_type: URI naming what the predicate means.
-        key: from :func:`load_signing_key`.
-        reason: the PDF signature's /Reason.
-
-    Returns:
-        ``{"statement": path, "pdf": path}`` of what was written (``pdf`` only with a PDF).
-
-    Raises:
-        FileExistsError: a signed output exists already (outputs never overwrite a run).
+    """Sign a document made from several runs (a sweep summary, a comparison) like a run:
+    :func:`sign` with ``DocumentSpec.named(stem, predicate_type)`` (``<stem>.pdf``, ``<stem>.unsigned.pdf``,
+    ``<stem>.dsse.json``), ``stem`` a file-name stem such as ``"summary"``, ``predicate_type`` the URI naming
+    what the predicate means, ``subjects`` typically the document's own files plus every job's
+    ``statement.dsse.json``; the other arguments, what it returns and raises as for :func:`sign`.
     """
     return sign(out_dir, DocumentSpec.named(stem, predicate_type), predicate, key, reason, subjects)
 

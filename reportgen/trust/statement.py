@@ -19,7 +19,7 @@ import pandas as pd
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import sha256_file
-from reportgen.results import Role, check_summary
+from reportgen.results import Kind, Role, check_summary
 from reportgen.trust.documents import ENVELOPE_NAME, PAYLOAD_TYPE, PDF_NAME, PREDICATE_TYPE, STATEMENT_TYPE
 from reportgen.trust.keys import fingerprint
 from reportgen.trust.manifest import PENDING_NAME, written_files
@@ -81,19 +81,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-#: Rows whose values the statement repeats as the claim's costs (memory and time).
-COST_ROLES = (
-    Role.SAVED_TOTAL,
-    Role.SAVING,
-    Role.STEP_PEAK,
-    Role.PEAK_SAVING,
-    Role.CUDA_PEAK,
-    Role.MEDIAN,
-    Role.OVERHEAD,
-    Role.FLOPS,
-)
-
-
 def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str]) -> dict:
     """The statement's predicate: what the report claims, with every number as a decimal string.
 
@@ -108,6 +95,8 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
         ``{"verdict", "required", "claim", "checks", "tolerances", "costs", "environment",
         "created", "command", "signer"}``, and ``"sweep"`` (``meta["sweep"]``: the job's number,
         overrides and launch digest, ``reportgen.trust.launch.job_launch``) for a sweep's job.
+        ``costs`` repeats the rows whose role is of kind ``COST`` (``reportgen.results.Kind``: the
+        claim's memory and time).
     """
     required = list(required)
     summary = check_summary(frame, required)
@@ -136,7 +125,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
             "value": decimal_string(r["value"]),
             "status": r["status"],
         }
-        for r in frame[frame.role.isin(COST_ROLES)].to_dict("records")
+        for r in frame[frame.role.isin([r for r in Role if r.kind is Kind.COST])].to_dict("records")
     ]
     return {
         "verdict": verdict,

@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
 from reportgen.config import GRADIENT_PARITY
-from reportgen.results import Role, Row, Status
+from reportgen.results import Role, Row
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
@@ -146,37 +146,12 @@ def observation_rows(setup: Setup) -> list[Row]:
 
     Judged like every row: ``recomputed_regions >= 1``, so ``reportgen.verify`` re-derives it.
     """
-    because = setup.template.rebuilt_because
-    rows = (
-        [
-            Row(
-                check=GRADIENT_PARITY,
-                item="twins built by the factory",
-                variant="recompute",
-                metric="factory_builds_per_twin",
-                value=1.0,
-                status=Status.INFO,
-                role=Role.NOTE,
-                detail=rebuilt_said(because),
-            )
-        ]
-        if because
-        else []
-    )
-    if not setup.nothing_recomputes:
-        return rows
-    return rows + [
-        Row(
-            check=GRADIENT_PARITY,
-            item="regions recomputed",
-            variant="recompute",
-            metric="recomputed_regions",
-            value=0.0,
-            threshold=">= 1",
-            comparator=">=",
-            threshold_value=1.0,
-            role=Role.OBSERVED,
-            unit="regions",
-            detail=setup.nothing_recomputes,
-        )
-    ]
+    because, rows = setup.template.rebuilt_because, []
+    if because:
+        builds, said = "factory_builds_per_twin", rebuilt_said(because)
+        rows.append(Row.fact(GRADIENT_PARITY, "twins built by the factory", Role.NOTE, said, metric=builds, value=1.0))
+    if setup.nothing_recomputes:
+        item, said = "regions recomputed", setup.nothing_recomputes
+        judged: dict[str, Any] = {"comparator": ">=", "threshold_value": 1.0, "role": Role.OBSERVED}
+        rows.append(Row.measured(GRADIENT_PARITY, item, "recomputed_regions", 0.0, "regions", detail=said, **judged))
+    return rows

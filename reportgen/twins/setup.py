@@ -232,7 +232,7 @@ def build_setup(cfg: DictConfig) -> Setup:
     """Instantiate the task and model and validate the recompute targets (the first stage).
 
     The fixed batch is drawn after the task contract is probed, and the twins are observed
-    after that: both are the pipeline's own stages (``reportgen.run.prepare``), so this module
+    after that: both are the pipeline's own stages (``reportgen.commands.run.prepare``), so this module
     never reaches up to the contract probe or the measurements.
 
     Raises:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from reportgen.config import STATE_PARITY, STEP_PARITY
-from reportgen.results import Role, Row, Status
+from reportgen.results import Role, Row
 from reportgen.results.rounding import envelope
 from reportgen.results.rows import NO_AA, tensor_row, value_row, with_rounding
 from reportgen.twins.recompute import named_inner_modules, plain_name
@@ -107,7 +107,7 @@ def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
 
 #: Row roles whose floating tensors the rounding envelope applies to (RNG states and Python
 #: attributes stay exact), with the item prefix :func:`snapshot_rows` gives them.
-ENVELOPED = {
+ENVELOPED: dict[str, tuple[str, str]] = {
     Role.PARAM: ("param ", "params"),
     Role.OPTIMIZER_STATE: ("optimizer ", "optimizer_state"),
     Role.BUFFER: ("buffer ", "buffers"),
@@ -231,18 +231,9 @@ def snapshot_rows(
     for key in sorted(set(plain.attributes) | set(recompute.attributes)):
         pattern = next((p for p in ignore if fnmatchcase(key.removeprefix("len(").removesuffix(")"), p)), None)
         if pattern is not None:
-            out.append(
-                Row(
-                    check=STATE_PARITY,
-                    item=f"attribute {key}",
-                    variant="recompute",
-                    metric="ignored",
-                    status=Status.INFO,
-                    role=Role.IGNORED,
-                    detail=f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
-                    f"recompute={recompute.attributes.get(key)!r}",
-                )
-            )
+            said = f"ignored (state.ignore_attributes: {pattern!r}): plain={plain.attributes.get(key)!r}, "
+            said += f"recompute={recompute.attributes.get(key)!r}"
+            out.append(Row.fact(STATE_PARITY, f"attribute {key}", Role.IGNORED, said, metric="ignored"))
             continue
         out.append(
             value_row(

@@ -64,28 +64,10 @@ from reportgen.trust.attachments import embedded_files
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.verify.common import Document, peek_predicate_type
-from reportgen.verify.comparison import (
-    COMPARISON,
-    verify_comparison,
-    verify_comparison_dir,
-    verify_comparison_pdf,
-)
+from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_pdf
 from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError
-from reportgen.verify.run import (
-    RUN,
-    status_mismatches,
-    verify_pdf,
-    verify_run,
-    verify_run_dir,
-    verify_run_pdf,
-)
-from reportgen.verify.sweep import (
-    SUMMARY,
-    verify_summary,
-    verify_summary_pdf,
-    verify_sweep,
-    verify_sweep_dir,
-)
+from reportgen.verify.run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_pdf
+from reportgen.verify.sweep import SUMMARY, verify_summary, verify_sweep
 
 #: Each kind of signed document with its folder and PDF verifiers (each returns ``Verified``).
 KINDS = {
@@ -303,15 +285,11 @@ __all__ = [
     "status_mismatches",
     "verify",
     "verify_comparison",
-    "verify_comparison_dir",
     "verify_comparison_pdf",
     "verify_pdf",
     "verify_run",
-    "verify_run_dir",
     "verify_run_pdf",
     "verify_summary",
-    "verify_summary_pdf",
     "verify_sweep",
-    "verify_sweep_dir",
     "verify_target",
 ]

@@ -11,7 +11,7 @@ import copy
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -193,49 +193,26 @@ def unlisted_files(
 # --------------------------------------------------------------------------- documents
 
 
-@dataclass(frozen=True)
-class Document:
-    """What one kind of signed reportgen document is made of (a run, a sweep summary, a comparison).
-
-    Its files and predicate type are the signer's own spec (``reportgen.trust.documents``), so
-    signer and verifier name the same files.
+@dataclass(frozen=True, kw_only=True)
+class Document(DocumentSpec):
+    """One kind of signed reportgen document (a run, a sweep summary, a comparison): the signer's own
+    files and predicate type (``reportgen.trust.documents``, so signer and verifier name the same files),
+    and how verify names and checks it.
 
     Attributes:
         label: what verify says it checked, e.g. ``"run"``.
-        files: the document's files (``envelope``, ``pdf``, ``unsigned``, ``data``) and its
-            statement's ``predicate_type``, as the signer writes them.
         check_predicate: ``fn(predicate) -> detail``; raises :class:`VerifyError` when the
             predicate lacks what this kind must state.
     """
 
     label: str
-    files: DocumentSpec
     check_predicate: Callable[[dict], str]
 
-    @property
-    def envelope(self) -> str:
-        """The envelope's file name in the folder, e.g. ``statement.dsse.json``."""
-        return self.files.envelope
-
-    @property
-    def pdf(self) -> str:
-        """The signed PDF's file name, e.g. ``report.pdf``."""
-        return self.files.pdf
-
-    @property
-    def unsigned(self) -> str:
-        """The rendered PDF before signing (a statement subject)."""
-        return self.files.unsigned
-
-    @property
-    def data(self) -> str:
-        """The data file attached in the PDF and listed as a subject (results.json, ...)."""
-        return self.files.data
-
-    @property
-    def predicate_type(self) -> str:
-        """The statement's ``predicateType``."""
-        return self.files.predicate_type
+    @classmethod
+    def of(cls, label: str, spec: DocumentSpec, check_predicate: Callable[[dict], str]) -> Document:
+        """The document whose files and predicate type are ``spec``'s."""
+        files = {f.name: getattr(spec, f.name) for f in fields(DocumentSpec)}
+        return cls(label=label, check_predicate=check_predicate, **files)
 
 
 @dataclass
@@ -246,6 +223,17 @@ class Verified:
     checks: list[Check]
     statement: dict | None = None
     data: bytes | None = None
+
+
+def verify_lone_pdf(
+    pdf: bytes, public_key: ec.EllipticCurvePublicKey, doc: Document, item: str, said: Callable[[dict], str]
+) -> Verified:
+    """A lone PDF of a document made from runs: its own checks (:func:`verify_signed_pdf`), and a NOTE
+    ``item``, ``said(statement)``: what it names needs its folder to be checked."""
+    found = verify_signed_pdf(pdf, public_key, doc)[0]
+    if found.statement is not None:
+        found.checks.append(Check(NOTE, item, said(found.statement)))
+    return found
 
 
 def verify_signed_pdf(pdf: bytes, public_key: ec.EllipticCurvePublicKey, doc: Document) -> tuple[Verified, dict]:

@@ -1,6 +1,6 @@
 """Verify a comparison: its signed document, both runs it names, and that it follows from them.
 
-``reportgen.compare.command`` copies both runs' signed files into ``inputs/base`` and ``inputs/new`` of
+``reportgen.commands.compare`` copies both runs' signed files into ``inputs/base`` and ``inputs/new`` of
 the comparison folder and names each run's statement digest in its own statement. Verifying the
 folder checks, beyond the document itself (``reportgen.verify.common``):
 
@@ -28,9 +28,9 @@ from reportgen.verify.common import (
     safe_relative,
     subject_digests,
     verify_document_dir,
-    verify_signed_pdf,
+    verify_lone_pdf,
 )
-from reportgen.verify.outcome import FAIL, NOTE, Check, attempt, of_type, present, require, sha256_hex
+from reportgen.verify.outcome import FAIL, Check, attempt, of_type, present, require, sha256_hex
 from reportgen.verify.run import check_run_predicate, check_verdict
 
 
@@ -50,7 +50,9 @@ def check_comparison_predicate(predicate: dict) -> str:
 
 
 #: A comparison: compare.pdf over compare.json.
-COMPARISON = Document("comparison", DocumentSpec.named("compare", COMPARE_PREDICATE_TYPE), check_comparison_predicate)
+COMPARISON = Document.of(
+    "comparison", DocumentSpec.named("compare", COMPARE_PREDICATE_TYPE), check_comparison_predicate
+)
 
 
 def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey) -> Check:
@@ -115,21 +117,8 @@ def verify_comparison(folder: Path, public_key: ec.EllipticCurvePublicKey) -> Ve
     return found
 
 
-def verify_comparison_dir(folder: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
-    """All checks of a comparison folder; one :class:`Check` per line printed."""
-    return verify_comparison(folder, public_key).checks
-
-
 def verify_comparison_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verified:
     """A lone compare.pdf: the document's own checks; re-deriving it needs the comparison folder."""
-    found = verify_signed_pdf(data, public_key, COMPARISON)[0]
-    if found.statement is not None:
-        found.checks.append(
-            Check(
-                NOTE,
-                "runs",
-                "both runs' statement digests are signed; a lone compare.pdf cannot "
-                "show them: verify the comparison folder to re-derive it",
-            )
-        )
-    return found
+    said = "both runs' statement digests are signed; a lone compare.pdf cannot show them: verify the comparison folder "
+    said += "to re-derive it"
+    return verify_lone_pdf(data, public_key, COMPARISON, "runs", lambda statement: said)

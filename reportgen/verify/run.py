@@ -6,34 +6,22 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from reportgen.checks import flagged_names
+from reportgen.checks import flagged_names, roles_of
 from reportgen.ci.verdict import VERDICT_NAME
-from reportgen.results import Role, Status, claim_verdict, frame_from_json, judge_record
+from reportgen.results import Kind, Role, Status, claim_verdict, frame_from_json, judge_record
 from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import Document, Verified, verify_document_dir, verify_signed_pdf
 from reportgen.verify.outcome import FAIL, Check, attempt, require
 
-#: Rows comparing the recompute twin with the plain one on what training computes: a miss is
-#: always FAIL (no setting makes it advisory), whatever ``on_miss`` a row may say.
-PARITY_ROLES = (
-    Role.LOSS,
-    Role.OUTPUT,
-    Role.PARAM_GRAD,
-    Role.INPUT_GRAD,
-    Role.PARAM,
-    Role.OPTIMIZER_STATE,
-    Role.BUFFER,
-    Role.ATTRIBUTE,
-    Role.RNG,
-)
-
 
 def configured_on_miss(record: dict, config: dict | None) -> str | None:
     """The ``on_miss`` the checks give this row, where it does not come from the row itself: FAIL
-    for a recompute parity row; ``memory.peak_on_miss`` of ``config`` (a flattened run config)
+    for a recompute parity row (a role of kind ``PARITY`` that a registered check declares,
+    ``reportgen.checks.roles_of``: a miss is always FAIL, no setting makes it advisory, whatever
+    ``on_miss`` the row says); ``memory.peak_on_miss`` of ``config`` (a flattened run config)
     for the step-peak saving; ``None`` (the row's own) otherwise."""
-    if record.get("role") in PARITY_ROLES and record.get("variant") == "recompute":
+    if record.get("role") in roles_of(Kind.PARITY) and record.get("variant") == "recompute":
         return Status.FAIL
     if record.get("role") == Role.PEAK_SAVING and config and config.get("memory.peak_on_miss"):
         return str(config["memory.peak_on_miss"]).strip("\"'")  # a flattened config holds it as JSON text
@@ -116,7 +104,7 @@ def check_run_predicate(predicate: dict) -> str:
 
 
 #: A run: report.pdf over results.json (docs/architecture.md, "Outputs").
-RUN = Document("run", RUN_DOCUMENT, check_run_predicate)
+RUN = Document.of("run", RUN_DOCUMENT, check_run_predicate)
 
 
 def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
@@ -164,16 +152,3 @@ def verify_run(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Verified
     found = verify_document_dir(Path(run_dir), public_key, RUN)
     found.checks = _with_verdict(found, Path(run_dir))
     return found
-
-
-def verify_run_dir(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
-    """All checks of a run folder: the PDF's (when the run has one), the envelope on disk, every subject.
-
-    Args:
-        run_dir: the run's output folder.
-        public_key: the reviewer's ``--key``.
-
-    Returns:
-        One :class:`Check` per line printed.
-    """
-    return verify_run(run_dir, public_key).checks

@@ -42,7 +42,7 @@ from reportgen.verify.common import (
     subject_digests,
     unlisted_files,
     verify_document_dir,
-    verify_signed_pdf,
+    verify_lone_pdf,
 )
 from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, attempt, of_type, present, require, sha256_hex
 from reportgen.verify.run import verify_run
@@ -68,7 +68,7 @@ def check_sweep_predicate(predicate: dict) -> str:
 
 
 #: A sweep: summary.pdf over summary.json.
-SUMMARY = Document("sweep", SUMMARY_DOCUMENT, check_sweep_predicate)
+SUMMARY = Document.of("sweep", SUMMARY_DOCUMENT, check_sweep_predicate)
 
 
 def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey, entry: dict) -> Check:
@@ -202,30 +202,11 @@ def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Veri
     return found
 
 
-def verify_sweep_dir(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
-    """All checks of a sweep folder; one :class:`Check` per line printed."""
-    return verify_sweep(sweep_dir, public_key).checks
-
-
 def verify_summary(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verified:
     """A lone summary.pdf: the document's own checks; the jobs need the sweep folder (a NOTE says so)."""
-    found = verify_signed_pdf(data, public_key, SUMMARY)[0]
-    if found.statement is not None:
-        jobs = found.statement["predicate"]["jobs"]
-        found.checks.append(
-            Check(
-                NOTE,
-                "jobs",
-                f"{len(jobs)} jobs listed with their statements' digests; a lone "
-                "summary.pdf cannot show them: verify the sweep folder to check every job",
-            )
-        )
-    return found
+    said = "jobs listed with their statements' digests; a lone summary.pdf cannot show them: verify the sweep folder "
+    said += "to check every job"
+    return verify_lone_pdf(data, public_key, SUMMARY, "jobs", lambda st: f"{len(st['predicate']['jobs'])} {said}")
 
 
-def verify_summary_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
-    """All checks of a lone summary.pdf; one :class:`Check` per line printed."""
-    return verify_summary(data, public_key).checks
-
-
-__all__ = ["SUMMARY", "verify_sweep", "verify_sweep_dir", "verify_summary", "verify_summary_pdf", "PASS"]
+__all__ = ["SUMMARY", "verify_sweep", "verify_summary", "PASS"]

@@ -8,9 +8,9 @@ from conftest import compose_config, run_pipeline
 
 from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
+from reportgen.commands.run import prepare
 from reportgen.report.diagnose import diagnose
 from reportgen.results import check_summary, to_frame
-from reportgen.run import prepare
 
 
 def parity_status(*overrides):

@@ -6,12 +6,12 @@ import pytest
 import torch
 from conftest import SMALL, compose_config
 
-from reportgen import run as pipeline
 from reportgen.checks import larger_batch as lb
 from reportgen.checks.parity import gradient_parity
+from reportgen.commands import run as pipeline
+from reportgen.commands.run import prepare
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
 from reportgen.results import Role, Row, Status, check_summary, claim_verdict, to_frame
-from reportgen.run import prepare
 
 
 def threshold_probe(limit, log=None):

@@ -9,14 +9,14 @@ import pytest
 from conftest import SMALL, compose_config, tiny_meta
 
 from reportgen import checks
-from reportgen import run as pipeline
 from reportgen.checks import Check, Section, default_required, flagged_names
-from reportgen.checks.memory import warm_step_memory
-from reportgen.checks.timing import warm_step_time
+from reportgen.checks.memory.check import warm_step_memory
+from reportgen.checks.timing.check import warm_step_time
+from reportgen.commands import run as pipeline
+from reportgen.commands.run import prepare
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, MEMORY, STATE_PARITY, TIME
 from reportgen.report.render import headline_costs, render_html
 from reportgen.results import Role, Row, Status, frame_from_json, judge, to_frame
-from reportgen.run import prepare
 
 DUMMY = "dummy check"
 

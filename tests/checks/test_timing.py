@@ -5,13 +5,13 @@ import pytest
 import torch
 from conftest import compose_config
 
-from reportgen.checks.timing import interleaved_times, step_flops, timed, warm_step_time
-from reportgen.checks.timing_rows import flops_row, median_rows, overhead_row
+from reportgen.checks.timing.check import interleaved_times, step_flops, timed, warm_step_time
+from reportgen.checks.timing.rows import flops_row, median_rows, overhead_row
+from reportgen.commands.run import prepare
 from reportgen.config import TIME
 from reportgen.memory.saved import make_train_step
 from reportgen.results import Role, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
-from reportgen.run import prepare
 
 
 def test_bootstrap_of_an_exact_ratio_has_a_zero_width_interval():
@@ -155,8 +155,8 @@ def test_warm_step_time_rows():
 
 def test_disabled_timing_is_not_run(tmp_path):
     """The runner writes the NOT_RUN row of a check turned off by its group (timing.enabled=false)."""
-    from reportgen.checks import timing
-    from reportgen.run import disabled_rows
+    from reportgen.checks.timing import check as timing
+    from reportgen.commands.run import disabled_rows
 
     setup = prepare(compose_config("+model=granularity", "timing.enabled=false", user_conf=True))
     assert timing.CHECK.config == "timing" and not setup.cfg.timing.enabled
@@ -192,7 +192,7 @@ def test_an_interval_wider_than_the_target_is_a_warning_not_a_figure_to_trust():
 
 
 def test_machine_load_warns_when_other_work_competes(monkeypatch):
-    from reportgen.checks import timing_rows
+    from reportgen.checks.timing import rows as timing_rows
 
     monkeypatch.setattr(timing_rows.os, "getloadavg", lambda: (torch.get_num_threads() + 2.5, 0.0, 0.0))
     row = timing_rows.machine_load_row()

@@ -53,7 +53,7 @@ def test_without_python_seeding_layerdrop_would_differ(monkeypatch):
     monkeypatch.setattr(rng.random, "seed", lambda *a, **k: None)
     monkeypatch.setattr(rng.random, "setstate", lambda *a, **k: None)
     from reportgen.checks.parity import gradient_parity
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
 
     rows = gradient_parity(prepare(compose_config("+model=layerdrop", *SMALL, user_conf=True)))
     assert any(r.status != Status.PASS for r in rows if r.role in (Role.LOSS, Role.PARAM_GRAD, Role.AA))

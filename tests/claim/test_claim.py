@@ -108,7 +108,7 @@ def test_claim_group_and_command_line_compose_against_the_schema():
 
 
 def test_a_bad_clause_stops_the_run_before_any_model_work(tmp_path, capsys):
-    from reportgen import run as pipeline
+    from reportgen.commands import run as pipeline
 
     cfg = compose_config("+model=mlp", 'claim.clauses=["overhead_ratio >= 1.3"]')
     assert pipeline.run(cfg, tmp_path) == 2
@@ -361,8 +361,8 @@ def pristine_claim_run(measured, tmp_path_factory, signing_key_pair):
     """A signed run folder of the stored frame with a release claim whose peak clause is not met (made once)."""
     from conftest import tiny_meta
 
+    from reportgen.commands.run import write_results
     from reportgen.report.render import render_report
-    from reportgen.run import write_results
     from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 
     out = tmp_path_factory.mktemp("claim") / "run"
@@ -443,7 +443,7 @@ def test_a_re_signed_clause_value_fails_its_re_derivation(claim_run, signing_key
     forged.loc[mask, "value"], forged.loc[mask, "status"] = 0.995, Status.PASS
     folder = tmp_path / "forged"
     folder.mkdir()
-    from reportgen.run import write_results
+    from reportgen.commands.run import write_results
 
     write_results(forged, folder)
     sign_run(forged, meta, claim_verdict(forged, REQUIRED), folder, key, required=REQUIRED)

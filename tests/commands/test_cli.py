@@ -88,7 +88,7 @@ def test_console_never_names_torch_internal_exceptions_and_the_log_keeps_them():
 
     from torch._subclasses.fake_tensor import DataDependentOutputException
 
-    from reportgen.cli import OneLineExceptions
+    from reportgen.commands.cli import OneLineExceptions
     from reportgen.errors import console_text
 
     try:

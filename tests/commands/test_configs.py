@@ -5,8 +5,8 @@ from conftest import compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from reportgen.commands.run import prepare
 from reportgen.paths import builtin_models, conf_dir
-from reportgen.run import prepare
 
 
 def test_builtin_models_are_the_documented_ones():
@@ -90,7 +90,7 @@ def test_a_typo_added_with_plus_is_refused_not_recorded_and_ignored():
 def test_a_typo_without_plus_is_one_line_naming_the_setting_meant(tmp_path, monkeypatch, capsys, override, says):
     """Without `+`, Hydra would print its own multi-line block; reportgen answers first, exit 2, and
     the Hydra app (which would write the run folder) never starts."""
-    from reportgen.cli import exit_code
+    from reportgen.commands.cli import exit_code
     from reportgen.errors import ExitCode
 
     monkeypatch.chdir(tmp_path)

@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import SMALL_RUN, TESTS, cli_env, compose_config, run_cli
 
-from reportgen import cli
+from reportgen.commands import cli
 from reportgen.commands.rundir import LOCK_NAME, FolderLock, run_markers
 from reportgen.commands.validation import config_problems
 from reportgen.files import output_file_mode
@@ -255,7 +255,7 @@ def test_pdf_render_contacts_no_server_and_reads_no_outside_file(http_server, tm
 
 @pytest.fixture(scope="module")
 def contract_setup():
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
 
     return prepare(compose_config("+model=ffn"))
 
@@ -331,8 +331,8 @@ def test_console_shows_one_line_and_the_log_file_keeps_the_traceback(tmp_path):
 
 
 def _job(monkeypatch, tmp_path, **patches):
-    """``cli.run_job`` on a composed ffn config, with ``reportgen.run`` functions patched."""
-    import reportgen.run as pipeline
+    """``cli.run_job`` on a composed ffn config, with ``reportgen.commands.run`` functions patched."""
+    import reportgen.commands.run as pipeline
 
     for name, fn in patches.items():
         monkeypatch.setattr(pipeline, name, fn)

@@ -58,7 +58,7 @@ def test_a_wrong_value_or_a_removed_setting_is_one_line_naming_what_it_accepts(
 ):
     """Hydra would print a multi-line block (or, for ~seed, start and fail building the model);
     reportgen answers first, exit 2, and the Hydra app (which would write the run folder) never starts."""
-    from reportgen.cli import exit_code
+    from reportgen.commands.cli import exit_code
     from reportgen.errors import ExitCode
 
     monkeypatch.chdir(tmp_path)

@@ -12,7 +12,7 @@ import torch
 from conftest import compose_config, run_pipeline
 
 from reportgen import progress, threads
-from reportgen.checks import timing
+from reportgen.checks.timing import check as timing
 from reportgen.commands.validation import config_problems
 from reportgen.errors import ExitCode
 from reportgen.results import Status

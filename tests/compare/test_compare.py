@@ -10,7 +10,7 @@ import pytest
 from conftest import TESTS, job_cost_rows, reportgen_cli, sign_folder, write_job
 from omegaconf import OmegaConf
 
-from reportgen.compare import command as compare
+from reportgen.commands import compare
 from reportgen.compare import derive
 from reportgen.trust.keys import generate_key
 

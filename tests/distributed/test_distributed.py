@@ -14,7 +14,7 @@ import pytest
 from conftest import FORKSERVER, run_pipeline, small_setup
 
 from reportgen.checks import required_names
-from reportgen.checks.distributed import distributed_checks
+from reportgen.checks.distributed.check import distributed_checks
 from reportgen.commands.validation import config_problems
 from reportgen.config import (
     DIST_GRADIENT_PARITY,

@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
 
-from reportgen.checks.distributed import distributed_checks
+from reportgen.checks.distributed.check import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
 from reportgen.report.diagnose import diagnose
 from reportgen.results import Role, Status, claim_verdict, to_frame

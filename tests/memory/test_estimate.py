@@ -6,8 +6,9 @@ import resource
 import pytest
 from conftest import compose_config
 
-from reportgen.checks.memory import measure_saved
-from reportgen.checks.memory_estimate import estimate_rows
+from reportgen.checks.memory.check import measure_saved
+from reportgen.checks.memory.estimate import estimate_rows
+from reportgen.commands.run import prepare
 from reportgen.memory.estimate import (
     EstimateConfigError,
     TransformerShape,
@@ -16,7 +17,6 @@ from reportgen.memory.estimate import (
 )
 from reportgen.memory.saved import REST
 from reportgen.results import Status
-from reportgen.run import prepare
 
 
 def test_estimate_equals_measurement_at_the_measured_shape_on_gpt():
@@ -80,7 +80,7 @@ def test_gpt_layer_matches_korthikanti_with_float32_values_float_masks_and_layer
 
 def test_korthikanti_rows_show_zero_unexplained_bytes_on_cpu(small_gpt_target):
     setup, est = small_gpt_target
-    from reportgen.checks.memory_estimate import korthikanti_rows
+    from reportgen.checks.memory.estimate import korthikanti_rows
 
     rows = {r.variant: r for r in korthikanti_rows(setup, est, "target shape")}
     assert rows["plain"].extra["residual_bytes"] == 0 and rows["recompute"].extra["residual_bytes"] == 0

@@ -41,8 +41,8 @@ def test_hf_causal_lm_estimates_without_a_warning(tmp_path, kind, monkeypatch):
     """The pipeline with the memory check alone, which is what the rows asserted come from (required alone:
     exit 0 says the memory check holds)."""
     pytest.importorskip("transformers")
-    from reportgen import run as pipeline
     from reportgen.checks import REGISTRY
+    from reportgen.commands import run as pipeline
     from reportgen.config import MEMORY
 
     monkeypatch.setattr(pipeline, "REGISTRY", [c for c in REGISTRY if c.name == MEMORY])

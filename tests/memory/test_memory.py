@@ -18,13 +18,18 @@ import torch
 from conftest import compose_config, measured
 from torch import nn
 
-from reportgen.checks.memory import cuda_peak_rows, cuda_peaks, lost_gradient_rows, measure_saved, warm_step_memory
-from reportgen.checks.memory_estimate import saving_share
-from reportgen.checks.memory_rows import saved_rows
+from reportgen.checks.memory.check import (
+    cuda_peak_rows,
+    cuda_peaks,
+    lost_gradient_rows,
+    measure_saved,
+    warm_step_memory,
+)
+from reportgen.checks.memory.rows import saved_rows, saving_share
+from reportgen.commands.run import prepare
 from reportgen.config import MEMORY
 from reportgen.memory.saved import REST, saved_activation_bytes
 from reportgen.results import Role, Status, judge
-from reportgen.run import prepare
 
 B, S, W, DEPTH = 2, 32, 16, 3
 UNIT = B * S * W * 4  # bytes of one [B, S, W] float32 activation

@@ -13,12 +13,12 @@ import pytest
 import torch
 from conftest import compose_config
 
-from reportgen.checks.memory import measure_peaks, measure_saved, warm_step_memory
-from reportgen.checks.memory_rows import peak_rows, saved_rows
+from reportgen.checks.memory.check import measure_peaks, measure_saved, warm_step_memory
+from reportgen.checks.memory.rows import peak_rows, saved_rows
+from reportgen.commands.run import prepare
 from reportgen.config import MEMORY
 from reportgen.memory.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
 from reportgen.results import Role, Status, judge_record
-from reportgen.run import prepare
 
 RELU_B, RELU_W, RELUS = 256, 32, 5
 
@@ -155,7 +155,7 @@ def test_bad_peak_settings_are_refused_with_their_name(setting, value):
 
 
 def test_memory_section_shows_both_peaks_and_the_verdict():
-    from reportgen.checks.memory_estimate import estimate_rows
+    from reportgen.checks.memory.estimate import estimate_rows
     from reportgen.report.render import environment, view_model
     from reportgen.results import to_frame
 
@@ -188,7 +188,7 @@ def test_on_cuda_the_allocator_peaks_of_the_same_step_sit_beside_the_tracker():
 @pytest.mark.parametrize("model", ["ffn", "mlp"])
 def test_the_estimated_step_peak_equals_the_measured_one_at_the_measured_shape(model):
     """Fake tensors, the same tracker: the estimate may differ from the measurement only by shape."""
-    from reportgen.checks.memory_estimate import estimate_rows
+    from reportgen.checks.memory.estimate import estimate_rows
 
     setup = prepare(compose_config(f"+model={model}", "device=cpu"))
     peaks, _ = measure_peaks(setup)

@@ -18,11 +18,11 @@ from conftest import REPO, compose_config
 from torch import nn
 from torch.nn import functional as F
 
+from reportgen.commands.run import prepare
 from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.errors import SetupError
 from reportgen.models import hf
 from reportgen.paths import conf_dir
-from reportgen.run import prepare
 from reportgen.tasks import CharTextTask
 from reportgen.twins.observe import observe_recompute
 from reportgen.twins.setup import build_setup

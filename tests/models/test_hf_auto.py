@@ -16,6 +16,7 @@ from conftest import SMALL, compose_config, reportgen_cli, run_dirs
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from reportgen.commands.run import prepare
 from reportgen.commands.validation import config_problems
 from reportgen.errors import SetupError
 from reportgen.models import hf
@@ -23,7 +24,6 @@ from reportgen.models.hf import auto as hf_auto
 from reportgen.models.hf import masked as hf_masked
 from reportgen.paths import conf_dir
 from reportgen.report.metadata import recompute_settings
-from reportgen.run import prepare
 from reportgen.twins.observe import observe_recompute
 
 #: A tiny GPT-2 as a user's config.json would say it (``n_positions`` bounds the windows).
@@ -332,7 +332,7 @@ def test_local_paths_and_unusable_attention_get_their_own_fix(tmp_path, gpt2_jso
     with pytest.raises(SetupError, match="never downloads"):
         hf_auto.pretrained_folder("Qwen/Qwen2-0.5B")
     with pytest.raises(SetupError, match="is a folder, not a file"):
-        hf_auto.read_text(str(tmp_path))
+        text_task(gpt2_json, text_file=str(tmp_path))
     with pytest.raises(
         SetupError, match="attn_implementation=flash_attention_2: .* use model.attn_implementation=eager"
     ):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from reportgen.commands import plan
 from reportgen.memory.peak import format_bytes, warm_step_peak
-from reportgen.plan import cli
 from reportgen.plan.args import load_config, parse_args
 from reportgen.plan.model import build_causal_lm, causal_lm_loss, decoder_layers, real_batch
 from reportgen.plan.policies import POLICIES, by_name, switch_on
@@ -150,7 +150,7 @@ def test_llama3_8b_fsdp_selective_op_is_not_under_torchtitans_measured_peak(tmp_
         f"out={tmp_path / 'p'}",
     ]
     args = parse_args(argv)
-    config, plans, _ = cli.plan_policies(args)
+    config, plans, _ = plan.plan_policies(args)
     upper = next(p for p in plans if p.policy == "selective_op").reserved_upper / 2**30
     assert 82.4 <= upper <= 82.4 * 1.15
 
@@ -171,7 +171,7 @@ def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, b
     target = tmp_path / "config.json"
     target.write_text(body if isinstance(body, str) else json.dumps(body))
     out = tmp_path / "out"
-    assert cli.main([str(target), "seq=16", f"out={out}"]) == 2
+    assert plan.main([str(target), "seq=16", f"out={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reportgen.plan: ") and says in err[0], err
     assert not out.exists()
@@ -179,7 +179,7 @@ def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, b
 
 def test_moe_in_fp32_is_one_line_naming_bf16(tmp_path, capsys):
     out = tmp_path / "out"
-    code = cli.main([str(_config(tmp_path, MOE)), "seq=16", "dtype=fp32", "recompute=none", f"out={out}"])
+    code = plan.main([str(_config(tmp_path, MOE)), "seq=16", "dtype=fp32", "recompute=none", f"out={out}"])
     err = capsys.readouterr().err.strip().splitlines()
     if code == 0:
         pytest.skip("this torch counts _grouped_mm in float32")
@@ -204,7 +204,7 @@ def test_moe_in_fp32_is_one_line_naming_bf16(tmp_path, capsys):
 )
 def test_bad_words_exit_2(llama, tmp_path, capsys, words, says):
     out = tmp_path / "out"
-    assert cli.main([str(llama), *words, f"out={out}"]) == 2
+    assert plan.main([str(llama), *words, f"out={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and not out.exists()
 
@@ -212,7 +212,7 @@ def test_bad_words_exit_2(llama, tmp_path, capsys, words, says):
 def test_an_existing_out_folder_is_not_overwritten(llama, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
-    assert cli.main([str(llama), "seq=8", f"out={out}"]) == 2
+    assert plan.main([str(llama), "seq=8", f"out={out}"]) == 2
     assert "never overwritten" in capsys.readouterr().err and list(out.iterdir()) == []
 
 
@@ -222,7 +222,7 @@ def test_the_chosen_policy_is_written_as_a_recompute_file(llama, llama_figures, 
     plans = {p: compose(llama_figures(p), args, p) for p in ("none", "every_2")}
     budget = (plans["every_2"].reserved_upper + plans["none"].reserved_upper) / 2 / 0.95 / 2**30
     out = tmp_path / "out"
-    code = cli.main([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32", f"memory_gib={budget}", f"out={out}"])
+    code = plan.main([str(llama), f"seq={SEQ}", f"batch={BATCH}", "dtype=fp32", f"memory_gib={budget}", f"out={out}"])
     text = capsys.readouterr().out
     assert code == 0 and "<- chosen" in text
     planned = (out / "recompute" / "planned.yaml").read_text()
@@ -237,7 +237,7 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
     example = ROOT / "conf/examples/hf_causal_lm"
     out = tmp_path / "plan"
     words = [str(example), "attn=eager", "seq=32", "batch=8", "dtype=fp32", "recompute=every_2", "memory_gib=1"]
-    assert cli.main([*words, f"out={out}"]) == 0
+    assert plan.main([*words, f"out={out}"]) == 0
     assert "model.layers.0" in (out / "recompute" / "planned.yaml").read_text()
     (tmp_path / "run").mkdir()
     code, frame = run_pipeline(
@@ -280,7 +280,7 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
 )
 def test_a_model_that_cannot_be_built_is_one_line_naming_the_fix(tmp_path, capsys, body, says):
     out = tmp_path / "out"
-    assert cli.main([str(_config(tmp_path, body)), "seq=16", "recompute=none", f"out={out}"]) == 2
+    assert plan.main([str(_config(tmp_path, body)), "seq=16", "recompute=none", f"out={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and not out.exists()
 
@@ -295,7 +295,7 @@ def test_largest_batch_is_solved_from_two_batches_and_holds_at_a_third(llama):
         bound[b] = compose(scaled_figures(load_config(args.config), by_name("full"), args, b)[0], args, "full")
     budget = (bound[3].reserved_upper + bound[4].reserved_upper) / 2 / 0.95 / 2**30
     args = parse_args([*words, "batch=1", f"memory_gib={budget}", "largest_batch=true"])
-    _, plans, traces = cli.plan_policies(args)
+    _, plans, traces = plan.plan_policies(args)
     assert plans[0].largest_batch == 3 and traces == 4
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reportgen.plan import cli
+from reportgen.commands import plan
 from reportgen.plan.args import MAX_TOKENS, parse_args
 from reportgen.plan.rank import RankPlan
 from reportgen.plan.trace import refusal
@@ -40,7 +40,7 @@ def tiny(tmp_path_factory) -> Path:
 
 def test_seq_beyond_max_position_embeddings_is_one_line_exit_2(tiny, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main([str(tiny), "seq=129", "recompute=none", f"out={out}"]) == 2
+    assert plan.main([str(tiny), "seq=129", "recompute=none", f"out={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "max_position_embeddings=128" in err[0] and "seq=128 or less" in err[0], err
     assert "allow_long_seq=true" in err[0] and not out.exists()
@@ -48,7 +48,7 @@ def test_seq_beyond_max_position_embeddings_is_one_line_exit_2(tiny, tmp_path, c
 
 def test_allow_long_seq_plans_it_with_a_stated_warning(tiny, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main([str(tiny), "seq=129", "recompute=none", "allow_long_seq=true", f"out={out}"]) == 0
+    assert plan.main([str(tiny), "seq=129", "recompute=none", "allow_long_seq=true", f"out={out}"]) == 0
     err = capsys.readouterr().err
     assert "reportgen.plan: warning: seq=129 is beyond this config's max_position_embeddings=128" in err
     assert (out / "plan.csv").is_file()
@@ -56,7 +56,7 @@ def test_allow_long_seq_plans_it_with_a_stated_warning(tiny, tmp_path, capsys):
 
 def test_more_tokens_than_the_plan_traces_is_refused_before_anything_runs(tiny, tmp_path, capsys):
     out = tmp_path / "out"
-    code = cli.main([str(tiny), f"seq={MAX_TOKENS // 2 + 1}", "batch=2", "allow_long_seq=true", f"out={out}"])
+    code = plan.main([str(tiny), f"seq={MAX_TOKENS // 2 + 1}", "batch=2", "allow_long_seq=true", f"out={out}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "tokens per micro-batch" in err[0] and "smaller seq=" in err[0]
     assert not out.exists()
@@ -88,7 +88,7 @@ def test_table_columns_never_run_together_and_the_flop_footnote_is_printed(tiny)
     """Values as wide as the old fixed columns (13 characters) used to touch their neighbours."""
     args = parse_args([str(tiny), "seq=64", "memory_gib=80", "largest_batch=true"])
     plans = [_plan("none", 123456.78 * 2**30, 1e15, 0.0), _plan("selective_op", 99999.99 * 2**30, 1.2e15, 2e14)]
-    lines = cli.table(plans, args, chosen=None).splitlines()
+    lines = plan.table(plans, args, chosen=None).splitlines()
     header, rows, note = lines[0], lines[1:3], lines[3]
     cells = [re.split(r" {2,}", line.strip()) for line in (header, *rows)]
     assert cells[0] == [
@@ -112,7 +112,7 @@ def test_the_header_comes_before_the_progress_lines(tiny, tmp_path, capsys, monk
 
     monkeypatch.setattr(sys, "stderr", sys.stdout)  # capsys's stdout: the lines in the order printed
     words = [str(tiny), "seq=129", "allow_long_seq=true", "world_size=2", "strategy=fsdp", "memory_gib=1"]
-    assert cli.main([*words, f"out={tmp_path / 'out'}"]) == 0
+    assert plan.main([*words, f"out={tmp_path / 'out'}"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
         f"{tiny / 'config.json'}: seq=129 batch=1 dtype=bf16 attn=sdpa world_size=2 strategy=fsdp optim=fused, "
@@ -124,7 +124,7 @@ def test_the_header_comes_before_the_progress_lines(tiny, tmp_path, capsys, monk
         "  selective_mm",
     ]
     assert re.fullmatch(r"planned in \d+\.\d s \(\d+ traced steps\)", lines[8]) and lines[9].startswith("recompute")
-    assert cli.main([str(tiny), "seq=129", f"out={tmp_path / 'refused'}"]) == 2
+    assert plan.main([str(tiny), "seq=129", f"out={tmp_path / 'refused'}"]) == 2
     assert capsys.readouterr().out.splitlines() == [
         "reportgen.plan: seq=129 is beyond this config's max_position_embeddings=128; give seq=128 or less "
         "(or allow_long_seq=true to plan it anyway)"

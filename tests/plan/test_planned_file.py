@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from reportgen.plan import cli
+from reportgen.commands import plan
 from reportgen.plan.args import load_config
 from reportgen.plan.model import build_causal_lm, real_batch
 from reportgen.plan.policies import SAVE_OPS, SDPA_OPS, by_name
@@ -67,7 +67,7 @@ def docs_plan(tmp_path_factory) -> Path:
     """The plan folder docs/planning.md's eager example writes, planned once (two tests read it, none changes it)."""
     pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("docs-example") / "plan"
-    assert cli.main(_docs_example(out)) == 0
+    assert plan.main(_docs_example(out)) == 0
     return out
 
 
@@ -99,8 +99,8 @@ def test_a_save_op_never_called_is_a_warn_that_says_so_on_the_console(compose_cf
     """The main run's console line for the first WARN of the check keeps the finding and the fix: it used to be
     cut to "aten._scaled_dot_product_flash_attention: …; the other entries ..." with the finding hidden."""
     from reportgen.checks.policy import selective_policy
+    from reportgen.commands.run import prepare
     from reportgen.errors import clip_keeping_advice, console_text
-    from reportgen.run import prepare
 
     sdpa = "aten._scaled_dot_product_flash_attention"
     cfg = compose_cfg(
@@ -108,7 +108,7 @@ def test_a_save_op_never_called_is_a_warn_that_says_so_on_the_console(compose_cf
     )
     rows = {r.item: r for r in selective_policy(prepare(cfg))}
     assert rows["aten.addmm"].status == "PASS" and rows[sdpa].status == "WARN" and rows[sdpa].value == 0
-    line = clip_keeping_advice(console_text(f"{sdpa}: {rows[sdpa].detail}"))  # as reportgen.run prints it
+    line = clip_keeping_advice(console_text(f"{sdpa}: {rows[sdpa].detail}"))  # as reportgen.commands.run prints it
     assert line.startswith(f"{sdpa}: never called under this model: {sdpa}, so this entry saves nothing; ")
     assert line.endswith("; remove it from recompute.save_ops") and len(line) <= 200
     assert "aten.addmm ×4" in rows[sdpa].detail and "aten.addmm.default" in rows[sdpa].detail  # the report's row

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 from conftest import tiny_meta
 
-from reportgen.checks import required_names, timing
+from reportgen.checks import required_names
+from reportgen.checks.timing import rows as timing
 from reportgen.config import TIME
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages

@@ -78,7 +78,7 @@ def test_atomic_write_never_overwrites(tmp_path):
 
 def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     """Ctrl-C inside a check: the rows measured so far and NOT_RUN rows for the rest stay on disk."""
-    from reportgen import run as pipeline
+    from reportgen.commands import run as pipeline
 
     def boom(setup):
         raise KeyboardInterrupt

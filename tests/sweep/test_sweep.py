@@ -309,7 +309,7 @@ def test_other_launchers_give_the_same_summary(basic_sweep, tmp_path, launcher):
 
 
 def test_plain_budget_run_comes_from_the_cache_the_second_time(compose_cfg, tmp_path, monkeypatch, caplog):
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
     from reportgen.training.train import BudgetRuns
 
     monkeypatch.setenv("REPORTGEN_CACHE_DIR", str(tmp_path / "cache"))

@@ -9,10 +9,10 @@ from conftest import compose_config
 from user_models.nonfinite import SometimesInfTask, build, is_poisoned
 
 from reportgen.checks.budget import task_metrics
-from reportgen.checks.plots import task_metric_plots
+from reportgen.checks.base.plots import task_metric_plots
+from reportgen.commands.run import prepare
 from reportgen.report.render import environment
 from reportgen.results import check_summary, to_frame
-from reportgen.run import prepare
 from reportgen.training.loop import step_seed, train_to_budget
 
 ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1e-3}
@@ -141,7 +141,7 @@ def test_step_seeds_differ_per_step_and_seed_and_repeat():
 
 def test_disabled_budget_is_not_run(monkeypatch, tmp_path):
     """The runner, not the check, writes the row of a check whose group says enabled=false."""
-    import reportgen.run as pipeline
+    import reportgen.commands.run as pipeline
     from reportgen.checks import Check, budget
 
     setup = prepare(compose_config("+model=ffn", "budget.enabled=false"))

@@ -319,7 +319,7 @@ def test_cache_enabled_false_neither_reads_nor_writes(cache_folder):
 # --------------------------------------------------------------------------- duplicate seeds
 @pytest.mark.parametrize("setting", ["budget.seeds", "larger_batch.seeds"])
 def test_duplicate_seeds_are_refused_before_any_model_work(setting, tmp_path, capsys):
-    from reportgen import cli
+    from reportgen.commands import cli
     from reportgen.commands.validation import config_problems
 
     cfg = compose_config("+model=ffn", f"{setting}=[0,1,0]")
@@ -341,8 +341,8 @@ def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_stil
     one, page 1 says so, and reportgen.verify accepts every row's status."""
     from conftest import run_pipeline
 
-    from reportgen import run as pipeline
     from reportgen.checks import REGISTRY
+    from reportgen.commands import run as pipeline
     from reportgen.config import LARGER_BATCH, TASK_METRICS
     from reportgen.results import Status
     from reportgen.trust.keys import load_public_key

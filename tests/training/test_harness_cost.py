@@ -64,7 +64,7 @@ def test_digits_are_sklearns_own_values_read_without_importing_sklearn():
 def test_a_plot_is_drawn_once_with_the_same_bytes_as_before(monkeypatch):
     from matplotlib.figure import Figure
 
-    from reportgen.checks.plots import finish_axes, to_svg
+    from reportgen.checks.base.plots import finish_axes, to_svg
 
     def figure():
         fig = Figure(figsize=(4, 2))

@@ -114,7 +114,7 @@ def test_reportgen_is_hashed_whole_and_never_listed_as_the_users_source(monkeypa
     package folder was once taken as trust/, which listed ~100 of reportgen's files as the user's and
     hashed only trust/ as reportgen's own."""
     import reportgen
-    import reportgen.run  # noqa: F401 - every check module is loaded, as in a run
+    import reportgen.commands.run  # noqa: F401 - every check module is loaded, as in a run
     from reportgen.trust import sources
 
     package = Path(reportgen.__file__).resolve().parent
@@ -122,4 +122,4 @@ def test_reportgen_is_hashed_whole_and_never_listed_as_the_users_source(monkeypa
     hashed = []
     monkeypatch.setattr(sources, "sha256_file", lambda f: hashed.append(Path(f)) or "0" * 64)
     sources.reportgen_sources_sha256()
-    assert package / "checks" / "parity.py" in hashed and package / "run.py" in hashed
+    assert package / "checks" / "parity.py" in hashed and package / "commands" / "run.py" in hashed

@@ -113,7 +113,7 @@ def test_unusable_key_is_one_line_naming_the_fixes(tmp_path, content, message):
 
 
 def test_run_without_key_exits_2_before_any_model_work(compose_cfg, tmp_path, monkeypatch, capsys):
-    import reportgen.run as pipeline
+    import reportgen.commands.run as pipeline
 
     def no_model_work(cfg, **kwargs):
         raise AssertionError("the model was built although the key is missing")

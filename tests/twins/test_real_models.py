@@ -103,8 +103,8 @@ def test_bf16_autocast_uses_its_tolerances_and_passes(tmp_path):
 def test_compiled_twins_run_against_a_compiled_baseline(tmp_path, monkeypatch):
     """Only gradient parity runs (the one required check; what the assertions read): every other check
     builds and compiles twins of its own (about 20 compiles), and page 1's compile line is metadata."""
-    from reportgen import run as pipeline
     from reportgen.checks import REGISTRY
+    from reportgen.commands import run as pipeline
 
     monkeypatch.setattr(pipeline, "REGISTRY", [c for c in REGISTRY if c.name == GRADIENT_PARITY])
     code, frame = run_model(

@@ -102,7 +102,7 @@ def test_selective_without_ops_is_refused():
 def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
     """The sac_packet fault: `aten.mm` listed, but nn.Linear on 2-D input calls aten.addmm."""
     from reportgen.checks.policy import selective_policy
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
 
     cfg = compose_cfg(
         "+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm,aten.addmm]", user_conf=True
@@ -117,7 +117,7 @@ def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
 
 def test_selective_policy_says_everything_recomputes_only_when_no_entry_matches(compose_cfg):
     from reportgen.checks.policy import selective_policy
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
 
     cfg = compose_cfg("+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm]", user_conf=True)
     (row,) = selective_policy(prepare(cfg))
@@ -126,7 +126,7 @@ def test_selective_policy_says_everything_recomputes_only_when_no_entry_matches(
 
 def test_selective_policy_check_is_silent_in_other_modes(compose_cfg):
     from reportgen.checks.policy import selective_policy
-    from reportgen.run import prepare
+    from reportgen.commands.run import prepare
 
     assert selective_policy(prepare(compose_cfg("+model=dropout_rng", user_conf=True))) == []
 

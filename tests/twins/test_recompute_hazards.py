@@ -15,9 +15,9 @@ from conftest import SMALL, TESTS, compose_config, reportgen, run_dirs, run_pipe
 from torch import nn
 
 from reportgen.checks.parity import gradient_parity
+from reportgen.commands.run import prepare
 from reportgen.report.diagnose import diagnose
 from reportgen.results import Role, Row, Status, check_summary, to_frame
-from reportgen.run import prepare
 from reportgen.structure import changed_leaves, leaf_states
 from reportgen.twins.recompute import RecomputeHazard, guard_returned_leaves
 

@@ -24,11 +24,11 @@ from conftest import (
 )
 
 from reportgen import verify as verifier
-from reportgen.compare import command as compare
+from reportgen.commands import compare
+from reportgen.commands.run import write_results
 from reportgen.config import TIME
 from reportgen.report.render import render_report
 from reportgen.results import Role, Row, Status, claim_verdict, to_frame
-from reportgen.run import write_results
 from reportgen.sweep import summary
 from reportgen.sweep.cli import main
 from reportgen.sweep.summary import INCOMPLETE_MARK, summarize
@@ -606,8 +606,8 @@ def test_a_read_only_output_folder_is_named_not_called_another_run(tmp_path, mon
 def test_a_write_failure_during_a_run_exits_2_naming_the_file(tmp_path, monkeypatch, capsys):
     import errno
 
-    import reportgen.run as pipeline
-    from reportgen import cli
+    import reportgen.commands.run as pipeline
+    from reportgen.commands import cli
     from reportgen.files import write_failure
 
     def disk_full(cfg, out_dir):
@@ -631,8 +631,8 @@ def test_sigterm_during_signing_then_reportgen_sign_completes_and_verifies(tmp_p
     from conftest import SMALL, compose_config
     from omegaconf import OmegaConf
 
-    from reportgen import cli
-    from reportgen.trust import finish, signing
+    from reportgen.commands import cli, sign
+    from reportgen.trust import signing
     from reportgen.trust.manifest import PENDING_NAME
 
     (private, public), _ = keys
@@ -655,7 +655,7 @@ def test_sigterm_during_signing_then_reportgen_sign_completes_and_verifies(tmp_p
     assert f"python -m reportgen.sign {out}" in said and (out / PENDING_NAME).is_file()
     assert verifier.main([str(out), "--key", str(public)]) == 1
     assert "finished its checks but was interrupted before it was signed" in capsys.readouterr().out
-    code = finish.main([str(out), "--key", str(private)])
+    code = sign.main([str(out), "--key", str(private)])
     assert code in (0, 1, 3) and "every row re-judged" in capsys.readouterr().out
     assert not (out / PENDING_NAME).exists()
     assert verifier.main([str(out), "--key", str(public), "--expect", "run"]) == code
@@ -666,7 +666,7 @@ def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, ke
     """Only what the run measured is signed later: the mark is sealed (signed) when the checks finish, and
     an edit to results.json made consistent with its own numbers (FAIL rows turned into bitwise-equal PASS
     rows, the break-it attack) is refused, as is a mark without a seal."""
-    from reportgen.trust import finish
+    from reportgen.commands import sign
     from reportgen.trust.keys import load_private_key
     from reportgen.trust.manifest import mark_pending
 
@@ -675,10 +675,10 @@ def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, ke
     out.mkdir()
     frame = tiny_frame(failing=True)
     write_results(frame, out)
-    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert sign.main([str(out), "--key", str(private)]) == 2
     assert "not a finished run waiting to be signed" in capsys.readouterr().err
     mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True)  # no seal
-    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert sign.main([str(out), "--key", str(private)]) == 2
     assert "carries no seal" in capsys.readouterr().err
     (out / "report.pending.json").unlink()
     mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True, private_key=load_private_key(private))
@@ -686,7 +686,7 @@ def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, ke
     for name in ("results.json", "results.csv"):
         (out / name).unlink()
     write_results(honest, out)
-    assert finish.main([str(out), "--key", str(private)]) == 2
+    assert sign.main([str(out), "--key", str(private)]) == 2
     assert "changed after the checks finished" in capsys.readouterr().err
     assert not (out / "statement.dsse.json").exists()
 

@@ -169,32 +169,28 @@ def keep_only_targets(model: nn.Module, targets: list[str]) -> list[str]:
     return kept
 
 
-def _context_of(task: Any) -> tuple[int, int]:
-    """``(vocab_size, block_size)`` of a task, for sizing the embedding and positions."""
+def _sized(task: Any, vocab_size: int | None, positions: str, **fields: Any) -> dict[str, Any]:
+    """The config fields every factory sets alike: the embedding's rows (the task's characters, or
+    ``vocab_size`` when given: a full-size vocabulary for the estimate; the task's ids stay below its
+    own size), ``positions`` = the task's ``block_size``, token ids 0, then ``fields``.
+
+    Raises:
+        SetupError: the task has no ``vocab_size``/``block_size``, or ``vocab_size`` is below the task's.
+    """
     try:
-        return int(task.vocab_size), int(task.block_size)
+        task_vocab, block_size = int(task.vocab_size), int(task.block_size)
     except AttributeError as exc:
         raise SetupError(
             f"the Hugging Face factories size the model from the task's vocab_size and block_size; "
             f"{type(task).__name__} has no {exc.name}. Use task._target_=reportgen.models.hf.CausalLMTask"
         ) from exc
-
-
-def _vocab(task_vocab: int, vocab_size: int | None) -> int:
-    """The embedding's rows: the task's characters, or ``vocab_size`` when given (a full-size
-    vocabulary for the estimate; the task's ids stay below its own size).
-
-    Raises:
-        SetupError: ``vocab_size`` is smaller than the task's vocabulary.
-    """
-    if vocab_size is None:
-        return task_vocab
-    if int(vocab_size) < task_vocab:
+    if vocab_size is not None and int(vocab_size) < task_vocab:
         raise SetupError(
             f"model.vocab_size={vocab_size} is smaller than the task's {task_vocab} tokens; give "
             f"model.vocab_size>={task_vocab} or leave it unset"
         )
-    return int(vocab_size)
+    rows = task_vocab if vocab_size is None else int(vocab_size)
+    return {"vocab_size": rows, positions: block_size, "bos_token_id": 0, "eos_token_id": 0, **fields}
 
 
 def gpt2(
@@ -233,20 +229,8 @@ def gpt2(
     require_transformers()
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    task_vocab, block_size = _context_of(task)
-    cfg = GPT2Config(
-        vocab_size=_vocab(task_vocab, vocab_size),
-        n_positions=block_size,
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_head=n_head,
-        bos_token_id=0,
-        eos_token_id=0,
-        use_cache=use_cache,
-        attn_implementation=attn_implementation,
-        **config,
-    )
-    return GPT2LMHeadModel(cfg)
+    sized = _sized(task, vocab_size, "n_positions", use_cache=use_cache, attn_implementation=attn_implementation)
+    return GPT2LMHeadModel(GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, **sized, **config))
 
 
 def llama(
@@ -286,23 +270,12 @@ def llama(
     require_transformers()
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    task_vocab, block_size = _context_of(task)
-    cfg = LlamaConfig(
-        vocab_size=_vocab(task_vocab, vocab_size),
-        max_position_embeddings=block_size,
-        num_hidden_layers=n_layer,
-        hidden_size=hidden_size,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        intermediate_size=intermediate_size,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=None,
-        use_cache=use_cache,
-        attn_implementation=attn_implementation,
-        **config,
+    sized = _sized(
+        task, vocab_size, "max_position_embeddings", use_cache=use_cache, attn_implementation=attn_implementation
     )
-    return LlamaForCausalLM(cfg)
+    widths = {"hidden_size": hidden_size, "intermediate_size": intermediate_size, "num_hidden_layers": n_layer}
+    heads = {"num_attention_heads": num_attention_heads, "num_key_value_heads": num_key_value_heads}
+    return LlamaForCausalLM(LlamaConfig(**widths, **heads, pad_token_id=None, **sized, **config))
 
 
 class CausalLMTask(CharTextTask):

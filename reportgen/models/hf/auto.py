@@ -174,15 +174,8 @@ def causal_lm(
     """
     cfg = model_config(config, pretrained)
     cfg.use_cache = use_cache
-    model = auto_model(
-        "AutoModelForCausalLM",
-        "causal-LM head",
-        "+model=hf_causal_lm tests decoder-only language models",
-        task,
-        cfg,
-        pretrained,
-        attn_implementation,
-    )
+    scope = "+model=hf_causal_lm tests decoder-only language models"
+    model = auto_model("AutoModelForCausalLM", "causal-LM head", scope, task, cfg, pretrained, attn_implementation)
     refuse_non_causal(model, cfg)
     return model
 
@@ -290,18 +283,6 @@ def _fits(task: Any, cfg: Any) -> None:
         )
 
 
-def check_block_size(block_size: object) -> None:
-    """Refuse a window length that is not a whole number of characters >= 1.
-
-    Raises:
-        SetupError: naming ``task.block_size`` and a value that works.
-    """
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-        raise SetupError(
-            f"task.block_size={block_size!r} must be a whole number of characters, at least 1 (e.g. task.block_size=64)"
-        )
-
-
 class TextCausalLMTask(CausalLMTask):
     """Character-level causal LM on a local text, sized to a Hugging Face config.
 
@@ -316,9 +297,7 @@ class TextCausalLMTask(CausalLMTask):
         text_file: a UTF-8 text file (undecodable bytes replaced); None = Python's bundled docs
             (``pydoc_data.topics``, about 1 MB, ships with CPython).
         block_size: tokens (characters) per example; at most the config's positions.
-        val_fraction: share of the text held out.
-        eval_batches: held-out batches of ``eval_batch_size`` windows for evaluation.
-        eval_batch_size: windows per held-out batch.
+        val_fraction, eval_batches, eval_batch_size: as :class:`reportgen.models.hf.CausalLMTask`.
 
     Raises:
         SetupError: see :func:`model_config`; the text file is missing, or too short for
@@ -335,17 +314,7 @@ class TextCausalLMTask(CausalLMTask):
         eval_batches: int = 8,
         eval_batch_size: int = 16,
     ):
-        cfg = model_config(config, pretrained)
-        text = read_text(text_file)
-        self.vocab, ids = char_ids(text, int(cfg.vocab_size))
-        n_val = int(len(ids) * val_fraction)
-        check_block_size(block_size)
-        if n_val <= block_size + 1 or len(ids) - n_val <= block_size + 1:
-            raise SetupError(
-                f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
-                f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text"
-            )
-        self.train, self.val = ids[:-n_val], ids[-n_val:]
+        self.vocab, self.train, self.val = split_text(config, pretrained, text_file, block_size, val_fraction, 0, 2)
         self.block_size, self.eval_batches, self.eval_batch_size = block_size, eval_batches, eval_batch_size
         self.text_file = text_file
 
@@ -355,24 +324,48 @@ class TextCausalLMTask(CausalLMTask):
         return len(self.vocab)
 
 
-def read_text(text_file: str | None) -> str:
-    """The task's text: ``text_file`` (UTF-8) or Python's bundled docs joined in key order.
+def split_text(
+    config: str | None,
+    pretrained: str | None,
+    text_file: str | None,
+    block_size: int,
+    val_fraction: float,
+    reserved: int,
+    margin: int,
+) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """``(characters, train ids, held-out ids)`` of a text task: ``text_file`` (UTF-8; None = Python's
+    bundled docs joined in key order), ids by :func:`char_ids` (the config's ``vocab_size`` less ``reserved``
+    ids kept for the task), the last ``val_fraction`` held out.
 
     Raises:
-        SetupError: ``text_file`` is not a readable file.
+        SetupError: see :func:`model_config`; ``text_file`` is not a readable file; ``block_size`` is not a
+            whole number >= 1; either split is shorter than ``block_size + margin`` characters.
     """
+    cfg = model_config(config, pretrained)
     if text_file is None:
         from pydoc_data.topics import topics
 
-        return "\n".join(topics[k] for k in sorted(topics))
-    path = Path(str(text_file)).expanduser()
-    if not path.is_file():
+        text = "\n".join(topics[k] for k in sorted(topics))
+    elif not (path := Path(str(text_file)).expanduser()).is_file():
         what = "is a folder, not a file" if path.is_dir() else "no such file"
         raise SetupError(
             f"task.text_file={text_file}: {what}; give a UTF-8 text file, or leave task.text_file unset "
             "for Python's bundled docs"
         )
-    return path.read_bytes().decode("utf-8", errors="replace")
+    else:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    vocab, ids = char_ids(text, int(cfg.vocab_size) - reserved)
+    n_val = int(len(ids) * val_fraction)
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise SetupError(
+            f"task.block_size={block_size!r} must be a whole number of characters, at least 1 (e.g. task.block_size=64)"
+        )
+    if min(n_val, len(ids) - n_val) < block_size + margin:
+        raise SetupError(
+            f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
+            f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text"
+        )
+    return vocab, ids[:-n_val], ids[-n_val:]
 
 
 def char_ids(text: str, vocab_size: int) -> tuple[list[str], torch.Tensor]:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from reportgen.errors import SetupError
-from reportgen.models.hf.auto import auto_model, char_ids, check_block_size, model_config, read_text
+from reportgen.models.hf.auto import auto_model, model_config, split_text
 from reportgen.tasks import _device_dtype
 
 #: ``ignore_index`` of the targets at positions that are not masked (torch's cross-entropy default).
@@ -47,15 +47,8 @@ def masked_lm(
             masked-LM head; the task does not fit the config.
     """
     cfg = model_config(config, pretrained)
-    return auto_model(
-        "AutoModelForMaskedLM",
-        "masked-LM head",
-        "+model=hf_masked_lm tests encoder models with a masked-LM head",
-        task,
-        cfg,
-        pretrained,
-        attn_implementation,
-    )
+    scope = "+model=hf_masked_lm tests encoder models with a masked-LM head"
+    return auto_model("AutoModelForMaskedLM", "masked-LM head", scope, task, cfg, pretrained, attn_implementation)
 
 
 class TextMaskedLMTask:
@@ -67,15 +60,8 @@ class TextMaskedLMTask:
     ``IGNORE`` (-100) where nothing is masked. Metric: held-out cross-entropy per masked
     character in bits (lower is better).
 
-    Args:
-        config: the model's local config.json (or folder); read for ``vocab_size``.
-        pretrained: or the model's local ``save_pretrained`` folder.
-        text_file: a UTF-8 text file; None = Python's bundled docs (``pydoc_data.topics``).
-        block_size: characters per window (sequence length, tokens).
+    Args: as :class:`reportgen.models.hf.auto.TextCausalLMTask`, and
         mask_prob: probability that a position is masked (BERT: 0.15).
-        val_fraction: share of the text held out.
-        eval_batches: held-out batches of ``eval_batch_size`` windows for evaluation.
-        eval_batch_size: windows per held-out batch.
 
     Raises:
         SetupError: see :func:`reportgen.models.hf.auto.model_config`; a missing text file; a text too
@@ -98,18 +84,8 @@ class TextMaskedLMTask:
     ):
         if not 0.0 < mask_prob <= 1.0:
             raise SetupError(f"task.mask_prob={mask_prob} must be in (0, 1] (BERT masks 0.15)")
-        cfg = model_config(config, pretrained)
-        text = read_text(text_file)
-        self.vocab, ids = char_ids(text, int(cfg.vocab_size) - 1)
+        self.vocab, self.train, self.val = split_text(config, pretrained, text_file, block_size, val_fraction, 1, 0)
         self.mask_id = len(self.vocab)
-        n_val = int(len(ids) * val_fraction)
-        check_block_size(block_size)
-        if n_val < block_size or len(ids) - n_val < block_size:
-            raise SetupError(
-                f"task.text_file={text_file}: {len(text)} characters are too few for task.block_size="
-                f"{block_size} windows in both splits (val_fraction={val_fraction}); give a longer text"
-            )
-        self.train, self.val = ids[:-n_val], ids[-n_val:]
         self.block_size, self.mask_prob = block_size, mask_prob
         self.eval_batches, self.eval_batch_size = eval_batches, eval_batch_size
 

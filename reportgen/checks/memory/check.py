@@ -39,9 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.memory_estimate import estimate_rows
-from reportgen.checks.memory_rows import peak_rows, saved_rows
-from reportgen.checks.plots import memory_plots
+from reportgen.checks.base.judged import zero_count_row
+from reportgen.checks.memory.estimate import estimate_rows
+from reportgen.checks.memory.plots import memory_plots
+from reportgen.checks.memory.rows import bytes_row, peak_rows, saved_rows
 from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import StepPeak, warm_step_peak
@@ -100,16 +101,17 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     except Exception as exc:  # noqa: BLE001 - failures are data
         twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
         said = f"the {twin} twin raised " if twin else ""
+        detail = f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}"
         rows.append(
-            Row(
-                check=MEMORY,
-                item=item,
-                variant=twin or "recompute",
-                metric="exception",
+            Row.fact(
+                MEMORY,
+                item,
+                Role.EXCEPTION,
+                detail,
                 status=status,
+                metric="exception",
+                variant=twin or "recompute",
                 seconds=time.perf_counter() - start,
-                role=Role.EXCEPTION,
-                detail=f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}",
                 extra={TWIN: twin} if twin else {},
             )
         )
@@ -197,20 +199,11 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
         )
     else:
         detail = "every parameter with a gradient in the plain run has one under recompute"
+    seconds = time.perf_counter() - start
+    item = "gradients behind the saving"
     return [
-        Row(
-            check=MEMORY,
-            item="gradients behind the saving",
-            variant="recompute",
-            metric="lost_gradients",
-            value=float(len(lost)),
-            threshold="0",
-            comparator="==",
-            detail=detail,
-            seconds=time.perf_counter() - start,
-            role=Role.LOST_GRADIENTS,
-            unit="parameters",
-            threshold_value=0.0,
+        zero_count_row(
+            MEMORY, item, "lost_gradients", len(lost), "parameters", Role.LOST_GRADIENTS, detail, seconds=seconds
         )
     ]
 
@@ -235,61 +228,34 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
     """``peak_allocated_bytes`` and ``peak_reserved_bytes`` per variant from :func:`cuda_peaks` on CUDA;
     elsewhere one INFO row that says they were not measured (value NaN, never 0)."""
     if setup.device.type != "cuda":
+        detail = (
+            f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
+            "The saved-activation bytes above are exact on every device."
+        )
         return [
-            Row(
-                check=MEMORY,
-                item="CUDA allocator peaks",
-                variant="plain",
-                metric="peak_allocated_bytes",
-                value=float("nan"),
-                status=Status.INFO,
-                role=Role.NOTE,
-                detail=f"not measured: this run is on {setup.device.type}, and allocator peaks exist only on CUDA. "
-                "The saved-activation bytes above are exact on every device.",
-            )
+            Row.fact(MEMORY, "CUDA allocator peaks", Role.NOTE, detail, metric="peak_allocated_bytes", variant="plain")
         ]
     section: MemoryConfig = setup.config.memory
     warm = section.warm_steps
     rows = []
     for variant, _ in VARIANTS:
         peaks = cuda[variant]
-        gap = peaks["peak_reserved_bytes"] - peaks["peak_allocated_bytes"]
-        extra = {
-            "baseline_allocated_bytes": peaks["baseline_allocated_bytes"],
-            "reserved_gap_bytes": gap,
-            "warm_steps": warm,
-        }
-        seconds = peaks["seconds"]
-        rows.append(
-            Row(
-                check=MEMORY,
-                item="CUDA step peak",
-                variant=variant,
-                metric="peak_allocated_bytes",
-                value=peaks["peak_allocated_bytes"],
-                status=Status.INFO,
-                seconds=seconds,
-                extra=extra,
-                role=Role.CUDA_PEAK,
-                unit="B",
-                detail=f"peak of tensors allocated during the step after {warm} warm step(s); "
-                f"{peaks['baseline_allocated_bytes']} B were allocated before it (weights, optimizer state)",
-            )
+        before, gap = peaks["baseline_allocated_bytes"], peaks["peak_reserved_bytes"] - peaks["peak_allocated_bytes"]
+        extra = {"baseline_allocated_bytes": before, "reserved_gap_bytes": gap, "warm_steps": warm}
+        allocated = (
+            f"peak of tensors allocated during the step after {warm} warm step(s); "
+            f"{before} B were allocated before it (weights, optimizer state)"
         )
-        rows.append(
-            Row(
-                check=MEMORY,
-                item="CUDA step peak",
-                variant=variant,
-                metric="peak_reserved_bytes",
-                value=peaks["peak_reserved_bytes"],
-                status=Status.INFO,
-                extra=extra,
-                role=Role.CUDA_PEAK,
-                unit="B",
-                detail=f"peak held by the caching allocator, {gap} B above the allocated peak",
+        reserved = f"peak held by the caching allocator, {gap} B above the allocated peak"
+        for metric, detail, seconds in (
+            ("peak_allocated_bytes", allocated, peaks["seconds"]),
+            ("peak_reserved_bytes", reserved, 0.0),
+        ):
+            rows.append(
+                bytes_row(
+                    "CUDA step peak", Role.CUDA_PEAK, detail, variant, peaks[metric], seconds, extra, metric=metric
+                )
             )
-        )
     return rows
 
 
@@ -310,19 +276,12 @@ def run_peak_row(setup: Setup) -> Row:
             f"peak resident set of the process {format_bytes(value)} (host memory: this run is on {setup.device.type})"
         )
         extra = {}
-    return Row(
-        check=MEMORY,
-        item="run peak",
-        variant="plain",
-        metric=metric,
-        value=float(value),
-        status=Status.INFO,
-        role=Role.NOTE,
-        unit="B",
-        detail=f"the whole run's own peak, every twin of every check: {said}; the one build every twin is "
-        f"copied from holds {format_bytes(build)} (on the host); one twin's step peak is measured alone, above",
-        extra={**extra, "build_bytes": build},
+    detail = (
+        f"the whole run's own peak, every twin of every check: {said}; the one build every twin is "
+        f"copied from holds {format_bytes(build)} (on the host); one twin's step peak is measured alone, above"
     )
+    extra |= {"build_bytes": build}
+    return bytes_row("run peak", Role.NOTE, detail, "plain", float(value), extra=extra, metric=metric)
 
 
 CHECK = Check(
@@ -335,6 +294,20 @@ CHECK = Check(
             "allocator peaks where there is CUDA, and a GPU-free estimate at the target shape.",
             template="sections/warm-step-memory.html.j2",
             plotter=memory_plots,
+            roles=(
+                Role.SAVED_TOTAL,
+                Role.SAVING,
+                Role.SAVED_MODULE,
+                Role.STEP_PEAK,
+                Role.PEAK_SAVING,
+                Role.CUDA_PEAK,
+                Role.ESTIMATE_PEAK,
+                Role.ESTIMATE_MEASURED,
+                Role.ESTIMATE_TARGET,
+                Role.PER_LAYER,
+                Role.LOST_GRADIENTS,
+                Role.NOTE,
+            ),
         ),
     ),
     config="memory",

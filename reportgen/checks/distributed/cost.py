@@ -1,9 +1,10 @@
 """Cost of the sharded twins on every rank: saved activation bytes and the step peak per rank and
 the maximum over ranks, and warm step time with the slowest rank setting each step's pace (parts
-of ``reportgen.checks.distributed``)."""
+of :mod:`reportgen.checks.distributed.check`)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -16,17 +17,9 @@ from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import make_train_step, saved_activation_bytes
-from reportgen.results import Row, Status
+from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.twins.setup import Setup
-
-ROLE_RANK_TOTAL = "rank_saved_total"  #: saved activation bytes of one rank
-ROLE_RANK_STEP = "rank_step"  #: one rank's median warm step time
-ROLE_MAX_SAVED = "max_rank_saved_total"  #: saved bytes of the worst rank (plain, recompute)
-ROLE_RANK_PEAK = "rank_step_peak"  #: live tensor bytes at the peak of one rank's warm step
-ROLE_MAX_PEAK = "max_rank_step_peak"  #: the step peak of the worst rank (plain, recompute)
-ROLE_MAX_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
-ROLE_MAX_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
 
 
 def local_share(setup: Setup, group: Group) -> tuple:
@@ -48,23 +41,13 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
             measured[variant] = saved_activation_bytes(
                 model, local, setup.task.loss, setup.config.forward_seed, paths
             ).total_bytes
-    rows = [
-        ranked(
-            Row(
-                check=DIST_MEMORY,
-                item=f"saved activations ({variant})",
-                variant=variant,
-                metric="saved_activation_bytes",
-                value=float(value),
-                unit="B",
-                role=ROLE_RANK_TOTAL,
-                status=Status.INFO,
-                detail=f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)",
-            ),
-            group.rank,
+    rows = []
+    for variant, value in measured.items():
+        said = f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"
+        item = f"saved activations ({variant})"
+        rows.append(
+            ranked(_figure(DIST_MEMORY, item, Role.RANK_SAVED_TOTAL, said, SAVED, value, "B", variant), group.rank)
         )
-        for variant, value in measured.items()
-    ]
     peaks = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
         with twin(variant):
@@ -76,25 +59,14 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
                 setup.config.forward_seed,
                 warm_steps=1,
             )
-    rows += [
-        ranked(
-            Row(
-                check=DIST_MEMORY,
-                item=f"step peak ({variant})",
-                variant=variant,
-                metric="peak_live_bytes",
-                value=float(peak.peak_bytes),
-                unit="B",
-                role=ROLE_RANK_PEAK,
-                status=Status.INFO,
-                detail=f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), "
-                f"reached in {peak.phase}" + (f" of {peak.module}" if peak.module else ""),
-                extra={"phase": peak.phase, **(peak.cuda or {})},
-            ),
-            group.rank,
+    for variant, peak in peaks.items():
+        at = peak.phase + (f" of {peak.module}" if peak.module else "")
+        said = f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), reached in {at}"
+        row = _figure(
+            DIST_MEMORY, f"step peak ({variant})", Role.RANK_STEP_PEAK, said, PEAK, peak.peak_bytes, "B", variant
         )
-        for variant, peak in peaks.items()
-    ]
+        row.extra = {"phase": peak.phase, **(peak.cuda or {})}
+        rows.append(ranked(row, group.rank))
     worst = max_over_ranks(
         [
             float(measured["plain"]),
@@ -111,8 +83,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     return rows + [
         *max_pair_rows(
             "step peak",
-            "peak_live_bytes",
-            ROLE_MAX_PEAK,
+            PEAK,
+            Role.MAX_RANK_STEP_PEAK,
             worst[2],
             worst[3],
             "<=",
@@ -123,8 +95,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         ),
         *max_pair_rows(
             "saved activations",
-            "saved_activation_bytes",
-            ROLE_MAX_SAVED,
+            SAVED,
+            Role.MAX_RANK_SAVED_TOTAL,
             worst[0],
             worst[1],
             "<",
@@ -152,7 +124,7 @@ def max_pair_rows(
     Args:
         item: the figure, e.g. ``"step peak"`` (items ``"<item>, max over ranks (<variant>)"``).
         metric: the metric name of both rows (bytes, e.g. ``peak_live_bytes``).
-        role: the rows' role (:data:`ROLE_MAX_PEAK`, :data:`ROLE_MAX_SAVED`).
+        role: the rows' role (:attr:`Role.MAX_RANK_STEP_PEAK`, :attr:`Role.MAX_RANK_SAVED_TOTAL`).
         plain, recompute: each twin's maximum over ranks, bytes.
         comparator: how recompute must compare with plain (``"<="``, ``"<"``).
         on_miss: the recompute row's status when missed (FAIL, or WARN when advisory).
@@ -162,32 +134,30 @@ def max_pair_rows(
         ``[plain row, recompute row]``.
     """
     return [
-        Row(
-            check=DIST_MEMORY,
-            item=f"{item}, max over ranks (plain)",
-            variant="plain",
-            metric=metric,
-            value=plain,
-            unit="B",
-            role=role,
-            status=Status.INFO,
-            detail=plain_detail,
-        ),
-        Row(
-            check=DIST_MEMORY,
-            item=f"{item}, max over ranks (recompute)",
-            variant="recompute",
-            metric=metric,
-            value=recompute,
-            threshold=f"{comparator} {plain:.0f} B (plain, max over ranks)",
+        _figure(DIST_MEMORY, f"{item}, max over ranks (plain)", role, plain_detail, metric, plain, "B", "plain"),
+        Row.measured(
+            DIST_MEMORY,
+            f"{item}, max over ranks (recompute)",
+            metric,
+            recompute,
+            "B",
             comparator=comparator,
-            role=role,
-            unit="B",
             threshold_value=plain,
+            threshold=f"{comparator} {plain:.0f} B (plain, max over ranks)",
             on_miss=on_miss,
+            role=role,
             detail=recompute_detail,
         ),
     ]
+
+
+#: The metrics of saved-activation bytes and of the step peak.
+SAVED, PEAK = "saved_activation_bytes", "peak_live_bytes"
+
+
+def _figure(check: str, item: str, role: str, detail: str, metric: str, value: float, unit: str, variant: str) -> Row:
+    """An INFO row of one twin's figure (``value`` in ``unit``), on one rank or the maximum over ranks."""
+    return Row.fact(check, item, role, detail, metric=metric, value=float(value), unit=unit, variant=variant)
 
 
 def time_rows(setup: Setup, group: Group) -> list[Row]:
@@ -219,60 +189,38 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
             sync()
             if index >= tc.warmup_steps:
                 times[variant].append((time.perf_counter() - start) * 1e3)
-    rows = [
-        ranked(
-            Row(
-                check=DIST_TIME,
-                item=f"median step ({variant})",
-                variant=variant,
-                metric="step_time_ms",
-                value=statistics.median(ms),
-                unit="ms",
-                role=ROLE_RANK_STEP,
-                status=Status.INFO,
-                detail=f"median of {len(ms)} warm steps on rank {group.rank}",
-            ),
-            group.rank,
+    rows = []
+    for variant, ms in times.items():
+        said, median = f"median of {len(ms)} warm steps on rank {group.rank}", statistics.median(ms)
+        row = _figure(
+            DIST_TIME, f"median step ({variant})", Role.RANK_STEP, said, "step_time_ms", median, "ms", variant
         )
-        for variant, ms in times.items()
-    ]
+        rows.append(ranked(row, group.rank))
     worst = {variant: max_over_ranks(ms, group) for variant, ms in times.items()}
     if group.rank != 0:
         return rows
-    plain, recompute = statistics.median(worst["plain"]), statistics.median(worst["recompute"])
-    rows += [
-        Row(
-            check=DIST_TIME,
-            item=f"median step, max over ranks ({variant})",
-            variant=variant,
-            metric="step_time_ms",
-            value=value,
-            unit="ms",
-            role=ROLE_MAX_STEP,
-            status=Status.INFO,
-            detail=f"median over {len(worst[variant])} steps of the slowest rank's time",
-        )
-        for variant, value in (("plain", plain), ("recompute", recompute))
-    ]
+    for variant, ms in worst.items():
+        said, median = f"median over {len(ms)} steps of the slowest rank's time", statistics.median(ms)
+        item = f"median step, max over ranks ({variant})"
+        rows.append(_figure(DIST_TIME, item, Role.MAX_RANK_STEP, said, "step_time_ms", median, "ms", variant))
     ratio, low, high = bootstrap_ratio_ci(worst["plain"], worst["recompute"], tc.bootstrap_samples)
     bound = tc.max_overhead_ratio
     detail = (
         f"median over {len(worst['plain'])} interleaved rounds of recompute/plain, each step timed as the slowest of "
         f"{group.world_size} ranks; paired-bootstrap 95% CI {low:.3f}–{high:.3f}"
     )
+    threshold, comparator, limit = ("", "", math.nan) if bound is None else (f"<= {bound}", "ci<=", float(bound))
     rows.append(
-        Row(
-            check=DIST_TIME,
-            item="overhead ratio (slowest rank per step)",
-            variant="recompute",
-            metric="overhead_ratio",
-            value=ratio,
-            threshold=f"<= {bound}" if bound is not None else "",
-            comparator="ci<=" if bound is not None else "",
-            role=ROLE_MAX_OVERHEAD,
-            unit="ratio",
-            status=Status.INFO,
-            threshold_value=float(bound) if bound is not None else float("nan"),
+        Row.measured(
+            DIST_TIME,
+            "overhead ratio (slowest rank per step)",
+            "overhead_ratio",
+            ratio,
+            "ratio",
+            comparator=comparator,
+            threshold_value=limit,
+            threshold=threshold,
+            role=Role.MAX_RANK_OVERHEAD,
             detail=detail,
             extra={"ci_low": low, "ci_high": high, "rounds": len(worst["plain"])},
         )

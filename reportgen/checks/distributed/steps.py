@@ -1,4 +1,4 @@
-"""Step and trajectory parity of the sharded twins (parts of :mod:`reportgen.checks.distributed`): one
+"""Step and trajectory parity of the sharded twins (parts of :mod:`reportgen.checks.distributed.check`): one
 optimizer step, then ``parity.steps`` steps on the training stream, compared in full tensors on rank 0
 and each rank's own state (buffers, attributes, generators) per rank."""
 
@@ -8,9 +8,10 @@ import math
 
 import torch
 
-from reportgen.checks.distributed_cost import local_share
-from reportgen.checks.distributed_grads import reference_grads, reference_rows
-from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, ParityConfig
+from reportgen.checks.distributed.cost import local_share
+from reportgen.checks.distributed.grads import reference_grads, reference_rows
+from reportgen.checks.base.judged import step_row
+from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, STATE_PARITY, ParityConfig
 from reportgen.distributed.full import dist_name, full, full_optimizer_state, full_params
 from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import ranked, twin
@@ -42,10 +43,6 @@ def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
     )
 
 
-#: Roles of the per-rank state rows (each rank's own buffers, attributes and generators).
-STATE_ROLES = {Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.IGNORED}
-
-
 def step_rows(setup: Setup, group: Group) -> list[Row]:
     """One step of ``parity.optimizer`` on each distributed twin (plain, A/A, recompute).
 
@@ -72,8 +69,9 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     )
     rows = []
     for row in compared:
+        own = row.check == STATE_PARITY  # each rank's own buffers, attributes, generators (snapshot_rows)
         row.check = DIST_STEP_PARITY
-        if row.role in STATE_ROLES:
+        if own:
             rows.append(ranked(row, group.rank))
         elif group.rank == 0:
             row.item += " (full)"
@@ -137,34 +135,15 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
         compared = [
             x
             for x in snapshot_rows(p, r, a, rtol, atol, setup.config.state.ignore_attributes)
-            if x.role != Role.IGNORED and (group.rank == 0 or x.role in STATE_ROLES)
+            if x.role != Role.IGNORED and (group.rank == 0 or x.check == STATE_PARITY)
         ]
         for variant, key, on_miss in (("recompute", "excess", Status.FAIL), ("aa", "aa_excess", Status.INCONCLUSIVE)):
             excess = [(float(x.extra.get(key, math.inf)), x) for x in compared]
             moved = [x.item for e, x in excess if not e <= 0]
             worst = max((e for e, _ in excess), key=lambda e: e if e == e else math.inf, default=0.0)
-            detail = (
-                f"all {len(compared)} items within tolerance"
-                if not moved
-                else f"{len(moved)} of {len(compared)} items outside tolerance, e.g. {', '.join(moved[:3])}"
+            extra = {"step": k, "excess": worst, "items": len(compared)}
+            row = step_row(
+                DIST_TRAJECTORY, k, "items_outside_tolerance", len(moved), "items", variant, on_miss, moved, extra
             )
-            rows.append(
-                ranked(
-                    Row(
-                        check=DIST_TRAJECTORY,
-                        item=f"step {k}",
-                        variant=variant,
-                        metric="items_outside_tolerance",
-                        value=float(len(moved)),
-                        threshold="allclose per item",
-                        comparator="allclose",
-                        detail=detail,
-                        role=Role.TRAJECTORY,
-                        unit="items",
-                        on_miss=on_miss,
-                        extra={"step": k, "excess": worst, "items": len(compared)},
-                    ),
-                    group.rank,
-                )
-            )
+            rows.append(ranked(row, group.rank))
     return rows

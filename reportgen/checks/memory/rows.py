@@ -1,19 +1,25 @@
-"""The rows of the warm-step memory check's two main measurements (:mod:`reportgen.checks.memory`):
+"""The rows of the warm-step memory check's two main measurements (:mod:`reportgen.checks.memory.check`):
 saved-activation bytes (total, per wrapped module, and the ``saving_share`` row) and the step peak
 (``peak_live_bytes`` per twin, and the verdict row ``peak_saving_share``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from reportgen.checks.memory_estimate import saving_share
 from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, where
 from reportgen.memory.saved import REST, SavedActivations
 from reportgen.results import Role, Row, Status
 from reportgen.structure import describe
 from reportgen.twins.setup import Setup
+
+
+def saving_share(plain_bytes: int, recompute_bytes: int) -> float:
+    """Share of the plain run's saved-activation bytes that recomputation saves:
+    ``(plain - recompute) / plain`` (0 when plain saves nothing; negative when recompute keeps more)."""
+    return (plain_bytes - recompute_bytes) / plain_bytes if plain_bytes else 0.0
 
 
 def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[str, float]) -> list[Row]:
@@ -43,66 +49,74 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
             "nothing, check recompute.targets"
         )
-    rows = [
-        Row(
-            check=MEMORY,
-            item="saved activations (total)",
-            variant=variant,
-            metric="saved_activation_bytes",
-            value=s.total_bytes,
-            status=Status.INFO,
-            detail=f"{s.storages} storages kept for backward after one forward and the loss, {shape}",
-            seconds=seconds[variant],
-            role=Role.SAVED_TOTAL,
-            unit="B",
-            extra={"storages": s.storages},
-        )
-        for variant, s in (("plain", plain), ("recompute", rec))
-    ]
-    rows.append(
-        Row(
-            check=MEMORY,
-            item="saving",
-            variant="recompute",
-            metric="saving_share",
-            value=share,
-            threshold=f">= {share_min:g} of plain",
-            comparator=">=",
-            detail=sentence,
-            role=Role.SAVING,
-            unit="share",
-            threshold_value=share_min,
-            on_miss=Status.WARN,
-            extra={
-                "saving_bytes": plain.total_bytes - rec.total_bytes,
-                "plain_bytes": plain.total_bytes,
-                "recompute_bytes": rec.total_bytes,
-            },
-        )
-    )
+    rows = []
+    for variant, s in (("plain", plain), ("recompute", rec)):
+        what = f"{s.storages} storages kept for backward after one forward and the loss, {shape}"
+        took, extra = seconds[variant], {"storages": s.storages}
+        rows.append(bytes_row("saved activations (total)", Role.SAVED_TOTAL, what, variant, s.total_bytes, took, extra))
+    saving = {"saving_bytes": plain.total_bytes - rec.total_bytes, "plain_bytes": plain.total_bytes}
+    saving["recompute_bytes"] = rec.total_bytes
+    rows.append(_saving_row("saving", Role.SAVING, share, share_min, "plain", Status.WARN, sentence, saving))
     for order, path in enumerate(plain.per_module):
+        what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
         for variant, s in (("plain", plain), ("recompute", rec)):
-            what = "saved outside every wrapped module" if path == REST else f"saved while {path} runs, or its inputs"
-            rows.append(
-                Row(
-                    check=MEMORY,
-                    item=f"module {path}",
-                    variant=variant,
-                    metric="saved_activation_bytes",
-                    value=s.per_module[path],
-                    status=Status.INFO,
-                    detail=what,
-                    role=Role.SAVED_MODULE,
-                    unit="B",
-                    extra={
-                        "module": path,
-                        "module_order": order,
-                        "storages": s.per_module_storages.get(path, 0),
-                        "produced_saved_bytes": s.produced_by.get(path, 0),
-                    },
-                )
-            )
+            module: dict[str, Any] = {"module": path, "module_order": order}
+            module |= {
+                "storages": s.per_module_storages.get(path, 0),
+                "produced_saved_bytes": s.produced_by.get(path, 0),
+            }
+            rows.append(bytes_row(f"module {path}", Role.SAVED_MODULE, what, variant, s.per_module[path], extra=module))
     return rows
+
+
+def bytes_row(
+    item: str,
+    role: str,
+    detail: str,
+    variant: str = "recompute",
+    value: float = math.nan,
+    seconds: float = 0.0,
+    extra: dict | None = None,
+    *,
+    metric: str = "saved_activation_bytes",
+    status: str = Status.INFO,
+) -> Row:
+    """A fact of the warm-step memory check in bytes (B): one twin's ``saved_activation_bytes`` (in total or of
+    one module), or another ``metric`` (a step peak, a CUDA or run peak, an estimate); value NaN when there is none."""
+    return Row.fact(
+        MEMORY,
+        item,
+        role,
+        detail,
+        status=status,
+        metric=metric,
+        value=value,
+        unit="B",
+        variant=variant,
+        seconds=seconds,
+        extra=extra,
+    )
+
+
+def _saving_row(
+    item: str, role: str, share: float, least: float, of: str, on_miss: str, detail: str, extra: dict[str, Any]
+) -> Row:
+    """A saving (role ``saving`` or ``peak_saving``, metric ``<role>_share``): ``share`` of the plain twin's bytes
+    (``of``: "plain", "the plain peak") that recompute saves, judged ``>= least`` (``on_miss`` when below)."""
+    return Row.measured(
+        MEMORY,
+        item,
+        f"{role}_share",
+        share,
+        "share",
+        comparator=">=",
+        threshold_value=least,
+        threshold=f">= {least:g} of {of}",
+        on_miss=on_miss,
+        role=role,
+        detail=detail,
+        extra=extra,
+    )
 
 
 def _classes(setup: Setup) -> dict[str, str]:
@@ -147,42 +161,18 @@ def peak_rows(
                 f"allocator = {ratio:.3f}: the allocator rounds each block up and counts workspaces), "
                 f"max_memory_reserved {format_bytes(peak.cuda['peak_reserved_bytes'])}"
             )
+        took = seconds[variant]
         rows.append(
-            Row(
-                check=MEMORY,
-                item="step peak",
-                variant=variant,
-                metric="peak_live_bytes",
-                value=peak.peak_bytes,
-                status=Status.INFO,
-                detail=detail,
-                seconds=seconds[variant],
-                role=Role.STEP_PEAK,
-                unit="B",
-                extra=extra,
+            bytes_row(
+                "step peak", Role.STEP_PEAK, detail, variant, peak.peak_bytes, took, extra, metric="peak_live_bytes"
             )
         )
     plain, rec = peaks["plain"], peaks["recompute"]
     share = saving_share(plain.peak_bytes, rec.peak_bytes)
+    sentence = peak_sentence(plain, rec, share, share_min, saved, _classes(setup))
+    saving = {"plain_peak_bytes": plain.peak_bytes, "recompute_peak_bytes": rec.peak_bytes}
+    saving["peak_saving_bytes"] = plain.peak_bytes - rec.peak_bytes
     rows.append(
-        Row(
-            check=MEMORY,
-            item="step peak saving",
-            variant="recompute",
-            metric="peak_saving_share",
-            value=share,
-            threshold=f">= {share_min:g} of the plain peak",
-            comparator=">=",
-            detail=peak_sentence(plain, rec, share, share_min, saved, _classes(setup)),
-            role=Role.PEAK_SAVING,
-            unit="share",
-            threshold_value=share_min,
-            on_miss=on_miss,
-            extra={
-                "plain_peak_bytes": plain.peak_bytes,
-                "recompute_peak_bytes": rec.peak_bytes,
-                "peak_saving_bytes": plain.peak_bytes - rec.peak_bytes,
-            },
-        )
+        _saving_row("step peak saving", Role.PEAK_SAVING, share, share_min, "the plain peak", on_miss, sentence, saving)
     )
     return rows

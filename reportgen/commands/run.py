@@ -16,11 +16,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from reportgen.checks import REGISTRY, Check, required_names, run_order
-from reportgen.checks.distributed import follow
-from reportgen.checks.memory import run_peak_row
+from reportgen.checks.distributed.check import follow
+from reportgen.checks.memory.check import run_peak_row
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
+from reportgen.commands.planned import planned_peak
 from reportgen.commands.rundir import forget_unstarted_run, unwritable
 from reportgen.config import MEMORY
 from reportgen.distributed.launch import (
@@ -35,7 +36,6 @@ from reportgen.distributed.launch import (
 from reportgen.distributed.wrapping import settings_in_force, wrap_order
 from reportgen.errors import ExitCode, Terminated, UsageError, clip_keeping_advice, console_text
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
-from reportgen.plan.at_run import planned_peak
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.pdf import renderer_problem
@@ -226,20 +226,11 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     rows: list[Row] = []
     registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
     if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
-        return [
-            Row(
-                check=s.name,
-                item="compile",
-                variant="recompute",
-                metric="not_run",
-                status=Status.NOT_RUN,
-                role=Role.DISABLED,
-                detail=f"not run: compile.enabled=true but torch.compile could not run the twins "
-                f"({setup.compile_error}); run with compile.enabled=false",
-            )
-            for check in registry
-            for s in check.sections
-        ]
+        detail = (
+            f"not run: compile.enabled=true but torch.compile could not run the twins ({setup.compile_error}); "
+            "run with compile.enabled=false"
+        )
+        return [Row.not_run(s.name, detail, item="compile") for check in registry for s in check.sections]
     limits = check_limits(getattr(setup, "cfg", None))
     for index, check in enumerate(registry):
         if _disabled(setup, check):
@@ -254,29 +245,21 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
             log.error("check %s stopped: %s", check.name, exc.message)
             rows.append(
-                Row(
-                    check=check.name,
-                    item=f"stopped at checks.{exc.limit}",
-                    variant="recompute",
-                    metric="exception",
+                Row.fact(
+                    check.name,
+                    f"stopped at checks.{exc.limit}",
+                    Role.EXCEPTION,
+                    exc.message,
                     status=Status.ERROR,
-                    detail=exc.message,
+                    metric="exception",
                     seconds=time.perf_counter() - start,
-                    role=Role.EXCEPTION,
                     extra={"exception_type": "CheckLimitExceeded"},
                 )
             )
         except KeyboardInterrupt as exc:
+            interrupted = "the run was interrupted (Ctrl-C or SIGTERM) before this check finished"
             rows += [
-                Row(
-                    check=s.name,
-                    item="interrupted",
-                    variant="recompute",
-                    metric="not_run",
-                    status=Status.NOT_RUN,
-                    role=Role.DISABLED,
-                    detail="the run was interrupted (Ctrl-C or SIGTERM) before this check finished",
-                )
+                Row.not_run(s.name, interrupted, item="interrupted")
                 for later in registry[index:]
                 for s in later.sections
             ]
@@ -298,16 +281,11 @@ def _disabled(setup: Setup, check: Check) -> bool:
 def disabled_rows(check: Check) -> list[Row]:
     """One row per section of a check turned off by ``<group>.enabled=false``: NOT_RUN (a required
     check without rows fails the claim), FLAGGED for a flagged experiment (never counts)."""
+    detail = f"not run: {check.config}.enabled=false"
     return [
-        Row(
-            check=s.name,
-            item=str(check.config),
-            variant="recompute",
-            metric="not_run",
-            status=Status.FLAGGED if s.flagged else Status.NOT_RUN,
-            role=Role.DISABLED,
-            detail=f"not run: {check.config}.enabled=false",
-        )
+        Row.fact(s.name, str(check.config), Role.DISABLED, detail, status=Status.FLAGGED, metric="not_run")
+        if s.flagged
+        else Row.not_run(s.name, detail, item=str(check.config))
         for s in check.sections
     ]
 

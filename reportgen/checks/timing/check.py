@@ -31,8 +31,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.plots import timing_plots
-from reportgen.checks.timing_rows import (
+from reportgen.checks.timing.plots import timing_plots
+from reportgen.checks.timing.rows import (
     VARIANTS,
     ci_width_row,
     flops_row,
@@ -160,16 +160,15 @@ def warm_step_time(setup: Setup) -> list[Row]:
     )
     seconds = time.perf_counter() - start
     rows = [
-        Row(
-            check=TIME,
-            item=f"step {k}",
-            variant=v,
+        Row.fact(
+            TIME,
+            f"step {k}",
+            Role.STEP,
+            "one measured step",
             metric="step_time_ms",
             value=ms,
-            status=Status.INFO,
-            detail="one measured step",
-            role=Role.STEP,
             unit="ms",
+            variant=v,
             extra={"step_index": k},
         )
         for v in VARIANTS
@@ -201,16 +200,13 @@ def counted_flops(steps: Mapping[str, Callable[[], None]]) -> tuple[dict[str, in
         for step in steps.values():
             step()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return {}, Row(
-            check=TIME,
-            item="expected from FLOPs",
-            variant="recompute",
-            metric="expected_overhead_ratio",
-            status=Status.WARN,
-            role=Role.FLOPS,
-            unit="ratio",
-            detail=f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "
-            "the measured step times above stand on their own",
+        detail = (
+            f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "
+            "the measured step times above stand on their own"
+        )
+        metric = "expected_overhead_ratio"
+        return {}, Row.fact(
+            TIME, "expected from FLOPs", Role.FLOPS, detail, status=Status.WARN, metric=metric, unit="ratio"
         )
 
 
@@ -223,6 +219,7 @@ CHECK = Check(
             "confidence interval of the overhead, beside the FLOP bound of one extra forward.",
             template="sections/warm-step-time.html.j2",
             plotter=timing_plots,
+            roles=(Role.STEP, Role.MEDIAN, Role.OVERHEAD, Role.OVERHEAD_CI, Role.FLOPS, Role.LOAD),
         ),
     ),
     config="timing",

@@ -1,4 +1,4 @@
-"""Gradient parity of the sharded twins (a part of :mod:`reportgen.checks.distributed`): each rank's
+"""Gradient parity of the sharded twins (a part of :mod:`reportgen.checks.distributed.check`): each rank's
 loss, outputs and own gradients before reduction, then every parameter's full gradient, recompute vs
 the distributed plain twin; and the single-process plain reference on the same global batch that
 shows sharding's own effect (advisory, also read by the step part)."""
@@ -9,7 +9,8 @@ from typing import Any
 
 from torch import Tensor
 
-from reportgen.checks.distributed_cost import local_share
+from reportgen.checks.distributed.cost import local_share
+from reportgen.checks.base.judged import zero_count_row
 from reportgen.config import DIST_GRADIENT_PARITY
 from reportgen.distributed.full import full_grads
 from reportgen.distributed.launch import Group, shard_batch
@@ -21,9 +22,6 @@ from reportgen.results import Role, Row, Status
 from reportgen.results.rows import aa_row, tensor_row
 from reportgen.training.user_step import run_forward_backward
 from reportgen.twins.setup import Setup
-
-#: Roles of this check's rows that the generic roles do not name.
-ROLE_REFERENCE = "sharding_reference"  #: a distributed twin vs the single-process plain reference
 
 
 def _mean(parts: list[Tensor | None], world_size: int) -> Tensor | None:
@@ -71,7 +69,7 @@ def reference_rows(check: str, prefix: str, reference: dict, plain: dict, recomp
                 values.get(name),
                 rtol,
                 atol,
-                ROLE_REFERENCE,
+                Role.SHARDING_REFERENCE,
             )
             row.variant, row.on_miss = variant, Status.WARN
             row.__post_init__()  # judged again by results.judge with the advisory on_miss
@@ -183,17 +181,8 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
         else f"{len(bad)} of {len(compared)} gradients of this rank's share differ before reduction; "
         f"worst {bad[0].item} (max abs err {bad[0].value:.3g}, {bad[0].detail})"
     )
-    return Row(
-        check=DIST_GRADIENT_PARITY,
-        item="local gradients before reduction",
-        variant="recompute",
-        metric="tensors_outside_tolerance",
-        value=float(len(bad)),
-        threshold="0",
-        comparator="==",
-        detail=detail,
-        role=Role.RANK_LOCAL_GRADS,
-        unit="tensors",
-        threshold_value=0.0,
-        extra={"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""},
+    extra = {"bitwise_equal": equal, "worst_tensor": bad[0].item if bad else ""}
+    item, metric = "local gradients before reduction", "tensors_outside_tolerance"
+    return zero_count_row(
+        DIST_GRADIENT_PARITY, item, metric, len(bad), "tensors", Role.RANK_LOCAL_GRADS, detail, extra=extra
     )

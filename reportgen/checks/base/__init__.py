@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from reportgen.results import Row
+from reportgen.results import Role, Row
 
 #: The generic rows template: one table, worst first, passing groups collapsed.
 ROWS_TEMPLATE = "sections/rows.html.j2"
+#: Roles the pipeline gives rows of any check, so no section lists them: an exception inside the
+#: check, a disabled (NOT_RUN) part, a diagnosis the report adds to a failing check.
+PIPELINE_ROLES = (Role.EXCEPTION, Role.DISABLED, Role.DIAGNOSIS)
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,17 @@ class Section:
         name: the check name, e.g. ``"gradient parity"`` (also what ``verdict.required`` lists).
         intro: the sentence that introduces the section in the report.
         template: the section's template under ``templates/`` (reads only ``section``).
-        plotter: ``fn(rows of this check) -> list[reportgen.checks.plots.Plot]``, or None.
+        plotter: ``fn(rows of this check) -> list[reportgen.checks.base.plots.Plot]``, or None.
         required: part of the claim by default (``verdict.required`` when it is null).
         flagged: a separate experiment: every row is FLAGGED and never counts.
         distributed: measured only with ``distributed.world_size > 1``, and then required by
             default (the sharded claim); with one process it has no rows and is not required.
+        roles: every :class:`reportgen.results.Role` its rows carry (a value becomes its member; an unknown
+            one raises ValueError), besides :data:`PIPELINE_ROLES`
+            (which the runner and the report give rows of any check). Each role's
+            :class:`reportgen.results.Kind` says what the rows mean: the verifier re-judges the
+            ``PARITY`` ones as required (``reportgen.checks.roles_of``), the signed statement repeats
+            the ``COST`` ones. Listing every role is checked (tests/checks/test_new_check.py).
     """
 
     name: str
@@ -39,6 +48,11 @@ class Section:
     required: bool = True
     flagged: bool = False
     distributed: bool = False
+    roles: tuple[Role, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A role given by its value ("loss") becomes the member; one that is not a Role raises ValueError here.
+        object.__setattr__(self, "roles", tuple(Role(r) for r in self.roles))
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,3 @@ def _print_result(result: dict, out_dir: Path) -> None:
 
 def _fmt_pp(value: float | None) -> str:
     return "not measured on both sides" if value is None else f"{value:+.1f} pp"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

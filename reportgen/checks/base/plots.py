@@ -17,6 +17,9 @@ import pandas as pd
 
 from reportgen.results import Role
 
+#: The colours of the plain and the recompute twin in every plot.
+PLAIN_COLOR, RECOMPUTE_COLOR = "#1f5fa8", "#d0621b"
+
 
 @dataclass
 class Plot:
@@ -112,8 +115,8 @@ def task_metric_plots(rows: pd.DataFrame) -> list[Plot]:
         per_seed = curves[curves.seed == seed]
         lines = {}
         for variant, style in (
-            ("plain", dict(color="#1f5fa8", lw=2.2)),
-            ("recompute", dict(color="#d0621b", lw=1.2, ls="--")),
+            ("plain", dict(color=PLAIN_COLOR, lw=2.2)),
+            ("recompute", dict(color=RECOMPUTE_COLOR, lw=1.2, ls="--")),
         ):
             part = per_seed[per_seed.variant == variant].sort_values("accepted_examples")
             ax.plot(part.accepted_examples, part.value, label=variant, rasterized=True, **style)
@@ -229,97 +232,7 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
     return plots
 
 
-# --- warm-step memory and time ---------------------------------------------------------------
-_PLAIN, _RECOMPUTE = "#1f5fa8", "#d0621b"
-
-
-def memory_plots(rows: pd.DataFrame) -> list[Plot]:
-    """Saved-activation bars, plain vs recompute, per wrapped module and in total (MiB).
-
-    Reads the ``saved_activation_bytes`` rows of the warm-step memory check: per-module rows
-    carry ``module`` and ``module_order``; totals have item ``saved activations (total)``.
-    """
-    from matplotlib.figure import Figure
-
-    saved = rows[rows.role.isin([Role.SAVED_TOTAL, Role.SAVED_MODULE])].copy()
-    if saved.empty:
-        return []
-    saved["value"] = pd.to_numeric(saved.value, errors="coerce") / 2**20
-    per_module = saved[saved.role == Role.SAVED_MODULE].copy()
-    totals = saved[saved.role == Role.SAVED_TOTAL].set_index("variant").value
-    modules = []
-    if not per_module.empty:
-        per_module["module_order"] = pd.to_numeric(per_module.module_order, errors="coerce")
-        modules = list(per_module.sort_values("module_order").module.drop_duplicates())[:24]
-    labels = modules + ["total"]
-    height = 0.8 + 0.28 * len(labels)
-    fig = Figure(figsize=(7.5, min(height, 7.5)))
-    ax = fig.subplots()
-    for i, (variant, color) in enumerate((("plain", _PLAIN), ("recompute", _RECOMPUTE))):
-        values = [
-            float(per_module[(per_module.module == m) & (per_module.variant == variant)].value.sum()) for m in modules
-        ] + [float(totals.get(variant, float("nan")))]
-        ypos = [k + (i - 0.5) * 0.4 for k in range(len(labels))]
-        ax.barh(ypos, values, height=0.4, color=color, label=variant, rasterized=True)
-    ax.set_yticks(range(len(labels)), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("saved activations, MiB", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return [
-        Plot(
-            to_svg(fig),
-            "Bytes autograd keeps for backward, plain vs recompute: per wrapped module, the rest of "
-            "the model, and in total (each storage counted once).",
-        )
-    ]
-
-
-def timing_plots(rows: pd.DataFrame) -> list[Plot]:
-    """Step-time distributions (box and points per variant) and the measured steps in order.
-
-    Reads the per-step ``step_time_ms`` rows of the warm-step time check (column ``step_index``).
-    """
-    from matplotlib.figure import Figure
-
-    steps = role_rows(rows, Role.STEP, "step_index")
-    if steps.empty:
-        return []
-    fig = Figure(figsize=(7.5, 2.6))
-    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
-    data = [steps[steps.variant == v].sort_values("step_index") for v in ("plain", "recompute")]
-    left.boxplot([d.value for d in data], tick_labels=["plain", "recompute"], widths=0.5, showfliers=False)
-    for i, (d, color) in enumerate(zip(data, (_PLAIN, _RECOMPUTE)), start=1):
-        jitter = [(k % 7 - 3) * 0.03 for k in range(len(d))]
-        left.scatter([i + j for j in jitter], d.value, s=8, color=color, alpha=0.7, zorder=3, rasterized=True)
-        right.plot(
-            d.step_index,
-            d.value,
-            marker="o",
-            ms=2.5,
-            lw=1,
-            color=color,
-            label=("plain", "recompute")[i - 1],
-            rasterized=True,
-        )
-    left.set_ylabel("step time, ms", fontsize=8)
-    right.set_xlabel("measured round", fontsize=8)
-    right.legend(fontsize=7)
-    for ax in (left, right):
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return [
-        Plot(
-            to_svg(fig),
-            "Step-time distributions (box: quartiles; points: every measured step) and the same "
-            "steps in the order they ran, plain and recompute interleaved.",
-        )
-    ]
-
-
+# --- trajectory parity ----------------------------------------------------------------------
 def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
     """The largest share of its tolerance any compared item uses after each step
     (|twin - plain| / (atol + rtol |plain|), 1 = at the tolerance): recompute vs plain and the
@@ -336,8 +249,8 @@ def trajectory_plots(rows: pd.DataFrame) -> list[Plot]:
     ax = fig.subplots()
     floor = 1e-4  # zero differences (and shares below it) drawn at the floor of the log axis
     for variant, color, label in (
-        ("recompute", _RECOMPUTE, "recompute vs plain"),
-        ("aa", _PLAIN, "plain vs plain (A/A)"),
+        ("recompute", RECOMPUTE_COLOR, "recompute vs plain"),
+        ("aa", PLAIN_COLOR, "plain vs plain (A/A)"),
     ):
         part = steps[steps.variant == variant].sort_values("step")
         ax.plot(part.step, part.value.clip(lower=floor), marker="o", ms=3, lw=1.2, color=color, label=label)

@@ -1,4 +1,5 @@
-"""Exit codes around Hydra (DESIGN.md "Exit code"), and what the console shows.
+"""``python -m reportgen +model=x``: the Hydra app (:func:`main`), its exit codes (DESIGN.md "Exit
+code") and what the console shows; the pipeline itself is :mod:`reportgen.commands.run`.
 
 The codes are :class:`reportgen.errors.ExitCode`; docs/exit-codes.md is their one table.
 
@@ -18,13 +19,17 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from reportgen.commands.overrides import argv_problems
 from reportgen.commands.rundir import StartRefused, job_log_path
+from reportgen.config import register_configs
 from reportgen.errors import ExitCode, Terminated, console_text, exception_label, usage
 from reportgen.files import OutputWriteError
-from reportgen.paths import builtin_models
+from reportgen.paths import builtin_models, conf_dir
 from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
 log = logging.getLogger("reportgen")
@@ -153,7 +158,7 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
 
 def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
     """``run.run`` with SIGTERM handled as Ctrl-C and any escaping exception as reportgen's bug (70)."""
-    from reportgen.run import run
+    from reportgen.commands.run import run
 
     global _terminated
     _terminated = False
@@ -247,3 +252,16 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
 
     swept = sweep_exit_code()  # a multirun: the worst code in the jobs' job.json files
     return swept if swept is not None else (max(_codes) if _codes else ExitCode.HOLDS)
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
+def _app(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    record(run_job(cfg, hydra_cfg.runtime.output_dir, multirun=hydra_cfg.mode == RunMode.MULTIRUN))
+
+
+def main() -> None:
+    """Console entry point of ``python -m reportgen`` and the ``reportgen`` script: registers the config
+    schemas, runs the Hydra app and exits with this module's codes (0, 1, 2, 3, 70, 130, 143)."""
+    register_configs()
+    sys.exit(exit_code(_app))

@@ -15,8 +15,8 @@ only is reported with its rank. Memory (saved activation bytes) and warm step ti
 per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
 
 With world_size 1 the check adds no rows. Otherwise :func:`reportgen.distributed.ranks.run_sharded` runs
-:data:`PARTS` on every rank (gradient parity: :mod:`reportgen.checks.distributed_grads`; step and
-trajectory: :mod:`reportgen.checks.distributed_steps`; memory and time: :mod:`reportgen.checks.distributed_cost`;
+:data:`PARTS` on every rank (gradient parity: :mod:`reportgen.checks.distributed.grads`; step and
+trajectory: :mod:`reportgen.checks.distributed.steps`; memory and time: :mod:`reportgen.checks.distributed.cost`;
 task metrics: :mod:`reportgen.distributed.budget`): it starts the ranks with torch's elastic launcher, or, inside a
 torchrun/srun launch, runs this process's part as one rank of that group; rank 0 gathers every
 rank's rows.
@@ -25,9 +25,9 @@ rank's rows.
 from __future__ import annotations
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.distributed_cost import memory_rows, time_rows
-from reportgen.checks.distributed_grads import gradient_rows
-from reportgen.checks.distributed_steps import step_rows, trajectory_rows
+from reportgen.checks.distributed.cost import memory_rows, time_rows
+from reportgen.checks.distributed.grads import gradient_rows
+from reportgen.checks.distributed.steps import step_rows, trajectory_rows
 from reportgen.config import (
     DIST_GRADIENT_PARITY,
     DIST_MEMORY,
@@ -39,7 +39,7 @@ from reportgen.config import (
 from reportgen.distributed.budget import budget_rows
 from reportgen.distributed.ranks import follow as ranks_follow
 from reportgen.distributed.ranks import run_sharded
-from reportgen.results import Row
+from reportgen.results import Role, Row
 from reportgen.twins.setup import Setup
 
 
@@ -77,6 +77,15 @@ CHECK = Check(
             "plain twin; sharding's own effect (vs a single-process reference) is shown apart and advisory.",
             required=False,
             distributed=True,
+            roles=(
+                Role.LOSS,
+                Role.OUTPUT,
+                Role.PARAM_GRAD,
+                Role.RANK_LOCAL_GRADS,
+                Role.AA,
+                Role.RANK_SYNC,
+                Role.SHARDING_REFERENCE,
+            ),
         ),
         Section(
             DIST_STEP_PARITY,
@@ -84,6 +93,17 @@ CHECK = Check(
             "each rank's generator states after backward.",
             required=False,
             distributed=True,
+            roles=(
+                Role.PARAM,
+                Role.OPTIMIZER_STATE,
+                Role.BUFFER,
+                Role.ATTRIBUTE,
+                Role.RNG,
+                Role.IGNORED,
+                Role.AA,
+                Role.RANK_SYNC,
+                Role.SHARDING_REFERENCE,
+            ),
         ),
         Section(
             DIST_TRAJECTORY,
@@ -91,18 +111,21 @@ CHECK = Check(
             "every step (full parameters and optimizer state; each rank's buffers, attributes and generators).",
             required=False,
             distributed=True,
+            roles=(Role.TRAJECTORY, Role.RANK_SYNC),
         ),
         Section(
             DIST_MEMORY,
             "Bytes autograd keeps for backward on each rank, and the maximum over ranks.",
             required=False,
             distributed=True,
+            roles=(Role.RANK_SAVED_TOTAL, Role.RANK_STEP_PEAK, Role.MAX_RANK_SAVED_TOTAL, Role.MAX_RANK_STEP_PEAK),
         ),
         Section(
             DIST_TIME,
             "Warm training steps of the sharded twins; each step's time is the slowest rank's.",
             required=False,
             distributed=True,
+            roles=(Role.RANK_STEP, Role.MAX_RANK_STEP, Role.MAX_RANK_OVERHEAD),
         ),
         Section(
             DIST_TASK_METRICS,
@@ -111,6 +134,17 @@ CHECK = Check(
             "data: the metric and every full trained parameter, recompute vs plain.",
             required=False,
             distributed=True,
+            roles=(
+                Role.BUDGET,
+                Role.RUN,
+                Role.HELD_OUT,
+                Role.ACCEPTED,
+                Role.SKIPPED,
+                Role.CURVE,
+                Role.CACHE,
+                Role.METRIC_DIFF,
+                Role.FINAL_PARAMS,
+            ),
         ),
     ),
 )

@@ -1,11 +1,14 @@
-"""The rows of the warm-step time check (:mod:`reportgen.checks.timing`): the median step per twin,
+"""The rows of the warm-step time check (:mod:`reportgen.checks.timing.check`): the median step per twin,
 the overhead ratio with its 95% bootstrap CI, whether that CI is narrow enough, the FLOP bound, and
 the machine's load while timing.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,19 +33,18 @@ def ci_width_row(overhead: Row, target_pp: float, stopped: str) -> Row:
             f"too noisy to trust: ±{half:.1f} pp is wider than the ±{target_pp:g} pp target after {rounds} "
             f"rounds ({why}); is the machine busy? Rerun on an idle one, or give timing.max_measure_seconds more"
         )
-    return Row(
-        check=TIME,
-        item="overhead confidence",
-        variant="recompute",
-        metric="ci_half_width_pp",
-        value=half,
-        threshold=f"<= {target_pp:g} pp",
+    return Row.measured(
+        TIME,
+        "overhead confidence",
+        "ci_half_width_pp",
+        half,
+        "pp",
         comparator="<=",
-        detail=detail,
-        role=Role.OVERHEAD_CI,
-        unit="pp",
         threshold_value=target_pp,
+        threshold=f"<= {target_pp:g} pp",
         on_miss=Status.WARN,
+        role=Role.OVERHEAD_CI,
+        detail=detail,
     )
 
 
@@ -67,19 +69,20 @@ def machine_load_row() -> Row | None:
             ": other work shared the CPUs while timing, so step times are inflated and noisier than on an "
             "idle machine; rerun on an idle machine before quoting them"
         )
-    return Row(
-        check=TIME,
-        item="machine load",
-        variant="plain",
-        metric="load_average",
-        value=load,
-        threshold=f"< {threads + 1}",
+    extra = {"cpus": cpus, "torch_threads": threads}
+    return Row.measured(
+        TIME,
+        "machine load",
+        "load_average",
+        load,
+        "",
         comparator="<",
-        detail=detail,
-        role=Role.LOAD,
-        threshold_value=threads + 1,
+        threshold_value=threads + 1,  # threshold for people: "< {threads + 1}", as Row.measured writes it
         on_miss=Status.WARN,
-        extra={"cpus": cpus, "torch_threads": threads},
+        role=Role.LOAD,
+        detail=detail,
+        variant="plain",
+        extra=extra,
     )
 
 
@@ -98,10 +101,14 @@ def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, s
             "max_ms": float(t.max()),
             "measured_steps": len(t),
         }
-        threshold, comparator, limit = "", "", float("nan")
+        deadline = NO_DEADLINE
         detail = f"median of {len(t)} steps; interquartile range {q25:.3g}–{q75:.3g} ms"
         if variant == "recompute" and max_step_time_ms is not None:
-            threshold, comparator, limit = f"{max_step_time_ms:g} ms", "<=", float(max_step_time_ms)
+            deadline = {
+                "threshold": f"{max_step_time_ms:g} ms",
+                "comparator": "<=",
+                "threshold_value": float(max_step_time_ms),
+            }
             over = med - max_step_time_ms
             detail += (
                 f"; within the deadline of {max_step_time_ms:g} ms"
@@ -109,25 +116,35 @@ def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, s
                 else f"; deadline missed: {med:.3g} ms vs {max_step_time_ms:g} ms allowed, "
                 f"{over:.3g} ms ({over / max_step_time_ms:.1%}) over"
             )
+        took = seconds if variant == "plain" else 0.0
         rows.append(
-            Row(
-                check=TIME,
-                item="median step",
+            _against(
+                "median step",
+                "step_time_ms",
+                float(med),
+                "ms",
+                Role.MEDIAN,
+                detail,
+                deadline,
                 variant=variant,
-                metric="step_time_ms",
-                value=float(med),
-                threshold=threshold,
-                comparator=comparator,
-                status=Status.INFO,
-                detail=detail,
-                seconds=seconds if variant == "plain" else 0.0,
+                seconds=took,
                 extra=extra,
-                role=Role.MEDIAN,
-                unit="ms",
-                threshold_value=limit,
             )
         )
     return rows
+
+
+#: A figure without a deadline (the ``deadline`` of :func:`_against`): not judged, INFO.
+NO_DEADLINE: Mapping[str, Any] = {"threshold": "", "comparator": "", "threshold_value": math.nan}
+
+
+def _against(
+    item: str, metric: str, value: float, unit: str, role: str, detail: str, deadline: Mapping[str, Any], **columns: Any
+) -> Row:
+    """A time figure judged against its ``deadline``, the ``threshold`` (for people), ``comparator`` and
+    ``threshold_value`` of :meth:`Row.measured`; with :data:`NO_DEADLINE` it is INFO, not judged. ``columns``:
+    ``variant``, ``seconds``, ``extra``."""
+    return Row.measured(TIME, item, metric, value, unit, role=role, detail=detail, **deadline, **columns)
 
 
 def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float | None) -> Row:
@@ -148,31 +165,16 @@ def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float |
         "ratio_of_medians": of_medians,
     }
     detail = f"recompute steps take {ratio - 1:+.1%} vs plain; 95% CI {low:.3f}–{high:.3f} (±{half_pp:.1f} pp)"
-    threshold, comparator, limit = "", "", float("nan")
+    deadline = NO_DEADLINE
     if max_ratio is not None:
-        threshold, comparator, limit = f"{max_ratio:g}", "ci<=", float(max_ratio)
+        deadline = {"threshold": f"{max_ratio:g}", "comparator": "ci<=", "threshold_value": float(max_ratio)}
         if ratio > max_ratio:
             detail += f"; deadline missed: ratio {ratio:.3f} vs {max_ratio:g} allowed, {ratio - max_ratio:.3f} over"
         elif high > max_ratio:
             detail += f"; median within {max_ratio:g} but the CI reaches {high:.3f}: not conclusive, measure more steps"
         else:
             detail += f"; within the deadline of {max_ratio:g}"
-    return Row(
-        check=TIME,
-        item="overhead",
-        variant="recompute",
-        metric="overhead_ratio",
-        value=ratio,
-        threshold=threshold,
-        comparator=comparator,
-        status=Status.INFO,
-        detail=detail,
-        seconds=0.0,
-        extra=extra,
-        role=Role.OVERHEAD,
-        unit="ratio",
-        threshold_value=limit,
-    )
+    return _against("overhead", "overhead_ratio", ratio, "ratio", Role.OVERHEAD, detail, deadline, extra=extra)
 
 
 def flops_row(flops: dict[str, int]) -> Row:
@@ -181,18 +183,17 @@ def flops_row(flops: dict[str, int]) -> Row:
     plain, rec = flops["plain"], flops["recompute"]
     ratio = rec / plain if plain else float("nan")
     extra = {"plain_step_flops": plain, "recompute_step_flops": rec, "wrapped_forward_flops": rec - plain}
-    return Row(
-        check=TIME,
-        item="expected from FLOPs",
-        variant="recompute",
+    detail = (
+        f"the recomputed forward of the wrapped regions adds {rec - plain:.3g} FLOPs to a "
+        f"{plain:.3g}-FLOP plain step (FlopCounterMode: matmul, convolution, attention)"
+    )
+    return Row.fact(
+        TIME,
+        "expected from FLOPs",
+        Role.FLOPS,
+        detail,
         metric="expected_overhead_ratio",
         value=ratio,
-        status=Status.INFO,
-        extra=extra,
-        role=Role.FLOPS,
         unit="ratio",
-        detail=(
-            f"the recomputed forward of the wrapped regions adds {rec - plain:.3g} FLOPs to a "
-            f"{plain:.3g}-FLOP plain step (FlopCounterMode: matmul, convolution, attention)"
-        ),
+        extra=extra,
     )

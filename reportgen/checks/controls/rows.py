@@ -1,0 +1,200 @@
+"""The rows of the detector controls (:mod:`reportgen.checks.controls.check`): one per fault, judged
+``caught >= 1`` with ``on_miss`` INCONCLUSIVE (a check that cannot see a fault on this model cannot
+vouch for a PASS), or an INFO fact when the fault does not apply; and the sentences that say why a
+check was blind and what to change.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor
+
+from reportgen.checks.controls.region import Region
+from reportgen.config import CONTROLS, GRADIENT_PARITY, MEMORY, STATE_PARITY, TRAJECTORY
+from reportgen.results import Role, Row, Status
+
+ACTIVATION = "recomputed activation off"
+RNG = "RNG not replayed"
+STATE = "state changed by recomputation"
+LOST = "gradient lost"
+LATER = "fault from a later step"
+SAVING = "memory saving without recompute"
+#: Every control, in row order, with the check that must catch it.
+FAULTS = {
+    ACTIVATION: GRADIENT_PARITY,
+    RNG: GRADIENT_PARITY,
+    STATE: STATE_PARITY,
+    LOST: GRADIENT_PARITY,
+    LATER: TRAJECTORY,
+    SAVING: MEMORY,
+}
+
+
+def control_row(
+    fault: str,
+    caught: bool | None,
+    must_catch: str,
+    detail: str,
+    *,
+    size: str,
+    caught_by: str = "",
+    seconds: float = 0.0,
+    extra: dict | None = None,
+) -> Row:
+    """The row of one applied control: ``caught`` (1.0 caught, 0.0 not, NaN when the control itself
+    could not run) judged ``>= 1``, else INCONCLUSIVE.
+
+    Args:
+        fault: the row's ``item``, e.g. ``"recomputed activation off"``.
+        caught: whether ``must_catch`` saw the fault; None = the control raised before it could tell.
+        must_catch: the check that must see it, e.g. ``"gradient parity"``.
+        detail: one sentence: the fault, its size, and who caught it or why the check is blind.
+        size: the fault's size for people, e.g. ``"10 tolerance units (0.16 % of each input)"``.
+        caught_by: the item of the failing row that caught it ("" when not caught).
+        seconds: wall time of the control, s.
+        extra: further columns (``region``, ``share``, ...).
+    """
+    value = math.nan if caught is None else float(caught)
+    return Row.measured(
+        CONTROLS,
+        fault,
+        "caught",
+        value,
+        "",
+        comparator=">=",
+        threshold_value=1.0,
+        threshold=f"caught by {must_catch}",
+        on_miss=Status.INCONCLUSIVE,
+        role=Role.CONTROL,
+        detail=detail,
+        seconds=seconds,
+        extra={"fault": fault, "size": size, "must_catch": must_catch, "caught_by": caught_by, **(extra or {})},
+    )
+
+
+def stated_row(fault: str, must_catch: str, detail: str, *, seconds: float = 0.0, extra: dict | None = None) -> Row:
+    """An INFO row for a control that was not applied: it does not apply to this model ("not applicable:
+    <observed reason>"), it is not needed (the check already fails without a fault), or the baseline broke."""
+    return Row.fact(
+        CONTROLS,
+        fault,
+        Role.CONTROL,
+        detail,
+        metric="caught",
+        seconds=seconds,
+        extra={"fault": fault, "size": "", "must_catch": must_catch, "caught_by": "", **(extra or {})},
+    )
+
+
+def first_failing(rows: list[Row]) -> Row | None:
+    """The first row of ``rows`` that FAILs, else None."""
+    return next((r for r in rows if r.status == Status.FAIL), None)
+
+
+def worst(rows: list[Row]) -> Row | None:
+    """The row that uses the largest share of its tolerance (column ``tolerance_used``), else None."""
+    used = [r for r in rows if r.extra.get("tolerance_used") is not None]
+    return max(used, key=lambda r: r.extra["tolerance_used"], default=None)
+
+
+def tolerance_said(row: Row) -> str:
+    """``"atol=1e-05 rtol=1.3e-06"``: the tolerance ``row`` was judged at."""
+    return f"atol={row.extra.get('atol', math.nan):g} rtol={row.extra.get('rtol', math.nan):g}"
+
+
+def named(path: str) -> str:
+    """A module path for a sentence: ``"blocks.0"`` in quotes (a bare ``0`` reads as a number), ``(root)`` for ``""``."""
+    return f'"{path}"' if path else "(root)"
+
+
+def where_said(name: str, region: str) -> str:
+    """Where the parameter ``name`` lies relative to ``region``: inside it, or upstream (its gradient comes
+    through the region's input gradient)."""
+    if region == "" or name.startswith(region + "."):
+        return f"a parameter of region {named(region)}"
+    return f"upstream of region {named(region)} (its gradient flows back through the region's input)"
+
+
+def lost_said(grad: Tensor | None) -> str:
+    """``"None"``, ``"all zero"`` or ``"changed"``: what a faulty twin's gradient became."""
+    if grad is None:
+        return "None"
+    return "all zero" if not bool(grad.detach().ne(0).any()) else "changed"
+
+
+def unused_said(region: str, region_grad: float, what: str) -> str:
+    """Why a fault inside ``region`` moved nothing at all (no ``what``, e.g. "gradient", differs by a bit),
+    and what to change."""
+    dead = (
+        f"the loss does not depend on region {named(region)}: its parameters' gradients are all 0 in the "
+        "plain twin (its output is discarded or multiplied by zero)"
+        if region_grad == 0
+        else f"backward never reads what region {named(region)} recomputes"
+    )
+    return (
+        f"no {what} moved at all: {dead}, so no recompute fault inside it can reach one. "
+        f"Recompute a region the loss uses, or find out why the output of {named(region)} is not used"
+    )
+
+
+def grads_blind_said(
+    region: str,
+    region_grad: float,
+    model_grad: float,
+    rows: list[Row],
+    moved_any: bool,
+    capped: bool = False,
+) -> str:
+    """Why gradient parity did not catch a fault inside ``region``, and what to change.
+
+    Args:
+        region: the region's path.
+        region_grad: ``max |grad|`` of the region's parameters in the plain twin (0 when it has none or
+            the loss does not depend on them).
+        model_grad: ``max |grad|`` of every parameter in the plain twin.
+        rows: the faulty twin's parameter-gradient rows (judged at gradient parity's tolerance).
+        moved_any: some gradient differs from the plain twin's at all (bitwise).
+        capped: the fault was a move at its 100 % cap (it could not be made larger).
+    """
+    if model_grad == 0:
+        return (
+            "the plain twin's gradients are all 0, so no fault can move one: the loss does not depend on "
+            "the parameters; check the task's loss"
+        )
+    if not moved_any:
+        return unused_said(region, region_grad, "gradient")
+    top = worst(rows)
+    said = (
+        f"the largest move was in {top.item}, {top.value:.3g} (it used {top.extra['tolerance_used']:.2g} of "
+        f"its tolerance {tolerance_said(top)})"
+        if top is not None
+        else "no gradient left its tolerance"
+    )
+    return (
+        f"{said}, while the largest gradient is {model_grad:.3g}"
+        + (", and the move was already 100 % of the activation" if capped else "")
+        + f": the tolerance is too wide for this model's gradients. Lower parity.atol well below the "
+        f"gradients' scale ({model_grad:.3g}) and parity.rtol well below 1"
+    )
+
+
+def not_needed(fault: str, check: str, failing: list[str], seconds: float = 0.0) -> Row:
+    """INFO: ``check`` already fails without any fault (``failing`` items), so its control is not needed."""
+    listed = ", ".join(failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
+    return stated_row(
+        fault,
+        check,
+        f"not needed: {check} already fails without any fault ({listed}); a failure needs no control",
+        seconds=seconds,
+    )
+
+
+def inputs_not_floating(fault: str, region: Region) -> Row:
+    """INFO: the region's recomputation gets no floating input, so a fault on its inputs cannot act."""
+    return stated_row(
+        fault,
+        FAULTS[fault],
+        f"not applicable: the modules of region {named(region.path)} that run again in backward "
+        f"({', '.join(region.hook_points) or 'none'}) get no floating tensor (token ids only)",
+    )

@@ -1,0 +1,205 @@
+"""Detector controls (issue 35): faults injected inside a recompute region, only while it recomputes, must
+be caught by the check that exists for them; one that is not makes the claim INCONCLUSIVE, naming the blind
+check and why. Every test here fails when its injection is removed (a no-op injector leaves the row 0).
+Fixtures: reportgen/models/ffn.py, tests/user_models/controls.py (dead_block, scaled_block)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from conftest import run_pipeline
+
+from reportgen import checks
+from reportgen.checks.controls import faults, fixed_batch, later
+from reportgen.checks.controls import rows as controls
+from reportgen.checks.controls.check import CHECK, detector_controls
+from reportgen.checks.controls.faults import other_rng, recomputing, shifted_inputs, zeroed_inputs
+from reportgen.checks.controls.region import modules_of
+from reportgen.config import CONTROLS
+from reportgen.results import Role, Status
+from reportgen.twins.forward import forward_backward
+
+
+def by_item(rows):
+    """``{item: row}`` of the controls' rows."""
+    return {r.item: r for r in rows}
+
+
+def no_op(*args, **kwargs):
+    """An injector that injects nothing."""
+    return contextlib.nullcontext()
+
+
+def run_fb(s, model):
+    return forward_backward(model, s.batch, s.task.loss, s.config.forward_seed)
+
+
+# --------------------------------------------------------------------------- the faults themselves
+
+
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
+def test_a_fault_acts_only_while_the_region_recomputes(setup, mode):
+    """The loss and outputs stay the plain twin's (the forward is untouched) while the gradients move; on a
+    plain twin, which never recomputes, the same hooks change nothing at all."""
+    s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
+    plain = run_fb(s, s.build(False))
+    twin = s.build(True)
+    with shifted_inputs(modules_of(twin, ["1"]), 0.01, 0):
+        faulty = run_fb(s, twin)
+    assert torch.equal(faulty.loss, plain.loss) and torch.equal(faulty.output["output"], plain.output["output"])
+    assert not torch.equal(faulty.grads["1.lin.weight"], plain.grads["1.lin.weight"])
+    untouched = s.build(False)
+    with shifted_inputs(modules_of(untouched, ["1"]), 1.0, 0), zeroed_inputs(modules_of(untouched, ["1"])):
+        same = run_fb(s, untouched)
+    assert all(torch.equal(same.grads[n], g) for n, g in plain.grads.items())
+    assert not recomputing()
+
+
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
+def test_the_lost_gradient_form_loses_a_gradient_under_both_implementations(setup, mode):
+    s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
+    plain = run_fb(s, s.build(False))
+    twin = s.build(True)
+    with zeroed_inputs(modules_of(twin, ["1"])):
+        faulty = run_fb(s, twin)
+    assert plain.grads["1.lin.weight"].abs().max() > 0
+    assert not faulty.grads["1.lin.weight"].any()  # read zeros while recomputing: the gradient is gone
+
+
+def test_other_rng_changes_the_dropout_mask_of_the_recomputation_only(setup):
+    s = setup("+model=ffn")
+    plain = run_fb(s, s.build(False))
+    twin = s.build(True)
+    with other_rng(modules_of(twin, ["0"]), 12345):
+        faulty = run_fb(s, twin)
+    assert torch.equal(faulty.loss, plain.loss)  # the forward drew the plain twin's mask
+    assert not torch.equal(faulty.grads["0.net.0.weight"], plain.grads["0.net.0.weight"])
+    assert torch.equal(faulty.rng["torch.get_rng_state()"], plain.rng["torch.get_rng_state()"])  # put back
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+def test_ffn_every_applicable_control_is_caught(setup):
+    rows = by_item(detector_controls(setup("+model=ffn")))
+    for fault in (controls.ACTIVATION, controls.RNG, controls.LOST, controls.LATER, controls.SAVING):
+        row = rows[fault]
+        assert (row.status, row.value, row.role) == (Status.PASS, 1.0, Role.CONTROL), (fault, row.detail)
+        assert row.extra["must_catch"] == controls.FAULTS[fault] and row.extra["caught_by"]
+        assert row.seconds > 0
+    assert rows[controls.ACTIVATION].extra["caught_by"] == "0.net.0.weight.grad"
+    assert 'a parameter of region "0"' in rows[controls.ACTIVATION].detail
+    assert rows[controls.LOST].extra["caught_by"] == "0.net.0.weight.grad" and "all zero" in rows[controls.LOST].detail
+    assert rows[controls.LATER].extra["first_failing_step"] == 2 and "none before" in rows[controls.LATER].detail
+    state = rows[controls.STATE]
+    assert state.status == Status.INFO and state.detail.startswith("not applicable") and "no buffer" in state.detail
+    assert rows["controls' time"].unit == "s" and rows["controls' time"].value > 0
+    assert 'region "0"' in rows["region"].detail
+
+
+@pytest.mark.parametrize(
+    "injector, fault",
+    [
+        ("shifted_inputs", controls.ACTIVATION),
+        ("other_rng", controls.RNG),
+        ("zeroed_inputs", controls.LOST),
+    ],
+)
+def test_without_its_injection_a_control_is_not_caught_and_inconclusive(setup, monkeypatch, injector, fault):
+    monkeypatch.setattr(fixed_batch, injector, no_op)
+    row = by_item(detector_controls(setup("+model=ffn")))[fault]
+    assert (row.value, row.status) == (0.0, Status.INCONCLUSIVE)
+    assert "gradient parity is blind to it: no gradient moved at all" in row.detail
+
+
+def test_a_later_fault_that_moves_nothing_leaves_trajectory_parity_blind(setup, monkeypatch):
+    monkeypatch.setattr(faults, "shift", lambda x, share, seed: x)  # the hooks act, the activation stays
+    row = by_item(detector_controls(setup("+model=ffn")))[controls.LATER]
+    assert (row.value, row.status, row.extra["first_failing_step"]) == (0.0, Status.INCONCLUSIVE, 0)
+    assert "no parameter or optimizer state moved at all" in row.detail
+
+
+def test_a_later_fault_waits_for_a_step_the_region_recomputes_in(setup):
+    """LayerDrop (Python random, outside the region) skips the region in step 2: the fault first acts in step
+    3, and trajectory parity must first fail there."""
+    row = by_item(detector_controls(setup("+model=layerdrop", user_conf=True)))[controls.LATER]
+    assert (row.status, row.extra["fault_step"], row.extra["first_failing_step"]) == (Status.PASS, 3, 3), row.detail
+
+
+def test_a_later_fault_that_never_acts_is_not_applicable(setup, monkeypatch):
+    monkeypatch.setattr(later, "shifted_inputs", no_op)
+    row = by_item(detector_controls(setup("+model=ffn")))[controls.LATER]
+    assert row.status == Status.INFO and "never acted" in row.detail
+
+
+def test_a_tolerance_wider_than_the_gradients_is_named(setup):
+    rows = by_item(detector_controls(setup("+model=ffn", "parity.rtol=1e3", "parity.atol=1e3")))
+    for fault in (controls.ACTIVATION, controls.RNG, controls.LOST, controls.LATER):
+        row = rows[fault]
+        assert row.status == Status.INCONCLUSIVE and row.value == 0.0, fault
+        assert "tolerance is too wide" in row.detail and "atol=1000 rtol=1000" in row.detail, row.detail
+    assert "largest gradient is 0.0634" in rows[controls.ACTIVATION].detail
+    assert "already 100 % of the activation" in rows[controls.ACTIVATION].detail
+    assert rows[controls.SAVING].status == Status.PASS  # the memory check does not read parity tolerances
+
+
+def test_a_region_the_loss_does_not_depend_on_is_named(setup):
+    rows = by_item(detector_controls(setup("+model=dead_block", user_conf=True)))
+    for fault in (controls.ACTIVATION, controls.RNG, controls.LOST, controls.LATER):
+        row = rows[fault]
+        assert row.status == Status.INCONCLUSIVE, fault
+        assert 'the loss does not depend on region "1.inner"' in row.detail, row.detail
+
+
+def test_a_model_without_dropout_has_no_rng_control(setup):
+    rows = by_item(detector_controls(setup("+model=ffn", "+model.p=0.0")))
+    rng = rows[controls.RNG]
+    assert rng.status == Status.INFO and "not applicable: no random draws" in rng.detail
+    assert rows[controls.ACTIVATION].status == Status.PASS
+
+
+def test_state_changed_by_recomputation_is_caught_by_state_parity(setup, monkeypatch):
+    s = setup("+model=scaled_block", user_conf=True)
+    row = by_item(detector_controls(s))[controls.STATE]
+    assert (row.status, row.extra["caught_by"]) == (Status.PASS, "buffer 1.scale"), row.detail
+    monkeypatch.setattr(fixed_batch, "bumped_buffer", no_op)
+    row = by_item(detector_controls(s))[controls.STATE]
+    assert (row.value, row.status) == (0.0, Status.INCONCLUSIVE)
+
+
+def test_a_check_that_already_fails_needs_no_control(setup):
+    """BatchNorm's running statistics advance twice under recompute: state parity already fails, so its
+    control is stated, never INCONCLUSIVE (which would outrank the FAIL)."""
+    rows = by_item(detector_controls(setup("+model=batchnorm_stats", user_conf=True)))
+    assert rows[controls.STATE].status == Status.INFO and rows[controls.STATE].detail.startswith("not needed")
+    assert not any(r.status == Status.INCONCLUSIVE for r in rows.values())
+
+
+def test_a_zero_saving_threshold_leaves_the_memory_control_blind(setup):
+    row = by_item(detector_controls(setup("+model=ffn", "memory.negligible_saving_share=0")))[controls.SAVING]
+    assert row.status == Status.INCONCLUSIVE and "set it above 0" in row.detail
+
+
+def test_the_controls_are_registered_last_and_never_required():
+    assert checks.REGISTRY[-1] is CHECK and CHECK.config == "controls"
+    assert CONTROLS not in checks.default_required() and CONTROLS not in checks.default_required(distributed=True)
+
+
+# --------------------------------------------------------------------------- whole runs
+
+
+@pytest.mark.slow
+def test_ffn_holds_with_every_control_caught(tmp_path):
+    code, frame = run_pipeline(tmp_path, "+model=ffn")
+    rows = frame[frame.check == CONTROLS]
+    assert code == 0 and set(rows[rows.comparator == ">="].status) == {Status.PASS}
+    assert len(rows) == 8  # region, six controls, time
+
+
+@pytest.mark.slow
+def test_a_blind_tolerance_makes_the_run_inconclusive(tmp_path):
+    code, frame = run_pipeline(tmp_path, "+model=ffn", "parity.rtol=1e3", "parity.atol=1e3")
+    blind = frame[(frame.check == CONTROLS) & (frame.status == Status.INCONCLUSIVE)]
+    assert code == 3 and set(blind["must_catch"]) == {"gradient parity", "trajectory parity"}
