@@ -16,12 +16,11 @@ import statistics
 import time
 from typing import Any
 
-from reportgen.checks.base import Check, Section
-from reportgen.checks.base.judged import zero_count_row
+from reportgen.checks.base import TRAINED_ROLES, Check, Section
 from reportgen.checks.base.plots import task_metric_plots
 from reportgen.config import TASK_METRICS, BudgetConfig, ParityConfig
 from reportgen.results import TWIN, Role, Row, Status
-from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row
+from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row, zero_count_row
 from reportgen.training.lockstep import lockstep_gradients
 from reportgen.training.loop import TrainResult
 from reportgen.training.rows import run_rows
@@ -373,12 +372,7 @@ CHECK = Check(
             plotter=task_metric_plots,
             roles=(
                 Role.BUDGET,
-                Role.RUN,
-                Role.HELD_OUT,
-                Role.ACCEPTED,
-                Role.SKIPPED,
-                Role.CURVE,
-                Role.CACHE,
+                *TRAINED_ROLES,
                 Role.MEAN,
                 Role.WORST,
                 Role.METRIC_DIFF,

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from reportgen.checks.base import Check, Section
+from reportgen.checks.base import TRAINED_ROLES, Check, Section
 from reportgen.checks.base.plots import larger_batch_plots
 from reportgen.config import LARGER_BATCH, BudgetConfig, LargerBatchConfig
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
@@ -312,18 +312,7 @@ CHECK = Check(
             plotter=larger_batch_plots,
             required=False,
             flagged=True,
-            roles=(
-                Role.REFERENCE,
-                Role.PROBE,
-                Role.BATCH_FOUND,
-                Role.RUN,
-                Role.HELD_OUT,
-                Role.ACCEPTED,
-                Role.SKIPPED,
-                Role.CURVE,
-                Role.CACHE,
-                Role.MEAN,
-            ),
+            roles=(Role.REFERENCE, Role.PROBE, Role.BATCH_FOUND, *TRAINED_ROLES, Role.MEAN),
         ),
     ),
     config="larger_batch",

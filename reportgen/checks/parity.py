@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.base.judged import zero_count_row
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import Role, Row, Status
 from reportgen.results.rows import (
@@ -25,6 +24,8 @@ from reportgen.results.rows import (
     run_twin,
     tagged_input_grad,
     tensor_row,
+    zero_count_row,
+    zero_gradients_row,
 )
 from reportgen.structure import describe, has_floating
 from reportgen.twins.forward import StepOutput, changes_said, forward_backward
@@ -67,6 +68,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
         return out
     out.append(baseline_row(setup))
     out.append(nonfinite_row(GRADIENT_PARITY, {"loss": plain.loss, **{f"{n}.grad": g for n, g in plain.grads.items()}}))
+    out.append(zero_gradients_row(GRADIENT_PARITY, plain.grads))
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
     if not has_floating(setup.batch[0]):
@@ -251,6 +253,7 @@ CHECK = Check(
                 Role.AA,
                 Role.BASELINE,
                 Role.NONFINITE,
+                Role.ZERO_GRADIENTS,
                 Role.WARNING,
                 Role.NOTE,
                 Role.OBSERVED,

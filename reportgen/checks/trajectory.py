@@ -23,7 +23,6 @@ import torch
 from hydra.utils import instantiate
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.base.judged import step_row
 from reportgen.checks.base.plots import trajectory_plots
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.progress import progress
@@ -35,6 +34,7 @@ from reportgen.results.rows import (
     effective_excess,
     nonfinite_row,
     run_twin,
+    step_row,
     tolerance_used,
 )
 from reportgen.rng import fingerprint, seeded

@@ -88,9 +88,7 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
     required = set(required)
     diagnoses = _diagnoses(frame)
     summary = check_summary(frame[frame.check != RELEASE_CLAIM], required - {RELEASE_CLAIM})  # clauses: their own cases
-    root = ET.Element("testsuites", name="reportgen")
-    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
-    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    root, suite_el, counts = _suites("reportgen", suite)
     seconds = frame.groupby("check", sort=False)["seconds"].sum() if len(frame) else pd.Series(dtype=float)
     for s in summary.to_dict("records"):
         case = ET.SubElement(
@@ -135,16 +133,26 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
             f"verdict {verdict}; open report.html; check the signature with {command}" if command else said,
         )
     ] += 1
-    total = sum(counts.values())
-    attributes = {
-        "tests": str(total),
-        "failures": str(counts["failure"]),
-        "errors": str(counts["error"]),
-        "skipped": str(counts["skipped"]),
-        "time": _seconds(seconds.sum() if len(seconds) else 0.0),
-    }
-    suite_el.attrib.update(attributes)
-    root.attrib.update({k: v for k, v in attributes.items() if k != "skipped"})
+    return _finished(root, suite_el, counts, _seconds(seconds.sum() if len(seconds) else 0.0), skipped_first=True)
+
+
+def _suites(name: str, suite: str) -> tuple[ET.Element, ET.Element, dict[str, int]]:
+    """``<testsuites name>`` holding one ``<testsuite>`` named ``suite``, and zero outcome counts."""
+    root = ET.Element("testsuites", name=name)
+    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
+    return root, suite_el, dict.fromkeys(("failure", "error", "skipped", "passed"), 0)
+
+
+def _finished(
+    root: ET.Element, suite_el: ET.Element, counts: dict[str, int], time: str, skipped_first: bool = False
+) -> bytes:
+    """The totals on the suite and (but ``skipped``) on the root; the document as UTF-8 bytes."""
+    totals = {"tests": str(sum(counts.values())), "failures": str(counts["failure"]), "errors": str(counts["error"])}
+    skipped = {"skipped": str(counts["skipped"])}
+    suite_el.attrib.update(
+        {**totals, **skipped, "time": time} if skipped_first else {**totals, "time": time, **skipped}
+    )
+    root.attrib.update({**totals, "time": time})
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
@@ -162,9 +170,7 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | N
         swept: the override keys that differ between jobs; a case is named by those alone
             (all of the job's overrides without them).
     """
-    root = ET.Element("testsuites", name="reportgen sweep")
-    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
-    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    root, suite_el, counts = _suites("reportgen sweep", suite)
     total_seconds = 0.0
     for job in jobs:
         frame = job.get("frame")
@@ -185,16 +191,7 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | N
             )
         message = job.get("error") or f"verdict {job['verdict']} (exit {code})"
         counts[_outcome(case, status, True, message, text)] += 1
-    attributes = {
-        "tests": str(len(jobs)),
-        "failures": str(counts["failure"]),
-        "errors": str(counts["error"]),
-        "time": _seconds(total_seconds),
-    }
-    suite_el.attrib.update({**attributes, "skipped": "0"})
-    root.attrib.update(attributes)
-    ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    return _finished(root, suite_el, counts, _seconds(total_seconds))
 
 
 def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
@@ -246,19 +243,8 @@ def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
             said("saved-activation share fell") or f"change {saving} pp",
         )
     )
-    root = ET.Element("testsuites", name="reportgen compare")
-    suite_el = ET.SubElement(root, "testsuite", name=suite, hostname=socket.gethostname())
-    counts = {"failure": 0, "error": 0, "skipped": 0, "passed": 0}
+    root, suite_el, counts = _suites("reportgen compare", suite)
     for name, state, message in cases:
         case = ET.SubElement(suite_el, "testcase", classname="reportgen.compare", name=name, time="0.000")
         counts[_outcome(case, state, True, message, message)] += 1
-    attributes = {
-        "tests": str(len(cases)),
-        "failures": str(counts["failure"]),
-        "errors": str(counts["error"]),
-        "time": "0.000",
-    }
-    suite_el.attrib.update({**attributes, "skipped": str(counts["skipped"])})
-    root.attrib.update(attributes)
-    ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    return _finished(root, suite_el, counts, "0.000")

@@ -22,10 +22,10 @@ from reportgen.claim.rows import claim_table
 from reportgen.errors import ExitCode
 from reportgen.files import atomic_write
 from reportgen.results import Status
+from reportgen.trust.documents import ENVELOPE_NAME
 
-#: File name in the run folder, and the envelope it is bound to.
+#: File name in the run folder (bound to the run's envelope, ``ENVELOPE_NAME``).
 VERDICT_NAME = "verdict.json"
-ENVELOPE = "statement.dsse.json"
 #: Version of the verdict.json layout.
 VERSION = 1
 
@@ -64,9 +64,11 @@ def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def verdict_record(frame: pd.DataFrame, verdict: str, out_dir: Path) -> dict[str, Any]:
     """verdict.json's content: ``{"version", "verdict", "exit_code", "clauses", "statement", "report"}``."""
-    envelope = Path(out_dir) / ENVELOPE
+    envelope = Path(out_dir) / ENVELOPE_NAME
     statement = (
-        {"name": ENVELOPE, "sha256": hashlib.sha256(envelope.read_bytes()).hexdigest()} if envelope.is_file() else None
+        {"name": ENVELOPE_NAME, "sha256": hashlib.sha256(envelope.read_bytes()).hexdigest()}
+        if envelope.is_file()
+        else None
     )
     return {
         "version": VERSION,

@@ -24,11 +24,6 @@ from torch import nn
 from reportgen.distributed.launch import Group, mesh_of
 from reportgen.twins.recompute import CheckpointWrapper, plain_name
 
-#: What ``distributed.strategy`` takes, and what each does (for messages and page 1).
-STRATEGIES = ("ddp", "fsdp2", "fsdp1", "custom")
-#: ``ShardingStrategy`` names FSDP1 accepts on a 1-D group of ranks.
-SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
-
 
 def strategy_name(dc: Any) -> str:
     """``distributed.strategy`` as a plain string (the schema stores an enum)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from reportgen.config import GRADIENT_PARITY, STATE_PARITY, STEP_PARITY
+from reportgen.report.diagnose_unexplained import BAD
 from reportgen.results import BASELINE_TWINS, Role, Row, Status
 
-BAD = (Status.FAIL, Status.ERROR, Status.INCONCLUSIVE)
 #: What DDP says when a parameter's gradient hook fires twice in one backward (torch/csrc/distributed/c10d/reducer.cpp).
 READY_TWICE = (
     "mark a variable ready only once",

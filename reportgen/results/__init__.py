@@ -3,14 +3,10 @@
 The frame is the single source of truth: results.csv / results.json are written from it
 before anything is rendered, and the templates read nothing else but run metadata.
 
-Checks *measure*: a row carries a value, a numeric threshold and a comparator. Only
-:func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
-``reportgen.verify`` can recompute every status from the signed values with the same code.
-
-The row contract (statuses, :class:`Row`, :func:`judge`, the schema's columns) is
-:mod:`reportgen.results.row`, the roles and their kinds :mod:`reportgen.results.role`; the frame, each
-check's status, the claim verdict and results.json are :mod:`reportgen.results.frame`. Their names are
-importable from here.
+The row contract (statuses, :class:`Row`, :func:`judge`: checks measure, only the judge decides; the
+schema's columns) is :mod:`reportgen.results.row`, the roles and their kinds :mod:`reportgen.results.role`;
+the frame, each check's status, the claim verdict and results.json (its schema version) are
+:mod:`reportgen.results.frame`. Their names are importable from here.
 """
 
 from reportgen.files import atomic_write, replace_write  # re-exported: the writers of a run's files

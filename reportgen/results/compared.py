@@ -99,7 +99,7 @@ def tensor_row(
         detail = f"{d.nonfinite_a} non-finite value(s) (NaN/Inf) in the recompute run only"
     else:
         detail = (
-            "bitwise equal"
+            ("bitwise equal" + (ALL_ZERO if not plain.count_nonzero() else ""))
             if d.bitwise_equal
             else f"within tolerance (uses {d.tolerance_used:.0%} of it){_near_zero(d)}"
             if d.worst_excess <= 0
@@ -134,6 +134,10 @@ def tensor_row(
             **_aa_extra(plain, aa, rt, at),
         },
     )
+
+
+#: What a row of two equal, all-zero tensors adds to "bitwise equal": it is no evidence of parity.
+ALL_ZERO = ", both all zero: equal, but a zero tensor shows no difference a fault could make"
 
 
 def allclose_row(

@@ -97,6 +97,8 @@ class Role(enum.StrEnum):
     BATCH_FOUND = "batch_found"
     AA = "aa"
     NONFINITE = "nonfinite"
+    #: The plain twin's gradients are all zero: every comparison of them is equal and shows nothing.
+    ZERO_GRADIENTS = "zero_gradients"
     TRAJECTORY = "trajectory"
     FIRST_DIVERGENCE = "first_divergence"
     FINAL_PARAMS = "final_params"

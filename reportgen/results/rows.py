@@ -8,6 +8,7 @@ tensor or value is :mod:`reportgen.results.compared`, an exception as an ERROR r
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from torch import Tensor
@@ -43,12 +44,14 @@ __all__ = [
     "nonfinite_row",
     "raised_for_lack_of_grad",
     "run_twin",
+    "step_row",
     "tagged_input_grad",
     "tensor_row",
     "tolerance_used",
     "trained_params_row",
     "value_row",
     "with_rounding",
+    "zero_gradients_row",
     "zero_count_row",
 ]
 
@@ -146,6 +149,34 @@ def nonfinite_row(check: str, named: dict[str, Tensor | None]) -> Row:
     count, unit = len(bad), "tensors"
     return zero_count_row(
         check, item, "nonfinite_tensors", count, unit, role, detail, on_miss=inconclusive, variant="plain", extra=extra
+    )
+
+
+def zero_gradients_row(check: str, grads: dict[str, Tensor | None]) -> Row:
+    """How many of the plain twin's parameter gradients hold a non-zero element: ``>= 1``, else the claim is
+    INCONCLUSIVE. All-zero gradients (a loss that does not depend on the parameters, a user step that zeroes
+    them) make every gradient comparison equal and show nothing (issue 36, item 5)."""
+    present = [g for g in grads.values() if g is not None]
+    nonzero = sum(1 for g in present if g.count_nonzero())
+    detail = (
+        f"{nonzero} of the plain twin's {len(present)} parameter gradients hold non-zero values"
+        if nonzero
+        else f"every one of the plain twin's {len(present)} parameter gradients is zero (or missing): equal gradients "
+        "show nothing here. Check that the loss depends on the parameters and that the training step does not "
+        "zero the gradients before they are compared"
+    )
+    return Row.measured(
+        check,
+        "plain gradients non-zero",
+        "nonzero_gradients",
+        float(nonzero),
+        "tensors",
+        comparator=">=",
+        threshold_value=1.0,
+        role=Role.ZERO_GRADIENTS,
+        detail=detail,
+        on_miss=Status.INCONCLUSIVE,
+        variant="plain",
     )
 
 
@@ -259,3 +290,41 @@ def metric_diff_row(
     judged: dict[str, Any] = {"comparator": "<=", "threshold_value": allowed, "threshold": f"{allowed:g}"}
     item, role = f"seed {seed}", Role.METRIC_DIFF
     return Row.measured(check, item, f"abs_diff_{metric}", diff, "", role=role, detail=detail, extra=extra, **judged)
+
+
+def step_row(
+    check: str,
+    step: int,
+    metric: str,
+    value: float,
+    unit: str,
+    variant: str,
+    on_miss: str,
+    moved: list[str],
+    extra: dict,
+) -> Row:
+    """One optimizer step of a trajectory, ``variant`` (recompute, or the A/A twin) against plain, judged
+    ``allclose`` per item on ``extra["excess"]`` (the worst compared item's; ``on_miss`` when past it: FAIL, or
+    INCONCLUSIVE for the A/A twin). ``moved``: the items outside tolerance, named in the detail;
+    ``extra["items"]``: how many were compared."""
+    items = extra["items"]
+    detail = (
+        f"all {items} items within tolerance"
+        if not moved
+        else f"{len(moved)} of {items} items outside tolerance, e.g. {', '.join(moved[:3])}"
+    )
+    return Row.measured(
+        check,
+        f"step {step}",
+        metric,
+        value,
+        unit,
+        role=Role.TRAJECTORY,
+        detail=detail,
+        on_miss=on_miss,
+        variant=variant,
+        extra=extra,
+        comparator="allclose",
+        threshold_value=math.nan,
+        threshold="allclose per item",
+    )

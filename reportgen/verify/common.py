@@ -34,17 +34,13 @@ from reportgen.verify.pdf import check_pdf, first_revision_digests
 # --------------------------------------------------------------------------- the statement
 
 
-def check_envelope(
-    raw: bytes, public_key: ec.EllipticCurvePublicKey, predicate_type: str, check_predicate: Callable[[dict], str]
-) -> tuple[list[Check], dict | None]:
+def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, doc: Document) -> tuple[list[Check], dict | None]:
     """Checks 4-5: the envelope's layout and signature, and the statement's shape.
 
     Args:
         raw: the envelope file's bytes.
         public_key: the reviewer's ``--key``.
-        predicate_type: the statement's expected ``predicateType`` (run, sweep or comparison).
-        check_predicate: ``fn(predicate) -> detail``; raises :class:`VerifyError` when the
-            predicate lacks what its kind of document must state.
+        doc: the kind of document expected (its ``predicate_type`` and ``check_predicate``).
 
     Returns:
         The checks and the statement (``None`` unless the signature verified).
@@ -87,8 +83,8 @@ def check_envelope(
         data = json.loads(state["payload"])
         require(data.get("_type") == STATEMENT_TYPE, f"_type {data.get('_type')!r}, expected {STATEMENT_TYPE}")
         require(
-            data.get("predicateType") == predicate_type,
-            f"predicateType {data.get('predicateType')!r}, expected {predicate_type}",
+            data.get("predicateType") == doc.predicate_type,
+            f"predicateType {data.get('predicateType')!r}, expected {doc.predicate_type}",
         )
         subjects = data.get("subject")
         require(isinstance(subjects, list) and subjects, "no subjects")
@@ -102,7 +98,7 @@ def check_envelope(
         require(isinstance(predicate, dict), "the predicate is not an object")
         signer = predicate.get("signer", {}).get("publicKeySha256")
         require(signer in (None, "", fp), f"the predicate names signer {signer}")
-        detail = check_predicate(predicate)
+        detail = doc.check_predicate(predicate)
         state["statement"] = data
         return f"in-toto Statement v1, {len(subjects)} subjects, {detail}"
 
@@ -250,7 +246,7 @@ def verify_signed_pdf(pdf: bytes, public_key: ec.EllipticCurvePublicKey, doc: Do
     if envelope is None:
         found.checks.append(Check(FAIL, "envelope signature", f"no {ENVELOPE_NAME} attached in the PDF"))
         return found, evidence.attachments
-    envelope_checks, found.statement = check_envelope(envelope, public_key, doc.predicate_type, doc.check_predicate)
+    envelope_checks, found.statement = check_envelope(envelope, public_key, doc)
     found.checks += envelope_checks
     if found.statement is None:
         return found, evidence.attachments
@@ -341,7 +337,7 @@ def verify_document_dir(
         if not same:
             found.statement, found.data = None, None
     if found.statement is None:
-        envelope_checks, found.statement = check_envelope(envelope, public_key, doc.predicate_type, doc.check_predicate)
+        envelope_checks, found.statement = check_envelope(envelope, public_key, doc)
         found.checks += [Check(c.status, f"{c.name} ({doc.envelope} on disk)", c.detail) for c in envelope_checks]
     if found.statement is None:
         return found

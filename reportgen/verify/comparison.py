@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
 from reportgen.results import frame_to_json
 from reportgen.trust.documents import DocumentSpec
-from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
+from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
 from reportgen.verify.common import (
     Document,
     Verified,
@@ -31,7 +31,7 @@ from reportgen.verify.common import (
     verify_lone_pdf,
 )
 from reportgen.verify.outcome import FAIL, Check, attempt, of_type, present, require, sha256_hex
-from reportgen.verify.run import check_run_predicate, check_verdict
+from reportgen.verify.run import RUN, check_verdict
 
 
 def check_comparison_predicate(predicate: dict) -> str:
@@ -62,7 +62,7 @@ def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey)
         where = folder / side["dir"]
         raw = (where / ENVELOPE_NAME).read_bytes()
         require(sha256_hex(raw) == side["statement_sha256"], "its statement is not the one the comparison names")
-        checks, statement = check_envelope(raw, public_key, PREDICATE_TYPE, check_run_predicate)
+        checks, statement = check_envelope(raw, public_key, RUN)
         failed = [c for c in checks if c.status == FAIL]
         unverified = f"its statement does not verify: {failed[0].line if failed else ''}"
         require(not failed, unverified)

@@ -39,7 +39,7 @@ def run_fb(s, model):
 # --------------------------------------------------------------------------- the faults themselves
 
 
-@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant", "selective"])
 def test_a_fault_acts_only_while_the_region_recomputes(setup, mode):
     """The loss and outputs stay the plain twin's (the forward is untouched) while the gradients move; on a
     plain twin, which never recomputes, the same hooks change nothing at all."""
@@ -57,7 +57,7 @@ def test_a_fault_acts_only_while_the_region_recomputes(setup, mode):
     assert not recomputing()
 
 
-@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant"])
+@pytest.mark.parametrize("mode", ["non_reentrant", "reentrant", "selective"])
 def test_the_lost_gradient_form_loses_a_gradient_under_both_implementations(setup, mode):
     s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
     plain = run_fb(s, s.build(False))
@@ -95,7 +95,7 @@ def test_ffn_every_applicable_control_is_caught(setup):
     assert rows[controls.LATER].extra["first_failing_step"] == 2 and "none before" in rows[controls.LATER].detail
     state = rows[controls.STATE]
     assert state.status == Status.INFO and state.detail.startswith("not applicable") and "no buffer" in state.detail
-    assert rows["controls' time"].unit == "s" and rows["controls' time"].value > 0
+    assert rows["total time"].unit == "s" and rows["total time"].value > 0
     assert 'region "0"' in rows["region"].detail
 
 
@@ -160,13 +160,27 @@ def test_a_model_without_dropout_has_no_rng_control(setup):
     assert rows[controls.ACTIVATION].status == Status.PASS
 
 
-def test_state_changed_by_recomputation_is_caught_by_state_parity(setup, monkeypatch):
-    s = setup("+model=scaled_block", user_conf=True)
+@pytest.mark.parametrize("mode", ["non_reentrant", "selective"])
+def test_state_changed_by_recomputation_is_caught_by_state_parity(setup, monkeypatch, mode):
+    """Also under a selective policy, which replays a region's ops by their order: the fault's own ops run
+    outside its dispatch mode, so they are a fault and not an error."""
+    s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
     row = by_item(detector_controls(s))[controls.STATE]
     assert (row.status, row.extra["caught_by"]) == (Status.PASS, "buffer 1.scale"), row.detail
     monkeypatch.setattr(fixed_batch, "bumped_buffer", no_op)
     row = by_item(detector_controls(s))[controls.STATE]
     assert (row.value, row.status) == (0.0, Status.INCONCLUSIVE)
+
+
+@pytest.mark.hf
+def test_a_models_own_switch_gets_its_faults_on_the_layers_children(setup):
+    """transformers 5 recomputes a layer's ``forward``, not its ``__call__``: the faults go on the children
+    that run again (observed), and every applicable control is caught."""
+    rows = by_item(detector_controls(setup("+model=hf_llama")))
+    assert "model.layers.0.self_attn" in rows["region"].extra["hook_points"]
+    for fault in (controls.ACTIVATION, controls.LOST, controls.LATER, controls.SAVING):
+        assert rows[fault].status == Status.PASS, rows[fault].detail
+    assert rows[controls.RNG].detail.startswith("not applicable: no random draws")
 
 
 def test_a_check_that_already_fails_needs_no_control(setup):

@@ -535,7 +535,7 @@ def test_sigterm_during_the_checks_keeps_not_run_rows_and_exits_143(tmp_path):
     assert out.strip().splitlines()[-1] == f"reportgen: interrupted; what was measured is in {partial}"
     frame = frame_from_json(partial.read_text())
     not_run = frame[frame.status == "NOT_RUN"]
-    assert list(not_run.check) == ["task metrics", "larger-batch experiment"]
+    assert list(not_run.check) == ["task metrics", "larger-batch experiment", "detector controls"]
     assert (frame[frame.check == "gradient parity"].status == "PASS").all()
 
 

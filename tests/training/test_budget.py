@@ -8,8 +8,8 @@ import torch
 from conftest import compose_config
 from user_models.nonfinite import SometimesInfTask, build, is_poisoned
 
-from reportgen.checks.budget import task_metrics
 from reportgen.checks.base.plots import task_metric_plots
+from reportgen.checks.budget import task_metrics
 from reportgen.commands.run import prepare
 from reportgen.report.render import environment
 from reportgen.results import check_summary, to_frame

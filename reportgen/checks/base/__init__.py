@@ -18,6 +18,9 @@ ROWS_TEMPLATE = "sections/rows.html.j2"
 #: Roles the pipeline gives rows of any check, so no section lists them: an exception inside the
 #: check, a disabled (NOT_RUN) part, a diagnosis the report adds to a failing check.
 PIPELINE_ROLES = (Role.EXCEPTION, Role.DISABLED, Role.DIAGNOSIS)
+#: Roles of the rows a trained pair of twins gives (reportgen.training.rows): the runs, their held-out
+#: metric, accepted and skipped examples, learning curves and the plain-twin cache.
+TRAINED_ROLES = (Role.RUN, Role.HELD_OUT, Role.ACCEPTED, Role.SKIPPED, Role.CURVE, Role.CACHE)
 
 
 @dataclass(frozen=True)

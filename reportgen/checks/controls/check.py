@@ -101,7 +101,7 @@ def detector_controls(setup: Setup) -> list[Row]:
     return rows + [
         Row.fact(
             CONTROLS,
-            "controls' time",
+            "total time",
             Role.NOTE,
             f"the detector controls took {seconds:.2f} s in all (baseline twins, every fault, the later-step "
             "trajectory and the saved-activation counts)",

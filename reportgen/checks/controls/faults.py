@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from reportgen.rng import capture, restore, seed_all
@@ -84,23 +85,35 @@ def shift(x: Tensor, share: float, seed: int) -> Tensor:
     return x + delta
 
 
-def _map_activation(fn: Callable[[Tensor], Tensor]) -> Callable:
+def _map_activation(fn: Callable[[Tensor], Tensor], switch: Switch) -> Callable:
     """A forward pre-hook (``with_kwargs=True``) that replaces the module's activation ``x`` by ``fn(x)``,
-    only while recomputing. The activation is the first floating tensor among the positional, then the
-    keyword arguments (``hidden_states``); later ones (an additive attention mask holding the dtype's
-    minimum, rotary tables) are left alone: moving a mask is not a recompute fault, and overflows."""
+    only while recomputing with ``switch.on`` (counted in ``switch.acted``); the forward is never touched.
+
+    The activation is the first floating tensor among the positional, then the keyword arguments
+    (``hidden_states``); later ones (an additive attention mask holding the dtype's minimum, rotary tables)
+    are left alone: moving a mask is not a recompute fault, and overflows. ``fn`` runs outside torch's
+    dispatch modes (:func:`uninstrumented`)."""
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if not recomputing():
+        if not (switch.on and recomputing()):
             return None
         leaves, spec = tree_flatten((args, kwargs))
         first = next((i for i, v in enumerate(leaves) if floating(v)), None)
         if first is None:
             return None
-        leaves[first] = fn(leaves[first])
+        switch.acted += 1
+        with uninstrumented():
+            leaves[first] = fn(leaves[first])
         return tree_unflatten(leaves, spec)
 
     return hook
+
+
+def uninstrumented():
+    """A context in which the fault's own ops run outside torch's Python dispatch modes: a selective
+    policy replays a region's ops by their order (an op the forward did not run would be an error, not a
+    fault) and a memory tracker would count them. Autograd still records them, so gradients flow through."""
+    return _disable_current_modes()
 
 
 @contextlib.contextmanager
@@ -129,31 +142,24 @@ def shifted_inputs(modules: Sequence[nn.Module], share: float, seed: int, switch
             when a switch recomputes the layer's ``forward`` only).
         share: relative size of the move (dimensionless; 1.0 = 100 %).
         seed: seeds the signs of the move.
-        switch: turns the fault on and off between steps; None = always on.
+        switch: turns the fault on and off between steps and counts when it acted; None = always on.
 
     Returns:
         A context manager that installs the hooks and removes them on exit.
     """
-    state = switch or Switch()
-    inner = _map_activation(lambda x: shift(x, share, seed))
-
-    def pre(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        moved = inner(module, args, kwargs) if state.on else None
-        state.acted += moved is not None
-        return moved
-
-    return hooked(modules, pre=pre)
+    return hooked(modules, pre=_map_activation(lambda x: shift(x, share, seed), switch or Switch()))
 
 
 def zeroed_inputs(modules: Sequence[nn.Module]):
     """Fault "gradient lost": while recomputing, each of ``modules`` computes from its activation (first
-    floating input) times zero. Under non-reentrant recompute the saved tensors are rebuilt from zeros, so every gradient that
-    reads them (the first layer's weight gradient) is lost; under reentrant recompute the recomputed graph
-    is the one backward walks, so the same gradients are lost and the gradient into the region's inputs is
-    zero too. ``x * 0`` keeps ``x``'s ``requires_grad``: zeros without it (``zeros_like``) make ops skip
-    saving tensors, and torch's checkpoint then raises on the count instead of losing a gradient silently.
-    A context manager, as :func:`shifted_inputs`."""
-    return hooked(modules, pre=_map_activation(lambda x: x * 0))
+    floating input) times zero. Under non-reentrant recompute the
+    saved tensors are rebuilt from zeros, so every gradient that reads them (the first layer's weight
+    gradient) is lost; under reentrant recompute the recomputed graph is the one backward walks, so the same
+    gradients are lost and the gradient into the region's inputs is zero too. ``x * 0`` keeps ``x``'s
+    ``requires_grad``: zeros without it (``zeros_like``) make ops skip saving tensors, and torch's checkpoint
+    then raises on the count instead of losing a gradient silently. A context manager, as
+    :func:`shifted_inputs`."""
+    return hooked(modules, pre=_map_activation(lambda x: x * 0.0, Switch()))
 
 
 def other_rng(modules: Sequence[nn.Module], seed: int):
@@ -165,30 +171,33 @@ def other_rng(modules: Sequence[nn.Module], seed: int):
 
     def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
         if recomputing():
-            saved.append(capture())
-            seed_all(seed)
+            with uninstrumented():
+                saved.append(capture())
+                seed_all(seed)
 
     def post(module: nn.Module, args: tuple, output: Any) -> None:
         if recomputing() and saved:
-            restore(saved.pop())
+            with uninstrumented():
+                restore(saved.pop())
 
     return hooked(modules, pre=pre, post=post)
 
 
 def bumped_buffer(modules: Sequence[nn.Module], buffer: Tensor):
-    """Fault "state changed by recomputation": the first time one of ``modules`` finishes a
-    recomputation, ``buffer`` grows by 1 (a running statistic or counter updated a second time). Through
-    ``.data``, so autograd's version check does not stop a backward that saved the buffer. A context
-    manager, as :func:`shifted_inputs`."""
+    """Fault "state changed by recomputation": the first time one of ``modules`` starts a recomputation,
+    ``buffer`` grows by 1 (a running statistic or counter updated a second time). Through ``.data``, so
+    autograd's version check does not stop a backward that saved the buffer; at the start, since a
+    non-reentrant recomputation stops once every saved tensor is back. A context manager, as
+    :func:`shifted_inputs`."""
     done: list[bool] = []
 
-    def post(module: nn.Module, args: tuple, output: Any) -> None:
+    def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
         if recomputing() and not done:
             done.append(True)
-            with torch.no_grad():
+            with uninstrumented(), torch.no_grad():
                 buffer.data.add_(1)
 
-    return hooked(modules, post=post)
+    return hooked(modules, pre=pre)
 
 
 def call_directly(fn: Callable, *args: Any, **kwargs: Any) -> Any:

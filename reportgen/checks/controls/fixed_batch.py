@@ -169,11 +169,12 @@ def state(setup: Setup, base: Baseline) -> Row:
     top = worst(rows)
     value = base.plain.buffers[buffer]
     scale = float(value.abs().max()) if value.numel() else 0.0
+    moved = any(not r.extra.get("bitwise_equal", True) for r in rows)
     why = (
         f"the change stays within state parity's tolerance ({tolerance_said(top)} at |{buffer}| up to {scale:.3g}): "
         "lower parity.atol and parity.rtol"
-        if top is not None
-        else "no buffer moved"
+        if top is not None and moved
+        else f"no buffer moved: the fault could not act on {buffer} here"
     )
     return control_row(
         STATE,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from reportgen.checks.controls.faults import any_floating, hooked, recomputing
+from reportgen.checks.controls.faults import any_floating, hooked, recomputing, uninstrumented
 from reportgen.rng import fingerprint
 from reportgen.twins.recompute import named_inner_modules, plain_name
 
@@ -132,11 +132,13 @@ def observing(model: nn.Module, path: str) -> Iterator[Region]:
 
     def rng_before(module: nn.Module, args: tuple, kwargs: dict) -> None:
         if not recomputing():
-            before.append(fingerprint())
+            with uninstrumented():
+                before.append(fingerprint())
 
     def rng_after(module: nn.Module, args: tuple, output: Any) -> None:
         if not recomputing() and before:
-            start, end = before.pop(), fingerprint()
+            with uninstrumented():
+                start, end = before.pop(), fingerprint()
             region.draws += [k for k in start if k not in region.draws and not torch.equal(start[k], end[k])]
 
     with contextlib.ExitStack() as stack:

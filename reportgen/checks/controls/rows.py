@@ -191,10 +191,14 @@ def not_needed(fault: str, check: str, failing: list[str], seconds: float = 0.0)
 
 
 def inputs_not_floating(fault: str, region: Region) -> Row:
-    """INFO: the region's recomputation gets no floating input, so a fault on its inputs cannot act."""
-    return stated_row(
-        fault,
-        FAULTS[fault],
-        f"not applicable: the modules of region {named(region.path)} that run again in backward "
-        f"({', '.join(region.hook_points) or 'none'}) get no floating tensor (token ids only)",
+    """INFO: a fault on the region's inputs cannot act: none of its modules ran again in backward (e.g.
+    ``torch.compile`` recomputes inside its own backward graph, where no module hook runs), or they get no
+    floating tensor (token ids only)."""
+    why = (
+        f"the modules of region {named(region.path)} that run again in backward ({', '.join(region.hook_points)}) "
+        "get no floating tensor (token ids only)"
+        if region.hook_points
+        else f"no module of region {named(region.path)} ran again in backward where a hook can see it (e.g. "
+        "torch.compile recomputes inside its own backward graph)"
     )
+    return stated_row(fault, FAULTS[fault], f"not applicable: {why}")

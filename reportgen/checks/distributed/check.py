@@ -24,7 +24,7 @@ rank's rows.
 
 from __future__ import annotations
 
-from reportgen.checks.base import Check, Section
+from reportgen.checks.base import TRAINED_ROLES, Check, Section
 from reportgen.checks.distributed.cost import memory_rows, time_rows
 from reportgen.checks.distributed.grads import gradient_rows
 from reportgen.checks.distributed.steps import step_rows, trajectory_rows
@@ -83,6 +83,7 @@ CHECK = Check(
                 Role.PARAM_GRAD,
                 Role.RANK_LOCAL_GRADS,
                 Role.AA,
+                Role.ZERO_GRADIENTS,
                 Role.RANK_SYNC,
                 Role.SHARDING_REFERENCE,
             ),
@@ -134,17 +135,7 @@ CHECK = Check(
             "data: the metric and every full trained parameter, recompute vs plain.",
             required=False,
             distributed=True,
-            roles=(
-                Role.BUDGET,
-                Role.RUN,
-                Role.HELD_OUT,
-                Role.ACCEPTED,
-                Role.SKIPPED,
-                Role.CURVE,
-                Role.CACHE,
-                Role.METRIC_DIFF,
-                Role.FINAL_PARAMS,
-            ),
+            roles=(Role.BUDGET, *TRAINED_ROLES, Role.METRIC_DIFF, Role.FINAL_PARAMS),
         ),
     ),
 )

@@ -10,7 +10,6 @@ from typing import Any
 from torch import Tensor
 
 from reportgen.checks.distributed.cost import local_share
-from reportgen.checks.base.judged import zero_count_row
 from reportgen.config import DIST_GRADIENT_PARITY
 from reportgen.distributed.full import full_grads
 from reportgen.distributed.launch import Group, shard_batch
@@ -19,7 +18,7 @@ from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.sync import replicated_state, sync_row
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
-from reportgen.results.rows import aa_row, tensor_row
+from reportgen.results.rows import aa_row, tensor_row, zero_count_row, zero_gradients_row
 from reportgen.training.user_step import run_forward_backward
 from reportgen.twins.setup import Setup
 
@@ -139,7 +138,7 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
         for name in sorted(set(plain_g) | set(rc_g))
     ]
     _, reference = reference_grads(setup, group.world_size)
-    rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads)]
+    rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads), zero_gradients_row(DIST_GRADIENT_PARITY, plain_g)]
     rows += [
         sync_row(DIST_GRADIENT_PARITY, name, [drift], group.world_size, rtol, atol, "backward")
         for name, drift in drifts.items()

@@ -10,7 +10,6 @@ import torch
 
 from reportgen.checks.distributed.cost import local_share
 from reportgen.checks.distributed.grads import reference_grads, reference_rows
-from reportgen.checks.base.judged import step_row
 from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, STATE_PARITY, ParityConfig
 from reportgen.distributed.full import dist_name, full, full_optimizer_state, full_params
 from reportgen.distributed.launch import Group, shard_batch
@@ -19,7 +18,7 @@ from reportgen.distributed.sync import Drift, replicated_state, sync_row
 from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
-from reportgen.results.rows import aa_row
+from reportgen.results.rows import aa_row, step_row
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
 from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward

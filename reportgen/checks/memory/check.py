@@ -39,7 +39,6 @@ from collections.abc import Callable
 from typing import Any
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.base.judged import zero_count_row
 from reportgen.checks.memory.estimate import estimate_rows
 from reportgen.checks.memory.plots import memory_plots
 from reportgen.checks.memory.rows import bytes_row, peak_rows, saved_rows
@@ -49,7 +48,7 @@ from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import format_bytes
 from reportgen.results import TWIN, Role, Row, Status
-from reportgen.results.rows import exception_message
+from reportgen.results.rows import exception_message, zero_count_row
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 
