@@ -29,6 +29,8 @@ _WRITE_FIXES = {
     errno.EACCES: "permission denied; point hydra.run.dir at a folder you can write to",
     errno.EPERM: "permission denied; point hydra.run.dir at a folder you can write to",
 }
+#: The errnos of a failed write that are the user's to fix (a full disk, a read-only folder, no permission).
+WRITE_ERRNOS = frozenset(_WRITE_FIXES)
 
 
 def write_failure(path: Path, exc: OSError) -> OutputWriteError:

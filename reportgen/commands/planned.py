@@ -43,7 +43,7 @@ def planned_peak(setup: Setup, rows: list[Row]) -> tuple[Row, dict[str, Any]] | 
         figure cannot be made (no measured peak, a model the plan cannot build) an INFO row saying why and
         ``{}``.
     """
-    policy = OmegaConf.select(setup.cfg, "recompute.planned.policy")
+    policy = setup.config.recompute.planned.get("policy")
     if policy is None:
         return None
     start = time.perf_counter()

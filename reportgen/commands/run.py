@@ -40,7 +40,17 @@ from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.pdf import renderer_problem
 from reportgen.report.render import render_report
-from reportgen.results import Role, Row, Status, atomic_write, claim_verdict, frame_to_json, replace_write, to_frame
+from reportgen.results import (
+    Role,
+    Row,
+    Status,
+    atomic_write,
+    claim_verdict,
+    frame_from_json,
+    frame_to_json,
+    replace_write,
+    to_frame,
+)
 from reportgen.results.rows import error_row
 from reportgen.threads import apply_threads
 from reportgen.training.duration import refuse_long_runs
@@ -121,7 +131,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if any(r.check == MEMORY and r.status != Status.NOT_RUN for r in rows):  # the whole run's peak, beside one twin's
         rows.append(run_peak_row(setup))
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
-    rows += diagnose(rows, recompute_settings(cfg, setup))
+    rows += diagnose(rows, recompute_settings(setup))
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
     if planned := planned_peak(setup, rows):  # a plan's recompute file: the plan's figure at this shape (page 1)
         rows.append(planned[0])
@@ -297,7 +307,10 @@ def _world_size(setup: Setup | None) -> int:
 
 
 def write_results(frame, out_dir: Path) -> None:
-    """results.csv and results.json (the single source of truth), then drop the partial file."""
-    atomic_write(out_dir / "results.csv", frame.to_csv(index=False))
-    atomic_write(out_dir / "results.json", frame_to_json(frame))
+    """results.json (the single source of truth) and results.csv, the CSV of exactly its rows (``reportgen.sign``
+    and ``reportgen.verify`` re-derive it byte for byte; a column with no value in any row is in neither), then
+    drop the partial file."""
+    text = frame_to_json(frame)
+    atomic_write(out_dir / "results.csv", frame_from_json(text).to_csv(index=False))
+    atomic_write(out_dir / "results.json", text)
     (out_dir / "results.partial.json").unlink(missing_ok=True)

@@ -10,7 +10,10 @@ console says "all checks finished; the report was not signed". This command fini
    status_mismatches``, the verifier's own rule) and refuses a frame whose stated statuses do not
    follow; the verdict is recomputed from those rows (``results.claim_verdict``) with the run's
    ``verdict.required``, never read from anywhere else;
-3. removes what the interrupted run left half done (report, unsigned PDF, statement: never a
+3. refuses a folder whose manifest lists a file the run had not written when its checks finished
+   (the seal covers every file written by then: results.csv, Hydra's files, ...), or whose
+   results.csv is not results.json's rows, byte for byte;
+4. removes what the interrupted run left half done (report, unsigned PDF, statement: never a
    signed output, as the mark says signing had not finished), renders the report and signs it
    like the run would have (subjects: the run's manifest plus what it writes now).
 
@@ -30,9 +33,10 @@ from reportgen.checks import required_names
 from reportgen.ci import JUNIT_NAME, SUMMARY_NAME, VERDICT_NAME, finish_ci_outputs, write_ci_outputs
 from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
+from reportgen.files import WRITE_ERRNOS, OutputWriteError, write_failure
 from reportgen.report.render import render_report
 from reportgen.results import Status, claim_verdict, frame_from_json
-from reportgen.trust.manifest import PENDING_NAME, clear_pending, seal_holds, start_manifest
+from reportgen.trust.manifest import PENDING_NAME, clear_pending, planted, seal_holds, start_manifest
 from reportgen.trust.signing import (
     ENVELOPE_NAME,
     PDF_NAME,
@@ -111,7 +115,18 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
             f"{run_dir}: results.json, the config or the mark changed after the checks finished (or the seal is "
             f"another key's than {key.path}); only what the run measured is signed: nothing was signed, run the checks again"
         )
+    extra = planted(run_dir, record, LEFT_HALF_DONE)
+    if extra:
+        raise FinishRefusedError(
+            f"{run_dir}: {', '.join(extra[:3])} entered the run's manifest after its checks finished; only what the "
+            "run wrote is signed: nothing was signed, remove it (and its manifest line) or run the checks again"
+        )
     frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
+    csv = run_dir / "results.csv"
+    if not csv.is_file() or csv.read_text() != frame.to_csv(index=False):
+        raise FinishRefusedError(
+            f"{run_dir}: results.csv is not results.json's rows; nothing was signed: run the checks again"
+        )
     peak_on_miss = OmegaConf.select(cfg, "memory.peak_on_miss", default=None)
     wrong = status_mismatches(frame, {"memory.peak_on_miss": peak_on_miss})
     if wrong:
@@ -149,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         verdict = finish_run(args.run_dir, args.key)
     except (FinishRefusedError, SigningError) as exc:
         print(f"reportgen.sign: refused: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except OSError as exc:  # a full disk or read-only folder is the user's to fix: one line, exit 2
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        failure = exc if isinstance(exc, OutputWriteError) else write_failure(Path(exc.filename or args.run_dir), exc)
+        print(f"reportgen.sign: {failure}; results.json and the mark are kept: run it again", file=sys.stderr)
         return int(ExitCode.USAGE)
     said = {str(Status.PASS): "HOLDS", str(Status.INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     print(

@@ -1,8 +1,9 @@
 """Values the schema's types cannot refuse: enums, finite ranges, known check names.
 
 The dataclass schema (``reportgen.config``) refuses wrong types while Hydra composes; this
-module refuses wrong *values* right after composing, before any folder is written or model
-built (``rundir.RunFolderGuard.on_run_start``; ``cli.run_job`` again for each sweep job).
+module, the one validator, refuses wrong *values* right after composing, before any folder is written or
+model built (``rundir.RunFolderGuard.on_run_start``; ``cli.run_job`` again for each sweep job and each
+torchrun/srun rank; a spawned rank builds from the config its launcher accepted): ``build_setup`` only builds.
 NaN is refused everywhere: it compares false with every bound, so a NaN deadline would
 otherwise pass "within the deadline of nan".
 """
@@ -33,6 +34,7 @@ from reportgen.config import (
     LARGER_BATCH,
     STATE_PARITY,
     STEP_PARITY,
+    RecomputeMethod,
 )
 from reportgen.distributed.settings import distributed_setting_problems
 from reportgen.threads import threads_problem
@@ -152,8 +154,6 @@ def config_problems(cfg: DictConfig) -> str:
         "recompute.mode",
         "recompute.method",
         "distributed.budget_seeds",
-        "budget.batch_size",
-        "budget.examples",
         "budget.enabled",
     ]
     values, problems = {}, unknown_setting_problems(cfg)
@@ -227,9 +227,8 @@ def config_problems(cfg: DictConfig) -> str:
 
 def _mode_problem(values: dict[str, Any]) -> list[str]:
     """``recompute.mode`` unset (``recompute=model_default``) is only meaningful with the model's own
-    switch, which then applies its own default; reportgen's wrapper needs a mode."""
-    method = getattr(values.get("recompute.method"), "value", values.get("recompute.method"))
-    if "recompute.mode" in values and values["recompute.mode"] is None and method != "model_switch":
+    switch, which then applies its own default; reportgen's wrapper needs a mode (the one place this is refused)."""
+    if values.get("recompute.mode", "") is None and values.get("recompute.method") is not RecomputeMethod.model_switch:
         return [
             "recompute.mode=null (recompute=model_default: the model's own default) needs "
             "recompute.method=model_switch; with recompute.method=wrap choose recompute=non_reentrant, "

@@ -32,13 +32,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 
-from reportgen.config import RecomputeMethod
 from reportgen.errors import UsageError
 from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, saved_activation_bytes
 from reportgen.structure import describe, named_tensors
 from reportgen.tasks import batch_to
-from reportgen.twins.recompute import apply_recompute, find_targets
+from reportgen.twins.recompute import apply_recompute, find_targets, is_model_switch
 from reportgen.twins.setup import DTYPES, Setup, autocast_forward
 from reportgen.twins.template import copy_module
 
@@ -346,12 +345,12 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
                 else fake_model(model_cfg, task, cfg.seed, setup.device, dtype)
             )
             if recompute:
-                apply_recompute(model, cfg.recompute)
+                apply_recompute(model, setup.config.recompute)
             else:  # the target shape may have another depth: find the wrapped paths on this model
                 paths = (
                     [w.path for w in setup.wrapped]
-                    if cfg.recompute.method == RecomputeMethod.model_switch
-                    else [w.path for w in find_targets(model, list(cfg.recompute.targets))]
+                    if is_model_switch(setup.config.recompute)
+                    else [w.path for w in find_targets(model, setup.config.recompute.targets)]
                 )
                 shape = transformer_shape(model, batch[0], paths, dtype)
             if setup.autocast_dtype is not None:  # the same precision as the measured twins

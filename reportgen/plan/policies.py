@@ -26,6 +26,8 @@ from typing import Any
 from omegaconf import OmegaConf
 from torch import nn
 
+from reportgen.config import RecomputeConfig
+
 #: torchtitan's selective op save list, with the CPU flash kernel (the one a CPU run calls).
 SAVE_OPS = [
     "aten.mm",
@@ -119,7 +121,7 @@ def switch_on(model: nn.Module, policy: Policy, flags: list[bool], layer_paths: 
     if policy.every == 0 or not any(flags):
         return
     targets = [] if all(flags) else [p for p, on in zip(layer_paths, flags) if on]
-    enable(model, OmegaConf.create(policy.node(targets)))
+    enable(model, OmegaConf.merge(OmegaConf.structured(RecomputeConfig), policy.node(targets)))
 
 
 def recompute_file(policy: Policy, n_layers: int, layer_prefix: str, header: list[str]) -> str:

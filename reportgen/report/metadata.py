@@ -26,7 +26,6 @@ from reportgen.trust.sources import (
     reportgen_sources_sha256,
     user_source_digests,
 )
-from reportgen.twins.recompute import use_reentrant
 from reportgen.twins.setup import Setup
 
 #: Hydra's options that name the primary config; they travel into the rerun command.
@@ -226,18 +225,13 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
     }
 
 
-def recompute_settings(cfg: DictConfig, setup: Setup | None = None) -> dict[str, Any]:
-    """The recompute settings the report and the diagnosis read: ``mode``, ``preserve_rng_state``, and
-    ``strategy`` (``distributed.strategy`` of a sharded run, else None).
-
-    ``mode`` is the mode in force: ``setup.mode`` (which says what the model's own default was when
-    ``recompute.mode`` is unset), else the configured one; None when neither says.
-    """
-    rc = cfg.recompute
-    mode = setup.mode if setup is not None and setup.mode is not None else getattr(rc.mode, "value", rc.mode)
-    dc = cfg.get("distributed")
-    strategy = getattr(dc.strategy, "value", str(dc.strategy)) if dc is not None and int(dc.world_size) > 1 else None
-    return {"mode": mode, "preserve_rng_state": bool(rc.preserve_rng_state), "strategy": strategy}
+def recompute_settings(setup: Setup) -> dict[str, Any]:
+    """The recompute settings the report and the diagnosis read: ``mode``, the mode in force (:attr:`Setup.mode`,
+    which says what the model's own default was when ``recompute.mode`` is unset; None when nothing says),
+    ``preserve_rng_state``, and ``strategy`` (``distributed.strategy`` of a sharded run, else None)."""
+    dc = setup.config.distributed
+    strategy = dc.strategy.value if dc.world_size > 1 else None
+    return {"mode": setup.mode, "preserve_rng_state": setup.config.recompute.preserve_rng_state, "strategy": strategy}
 
 
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:
@@ -250,12 +244,11 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
         :func:`provenance` of the code (user source digests, their repositories' dirty flags),
         which the signed statement repeats.
     """
-    rc = cfg.recompute
-    configured = setup.tolerance()
-    rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *configured)
+    rc = setup.config.recompute
+    rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *setup.tolerance())
     source = (
         "configured"
-        if cfg.parity.rtol is not None or cfg.parity.atol is not None
+        if setup.config.parity.rtol is not None or setup.config.parity.atol is not None
         else f"torch.testing.assert_close defaults for {cfg.dtype}"
         if setup.autocast_dtype is None
         else f"torch.testing.assert_close defaults for the autocast dtype {cfg.precision.autocast}"
@@ -268,12 +261,12 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "architecture": setup.architecture,
             "model_files": model_files(cfg.model),
             "task": str(cfg.task._target_),
-            "mode": recompute_settings(cfg, setup)["mode"] or "the model's own default",
+            "mode": setup.mode or "the model's own default",
             "mode_note": setup.mode_note,
             "targets": list(rc.targets),
             "wrapped": [{"path": w.path, "cls": w.cls} for w in setup.wrapped],
-            "preserve_rng_state": bool(rc.preserve_rng_state),
-            "determinism_check": str(rc.determinism_check),
+            "preserve_rng_state": rc.preserve_rng_state,
+            "determinism_check": rc.determinism_check,
             "save_ops": list(rc.save_ops),
             "precision": cfg.dtype + (f", autocast {cfg.precision.autocast}" if cfg.precision.autocast else ""),
             "compiled": (
@@ -282,9 +275,9 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
                 else None
             ),
             "device": str(setup.device),
-            "method": getattr(rc.method, "value", str(rc.method)),
-            "enable": rc.get("enable"),
-            "use_reentrant": use_reentrant(rc) if setup.mode is None else setup.mode == "reentrant",
+            "method": rc.method.value,
+            "enable": rc.enable,
+            "use_reentrant": None if setup.mode is None else setup.mode == "reentrant",
             "observed": list(setup.observed) if setup.observed is not None else None,
             "ignored_attributes": list(cfg.state.ignore_attributes),
             "generators": list(GENERATORS) if cfg.forward_seed is not None else [],

@@ -42,13 +42,15 @@ PENDING_NAME = "report.pending.json"
 SIGN_COMMAND = "python -m reportgen.sign"
 
 
-#: The files a seal binds (besides the mark's own fields): what was measured and the config it ran.
-SEALED_FILES = ("results.json", ".hydra/config.yaml", ".hydra/overrides.yaml")
+#: The files a seal always binds (besides the mark's own fields, and every file the run had written when its
+#: checks finished, the mark's ``written``): what was measured and the config it ran.
+SEALED_FILES = ("results.json", "results.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
 
 
 def seal_payload(out_dir: Path, record: dict) -> bytes:
-    """The bytes a seal signs: SHA-256 of each of :data:`SEALED_FILES` as they are on disk, and the
-    mark's fields that rendering uses (canonical JSON). Any edit to them changes the payload."""
+    """The bytes a seal signs: SHA-256 of each of :data:`SEALED_FILES` and of every file the mark lists as
+    ``written`` (the run's manifest when its checks finished), as they are on disk, and the mark's fields
+    that rendering uses (canonical JSON). Any edit to them changes the payload."""
     import hashlib
     import json
 
@@ -56,9 +58,9 @@ def seal_payload(out_dir: Path, record: dict) -> bytes:
         name: hashlib.sha256((Path(out_dir) / name).read_bytes()).hexdigest()
         if (Path(out_dir) / name).is_file()
         else None
-        for name in SEALED_FILES
+        for name in sorted(set(SEALED_FILES) | set(record.get("written") or ()))
     }
-    fields = {k: record.get(k) for k in ("meta", "required", "pdf", "sign")}
+    fields = {k: record.get(k) for k in ("meta", "required", "pdf", "sign", "written")}
     return json.dumps({"files": digests, "mark": fields}, sort_keys=True, default=str).encode()
 
 
@@ -88,6 +90,7 @@ def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign
         "pdf": bool(pdf),
         "sign": bool(sign),
         "finish": f"{SIGN_COMMAND} {out_dir}",
+        "written": sorted((written_files(out_dir) or set()) - {PENDING_NAME}),
     }
     record = json.loads(json.dumps(record, default=str))  # the fields as they will be read back
     if private_key is not None:
@@ -110,6 +113,14 @@ def seal_holds(out_dir: Path, record: dict, public_key) -> bool:
     except (KeyError, ValueError, TypeError, InvalidSignature):
         return False
     return True
+
+
+def planted(out_dir: Path, record: dict, rewritten: tuple[str, ...]) -> list[str]:
+    """Files the manifest lists now that the run had not written when its checks finished (the mark's
+    ``written``) and that signing does not write itself (``rewritten``): what someone put into the folder
+    and appended to the manifest since. Nothing of it may be signed."""
+    allowed = set(record.get("written") or ()) | set(rewritten) | {PENDING_NAME}
+    return sorted((written_files(out_dir) or set()) - allowed)
 
 
 def clear_pending(out_dir: Path) -> None:

@@ -92,7 +92,7 @@ def check_task_contract(setup: Any) -> None:
 
 
 def _check(setup: Any, task: Any) -> None:
-    seed = int(setup.cfg.seed)
+    seed = setup.config.seed
     inputs, targets = _draw(task, seed, PROBE_BATCH)
     for name, part in (("inputs", inputs), ("targets", targets)):
         for tensor in _leaves(part):

@@ -97,7 +97,7 @@ def _add_whole_modules(model: nn.Module, names: dict, ran: set[str], again: list
 def _runs_eagerly(setup: Setup) -> bool:
     """True when an uncompiled plain twin runs a forward and backward on the fixed batch."""
     try:
-        observe_recompute(setup.build(False, compiled=False), setup.batch, setup.task.loss, setup.cfg.forward_seed)
+        observe_recompute(setup.build(False, compiled=False), setup.batch, setup.task.loss, setup.config.forward_seed)
     except Exception:  # noqa: BLE001 - the model itself is broken; the checks say so
         return False
     return True
@@ -115,7 +115,7 @@ def observe_twins(setup: Setup) -> None:
     (a frozen base under reentrant recompute, e.g. LoRA without ``enable_input_require_grads()``):
     ``setup.nothing_recomputes`` says so and :func:`observation_rows` makes it a FAIL row.
     """
-    seed, loss = setup.cfg.forward_seed, setup.task.loss
+    seed, loss = setup.config.forward_seed, setup.task.loss
     try:
         switch = not setup.wrapped  # the model's own switch may recompute a layer's forward, not its __call__
         plain = setup.build(False)
@@ -126,7 +126,7 @@ def observe_twins(setup: Setup) -> None:
         twin = setup.build(True)
         setup.observed = observe_recompute(twin, setup.batch, loss, seed, whole_modules=switch)
     except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
-        if setup.cfg.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
+        if setup.config.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
             setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
         return
     if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
@@ -134,7 +134,7 @@ def observe_twins(setup: Setup) -> None:
         setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
         if not setup.wrapped:
             setup.nothing_recomputes = (
-                f"recompute.enable={setup.cfg.recompute.get('enable')} ran, but no module of "
+                f"recompute.enable={setup.config.recompute.enable} ran, but no module of "
                 "the recompute twin runs its forward again in backward: nothing recomputes, "
                 "so the configured recompute is not what trains"
             )

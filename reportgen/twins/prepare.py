@@ -41,7 +41,7 @@ def prepare(
         raise SetupError(problem)
     if probe_contract:
         check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
-    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
+    setup.batch = setup.make_batch(setup.config.parity.batch_size, setup.config.seed)
     try:  # which modules recompute in each twin, and whether compile can run them; under the checks' limits
         with limited("observing which modules recompute", *check_limits(cfg)):
             observe_twins(setup)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_method
+from omegaconf import OmegaConf
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     _CHECKPOINT_PREFIX,
@@ -26,7 +27,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from reportgen.config import RecomputeMethod, RecomputeMode
+from reportgen.config import RecomputeConfig, RecomputeMethod, RecomputeMode
 from reportgen.errors import UsageError
 
 
@@ -153,14 +154,14 @@ def _periodic_context(ops: frozenset, periods: dict):
     return create_selective_checkpoint_contexts(_periodic_policy(ops, periods))
 
 
-def resolve_periods(periods: Any, save_ops: list[str]) -> dict:
+def resolve_periods(periods: dict[str, int], save_ops: list[str]) -> dict:
     """``recompute.save_period`` as ``{overload: n}``.
 
     Raises:
         RecomputeConfigError: an entry not in ``save_ops``, or a period that is not a whole number >= 1.
     """
     resolved = {}
-    for name, n in dict(periods or {}).items():
+    for name, n in periods.items():
         if name not in save_ops:
             raise RecomputeConfigError(
                 f"recompute.save_period: {name!r} is not in recompute.save_ops; list it there too"
@@ -173,34 +174,28 @@ def resolve_periods(periods: Any, save_ops: list[str]) -> dict:
     return resolved
 
 
-def checkpoint_kwargs(rc) -> tuple[CheckpointImpl, dict]:
-    """Translate ``cfg.recompute`` into checkpoint_wrapper's implementation and kwargs."""
-    mode = configured_mode(rc)
-    if mode is None:
-        raise RecomputeConfigError(
-            "recompute.mode is not set (recompute=model_default): only recompute.method="
-            "model_switch can leave the mode to the model; choose recompute=non_reentrant, "
-            "reentrant or selective"
-        )
+def checkpoint_kwargs(rc: RecomputeConfig) -> tuple[CheckpointImpl, dict]:
+    """Translate ``cfg.recompute`` into checkpoint_wrapper's implementation and kwargs (a null
+    ``recompute.mode`` is refused before, by :func:`reportgen.commands.validation.config_problems`)."""
     kwargs = {"preserve_rng_state": bool(rc.preserve_rng_state), "determinism_check": str(rc.determinism_check)}
-    if mode is RecomputeMode.reentrant:
+    if rc.mode is RecomputeMode.reentrant:
         return CheckpointImpl.REENTRANT, {"preserve_rng_state": kwargs["preserve_rng_state"]}
-    if mode is RecomputeMode.selective:
+    if rc.mode is RecomputeMode.selective:
         if not rc.save_ops:
             raise RecomputeConfigError("recompute.mode=selective needs recompute.save_ops, e.g. ['aten.mm']")
         ops = frozenset(resolve_ops(list(rc.save_ops)))
-        periods = resolve_periods(getattr(rc, "save_period", None), list(rc.save_ops))
+        periods = resolve_periods(rc.save_period, list(rc.save_ops))
         if periods:
             kwargs["context_fn"] = functools.partial(_periodic_context, ops, periods)
         else:
             policy = functools.partial(_save_listed, ops)
             kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
-    elif rc.save_ops or getattr(rc, "save_period", None):
+    elif rc.save_ops or rc.save_period:
         raise RecomputeConfigError("recompute.save_ops and save_period are only used with recompute=selective")
     return CheckpointImpl.NO_REENTRANT, kwargs
 
 
-def apply_recompute(model: nn.Module, rc) -> list[Wrapped]:
+def apply_recompute(model: nn.Module, rc: RecomputeConfig) -> list[Wrapped]:
     """Wrap each target submodule of ``model`` in place; return what was wrapped.
 
     Args:
@@ -284,13 +279,14 @@ def guard_returned_leaves(model: nn.Module) -> None:
     model.register_forward_hook(check)
 
 
-def is_model_switch(rc) -> bool:
+def is_model_switch(rc: RecomputeConfig) -> bool:
     """True for ``recompute.method=model_switch`` (the model's own switch turns recompute on)."""
-    return _method(rc) is RecomputeMethod.model_switch
+    return rc.method is RecomputeMethod.model_switch
 
 
-def switch_on(model: nn.Module, rc) -> bool | None:
-    """Call ``recompute.enable(model, rc)``, the model's own switch (``method=model_switch``).
+def switch_on(model: nn.Module, rc: RecomputeConfig) -> bool | None:
+    """Call ``recompute.enable(model, recompute_cfg)``, the model's own switch (``method=model_switch``);
+    ``recompute_cfg`` is ``rc`` as a structured DictConfig, what a switch has always been given.
 
     Returns:
         What the switch returns: by contract the ``use_reentrant`` value in force (True/False),
@@ -299,27 +295,22 @@ def switch_on(model: nn.Module, rc) -> bool | None:
     Raises:
         RecomputeConfigError: ``recompute.enable`` is not set or cannot be imported.
     """
-    if not rc.get("enable"):
+    if not rc.enable:
         raise RecomputeConfigError(
             "recompute.method=model_switch needs recompute.enable: the dotted path of "
             "fn(model, recompute_cfg), e.g. reportgen.models.hf.enable"
         )
     try:
-        enable = get_method(str(rc.enable))
+        enable = get_method(rc.enable)
     except Exception as exc:  # noqa: BLE001 - an import error of user code, as a usage error
         raise RecomputeConfigError(f"recompute.enable={rc.enable} cannot be imported: {exc}") from exc
-    reported = enable(model, rc)
+    reported = enable(model, OmegaConf.structured(rc))
     return reported if isinstance(reported, bool) else None
 
 
-def configured_mode(rc) -> RecomputeMode | None:
-    """``recompute.mode`` as a :class:`RecomputeMode`; None when not set (``recompute=model_default``)."""
-    mode = rc.mode
-    return None if mode is None else mode if isinstance(mode, RecomputeMode) else RecomputeMode(str(mode))
-
-
-def effective_mode(rc, reported: bool | None) -> tuple[str | None, str | None]:
-    """The recompute mode in force and, when the model chose it, a note saying so.
+def effective_mode(rc: RecomputeConfig, reported: bool | None) -> tuple[str | None, str | None]:
+    """The recompute mode in force and, when the model chose it, a note saying so: worked out once per
+    run, by :func:`reportgen.twins.setup.build_setup` (``Setup.mode``, ``Setup.mode_note``).
 
     Args:
         rc: ``cfg.recompute``.
@@ -330,25 +321,12 @@ def effective_mode(rc, reported: bool | None) -> tuple[str | None, str | None]:
         (not set and the switch did not say); ``note`` is None when ``recompute.mode`` was set, else
         e.g. ``"the model's own default (use_reentrant=True)"``.
     """
-    mode = configured_mode(rc)
-    if mode is not None:
-        return mode.value, None
+    if rc.mode is not None:
+        return rc.mode.value, None
     if reported is None:
         return None, "the model's own default (the switch did not say which)"
     chosen = RecomputeMode.reentrant if reported else RecomputeMode.non_reentrant
     return chosen.value, f"the model's own default (use_reentrant={reported})"
-
-
-def _method(rc) -> RecomputeMethod:
-    method = rc.get("method", RecomputeMethod.wrap) if hasattr(rc, "get") else getattr(rc, "method", "wrap")
-    return method if isinstance(method, RecomputeMethod) else RecomputeMethod(str(method))
-
-
-def use_reentrant(rc) -> bool | None:
-    """The ``use_reentrant`` value for ``recompute.mode`` (selective is non-reentrant); None when the
-    mode is not set (the model's own default decides: see :func:`effective_mode`)."""
-    mode = configured_mode(rc)
-    return None if mode is None else mode is RecomputeMode.reentrant
 
 
 def plain_name(name: str) -> str:

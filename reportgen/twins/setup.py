@@ -44,7 +44,10 @@ class Setup:
     """The run's shared inputs.
 
     Attributes:
-        cfg: the composed config.
+        cfg: the composed config (what Hydra instantiates ``model``/``task`` from, and a spawned rank is given).
+        config: ``cfg`` as its schema's dataclasses (``OmegaConf.to_object``, made once by :func:`build_setup`):
+            a check reads its own section typed, e.g. ``section: ParityConfig = setup.config.parity``;
+            ``model``, ``task`` are dicts.
         task: the instantiated task (see :class:`reportgen.tasks.Task`).
         device: where both twins run.
         dtype: precision of both twins.
@@ -59,14 +62,15 @@ class Setup:
             recompute twin runs its forward again in backward); None when something recomputes. A
             finding, not a usage error: the pipeline adds it as a FAIL row.
         mode: the recompute mode in force (``non_reentrant``, ``reentrant``, ``selective``; None when
-            ``recompute.mode`` is unset and the switch did not say), what the report and diagnosis read.
+            ``recompute.mode`` is unset and the switch did not say), worked out once
+            (:func:`reportgen.twins.recompute.effective_mode`): what the report, metadata and diagnosis read.
+        mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default (use_reentrant=True)".
         architecture: the plain model's class, ``module.QualName`` (e.g.
             ``transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM``); what page 1 names.
-        mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default
-            (use_reentrant=True)" (:func:`reportgen.twins.recompute.effective_mode`).
     """
 
     cfg: DictConfig
+    config: Config
     task: Any
     device: torch.device
     dtype: torch.dtype
@@ -80,16 +84,6 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
-    #: ``(cfg, cfg as its schema's dataclasses)``, made on first use of :attr:`config`.
-    typed: tuple[DictConfig, Config] | None = field(default=None, repr=False)
-
-    @property
-    def config(self) -> Config:
-        """``cfg`` as its schema's dataclasses (``OmegaConf.to_object``, once per ``cfg``): a check reads its
-        own section typed, e.g. ``section: ParityConfig = setup.config.parity``; ``model``, ``task`` are dicts."""
-        if self.typed is None or self.typed[0] is not self.cfg:
-            self.typed = (self.cfg, OmegaConf.to_object(self.cfg))
-        return self.typed[1]
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin, a copy of the one build on the run's device (the factory never runs
@@ -100,7 +94,7 @@ class Setup:
         (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``."""
         model = self.template.twin(self.device)
         if recompute:
-            apply_recompute(model, self.cfg.recompute)
+            apply_recompute(model, self.config.recompute)
         guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
         if self.autocast_dtype is not None:
             model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
@@ -115,13 +109,11 @@ class Setup:
         return None if name is None else AUTOCAST[name]
 
     def tolerance(self) -> tuple[float | None, float | None]:
-        """``(rtol, atol)`` for parity: configured values, else (under autocast) torch.testing's
-        defaults for the autocast dtype, else None (each tensor's own dtype decides)."""
+        """``(rtol, atol)`` for parity, the one place they are resolved for the run: configured values,
+        else (under autocast) torch.testing's defaults for the autocast dtype, else None (each tensor's own
+        dtype decides: :func:`reportgen.results.distance.tolerances`)."""
         rtol, atol = self.config.parity.rtol, self.config.parity.atol
-        if self.autocast_dtype is not None:
-            default = tolerances(self.autocast_dtype)
-            return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
-        return rtol, atol
+        return (rtol, atol) if self.autocast_dtype is None else tolerances(self.autocast_dtype, rtol, atol)
 
     def twins(self) -> tuple[nn.Module, nn.Module]:
         """``(plain, recompute)`` twins built from the same ``state_dict``."""
@@ -187,64 +179,20 @@ def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> tuple[
     return one_build(build(), int(cfg.seed), build)
 
 
-def validate(cfg: DictConfig) -> None:
-    """Range checks the schema's types cannot express; run before any model work.
-
-    Raises:
-        SetupError: every problem found, each naming the setting and its allowed range.
-    """
-    problems = [
-        f"{name}={value} must be {rule}"
-        for name, value, ok, rule in [
-            ("parity.batch_size", cfg.parity.batch_size, cfg.parity.batch_size >= 1, ">= 1 example"),
-            ("budget.examples", cfg.budget.examples, cfg.budget.examples >= 1, ">= 1 accepted example"),
-            ("budget.batch_size", cfg.budget.batch_size, cfg.budget.batch_size >= 1, ">= 1 example"),
-            ("budget.seeds", list(cfg.budget.seeds), len(cfg.budget.seeds) >= 1, "a non-empty list"),
-            (
-                "budget.seeds",
-                list(cfg.budget.seeds),
-                len(set(cfg.budget.seeds)) == len(cfg.budget.seeds),
-                "a list without repeated seeds",
-            ),
-            ("timing.measured_steps", cfg.timing.measured_steps, cfg.timing.measured_steps >= 1, ">= 1 round"),
-            ("timing.warmup_steps", cfg.timing.warmup_steps, cfg.timing.warmup_steps >= 0, ">= 0"),
-            ("memory.warm_steps", cfg.memory.warm_steps, cfg.memory.warm_steps >= 0, ">= 0"),
-            (
-                "memory.negligible_saving_share",
-                cfg.memory.negligible_saving_share,
-                0 <= cfg.memory.negligible_saving_share <= 1,
-                "between 0 and 1",
-            ),
-            (
-                "memory.min_peak_saving_share",
-                cfg.memory.min_peak_saving_share,
-                0 < cfg.memory.min_peak_saving_share <= 1,
-                "a share in (0, 1]",
-            ),
-        ]
-        if not ok
-    ]
-    if problems:
-        raise SetupError("; ".join(problems))
-
-
 def build_setup(cfg: DictConfig) -> Setup:
-    """Instantiate the task and model and validate the recompute targets (the first stage).
+    """Instantiate the task and model and apply the recompute settings to a probe (the first stage).
 
-    The fixed batch is drawn after the task contract is probed, and the twins are observed
-    after that: both are the pipeline's own stages (``reportgen.commands.run.prepare``), so this module
-    never reaches up to the contract probe or the measurements.
+    Only builds: ``cfg``'s values were refused or accepted before any model work, by the one validator
+    (:func:`reportgen.commands.validation.config_problems`). The fixed batch is drawn after the task
+    contract is probed, and the twins are observed after that: both are the pipeline's own stages
+    (``reportgen.commands.run.prepare``), so this module never reaches up to the contract probe or the measurements.
 
     Raises:
-        SetupError: model/task cannot be imported or built, or bad dtype/device.
+        SetupError: model/task cannot be imported or built, or a device torch does not see.
         reportgen.twins.recompute.RecomputeConfigError: targets match nothing, bad save_ops, ...
     """
-    validate(cfg)
-    if cfg.dtype not in DTYPES:
-        raise SetupError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
-    if cfg.precision.autocast is not None and str(cfg.precision.autocast) not in AUTOCAST:
-        raise SetupError(f"precision.autocast={cfg.precision.autocast!r} is not one of null, {', '.join(AUTOCAST)}")
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    config: Config = OmegaConf.to_object(cfg)  # the schema's dataclasses, once
+    device, dtype = resolve_device(config.device), DTYPES[config.dtype]
     try:
         task = instantiate(cfg.task)
         template, probe = _instantiate_model(cfg, task, dtype)
@@ -257,16 +205,17 @@ def build_setup(cfg: DictConfig) -> Setup:
             f"could not build model/task from the config: {exc}. Check model._target_, task._target_ "
             "and that your code is importable (PYTHONPATH)."
         ) from exc
-    model = template.module
-    if is_model_switch(cfg.recompute):
-        wrapped, reported = [], switch_on(probe, cfg.recompute)
+    model, rc = template.module, config.recompute
+    if is_model_switch(rc):
+        wrapped, reported = [], switch_on(probe, rc)
     else:
-        wrapped, reported = apply_recompute(probe, cfg.recompute), None
-    mode, mode_note = effective_mode(cfg.recompute, reported)
+        wrapped, reported = apply_recompute(probe, rc), None
+    mode, mode_note = effective_mode(rc, reported)
     if template.rebuilt_because:
         log.warning("%s", rebuilt_said(template.rebuilt_because))
     return Setup(
         cfg,
+        config,
         task,
         device,
         dtype,

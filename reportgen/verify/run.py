@@ -91,6 +91,17 @@ def check_verdict(statement: dict, results: bytes) -> Check:
     return attempt("verdict", recompute)
 
 
+def check_csv(path: Path, frame) -> Check:
+    """results.csv holds exactly results.json's rows (the CSV pandas writes of the signed frame, byte for
+    byte): a signed CSV can never say other than the signed JSON it sits beside."""
+
+    def same() -> str:
+        require(path.read_text() == frame.to_csv(index=False), "results.csv is not the rows of results.json")
+        return f"the {len(frame)} rows of results.json, byte for byte"
+
+    return attempt("results.csv", same)
+
+
 def check_run_predicate(predicate: dict) -> str:
     """A run's predicate states a verdict (PASS, FAIL or INCONCLUSIVE) and a non-empty list of
     required checks: a claim that requires nothing is empty and never verifies."""
@@ -121,6 +132,8 @@ def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
     except ValueError:
         return found.checks + checks
     checks.append(check_claim(found.statement["predicate"], frame))
+    if folder is not None and (folder / "results.csv").is_file():
+        checks.append(check_csv(folder / "results.csv", frame))
     if folder is not None:
         found.checks = [c for c in found.checks if c.name != f"not covered: {VERDICT_NAME}"]
         checks += [c for c in [check_verdict_file(folder, found.statement["predicate"], frame)] if c is not None]

@@ -196,6 +196,25 @@ def test_a_zero_saving_threshold_leaves_the_memory_control_blind(setup):
     assert row.status == Status.INCONCLUSIVE and "set it above 0" in row.detail
 
 
+def test_controls_turned_off_leave_the_verdict_to_the_other_checks():
+    """``controls.enabled=false``: the runner writes one NOT_RUN row, and the section is not required."""
+    from reportgen.results import Row, claim_verdict, to_frame
+
+    passed = Row.measured(
+        "gradient parity",
+        "loss",
+        "max_abs_err",
+        0.0,
+        "",
+        comparator="<=",
+        threshold_value=0.0,
+        role=Role.LOSS,
+        detail="",
+    )
+    frame = to_frame([passed, Row.not_run(CONTROLS, "not run: controls.enabled=false")])
+    assert claim_verdict(frame, checks.default_required()) == Status.PASS
+
+
 def test_the_controls_are_registered_last_and_never_required():
     assert checks.REGISTRY[-1] is CHECK and CHECK.config == "controls"
     assert CONTROLS not in checks.default_required() and CONTROLS not in checks.default_required(distributed=True)

@@ -1,9 +1,7 @@
 """Typed config sections: ``Setup.config`` is the composed config as its schema's dataclasses
-(``OmegaConf.to_object`` once per ``cfg``), and each check reads its own section from it."""
+(``OmegaConf.to_object`` once, by ``build_setup``), and each check reads its own section from it."""
 
 from __future__ import annotations
-
-from conftest import compose_config
 
 from reportgen.config import Config, MemoryConfig, ParityConfig, RecomputeMode, TimingConfig
 
@@ -21,9 +19,6 @@ def test_setup_config_is_the_schema_dataclasses_with_the_composed_values(setup):
     assert config.model["_target_"] == s.cfg.model._target_
 
 
-def test_setup_config_is_made_once_per_cfg(setup):
-    s = setup("+model=ffn")
-    first = s.config
-    assert s.config is first  # converted once, not on every read
-    s.cfg = compose_config("+model=ffn", "parity.batch_size=5")
-    assert s.config is not first and s.config.parity.batch_size == 5  # a new cfg is read anew
+def test_setup_config_is_made_once(setup):
+    s = setup("+model=ffn", "parity.batch_size=5")
+    assert s.config is s.config and s.config.parity.batch_size == 5  # converted once, by build_setup

@@ -126,7 +126,7 @@ def test_hf_configs_leave_the_mode_to_the_model_and_say_which_it_was(name):
     expected = default_use_reentrant()
     assert setup.mode == ("reentrant" if expected else "non_reentrant")
     assert setup.mode_note == f"the model's own default (use_reentrant={expected})"
-    assert recompute_settings(cfg, setup)["mode"] == setup.mode  # what the diagnosis rules read
+    assert recompute_settings(setup)["mode"] == setup.mode  # what the diagnosis rules read
     assert len(setup.wrapped) == 2  # both decoder layers observed recomputing on either major
 
 

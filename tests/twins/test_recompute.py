@@ -2,16 +2,16 @@
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 from user_models.faults import build_frozen, build_layers
 
+from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.twins.recompute import RecomputeConfigError, apply_recompute, find_targets, plain_name, resolve_ops
 
 
-def rc(**kw):
-    base = dict(mode="non_reentrant", targets=[], preserve_rng_state=True, determinism_check="default", save_ops=[])
-    return OmegaConf.create({**base, **kw})
+def rc(mode="non_reentrant", **kw):
+    """``cfg.recompute`` as reportgen passes it: the schema's dataclass (``Setup.config.recompute``)."""
+    return RecomputeConfig(mode=RecomputeMode(mode), **kw)
 
 
 def test_class_name_matches_every_instance_outermost_only():

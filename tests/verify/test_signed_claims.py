@@ -691,6 +691,95 @@ def test_reportgen_sign_refuses_edited_rows_and_folders_not_waiting(tmp_path, ke
     assert not (out / "statement.dsse.json").exists()
 
 
+def _sealed_pending_run(out, private):
+    """A finished, unsigned run folder as a run leaves it (results, Hydra's files, manifest, sealed mark)."""
+    from reportgen.trust.keys import load_private_key
+    from reportgen.trust.manifest import mark_pending, start_manifest
+
+    (out / ".hydra").mkdir(parents=True)
+    for name in ("config.yaml", "overrides.yaml", "hydra.yaml"):
+        (out / ".hydra" / name).write_text("{}\n")
+    start_manifest(out)
+    write_results(tiny_frame(failing=True), out)
+    mark_pending(out, tiny_meta(out), REQUIRED, pdf=False, sign=True, private_key=load_private_key(private))
+
+
+@pytest.mark.parametrize(
+    "doctor, says",
+    [
+        ("csv", "changed after the checks finished"),  # every FAIL row of results.csv edited to PASS
+        ("hydra", "changed after the checks finished"),  # an edited .hydra/hydra.yaml
+        ("planted", "entered the run's manifest after its checks finished"),  # a file appended to the manifest
+    ],
+)
+def test_reportgen_sign_refuses_a_doctored_pending_folder(tmp_path, keys, capsys, doctor, says):
+    """Sign re-derives what it signs (issue 36, item 1): a pending folder whose results.csv says PASS where
+    results.json says FAIL, whose Hydra file was edited, or whose manifest lists a planted file is refused in
+    one line, exit 2, and nothing is signed; the same folder undoctored is signed."""
+    from reportgen.commands import sign
+    from reportgen.trust.manifest import MANIFEST_NAME
+
+    (private, _), _ = keys
+    out = tmp_path / "run"
+    _sealed_pending_run(out, private)
+    if doctor == "csv":
+        (out / "results.csv").write_text((out / "results.csv").read_text().replace("FAIL", "PASS"))
+    elif doctor == "hydra":
+        (out / ".hydra" / "hydra.yaml").write_text("hydra: {edited: true}\n")
+    else:
+        (out / "notes.txt").write_text("trust me\n")
+        with open(out / MANIFEST_NAME, "a") as manifest:
+            manifest.write("notes.txt\n")
+    assert sign.main([str(out), "--key", str(private)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and not (out / "statement.dsse.json").exists()
+
+
+def test_reportgen_sign_signs_the_same_folder_undoctored_and_verify_checks_its_csv(tmp_path, keys, capsys):
+    from reportgen.commands import sign
+
+    (private, public), _ = keys
+    out = tmp_path / "run"
+    _sealed_pending_run(out, private)
+    assert sign.main([str(out), "--key", str(private)]) == 1  # the tiny failing frame: the claim fails
+    checks = {c.name: c for c in verify_dir(out, public).checks}
+    assert checks["results.csv"].status == "PASS"
+    csv = out / "results.csv"
+    csv.chmod(0o644)
+    csv.write_text(csv.read_text().replace("FAIL", "PASS"))
+    checks = {c.name: c for c in verify_dir(out, public).checks}
+    assert checks["results.csv"].status == "FAIL" and "not the rows of results.json" in checks["results.csv"].detail
+
+
+def test_reportgen_sign_on_a_full_disk_is_one_line_exit_2_and_keeps_what_was_measured(
+    tmp_path, keys, capsys, monkeypatch
+):
+    """Every failure of writing is a usage-level exit (issue 36, item 4), at signing too: one line naming the
+    file and the fix, exit 2 (never 1, the claim's code), results.json and the mark kept, so the same
+    command signs once there is space."""
+    import errno
+
+    from reportgen.commands import sign
+    from reportgen.trust.manifest import PENDING_NAME
+
+    (private, _), _ = keys
+    out = tmp_path / "run"
+    _sealed_pending_run(out, private)
+    measured = (out / "results.json").read_bytes()
+    real = os.replace
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    assert sign.main([str(out), "--key", str(private)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not write" in err[0] and "the disk is full" in err[0]
+    assert (out / "results.json").read_bytes() == measured and (out / PENDING_NAME).is_file()
+    monkeypatch.setattr(os, "replace", real)
+    assert sign.main([str(out), "--key", str(private)]) == 1
+
+
 def test_a_statement_deleted_beside_its_signed_pdf_is_named(tmp_path, keys):
     (private, public), _ = keys
     run = signed_run(tmp_path / "run", private)

@@ -115,8 +115,8 @@ def enable(model: nn.Module, rc: Any) -> bool | None:
     Args:
         model: a ``transformers.PreTrainedModel`` that supports gradient checkpointing; changed
             in place (the recompute twin only).
-        rc: ``cfg.recompute``; ``rc.mode`` is ``"non_reentrant"``, ``"reentrant"``, ``"selective"``
-            (a string or :class:`reportgen.config.RecomputeMode`) or None (the model's default).
+        rc: ``cfg.recompute`` (a structured DictConfig); ``rc.mode`` is a :class:`reportgen.config.RecomputeMode`
+            or None (the model's default).
 
     Returns:
         The ``use_reentrant`` value in force (None if the model's partial cannot be read).
@@ -131,13 +131,13 @@ def enable(model: nn.Module, rc: Any) -> bool | None:
         turn_on()
         in_force = switched_use_reentrant(model)
         if in_force is None or (rc.preserve_rng_state and (in_force or str(rc.determinism_check) == "default")):
-            keep_only_targets(model, list(getattr(rc, "targets", None) or []))
+            keep_only_targets(model, list(rc.targets))
             return in_force
         rc = OmegaConf.merge(rc, {"mode": "reentrant" if in_force else "non_reentrant"})
     impl, kwargs = checkpoint_kwargs(rc)
     in_force = impl is CheckpointImpl.REENTRANT
     turn_on({"use_reentrant": in_force, **kwargs})
-    keep_only_targets(model, list(getattr(rc, "targets", None) or []))
+    keep_only_targets(model, list(rc.targets))
     return in_force
 
 
