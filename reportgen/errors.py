@@ -39,6 +39,13 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept, exit 143)."""
 
 
+class InstrumentRefused(RuntimeError):
+    """reportgen's own instrument (a ``TorchDispatchMode``: the memory tracker, a FLOP or op counter) could
+    not run the user's model, e.g. torch.compile refuses compiled code under it. The row it would have
+    measured is INCONCLUSIVE with this message, never a FAIL: nothing of the model is blamed
+    (:mod:`reportgen.memory.instrument`)."""
+
+
 class UsageError(Exception):
     """The command could not start, and the user can fix it: the message names the fix.
 

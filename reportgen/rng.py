@@ -8,7 +8,8 @@ its own states back afterwards, so nothing outside the forward is disturbed.
 
 ``torch.utils.checkpoint``'s ``preserve_rng_state`` replays torch's CPU and CUDA generators
 in the recomputed forward, not Python's or NumPy's: a recomputed region that draws from them
-advances them twice, which :func:`fingerprint` makes visible in state parity.
+advances them twice, which :func:`fingerprint` makes visible in state parity. Nor does it replay a
+``torch.Generator`` a module or the task holds (:func:`held`): state parity compares those too.
 """
 
 from __future__ import annotations
@@ -112,3 +113,22 @@ def fingerprint() -> dict[str, torch.Tensor]:
     keys, position = numpy_state[1], numpy_state[2]
     states["numpy.random.get_state()"] = torch.tensor([*np.asarray(keys).tolist(), int(position)], dtype=torch.int64)
     return states
+
+
+def held(owner: object, path: str = "") -> dict[str, torch.Generator]:
+    """Every ``torch.Generator`` an attribute of ``owner`` (a module, the task) holds, private names
+    included, keyed ``<path>.<attr>`` (``<attr>`` when ``path`` is empty)."""
+    found = getattr(owner, "__dict__", {}).items()
+    return {f"{path}.{k}" if path else k: v for k, v in found if isinstance(v, torch.Generator)}
+
+
+@contextlib.contextmanager
+def kept(owner: object) -> Iterator[None]:
+    """Put the generators :func:`held` by ``owner`` back as they were after the body: each twin's step
+    then starts from the same states of the task's own generators."""
+    states = [(g, g.get_state()) for g in held(owner).values()]
+    try:
+        yield
+    finally:
+        for g, state in states:
+            g.set_state(state)

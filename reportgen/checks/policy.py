@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import SELECTIVE_POLICY, RecomputeConfig, RecomputeMode
+from reportgen.memory.instrument import instrument
 from reportgen.results import Role, Row, Status
 from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
@@ -44,7 +45,7 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
         handles.append(module.register_forward_pre_hook(lambda *_: active.__setitem__(0, active[0] + 1)))
         handles.append(module.register_forward_hook(lambda *_: active.__setitem__(0, active[0] - 1)))
     try:
-        with _OpCounter(active) as counter:
+        with instrument("the op counter"), _OpCounter(active) as counter:
             with seeded(setup.config.forward_seed):
                 call_model(model, clone_inputs(setup.batch[0]))
     finally:

@@ -1,5 +1,5 @@
 """One-optimizer-step parity (parameters, optimizer state) and state parity (buffers, plain
-Python attributes of modules, every random generator's state after backward), with the A/A
+Python attributes of modules, every random generator's state, a module's or the task's own too), with the A/A
 control: a second plain twin (a fresh copy of the same build) takes the same step. When some parameter,
 optimizer-state or buffer item misses tolerance while every gradient is within it, a rounding
 twin (reportgen/rounding.py) takes the step too and those items are judged against its envelope."""
@@ -16,6 +16,7 @@ from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
 from reportgen.results import Role, Row
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
+from reportgen.rng import kept
 from reportgen.structure import has_floating
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
@@ -44,7 +45,7 @@ def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: Gr
     if nudge is not None:
         nudge(params)
     optimizer.step()
-    return take(model, optimizer, out.rng, out.loss, out.grads, clone=False)  # the twin is discarded
+    return take(model, optimizer, out.rng, out.loss, out.grads, clone=False, task=setup.task)  # then discarded
 
 
 def step_and_state_parity(setup: Setup) -> list[Row]:
@@ -62,8 +63,9 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
 
 
 def _one_twin(setup: Setup, recompute: bool, input_grad: bool) -> Snapshot:
-    """:func:`one_step` on a fresh twin."""
-    return one_step(setup.build(recompute), setup, input_grad)
+    """:func:`one_step` on a fresh twin, the task's own generators put back after it (each twin starts alike)."""
+    with kept(setup.task):
+        return one_step(setup.build(recompute), setup, input_grad)
 
 
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
@@ -125,8 +127,9 @@ CHECK = Check(
         Section(
             STATE_PARITY,
             "Buffers, plain Python attributes of modules, and the state of every random generator "
-            "(torch, Python random, NumPy) after backward; floating buffers may be judged against the "
-            "rounding envelope, generator states and attributes must match exactly.",
+            "(torch, Python random, NumPy) after backward and of every torch.Generator a module or the task "
+            "holds after the step; floating buffers may be judged against the rounding envelope, generator "
+            "states and attributes must match exactly.",
             roles=(Role.BUFFER, Role.ATTRIBUTE, Role.RNG, Role.IGNORED, Role.AA),
         ),
     ),

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reportgen.errors import ExitCode
+from reportgen.errors import ExitCode, UsageError
 from reportgen.memory.peak import format_bytes
 from reportgen.plan.args import PlanArgs, PlanError, check_positions, load_config, parse_args
 from reportgen.plan.model import layer_count, layer_prefix
@@ -51,7 +51,7 @@ def plan_policies(
         ``(config, [RankPlan per policy], traced steps)``.
 
     Raises:
-        PlanError: the config or a trace cannot be planned.
+        UsageError: the config or a trace cannot be planned (PlanError, SetupError).
     """
     config = load_config(args.config)
     warning = check_positions(config, args)
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if chosen is not None and chosen.policy != "none":
             files["recompute/planned.yaml"] = planned_file(by_name(chosen.policy), chosen, args, config, folder)
         write_files(folder, files)
-    except PlanError as exc:
+    except UsageError as exc:  # PlanError, or SetupError from the config or the model (models/hf)
         print(f"reportgen.plan: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:

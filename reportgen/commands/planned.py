@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 from reportgen.config import MEMORY
 from reportgen.memory.peak import format_bytes
 from reportgen.memory.saved import training_optimizer
-from reportgen.plan.args import DTYPES, PlanArgs, config_file, load_config
+from reportgen.models.hf.auto import config_file
+from reportgen.plan.args import DTYPES, PlanArgs, load_config
 from reportgen.plan.policies import by_name, names
 from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup

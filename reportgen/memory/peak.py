@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_leaves
 
 from reportgen.memory.device_peak import reset_peaks
+from reportgen.memory.instrument import instrument
 from reportgen.memory.saved import make_train_step
 from reportgen.memory.step_peak import (  # re-exported: users import them from here
     CATEGORIES,
@@ -125,7 +126,7 @@ def warm_step_peak(
         torch.cuda.synchronize(device)
         allocated_before = torch.cuda.memory_allocated(device)
         reset_peaks(device)
-    with tracker:
+    with instrument("the memory tracker (MemTracker)"), tracker:
         step()
     peak = tracker.step_peak(device, baseline)
     if cuda:

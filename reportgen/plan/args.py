@@ -1,16 +1,11 @@
 """The command line of ``python -m reportgen.plan`` and the config it reads, checked: one line naming
-the fix on bad input.
-
-Every refusal is a :class:`PlanError` (exit 2, nothing written): unknown words, bad values, a
-config transformers cannot read, a config that needs remote code (``auto_map``: the plan never
-runs code from a model repository), more decoder layers than any published model
-(:data:`MAX_LAYERS`).
+the fix on bad input (exit 2, nothing written): a :class:`PlanError` for unknown words and bad values, a
+:class:`reportgen.errors.SetupError` from :func:`reportgen.models.hf.auto.load_config` for the config.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -21,7 +16,6 @@ from typing import Any
 import torch
 
 from reportgen.errors import UsageError
-from reportgen.models.hf.bounds import config_problem
 
 
 class PlanError(UsageError, ValueError):
@@ -48,9 +42,6 @@ STRATEGIES = ("none", "ddp", "fsdp", "hsdp")
 #: ``exp_avg_sq_sqrt``), SGD with momentum (one state), Adafactor-like factored second moment (a row
 #: and a column vector per matrix, full size for vectors; torch.optim.Adafactor).
 OPTIMS = ("fused", "foreach", "sgd", "adafactor")
-
-#: More decoder layers than this is refused: the largest published decoder stacks have ~128.
-MAX_LAYERS = 1024
 
 #: More tokens per micro-batch (``seq x batch``) than this is refused: the traced batch's attention mask is
 #: real, one byte per token (256 MiB here), and no published training run comes near (131072 x 2048).
@@ -218,7 +209,8 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
     training). The optimizer state follows the stored parameters unless ``optim_dtype`` says.
 
     Raises:
-        PlanError: a missing CONFIG, an unknown word, or a bad value (the message names the fix).
+        PlanError: no CONFIG, an unknown word, or a bad value (the message names the fix).
+        reportgen.errors.SetupError: no config.json at CONFIG.
     """
     config, words, out_flag = read_words(argv)
     from reportgen.plan.policies import names as policy_names
@@ -267,8 +259,10 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
             f"seq={seq} batch={batch} is {seq * batch} tokens per micro-batch, more than the plan traces "
             f"({MAX_TOKENS}: its attention mask is one byte per token of host memory); give a smaller seq= or batch="
         )
+    from reportgen.models.hf.auto import config_file
+
     return PlanArgs(
-        config=config_file(config),
+        config=config_file(config, name=None),
         seq=seq,
         batch=batch,
         dtype=dtype,
@@ -293,65 +287,13 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
     )
 
 
-def config_file(path: str | Path) -> Path:
-    """The ``config.json`` that ``path`` names: the file itself, or ``<folder>/config.json``.
-
-    Raises:
-        PlanError: nothing there, or a folder without ``config.json``.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise PlanError(
-            f"no Hugging Face config at {str(path)!r}; give a local config.json or the folder that holds "
-            "one (e.g. conf/plan/llama3_8b/config.json)"
-        )
-    return path
-
-
 def load_config(path: Path) -> Any:
-    """``transformers.AutoConfig`` of a local ``config.json``, offline (``HF_HUB_OFFLINE=1``), never
-    running remote code, with ``use_cache=False`` (training does not use the key/value cache).
-
-    Raises:
-        PlanError: transformers is missing; the file is not a config transformers knows (not
-            JSON, no or an unknown ``model_type``); it needs remote code (``auto_map``); it has
-            more than :data:`MAX_LAYERS` decoder layers.
-    """
+    """The planner's config: :func:`reportgen.models.hf.auto.load_config` offline (``HF_HUB_OFFLINE=1``), with
+    the planner's bounds and ``use_cache=False`` (training does not use the key/value cache)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        from transformers import AutoConfig
-    except ImportError as exc:
-        raise PlanError(
-            f'the plan needs Hugging Face transformers ({exc}); install the hf extra: pip install -e ".[hf]"'
-        ) from exc
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise PlanError(
-            f"{str(path)!r} is not a JSON model config ({type(exc).__name__}); give a Hugging Face config.json"
-        ) from exc
-    if isinstance(raw, dict) and raw.get("auto_map"):
-        raise PlanError(
-            f"{str(path)!r} needs the model repository's own code (auto_map); the plan never runs remote "
-            "code: give a config whose model_type transformers ships (e.g. llama, qwen2, mistral)"
-        )
-    if problem := config_problem(raw, str(path)):  # sizes: positive and below stated bounds (models/hf/bounds.py)
-        raise PlanError(problem)
-    try:
-        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-    except Exception as exc:  # noqa: BLE001 - ValueError (unknown model_type), KeyError, OSError ...
-        reason = " ".join(str(exc).split())[:200]
-        raise PlanError(
-            f"transformers cannot read {str(path)!r} as a model config ({type(exc).__name__}: {reason}); "
-            'give a Hugging Face config.json with a model_type transformers knows (e.g. "llama")'
-        ) from exc
-    layers = getattr(config, "num_hidden_layers", None)
-    if isinstance(layers, int) and not 1 <= layers <= MAX_LAYERS:
-        raise PlanError(f"num_hidden_layers={layers} is outside 1..{MAX_LAYERS}; give the model's real layer count")
-    config.use_cache = False
-    return config
+    from reportgen.models.hf.auto import load_config as load
+
+    return load(path, name=None, bounded=True, use_cache=False)
 
 
 def check_positions(config: Any, args: PlanArgs) -> str | None:

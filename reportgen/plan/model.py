@@ -11,19 +11,19 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
-import sys
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from reportgen.memory.estimate import default_dtype
-from reportgen.plan.args import PlanError
+from reportgen.models.hf.auto import auto_model
 
 #: Config keys that place layers of another kind by index in ways :func:`shallow_config` cannot
 #: renumber; a config with one of them set is traced at full depth (slower, still exact).
 INDEX_KEYS = ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step")
+#: What to give when transformers has no causal LM for the config (:func:`build_causal_lm`).
+SCOPE = "give a decoder-only config that AutoModelForCausalLM builds (e.g. model_type llama, qwen2)"
 
 
 def layer_count(config: Any) -> int:
@@ -66,56 +66,10 @@ def shallow_config(config: Any, indices: list[int]) -> Any:
     return small
 
 
-@contextlib.contextmanager
-def without_detection_losses():
-    """While inside, transformers reads scipy as absent, if the modeling code is not imported yet.
-
-    ``transformers.modeling_utils`` imports its loss zoo, whose object-detection losses import
-    ``scipy.optimize`` (Hungarian matching) when scipy is installed: about 0.4 s of CPU, a tenth of
-    the plan's run, for code a causal LM never calls. Those modules then run without it, as on a
-    machine without scipy (their loss raises asking for scipy); nothing else reads the flag at
-    import. Outside the plan (or once transformers' modeling code is imported) this does nothing.
-    """
-    if "transformers.modeling_utils" in sys.modules or "scipy.optimize" in sys.modules:
-        yield
-        return
-    import transformers.utils as hf_utils
-
-    found = hf_utils.is_scipy_available
-    hf_utils.is_scipy_available = lambda: False
-    try:
-        yield
-    finally:
-        hf_utils.is_scipy_available = found
-
-
 def build_causal_lm(config: Any, dtype: torch.dtype, attn: str) -> nn.Module:
-    """``AutoModelForCausalLM.from_config(config, attn_implementation=attn)`` in ``dtype`` on CPU, in
-    train mode. Call it inside a ``FakeTensorMode`` for the plan or outside for a real model (the
-    tests): parameters are created in ``dtype`` directly (fake ones cannot be converted by ``.to``).
-
-    Raises:
-        PlanError: transformers has no causal LM for this config or this attention.
-    """
-    from transformers import AutoModelForCausalLM
-
-    try:
-        with torch.device("cpu"), default_dtype(dtype), without_detection_losses():
-            model = AutoModelForCausalLM.from_config(
-                config, attn_implementation=attn, dtype=dtype, trust_remote_code=False
-            )
-    except (ValueError, ImportError, KeyError) as exc:
-        reason = " ".join(str(exc).split())[:200]
-        about_attention = any(w in reason.lower() for w in ("attention", "sdpa", "attn"))
-        hint = (
-            "give attn=eager"
-            if about_attention and attn != "eager"
-            else ("give a decoder-only config that AutoModelForCausalLM builds (e.g. model_type llama, qwen2)")
-        )
-        raise PlanError(
-            f"transformers cannot build a causal LM from this config with attn={attn} ({reason}); {hint}"
-        ) from exc
-    return model.train()
+    """:func:`reportgen.models.hf.auto.auto_model` (``AutoModelForCausalLM``) in ``dtype`` with ``attn``, in
+    train mode: inside a ``FakeTensorMode`` for the plan, outside for a real model (the tests)."""
+    return auto_model(config, scope=SCOPE, attn=attn, dtype=dtype).train()
 
 
 def decoder_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:

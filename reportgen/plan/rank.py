@@ -1,30 +1,13 @@
 """Per-rank memory of one training step: a timeline by phase, a tensor peak and a reserved upper bound.
 
-The traced step (:mod:`reportgen.plan.trace`) gives, per phase, the peak of *transient* bytes
-(activations, the logits and their float32 upcast, recompute and backward temporaries): these do
-not depend on sharding, since every rank runs the whole model on its own micro-batch. What a rank
-holds besides is counted from the parameter count (bytes in B, ``P`` parameters, ``D`` ranks one
-copy is sharded over, ``U`` the largest FSDP unit's parameters):
-
-* parameters ``P/D x master``, gradients ``P/D x master`` (alive from backward on: all of them
-  counted through backward, an upper bound; in the forward too with ``grad_accum > 1``), optimizer
-  state (AdamW ``2 P/D``, SGD ``P/D``, Adafactor-like rows + columns) ``x optim``;
-* communication buffers (FSDP2/HSDP): the unit being used and the one prefetched, unsharded in the
-  compute dtype (``2 U``), and in backward the unit's unsharded gradients (``U``) and their copy in
-  the reduce dtype for reduce-scatter (``U x reduce``); HSDP adds the shard's all-reduce buffer
-  (``P/D x reduce``); DDP its gradient buckets (``P x master``); torch's autocast keeps a
-  compute-dtype copy of the weights when ``master`` differs (``P x compute``, none/ddp only);
-* optimizer-step temporaries: foreach AdamW one ``P/D x optim`` (``_multi_tensor_adamw``'s
-  ``exp_avg_sq_sqrt``), Adafactor-like the largest parameter in float32, fused AdamW and SGD none.
-
-With one process and everything in ``dtype`` (``strategy=none``, no mixed precision, no
-accumulation) the traced step *is* the rank's step, and its totals are used as they are (equal to a
-real run's tracker peak, tests/plan/test_plan.py).
-
-Reserved (what ``torch.cuda.max_memory_reserved`` reads) is bounded by the allocator model
-(:func:`reserved_upper`): every tensor rounded up to the caching allocator's 2 MiB large-block
-granule, plus a fragmentation share of the transient peak (blocks freed and cached but too small
-for the next request; ``fragmentation=``, default 0.10).
+The traced step's *transient* bytes per phase (:mod:`reportgen.plan.trace`: activations, logits,
+recompute and backward temporaries) do not depend on sharding: every rank runs the whole model on its
+own micro-batch. What a rank holds besides is counted from the parameter count (bytes in B, ``P``
+parameters, ``D`` ranks one copy is sharded over, ``U`` the largest FSDP unit's parameters):
+:func:`state_bytes`, :func:`comm_bytes`, :func:`optimizer_temporaries`, each an upper bound
+(:data:`reportgen.plan.page.ASSUMPTIONS`). With one process and everything in ``dtype`` the traced
+step *is* the rank's step (:func:`is_traced_step`; equal to a real run's tracker peak,
+tests/plan/test_plan.py). Reserved bytes are bounded by the allocator model :func:`reserved_upper`.
 """
 
 from __future__ import annotations
@@ -85,14 +68,19 @@ def is_traced_step(args: PlanArgs) -> bool:
 
 
 def state_bytes(fig: Figures, args: PlanArgs) -> dict[str, float]:
-    """``{"parameters", "gradients", "optimizer state"}`` per rank, B."""
+    """``{"parameters", "gradients", "optimizer state"}`` per rank, B: ``P/D x master`` each for parameters and
+    gradients; optimizer state AdamW ``2 P/D``, SGD ``P/D``, Adafactor-like rows + columns ``/D``, ``x optim``."""
     share, master, opt = fig.params / args.shard, args.master_dtype.itemsize, args.optim_dtype.itemsize
     states = {"fused": 2 * share, "foreach": 2 * share, "sgd": share, "adafactor": fig.factored / args.shard}
     return {"parameters": share * master, "gradients": share * master, "optimizer state": states[args.optim] * opt}
 
 
 def comm_bytes(fig: Figures, args: PlanArgs, backward: bool) -> float:
-    """Communication buffers (and autocast's weight copies) alive in a phase, B."""
+    """Communication buffers (and autocast's weight copies) alive in a phase, B. FSDP2/HSDP: the unit in use
+    and the prefetched one unsharded in the compute dtype (``2 U``), in backward the unit's unsharded
+    gradients (``U``) and their reduce-scatter copy (``U x reduce``), HSDP's all-reduce buffer
+    (``P/D x reduce``); none/DDP: autocast's compute-dtype weight copy (``P x compute``) when ``master``
+    differs, DDP's gradient buckets in backward (``P x master``)."""
     compute, reduce, master = args.dtype.itemsize, args.reduce_dtype.itemsize, args.master_dtype.itemsize
     if args.strategy in ("fsdp", "hsdp"):
         held = 2 * fig.unit * compute
@@ -107,7 +95,9 @@ def comm_bytes(fig: Figures, args: PlanArgs, backward: bool) -> float:
 
 
 def optimizer_temporaries(fig: Figures, args: PlanArgs) -> float:
-    """Bytes the optimizer step allocates beyond its state, B."""
+    """Bytes the optimizer step allocates beyond its state, B: foreach AdamW ``P/D x optim``
+    (``_multi_tensor_adamw``'s ``exp_avg_sq_sqrt``), Adafactor-like the largest parameter in float32,
+    fused AdamW and SGD none."""
     if args.optim == "foreach":
         return fig.params / args.shard * args.optim_dtype.itemsize
     return fig.largest_param * 4.0 if args.optim == "adafactor" else 0.0
@@ -147,10 +137,10 @@ def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
 
 
 def reserved_upper(plan: RankPlan, fig: Figures, args: PlanArgs) -> dict[str, float]:
-    """Upper bound on reserved bytes per phase: the phase's tensor total, plus up to one granule (2 MiB,
-    or 512 B when the persistent tensors average under 1 MiB) per persistent tensor (parameter,
-    gradient, two optimizer states: rounding), plus ``fragmentation`` x the phase's transient bytes
-    (activations, temporaries, communication buffers), B."""
+    """Upper bound on reserved bytes (what ``torch.cuda.max_memory_reserved`` reads) per phase, B: the
+    phase's tensor total, plus up to one caching-allocator granule (2 MiB, or 512 B when the persistent
+    tensors average under 1 MiB) per persistent tensor (parameter, gradient, two optimizer states), plus
+    ``fragmentation`` x the phase's transient bytes (freed, cached blocks too small for the next request)."""
     persistent = ("parameters", "gradients", "optimizer state", "traced step (all tensors)")
     copies = fig.param_tensors * 4
     bounds = {}

@@ -1,25 +1,16 @@
 """One warm training step on fake tensors, traced at small depth and scaled to the full depth.
 
-A decoder's layers are a few kinds (:func:`reportgen.plan.model.layer_kinds`), and under a
-recompute policy each layer is plain or recomputed: a *variant* is (kind, recomputed). Every
-quantity counted here (the peak of live bytes within each phase, activations alive when backward
-starts, FLOPs) is affine in the number of layers of each variant, as long as the top layers stay the
-same: the peak of a phase is reached at the same place (at the top, where every layer below keeps
-its activations, or at the bottom, where every layer above has its gradients), and each period of
-the layers' pattern in between adds its own bytes. So :func:`scaled_figures` traces
+A decoder's layers are a few kinds (:func:`reportgen.plan.model.layer_kinds`), each plain or recomputed
+under a policy: a *variant* is (kind, recomputed). Every quantity counted here (the peak of live bytes
+within each phase, activations alive when backward starts, FLOPs) is affine in the number of layers of
+each variant while the top layers stay the same (a phase peaks at the top, where every layer below keeps
+its activations, or at the bottom, where every layer above has its gradients), so
+:func:`scaled_figures` traces two small depths (:func:`depth_plan`) and extrapolates; embedding, head
+and loss are counted once. tests/plan/test_plan.py checks the scaled figures equal a full trace at small
+depth (dense, sliding-window pattern, MoE).
 
-* the *base*: the bottom layer, what is left of the middle after whole periods of the pattern
-  (the variants repeat with a period: 1 for a dense model and full recompute, 2 for alternating
-  sliding/full attention or every second layer recomputed), and the shortest top slice holding
-  every variant;
-* *grown*: the base with one more period in the middle,
-
-and adds ``m x (grown - base)``, ``m`` the periods left out of the base. The
-embedding, head and loss are counted once, in every trace. tests/plan/test_plan.py checks the scaled
-figures equal a full trace at small depth (dense, sliding-window pattern, MoE).
-
-The step is :func:`reportgen.measure.make_train_step` under :class:`PhaseTracker` (torch's
-``MemTracker`` via :class:`reportgen.memory.tracker.StepTracker`) and ``torch.utils.flop_counter.FlopCounterMode``.
+The step is :func:`reportgen.memory.saved.make_train_step` under :class:`PhaseTracker` (torch's
+``MemTracker`` via :class:`reportgen.memory.tracker.StepTracker`) and FlopCounterMode's formulas.
 """
 
 from __future__ import annotations
@@ -36,6 +27,7 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _MemRefType
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
+from reportgen.errors import SetupError
 from reportgen.memory.peak import OUTSIDE, format_bytes
 from reportgen.memory.saved import make_train_step
 from reportgen.memory.tracker import StepTracker
@@ -185,8 +177,8 @@ def trace_step(
     :func:`reportgen.memory.peak.warm_step_peak` with ``warm_steps=0``).
 
     Raises:
-        PlanError: the model cannot be built, or a kernel refuses the shape or dtype (the message
-            names the fix).
+        SetupError: transformers cannot build the model (:func:`reportgen.models.hf.auto.auto_model`).
+        PlanError: a kernel refuses the shape or dtype (the message names the fix).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -217,7 +209,7 @@ def trace_step(
                     step()
             finally:
                 gc.enable()
-    except PlanError:
+    except (PlanError, SetupError):  # already one line naming the fix
         raise
     except Exception as exc:  # noqa: BLE001 - a kernel's refusal becomes one line naming the fix
         raise PlanError(refusal(exc, args)) from exc

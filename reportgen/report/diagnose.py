@@ -9,29 +9,43 @@ that follows from it. It is a diagnosis, stated as "likely": the rows hold the e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from reportgen.config import CONTROLS
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
-from reportgen.report.diagnose_distributed import matching, quote, rank_failed_fix
-from reportgen.report.diagnose_unexplained import BAD, unexplained
+from reportgen.report.diagnose_distributed import matching, rank_failed_fix
+from reportgen.report.diagnose_unexplained import BAD, generator, quote, unexplained
 from reportgen.results import BASELINE, TWIN, Role, Row, Status
 from reportgen.twins.forward import CACHE_WRITTEN_AGAIN
 from reportgen.twins.recompute import RETURNED_LEAF
 
+#: A sentence read from the evidence: ``(the check's rows, every row, settings) -> sentence``.
+Said = Callable[[list[Row], list[Row], dict[str, Any]], str]
+#: What torch says when an in-place op changes the output of a reentrant region (a view CheckpointFunction made).
+INPLACE_OUTPUT = "of CheckpointFunction is a view"
+#: Parameter names of a mixture-of-experts router (``router.weight``, ``moe.gate.weight``; not ``gate_proj``).
+ROUTER = re.compile(r"\b(router|gating)|\bgate\b")
+
 
 @dataclass(frozen=True)
 class Rule:
-    """One diagnosis: when ``applies(rows of the check, settings)`` holds, ``cause`` and ``fix``."""
+    """One diagnosis: when ``applies(rows of the check, settings)`` holds, ``cause`` and ``fix`` (each a sentence,
+    or a :data:`Said` that reads it from the evidence)."""
 
     name: str
     applies: Callable[[list[Row], dict[str, Any]], bool]
-    cause: str
-    fix: str
+    cause: str | Said
+    fix: str | Said
     #: Words of torch's message this rule reads: the matching ERROR row's message is quoted in the cause.
     words: tuple[str, ...] = ()
+
+    def said(self, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> tuple[str, str]:
+        """``(cause, fix)`` for the check's rows ``group`` among every row."""
+        cause, fix = (t(group, rows, settings) if callable(t) else t for t in (self.cause, self.fix))
+        return cause, fix
 
 
 def _bad(rows: list[Row], role: str) -> list[Row]:
@@ -53,6 +67,23 @@ def _lost_grads(rows: list[Row], s: dict[str, Any]) -> bool:
 def _plain_nonfinite(rows: list[Row]) -> bool:
     """A failing tensor row whose plain value holds NaN/Inf (``nonfinite_plain``, results.rows)."""
     return any(r.status in BAD and (r.extra.get("nonfinite_plain") or 0) > 0 for r in rows)
+
+
+def _lost_in_recompute(r: Row) -> bool:
+    """A failing row whose tensor is None or all zero in the recompute twin only (``results.compared`` columns)."""
+    none = r.extra.get("recompute_value") == "None" and r.extra.get("plain_value") != "None"
+    return r.status in BAD and (none or (r.extra.get("recompute_norm") == 0 and (r.extra.get("plain_norm") or 0) > 0))
+
+
+def _router_lost(rows: list[Row], s: dict[str, Any]) -> list[str]:
+    """Under reentrant recompute, the gradients lost in the recompute twin only, when every one is a router's."""
+    lost = [r.item for r in rows if r.role == Role.PARAM_GRAD and _lost_in_recompute(r)]
+    return lost if s.get("mode") == "reentrant" and lost and all(ROUTER.search(item) for item in lost) else []
+
+
+def _held(rows: list[Row]) -> list[str]:
+    """Generators a module (or the task) holds whose states differ between the twins (a global one is a call)."""
+    return [g for r in rows if r.role == Role.RNG and r.status in BAD and not (g := generator(r)).endswith(")")]
 
 
 def _failed_ranks(rows: list[Row]) -> list[int]:
@@ -110,6 +141,15 @@ HAZARDS: tuple[Rule, ...] = (
         "gradient_checkpointing_enable() turns the cache off in training)",
     ),
     Rule(
+        "in-place change of a region's output",
+        lambda rows, s: _raised(rows, INPLACE_OUTPUT),
+        "an in-place op changes the output of a region recomputed with reentrant recompute (use_reentrant=True), e.g. "
+        "x += ... or relu_(...) after the block: the region returns a view (or its input as-is), and autograd refuses "
+        "to change in place a view made by the custom Function reentrant recompute runs (CheckpointFunction)",
+        "make the op out-of-place (x = x + ..., torch.relu(x)), or use recompute=non_reentrant (use_reentrant=False)",
+        words=(INPLACE_OUTPUT,),
+    ),
+    Rule(
         "saved tensors read twice",
         lambda rows, s: _raised(rows, "already unpacked once"),
         "a custom autograd.Function inside a recomputed region reads ctx.saved_tensors more than once in its backward; "
@@ -147,7 +187,7 @@ RULES: tuple[Rule, ...] = (
         lambda rows, s: bool(_failed_ranks(rows)),
         "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
         "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
-        "fix what the named rank reports (run it alone with distributed.world_size=1 first), then rerun",
+        rank_failed_fix,
     ),
     Rule(
         "plain twin raised",
@@ -221,6 +261,17 @@ RULES: tuple[Rule, ...] = (
         "recompute.targets",
     ),
     Rule(
+        "router gradient lost under reentrant",
+        lambda rows, s: bool(_router_lost(rows, s)),
+        lambda group, rows, s: (
+            "under reentrant recompute (use_reentrant=True) the forward runs without grad, so a value recorded on the "
+            "side by a hook or an attribute (router logits kept for a mixture-of-experts auxiliary loss) has no graph: "
+            f"{', '.join(_router_lost(rows, s))} get no gradient from it in the recompute twin, as they do in the plain"
+        ),
+        "use recompute=non_reentrant (use_reentrant=False), or return the value from the region instead of recording "
+        "it by a hook",
+    ),
+    Rule(
         "frozen input under reentrant",
         lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
         "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
@@ -230,10 +281,20 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "state changed before recompute",
-        lambda rows, s: _raised(rows, "metadata", "CheckpointError", "recomput"),
+        lambda rows, s: _raised(rows, "metadata", "CheckpointError", "torch.utils.checkpoint:"),
         "the forward depends on state that changes between the forward and its recomputation (a cache, a counter, "
         "data-dependent routing), so the recomputed values do not match",
         "make the recomputed region a pure function of its inputs, or leave that module out of recompute.targets",
+    ),
+    Rule(
+        "generator the module owns",
+        lambda rows, s: bool(_held(rows)),
+        lambda group, rows, s: (
+            f"noise from a generator the module owns ({', '.join(_held(rows))}): torch.utils.checkpoint restores only "
+            "the global CPU/CUDA generators (preserve_rng_state), so the recomputation draws from it again and gets "
+            "other numbers"
+        ),
+        "draw from the global generator, or keep the noise outside the recomputed region",
     ),
     Rule(
         "RNG not replayed",
@@ -383,14 +444,13 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
             rule = next((r for r in [likely(rows, settings)] if r is not None and r.name not in GENERIC), rule)
         if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
             rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
-        cause, fix = (rule.cause, rule.fix) if rule else unexplained(check, group)
+        cause, fix = rule.said(group, rows, settings) if rule else unexplained(check, group, rows)
         if also := second_cause(rule, group, rows, settings):
-            cause += f"; with the input requiring grad the gradients still differ: {also.cause}"
-            fix = f"both are needed: (1) {fix}; (2) {also.fix}"
-        if rule is not None and rule.words and (said := matching(group, rule.words) or matching(rows, rule.words)):
-            cause += f" ({quote(said)})"  # torch's own words, as the rank's row has them
-        if rule is not None and rule.name == "a rank failed":
-            fix = rank_failed_fix(rows)
+            also_cause, also_fix = also.said(group, rows, settings)
+            cause += f"; with the input requiring grad the gradients still differ: {also_cause}"
+            fix = f"both are needed: (1) {fix}; (2) {also_fix}"
+        if rule is not None and rule.words and (raised := matching(group, rule.words) or matching(rows, rule.words)):
+            cause += f" ({quote(raised)})"  # torch's own words, as the rank's row has them
         extra = {"cause": cause, "fix": fix, "rule": rule.name if rule else ""}
         out.append(Row.fact(check, "why it fails", Role.DIAGNOSIS, f"Likely cause: {cause}. Fix: {fix}.", extra=extra))
     return out

@@ -117,7 +117,6 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
         "baseline": lead.get(TWIN) == BASELINE and status == Status.INCONCLUSIVE,
         "cause": None if diagnosis is None else diagnosis.get("cause"),
         "fix": None if diagnosis is None else diagnosis.get("fix"),
-        "rule": None if diagnosis is None else (diagnosis.get("rule") or diagnosis.get("fix")),
         "same_as": None,
     }
 
@@ -160,10 +159,11 @@ def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHE
             out.append(entry)
     out.sort(key=lambda e: e["baseline"])  # failures first; checks without a baseline after (or alone)
     first: dict[str, str] = {}
-    for entry in out:  # one cause named once: later checks it explains point back to the first
-        if entry["rule"] is not None:
-            entry["same_as"] = first.get(entry["rule"])
-            first.setdefault(entry["rule"], entry["check"])
+    for entry in out:  # one cause and fix said once: later checks they explain point back to the first
+        if entry["cause"] is not None:
+            said = f"{entry['cause']}\n{entry['fix']}"  # one rule reads its cause and fix from each check's evidence
+            entry["same_as"] = first.get(said)
+            first.setdefault(said, entry["check"])
     return out[:most]
 
 

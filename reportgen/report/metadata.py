@@ -16,6 +16,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from reportgen import __version__
+from reportgen.distributed.wrapping import settings_in_force
 from reportgen.results.distance import tolerances
 from reportgen.rng import GENERATORS
 from reportgen.trust.sources import (
@@ -228,10 +229,18 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
 def recompute_settings(setup: Setup) -> dict[str, Any]:
     """The recompute settings the report and the diagnosis read: ``mode``, the mode in force (:attr:`Setup.mode`,
     which says what the model's own default was when ``recompute.mode`` is unset; None when nothing says),
-    ``preserve_rng_state``, and ``strategy`` (``distributed.strategy`` of a sharded run, else None)."""
+    ``preserve_rng_state``, ``strategy`` (``distributed.strategy`` of a sharded run, else None) and ``distributed``,
+    its wrapping settings in force (:func:`reportgen.distributed.wrapping.settings_in_force`; empty when not sharded)."""
     dc = setup.config.distributed
     strategy = dc.strategy.value if dc.world_size > 1 else None
-    return {"mode": setup.mode, "preserve_rng_state": setup.config.recompute.preserve_rng_state, "strategy": strategy}
+    wrapping = settings_in_force(dc, [w.path for w in setup.wrapped]) if strategy else {}
+    rc = setup.config.recompute
+    return {
+        "mode": setup.mode,
+        "preserve_rng_state": rc.preserve_rng_state,
+        "strategy": strategy,
+        "distributed": wrapping,
+    }
 
 
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:

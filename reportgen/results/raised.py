@@ -7,6 +7,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from reportgen.errors import InstrumentRefused
 from reportgen.results.row import BASELINE, BASELINE_TWINS, TWIN, Role, Row, Status
 
 #: Characters of an exception message kept in a row's detail (the first paragraph, at most).
@@ -47,8 +48,9 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, 
         detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
     broke = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # plain: nothing to judge against
     extra = {"exception_type": type(exc).__name__, **broke}
+    status = Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else Status.ERROR  # reportgen's, not the model's
     return Row.fact(
-        check, where, Role.EXCEPTION, detail, status=Status.ERROR, metric="exception", seconds=seconds, extra=extra
+        check, where, Role.EXCEPTION, detail, status=status, metric="exception", seconds=seconds, extra=extra
     )
 
 

@@ -1,9 +1,9 @@
 """A content-addressed disk cache of the plain twin's budget training runs, shared by a sweep's jobs.
 
-**The key** is the SHA-256 of every input that can change the plain twin's training result: the
-whole config but the groups only the recompute twin or the output reads, the run's seed, batch and
-learning-rate factor, the device kind, versions, and the digests of reportgen's source, the user's
-sources and every file the config names (:mod:`reportgen.training.cache_key`).
+**The key** is the SHA-256 of these inputs of the plain twin's training run: the whole config but
+the groups only the recompute twin or the output reads, the run's seed, batch and learning-rate
+factor, the device kind, versions, and the digests of reportgen's source, the user's sources and
+every file the config names (:mod:`reportgen.training.cache_key`).
 
 **An entry is data only**: ``<key>.json`` (the key material, the run's numbers, the digest of
 the tensor file, the user sources loaded by the end of training, and a SHA-256 ``digest`` over
@@ -12,6 +12,12 @@ by ``torch.save`` and read with ``torch.load(weights_only=True)``: no object is 
 On load the digest, the key material, the tensor file's digest and the tensors themselves are
 checked; any failure is a :class:`Rejected` entry that the caller reports as a WARN row and
 replaces by a fresh training run, never a hit.
+
+**An entry proves itself**: it stores the plain run's first training step (:func:`fingerprint`: the
+loss and a digest of the gradients), and a hit needs this run's, recomputed, to be bitwise equal;
+else it is :class:`Rejected`. So an input the key misses (data read when a module was imported, or
+by C code) that changes the first step's loss or gradients is a miss; one that changes only later
+batches is not.
 
 The digest is an HMAC-SHA256 keyed with the user's cache secret (:func:`cache_secret`: 32
 random bytes in ``~/.config/reportgen/cache-secret``, mode 0600, made on first use; or the file
@@ -103,16 +109,50 @@ def entry_digest(entry: dict, secret: bytes) -> str:
     return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
 
 
-def load(folder: Path, key: str, secret: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def fingerprint(setup, seed: int, batch_size: int) -> dict[str, str]:
+    """The plain run's first training step, made afresh: one forward and backward of a new plain
+    twin (uncompiled: compile settings are in the key) on the run's first batch under its forward
+    seed, drawn as :func:`reportgen.training.loop.train_to_budget` draws them.
+
+    Args:
+        setup: the run's :class:`reportgen.twins.setup.Setup`.
+        seed, batch_size: the run's (examples per step, capped at ``budget.examples``).
+
+    Returns:
+        ``{"loss": repr of the loss, "gradients": hex SHA-256 of every trainable parameter's
+        name, dtype, shape and gradient bytes, in parameter order}``: equal only when bitwise equal.
+
+    Raises:
+        Exception: whatever building the twin, drawing the batch, the forward or backward raise.
+    """
+    import torch
+
+    from reportgen.training.loop import step_seed
+    from reportgen.twins.forward import forward_backward
+
+    batch = setup.make_batch(min(int(batch_size), int(setup.config.budget.examples)), int(seed))
+    forward = setup.config.forward_seed
+    rng = int(seed) if forward is None else step_seed(forward, seed, 0)  # forward_seed null: seed_all(seed) once
+    step = forward_backward(setup.build(False, compiled=False), batch, setup.task.loss, rng, clone_grads=False)
+    digest = hashlib.sha256()
+    for name, grad in step.grads.items():
+        digest.update(f"{name} {None if grad is None else (grad.dtype, tuple(grad.shape))}\n".encode())
+        if grad is not None:
+            digest.update(grad.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return {"loss": repr(float(step.loss)), "gradients": digest.hexdigest()}
+
+
+def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The entry under ``key``: ``(record, tensors)``, or None when there is none or it is stale.
 
     ``record`` holds :data:`RECORD_FIELDS`; ``tensors`` is ``{name: torch.Tensor}``. A stale
     entry (a user source loaded during that training run has changed since) is a miss.
-    ``secret`` is :func:`cache_secret`.
+    ``secret`` is :func:`cache_secret`; ``proof`` is this run's :func:`fingerprint`.
 
     Raises:
-        Rejected: an entry exists but fails a check (its digest, its key material, its tensor
-            file's digest, ``weights_only`` loading, its shape); the message says which.
+        Rejected: an entry exists but fails a check (its digest, its key material, its
+            fingerprint, its tensor file's digest, ``weights_only`` loading, its shape); the
+            message says which (for the fingerprint: the loss then and now, or the gradient digests).
     """
     import torch
 
@@ -143,6 +183,17 @@ def load(folder: Path, key: str, secret: bytes) -> tuple[dict[str, Any], dict[st
     if stale:
         log.info("cache entry %s is stale (%s changed since it was trained); training instead", key, stale[0])
         return None
+    then = entry.get("fingerprint") if isinstance(entry.get("fingerprint"), dict) else {}
+    if then != proof:
+        what = (
+            f"loss {then.get('loss')} then, {proof['loss']} now"
+            if then.get("loss") != proof["loss"]
+            else f"gradient digest sha256:{str(then.get('gradients'))[:16]}… then, sha256:{proof['gradients'][:16]}… now"
+        )
+        raise Rejected(
+            f"the plain twin's first training step differs from the one stored with it ({what}): an input "
+            "the key does not cover has changed (e.g. data read when a module was imported)"
+        )
     tensors_info = entry.get("tensors") or {}
     tensor_file = Path(folder) / str(tensors_info.get("file", ""))
     if tensor_file.parent != Path(folder) or not tensor_file.is_file():
@@ -207,6 +258,7 @@ def store(
     record: dict,
     tensors: dict,
     secret: bytes,
+    proof: dict[str, str],
     modules: dict | None = None,
     opened: list | None = None,
 ) -> None:
@@ -219,6 +271,7 @@ def store(
         record: the run's numbers, :data:`RECORD_FIELDS` (JSON-able; NaN allowed).
         tensors: ``{name: torch.Tensor}`` (CPU).
         secret: :func:`cache_secret`, the key of the entry's HMAC.
+        proof: the run's :func:`fingerprint`, which every later hit must match bitwise.
         modules: module table whose user sources are recorded as loaded by the end of
             training (default ``sys.modules``).
         opened: data files the model or task read while training (``reportgen.trust.opened``);
@@ -246,6 +299,7 @@ def store(
         "tensors": {"file": tensor_name, "sha256": sha256_file(folder / tensor_name)},
         "sources_loaded": user_source_digests(modules),
         "files_opened": digest_files(opened or []),
+        "fingerprint": proof,
     }
     entry["digest"] = entry_digest(entry, secret)
     _atomic_write(folder / f"{key}.json", lambda handle: handle.write(json.dumps(entry, sort_keys=True).encode()))

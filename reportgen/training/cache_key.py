@@ -1,5 +1,6 @@
-"""The key of a plain-twin cache entry (:mod:`reportgen.training.cache`): the SHA-256 of every input
-that can change the plain twin's training result:
+"""The key of a plain-twin cache entry (:mod:`reportgen.training.cache`): the SHA-256 of these inputs
+of the plain twin's training run (one it misses, e.g. data read at import, only the entry's
+fingerprint can catch):
 
 - the whole composed config except the groups that only the recompute twin or the output
   reads (:data:`NOT_IN_KEY`: ``recompute``, ``report``, ``verdict``, ``claim``, ``cache``); so
@@ -29,7 +30,7 @@ from reportgen import __version__
 from reportgen.trust.sources import canonical_sha256, named_file_digests, reportgen_sources_sha256, user_source_digests
 
 #: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
-FORMAT = 2
+FORMAT = 3
 #: Config groups left out of the key: read only for the recompute twin or for the output.
 NOT_IN_KEY = ("recompute", "report", "verdict", "claim", "cache", "checks", "run", "hydra")
 
@@ -89,7 +90,6 @@ def plain_run_key(
     batch_size: int,
     lr_scale: float,
     modules: dict | None = None,
-    twin: str = "plain",
 ) -> tuple[str, dict]:
     """The cache key of a plain budget run, and the material it hashes (see module docstring).
 
@@ -101,8 +101,6 @@ def plain_run_key(
         batch_size: examples per step.
         lr_scale: learning-rate factor.
         modules: the module table whose user sources are hashed (default ``sys.modules``).
-        twin: ``"plain"``, or ``"rounding"`` for the rounding twin's run (a plain twin with
-            tolerance-sized gradient noise, :mod:`reportgen.results.rounding`): its own key.
 
     Returns:
         ``(hex SHA-256 of the canonical JSON of the material, material)``.
@@ -117,12 +115,7 @@ def plain_run_key(
         "config": config,
         "device": {"name": str(device), "kind": device_kind(device)},
         "dtype": str(dtype),
-        "run": {
-            "seed": int(seed),
-            "batch_size": int(batch_size),
-            "lr_scale": float(lr_scale),
-            **({} if twin == "plain" else {"twin": twin}),
-        },
+        "run": {"seed": int(seed), "batch_size": int(batch_size), "lr_scale": float(lr_scale)},
         "versions": {
             "python": platform.python_version(),
             "torch": torch.__version__,

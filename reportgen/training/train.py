@@ -66,7 +66,14 @@ class BudgetRuns:
         return len(self._runs)
 
     def get(
-        self, setup: Setup, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0, rounding: bool = False
+        self,
+        setup: Setup,
+        recompute: bool,
+        seed: int,
+        batch_size: int,
+        lr_scale: float = 1.0,
+        rounding: bool = False,
+        fresh: bool = False,
     ) -> TrainResult:
         """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
 
@@ -77,15 +84,16 @@ class BudgetRuns:
             batch_size: examples per step.
             lr_scale: learning-rate factor (1 = as configured).
             rounding: train the rounding twin (a plain twin whose gradients are nudged by the
-                parity tolerance before every step, :mod:`reportgen.results.rounding`); cached on disk like
-                the plain twin, under its own key.
+                parity tolerance before every step, :mod:`reportgen.results.rounding`); never from the disk cache.
+            fresh: a plain run trained in this run, never from the disk cache (replaces a cached one
+                held here): what the rounding envelope is measured against.
 
         Returns:
             The :class:`TrainResult`.
         """
         budget: BudgetConfig = setup.config.budget
         key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale), bool(rounding))
-        if key not in self._runs:
+        if key not in self._runs or (fresh and self._runs[key].cache_key):
             variant = "rounding" if rounding else "recompute" if recompute else "plain"
             nudge = GradientNudge(*setup.tolerance(), int(seed)) if rounding else None
 
@@ -102,7 +110,9 @@ class BudgetRuns:
                 return budget_run(setup, model, budget, seed, batch_size, desc, lr_scale=lr_scale, nudge=nudge)
 
             self._runs[key] = (
-                train() if recompute else cached_plain_run(setup, int(seed), int(batch_size), lr_scale, train, variant)
+                train()
+                if recompute or rounding or fresh
+                else cached_plain_run(setup, int(seed), int(batch_size), lr_scale, train)
             )
         return self._runs[key]
 
@@ -133,17 +143,15 @@ def budget_run(
     )
 
 
-def cached_plain_run(
-    setup: Setup, seed: int, batch_size: int, lr_scale: float, train, twin: str = "plain"
-) -> TrainResult:
-    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.training.cache`
-    (``twin="rounding"``: the rounding twin's, under its own key).
+def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, train) -> TrainResult:
+    """The plain twin's budget run, shared across a sweep's jobs through :mod:`reportgen.training.cache`.
 
-    A trusted entry under the run's key is a hit (logged ``from cache`` with the key; the
-    result carries ``cache_key``). A missing or stale entry is trained by ``train()`` and
-    stored (complete runs only). An entry that exists but fails a check is never used: the run
-    is trained afresh, carries ``cache_rejected`` (a WARN row in the report) and replaces it.
-    A cache folder that cannot be written is logged and the run goes on.
+    A trusted entry under the run's key whose stored first training step equals this run's
+    (:func:`reportgen.training.cache.fingerprint`, bitwise) is a hit (logged ``from cache`` with the
+    key; the result carries ``cache_key``). A missing or stale entry is trained by ``train()`` and
+    stored with the fingerprint (complete runs only). An entry that exists but fails a check is never
+    used: the run is trained afresh, carries ``cache_rejected`` (a WARN row in the report) and
+    replaces it. A cache folder that cannot be written is logged and the run goes on.
 
     Args:
         setup: the run's :class:`reportgen.twins.setup.Setup` (config, device, dtype).
@@ -157,15 +165,13 @@ def cached_plain_run(
     if folder is None:
         return train()
     try:
-        key, material = cache_key.plain_run_key(
-            setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale, twin=twin
-        )
+        key, material = cache_key.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
         secret = cache_secret.cache_secret()
-    except Exception as exc:  # noqa: BLE001 - no key or no secret, no reuse: trained as without a cache
+        proof = cache.fingerprint(setup, seed, batch_size)
+    except Exception as exc:  # noqa: BLE001 - no key, secret or fingerprint, no reuse: trained as without a cache
         log.warning(
-            "%s twin, seed %d, batch %d: training without the cache: no cache key or no cache secret "
-            "(%s: %s; the secret is %s, see docs/sweeps.md)",
-            twin,
+            "plain twin, seed %d, batch %d: training without the cache: no cache key, cache secret or first "
+            "step (%s: %s; the secret is %s, see docs/sweeps.md)",
             seed,
             batch_size,
             type(exc).__name__,
@@ -175,11 +181,10 @@ def cached_plain_run(
         return train()
     rejected = None
     try:
-        entry = cache.load(folder, key, secret)
+        entry = cache.load(folder, key, secret, proof)
     except cache.Rejected as exc:
         log.warning(
-            "%s twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
-            twin,
+            "plain twin, seed %d, batch %d: cache entry sha256:%s in %s not used: %s; training instead",
             seed,
             batch_size,
             key,
@@ -189,7 +194,7 @@ def cached_plain_run(
         entry, rejected = None, (key, str(exc))
     if entry is not None:
         record, tensors = entry
-        log.info("%s twin, seed %d, batch %d: from cache (key sha256:%s in %s)", twin, seed, batch_size, key, folder)
+        log.info("plain twin, seed %d, batch %d: from cache (key sha256:%s in %s)", seed, batch_size, key, folder)
         result = TrainResult(
             **{**record, "curve": [(int(n), float(v)) for n, v in record["curve"]]}, final_params=tensors
         )
@@ -201,9 +206,9 @@ def cached_plain_run(
     if result.complete:
         record = {name: getattr(result, name) for name in cache.RECORD_FIELDS}
         try:
-            cache.store(folder, key, material, record, result.final_params, secret, opened=opened)
+            cache.store(folder, key, material, record, result.final_params, secret, proof, opened=opened)
         except OSError as exc:
-            log.warning("could not write the %s-twin cache entry into %s: %s", twin, folder, exc)
+            log.warning("could not write the plain-twin cache entry into %s: %s", folder, exc)
     return result
 
 

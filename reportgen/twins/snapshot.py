@@ -2,7 +2,8 @@
 
 Shared by the one-step parity check and the trajectory check: parameters, optimizer state,
 buffers (BatchNorm running statistics, ``num_batches_tracked``), plain Python attributes of
-modules (counters, flags) and every random generator's state after backward.
+modules (counters, flags), every global random generator's state after backward and the state of
+every ``torch.Generator`` a module (or the task) holds after the step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from reportgen.config import STATE_PARITY, STEP_PARITY
 from reportgen.results import Role, Row
 from reportgen.results.rounding import envelope
 from reportgen.results.rows import NO_AA, tensor_row, value_row, with_rounding
+from reportgen.rng import held
 from reportgen.twins.recompute import named_inner_modules, plain_name
 
 _SCALARS = (bool, int, float, str)
@@ -34,7 +36,8 @@ class Snapshot:
         optimizer_state: ``{"<param>.<state key>": tensor}`` (e.g. AdamW's ``exp_avg``).
         buffers: ``{plain buffer name: tensor}``.
         attributes: plain Python attributes of modules (:func:`module_attributes`).
-        rng: every generator's state right after backward (:func:`reportgen.rng.fingerprint`).
+        rng: every global generator's state right after backward (:func:`reportgen.rng.fingerprint`), and
+            each generator a module or the task holds after the step (:func:`held_generators`).
         loss: the step's loss (detached, scalar).
         grads: ``{plain parameter name: gradient or None}`` after backward, before the step (and
             before any rounding nudge); empty when not taken.
@@ -65,6 +68,13 @@ def module_attributes(model: nn.Module) -> dict[str, Any]:
     return out
 
 
+def held_generators(model: nn.Module, task: object = None) -> dict[str, torch.Tensor]:
+    """``get_state()`` of every ``torch.Generator`` an attribute of a module of ``model`` (private names
+    included; keyed ``<module path>.<attr>``) or of ``task`` (``task.<attr>``) holds."""
+    found = {k: g for path, m in named_inner_modules(model) for k, g in held(m, path).items()}
+    return {k: g.get_state() for k, g in (found | held(task, "task")).items()}
+
+
 def take(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -72,9 +82,11 @@ def take(
     loss: torch.Tensor | None = None,
     grads: dict[str, torch.Tensor | None] | None = None,
     clone: bool = True,
+    task: object = None,
 ) -> Snapshot:
     """Snapshot ``model`` and ``optimizer`` right after ``optimizer.step()`` (``grads``, taken by the
-    caller before the step, kept as given).
+    caller before the step, kept as given), with the generators of ``model`` and ``task``
+    (:func:`held_generators`) beside the global ``rng``.
 
     ``clone=False`` takes a view: the snapshot holds the twin's own tensors, no second copy of its
     training state. Use it when the twin is discarded (or compared) before it changes again."""
@@ -90,7 +102,7 @@ def take(
         opt_state,
         {plain_name(n): keep(b) for n, b in model.named_buffers()},
         module_attributes(model),
-        {k: v.clone() for k, v in rng.items()},
+        {k: v.clone() for k, v in rng.items()} | held_generators(model, task),
         None if loss is None else loss.detach().clone(),
         dict(grads or {}),
     )
@@ -209,7 +221,8 @@ def snapshot_rows(
     Returns:
         ``optimizer-step parity`` rows (each parameter, each optimizer-state tensor) and
         ``state parity`` rows (each buffer, each plain attribute, each generator state; a
-        generator state is compared bitwise: any difference means later draws differ).
+        generator state is compared bitwise: any difference means later draws differ). A global
+        generator's row says "after backward", a held one's (``blocks.0._gen``) "after the step".
     """
     pick = lambda s, part: getattr(s, part) if s is not None else None  # noqa: E731
     out = _tensor_rows(
@@ -249,7 +262,7 @@ def snapshot_rows(
         out.append(
             tensor_row(
                 STATE_PARITY,
-                f"RNG {key} after backward",
+                f"RNG {key} after {'backward' if key.endswith(')') else 'the step'}",
                 plain.rng[key],
                 recompute.rng.get(key),
                 0.0,

@@ -10,8 +10,9 @@ buffer pre-entered in deepcopy's memo as a copy on the run's device, so:
 - the weights go from host to device once per twin, never through a second host copy;
 - everything state parity compares is exact: buffers (persistent or not), tied weights (one
   memo entry per tensor, so a tie stays a tie), parametrizations (their ``original`` is a
-  parameter), plain module attributes, the model's own switch and the hooks the factory
-  registered (deepcopy rebinds a bound-method hook to the copy).
+  parameter), plain module attributes, a ``torch.Generator`` a module holds (each twin its own, at
+  the build's state), the model's own switch and the hooks the factory registered (deepcopy
+  rebinds a bound-method hook to the copy).
 
 What a copy cannot stand for is found at the build (:func:`one_build`): a hook that is a closure over a
 module of the model (:func:`shared_references`; on a copy it would act on, and change, the one build) or a

@@ -212,7 +212,9 @@ def test_controls_turned_off_leave_the_verdict_to_the_other_checks():
         detail="",
     )
     frame = to_frame([passed, Row.not_run(CONTROLS, "not run: controls.enabled=false")])
-    assert claim_verdict(frame, checks.default_required()) == Status.PASS
+    assert CONTROLS not in checks.default_required()
+    assert claim_verdict(frame, ["gradient parity"]) == Status.PASS
+    assert claim_verdict(frame, ["gradient parity", CONTROLS]) == Status.FAIL  # what required=True would do
 
 
 def test_the_controls_are_registered_last_and_never_required():

@@ -114,11 +114,12 @@ def test_a_compile_change_is_a_miss(cache_folder):
     """torch.compile changes the plain twin's numerics: the key must see it (key level: compiling is slow)."""
     setup = small_setup("+model=ffn")
     plain_run(setup)
+    secret, proof = cache_secret.cache_secret(), cache.fingerprint(setup, 0, 8)
     for override in ("compile.enabled=true", "compile.backend=aot_eager"):
         cfg = compose_config("+model=ffn", override)
         key = cache_key.plain_run_key(cfg, setup.device, setup.dtype, 0, 8, 1.0)[0]
-        assert cache.load(cache_folder, key, cache_secret.cache_secret()) is None, override
-    assert cache.load(cache_folder, key_of(setup.cfg), cache_secret.cache_secret()) is not None
+        assert cache.load(cache_folder, key, secret, proof) is None, override
+    assert cache.load(cache_folder, key_of(setup.cfg), secret, proof) is not None
 
 
 def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkeypatch, forget_modules):
@@ -284,7 +285,7 @@ def test_a_pickled_entry_whose_unpickling_runs_code_is_never_unpickled(cache_fol
     meta.write_text(json.dumps({"format": 1}))
     hostile.write_bytes(pickle.dumps(_RunsCode(marker)))
     result = plain_run(small_setup("+model=ffn"))
-    assert not marker.exists() and "format-2" in result.cache_rejected[1]
+    assert not marker.exists() and f"format-{cache_key.FORMAT}" in result.cache_rejected[1]
     pickle.loads(pickle.dumps(_RunsCode(marker)))  # control: the payload is real; unpickled, it runs
     assert marker.exists()
 
@@ -442,8 +443,8 @@ def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_th
     cfg = compose_config("+model=ffn")
     key, material = cache_key.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
     record = {name: 0 for name in cache.RECORD_FIELDS} | {"metrics": {}, "curve": [], "complete": True}
-    secret = cache_secret.cache_secret()
-    cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, opened=found)
-    assert cache.load(cache_folder, key, secret) is not None
+    secret, proof = cache_secret.cache_secret(), {"loss": "0.5", "gradients": "0" * 64}
+    cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, proof, opened=found)
+    assert cache.load(cache_folder, key, secret, proof) is not None
     data.write_text("1 2 4\n")
-    assert cache.load(cache_folder, key, secret) is None  # stale: trained afresh, never the old run
+    assert cache.load(cache_folder, key, secret, proof) is None  # stale: trained afresh, never the old run

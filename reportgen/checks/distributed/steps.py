@@ -23,13 +23,13 @@ from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
 from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward
 from reportgen.twins.setup import Setup
-from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
+from reportgen.twins.snapshot import Snapshot, held_generators, module_attributes, snapshot_rows
 
 
 def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
     """A distributed twin's state after its step, in full tensors and plain names: parameters and
     optimizer state (collectives under FSDP2), buffers, plain module attributes (of the model inside
-    DDP's wrapper), this rank's generator states after backward."""
+    DDP's wrapper), this rank's generator states after backward and its modules' own after the step."""
     inner = getattr(model, "module", model) if hasattr(model, "no_sync") else model  # DDP keeps the model in .module
     buffers = {dist_name(n): full(b) for n, b in inner.named_buffers()}
     return Snapshot(
@@ -37,7 +37,7 @@ def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
         full_optimizer_state(model, optimizer),
         buffers,
         module_attributes(inner),
-        {k: v.clone() for k, v in rng.items()},
+        {k: v.clone() for k, v in rng.items()} | held_generators(inner),
         loss,
     )
 

@@ -43,6 +43,7 @@ from reportgen.checks.memory.estimate import estimate_rows
 from reportgen.checks.memory.plots import memory_plots
 from reportgen.checks.memory.rows import bytes_row, peak_rows, saved_rows
 from reportgen.config import MEMORY, MemoryConfig
+from reportgen.errors import InstrumentRefused
 from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import StepPeak, warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
@@ -107,7 +108,7 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
                 item,
                 Role.EXCEPTION,
                 detail,
-                status=status,
+                status=Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else status,
                 metric="exception",
                 variant=twin or "recompute",
                 seconds=time.perf_counter() - start,

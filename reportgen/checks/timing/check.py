@@ -41,6 +41,7 @@ from reportgen.checks.timing.rows import (
     overhead_row,
 )
 from reportgen.config import TIME, TimingConfig
+from reportgen.memory.instrument import instrument
 from reportgen.memory.saved import make_train_step, training_optimizer
 from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
@@ -129,7 +130,7 @@ def interleaved_times(
 def step_flops(step: Callable[[], None]) -> int:
     """FLOPs of one call of ``step`` counted by ``torch.utils.flop_counter.FlopCounterMode``
     (matmuls, convolutions, attention; including those recomputed in backward)."""
-    with FlopCounterMode(display=False) as counter:
+    with instrument("the FLOP counter (FlopCounterMode)"), FlopCounterMode(display=False) as counter:
         step()
     return int(counter.get_total_flops())
 

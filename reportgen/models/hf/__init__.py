@@ -1,18 +1,10 @@
-"""Hugging Face causal LMs: tiny models from config objects, their task, and the model's own switch.
+"""Hugging Face causal LMs: the model's own recompute switch (:func:`enable`), tiny models from config
+objects (:func:`gpt2`, :func:`llama`) and their task (:class:`CausalLMTask`); any model from a local
+config.json is :mod:`.auto` (and :mod:`.masked`).
 
 Everything here needs the optional ``hf`` extra (``pip install -e ".[hf]"``, which adds
 ``transformers``); importing this module does not, so a config that names it without the extra
 stops with a usage error (exit 2) that gives the install line instead of an import traceback.
-
-- :func:`enable` is ``recompute.enable`` for ``recompute.method: model_switch``: it turns on
-  recomputation the way Hugging Face users do, ``model.activation_checkpointing_enable(...)``
-  (transformers 5) or ``model.gradient_checkpointing_enable(...)`` (4.x); with ``recompute.mode``
-  unset, with no arguments, so the model's own ``use_reentrant`` default applies.
-- :func:`gpt2` and :func:`llama` build tiny ``GPT2LMHeadModel`` / ``LlamaForCausalLM`` with random
-  weights from ``GPT2Config`` / ``LlamaConfig`` (nothing is downloaded), sized by the task; they
-  take ``vocab_size``, ``use_cache`` and ``attn_implementation`` (default: transformers' choice, sdpa).
-- :class:`CausalLMTask` is :class:`reportgen.tasks.CharTextTask` (the built-in ``gpt``'s text)
-  with Hugging Face's calling convention: keyword inputs in, a ``ModelOutput`` out.
 
 The switch sets two attributes on every module that has a ``gradient_checkpointing`` attribute
 (the ``*Model`` body and each decoder layer): ``gradient_checkpointing = True`` and

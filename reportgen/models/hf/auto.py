@@ -4,7 +4,8 @@
 with one command: no factory, batch function or loss to write.
 
 - :func:`load_config` reads a local ``config.json`` (or a folder holding one) into the
-  transformers config class its ``model_type`` names; nothing is downloaded.
+  transformers config class its ``model_type`` names; nothing is downloaded. :func:`auto_model`
+  builds a model from it. Both are the planner's too (:mod:`reportgen.plan`).
 - :func:`causal_lm` builds ``AutoModelForCausalLM.from_config`` with random weights (seeded by
   reportgen before the call), or loads local weights with ``from_pretrained(local_files_only=True)``.
 - :class:`TextCausalLMTask` is :class:`reportgen.models.hf.CausalLMTask` on any UTF-8 text
@@ -18,7 +19,9 @@ without a causal-LM head, code that would have to be downloaded) is a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,12 +34,34 @@ from reportgen.models.hf import CausalLMTask, require_transformers
 
 #: The tiny example config shipped with reportgen (``conf/examples/...``), named in messages.
 EXAMPLE = "conf/examples/hf_causal_lm/config.json"
+#: Upper bounds of the sizes a planned config may state (``load_config(bounded=True)``), far above every
+#: published model (Llama 3.1 405B: hidden 16384, intermediate 53248, 128 heads, vocabulary 128256).
+BOUNDS = {
+    "hidden_size": 65536,
+    "intermediate_size": 262144,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "vocab_size": 4_194_304,
+    "max_position_embeddings": 4_194_304,
+    "head_dim": 4096,
+}
+#: More decoder layers than this is refused with ``bounded``: the largest published decoder stacks have ~128.
+MAX_LAYERS = 1024
 #: Config fields that bound the sequence length, in the order transformers' families use them.
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length")
 
 
-def config_file(path: str) -> Path:
+def _named(name: str | None, value: Any) -> str:
+    """``name=value`` (a setting), or the value alone (the planner's positional CONFIG: ``name`` None)."""
+    return f"{name}={value}" if name else str(value)
+
+
+def config_file(path: str | Path, name: str | None = "model.config") -> Path:
     """The ``config.json`` that ``path`` names: the file itself, or ``path/config.json`` for a folder.
+
+    Args:
+        path: file or folder.
+        name: the setting that gave ``path``, for the message (None: the planner's CONFIG argument).
 
     Raises:
         SetupError: nothing is there (the message says what to pass).
@@ -45,59 +70,78 @@ def config_file(path: str) -> Path:
     found = given / "config.json" if given.is_dir() else given
     if not found.is_file():
         raise SetupError(
-            f"model.config={path}: no such {'file' if not given.is_dir() else 'config.json in that folder'}"
+            f"{_named(name, path)}: no such {'file' if not given.is_dir() else 'config.json in that folder'}"
             f". Give a local config.json or a folder holding one (nothing is downloaded), e.g. "
-            f"model.config={EXAMPLE}"
+            f"{_named(name, EXAMPLE)}"
         )
     return found
 
 
-def load_config(path: str) -> Any:
-    """A transformers config object from a local ``config.json`` (or a folder holding one).
+def load_config(path: str | Path, name: str | None = "model.config", bounded: bool = False, **overrides: Any) -> Any:
+    """A transformers config object from a local ``config.json`` (or a folder holding one): nothing is
+    downloaded, no remote code runs, transformers never prompts. The one loader of the main command's
+    ``model.config`` / ``model.pretrained`` and of the planner's CONFIG.
 
     Args:
         path: file or folder.
+        name: the setting that gave ``path``, for messages (None: the planner's CONFIG argument).
+        bounded: also refuse a size that is not a positive integer or lies beyond :data:`BOUNDS`, and more
+            than :data:`MAX_LAYERS` decoder layers (the planner's bounds, docs/trust.md).
+        **overrides: config fields set over the file's (the planner: ``use_cache=False``).
 
     Returns:
         An instance of the config class its ``model_type`` names (``AutoConfig.for_model``).
 
     Raises:
-        SetupError: transformers is missing, the file is not a JSON object, it has no
-            ``model_type``, transformers does not know that type, or it needs remote code
-            (``auto_map``).
+        SetupError: transformers is missing; the file is not a JSON object, has no ``model_type``, or a
+            ``model_type`` the installed transformers does not know; it needs remote code
+            (``auto_map``); the config class refuses its fields; with ``bounded``, a size out of bounds.
     """
-    require_transformers()
-    from transformers import AutoConfig
-
-    file = config_file(path)
+    hf = require_transformers()
+    file = config_file(path, name)
+    where = f"{name}={path}: {file}" if name else str(file)
     try:
         fields = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SetupError(
-            f"model.config={path}: {file} is not valid JSON ({exc}); give a Hugging Face config.json"
-        ) from None
+    except (OSError, ValueError) as exc:
+        raise SetupError(f"{where} is not valid JSON ({exc}); give a Hugging Face config.json") from None
     if not isinstance(fields, dict) or not isinstance(fields.get("model_type"), str):
         raise SetupError(
-            f'model.config={path}: {file} has no "model_type" (e.g. "llama", "gpt2"); a Hugging Face '
+            f'{where} has no "model_type" (e.g. "llama", "gpt2"); a Hugging Face '
             "config.json names its architecture there"
         )
     if fields.get("auto_map"):
         raise SetupError(
-            f"model.config={path}: {file} needs remote code (auto_map), which reportgen never downloads or "
+            f"{where} needs remote code (auto_map), which reportgen never downloads or "
             "runs; use an architecture built into transformers, or your own factory (docs/own-model.md)"
         )
+    for key, bound in BOUNDS.items() if bounded else ():
+        value = fields.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SetupError(f"{where}: {key} is {value!r}; it must be a positive integer (at most {bound})")
+        if value is not None and value > bound:
+            raise SetupError(
+                f"{where}: {key} is {value}, above the bound of {bound} that reportgen accepts (no published model "
+                "comes near it); fix the config"
+            )
     kind = fields.pop("model_type")
     try:
-        return AutoConfig.for_model(kind, **fields)
-    except ValueError:
+        config = hf.AutoConfig.for_model(kind, **{**fields, **overrides})
+    except Exception as exc:  # noqa: BLE001 - ValueError (unknown model_type, a refused field), TypeError ...
+        if "Unrecognized model identifier" in str(exc):
+            raise SetupError(
+                f"{where}: model_type {kind!r} is not known to the installed transformers "
+                f"{hf.__version__}; upgrade it (pip install -U transformers) or fix model_type"
+            ) from None
+        reason = " ".join(str(exc).split())[:200]
         raise SetupError(
-            f"model.config={path}: model_type {kind!r} is not known to the installed transformers "
-            f"{_version()}; upgrade it (pip install -U transformers) or fix model_type"
+            f"{where}: transformers cannot read it as a model config ({type(exc).__name__}: {reason}); fix the config"
         ) from None
-
-
-def _version() -> str:
-    return require_transformers().__version__
+    layers = getattr(config, "num_hidden_layers", None)
+    if bounded and isinstance(layers, int) and not 1 <= layers <= MAX_LAYERS:
+        raise SetupError(
+            f"{where}: num_hidden_layers={layers} is outside 1..{MAX_LAYERS}; give the model's real layer count"
+        )
+    return config
 
 
 def model_config(config: str | None, pretrained: str | None) -> Any:
@@ -174,8 +218,10 @@ def causal_lm(
     """
     cfg = model_config(config, pretrained)
     cfg.use_cache = use_cache
-    scope = "+model=hf_causal_lm tests decoder-only language models"
-    model = auto_model("AutoModelForCausalLM", "causal-LM head", scope, task, cfg, pretrained, attn_implementation)
+    scope = "+model=hf_causal_lm tests decoder-only language models; for another architecture write a factory"
+    model = auto_model(
+        cfg, scope=f"{scope} (docs/own-model.md)", task=task, pretrained=pretrained, attn=attn_implementation
+    )
     refuse_non_causal(model, cfg)
     return model
 
@@ -223,36 +269,79 @@ def on_fake_tensors(model: nn.Module) -> bool:
     return any(is_fake(p) for p in model.parameters())
 
 
+#: The head each auto class adds, named when an architecture has none.
+HEADS = {"AutoModelForCausalLM": "causal-LM head", "AutoModelForMaskedLM": "masked-LM head"}
+
+
+@contextlib.contextmanager
+def without_detection_losses():
+    """While inside, transformers reads scipy as absent, if its modeling code is not imported yet.
+
+    ``transformers.modeling_utils`` imports its loss zoo, whose object-detection losses import
+    ``scipy.optimize`` (Hungarian matching) when scipy is installed: about 0.4 s of CPU (a tenth of a
+    plan's run) for code a language model never calls. Those modules then run as on a machine without
+    scipy (their loss raises asking for scipy); nothing else reads the flag at import. Once
+    transformers' modeling code is imported this does nothing.
+    """
+    if "transformers.modeling_utils" in sys.modules or "scipy.optimize" in sys.modules:
+        yield
+        return
+    import transformers.utils as hf_utils
+
+    found = hf_utils.is_scipy_available
+    hf_utils.is_scipy_available = lambda: False
+    try:
+        yield
+    finally:
+        hf_utils.is_scipy_available = found
+
+
 def auto_model(
-    auto_class: str, head: str, scope: str, task: Any, cfg: Any, pretrained: str | None, attn_implementation: str | None
+    cfg: Any,
+    auto_class: str = "AutoModelForCausalLM",
+    scope: str = "give a decoder-only config (e.g. model_type llama, qwen2)",
+    *,
+    task: Any = None,
+    pretrained: str | None = None,
+    attn: str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> nn.Module:
-    """``transformers.<auto_class>`` built from ``cfg`` (random init) or loaded from ``pretrained``.
+    """``transformers.<auto_class>`` built from ``cfg`` (random init) or loaded from ``pretrained``: the one
+    builder of the main command's Hugging Face models and of the planner's (which calls it inside its
+    ``FakeTensorMode``: fake parameters, created in ``dtype`` since ``.to`` cannot convert fake ones).
 
     Args:
-        auto_class: e.g. ``"AutoModelForCausalLM"``, ``"AutoModelForMaskedLM"``.
-        head, scope: words for the message when the architecture has no such head.
-        task: checked against ``cfg`` first (:func:`_fits`).
-        cfg: the config object (:func:`model_config`).
+        cfg: the config object (:func:`load_config`).
+        auto_class: a key of :data:`HEADS`.
+        scope: what to do instead, in the message when the architecture has no such head.
+        task: checked against ``cfg`` first (:func:`_fits`); None: not checked.
         pretrained: a local folder, or None for random weights.
-        attn_implementation: passed through when not None.
+        attn: ``attn_implementation``, passed through when not None.
+        dtype: the parameters' dtype (transformers' ``dtype=``); None: transformers' choice.
 
     Raises:
-        SetupError: the architecture has no such head, or the local weights cannot be loaded.
+        SetupError: the architecture has no such head, transformers cannot use ``attn``, or the local
+            weights cannot be loaded.
     """
-    auto = getattr(require_transformers(), auto_class)
-    _fits(task, cfg)
-    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    hf = require_transformers()
+    if task is not None:
+        _fits(task, cfg)
+    kwargs = {k: v for k, v in {"attn_implementation": attn, "dtype": dtype}.items() if v is not None}
     try:
-        if pretrained is not None:
-            return auto.from_pretrained(str(pretrained_folder(pretrained)), config=cfg, local_files_only=True, **kwargs)
-        return auto.from_config(cfg, **kwargs)
+        with without_detection_losses():
+            auto = getattr(hf, auto_class)
+            if pretrained is not None:
+                folder = str(pretrained_folder(pretrained))
+                return auto.from_pretrained(
+                    folder, config=cfg, local_files_only=True, trust_remote_code=False, **kwargs
+                )
+            return auto.from_config(cfg, trust_remote_code=False, **kwargs)
     except ValueError as exc:
         if "Unrecognized configuration class" not in str(exc):
             raise
         raise SetupError(
-            f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {head} in transformers "
-            f"{_version()}: {scope} ({auto_class}). For another architecture write a factory "
-            "(docs/own-model.md)"
+            f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {HEADS[auto_class]} in transformers "
+            f"{hf.__version__} ({auto_class}): {scope}"
         ) from None
     except OSError as exc:
         raise SetupError(
@@ -262,8 +351,7 @@ def auto_model(
     except ImportError as exc:  # e.g. attn_implementation=flash_attention_2 without its package
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise SetupError(
-            f"model.attn_implementation={attn_implementation}: transformers cannot use it here ({reason}); "
-            "use model.attn_implementation=eager or sdpa"
+            f"attn_implementation={attn}: transformers cannot use it here ({reason}); use eager or sdpa"
         ) from None
 
 

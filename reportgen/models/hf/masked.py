@@ -47,8 +47,15 @@ def masked_lm(
             masked-LM head; the task does not fit the config.
     """
     cfg = model_config(config, pretrained)
-    scope = "+model=hf_masked_lm tests encoder models with a masked-LM head"
-    return auto_model("AutoModelForMaskedLM", "masked-LM head", scope, task, cfg, pretrained, attn_implementation)
+    scope = "+model=hf_masked_lm tests encoder models with a masked-LM head; for another architecture write a factory"
+    return auto_model(
+        cfg,
+        "AutoModelForMaskedLM",
+        f"{scope} (docs/own-model.md)",
+        task=task,
+        pretrained=pretrained,
+        attn=attn_implementation,
+    )
 
 
 class TextMaskedLMTask:
