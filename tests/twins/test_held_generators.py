@@ -17,7 +17,8 @@ ROWS = ["RNG 0._gen after the step", "RNG 1._gen after the step", "RNG task._gen
 
 def generator_rows(draw: bool):
     """The step and state parity frame, and ``{item: (status, detail)}`` of its held generators' rows."""
-    setup = prepare(compose_config("+model=own_generator", f"model.draw={draw}", user_conf=True))
+    task = "task._target_=user_models.generators.NoisyLossTask"
+    setup = prepare(compose_config("+model=own_generator", f"model.draw={draw}", task, user_conf=True))
     frame = to_frame(step_and_state_parity(setup))
     rows = frame[(frame.role == Role.RNG) & frame["item"].isin(ROWS)]
     return frame, {r.item: (r.status, r.detail) for r in rows.itertuples()}

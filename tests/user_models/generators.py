@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from reportgen.tasks import FunctionTask
-from user_models.faults import batch_small, mse
+from user_models.faults import mse
 
 
 class OwnNoise(nn.Module):
@@ -30,10 +30,10 @@ def build(draw: bool = True):
 
 
 class NoisyLossTask(FunctionTask):
-    """:data:`user_models.faults.batch_small` batches; the loss adds noise from the task's own ``_gen``."""
+    """A :class:`FunctionTask` whose loss adds noise from the task's own ``_gen``."""
 
     def __init__(self, **kwargs):
-        super().__init__(batch_small, mse, **kwargs)
+        super().__init__(**kwargs)
         self._gen = torch.Generator().manual_seed(1)
 
     def loss(self, output, target):
