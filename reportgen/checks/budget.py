@@ -24,7 +24,7 @@ from reportgen.results.rows import error_row, exception_message, metric_diff_row
 from reportgen.training.lockstep import lockstep_gradients
 from reportgen.training.loop import TrainResult
 from reportgen.training.rows import run_rows
-from reportgen.training.train import budget_runs
+from reportgen.training.train import budget_run, budget_runs
 
 log = logging.getLogger("reportgen")
 
@@ -121,7 +121,8 @@ def compare_seed(
             )
             rows[1].extra["lockstep_first_step"] = found["lockstep_step"]
         if rounding is not None and cached:  # the envelope is measured against a plain twin trained in this run
-            results = {**results, "plain": budget_runs(setup).get(setup, False, seed, batch_size, fresh=True)}
+            desc = f"plain seed {seed} batch {batch_size}, for the rounding envelope"
+            results = {**results, "plain": budget_run(setup, setup.build(False), budget, seed, batch_size, desc)}
             p, allowed, rows = judged(results["plain"])
     except Exception as exc:  # noqa: BLE001 - failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)

@@ -3,8 +3,9 @@
 One-step parity on fresh twins misses faults that leave step 1 bitwise equal and show from
 step 2 on: state that the forward reads and then updates (an observer, a running scale, a
 counter) updated twice per step under recomputation. Here the plain twin, a second plain
-twin copied from the same build (A/A) and the recompute twin each take ``parity.steps`` steps of
-``parity.optimizer`` on the same batches (drawn from the task with ``seed``), every random
+twin copied from the same build (A/A) and the recompute twin each take ``parity.steps`` training steps
+(the task's own step where it gives one, :mod:`reportgen.training.user_step`, else one forward, the loss,
+one backward and ``parity.optimizer``) on the same batches (drawn from the task with ``seed``), every random
 generator seeded identically before each forward; after every step parameters, optimizer
 state, buffers, plain module attributes and generator states are compared.
 
@@ -20,7 +21,6 @@ import math
 from collections.abc import Iterator
 
 import torch
-from hydra.utils import instantiate
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.base.plots import trajectory_plots
@@ -38,9 +38,9 @@ from reportgen.results.rows import (
     tolerance_used,
 )
 from reportgen.rng import fingerprint, seeded
-from reportgen.structure import call_model
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
+from reportgen.training.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import (
     Snapshot,
@@ -65,13 +65,14 @@ def trajectory(
     Batches: ``task.make_batch`` with a generator seeded by ``cfg.seed``, ``parity.batch_size``
     examples each; before step ``k``'s forward every generator is seeded with
     ``step_seed(forward_seed, cfg.seed, k)`` (the same for every twin). ``nudge``: the rounding
-    twin's gradient noise, applied before every step.
+    twin's gradient noise, applied before every step (before the task's ``before_step``).
     """
     parity: ParityConfig = setup.config.parity
     seed, forward_seed = setup.config.seed, setup.config.forward_seed
     model = setup.build(recompute)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = instantiate(parity.optimizer, params=params)
+    optimizer = make_optimizer(setup.task, parity.optimizer, model)
+    scheduler = make_scheduler(setup.task, optimizer)
     generator = torch.Generator().manual_seed(seed)
     name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
     with progress(f"trajectory {name}", total=parity.steps, unit="step") as bar:
@@ -79,13 +80,12 @@ def trajectory(
             x, y = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
             optimizer.zero_grad(set_to_none=True)
             with seeded(None if forward_seed is None else step_seed(forward_seed, seed, k)):
-                loss = setup.task.loss(call_model(model, x), y)
-                loss.backward()
+                loss = loss_backward(setup.task, model, (x, y))
                 rng = fingerprint()
             grads = grads_of(model) if keep_grads else {}  # kept only for the envelope's gate
             if nudge is not None:
                 nudge(params)
-            optimizer.step()
+            optimizer_step(setup.task, model, optimizer, scheduler)
             if not keep_grads:
                 optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
             bar.update(1)

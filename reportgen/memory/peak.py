@@ -7,16 +7,9 @@ optimizer state and backward temporaries come on top. A memory claim is about th
 backward and the optimizer step with ``torch.distributed._tools.mem_tracker.MemTracker``, a
 ``TorchDispatchMode`` that sees every op's outputs and counts each storage once (a view and its
 base are one storage), categorised as parameters, buffers, gradients, activations,
-temporaries and optimizer state. :class:`reportgen.memory.tracker.StepTracker` extends it with what a report needs at
-the moment of the peak:
-
-* the **phase**: ``forward``, ``backward``, ``recompute`` (a region's forward running again
-  inside backward) or ``optimizer step``;
-* the **module** active then (innermost, in the plain model's naming) and, during a
-  recompute, the **region** being recomputed;
-* **saved activations** (forward activations autograd keeps for backward, and the inputs a
-  recompute region keeps) and **recomputed activations** split out of the tracker's
-  activations.
+temporaries and optimizer state. :class:`reportgen.memory.tracker.StepTracker` adds the phase, the
+module and the recompute region at the peak and splits the activations into saved, recomputed and
+other ones: a :class:`StepPeak` (:mod:`reportgen.memory.step_peak`, which also words it for the rows).
 
 It runs unchanged on ``FakeTensorMode`` tensors (MemTracker supports fake mode), and on CUDA the
 same step also reads ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` so the two

@@ -1,8 +1,4 @@
-"""Count the bytes autograd keeps for backward (saved activations), on any device.
-
-Shared API: :func:`saved_activation_bytes` is used by the warm-step memory check, the
-GPU-free estimate (it runs unchanged on ``FakeTensorMode`` tensors) and the larger-batch
-search.
+"""Count the bytes autograd keeps for backward (saved activations), on any device, fake tensors too.
 
 What is counted, during one forward and the loss (no backward):
 
@@ -175,9 +171,8 @@ def saved_activation_bytes(
             (None = leave them alone).
         module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
             usually the wrapped modules' paths. Each storage goes to the innermost listed
-            module running when it was saved (or, for a recompute region's inputs, to that
-            region), else to ``"(rest of model)"``; a storage of the rest that a listed
-            module produced (its output) is also counted in ``produced_by`` for that module.
+            module running when it was saved (a recompute region's inputs: to that region),
+            else to :data:`REST` (:class:`SavedActivations` says how ``produced_by`` is counted).
 
     Returns:
         :class:`SavedActivations` with total and per-module bytes (B) and storage counts.
@@ -258,13 +253,7 @@ def saved_activation_bytes(
 
 @dataclass
 class TrainStep:
-    """One training step of a twin, callable: forward, loss, backward, optimizer step,
-    ``zero_grad(set_to_none=True)`` (:func:`make_train_step`).
-
-    Attributes:
-        model, batch, loss_fn, forward_seed: as given to :func:`make_train_step`.
-        optimizer: the optimizer it steps (a memory tracker counts its state).
-    """
+    """One training step of a twin, callable (:func:`make_train_step` says what it does and holds)."""
 
     model: nn.Module
     batch: Batch
@@ -283,10 +272,9 @@ class TrainStep:
 def make_train_step(
     model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any, forward_seed: int | None = None
 ) -> TrainStep:
-    """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``.
-
-    Gradients are freed at the end of each step, so between steps only weights and optimizer
-    state are allocated (the baseline of a step's peak).
+    """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``;
+    gradients are freed at the end of each step, so between steps only weights and optimizer state
+    are allocated (the baseline of a step's peak).
 
     Args:
         model: a twin in train mode.
@@ -297,8 +285,7 @@ def make_train_step(
             (:func:`reportgen.rng.seeded`; None = leave them alone).
 
     Returns:
-        The step; its ``optimizer`` attribute is the optimizer it steps (a memory tracker
-        counts that optimizer's state).
+        The step; its ``optimizer`` is the optimizer it steps (a memory tracker counts its state).
     """
     optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
     return TrainStep(model, batch, loss_fn, optimizer, forward_seed)

@@ -76,28 +76,10 @@ USAGE = "usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 worl
 
 @dataclass(kw_only=True)
 class PlanArgs:
-    """The command line, checked.
-
-    Attributes:
-        config: the ``config.json`` file.
-        seq: tokens per sequence; batch: sequences per micro-batch per rank.
-        dtype: compute dtype (parameters as the layers see them, activations); dtype_name: its word.
-        memory_gib: device memory per rank, GiB (None: no budget, nothing is chosen).
-        attn: ``attn_implementation`` (``sdpa``, ``eager``).
-        optim: a word of :data:`OPTIMS`.
-        world_size: ranks; strategy: a word of :data:`STRATEGIES`; replicate: HSDP replica groups.
-        master_dtype: dtype the parameters are stored (and sharded) in; reduce_dtype: gradient
-            reduction dtype; optim_dtype: optimizer-state dtype.
-        grad_accum: micro-batches per optimizer step (gradients stay alive across them).
-        recompute: a policy name to plan alone, or None (every policy of
-            :func:`reportgen.plan.policies.candidates`).
-        safety_margin: share of ``memory_gib`` kept free beyond the reserved upper bound.
-        fragmentation: the allocator model's share of transient bytes held as cached, unusable blocks.
-        largest_batch: also solve the largest micro-batch per policy (traces at ``batch + 1`` too).
-        allow_long_seq: plan a ``seq`` beyond the config's ``max_position_embeddings`` (with a warning)
-            instead of refusing it (:func:`check_positions`).
-        out: the output folder (None = ``outputs/plans/<date>/<time>/``); pdf: also write plan.pdf (off by
-            default: WeasyPrint adds about 0.7 s).
+    """The command line, checked: the words of :data:`WORDS` (docs/planning.md, "Words", says what each means)
+    as values. ``config`` is the ``config.json`` file; dtype words are torch dtypes (``dtype_name`` keeps
+    ``dtype=``'s word); ``memory_gib`` None: no budget, nothing is chosen; ``recompute`` None: every policy of
+    :data:`reportgen.plan.policies.POLICIES`; ``out`` None: ``outputs/plans/<date>/<time>/``.
     """
 
     config: Path

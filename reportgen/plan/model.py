@@ -83,7 +83,7 @@ def decoder_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def causal_lm_loss(output: Any, target: Tensor) -> Tensor:
     """Mean cross-entropy of ``output.logits`` ``[b, s, vocab]`` upcast to float32 against next-token
-    ids ``[b, s]`` (the loss of :class:`reportgen.hf.CausalLMTask` and of torchtitan)."""
+    ids ``[b, s]`` (the loss of :class:`reportgen.models.hf.CausalLMTask` and of torchtitan)."""
     return F.cross_entropy(output.logits.flatten(0, 1).float(), target.flatten())
 
 
@@ -111,10 +111,8 @@ def mask_constants(numel: int):
         masking = importlib.import_module("transformers.masking_utils")
     except ImportError:
         masking = None
-    is_tracing = getattr(masking, "is_tracing", None)  # transformers 5: a fake tensor counts as tracing
-    if (
-        masking is not None and is_tracing is not None
-    ):  # so it would keep a mask the real run skips; judge it as the real run does
+    is_tracing = getattr(masking, "is_tracing", None)  # transformers 5: a fake tensor counts as tracing,
+    if is_tracing is not None:  # so it would keep a mask the real run skips; judge it as the real run does
         setattr(  # noqa: B010 - a module attribute transformers defines, set for the trace only
             masking,
             "is_tracing",
@@ -126,7 +124,7 @@ def mask_constants(numel: int):
         yield
     finally:
         fake_tensor.CONSTANT_NUMEL_LIMIT = previous
-        if masking is not None and is_tracing is not None:
+        if is_tracing is not None:
             setattr(masking, "is_tracing", is_tracing)  # noqa: B010 - put back
 
 

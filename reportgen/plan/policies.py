@@ -108,14 +108,9 @@ def by_name(name: str) -> Policy:
 
 
 def switch_on(model: nn.Module, policy: Policy, flags: list[bool], layer_paths: list[str]) -> None:
-    """Turn ``policy`` on in ``model`` with the model's own switch, on the layers whose flag is set.
-
-    Args:
-        model: a Hugging Face causal LM (changed in place).
-        policy: the policy; ``none`` or all flags unset leave the model alone.
-        flags: per decoder layer, bottom first.
-        layer_paths: the decoder layers' paths (:func:`reportgen.plan.model.decoder_layers`).
-    """
+    """Turn ``policy`` on in ``model`` (a Hugging Face causal LM, changed in place) with the model's own switch,
+    on the decoder layers (``layer_paths``, :func:`reportgen.plan.model.decoder_layers`) whose flag is set;
+    ``none`` or no flag set leave the model alone."""
     from reportgen.models.hf import enable
 
     if policy.every == 0 or not any(flags):
@@ -125,14 +120,9 @@ def switch_on(model: nn.Module, policy: Policy, flags: list[bool], layer_paths: 
 
 
 def recompute_file(policy: Policy, n_layers: int, layer_prefix: str, header: list[str]) -> str:
-    """The text of ``recompute/planned.yaml``: ``policy`` as a ``recompute`` config group file.
-
-    Args:
-        policy: the chosen policy (not ``none``: there is nothing to verify without recompute).
-        n_layers: decoder layers of the full model.
-        layer_prefix: the layers' path without the index (``model.layers``).
-        header: comment lines (the command that uses it, the plan's figures).
-    """
+    """The text of ``recompute/planned.yaml``: ``policy`` (not ``none``) as a ``recompute`` config group file
+    for a model of ``n_layers`` decoder layers at ``layer_prefix`` (``model.layers``), under the comment
+    lines ``header`` (the command that uses it, the plan's figures)."""
     targets = [] if policy.every <= 1 else [f"{layer_prefix}.{i}" for i in range(0, n_layers, policy.every)]
     body = OmegaConf.to_yaml(OmegaConf.create({**policy.node(targets), "planned": {"policy": policy.name}}))
     return "".join(f"# {line}\n" for line in header) + body

@@ -50,13 +50,8 @@ def in_force(s: dict[str, Any], key: str) -> Any:
 
 
 def either(*options: object) -> str:
-    """The options that are offered (``False`` for one that is not), joined by ", or "."""
+    """The options offered (a ``False`` among them is one not offered: in force, or refused), joined by ", or "."""
     return ", or ".join(o for o in options if isinstance(o, str))
-
-
-def twin_of(row: Row | None) -> str:
-    """The twin a row names (its ``twin`` column: plain, recompute), "" when it names none."""
-    return "" if row is None else str(row.extra.get("twin") or "")
 
 
 def ddp(words: tuple[str, ...]) -> Any:
@@ -64,38 +59,28 @@ def ddp(words: tuple[str, ...]) -> Any:
     return lambda rows, s: s.get("strategy") == "ddp" and matching(rows, words) is not None
 
 
-def drifted(rows: list[Row]) -> Row | None:
-    """The first rank-sync row whose twin drifted, a plain twin's first (then the baseline itself is broken)."""
-    bad = [r for r in rows if r.role == Role.RANK_SYNC and r.status in BAD]
-    return next((r for r in bad if twin_of(r) in BASELINE_TWINS), next(iter(bad), None))
+def drifted(rows: list[Row]) -> str:
+    """The twin whose ranks drifted (a rank-sync row; a plain twin first: its baseline is broken), else ""."""
+    twins = [r.extra.get("twin") for r in rows if r.role == Role.RANK_SYNC and r.status in BAD]
+    return next((t for t in twins if t in BASELINE_TWINS), twins[0] if twins else "")
 
 
-def drift(strategies: tuple[str, ...], plain: bool | None = None) -> Any:
-    """``applies``: under one of ``strategies`` a twin's ranks drift (a plain twin's when ``plain``, the recompute
-    twin's when not, either when None)."""
-    return lambda rows, s: (
-        s.get("strategy") in strategies
-        and (row := drifted(rows)) is not None
-        and plain in (None, twin_of(row) in BASELINE_TWINS)
-    )
+def drift(strategies: tuple[str, ...], *twins: str) -> Any:
+    """``applies``: under one of ``strategies`` the ranks of one of ``twins`` drift (of any twin when none given)."""
+    return lambda rows, s: s.get("strategy") in strategies and bool(t := drifted(rows)) and (not twins or t in twins)
 
 
 def ready_twice_cause(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """Why DDP saw a gradient ready twice, from ``find_unused_parameters`` in force."""
-    why = {
-        True: "find_unused_parameters=True (in force) marks the parameters hidden inside the regions unused in "
-        "forward, so they are reduced again when their region's backward runs",
-        False: "find_unused_parameters is off, so a parameter takes part more than once in one backward: its module "
-        "runs twice (applied twice in one forward, or two forwards before one backward, e.g. micro-batches summed "
-        "into one loss)",
-    }.get(
-        in_force(s, "ddp.find_unused_parameters"),
-        "with find_unused_parameters=True (which marks the hidden parameters unused in forward) or a module that runs "
-        "more than once per backward, its parameters are reduced twice",
+    """Why DDP saw a gradient ready twice: ``find_unused_parameters`` when it is in force, else a module run twice."""
+    why = (
+        "find_unused_parameters=True (in force) marks the parameters hidden inside the regions unused in forward"
+        if in_force(s, "ddp.find_unused_parameters")
+        else "a parameter takes part more than once in one backward: its module is applied twice in one forward, or "
+        "two forwards run before one backward (e.g. micro-batches summed into one loss)"
     )
     return (
         "DistributedDataParallel saw a parameter's gradient become ready twice in one backward: reentrant recompute "
-        f"(use_reentrant=True) runs each region's backward separately, and {why}"
+        f"(use_reentrant=True) runs each region's backward separately, and {why}, so it is reduced twice"
     )
 
 
@@ -113,43 +98,26 @@ def ready_twice_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str
     )
 
 
-def unfinished_cause(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """Why DDP's previous reduction did not finish, naming the twin that raised."""
-    twin = twin_of(matching(group, UNFINISHED) or matching(rows, UNFINISHED))
-    lost = {
-        "plain": "a parameter the forward never uses: the model breaks DDP by itself, without any recomputation",
-        "recompute": "the parameters of a region behind a frozen input under reentrant recompute, which the plain "
-        "twin trains",
-    }.get(
-        twin,
-        "a parameter the forward never uses, or the parameters of a region behind a frozen input under "
-        "reentrant recompute",
-    )
-    return (
-        f"DistributedDataParallel's previous backward left a gradient bucket unreduced: a parameter got no gradient "
-        f"in {f'the {twin}' if twin else 'that'} twin ({lost}), so the ranks kept their own gradients and the next "
-        "forward refuses to start"
-    )
-
-
 def unfinished_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """The fix for the twin that raised; both, each with its condition, when no row says which."""
+    """The fix for the twin that raised (its row's ``twin``); both, each with its condition, when no row says which."""
     plain = either(
         "remove the parameter the forward never uses",
-        in_force(s, "ddp.find_unused_parameters") is not True and "set distributed.ddp.find_unused_parameters=true",
+        not in_force(s, "ddp.find_unused_parameters") and "set distributed.ddp.find_unused_parameters=true",
     )
     recompute = either(
         s.get("mode") != "non_reentrant" and "use recompute=non_reentrant",
         "make the region's input require grad (model.enable_input_require_grads())",
     )
-    twin = twin_of(matching(group, UNFINISHED) or matching(rows, UNFINISHED))
+    raised = matching(group, UNFINISHED) or matching(rows, UNFINISHED)
     return {"plain": plain, "recompute": recompute}.get(
-        twin, f"if the plain twin raised: {plain}; if only the recompute twin raised: {recompute}"
+        raised.extra.get("twin") if raised else None,
+        f"if the plain twin raised: {plain}; if only the recompute twin raised: {recompute}",
     )
 
 
 def fsdp_metadata_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """The units and resharding settings of this FSDP strategy that fix a recomputation seeing other shapes."""
+    """This FSDP strategy's unit and resharding settings that fix a recomputation seeing other shapes, less those in
+    force (``fsdp.reshard_after_forward`` is FSDP2's; FSDP1 says it with its sharding strategy)."""
     fsdp1 = s.get("strategy") == "fsdp1"
     return (
         either(
@@ -158,7 +126,7 @@ def fsdp_metadata_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> s
             "(distributed.fsdp.units = the recompute targets, the default)",
             fsdp1
             and in_force(s, "fsdp1.sharding_strategy") != "SHARD_GRAD_OP"
-            and "distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP (gathered parameters kept for backward)",
+            and "distributed.fsdp1.sharding_strategy=SHARD_GRAD_OP",
             not fsdp1
             and in_force(s, "fsdp.reshard_after_forward") is not False
             and "distributed.fsdp.reshard_after_forward=false",
@@ -167,43 +135,20 @@ def fsdp_metadata_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> s
     )
 
 
-def plain_drift_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """Make plain DDP correct first, with ``find_unused_parameters=true`` only when it is not in force."""
-    found = in_force(s, "ddp.find_unused_parameters") is not True and "distributed.ddp.find_unused_parameters=true"
-    said = either(found, "remove parameters the forward never uses")
-    return f"make plain distributed training correct first ({said}), then rerun"
-
-
-def outside_units_cause(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """Ranks drift under FSDP: a parameter no unit holds, in the twin that drifted."""
-    twin = twin_of(drifted(group) or drifted(rows))
-    return (
-        f"the {twin} twin's ranks end a step with different parameters: a parameter outside every FSDP unit (fully_shard "
-        "applied to some modules but not to the one that holds it, nor to the root) stays a plain tensor on each rank, "
-        "nothing reduces its gradient, and each rank steps it with its own"
-        + (
-            "; the plain twin drifts, so the baseline itself is broken under this wrapping"
-            if twin in BASELINE_TWINS
-            else ""
-        )
-    )
-
-
-def outside_units_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """Wrap those parameters in a unit; fully_shard the root only where reportgen does not already."""
-    if s.get("strategy") == "custom":
-        return (
-            "in your distributed.wrap function, wrap them in a unit (fully_shard the module that holds them), or "
-            "fully_shard the root after the units"
-        )
-    return "wrap them in a unit: add the module that holds them to distributed.fsdp.units (the root is sharded already)"
-
-
-#: ``(name, applies, cause, fix, words)``: the rules, in order; ``cause``/``fix`` a sentence, or
+#: ``(name, applies, cause, fix, words)``: the rules, in order; ``cause`` and ``fix`` each a sentence, or
 #: ``(the check's rows, every row, settings) -> sentence``; ``words`` select the row to quote.
 RULES: tuple[tuple[str, Any, Any, Any, tuple[str, ...]], ...] = (
     ("DDP: parameter ready twice", ddp(READY_TWICE), ready_twice_cause, ready_twice_fix, READY_TWICE),
-    ("DDP: reduction not finished", ddp(UNFINISHED), unfinished_cause, unfinished_fix, UNFINISHED),
+    (
+        "DDP: reduction not finished",
+        ddp(UNFINISHED),
+        "DistributedDataParallel's previous backward left a gradient bucket unreduced: a parameter got no gradient in "
+        "the twin that raised (the plain twin: a parameter the forward never uses; the recompute twin only: the "
+        "parameters of a region behind a frozen input under reentrant recompute), so the ranks kept their own "
+        "gradients and the next forward refuses to start",
+        unfinished_fix,
+        UNFINISHED,
+    ),
     (
         "FSDP: recomputed metadata differs",
         lambda rows, s: str(s.get("strategy", "")).startswith("fsdp") and matching(rows, METADATA) is not None,
@@ -215,15 +160,22 @@ RULES: tuple[tuple[str, Any, Any, Any, tuple[str, ...]], ...] = (
     ),
     (
         "plain ranks drift",
-        drift(("ddp",), plain=True),
+        drift(("ddp",), *BASELINE_TWINS),
         "the plain twin's ranks end a step with different parameters: its gradients were not all-reduced (a parameter "
         "without gradient left DDP's bucket unreduced), so the baseline itself is broken under this wrapping",
-        plain_drift_fix,
+        lambda group, rows, s: (
+            "make plain distributed training correct first ("
+            + either(
+                not in_force(s, "ddp.find_unused_parameters") and "distributed.ddp.find_unused_parameters=true",
+                "remove parameters the forward never uses",
+            )
+            + "), then rerun"
+        ),
         (),
     ),
     (
         "recompute ranks drift",
-        drift(("ddp",), plain=False),
+        drift(("ddp",), "recompute"),
         "the recompute twin's ranks drift apart after a step while the plain twin's stay in sync: some parameter got no "
         "gradient under recompute, so DDP never all-reduced its bucket and each rank stepped with its own gradients",
         "use recompute=non_reentrant (use_reentrant=False), or make each recomputed region's input require grad",
@@ -232,8 +184,19 @@ RULES: tuple[tuple[str, Any, Any, Any, tuple[str, ...]], ...] = (
     (
         "FSDP: parameters outside every unit",
         drift(("fsdp2", "fsdp1", "custom")),
-        outside_units_cause,
-        outside_units_fix,
+        lambda group, rows, s: (
+            f"the {drifted(group) or drifted(rows)} twin's ranks end a step with different "
+            "parameters: a parameter outside every FSDP unit (fully_shard applied to some modules but not to the one that "
+            "holds it, nor to the root) stays a plain tensor on each rank, nothing reduces its gradient, and each rank "
+            "steps it with its own"
+        ),
+        lambda group, rows, s: (
+            "in your distributed.wrap, wrap them in a unit (fully_shard the module that holds "
+            "them), or fully_shard the root after the units"
+            if s.get("strategy") == "custom"
+            else "wrap them in a unit: add the module that holds them to distributed.fsdp.units (the root is sharded "
+            "already)"
+        ),
         (),
     ),
 )

@@ -18,6 +18,7 @@ from reportgen.checks import ROWS_TEMPLATE
 from reportgen.checks import section as registered_section
 from reportgen.checks.base.plots import section_plots
 from reportgen.claim.rows import claim_table
+from reportgen.config import CONTROLS
 from reportgen.memory.peak import CATEGORIES
 from reportgen.paths import templates_dir
 from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
@@ -281,13 +282,13 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     ratio with its 95% CI (the ``overhead`` row).
 
     Also the memory verdict: the step peak of both twins and its share saved (the
-    ``peak_saving`` row).
+    ``peak_saving`` row), and the seconds the detector controls added (their ``total time`` row).
 
     Returns:
         ``{"memory": {"plain", "recompute", "saved" (B), "share", "status"} | None,
         "peak": {"plain", "recompute", "saved" (B), "share", "status"} | None,
-        "time": {"ratio", "low", "high", "status"} | None}``; None = not measured (the
-        template says so).
+        "time": {"ratio", "low", "high", "status"} | None, "controls": float | None}``; None = not
+        measured (the template says so).
     """
 
     def saved(role: str, prefix: str) -> dict | None:
@@ -309,7 +310,8 @@ def headline_costs(frame: pd.DataFrame) -> dict:
             "high": _optional(overhead.get("ci_high")),
             "status": overhead.status,
         }
-    return {"memory": memory, "peak": peak, "time": time}
+    spent = pd.to_numeric(frame[(frame.check == CONTROLS) & (frame.item == "total time")].value, errors="coerce")
+    return {"memory": memory, "peak": peak, "time": time, "controls": _optional(spent.iloc[0]) if len(spent) else None}
 
 
 def _optional(value: Any) -> Any:

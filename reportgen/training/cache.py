@@ -13,11 +13,9 @@ On load the digest, the key material, the tensor file's digest and the tensors t
 checked; any failure is a :class:`Rejected` entry that the caller reports as a WARN row and
 replaces by a fresh training run, never a hit.
 
-**An entry proves itself**: it stores the plain run's first training step (:func:`fingerprint`: the
-loss and a digest of the gradients), and a hit needs this run's, recomputed, to be bitwise equal;
-else it is :class:`Rejected`. So an input the key misses (data read when a module was imported, or
-by C code) that changes the first step's loss or gradients is a miss; one that changes only later
-batches is not.
+**An entry proves itself**: it stores the plain run's first training step (:func:`fingerprint`: loss,
+gradient digest); a hit needs this run's, made afresh, bitwise equal, else it is :class:`Rejected`. An
+input the key misses (data read at import, or by C code) is caught when it changes that step only.
 
 The digest is an HMAC-SHA256 keyed with the user's cache secret (:func:`cache_secret`: 32
 random bytes in ``~/.config/reportgen/cache-secret``, mode 0600, made on first use; or the file
@@ -110,17 +108,13 @@ def entry_digest(entry: dict, secret: bytes) -> str:
 
 
 def fingerprint(setup, seed: int, batch_size: int) -> dict[str, str]:
-    """The plain run's first training step, made afresh: one forward and backward of a new plain
-    twin (uncompiled: compile settings are in the key) on the run's first batch under its forward
-    seed, drawn as :func:`reportgen.training.loop.train_to_budget` draws them.
-
-    Args:
-        setup: the run's :class:`reportgen.twins.setup.Setup`.
-        seed, batch_size: the run's (examples per step, capped at ``budget.examples``).
+    """The plain run's first training step, made afresh: one forward and backward of a new plain twin
+    of ``setup`` (uncompiled: compiling is in the key) on the run's first batch (``seed``, ``batch_size``
+    capped at the budget) under its forward seed, as :func:`reportgen.training.loop.train_to_budget` does.
 
     Returns:
-        ``{"loss": repr of the loss, "gradients": hex SHA-256 of every trainable parameter's
-        name, dtype, shape and gradient bytes, in parameter order}``: equal only when bitwise equal.
+        ``{"loss": repr of the loss, "gradients": hex SHA-256 of every trainable parameter's name,
+        dtype, shape and gradient bytes, in order}``: equal only when bitwise equal.
 
     Raises:
         Exception: whatever building the twin, drawing the batch, the forward or backward raise.
@@ -183,16 +177,13 @@ def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[
     if stale:
         log.info("cache entry %s is stale (%s changed since it was trained); training instead", key, stale[0])
         return None
-    then = entry.get("fingerprint") if isinstance(entry.get("fingerprint"), dict) else {}
+    then = entry.get("fingerprint")
+    then = then if isinstance(then, dict) else {}
     if then != proof:
-        what = (
-            f"loss {then.get('loss')} then, {proof['loss']} now"
-            if then.get("loss") != proof["loss"]
-            else f"gradient digest sha256:{str(then.get('gradients'))[:16]}… then, sha256:{proof['gradients'][:16]}… now"
-        )
+        field, name = ("loss", "loss") if then.get("loss") != proof["loss"] else ("gradients", "gradient sha256")
         raise Rejected(
-            f"the plain twin's first training step differs from the one stored with it ({what}): an input "
-            "the key does not cover has changed (e.g. data read when a module was imported)"
+            f"the plain twin's first training step differs from the one stored with it ({name} {then.get(field)} "
+            f"then, {proof[field]} now): an input the key does not cover has changed (e.g. data read at import)"
         )
     tensors_info = entry.get("tensors") or {}
     tensor_file = Path(folder) / str(tensors_info.get("file", ""))

@@ -66,14 +66,7 @@ class BudgetRuns:
         return len(self._runs)
 
     def get(
-        self,
-        setup: Setup,
-        recompute: bool,
-        seed: int,
-        batch_size: int,
-        lr_scale: float = 1.0,
-        rounding: bool = False,
-        fresh: bool = False,
+        self, setup: Setup, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0, rounding: bool = False
     ) -> TrainResult:
         """A twin trained to ``cfg.budget.examples`` accepted examples (trained on first use).
 
@@ -85,15 +78,13 @@ class BudgetRuns:
             lr_scale: learning-rate factor (1 = as configured).
             rounding: train the rounding twin (a plain twin whose gradients are nudged by the
                 parity tolerance before every step, :mod:`reportgen.results.rounding`); never from the disk cache.
-            fresh: a plain run trained in this run, never from the disk cache (replaces a cached one
-                held here): what the rounding envelope is measured against.
 
         Returns:
             The :class:`TrainResult`.
         """
         budget: BudgetConfig = setup.config.budget
         key = (recompute, int(seed), int(batch_size), int(budget.examples), float(lr_scale), bool(rounding))
-        if key not in self._runs or (fresh and self._runs[key].cache_key):
+        if key not in self._runs:
             variant = "rounding" if rounding else "recompute" if recompute else "plain"
             nudge = GradientNudge(*setup.tolerance(), int(seed)) if rounding else None
 
@@ -109,11 +100,8 @@ class BudgetRuns:
                 model = setup.build(recompute)
                 return budget_run(setup, model, budget, seed, batch_size, desc, lr_scale=lr_scale, nudge=nudge)
 
-            self._runs[key] = (
-                train()
-                if recompute or rounding or fresh
-                else cached_plain_run(setup, int(seed), int(batch_size), lr_scale, train)
-            )
+            shared = not (recompute or rounding)  # only the plain twin's runs are shared on disk
+            self._runs[key] = cached_plain_run(setup, seed, batch_size, lr_scale, train) if shared else train()
         return self._runs[key]
 
 
@@ -149,9 +137,10 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
     A trusted entry under the run's key whose stored first training step equals this run's
     (:func:`reportgen.training.cache.fingerprint`, bitwise) is a hit (logged ``from cache`` with the
     key; the result carries ``cache_key``). A missing or stale entry is trained by ``train()`` and
-    stored with the fingerprint (complete runs only). An entry that exists but fails a check is never
-    used: the run is trained afresh, carries ``cache_rejected`` (a WARN row in the report) and
-    replaces it. A cache folder that cannot be written is logged and the run goes on.
+    stored with the fingerprint (complete runs whose fingerprint, made again, is bitwise the same).
+    An entry that exists but fails a check is never used: the run is trained afresh, carries
+    ``cache_rejected`` (a WARN row in the report) and replaces it. A cache folder that cannot be
+    written is logged and the run goes on.
 
     Args:
         setup: the run's :class:`reportgen.twins.setup.Setup` (config, device, dtype).
@@ -203,7 +192,11 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
     with opened_files(ignore=(folder,)) as opened:  # data the model or task read while training
         result = train()
     result.cache_rejected = rejected
-    if result.complete:
+    if result.complete and cache.fingerprint(setup, seed, batch_size) != proof:  # no later job could match it
+        log.warning(
+            "plain twin, seed %d, batch %d: not cached: its first step is not bitwise reproducible", seed, batch_size
+        )
+    elif result.complete:
         record = {name: getattr(result, name) for name in cache.RECORD_FIELDS}
         try:
             cache.store(folder, key, material, record, result.final_params, secret, proof, opened=opened)

@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from reportgen.rng import fingerprint, seeded
-from reportgen.structure import clone_inputs
+from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import TRAINING_STEP_MEMBERS, Batch
 from reportgen.twins.forward import StepOutput, forward_backward
 from reportgen.twins.recompute import plain_name
@@ -40,19 +40,29 @@ def run_forward_backward(task: Any, model: nn.Module, batch: Batch, forward_seed
         A :class:`StepOutput`; with the user's call it holds the loss it returned (detached), the
         gradients and the generator states after it, and no outputs (the user's forwards are theirs).
     """
-    user = getattr(task, "forward_backward", None)
-    if not callable(user):
+    if not callable(getattr(task, "forward_backward", None)):
         return forward_backward(model, batch, task.loss, forward_seed)
     with seeded(forward_seed):
-        loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
+        loss = loss_backward(task, model, batch)
         rng = fingerprint()
     grads = {
         plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
         for n, p in model.named_parameters()
         if p.requires_grad
     }
-    loss = loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss))
     return StepOutput(loss, {}, {}, grads, rng)
+
+
+def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The forwards and backward(s) of one training step, unseeded: the task's ``forward_backward`` on cloned
+    inputs, else one forward, ``task.loss`` and one backward. Returns the loss, detached."""
+    user = getattr(task, "forward_backward", None)
+    if callable(user):
+        loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
+        return loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss))
+    loss = task.loss(call_model(model, batch[0]), batch[1])
+    loss.backward()
+    return loss.detach()
 
 
 def make_optimizer(task: Any, optimizer_cfg: Any, model: nn.Module) -> torch.optim.Optimizer:
@@ -84,6 +94,7 @@ def step_said(task: Any) -> str:
     if not members:
         return "reportgen's: one forward, the task's loss, one backward, parity.optimizer"
     return (
-        f"yours ({', '.join(members)}) in the sharded gradient, optimizer-step and trajectory checks; reportgen's "
-        "one forward and backward in the memory, time and task-metrics checks and in the single-process checks"
+        f"yours ({', '.join(members)}) in the trajectory checks (sharded and single-process, and the detector "
+        "control of the later step) and the sharded gradient and optimizer-step checks; reportgen's one forward and "
+        "backward in the memory, time and task-metrics checks and in the other single-process checks"
     )

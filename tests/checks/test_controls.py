@@ -238,3 +238,12 @@ def test_a_blind_tolerance_makes_the_run_inconclusive(tmp_path):
     code, frame = run_pipeline(tmp_path, "+model=ffn", "parity.rtol=1e3", "parity.atol=1e3")
     blind = frame[(frame.check == CONTROLS) & (frame.status == Status.INCONCLUSIVE)]
     assert code == 3 and set(blind["must_catch"]) == {"gradient parity", "trajectory parity"}
+
+
+@pytest.mark.slow
+def test_a_user_step_that_zeroes_every_gradient_is_inconclusive_not_holds(tmp_path):
+    """The task's ``before_step`` zeroes every gradient of both twins: no step moves anything, so trajectory
+    parity, which trains through the task's own step, could not see a fault; the later-step control says why."""
+    code, frame = run_pipeline(tmp_path, "+model=zeroed_step", user_conf=True)
+    later = frame[(frame.check == CONTROLS) & (frame.item == controls.LATER)].iloc[0]
+    assert code == 3 and later.status == Status.INCONCLUSIVE and "throws the gradients away" in later.detail

@@ -60,10 +60,10 @@ def test_schema_typos_fail_before_any_model_is_built(override):
     ],
 )
 def test_out_of_range_settings_stop_before_any_model_work(override, named):
-    from reportgen.errors import SetupError
+    """The one validator (run by the CLI before any model is built; ``build_setup`` only builds) names each."""
+    from reportgen.commands.validation import config_problems
 
-    with pytest.raises(SetupError, match=named):
-        prepare(compose_config("+model=ffn", override))
+    assert named in config_problems(compose_config("+model=ffn", override))
 
 
 def test_a_typo_added_with_plus_is_refused_not_recorded_and_ignored():

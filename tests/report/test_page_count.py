@@ -1,7 +1,7 @@
 """A passing mlp report has the same pages whether the timing was quiet or noisy (issue 19, item 5).
 
-The frame is a real passing ``+model=mlp`` run (tests/data/mlp_passing_results.json.gz, its
-warm-step time rows removed) with warm-step time rows made by the timing check's own row
+The frame is a real passing ``+model=mlp`` run, detector controls included (tests/data/mlp_passing_results.json.gz,
+its warm-step time rows removed), with warm-step time rows made by the timing check's own row
 functions from quiet or noisy step times. On a busy machine the noisy rows used to add
 sentences to the timing section, and a ninth page.
 """
@@ -19,7 +19,7 @@ from conftest import tiny_meta
 
 from reportgen.checks import required_names
 from reportgen.checks.timing import rows as timing
-from reportgen.config import TIME
+from reportgen.config import CONTROLS, TIME
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages
 from reportgen.results import Role, Row, Status, claim_verdict, frame_from_json, to_frame
@@ -105,6 +105,7 @@ def test_noisy_timing_adds_no_page_and_moves_nothing(tmp_path, monkeypatch):
     statuses = lambda f: set(f[f.role.isin([Role.OVERHEAD_CI, Role.LOAD])].status)  # noqa: E731
     assert statuses(quiet) == {Status.PASS} and statuses(noisy) == {Status.WARN}  # the two frames really differ
     assert claim_verdict(noisy, required_names(None)) == Status.PASS
+    assert set(quiet[quiet.check == CONTROLS].status) == {Status.PASS, Status.INFO}  # the controls' page share too
     quiet_pages, quiet_tops = layout(quiet, tmp_path)
     noisy_pages, noisy_tops = layout(noisy, tmp_path)
     assert len(quiet_pages) <= MAX_PAGES and len(noisy_pages) == len(quiet_pages)

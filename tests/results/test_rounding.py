@@ -227,20 +227,6 @@ def test_rounding_level_model_holds_end_to_end_and_every_status_rejudges_from_th
     assert code == 1
 
 
-def test_the_rounding_twins_budget_run_is_cached_under_its_own_key(tmp_path, monkeypatch):
-    from reportgen.training import cache
-    from reportgen.training.train import BudgetRuns
-
-    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
-    setup = small_setup("+model=rounding_level", user_conf=True)
-    plain, rounding = BudgetRuns().get(setup, False, 0, 8), BudgetRuns().get(setup, False, 0, 8, rounding=True)
-    assert plain.cache_key is None and rounding.cache_key is None  # both trained, both stored
-    again = BudgetRuns().get(setup, False, 0, 8, rounding=True)
-    assert again.cache_key is not None and again.cache_key != BudgetRuns().get(setup, False, 0, 8).cache_key
-    assert all(torch.equal(again.final_params[k], rounding.final_params[k]) for k in rounding.final_params)
-    assert any(not torch.equal(plain.final_params[k], rounding.final_params[k]) for k in plain.final_params)
-
-
 def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_rounding():
     """Found by a break-it pass: a forward counter that recompute advances twice as fast switches
     the output scale at step 11 of 16. With the gate over the first parity.steps steps only, the

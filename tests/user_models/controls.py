@@ -59,3 +59,11 @@ class ScaledBlock(nn.Module):
 def build_scaled(width: int = 12):
     """``Linear -> ScaledBlock -> Linear``, ``[batch, width]`` in and out."""
     return nn.Sequential(nn.Linear(width, width), ScaledBlock(width), nn.Linear(width, width))
+
+
+def zero_grads(model, optimizer):
+    """A user ``before_step`` that zeroes every gradient before the optimizer step: the step moves nothing."""
+    del optimizer
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.zero_()

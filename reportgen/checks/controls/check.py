@@ -121,6 +121,7 @@ CHECK = Check(
             "Faults injected inside one recompute region, only while it recomputes, each of which the check named "
             "must catch on this model at these tolerances; a fault that is not caught makes the claim "
             "INCONCLUSIVE, since that check's PASS could not have seen it.",
+            template="sections/detector-controls.html.j2",
             required=False,
             roles=(Role.CONTROL, Role.NOTE),
         ),

@@ -4,7 +4,6 @@ parity must first fail at step k, not before."""
 from __future__ import annotations
 
 import torch
-from hydra.utils import instantiate
 
 from reportgen.checks.controls.baseline import Baseline
 from reportgen.checks.controls.faults import Switch, shifted_inputs
@@ -23,9 +22,9 @@ from reportgen.checks.controls.rows import (
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.results import Role, Row, Status
 from reportgen.rng import fingerprint, seeded
-from reportgen.structure import call_model
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
+from reportgen.training.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import snapshot_rows, take
 
@@ -38,9 +37,10 @@ def later(setup: Setup, base: Baseline) -> Row:
     """Control 5: fault 1 at 100 %, on from step k = :data:`LATER_STEP`; trajectory parity must first fail at
     the first step the fault acts in (k, or later when the region is skipped in step k), none before.
 
-    A plain and a faulty recompute twin take up to ``parity.steps`` steps of ``parity.optimizer`` in lockstep
-    on the trajectory check's batches and seeds; after every step their states are compared as the
-    trajectory check compares them (:func:`reportgen.twins.snapshot.snapshot_rows`, tolerance alone).
+    A plain and a faulty recompute twin take up to ``parity.steps`` training steps in lockstep, the trajectory
+    check's (the task's own step where it gives one, :mod:`reportgen.training.user_step`) on its batches and
+    seeds; after every step their states are compared as the trajectory check compares them
+    (:func:`reportgen.twins.snapshot.snapshot_rows`, tolerance alone).
     """
     parity: ParityConfig = setup.config.parity
     k = min(LATER_STEP, int(parity.steps))
@@ -49,7 +49,7 @@ def later(setup: Setup, base: Baseline) -> Row:
     said = (
         f"region {named(base.region.path)} recomputed from its activation moved by 100 % of its size from step {k} on"
     )
-    first, acted, rows = _steps(setup, base, k)
+    first, acted, rows, moved = _steps(setup, base, k)
     failing = [r.item for r in rows if r.status == Status.FAIL]
     extra = {"region": base.region.path, "step": k, "first_failing_step": first, "fault_step": acted}
     if first and (not acted or first < acted):
@@ -77,56 +77,62 @@ def later(setup: Setup, base: Baseline) -> Row:
         LATER,
         False,
         TRAJECTORY,
-        f"{said}: trajectory parity is blind to it: {_blind_said(base, rows, acted)}",
+        f"{said}: trajectory parity is blind to it: {_blind_said(base, rows, acted, moved)}",
         size="100 %",
         extra=extra,
     )
 
 
-def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row]]:
+def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], bool]:
     """Step a plain and a faulty recompute twin in lockstep, the fault on from step ``k``, until trajectory
     parity fails or the step the fault first acted in is compared.
 
     Returns:
-        ``(first failing step or 0, first step the fault acted in or 0, that step's comparison rows)``.
+        ``(first failing step or 0, first step the fault acted in or 0, that step's comparison rows, whether
+        the fault moved that step's gradients at all)``.
     """
     parity: ParityConfig = setup.config.parity
-    seed, forward_seed = int(setup.config.seed), setup.config.forward_seed
+    seed, forward_seed, task = int(setup.config.seed), setup.config.forward_seed, setup.task
     rtol, atol = setup.tolerance()
     switch = Switch(on=False)
     twins = {"plain": setup.build(False), "faulty": setup.build(True)}
-    optimizers = {
-        name: instantiate(parity.optimizer, params=[p for p in m.parameters() if p.requires_grad])
-        for name, m in twins.items()
-    }
+    optimizers = {name: make_optimizer(task, parity.optimizer, m) for name, m in twins.items()}
+    schedulers = {name: make_scheduler(task, o) for name, o in optimizers.items()}
     generators = {name: torch.Generator().manual_seed(seed) for name in twins}
     rows: list[Row] = []
     with shifted_inputs(modules_of(twins["faulty"], base.region.hook_points), 1.0, seed, switch):
         for step in range(int(parity.steps)):
             switch.on = step + 1 >= k
-            snaps = {}
+            snaps, sums = {}, {}
             for name, model in twins.items():
-                x, y = batch_to(setup.task.make_batch(generators[name], parity.batch_size), setup.device, setup.dtype)
+                x, y = batch_to(task.make_batch(generators[name], parity.batch_size), setup.device, setup.dtype)
                 optimizers[name].zero_grad(set_to_none=True)
                 with seeded(None if forward_seed is None else step_seed(forward_seed, seed, step)):
-                    loss = setup.task.loss(call_model(model, x), y)
-                    loss.backward()
+                    loss = loss_backward(task, model, (x, y))
                     rng = fingerprint()
-                optimizers[name].step()
+                sums[name] = [float(p.grad.double().sum()) for p in model.parameters() if p.grad is not None]
+                optimizer_step(task, model, optimizers[name], schedulers[name])
                 snaps[name] = take(model, optimizers[name], rng, loss, clone=False)
             ignore = setup.config.state.ignore_attributes
             rows = snapshot_rows(snaps["plain"], snaps["faulty"], None, rtol, atol, ignore)
             acted = step + 1 if switch.acted else 0
             if any(r.status == Status.FAIL for r in rows):
-                return step + 1, acted, rows
+                return step + 1, acted, rows, True
             if acted:
-                return 0, acted, rows
-    return 0, 0, rows
+                return 0, acted, rows, sums["plain"] != sums["faulty"]
+    return 0, 0, rows, False
 
 
-def _blind_said(base: Baseline, rows: list[Row], step: int) -> str:
-    """Why trajectory parity did not fail at ``step``, the step the fault acted in."""
+def _blind_said(base: Baseline, rows: list[Row], step: int, moved: bool) -> str:
+    """Why trajectory parity did not fail at ``step``, the step the fault acted in; ``moved``: the fault
+    moved that step's gradients."""
     if not any(not r.extra.get("bitwise_equal", True) for r in rows if r.role != Role.RNG):
+        if moved:
+            return (
+                f"the fault moved the gradients of step {step}, yet no parameter or optimizer state moved at all: the "
+                "training step throws the gradients away (a before_step that zeroes them, a learning rate of 0), so "
+                "no trajectory can show a recompute fault. Train with a step that applies the gradients"
+            )
         return unused_said(base.region.path, base.region_grad, "parameter or optimizer state")
     top = worst(rows)
     if top is None:

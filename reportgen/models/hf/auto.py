@@ -51,11 +51,6 @@ MAX_LAYERS = 1024
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length")
 
 
-def _named(name: str | None, value: Any) -> str:
-    """``name=value`` (a setting), or the value alone (the planner's positional CONFIG: ``name`` None)."""
-    return f"{name}={value}" if name else str(value)
-
-
 def config_file(path: str | Path, name: str | None = "model.config") -> Path:
     """The ``config.json`` that ``path`` names: the file itself, or ``path/config.json`` for a folder.
 
@@ -69,10 +64,10 @@ def config_file(path: str | Path, name: str | None = "model.config") -> Path:
     given = Path(str(path)).expanduser()
     found = given / "config.json" if given.is_dir() else given
     if not found.is_file():
+        setting = f"{name}=" if name else ""
         raise SetupError(
-            f"{_named(name, path)}: no such {'file' if not given.is_dir() else 'config.json in that folder'}"
-            f". Give a local config.json or a folder holding one (nothing is downloaded), e.g. "
-            f"{_named(name, EXAMPLE)}"
+            f"{setting}{path}: no such {'file' if not given.is_dir() else 'config.json in that folder'}"
+            f". Give a local config.json or a folder holding one (nothing is downloaded), e.g. {setting}{EXAMPLE}"
         )
     return found
 
@@ -218,10 +213,7 @@ def causal_lm(
     """
     cfg = model_config(config, pretrained)
     cfg.use_cache = use_cache
-    scope = "+model=hf_causal_lm tests decoder-only language models; for another architecture write a factory"
-    model = auto_model(
-        cfg, scope=f"{scope} (docs/own-model.md)", task=task, pretrained=pretrained, attn=attn_implementation
-    )
+    model = auto_model(cfg, task=task, pretrained=pretrained, attn=attn_implementation)
     refuse_non_causal(model, cfg)
     return model
 
@@ -269,8 +261,12 @@ def on_fake_tensors(model: nn.Module) -> bool:
     return any(is_fake(p) for p in model.parameters())
 
 
-#: The head each auto class adds, named when an architecture has none.
-HEADS = {"AutoModelForCausalLM": "causal-LM head", "AutoModelForMaskedLM": "masked-LM head"}
+#: Per auto class: the head it adds and what the main command's config for it tests (named when an
+#: architecture has no such head).
+HEADS = {
+    "AutoModelForCausalLM": ("causal-LM head", "+model=hf_causal_lm tests decoder-only language models"),
+    "AutoModelForMaskedLM": ("masked-LM head", "+model=hf_masked_lm tests encoder models with a masked-LM head"),
+}
 
 
 @contextlib.contextmanager
@@ -299,7 +295,7 @@ def without_detection_losses():
 def auto_model(
     cfg: Any,
     auto_class: str = "AutoModelForCausalLM",
-    scope: str = "give a decoder-only config (e.g. model_type llama, qwen2)",
+    scope: str | None = None,
     *,
     task: Any = None,
     pretrained: str | None = None,
@@ -313,7 +309,7 @@ def auto_model(
     Args:
         cfg: the config object (:func:`load_config`).
         auto_class: a key of :data:`HEADS`.
-        scope: what to do instead, in the message when the architecture has no such head.
+        scope: what to do instead when the architecture has no such head (None: the main command's words).
         task: checked against ``cfg`` first (:func:`_fits`); None: not checked.
         pretrained: a local folder, or None for random weights.
         attn: ``attn_implementation``, passed through when not None.
@@ -339,8 +335,10 @@ def auto_model(
     except ValueError as exc:
         if "Unrecognized configuration class" not in str(exc):
             raise
+        head, tests = HEADS[auto_class]
+        scope = scope or f"{tests}; for another architecture write a factory (docs/own-model.md)"
         raise SetupError(
-            f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {HEADS[auto_class]} in transformers "
+            f"{type(cfg).__name__} (model_type {cfg.model_type!r}) has no {head} in transformers "
             f"{hf.__version__} ({auto_class}): {scope}"
         ) from None
     except OSError as exc:
@@ -351,7 +349,8 @@ def auto_model(
     except ImportError as exc:  # e.g. attn_implementation=flash_attention_2 without its package
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise SetupError(
-            f"attn_implementation={attn}: transformers cannot use it here ({reason}); use eager or sdpa"
+            f"model.attn_implementation={attn}: transformers cannot use it here ({reason}); "
+            "use model.attn_implementation=eager or sdpa (the planner: attn=eager)"
         ) from None
 
 

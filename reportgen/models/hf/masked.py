@@ -31,31 +31,11 @@ IGNORE = -100
 def masked_lm(
     task: Any, config: str | None = None, pretrained: str | None = None, attn_implementation: str | None = None
 ) -> nn.Module:
-    """A Hugging Face masked LM: random weights from a local config.json, or local weights.
-
-    Args:
-        task: a :class:`TextMaskedLMTask` (its ids, mask id included, must fit the embedding).
-        config: a local ``config.json`` or a folder holding one (random init, seeded by reportgen).
-        pretrained: a local ``save_pretrained`` folder (``local_files_only``); this or ``config``.
-        attn_implementation: ``"eager"``, ``"sdpa"``, ...; None = what transformers picks.
-
-    Returns:
-        The ``AutoModelForMaskedLM`` class for the config's ``model_type``, e.g. ``BertForMaskedLM``.
-
-    Raises:
-        SetupError: see :func:`reportgen.models.hf.auto.model_config`; the architecture has no
-            masked-LM head; the task does not fit the config.
-    """
+    """A Hugging Face masked LM (``AutoModelForMaskedLM``, e.g. ``BertForMaskedLM``): random weights from a local
+    config.json, or local weights. Arguments and refusals as :func:`reportgen.models.hf.auto.causal_lm`, with
+    ``task`` a :class:`TextMaskedLMTask` (its ids, mask id included, must fit the embedding)."""
     cfg = model_config(config, pretrained)
-    scope = "+model=hf_masked_lm tests encoder models with a masked-LM head; for another architecture write a factory"
-    return auto_model(
-        cfg,
-        "AutoModelForMaskedLM",
-        f"{scope} (docs/own-model.md)",
-        task=task,
-        pretrained=pretrained,
-        attn=attn_implementation,
-    )
+    return auto_model(cfg, "AutoModelForMaskedLM", task=task, pretrained=pretrained, attn=attn_implementation)
 
 
 class TextMaskedLMTask:
