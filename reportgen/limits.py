@@ -119,23 +119,19 @@ def limited(name: str, timeout_s: float | None, max_rss_gib: float | None, poll_
                 reason.append(
                     CheckLimitExceeded(
                         "timeout_s",
-                        (
-                            f"{name} was stopped after {elapsed:.1f} s, past checks.timeout_s={timeout_s:g}: a recompute "
-                            "region that never returns, or backward recursing without end (a reentrant region that returns "
-                            "a tensor it did not create) is the likely cause; raise checks.timeout_s if the check is just slow"
-                        ),
+                        f"{name} was stopped after {elapsed:.1f} s, past checks.timeout_s={timeout_s:g}: a recompute "
+                        "region that never returns, or backward recursing without end (a reentrant region that returns "
+                        "a tensor it did not create) is the likely cause; raise checks.timeout_s if the check is just slow",
                     )
                 )
             elif max_rss_gib is not None and rss > max_rss_gib * GIB:
                 reason.append(
                     CheckLimitExceeded(
                         "max_rss_gib",
-                        (
-                            f"{name} was stopped when the process reached {rss / GIB:.2f} GiB resident memory, past "
-                            f"checks.max_rss_gib={max_rss_gib:g}: backward recursing without end (a reentrant region that "
-                            "returns a tensor it did not create) or a batch too large for this machine is the likely cause; "
-                            "raise checks.max_rss_gib if the check needs the memory"
-                        ),
+                        f"{name} was stopped when the process reached {rss / GIB:.2f} GiB resident memory, past "
+                        f"checks.max_rss_gib={max_rss_gib:g}: backward recursing without end (a reentrant region that "
+                        "returns a tensor it did not create) or a batch too large for this machine is the likely cause; "
+                        "raise checks.max_rss_gib if the check needs the memory",
                     )
                 )
             if reason:

@@ -48,7 +48,7 @@ class Task(Protocol):
         """Held-out metrics (must include ``metric``); called under ``torch.no_grad`` in eval mode."""
 
 
-#: Optional members of a task: the user's own training step (issue 23; reportgen.training.user_step).
+#: Optional members of a task: the user's own training step (reportgen.training.user_step).
 #: ``forward_backward(model, batch) -> loss``: forwards and backwards (several forwards, micro-batches
 #: with ``no_sync``); ``before_step(model, optimizer)``: between backward and the optimizer step
 #: (clipping, unscaling); ``make_optimizer(params)`` and ``make_lr_scheduler(optimizer)``: factories.
@@ -106,13 +106,7 @@ class FunctionTask:
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Mean loss over ``eval_batches`` fixed held-out batches."""
-        generator = torch.Generator().manual_seed(self.eval_seed)
-        device, dtype = _device_dtype(model)
-        total = 0.0
-        for _ in range(self.eval_batches):
-            x, y = batch_to(self.make_batch(generator, self.eval_batch_size), device, dtype)
-            total += float(self.loss(call_model(model, x), y))
-        return {"loss": total / self.eval_batches}
+        return {"loss": held_out_loss(self, model, lambda g: self.make_batch(g, self.eval_batch_size), self.eval_seed)}
 
 
 class SquaredOutputTask(FunctionTask):
@@ -186,9 +180,9 @@ class DigitsTask:
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Accuracy and loss on the held-out images."""
-        device, dtype = _device_dtype(model)
-        logits = model(self.x_val.to(device, dtype))
-        y = self.y_val.to(device)
+        p = next(model.parameters())
+        logits = model(self.x_val.to(p.device, p.dtype))
+        y = self.y_val.to(p.device)
         return {
             "accuracy": float((logits.argmax(-1) == y).float().mean()),
             "loss": float(F.cross_entropy(logits.float(), y)),
@@ -228,10 +222,14 @@ class CharTextTask:
         """Distinct characters in the text."""
         return len(self.vocab)
 
+    @staticmethod
+    def _inputs(ids: Tensor) -> Any:
+        return ids
+
     def _windows(self, data: Tensor, generator: torch.Generator, batch_size: int) -> Batch:
         start = torch.randint(0, len(data) - self.block_size - 1, (batch_size,), generator=generator)
         offsets = torch.arange(self.block_size)
-        return data[start[:, None] + offsets], data[start[:, None] + offsets + 1]
+        return self._inputs(data[start[:, None] + offsets]), data[start[:, None] + offsets + 1]
 
     def make_batch(self, generator: torch.Generator, batch_size: int) -> Batch:
         """Random training windows: ids ``[b, block_size]`` and next-char targets, same shape."""
@@ -242,20 +240,21 @@ class CharTextTask:
         return F.cross_entropy(output.flatten(0, 1).float(), target.flatten())
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Validation loss (nats/char) and bits per character (= loss / ln 2)."""
-        generator = torch.Generator().manual_seed(10_007)
-        device, _ = _device_dtype(model)
-        losses = [
-            float(self.loss(model(x.to(device)), y.to(device)))
-            for x, y in (self._windows(self.val, generator, self.eval_batch_size) for _ in range(self.eval_batches))
-        ]
-        loss = sum(losses) / len(losses)
+        """Validation loss (nats/char) and bits per character (= loss / ln 2) on fixed held-out windows."""
+        loss = held_out_loss(self, model, lambda g: self._windows(self.val, g, self.eval_batch_size))
         return {"val_loss": loss, "bits_per_char": loss / math.log(2)}
 
 
-def _device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+def held_out_loss(task: Any, model: nn.Module, draw: Callable[[torch.Generator], Batch], seed: int = 10_007) -> float:
+    """Mean ``task.loss`` over ``task.eval_batches`` held-out batches ``draw(generator)`` (the generator seeded
+    with ``seed``), moved to the model's device (floating tensors cast to its dtype)."""
+    generator = torch.Generator().manual_seed(seed)
     p = next(model.parameters())
-    return p.device, p.dtype
+    total = 0.0
+    for _ in range(task.eval_batches):
+        x, y = batch_to(draw(generator), p.device, p.dtype)
+        total += float(task.loss(call_model(model, x), y))
+    return total / task.eval_batches
 
 
 def batch_to(batch: Batch, device: torch.device | str, dtype: torch.dtype) -> Batch:

@@ -1,25 +1,10 @@
-"""The check registry: one record per check, read by the pipeline, the report, the plots,
-config validation and signing.
-
-A check is a module with a function ``fn(setup) -> list[Row]`` and a :class:`Check` record
-named ``CHECK``; adding one is that module plus one line in :data:`REGISTRY`. Checks never
-import each other: what they share (training steps, saved-activation counts, row builders)
-lives below them in ``reportgen.memory.saved``, ``reportgen.training``, ``reportgen.memory.estimate`` and
-``reportgen.results.rows``, or beside them in modules that hold no ``CHECK``: ``base`` (the records),
-``plots`` (the plot machinery) and ``judged`` (rows several checks judge the same way). A check with more
-than one module is a folder named after it (``memory/``, ``timing/``, ``distributed/``): ``check.py`` holds
-its ``CHECK``, the other modules its helpers (rows, plots, parts), which no other check imports.
-"""
+"""The check registry: one :class:`Check` record per check, read by the pipeline, the report, the plots, config
+validation and signing (what a check is, and how checks share code: docs/architecture.md, "The check registry")."""
 
 from __future__ import annotations
 
 from reportgen.checks import budget, larger_batch, parity, policy, step, trajectory
-from reportgen.checks.base import (
-    PIPELINE_ROLES,
-    ROWS_TEMPLATE,
-    Check,
-    Section,
-)
+from reportgen.checks.base import PIPELINE_ROLES, ROWS_TEMPLATE, Check, Section
 from reportgen.checks.controls import check as controls_check
 from reportgen.checks.distributed import check as distributed_check
 from reportgen.checks.memory import check as memory_check

@@ -1,12 +1,5 @@
-"""Task metrics after equal accepted-example budgets (checklist item 5, docs/architecture.md).
-
-Gradient parity on one batch is necessary, not sufficient: the release claim is about
-training. For each seed, the plain and the recompute twin are trained from the same initial
-weights, on the same data order with the same dropout seeds, until each has accepted
-``budget.examples`` examples (see :mod:`reportgen.training.loop`); then the task metric is evaluated
-on held-out data. The check *measures* each seed's metric difference; the condition
-``|recompute - plain| <= budget.metric_tolerance`` *judges* it.
-"""
+"""Task metrics after equal accepted-example budgets (checklist item 5, docs/architecture.md; what and why: the
+section's intro in :data:`CHECK`; the training: :mod:`reportgen.training.loop`)."""
 
 from __future__ import annotations
 
@@ -127,30 +120,18 @@ def compare_seed(
     except Exception as exc:  # noqa: BLE001 - failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
-    final = (
-        None if rounding is None else final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
-    )
-    if final is not None and cached:
-        final.detail += f"; the plain twin was trained afresh for it (its cache entry sha256:{cached[:16]}… not used)"
-    if (
-        final is not None and rounding is not None
-    ):  # the metric may lean on the envelope only when the weights are at rounding level
-        rows = [
-            metric_diff_row(
-                TASK_METRICS,
-                seed,
-                p,
-                r,
-                allowed,
-                metric,
-                task.higher_is_better,
-                rounding.metrics[metric],
-                parity.rounding_factor,
+    if rounding is not None:
+        final = final_params_row(setup, seed, results["plain"], results["recompute"], rounding)
+        if cached:
+            final.detail += (
+                f"; the plain twin was trained afresh for it (its cache entry sha256:{cached[:16]}… not used)"
             )
-            if final.status == Status.PASS
-            else rows[0],
-            final,
-        ]
+        if (
+            final.status == Status.PASS
+        ):  # the metric may lean on the envelope only when the weights are at rounding level
+            envelope = rounding.metrics[metric], parity.rounding_factor
+            rows[0] = metric_diff_row(TASK_METRICS, seed, p, r, allowed, metric, task.higher_is_better, *envelope)
+        rows = [rows[0], final]
     return rows + errors, (seed, abs(r - p), allowed, rows[0].extra.get("rounding_excess"))
 
 
@@ -251,7 +232,6 @@ def task_metrics(setup) -> list[Row]:
         + (f" + {rtol:g}·|plain|" if rtol else "")
         + "; the trained twins' final parameters are compared too"
     )
-    examples, extra = section.examples, {"batch_size": bs}
     rows = [
         Row.fact(
             TASK_METRICS,
@@ -259,9 +239,9 @@ def task_metrics(setup) -> list[Row]:
             Role.BUDGET,
             detail,
             metric="budget_examples",
-            value=examples,
+            value=section.examples,
             unit="examples",
-            extra=extra,
+            extra={"batch_size": bs},
         )
     ]
     finals: dict[str, list[float]] = {"plain": [], "recompute": []}

@@ -1,18 +1,9 @@
-"""Trajectory parity: several optimizer steps on the training stream, compared after every step.
-
-One-step parity on fresh twins misses faults that leave step 1 bitwise equal and show from
-step 2 on: state that the forward reads and then updates (an observer, a running scale, a
-counter) updated twice per step under recomputation. Here the plain twin, a second plain
-twin copied from the same build (A/A) and the recompute twin each take ``parity.steps`` training steps
-(the task's own step where it gives one, :mod:`reportgen.training.user_step`, else one forward, the loss,
-one backward and ``parity.optimizer``) on the same batches (drawn from the task with ``seed``), every random
-generator seeded identically before each forward; after every step parameters, optimizer
-state, buffers, plain module attributes and generator states are compared.
-
-When some step misses tolerance, a rounding twin (a plain twin whose gradients are nudged by
-the gradient tolerance before every step, reportgen/rounding.py) takes the same steps; up to
-the first step at which the recompute gradients leave both tolerance and the rounding twin's
-own gradient envelope, each floating-state item is judged against the rounding envelope too.
+"""Trajectory parity: the plain twin, a second plain twin copied from the same build (A/A) and the recompute twin
+each take ``parity.steps`` training steps (the task's own step where it gives one, :mod:`reportgen.training.user_step`)
+on the same batches (drawn from the task with ``seed``), every generator seeded identically before each forward;
+after every step their whole state is compared. It catches faults that leave step 1 bitwise equal and show from
+step 2 on (state the forward reads, then updates twice per step under recomputation). When some step misses
+tolerance, the rounding twin takes the same steps (docs/verdict.md, "Rounding is not a fault").
 """
 
 from __future__ import annotations

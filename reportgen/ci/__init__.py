@@ -1,4 +1,4 @@
-"""Outputs CI systems read, written into the run folder (issue 26; docs/ci.md).
+"""Outputs CI systems read, written into the run folder (docs/ci.md).
 
 ``junit.xml`` (:mod:`.junit`) and ``summary.md`` (:mod:`.summary`) are written before signing,
 so the signed statement covers them; ``verdict.json`` (:mod:`.verdict`) after, bound to the
@@ -37,9 +37,4 @@ def finish_ci_outputs(frame: pd.DataFrame, verdict: str, out_dir: Path) -> None:
     append_step_summary((out_dir / SUMMARY_NAME).read_text(encoding="utf-8"))
 
 
-__all__ = [
-    "VERDICT_NAME",
-    "finish_ci_outputs",
-    "write_ci_outputs",
-    "write_verdict",
-]
+__all__ = ["VERDICT_NAME", "finish_ci_outputs", "write_ci_outputs", "write_verdict"]

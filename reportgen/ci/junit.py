@@ -25,6 +25,8 @@ from reportgen.results import Role, Status, check_summary
 
 #: File name in the run folder.
 JUNIT_NAME = "junit.xml"
+#: The statuses of rows that do not pass, listed under a failing case.
+NOT_PASSING = [Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE]
 
 
 def _seconds(value: Any) -> str:
@@ -98,10 +100,7 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
             name=s["check"],
             time=_seconds(seconds.get(s["check"], 0.0)),
         )
-        rows = frame[
-            (frame.check == s["check"])
-            & frame.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE])
-        ]
+        rows = frame[(frame.check == s["check"]) & frame.status.isin(NOT_PASSING)]
         cause, fix = diagnoses.get(s["check"], ("", ""))
         text = _failing_text(rows) + (f"\nLikely cause: {cause}.\nFix: {fix}." if fix else "")
         message = f"{s['check']}: {s['status']}, {s['failing']} of {s['rows']} rows not passing"
@@ -111,28 +110,15 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
             suite_el, "testcase", classname="reportgen.claim", name=f"clause: {c['clause']}", time="0.000"
         )
         message = f"{c['clause']}: {c['outcome']} (measured {c['value']}, bound {c['bound']})"
-        counts[
-            _outcome(
-                case,
-                c["status"],
-                RELEASE_CLAIM in required,
-                message,
-                f"{c['detail']}\nFix: {c['fix']}." if c["fix"] else c["detail"],
-            )
-        ] += 1
+        text = f"{c['detail']}\nFix: {c['fix']}." if c["fix"] else c["detail"]
+        counts[_outcome(case, c["status"], RELEASE_CLAIM in required, message, text)] += 1
     case = ET.SubElement(suite_el, "testcase", classname="reportgen", name="claim verdict", time="0.000")
     said = {str(Status.PASS): "the claim holds", str(Status.INCONCLUSIVE): "the claim cannot be judged"}.get(
         verdict, "the claim fails"
     )
-    counts[
-        _outcome(
-            case,
-            verdict if verdict in (Status.PASS, Status.INCONCLUSIVE) else Status.FAIL,
-            True,
-            f"verdict {verdict}: {said}",
-            f"verdict {verdict}; open report.html; check the signature with {command}" if command else said,
-        )
-    ] += 1
+    status = verdict if verdict in (Status.PASS, Status.INCONCLUSIVE) else Status.FAIL
+    text = f"verdict {verdict}; open report.html; check the signature with {command}" if command else said
+    counts[_outcome(case, status, True, f"verdict {verdict}: {said}", text)] += 1
     return _finished(root, suite_el, counts, _seconds(seconds.sum() if len(seconds) else 0.0), skipped_first=True)
 
 
@@ -183,12 +169,7 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | N
         status = Status.PASS if code == 0 else Status.FAIL if code == 1 else Status.ERROR
         text = f"{job['dir']}/report.html: verdict {job['verdict']}, exit code {code}"
         if frame is not None and len(frame) and code == 1:
-            text += "\n" + _failing_text(
-                frame[
-                    frame.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE])
-                    & frame.check.isin(job["required"])
-                ]
-            )
+            text += "\n" + _failing_text(frame[frame.status.isin(NOT_PASSING) & frame.check.isin(job["required"])])
         message = job.get("error") or f"verdict {job['verdict']} (exit {code})"
         counts[_outcome(case, status, True, message, text)] += 1
     return _finished(root, suite_el, counts, _seconds(total_seconds))

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from reportgen.ci.junit import NOT_PASSING
 from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
 from reportgen.paths import templates_dir
@@ -56,11 +57,7 @@ def environment() -> Environment:
 
 def failing_rows(frame: pd.DataFrame, required: Iterable[str], most: int = 10) -> list[dict[str, Any]]:
     """Up to ``most`` rows of required checks that FAIL, ERROR, are NOT_RUN or INCONCLUSIVE (clauses apart)."""
-    bad = frame[
-        frame.status.isin([Status.INCONCLUSIVE, Status.FAIL, Status.ERROR, Status.NOT_RUN])
-        & frame.check.isin(list(required))
-        & (frame.check != RELEASE_CLAIM)
-    ]
+    bad = frame[frame.status.isin(NOT_PASSING) & frame.check.isin(list(required)) & (frame.check != RELEASE_CLAIM)]
     return [
         {"check": r["check"], "item": r["item"], "status": r["status"], "detail": r["detail"]}
         for r in bad.head(most).to_dict("records")

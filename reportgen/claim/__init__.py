@@ -1,9 +1,4 @@
-"""The release claim (issue 26): the release note's sentence and its clauses, each judged as a row.
-
-``clauses`` parses ``claim=<name>`` (conf/claim/*.yaml), ``rows`` turns each clause into a row of
-the ``release claim`` section from the checks' rows, ``fits`` predicts the step peak a ``fits``
-clause bounds. docs/ci.md is the guide.
-"""
+"""The release claim: the release note's sentence and its clauses, each judged as a row (docs/ci.md)."""
 
 from reportgen.claim.clauses import (
     Claim,

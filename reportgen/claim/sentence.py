@@ -5,7 +5,7 @@ batch 64 at sequence 1024 fits in 80 GiB") is what reviewers read; the clauses a
 judges. :func:`stated_quantities` reads the quantities a sentence states (a memory saving in %, a
 step-time overhead in % or "zero overhead", a batch / sequence / memory that fits) and
 :func:`unjudged` returns those no clause judges at least as strictly, so a sentence can never
-promise more than the rows prove (issue 36, item 3).
+promise more than the rows prove.
 """
 
 from __future__ import annotations

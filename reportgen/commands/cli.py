@@ -1,12 +1,9 @@
-"""``python -m reportgen +model=x``: the Hydra app (:func:`main`), its exit codes (DESIGN.md "Exit
-code") and what the console shows; the pipeline itself is :mod:`reportgen.commands.run`.
+"""``python -m reportgen +model=x``: the Hydra app (:func:`main`), its exit codes (:class:`reportgen.errors.ExitCode`,
+docs/exit-codes.md) and what the console shows; the pipeline itself is :mod:`reportgen.commands.run`.
 
-The codes are :class:`reportgen.errors.ExitCode`; docs/exit-codes.md is their one table.
-
-Hydra reports a compose error (unknown ``+model=nope``, a typo in a schema field) by
-printing it and calling ``sys.exit(1)`` before any job starts; that is a usage error here,
-so it becomes exit 2 with a line naming the fix. In a multirun, the worst job code wins; an
-interrupted sweep stops at the interrupted job.
+Hydra reports a compose error (unknown ``+model=nope``, a typo in a schema field) by printing it and calling
+``sys.exit(1)`` before any job starts; that is a usage error here, so it becomes exit 2 with a line naming the fix.
+In a multirun, the worst job code wins; an interrupted sweep stops at the interrupted job.
 """
 
 from __future__ import annotations
@@ -33,9 +30,8 @@ from reportgen.paths import builtin_models, conf_dir
 from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
 log = logging.getLogger("reportgen")
+#: Every job's exit code (a multirun runs several jobs in one process).
 _codes: list[int] = []
-
-
 _terminated = False
 
 
@@ -81,38 +77,22 @@ class OneLineExceptions(logging.Formatter):
         first = (str(exc).strip().splitlines() or [""])[0]
         where = f"full traceback in {self.log_path}" if self.log_path else "full traceback in the run's log"
         message = console_text(f"{record.getMessage()}: {exception_label(exc)}: {first}")
-        short = logging.makeLogRecord(
-            {
-                **record.__dict__,
-                "exc_info": None,
-                "exc_text": None,
-                "stack_info": None,
-                "msg": f"{message} ({where})",
-                "args": (),
-            }
-        )
-        return self.inner.format(short)
+        cleared = {"exc_info": None, "exc_text": None, "stack_info": None, "args": ()}
+        return self.inner.format(logging.makeLogRecord({**record.__dict__, **cleared, "msg": f"{message} ({where})"}))
 
 
 def one_line_console(log_path: Path | None) -> None:
     """Give every console handler of the root logger a :class:`OneLineExceptions` formatter."""
     for handler in logging.getLogger().handlers:
-        if (
-            isinstance(handler, logging.StreamHandler)
-            and not isinstance(handler, logging.FileHandler)
-            and not isinstance(handler.formatter, OneLineExceptions)
-        ):
+        console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+        if console and not isinstance(handler.formatter, OneLineExceptions):
             handler.setFormatter(OneLineExceptions(handler.formatter, log_path))
 
 
 def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     """One Hydra job (:func:`_run_job`), its outcome (exit code, verdict, overrides, error) recorded
     in ``out_dir/job.json`` for a sweep's summary (``reportgen.sweep``), whichever launcher ran it."""
-    from reportgen.distributed.launch import (  # torch: imported only once a job runs
-        adopt_slurm_env,
-        launch_rank,
-        launched,
-    )
+    from reportgen.distributed.launch import adopt_slurm_env, launch_rank, launched  # torch: only once a job runs
     from reportgen.sweep import recorded_job
 
     if int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1) > 1:
@@ -151,7 +131,7 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     one_line_console(log_path)
     code = _guarded_run(cfg, Path(out_dir), log_path)
     if multirun and code in (ExitCode.SIGINT, ExitCode.SIGTERM):
-        record(code)
+        _codes.append(code)
         raise SystemExit(code)
     return code
 
@@ -177,26 +157,27 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             print(f"reportgen: interrupted ({'SIGTERM' if _terminated else 'Ctrl-C'}){kept}", flush=True)
             code = ExitCode.SIGINT
         except OutputWriteError as exc:  # disk full, read-only folder: the user's to fix, not a bug
-            files = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
-            print(
-                f"reportgen: cannot finish: {exc}."
-                + (f" What was measured is in {', '.join(str(out_dir / n) for n in files)}." if files else ""),
-                flush=True,
-            )
+            print(f"reportgen: cannot finish: {exc}.{_measured_in(out_dir)}", flush=True)
             return ExitCode.USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
             _log_to_file(exc)
-            files = [n for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()]
             first = (str(exc).strip().splitlines() or [""])[0]
             print(
                 f"reportgen: internal error, a bug in reportgen, not in your config: {exception_label(exc)}: "
-                f"{console_text(first)}. Full traceback: {log_path or 'the run log'}."
-                + (f" What was measured is in {', '.join(str(out_dir / n) for n in files)}." if files else "")
-                + " Please report it with that log.",
+                f"{console_text(first)}. Full traceback: {log_path or 'the run log'}.{_measured_in(out_dir)} "
+                "Please report it with that log.",
                 flush=True,
             )
             return ExitCode.BUG
     return ExitCode.SIGTERM if code == ExitCode.SIGINT and _terminated else code
+
+
+def _measured_in(out_dir: Path) -> str:
+    """`` What was measured is in FILES.`` naming the result files already written ("" when none)."""
+    files = [
+        str(out_dir / n) for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()
+    ]
+    return f" What was measured is in {', '.join(files)}." if files else ""
 
 
 def _log_to_file(exc: BaseException) -> None:
@@ -209,17 +190,10 @@ def _log_to_file(exc: BaseException) -> None:
             handler.handle(record)
 
 
-def record(code: int) -> None:
-    """Remember a job's exit code (multirun runs several jobs in one process)."""
-    _codes.append(code)
-
-
 def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
-    """Run the Hydra app and turn what happened into the process exit code (module docstring).
-
-    An unknown setting changed without ``+`` (``parity.rtlo=1e-5``) is refused first, in one line
-    naming the setting meant (:func:`reportgen.commands.overrides.argv_problems`), exit 2, nothing written;
-    so are a wrong-type value, an unknown group option and a setting removed with ``~``.
+    """Run the Hydra app and turn what happened into the process exit code (module docstring). What
+    :func:`reportgen.commands.overrides.argv_problems` finds on the command line is refused first, in one line,
+    exit 2, nothing written.
 
     Args:
         app: the ``@hydra.main`` function.
@@ -257,7 +231,7 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def _app(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    record(run_job(cfg, hydra_cfg.runtime.output_dir, multirun=hydra_cfg.mode == RunMode.MULTIRUN))
+    _codes.append(run_job(cfg, hydra_cfg.runtime.output_dir, multirun=hydra_cfg.mode == RunMode.MULTIRUN))
 
 
 def main() -> None:

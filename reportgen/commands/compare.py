@@ -1,29 +1,11 @@
-"""``python -m reportgen.compare BASE NEW [--key PUB]``: what changed since the last release's report.
+"""``python -m reportgen.compare BASE NEW [--key PUB]``: what changed since the last release's report
+(docs/reviewers.md, "Compare with the last release"; exit codes: docs/exit-codes.md).
 
-BASE and NEW are run folders (``outputs/DATE/TIME``) or signed ``report.pdf`` files. Both are
-verified first (``reportgen.verify``, with ``--key`` or else the public key beside the default
-signing key) and every row of both is re-judged from its numbers; a comparison is signed only
-when both sides verify (otherwise it is written UNSIGNED and says why). The comparison
-(``compare.csv/json/html/pdf`` in ``outputs/comparisons/DATE/TIME`` or ``--out``) shows, NEW
-against BASE:
-
-- the claim verdict and each check's status, and which changed;
-- saved-activation share and step-time overhead ratio (``reportgen.report.render.headline_costs``),
-  the overhead's 95% CIs side by side and whether they overlap; the largest held-out metric
-  difference between the twins;
-- tolerances and thresholds that changed, and the config diff (from ``.hydra/config.yaml``
-  in a run folder; from the signed statement's claim for a lone PDF).
-
-The folder also keeps copies of both sides' signed files under ``inputs/base`` and
-``inputs/new``, so ``reportgen.verify`` can re-derive the comparison from them.
-
-Exit code: 0 NEW holds and did not regress; 1 NEW fails or regresses (overhead up by more than
-``--max-overhead-increase-pp`` percentage points of the plain step time with the CIs apart or
-both timings trustworthy, or saving down by more than ``--max-saving-decrease-pp`` points);
-2 the command cannot start (no such run, unusable key, ``--out`` exists, or the two runs are not
-comparable: a different model factory, model class or task, nothing written); 3 cannot tell: either
-side does not verify (unsigned, another key, no key to check it with, an edited file), or the
-overhead moved within the noise of untrustworthy timing. Nothing unverified yields 0 or 1.
+BASE and NEW are run folders or signed ``report.pdf`` files. Both are verified first (with ``--key`` or else the
+public key beside the default signing key) and every row of both is re-judged from its numbers; the comparison
+(``compare.csv/json/html/pdf``, the verdicts, each check's status, costs, tolerances and config diff, NEW against
+BASE) is signed only when both sides verify, with copies of both sides' signed files under ``inputs/`` so
+``reportgen.verify`` can re-derive it. Nothing unverified yields 0 or 1.
 """
 
 from __future__ import annotations
@@ -83,24 +65,20 @@ def render_comparison(
     """
     frame = comparison_frame(result)
     table = frame_to_json(frame)
-    view = {
-        "result": result,
-        "created": created,
-        "signature": signature,
-        "sides": [
-            {
-                "label": s.label,
-                "path": str(s.path),
-                "verdict": s.verdict,
-                "verified": s.verified,
-                "verify_lines": s.verify_lines,
-                "signed": s.statement is not None,
-                "created": (s.statement or {}).get("predicate", {}).get("created", "—"),
-            }
-            for s in (base, new)
-        ],
-    }
-    html = environment().get_template("compare.html.j2").render(**view)
+    sides = [
+        {
+            "label": s.label,
+            "path": str(s.path),
+            "verdict": s.verdict,
+            "verified": s.verified,
+            "verify_lines": s.verify_lines,
+            "signed": s.statement is not None,
+            "created": (s.statement or {}).get("predicate", {}).get("created", "—"),
+        }
+        for s in (base, new)
+    ]
+    template = environment().get_template("compare.html.j2")
+    html = template.render(result=result, created=created, signature=signature, sides=sides)
     paths = {
         "csv": atomic_write(out_dir / "compare.csv", frame.to_csv(index=False)),
         "json": atomic_write(out_dir / "compare.json", table),
@@ -113,19 +91,10 @@ def render_comparison(
 
 
 def check_side(side: Side, public_key, given: bool) -> None:
-    """Verify ``side`` with ``public_key`` and re-judge its rows; record the outcome on the side.
-
-    Args:
-        side: from :func:`reportgen.compare.derive.load_side`.
-        public_key: the key to verify with, or None (then only the rows are re-judged).
-        given: the key was passed with ``--key``: a side that does not verify with it then is
-            a failure (exit 1). With the default key, such a side only keeps the comparison
-            unsigned.
-
-    Sets ``side.verified`` (True verified; False a row states a status its numbers do not give,
-    or it does not verify with the given key; None not verified otherwise), ``side.verify_lines``
-    and ``side.problem``.
-    """
+    """Verify ``side`` with ``public_key`` (None: only re-judge its rows) and set ``side.verified``: True verified;
+    False a row states a status its numbers do not give, or it does not verify with a key ``given`` by ``--key``
+    (exit 1); None not verified otherwise (with the default key: the comparison stays unsigned). Also sets
+    ``side.verify_lines`` and ``side.problem``."""
     wrong = status_mismatches(side.frame, side.config)  # on_miss as the checks configure it, not the row's own
     if public_key is not None:
         checks = verify(side.path, public_key)

@@ -1,14 +1,10 @@
 """Unknown settings, named with the one they were probably meant to be, before Hydra composes.
 
-A typo in a schema'd group reaches reportgen two ways. With ``+`` (``+parity.rtlo=1e-5``) Hydra
-adds the key, and :func:`reportgen.commands.validation.unknown_setting_problems` refuses it after
-composing. Without ``+`` (``parity.rtlo=1e-5``) Hydra refuses it itself, with a multi-line block and
-exit 1; :func:`argv_problems` reads the same command line first (with Hydra's own argument and
-override parsers) so the console shows one line naming the setting meant, through the same
-:func:`unknown_key_problem`, and nothing is written. The same first reading refuses, in one line each,
-a value the schema's type refuses (:func:`value_problem`: ``parity.rtol=abc``), a config group option
-that no config folder holds (:func:`group_option_problem`: ``+model=fnn``) and a setting removed with
-``~`` (:func:`removed_setting_problem`). Imports no torch: it runs before every start.
+A typo added with ``+`` (``+parity.rtlo=1e-5``) is refused after composing
+(:func:`reportgen.commands.validation.unknown_setting_problems`); without ``+`` Hydra refuses it itself in a
+multi-line block, so :func:`argv_problems` reads the command line first (with Hydra's own parsers) and says it
+in one line, as it does a value the schema's type refuses, a config group option no config folder holds and a
+setting removed with ``~``. Imports no torch: it runs before every start.
 """
 
 from __future__ import annotations
@@ -44,16 +40,8 @@ def schema_groups() -> dict[str, list[str]]:
 
 
 def unknown_key_problem(group: str, key: str, known: list[str]) -> str:
-    """``"group.key is not a setting (did you mean group.near?); the group settings are ..."``.
-
-    Args:
-        group: the schema group (``parity``).
-        key: the unknown key inside it (``rtlo``).
-        known: the group's settings, in schema order.
-
-    Returns:
-        One sentence naming the closest known setting (``difflib``), when one is close.
-    """
+    """``"parity.rtlo is not a setting (did you mean parity.rtol?); the parity settings are ..."``: the closest of
+    ``known`` (the group's settings, in schema order; ``difflib``) when one is close."""
     near = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean {group}.{near[0]}?)" if near else ""
     return f"{group}.{key} is not a setting{hint}; the {group} settings are {', '.join(known)} (docs/configuration.md)"
@@ -73,12 +61,9 @@ def dotted_key_problem(dotted: str) -> str:
     if not rest or group in FREE_FORM or group not in groups:
         return ""
     if group == "distributed":
-        node: dict = {}
-        *parents, leaf = rest.split(".")
-        inner = node
-        for part in parents:
-            inner = inner.setdefault(part, {})
-        inner[leaf] = None
+        node: Any = None
+        for part in reversed(rest.split(".")):  # the key as a nested mapping: {"ddp": {"static_grpah": None}}
+            node = {part: node}
         return "; ".join(unknown_problems(node))
     key = rest.split(".", 1)[0]
     return "" if key in groups[group] else unknown_key_problem(group, key, groups[group])
@@ -275,9 +260,8 @@ def _accepts(node: Any, exc: Exception) -> str:
 
 @functools.cache
 def _schema_template() -> DictConfig:
-    """The root schema (a structured config of :class:`reportgen.config.Config`), built once per
-    process (~12 ms each time; a command line of 15 overrides built it 30 times). Read only:
-    :func:`_schema` hands out copies."""
+    """The root schema (a structured config of :class:`reportgen.config.Config`), built once per process
+    (~12 ms each); read only: :func:`_schema` hands out copies."""
     return OmegaConf.structured(Config)
 
 

@@ -1,14 +1,8 @@
-"""``python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80``.
-
-CONFIG is a local Hugging Face ``config.json`` (or its folder). Per recompute policy
-(:mod:`reportgen.plan.policies`; one with ``recompute=NAME``) the step is traced on fake tensors
-at small depth and scaled (:mod:`reportgen.plan.trace`), composed per rank
-(:mod:`reportgen.plan.rank`), and printed as a Pareto table: per-rank tensor peak, reserved upper
-bound, extra FLOPs of recompute, fits or not. With ``memory_gib=`` the cheapest policy (fewest
-FLOPs) whose upper bound plus ``safety_margin`` fits is chosen and written as a recompute config
-file, ``OUT/recompute/planned.yaml``, which the main command takes with
-``--config-dir OUT ... recompute=planned`` (docs/plan.md). Also written: ``OUT/plan.csv``.
-Bad input: one line naming the fix, exit 2, nothing written.
+"""``python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80``
+(docs/plan.md): per recompute policy the step of a Hugging Face ``config.json`` is traced on fake tensors and
+scaled (:mod:`reportgen.plan.trace`), composed per rank (:mod:`reportgen.plan.rank`) and printed as a Pareto table;
+with ``memory_gib=`` the cheapest policy that fits is written as ``OUT/recompute/planned.yaml`` for
+``--config-dir OUT ... recompute=planned``, beside ``OUT/plan.csv``. Bad input: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -102,13 +96,11 @@ def aligned(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 def table(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None) -> str:
-    """The console table: per policy peak, bound, extra FLOPs vs no recompute, fits; Pareto-optimal marked.
-
-    Extra FLOPs are those of the ops torch's ``FlopCounterMode`` has formulas for (matmuls, attention):
-    recomputed element-wise ops (norms, activations, rotary) cost time but count 0 (footnote)."""
+    """The console table: per policy peak, bound, extra FLOPs vs no recompute (which count: its footnote), fits;
+    Pareto-optimal marked."""
     largest = args.largest_batch
-    rows = [["recompute", "tensor peak", "reserved <=", "peak phase", "extra FLOPs*"] + ["largest batch"] * largest]
-    rows[0].append("fits")
+    header = ["recompute", "tensor peak", "reserved <=", "peak phase", "extra FLOPs*"] + ["largest batch"] * largest
+    rows = [header + ["fits"]]
     for p in plans:
         extra = f"{p.recompute_flops / (p.flops - p.recompute_flops):+.1%}"
         dominated = any(q.flops <= p.flops and q.reserved_upper < p.reserved_upper for q in plans)

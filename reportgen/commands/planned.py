@@ -1,14 +1,10 @@
 """A main run of a plan's recompute file (``--config-dir OUT ... recompute=planned``): the plan's step
-peak at the run's own shape, beside the step peak the run measured.
+peak at the run's own shape, beside the step peak the run measured (:func:`planned_peak`).
 
-``recompute/planned.yaml`` names its policy (``recompute.planned.policy``). After the checks, the
-run plans that policy for its own model config, batch, sequence, precision, attention and
-optimizer, on one process (:func:`reportgen.plan.trace.scaled_figures`, then
-:func:`reportgen.plan.rank.compose`: with nothing sharded the traced step is the rank's step), and
-compares it with the recompute twin's measured ``peak_live_bytes``: one memory row, judged within
-:data:`TOLERANCE` of the measurement (WARN when it is not: the plan's figures at scale cannot be trusted
-either), and ``meta["plan"]`` for page 1. The run's attention mask may be wider than the plan's (one byte
-per token): that difference is within the tolerance at a small shape.
+After the checks the run plans the file's policy (``recompute.planned.policy``) for its own model config, batch,
+sequence, precision, attention and optimizer on one process (with nothing sharded the traced step is the rank's
+step). The run's attention mask may be wider than the plan's (one byte per token): that difference is within
+:data:`TOLERANCE` at a small shape.
 """
 
 from __future__ import annotations
@@ -57,33 +53,33 @@ def planned_peak(setup: Setup, rows: list[Row]) -> tuple[Row, dict[str, Any]] | 
         figure = _plan(setup, policy)
     except Exception as exc:  # noqa: BLE001 - the plan's figure is evidence beside the checks, never a crash
         detail = f"the plan's figure at this shape was not made ({type(exc).__name__}: {' '.join(str(exc).split())})"
-        row = Row(check=MEMORY, item=ITEM, variant="recompute", metric="planned_peak_bytes", status=Status.INFO)
-        row.detail, row.seconds = detail[:400], time.perf_counter() - start
-        return row, {}
+        seconds = time.perf_counter() - start
+        return Row.fact(MEMORY, ITEM, "", detail[:400], metric="planned_peak_bytes", seconds=seconds), {}
     measured_bytes = float(measured.value)
     figure |= {
         "measured_bytes": measured_bytes,
         "difference": (figure["planned_bytes"] - measured_bytes) / measured_bytes,
     }
-    row = Row(
-        check=MEMORY,
-        item=ITEM,
-        variant="recompute",
-        metric="planned_peak_difference_share",
-        value=abs(figure["difference"]),
-        threshold=f"<= {TOLERANCE:g} of the measured step peak",
+    detail = (
+        f"python -m reportgen.plan's step peak for policy {policy} at this run's shape (seq={figure['seq']}, "
+        f"batch={figure['batch']}, one process): {format_bytes(figure['planned_bytes'])}; measured "
+        f"{format_bytes(measured_bytes)} ({figure['difference']:+.2%})"
+    )
+    extra = {"planned_peak_bytes": figure["planned_bytes"], "measured_peak_bytes": measured_bytes, "policy": policy}
+    row = Row.measured(
+        MEMORY,
+        ITEM,
+        "planned_peak_difference_share",
+        abs(figure["difference"]),
+        "share",
         comparator="<=",
         threshold_value=TOLERANCE,
+        threshold=f"<= {TOLERANCE:g} of the measured step peak",
         on_miss=Status.WARN,
-        unit="share",
         role=Role.NOTE,
-        detail=(
-            f"python -m reportgen.plan's step peak for policy {policy} at this run's shape (seq={figure['seq']}, "
-            f"batch={figure['batch']}, one process): {format_bytes(figure['planned_bytes'])}; measured "
-            f"{format_bytes(measured_bytes)} ({figure['difference']:+.2%})"
-        ),
+        detail=detail,
         seconds=time.perf_counter() - start,
-        extra={"planned_peak_bytes": figure["planned_bytes"], "measured_peak_bytes": measured_bytes, "policy": policy},
+        extra=extra,
     )
     return row, figure
 

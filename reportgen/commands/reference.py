@@ -1,11 +1,9 @@
 """The configuration reference, docs/configuration.md, generated from the dataclass schemas.
 
-``python -m reportgen.commands.reference`` prints it; ``--write`` rewrites docs/configuration.md
-in a checkout. Every group of :class:`reportgen.config.Config`, every field with its type, its
-schema default and its ``#:`` doc comment (the comment lines above a field, or the one after it on
-the same line, as Sphinx autodoc reads them), then the config groups shipped under ``conf/``
-(``+model=``, ``recompute=``, ``hydra/launcher=``). ``tests/test_docs.py`` regenerates it and
-fails when the file is out of date, so the reference cannot drift from the schemas.
+``python -m reportgen.commands.reference`` prints it; ``--write`` rewrites docs/configuration.md in a checkout:
+every group of :class:`reportgen.config.Config`, every field with its type, schema default and ``#:`` doc comment
+(:func:`field_docs`), then the config groups shipped under ``conf/``. ``tests/test_docs.py`` fails when the file is
+out of date, so the reference cannot drift from the schemas.
 """
 
 from __future__ import annotations
@@ -86,12 +84,10 @@ def type_text(tp: object) -> str:
 def default_text(f: dataclasses.Field) -> str:
     """A field's schema default as YAML flow text (``null``, ``true``, ``[0, 1, 2]``, ``{}``)."""
     if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return "(required)"
-    return _yaml(value)
+        return _yaml(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return _yaml(f.default_factory())
+    return "(required)"
 
 
 def _yaml(value: object) -> str:

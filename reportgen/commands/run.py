@@ -12,6 +12,7 @@ import logging
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,6 +20,8 @@ from reportgen.checks import REGISTRY, Check, required_names, run_order
 from reportgen.checks.distributed.check import follow
 from reportgen.checks.memory.check import run_peak_row
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
+from reportgen.ci.summary import SAID
+from reportgen.ci.verdict import exit_code
 from reportgen.claim import claim_required, parse_claim
 from reportgen.claim.stage import console_lines, judge_claim
 from reportgen.commands.planned import planned_peak
@@ -33,7 +36,7 @@ from reportgen.distributed.launch import (
     rank_config,
     resolve_backend,
 )
-from reportgen.distributed.wrapping import settings_in_force, wrap_order
+from reportgen.distributed.wrapping import settings_in_force, strategy_name, wrap_order
 from reportgen.errors import ExitCode, Terminated, UsageError, clip_keeping_advice, console_text
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
 from reportgen.report.diagnose import diagnose
@@ -63,9 +66,6 @@ from reportgen.twins.prepare import prepare as prepare_twins
 from reportgen.twins.setup import Setup
 
 log = logging.getLogger("reportgen")
-
-#: Exit code per claim verdict.
-VERDICT_EXIT: dict[str, ExitCode] = {Status.PASS: ExitCode.HOLDS, Status.INCONCLUSIVE: ExitCode.INCONCLUSIVE}
 
 
 class Interrupted(Exception):
@@ -139,21 +139,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     frame = to_frame(rows)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
-    mark_pending(
-        out_dir,
-        meta,
-        required,
-        pdf=cfg.report.pdf,
-        sign=key is not None,
-        private_key=key.private_key if key is not None else None,
-    )  # an interrupt from here on:
-    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # reportgen.sign finishes
+    private_key = key.private_key if key is not None else None
+    mark_pending(out_dir, meta, required, pdf=cfg.report.pdf, sign=key is not None, private_key=private_key)
+    render_report(frame, meta, verdict, out_dir, pdf=cfg.report.pdf, required=required)  # interrupted: reportgen.sign
     write_ci_outputs(frame, meta, verdict, required, out_dir)  # junit.xml, summary.md: signed with the rest
     sign_run(frame, meta, verdict, out_dir, key, required=required)
     clear_pending(out_dir)
     finish_ci_outputs(frame, verdict, out_dir)  # verdict.json (names the statement's digest), $GITHUB_STEP_SUMMARY
     log.info("verdict %s; report in %s", verdict, out_dir)
-    said = {str(Status.PASS): "HOLDS", str(Status.INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
     for check, item, detail in (
         frame.loc[frame.status == Status.WARN, ["check", "item", "detail"]].drop_duplicates("check").values[:4]
     ):
@@ -163,8 +156,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         for line in why_lines(frame):
             print(line)
     print("\n".join(console_lines(frame, out_dir / "report.html")))
+    said = SAID.get(verdict, "FAILS")
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")  # the verdict is the last line
-    return VERDICT_EXIT.get(verdict, ExitCode.FAILS)
+    return exit_code(verdict)
 
 
 def why_lines(frame, most: int = 3) -> list[str]:
@@ -212,7 +206,7 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
 def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
     """Page 1's sharding facts: world size, strategy, backend, mesh, and the commands that reproduce it."""
     dc, world = cfg.distributed, int(cfg.distributed.world_size)
-    strategy = getattr(dc.strategy, "value", str(dc.strategy))
+    strategy = strategy_name(dc)
     commands = launch_commands(world)
     mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
     return {
@@ -254,18 +248,10 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
                 rows += check.run(setup)  # records torch's warnings as rows itself
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
             log.error("check %s stopped: %s", check.name, exc.message)
-            rows.append(
-                Row.fact(
-                    check.name,
-                    f"stopped at checks.{exc.limit}",
-                    Role.EXCEPTION,
-                    exc.message,
-                    status=Status.ERROR,
-                    metric="exception",
-                    seconds=time.perf_counter() - start,
-                    extra={"exception_type": "CheckLimitExceeded"},
-                )
-            )
+            item, seconds = f"stopped at checks.{exc.limit}", time.perf_counter() - start
+            error: dict[str, Any] = {"status": Status.ERROR, "metric": "exception", "seconds": seconds}
+            error["extra"] = {"exception_type": "CheckLimitExceeded"}
+            rows.append(Row.fact(check.name, item, Role.EXCEPTION, exc.message, **error))
         except KeyboardInterrupt as exc:
             interrupted = "the run was interrupted (Ctrl-C or SIGTERM) before this check finished"
             rows += [

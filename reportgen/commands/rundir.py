@@ -1,22 +1,12 @@
-"""The run folder: refuse one that holds a run, lock it, and write files as the umask says.
+"""The run folder: refuse one that holds a run, lock it, probe that it is writable, and clean up after a refusal.
 
-Hydra's ``run_job`` writes ``.hydra/*.yaml`` into the output folder before reportgen's job
-function runs, and ``Callback.on_job_start`` runs after that write too. The earliest hook
-that already knows the resolved folder is ``Callback.on_run_start`` (``on_multirun_start``
-for a sweep): Hydra calls it right after composing the config, before ``run_job``. The
-``${now:...}`` resolver caches its value in the config object, so the folder resolved here
-is the one ``run_job`` then uses. :class:`RunFolderGuard` is registered in
-``conf/config.yaml`` (``hydra.callbacks.run_folder``) and, in that hook:
-
-1. refuses (exit 2, naming the folder) a folder that already holds a run (``.hydra/``,
-   results, report, statement, or another run's lock), so an earlier signed run keeps
-   verifying and no work is thrown away after it ran,
-   and a folder holding anything else (``notes.txt``, ``sub/``): a run signs only the files it
-   writes (``reportgen.trust.manifest``), so it starts only in a new or empty folder;
-2. takes ``.reportgen.lock`` in the folder (``O_CREAT | O_EXCL``, then ``fcntl.flock``), so a
-   second run started into the same folder at the same moment is refused as well. The lock
-   file is removed when the run ends; a run killed hard leaves it, and the folder stays
-   refused (it holds a partial run).
+Hydra writes ``.hydra/*.yaml`` into the output folder before reportgen's job function (and
+``Callback.on_job_start``) runs; the earliest hook that knows the resolved folder is ``Callback.on_run_start``
+(``on_multirun_start`` for a sweep), right after composing (``${now:...}`` caches its value, so ``run_job`` uses
+the same folder). There :class:`RunFolderGuard` (``hydra.callbacks.run_folder`` in ``conf/config.yaml``) refuses,
+exit 2, a folder that holds a run or any other file (a run signs only the files it writes), and takes
+:class:`FolderLock`, so a second run started into the same folder at the same moment is refused too. A run killed
+hard leaves the lock file, and the folder stays refused (it holds a partial run).
 """
 
 from __future__ import annotations
@@ -196,11 +186,6 @@ class RunFolderGuard(Callback):
             raise StartRefused(problems)
         self.lock = FolderLock(Path(str(config.hydra.run.dir)))
 
-    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Drop the lock; the folder now holds a run (``.hydra/`` and results) and stays refused."""
-        if self.lock is not None:
-            self.lock.release()
-
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Sweep: refuse settings no job could start with (unknown keys, added with ``+``: the sweep's
         values are judged per job), then a sweep folder that holds runs (its own or its jobs'); lock it."""
@@ -209,21 +194,17 @@ class RunFolderGuard(Callback):
             raise StartRefused("; ".join(problems) + ".")
         self.lock = FolderLock(Path(str(config.hydra.sweep.dir)), depth=1)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Drop the sweep folder's lock."""
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Drop the lock; the folder now holds a run (or a sweep) and stays refused."""
         if self.lock is not None:
             self.lock.release()
 
-
-# --------------------------------------------------------------------------- permissions
+    on_multirun_end = on_run_end
 
 
 def job_log_path(run_dir: Path | None = None) -> Path | None:
-    """The file Hydra's job logging writes to (``<run dir>/<job name>.log``), or None.
-
-    Args:
-        run_dir: prefer a log file inside this folder (the run's own log).
-    """
+    """The file Hydra's job logging writes to (``<run dir>/<job name>.log``), or None; one inside ``run_dir``
+    (the run's own log) first."""
     files = [Path(h.baseFilename) for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     files = [f for f in files if str(f) != os.devnull]
     inside = [f for f in files if run_dir is not None and f.is_relative_to(Path(run_dir).absolute())]

@@ -1,23 +1,7 @@
-"""``python -m reportgen.sign RUN_DIR``: render and sign a finished run that was interrupted before it was signed.
-
-A run whose checks all finished writes results.json, then marks its folder
-(``report.pending.json``, :mod:`reportgen.trust.manifest`) while it renders the report and signs
-it, and removes the mark when done. Ctrl-C or SIGTERM in that window leaves the mark, and the
-console says "all checks finished; the report was not signed". This command finishes such a run:
-
-1. refuses a folder that is not one (no mark, no results.json, or already signed), in one line;
-2. re-judges every row of results.json from its own numbers (``reportgen.verify.run.
-   status_mismatches``, the verifier's own rule) and refuses a frame whose stated statuses do not
-   follow; the verdict is recomputed from those rows (``results.claim_verdict``) with the run's
-   ``verdict.required``, never read from anywhere else;
-3. refuses a folder whose manifest lists a file the run had not written when its checks finished
-   (the seal covers every file written by then: results.csv, Hydra's files, ...), or whose
-   results.csv is not results.json's rows, byte for byte;
-4. removes what the interrupted run left half done (report, unsigned PDF, statement: never a
-   signed output, as the mark says signing had not finished), renders the report and signs it
-   like the run would have (subjects: the run's manifest plus what it writes now).
-
-Exit codes: those of the run (0 holds, 1 fails, 3 cannot be judged) once signed; 2 refused.
+"""``python -m reportgen.sign RUN_DIR``: render and sign a finished run that was interrupted before it was signed
+(docs/trust.md, "A finished run can be signed later"): refuse a folder that is not one, whose seal does not hold,
+whose manifest gained a file or whose rows do not follow from their numbers; then recompute the verdict from
+results.json, render the report and sign it as the run would have. Exit codes: the run's (0, 1, 3); 2 refused.
 """
 
 from __future__ import annotations
@@ -31,11 +15,13 @@ from omegaconf import OmegaConf
 
 from reportgen.checks import required_names
 from reportgen.ci import JUNIT_NAME, SUMMARY_NAME, VERDICT_NAME, finish_ci_outputs, write_ci_outputs
+from reportgen.ci.summary import SAID
+from reportgen.ci.verdict import exit_code
 from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
 from reportgen.files import WRITE_ERRNOS, OutputWriteError, write_failure
 from reportgen.report.render import render_report
-from reportgen.results import Status, claim_verdict, frame_from_json
+from reportgen.results import claim_verdict, frame_from_json
 from reportgen.trust.manifest import PENDING_NAME, clear_pending, planted, seal_holds, start_manifest
 from reportgen.trust.signing import (
     ENVELOPE_NAME,
@@ -171,10 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         failure = exc if isinstance(exc, OutputWriteError) else write_failure(Path(exc.filename or args.run_dir), exc)
         print(f"reportgen.sign: {failure}; results.json and the mark are kept: run it again", file=sys.stderr)
         return int(ExitCode.USAGE)
-    said = {str(Status.PASS): "HOLDS", str(Status.INCONCLUSIVE): "CANNOT BE JUDGED"}.get(verdict, "FAILS")
+    said = SAID.get(verdict, "FAILS")
     print(
         f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; claim {said} ({verdict})"
     )
-    return int(
-        {str(Status.PASS): ExitCode.HOLDS, str(Status.INCONCLUSIVE): ExitCode.INCONCLUSIVE}.get(verdict, ExitCode.FAILS)
-    )
+    return exit_code(verdict)

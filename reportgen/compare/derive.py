@@ -191,10 +191,6 @@ def _costs(side: Side) -> dict[str, Any]:
     return {**job_costs(side.frame), "timing_trusted": trusted}
 
 
-def _pp(value: float | None) -> float | None:
-    return None if value is None else 100.0 * value
-
-
 def compare(
     base: Side,
     new: Side,
@@ -229,15 +225,9 @@ def compare(
         for c in dict.fromkeys([*b_sum, *n_sum])
     ]
     bc, nc = _costs(base), _costs(new)
-    saving_change = (
-        None
-        if bc["saved_activation_share"] is None or nc["saved_activation_share"] is None
-        else _pp(nc["saved_activation_share"] - bc["saved_activation_share"])
-    )
-    overhead_change = (
-        None
-        if bc["overhead_ratio"] is None or nc["overhead_ratio"] is None
-        else _pp(nc["overhead_ratio"] - bc["overhead_ratio"])
+    saving_change, overhead_change = (
+        None if bc[key] is None or nc[key] is None else 100.0 * (nc[key] - bc[key])
+        for key in ("saved_activation_share", "overhead_ratio")
     )
     overlap = None
     if None not in (bc["overhead_ci_low"], bc["overhead_ci_high"], nc["overhead_ci_low"], nc["overhead_ci_high"]):
@@ -265,7 +255,10 @@ def compare(
         if base.config.get(k) != new.config.get(k)
     ]
     regressions, unclear = [], []
-    if new.verdict != Status.PASS:
+    if new.verdict == Status.INCONCLUSIVE:  # cannot be judged (the run's own exit 3) is no failure
+        said = [c["check"] for c in checks if c["new"] == Status.INCONCLUSIVE]
+        unclear.append(f"NEW's claim cannot be judged ({', '.join(said) or 'see its report'})")
+    elif new.verdict != Status.PASS:
         failing = [c["check"] for c in checks if c["required"] and c["new"] not in (Status.PASS, "WARN", "INFO", None)]
         regressions.append(f"NEW's claim fails ({', '.join(failing) or 'required checks missing'})")
     if overhead_change is not None and overhead_change > max_overhead_increase_pp:
@@ -313,55 +306,15 @@ def compare(
 
 def comparison_frame(result: dict) -> pd.DataFrame:
     """compare.csv: one row per check, cost and changed setting: ``kind, name, base, new, change``."""
-    rows = [
-        {
-            "kind": "verdict",
-            "name": "claim",
-            "base": result["verdicts"]["base"],
-            "new": result["verdicts"]["new"],
-            "change": "changed" if result["verdicts"]["base"] != result["verdicts"]["new"] else "",
-        }
-    ]
-    rows += [
-        {
-            "kind": "check",
-            "name": c["check"],
-            "base": c["base"],
-            "new": c["new"],
-            "change": "changed" if c["changed"] else "",
-        }
-        for c in result["checks"]
-    ]
-    costs = result["costs"]
-    for name, key, change in (
-        ("saved_activation_share", "saved_activation_share", costs["saving_change_pp"]),
-        ("overhead_ratio", "overhead_ratio", costs["overhead_change_pp"]),
-        ("overhead_ci_low", "overhead_ci_low", None),
-        ("overhead_ci_high", "overhead_ci_high", None),
-        ("metric_abs_diff", "metric_abs_diff", None),
-    ):
-        rows.append(
-            {
-                "kind": "cost",
-                "name": name,
-                "base": costs["base"][key],
-                "new": costs["new"][key],
-                "change": "" if change is None else f"{change:+.2f} pp",
-            }
-        )
-    rows += [
-        {"kind": "tolerance", "name": t["name"], "base": t["base"], "new": t["new"], "change": "changed"}
-        for t in result["tolerances"]
-    ]
-    rows += [
-        {"kind": "config", "name": c["key"], "base": c["base"], "new": c["new"], "change": "changed"}
-        for c in result["config"]
-    ]
-    rows += [
-        {"kind": "regression", "name": r, "base": None, "new": None, "change": "regressed"}
-        for r in result["regressions"]
-    ]
-    rows += [
-        {"kind": "unclear", "name": r, "base": None, "new": None, "change": "cannot tell"} for r in result["unclear"]
-    ]
+    costs, base, new = result["costs"], result["verdicts"]["base"], result["verdicts"]["new"]
+    rows = [("verdict", "claim", base, new, "changed" if base != new else "")]
+    rows += [("check", c["check"], c["base"], c["new"], "changed" if c["changed"] else "") for c in result["checks"]]
+    changes = {"saved_activation_share": costs["saving_change_pp"], "overhead_ratio": costs["overhead_change_pp"]}
+    for name in ("saved_activation_share", "overhead_ratio", "overhead_ci_low", "overhead_ci_high", "metric_abs_diff"):
+        change = "" if changes.get(name) is None else f"{changes[name]:+.2f} pp"
+        rows.append(("cost", name, costs["base"][name], costs["new"][name], change))
+    rows += [("tolerance", t["name"], t["base"], t["new"], "changed") for t in result["tolerances"]]
+    rows += [("config", c["key"], c["base"], c["new"], "changed") for c in result["config"]]
+    rows += [("regression", r, None, None, "regressed") for r in result["regressions"]]
+    rows += [("unclear", r, None, None, "cannot tell") for r in result["unclear"]]
     return pd.DataFrame(rows, columns=["kind", "name", "base", "new", "change"])

@@ -1,19 +1,10 @@
-"""Task metrics of the sharded twins: both trained to the same *global* accepted-example budget.
-
-The part of the distributed checks (``distributed.world_size > 1``) that makes the training claim
-under sharding: for each seed of ``distributed.budget_seeds`` (default: the first of
-``budget.seeds``) the distributed plain twin and the distributed
-recompute twin (``distributed.strategy``, the same wrapping as the other sharded checks) are
-trained from the same initial weights with :func:`reportgen.training.train.train_to_budget`. Every rank
-draws the same global batches of ``budget.batch_size`` examples and trains on its share; a step
-is applied on every rank or on none (a non-finite loss or gradient on any rank skips it
-everywhere), and the budget counts the *global* examples of the applied steps, so both twins
-have applied updates for exactly ``budget.examples`` examples in all, whatever the world size.
-The held-out metric (every rank evaluates; FSDP2 gathers parameters in the forward) and the
-full trained parameters are then compared as in the single-process task-metrics check.
-"""
+"""Task metrics of the sharded twins, trained to the same *global* accepted-example budget (docs/distributed.md):
+every rank draws the same global batches and trains on its share, a step is applied on every rank or on none,
+and the held-out metric and the full trained parameters are compared as in the single-process check."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,7 +13,7 @@ from reportgen.config import DIST_TASK_METRICS
 from reportgen.distributed.full import full_params
 from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import twin
-from reportgen.distributed.wrapping import wrap_twin
+from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row
 from reportgen.results.rows import metric_diff_row, trained_params_row
 from reportgen.training.train import Sharding, TrainResult, budget_run, run_rows
@@ -50,15 +41,14 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
             f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
             "global batch; set them so"
         )
-    model = wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
+    model = spread_twin(setup, group, recompute)
     sharding = Sharding(
         share=lambda batch: shard_batch(batch, group.rank, world),
         agree=lambda finite: all_ranks(finite, group),
         final_params=full_params,
         ranks=world,
     )
-    variant = "recompute" if recompute else "plain"
-    desc = f"sharded {variant} seed {seed} rank {group.rank}"
+    desc = f"sharded {'recompute' if recompute else 'plain'} seed {seed} rank {group.rank}"
     return budget_run(setup, model, cfg, seed, cfg.batch_size, desc, sharding=sharding)
 
 
@@ -97,17 +87,12 @@ def budget_rows(setup, group: Group) -> list[Row]:
         f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
         f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})"
     )
-    examples = int(cfg.examples)
-    rows = [
-        Row.fact(
-            DIST_TASK_METRICS, "budget", Role.BUDGET, detail, metric="budget_examples", value=examples, unit="examples"
-        )
-    ]
+    examples: dict[str, Any] = {"metric": "budget_examples", "value": int(cfg.examples), "unit": "examples"}
+    rows = [Row.fact(DIST_TASK_METRICS, "budget", Role.BUDGET, detail, **examples)]
     for seed in seeds:
-        plain_run, recompute_run = results[("plain", seed)], results[("recompute", seed)]
-        for variant, result in (("plain", plain_run), ("recompute", recompute_run)):
-            rows += run_rows(DIST_TASK_METRICS, variant, f"seed {seed}", int(seed), result, task.metric)
-        rows += compare_rows(setup, int(seed), plain_run, recompute_run)
+        for variant, _ in VARIANTS:
+            rows += run_rows(DIST_TASK_METRICS, variant, f"seed {seed}", seed, results[(variant, seed)], task.metric)
+        rows += compare_rows(setup, seed, results[("plain", seed)], results[("recompute", seed)])
     return rows
 
 
@@ -117,9 +102,9 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
     metric, cfg = setup.task.metric, setup.cfg.budget
     p, r = plain.metrics[metric], recompute.metrics[metric]
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
-    rows = [metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better)]
     rtol, atol = setup.tolerance()
     factor = float(setup.cfg.parity.rounding_factor)
-    return rows + [
-        trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params, rtol, atol, factor)
+    return [
+        metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better),
+        trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params, rtol, atol, factor),
     ]

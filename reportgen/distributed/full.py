@@ -75,14 +75,12 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))["state"]
-        return {
-            f"{dist_name(str(n))}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
-            for n, values in state.items()
-            for k, v in values.items()
-        }
-    names = {p: dist_name(n) for n, p in model.named_parameters()}
+        by_name = {dist_name(str(n)): values for n, values in state.items()}
+    else:
+        names = {p: dist_name(n) for n, p in model.named_parameters()}
+        by_name = {names[p]: values for p, values in optimizer.state.items()}
     return {
-        f"{names[p]}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
-        for p, state in optimizer.state.items()
-        for k, v in state.items()
+        f"{name}.{k}": full(v if torch.is_tensor(v) else torch.tensor(v))
+        for name, values in by_name.items()
+        for k, v in values.items()
     }

@@ -1,16 +1,11 @@
-"""Process groups, launch and gathering for sharded twins (``distributed.world_size > 1``).
+"""Process groups, launch and gathering for sharded twins (``distributed.world_size > 1``); machinery only:
+``reportgen.checks.distributed`` measures with it, wrapping a twin is :mod:`.wrapping`, whole tensors :mod:`.full`.
 
-Machinery only: ``reportgen.checks.distributed`` measures with it. Ranks are started with
-torch's own elastic launcher (``torch.distributed.launcher.api.elastic_launch``, the machinery
-behind ``torchrun``), never a hand-written process pool; under an existing ``torchrun`` or
-SLURM ``srun`` launch (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set) reportgen joins that group.
-
-How each twin is spread (DDP, FSDP2, FSDP1, the user's function) is
-:mod:`reportgen.distributed.wrapping`; whole tensors of a spread twin, :mod:`reportgen.distributed.full`.
-
-Two process groups: the default one (``distributed.backend``) carries the training
-collectives; a second gloo group ("control") carries rows and the ranks' agreement on
-failures, so a rank whose training collective timed out can still say so.
+Ranks are started with torch's own elastic launcher (``elastic_launch``, the machinery behind ``torchrun``); under
+an existing ``torchrun`` or SLURM ``srun`` launch (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set) reportgen joins
+that group. The default process group (``distributed.backend``) carries the training collectives; a second gloo
+group ("control") carries rows and the ranks' agreement on failures, so a rank whose training collective timed out
+can still say so.
 """
 
 from __future__ import annotations
@@ -291,15 +286,11 @@ def _failure_message(failure: Any) -> str:
     return message.splitlines()[0]
 
 
-def start_method(name: str, device: torch.device) -> str:
-    """How the elastic launcher starts local ranks. ``auto``: ``spawn``, a fresh interpreter per
-    rank that builds its setup from the pickled config, on every device. ``fork`` is faster on
-    CPU (a forked rank inherits the imported modules and the setup) but not safe: a process with
-    live threads (torch's OpenMP pool, a progress bar's monitor, a watchdog) can leave a forked
-    child holding a lock no thread will release, and in one of 18 forked FSDP2 runs here a rank
-    died with a fatal signal; CUDA cannot be initialised again in a forked child at all
-    (torch.multiprocessing docs). ``fork`` stays available for who wants the speed."""
-    del device  # every device: spawn
+def start_method(name: str) -> str:
+    """How the elastic launcher starts local ranks. ``auto``: ``spawn``, a fresh interpreter per rank that builds
+    its setup from the pickled config, on every device. ``fork`` is faster on CPU (a forked rank inherits the
+    setup) but not safe: a process with live threads (torch's OpenMP pool, a watchdog) can leave a forked child
+    holding a lock no thread will release, and CUDA cannot be initialised again in a forked child at all."""
     return "spawn" if name == "auto" else name
 
 
@@ -372,10 +363,6 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
 def launch_commands(world_size: int) -> dict[str, str]:
     """The commands that reproduce this sharded run: reportgen starting its ranks itself, and the
     same under ``torchrun`` (arguments as given to this process)."""
-    args = [a for a in sys.argv[1:]]
-    return {
-        "reportgen": shlex.join(["python", "-m", "reportgen", *args]),
-        "torchrun": shlex.join(
-            ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", "reportgen", *args]
-        ),
-    }
+    args = ["-m", "reportgen", *sys.argv[1:]]
+    torchrun = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", *args]
+    return {"reportgen": shlex.join(["python", *args]), "torchrun": shlex.join(torchrun)}

@@ -1,14 +1,6 @@
-"""Running a sharded check's parts on every rank: start the ranks or join a launch, agree on
-failures, gather every rank's rows to rank 0.
-
-A sharded check (``reportgen.checks.distributed``) hands its parts here as ``(section name,
-fn(setup, group) -> [Row])`` pairs. Every rank runs every part in order, each inside its own
-``try`` and a watchdog; after each part the ranks agree, over the gloo control group, on which
-of them failed, and later parts become NOT_RUN rows naming those ranks (a failed collective
-leaves the default group unusable). Rank 0 gathers every rank's rows. Ranks that fail as
-processes (raised outside a part, crashed, stopped by their watchdog) are reported by torch's
-elastic launcher and become ERROR rows naming them.
-"""
+"""Running a sharded check's parts on every rank (:func:`run_sharded`): start the ranks or join a launch, agree
+on failures after each part (:func:`rank_rows`), gather every rank's rows to rank 0; ranks that fail as processes
+become ERROR rows naming them (:func:`failure_rows`)."""
 
 from __future__ import annotations
 
@@ -56,7 +48,7 @@ def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
         return []
     if launched():
         return follow(setup, parts) or []
-    method = start_method(str(dc.start_method), setup.device)
+    method = start_method(str(dc.start_method))
     try:  # a forked rank inherits the twins' setup; a spawned one builds its own from the config
         results = launch(
             rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size), method
@@ -91,15 +83,9 @@ def rank_worker(given: Setup | DictConfig, parts: Sequence[Part]) -> list[Row] |
     stopped after ``1.5 × timeout_s + 10`` s."""
     if isinstance(given, Setup):
         return follow(given, parts)
-    with watchdog(1.5 * float(given.distributed.timeout_s) + 10):
-        setup = rank_setup(rank_config(given))
+    with watchdog(1.5 * float(given.distributed.timeout_s) + 10):  # the launching process probed the task already
+        setup = prepare(rank_config(given), probe_contract=False)
     return follow(setup, parts)
-
-
-def rank_setup(cfg: DictConfig) -> Setup:
-    """A spawned rank's setup: :func:`reportgen.twins.prepare.prepare` (twins' weights, the fixed batch,
-    the modules seen recomputing), without the task-contract probe the launching process already passed."""
-    return prepare(cfg, probe_contract=False)
 
 
 def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
@@ -127,10 +113,8 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                 rows += measured
             except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
                 where, seconds = f"rank {group.rank}", time.perf_counter() - start
-                row = ranked(
-                    error_row(name, exc, where, seconds, twin=getattr(exc, "reportgen_twin", None)), group.rank
-                )
-                rows.append(row)
+                row = error_row(name, exc, where, seconds, twin=getattr(exc, "reportgen_twin", None))
+                rows.append(ranked(row, group.rank))
                 said = row.detail
         failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
     return rows

@@ -1,11 +1,6 @@
-"""The ``distributed`` settings a run may use: known keys only (also against Hydra's ``+``), and
-each wrapping setting only with the strategy that passes it to torch, so no setting is recorded
-and ignored (issue 23).
-
-Hydra's ``+distributed.x=...`` appends a key even to a structured config, so the schema alone
-does not refuse a typo; :func:`distributed_setting_problems` compares every key under
-``distributed`` with ``reportgen.config.DistributedConfig`` and names the known ones.
-"""
+"""The ``distributed`` settings a run may use: known keys only (Hydra's ``+distributed.x=...`` appends a key even
+to a structured config, so the schema alone does not refuse a typo), and each wrapping setting only with the
+strategy that passes it to torch, so no setting is recorded and ignored."""
 
 from __future__ import annotations
 

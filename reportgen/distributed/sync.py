@@ -1,17 +1,8 @@
-"""Ranks in sync: after each step of a sharded check, every rank's replicated state of one twin
-is compared with rank 0's (issue 23, "Ranks in sync").
-
-Under DDP each rank holds a full replica whose gradients were all-reduced: after an optimizer
-step every parameter and buffer must be the same on every rank. A bucket whose all-reduce never
-ran (a parameter that got no gradient under reentrant recompute) leaves each rank with its own
-gradient, and the ranks drift apart silently. Under FSDP the parameters are compared as full
-tensors (gathered), and the buffers (never sharded) as each rank holds them.
-
-Method: rank 0's state, flattened to float64 (exact for every float dtype up to 64 bits), is
-broadcast over the gloo control group; each rank measures, per tensor, its largest absolute
-difference and whether it passes ``|x - x0| <= atol + rtol |x0|``; rank 0 gathers the verdicts.
-A drift in the recompute twin FAILs; a drift in a plain twin (plain or A/A) makes the claim
-INCONCLUSIVE (the baseline itself is broken under this wrapping).
+"""Ranks in sync: after each step of a sharded check, every rank's replicated state of one twin is compared
+with rank 0's. Under DDP every parameter and buffer must be the same on every rank after a step; a bucket whose
+all-reduce never ran (a parameter that got no gradient under reentrant recompute) leaves the ranks drifting
+apart silently. Under FSDP the parameters are compared as full tensors, the buffers as each rank holds them.
+A drift in the recompute twin FAILs; in a plain twin (plain or A/A) the claim is INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -49,8 +40,10 @@ class Drift:
 
 
 def measure(state: dict[str, Tensor], group: Group, step: int, rtol: float | None, atol: float | None) -> Drift | None:
-    """Compare this rank's ``state`` with rank 0's (every rank calls it, same names in the same order).
-    ``rtol``/``atol`` None: ``torch.testing.assert_close``'s defaults for each tensor's dtype.
+    """Compare this rank's ``state`` with rank 0's (every rank calls it, same names in the same order): rank 0's
+    state, flattened to float64 (exact for every float dtype), is broadcast over the control group, each rank
+    judges each tensor by ``|x - x0| <= atol + rtol |x0|`` (``rtol``/``atol`` None: ``assert_close``'s defaults
+    for its dtype) and rank 0 gathers the verdicts.
 
     Returns:
         On rank 0 the :class:`Drift` of every rank; None on the others.

@@ -1,16 +1,10 @@
 """Each twin spread over the ranks the way the user trains: DDP, FSDP2, FSDP1 or their own function.
 
-The settings under ``distributed`` (``reportgen.config.DistributedConfig``) are passed to torch as
-given: ``distributed.ddp.*`` to ``DistributedDataParallel``, ``distributed.fsdp.*`` to
-``fully_shard`` (FSDP2) or to ``FullyShardedDataParallel`` with ``distributed.fsdp1.*`` (FSDP1),
-and ``distributed.wrap`` names the user's own ``fn(model, mesh) -> module`` (``strategy=custom``).
-
-Order, the same for both twins (and stated on page 1, :func:`wrap_order`): the twin is built
-from the shared initial weights, recompute is applied to the recompute twin's targets
-(``checkpoint_wrapper`` at each target's path), then the twin is spread. An FSDP unit chosen
-by class or path is the recompute wrapper when the wrapper sits at that module's path (the
-unit boundary is the same in both twins, as torchtitan shards its wrapped blocks); a unit
-inside a recomputed block is sharded inside the recomputed region.
+The settings under ``distributed`` are passed to torch as given: ``distributed.ddp.*`` to
+``DistributedDataParallel``, ``distributed.fsdp.*`` to ``fully_shard`` (FSDP2) or to ``FullyShardedDataParallel``
+with ``distributed.fsdp1.*`` (FSDP1), and ``distributed.wrap`` names the user's own ``fn(model, mesh) -> module``.
+Both twins are made in the same order (:func:`wrap_order`); an FSDP unit at a recomputed module's path is its
+recompute wrapper (:func:`unit_modules`), as torchtitan shards its wrapped blocks.
 """
 
 from __future__ import annotations
@@ -60,8 +54,10 @@ def unit_patterns(dc: Any, target_paths: list[str]) -> list[str]:
     return [str(u) for u in units] if units is not None else [plain_name(p) for p in target_paths]
 
 
-def _dtype(name: Any) -> torch.dtype | None:
-    return None if name is None else getattr(torch, str(name))
+def _precision(dc: Any, policy: type) -> Any:
+    """``policy(param_dtype=..., reduce_dtype=...)`` from ``distributed.fsdp`` (None when neither is set)."""
+    dtypes = {k: getattr(dc.fsdp, k) for k in ("param_dtype", "reduce_dtype")}
+    return policy(**{k: v and getattr(torch, str(v)) for k, v in dtypes.items()}) if any(dtypes.values()) else None
 
 
 def wrap_ddp(model: nn.Module, dc: Any, group: Group) -> nn.Module:
@@ -88,13 +84,8 @@ DDP_DEFAULTS = {
 def ddp_kwargs(dc: Any) -> dict[str, Any]:
     """The keyword arguments given to ``DistributedDataParallel``."""
     d = dc.ddp
-    return {
-        "find_unused_parameters": bool(d.find_unused_parameters),
-        "static_graph": bool(d.static_graph),
-        "gradient_as_bucket_view": bool(d.gradient_as_bucket_view),
-        "broadcast_buffers": bool(d.broadcast_buffers),
-        "bucket_cap_mb": None if d.bucket_cap_mb is None else float(d.bucket_cap_mb),
-    }
+    flags = {k: bool(getattr(d, k)) for k in DDP_DEFAULTS if k != "bucket_cap_mb"}
+    return flags | {"bucket_cap_mb": None if d.bucket_cap_mb is None else float(d.bucket_cap_mb)}
 
 
 def wrap_fsdp2(model: nn.Module, dc: Any, target_paths: list[str], group: Group) -> nn.Module:
@@ -107,10 +98,8 @@ def wrap_fsdp2(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {"mesh": mesh_of(group), "reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
-    if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(
-            param_dtype=_dtype(dc.fsdp.param_dtype), reduce_dtype=_dtype(dc.fsdp.reduce_dtype)
-        )
+    if (policy := _precision(dc, MixedPrecisionPolicy)) is not None:
+        kwargs["mp_policy"] = policy
     for _, module in _units(model, dc, target_paths):
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
@@ -138,14 +127,11 @@ def wrap_fsdp1(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
 
     chosen = {id(m) for _, m in _units(model, dc, target_paths)}
     policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in chosen)
-    precision = None
-    if dc.fsdp.param_dtype is not None or dc.fsdp.reduce_dtype is not None:
-        precision = MixedPrecision(param_dtype=_dtype(dc.fsdp.param_dtype), reduce_dtype=_dtype(dc.fsdp.reduce_dtype))
     # device_id given on every device: without it FSDP1 refuses a CPU-only machine (gloo ranks on CPU)
     return FullyShardedDataParallel(
         model,
         auto_wrap_policy=policy,
-        mixed_precision=precision,
+        mixed_precision=_precision(dc, MixedPrecision),
         device_id=group.device,
         use_orig_params=bool(dc.fsdp1.use_orig_params),
         sharding_strategy=ShardingStrategy[str(dc.fsdp1.sharding_strategy)],

@@ -18,12 +18,8 @@ import torch
 _FOLDED: dict[int, list[int]] = {}
 
 
-def _index(device: torch.device | None) -> int:
-    return torch.cuda.current_device() if device is None or device.index is None else device.index
-
-
 def _fold(device: torch.device | None) -> list[int]:
-    index = _index(device)
+    index = torch.cuda.current_device() if device is None or device.index is None else device.index
     kept = _FOLDED.setdefault(index, [0, 0])
     kept[0] = max(kept[0], torch.cuda.max_memory_allocated(index))
     kept[1] = max(kept[1], torch.cuda.max_memory_reserved(index))

@@ -3,18 +3,11 @@
 What autograd keeps after the forward (:mod:`reportgen.memory.saved`) is not what a step needs: a
 recompute region's activations are alive again while backward recomputes it, and gradients,
 optimizer state and backward temporaries come on top. A memory claim is about the step's
-**peak** (DESIGN.md, contracts), so this module counts the live tensor bytes through forward,
-backward and the optimizer step with ``torch.distributed._tools.mem_tracker.MemTracker``, a
-``TorchDispatchMode`` that sees every op's outputs and counts each storage once (a view and its
-base are one storage), categorised as parameters, buffers, gradients, activations,
-temporaries and optimizer state. :class:`reportgen.memory.tracker.StepTracker` adds the phase, the
-module and the recompute region at the peak and splits the activations into saved, recomputed and
-other ones: a :class:`StepPeak` (:mod:`reportgen.memory.step_peak`, which also words it for the rows).
-
-It runs unchanged on ``FakeTensorMode`` tensors (MemTracker supports fake mode), and on CUDA the
-same step also reads ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` so the two
-counts can be compared: the allocator rounds every block up (512 B granularity) and keeps
-workspace (cuBLAS), so its allocated peak is at least the tracker's.
+**peak** (DESIGN.md, contracts), so :func:`warm_step_peak` counts the live tensor bytes through forward,
+backward and the optimizer step with ``torch.distributed._tools.mem_tracker.MemTracker`` (a
+``TorchDispatchMode`` that counts each storage once; fake tensors too), extended by
+:class:`reportgen.memory.tracker.StepTracker` into a :class:`StepPeak` (:mod:`reportgen.memory.step_peak`).
+On CUDA the allocator's peak is read beside it: it rounds every block up (512 B) and keeps workspace.
 
 Known limits (MemTracker's docstring): tensors created under ``no_dispatch`` and storages
 resized outside ``UntypedStorage.resize_`` are not seen; fragmentation and the caching
@@ -59,13 +52,6 @@ __all__ = [
 ]
 
 
-def _device_key(device: torch.device) -> torch.device:
-    """The device as MemTracker keys it (``cuda`` gets its index)."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def warm_step_peak(
     model: nn.Module,
     batch: Batch,
@@ -107,7 +93,9 @@ def warm_step_peak(
                 p.grad = torch.zeros_like(p)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    device = _device_key(next(iter(model.parameters()), torch.empty(0)).device)
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    if device.type == "cuda" and device.index is None:  # as MemTracker keys it
+        device = torch.device("cuda", torch.cuda.current_device())
     from reportgen.memory.tracker import StepTracker  # lazy: MemTracker's import costs ~1.9 s CPU
 
     tracker = StepTracker(model)

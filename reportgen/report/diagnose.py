@@ -69,28 +69,17 @@ def _plain_nonfinite(rows: list[Row]) -> bool:
     return any(r.status in BAD and (r.extra.get("nonfinite_plain") or 0) > 0 for r in rows)
 
 
-def _lost_in_recompute(r: Row) -> bool:
-    """A failing row whose tensor is None or all zero in the recompute twin only (``results.compared`` columns)."""
-    none = r.extra.get("recompute_value") == "None" and r.extra.get("plain_value") != "None"
-    return r.status in BAD and (none or (r.extra.get("recompute_norm") == 0 and (r.extra.get("plain_norm") or 0) > 0))
-
-
 def _router_lost(rows: list[Row], s: dict[str, Any]) -> list[str]:
-    """Under reentrant recompute, the gradients lost in the recompute twin only, when every one is a router's."""
-    lost = [r.item for r in rows if r.role == Role.PARAM_GRAD and _lost_in_recompute(r)]
+    """Under reentrant recompute, the failing gradients that are None or all zero in the recompute twin (so not in the
+    plain twin), when every one is a router's."""
+    zero = lambda r: r.extra.get("recompute_value") == "None" or r.extra.get("recompute_norm") == 0  # noqa: E731
+    lost = [r.item for r in rows if r.role == Role.PARAM_GRAD and r.status in BAD and zero(r)]
     return lost if s.get("mode") == "reentrant" and lost and all(ROUTER.search(item) for item in lost) else []
 
 
 def _held(rows: list[Row]) -> list[str]:
     """Generators a module (or the task) holds whose states differ between the twins (a global one is a call)."""
     return [g for r in rows if r.role == Role.RNG and r.status in BAD and not (g := generator(r)).endswith(")")]
-
-
-def _failed_ranks(rows: list[Row]) -> list[int]:
-    """Ranks of a sharded run whose own process raised, crashed or hung (ERROR rows with a rank)."""
-    return sorted(
-        {int(r.extra["rank"]) for r in rows if r.role == Role.EXCEPTION and r.status in BAD and "rank" in r.extra}
-    )
 
 
 def _some_ranks_only(rows: list[Row]) -> bool:
@@ -184,7 +173,7 @@ RULES: tuple[Rule, ...] = (
     *DISTRIBUTED,
     Rule(
         "a rank failed",
-        lambda rows, s: bool(_failed_ranks(rows)),
+        lambda rows, s: any(r.role == Role.EXCEPTION and r.status in BAD and "rank" in r.extra for r in rows),
         "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
         "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
         rank_failed_fix,

@@ -61,7 +61,7 @@ def ddp(words: tuple[str, ...]) -> Any:
 
 def drifted(rows: list[Row]) -> str:
     """The twin whose ranks drifted (a rank-sync row; a plain twin first: its baseline is broken), else ""."""
-    twins = [r.extra.get("twin") for r in rows if r.role == Role.RANK_SYNC and r.status in BAD]
+    twins = [str(r.extra.get("twin")) for r in rows if r.role == Role.RANK_SYNC and r.status in BAD]
     return next((t for t in twins if t in BASELINE_TWINS), twins[0] if twins else "")
 
 
@@ -110,7 +110,7 @@ def unfinished_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
     )
     raised = matching(group, UNFINISHED) or matching(rows, UNFINISHED)
     return {"plain": plain, "recompute": recompute}.get(
-        raised.extra.get("twin") if raised else None,
+        str(raised.extra.get("twin")) if raised else "",
         f"if the plain twin raised: {plain}; if only the recompute twin raised: {recompute}",
     )
 

@@ -33,11 +33,12 @@ def generator(row: Row) -> str:
 
 
 def module_of(row: Row) -> str | None:
-    """The module that holds the parameter (or buffer) of a gradient, parameter or buffer row; None for others."""
+    """The module that holds the parameter (or buffer) of a gradient, parameter or buffer row; None for others (and
+    for the root module's own)."""
     if row.role not in (Role.PARAM_GRAD, Role.PARAM, Role.BUFFER):
         return None
     name = re.sub(r"^(rank \d+: )?(param |buffer )?|(\.grad)?( \[input requires grad\])?$", "", row.item)
-    return name.rpartition(".")[0] or "the root module"
+    return name.rpartition(".")[0] or None
 
 
 def unexplained(check: str, group: list[Row], rows: list[Row]) -> tuple[str, str]:
@@ -53,11 +54,9 @@ def unexplained(check: str, group: list[Row], rows: list[Row]) -> tuple[str, str
     first = next((r for r in bad if r.role in compared), None)
     raised = next((r for r in bad if r.role == Role.EXCEPTION), None)
     lead = first or raised or bad[0]
-    shown = [quote(lead)] if lead is raised else []
-    if lead is not raised:
-        what = "tensor" if first else "failing row"
-        module = f", in module {m}" if (m := module_of(lead)) else ""
-        shown.append(f"the first differing {what} is {lead.item} ({lead.detail.split('; ')[0][:160]}){module}")
+    module = f", in module {m}" if (m := module_of(lead)) else ""
+    what = f"the first differing {'tensor' if first else 'failing row'} is {lead.item}"
+    shown = [] if lead is raised else [f"{what} ({lead.detail.split('; ')[0][:160]}){module}"]
     forward = [r for r in rows if r.role in (Role.LOSS, Role.OUTPUT)]
     if differs := next((r for r in forward if r.status in BAD), None):
         shown.append(f"the forward already differs ({differs.item}), before any backward")
@@ -66,8 +65,7 @@ def unexplained(check: str, group: list[Row], rows: list[Row]) -> tuple[str, str
     shown += [f"{r.item} by the recompute twin: {r.value:g}" for r in rows if r.role == Role.OBSERVED]
     if generators := [generator(r) for r in rows if r.role == Role.RNG and r.status in BAD and r is not lead]:
         shown.append(f"the state of {', '.join(generators)} differs between the twins")
-    if raised is not None and raised is not lead:
-        shown.append(quote(raised))
+    shown += [quote(raised)] if raised else []
     cause = "no known pattern matches these rows; " + "; ".join(shown)
     fix = (
         f"start from {lead.item}, which {check} saw differ first: find what the recomputed region computes "

@@ -1,13 +1,7 @@
-"""Result rows, the one judge, the tidy results frame, and the claim verdict.
-
-The frame is the single source of truth: results.csv / results.json are written from it
-before anything is rendered, and the templates read nothing else but run metadata.
-
-The row contract (statuses, :class:`Row`, :func:`judge`: checks measure, only the judge decides; the
-schema's columns) is :mod:`reportgen.results.row`, the roles and their kinds :mod:`reportgen.results.role`;
-the frame, each check's status, the claim verdict and results.json (its schema version) are
-:mod:`reportgen.results.frame`. Their names are importable from here.
-"""
+"""Result rows, the one judge, the tidy results frame and the claim verdict. The frame is the single source of
+truth: results.csv / results.json are written from it before anything is rendered, and the templates read nothing
+else but run metadata. The row contract is :mod:`.row`, the roles :mod:`.role`, the frame, each check's status,
+the claim verdict and results.json :mod:`.frame`; their names are importable from here."""
 
 from reportgen.files import atomic_write, replace_write  # re-exported: the writers of a run's files
 from reportgen.results.frame import (
@@ -37,30 +31,7 @@ from reportgen.results.row import (
     judge_record,
 )
 
-__all__ = [
-    "BASELINE",
-    "BASELINE_TWINS",
-    "COLUMNS",
-    "COMPARATORS",
-    "READABLE_SCHEMA_VERSIONS",
-    "SCHEMA_VERSION",
-    "SEVERITY",
-    "TWIN",
-    "Kind",
-    "Role",
-    "Row",
-    "SchemaVersionError",
-    "Status",
-    "atomic_write",
-    "baseline_rows",
-    "check_status",
-    "check_summary",
-    "claim_verdict",
-    "frame_from_json",
-    "frame_to_json",
-    "judge",
-    "judge_record",
-    "judged_status",
-    "replace_write",
-    "to_frame",
-]
+__all__ = ["atomic_write", "replace_write", "Kind", "Role", "Row", "Status", "judge", "judge_record"]
+__all__ += ["READABLE_SCHEMA_VERSIONS", "SCHEMA_VERSION", "SchemaVersionError", "baseline_rows", "check_status"]
+__all__ += ["check_summary", "claim_verdict", "frame_from_json", "frame_to_json", "judged_status", "to_frame"]
+__all__ += ["BASELINE", "BASELINE_TWINS", "COLUMNS", "COMPARATORS", "SEVERITY", "TWIN"]

@@ -36,12 +36,8 @@ def _aa_extra(plain: Tensor | None, aa: Any, rt: float, at: float) -> dict[str, 
     if aa is NO_AA:
         return {}
     if plain is None or aa is None:
-        same = plain is None and aa is None
-        return {
-            "aa_max_abs_err": 0.0 if same else float("inf"),
-            "aa_excess": 0.0 if same else float("inf"),
-            "aa_tolerance_used": 0.0 if same else float("inf"),
-        }
+        both = 0.0 if plain is None and aa is None else float("inf")
+        return dict.fromkeys(("aa_max_abs_err", "aa_excess", "aa_tolerance_used"), both)
     d = measure(aa, plain, rt, at)
     return {"aa_max_abs_err": d.max_abs_err, "aa_excess": d.worst_excess, "aa_tolerance_used": d.tolerance_used}
 
@@ -112,28 +108,19 @@ def tensor_row(
     elif "values_differing" in values:  # a generator state: how much of it differs, not by how much
         differ = values["values_differing"]
         detail = f"{differ} of its {plain.numel()} values {'differs' if differ == 1 else 'differ'}, where none may"
-    tolerance = f"atol={at:g} rtol={rt:g}"
-    return allclose_row(
-        check,
-        item,
-        "max_abs_err",
-        d.max_abs_err,
-        tolerance,
-        role,
-        detail,
-        {
-            "max_rel_err": d.max_rel_err,
-            "tolerance_used": d.tolerance_used,
-            "bitwise_equal": d.bitwise_equal,
-            "atol": at,
-            "rtol": rt,
-            "excess": d.worst_excess,
-            "nonfinite_plain": d.nonfinite_b,
-            "nonfinite_recompute": d.nonfinite_a,
-            **values,
-            **_aa_extra(plain, aa, rt, at),
-        },
-    )
+    extra = {
+        "max_rel_err": d.max_rel_err,
+        "tolerance_used": d.tolerance_used,
+        "bitwise_equal": d.bitwise_equal,
+        "atol": at,
+        "rtol": rt,
+        "excess": d.worst_excess,
+        "nonfinite_plain": d.nonfinite_b,
+        "nonfinite_recompute": d.nonfinite_a,
+        **values,
+        **_aa_extra(plain, aa, rt, at),
+    }
+    return allclose_row(check, item, "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", role, detail, extra)
 
 
 #: What a row of two equal, all-zero tensors adds to "bitwise equal": it is no evidence of parity.

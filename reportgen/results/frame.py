@@ -60,25 +60,17 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
     """One row per check: ``check, status, required, rows, failing`` in first-seen order (``status`` by
     :func:`judged_status`)."""
     required = set(required)
-    out = []
-    for check, group in frame.groupby("check", sort=False):
-        bad = group[group.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN])]
-        out.append(
-            {
-                "check": check,
-                "status": judged_status(group),
-                "required": check in required,
-                "rows": len(group),
-                "failing": len(bad),
-            }
-        )
-    for check in required - set(frame.check):
-        out.append({"check": check, "status": Status.NOT_RUN, "required": True, "rows": 0, "failing": 0})
+    failing = [Status.FAIL, Status.ERROR, Status.NOT_RUN]
+    out = [
+        (check, judged_status(group), check in required, len(group), int(group.status.isin(failing).sum()))
+        for check, group in frame.groupby("check", sort=False)
+    ]
+    out += [(check, Status.NOT_RUN, True, 0, 0) for check in required - set(frame.check)]
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
 
 
 def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
-    """PASS only when every required check passes (docs/architecture.md, "Claim verdict").
+    """PASS only when every required check passes (docs/architecture.md, "Verdict and exit codes").
 
     INCONCLUSIVE when any row says the claim cannot be judged (e.g. the plain twin is not
     reproducible against itself); it outranks everything else. Otherwise a required check

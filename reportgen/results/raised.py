@@ -31,12 +31,11 @@ def exception_message(exc: BaseException) -> str:
 
 
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
-    """An exception inside a check, as data. ``where`` is "plain" or "recompute" or "check" (or, in a
-    sharded check, "rank 1"); ``twin`` the twin that was running there (``plain``, ``aa``, ``recompute``;
-    defaults to ``where`` when that names a twin). A baseline twin's (plain or A/A) row has column ``twin`` =
-    :data:`reportgen.results.BASELINE`: its check cannot be judged (:func:`reportgen.results.judged_status`).
-    The detail holds the message's first paragraph (at most :data:`MAX_MESSAGE` characters), then
-    the exception's notes (``add_note``), e.g. the output leaves that changed during backward."""
+    """An exception inside a check, as data (its detail carries :func:`exception_message`). ``where`` is "plain"
+    or "recompute" or "check" (or, in a sharded check, "rank 1"); ``twin`` the twin that was running there
+    (``plain``, ``aa``, ``recompute``; defaults to ``where`` when that names a twin). A baseline twin's (plain or
+    A/A) row has column ``twin`` = :data:`reportgen.results.BASELINE`: its check cannot be judged
+    (:func:`reportgen.results.judged_status`)."""
     twin = twin or (where if where in ("plain", "aa", "recompute") else None)
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""

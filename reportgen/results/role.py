@@ -10,9 +10,7 @@ import enum
 
 
 class Kind(enum.Enum):
-    """What the rows of a :class:`Role` mean to the claim. Every role has one kind; code that needs
-    "the parity rows" or "the costs" selects on it (or on the registry's
-    :func:`reportgen.checks.roles_of`), never on a list of roles of its own."""
+    """What the rows of a :class:`Role` mean to the claim (every role has one kind)."""
 
     #: One tensor or value of the recompute twin compared with the plain twin's, item by item (the loss,
     #: an output, a gradient, a parameter, an optimizer-state tensor, a buffer, an attribute, a generator
@@ -31,8 +29,7 @@ class Kind(enum.Enum):
 class Role(enum.StrEnum):
     """What a row is, for templates, plots, the verifier and the statement (never look rows up by their
     prose ``item``). A member is its string value (``Role.PARAM_GRAD == "param_grad"``; results.csv/json
-    hold the value), and has a :class:`Kind` (``Role.PARAM_GRAD.kind is Kind.PARITY``); a check lists the
-    roles its rows use in its :class:`reportgen.checks.Section` record."""
+    hold the value), and has a :class:`Kind` (``Role.PARAM_GRAD.kind is Kind.PARITY``)."""
 
     kind: Kind
 

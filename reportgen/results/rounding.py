@@ -1,21 +1,8 @@
-"""Rounding-level noise, measured: the rounding twin's gradient nudge and the envelope it gives.
-
-A bitwise-equal plain-vs-plain (A/A) control gives a floor of zero, so it cannot tell a
-rounding-level difference (a compiled recompute graph re-associates sums differently) from a
-fault. The *rounding twin* is a plain twin whose gradients, after backward and before every
-``optimizer.step()``, are nudged element-wise by the tolerance that gradient parity allows,
-``|δ| = atol + rtol·|g|`` (torch.testing.assert_close's closeness rule, the same tolerances),
-with a random sign drawn from a dedicated seeded ``torch.Generator`` (reproducible, and it
-never touches the generators the model draws from). Its distance from the plain twin, per
-tensor (max abs difference), is the *rounding envelope*: how far any difference that gradient
-parity would accept can carry the state through the optimizer (Adam divides by the root of a
-near-zero second moment, so a rounding-level gradient difference can become a step of about
-the learning rate). A recompute difference outside tolerance but within
-``parity.rounding_factor`` × that envelope is at rounding level.
-
-The envelope is a bound for gradient noise only: a recompute twin whose gradients already
-differ beyond tolerance (or beyond the envelope of the gradients at that step) is not judged
-against it (:func:`grads_at_rounding_level`).
+"""Rounding-level noise, measured (docs/verdict.md, "Rounding is not a fault"): the *rounding twin* is a plain
+twin whose gradients are nudged before every optimizer step by the tolerance gradient parity allows
+(:class:`GradientNudge`); its distance from the plain twin per tensor is the *rounding envelope*
+(:func:`envelope`). A recompute difference outside tolerance but within ``parity.rounding_factor`` × that
+envelope is at rounding level, but only while the recompute gradients are (:func:`grads_at_rounding_level`).
 """
 
 from __future__ import annotations
@@ -33,7 +20,8 @@ NOISE_SEED_OFFSET = 0x5EED
 
 
 class GradientNudge:
-    """Nudges gradients by the gradient tolerance with reproducible random signs.
+    """Nudges gradients by the gradient tolerance with random signs from its own seeded generator (reproducible;
+    the generators the model draws from are never touched).
 
     Args:
         rtol, atol: the parity tolerances (``setup.tolerance()``); None = each gradient's

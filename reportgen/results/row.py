@@ -1,10 +1,6 @@
-"""Result rows and the one judge: the row contract (docs/architecture.md), statuses, the results
-schema's columns (its version is :mod:`reportgen.results.frame`'s; the roles are :mod:`reportgen.results.role`).
-
-Checks *measure*: a row carries a value, a numeric threshold and a comparator. Only
-:func:`judge` turns those into a status (as deepchecks separates checks from conditions), so
-``reportgen.verify`` can recompute every status from the signed values with the same code.
-"""
+"""Result rows and the one judge (the row contract, docs/architecture.md), statuses and the results schema's
+columns. Checks *measure*; only :func:`judge` turns a row's value, threshold and comparator into a status, so
+``reportgen.verify`` recomputes every status from the signed values with the same code."""
 
 from __future__ import annotations
 
@@ -71,13 +67,7 @@ COLUMNS = [
     "seconds",
     "schema_version",
 ]
-#: Comparators :func:`judge` knows. ``allclose``: the row's ``excess`` column,
-#: ``max(|a - b| - (atol + rtol |b|))``, is <= 0 (torch.testing.assert_close's rule).
-#: ``ci<=``: value <= threshold, and the upper end of its confidence interval (``ci_high``)
-#: too; value within but ``ci_high`` past it is WARN (not conclusive).
-#: An ``allclose`` or ``<=`` row may also carry ``rounding_excess`` (the value minus a stated
-#: factor times the rounding envelope: how far plain moves under tolerance-sized gradient noise,
-#: reportgen/rounding.py); finite and <= 0 passes it: the difference is at rounding level.
+#: Comparators :func:`judge` knows (``allclose`` reads the row's ``excess``, ``ci<=`` its ``ci_high`` too).
 COMPARATORS = ("<=", "<", ">=", ">", "==", "allclose", "ci<=")
 
 
@@ -204,15 +194,7 @@ class Row:
         """Set ``status`` from the numbers again (after a builder added a column ``judge`` reads,
         e.g. ``rounding_excess``); a row without a comparator keeps its stated status."""
         if self.comparator:
-            self.status = judge(
-                self.value,
-                self.comparator,
-                self.threshold_value,
-                self.on_miss,
-                excess=self.extra.get("excess"),
-                ci_high=self.extra.get("ci_high"),
-                rounding_excess=self.extra.get("rounding_excess"),
-            )
+            self.status = judge_record(vars(self) | self.extra)
 
     def record(self) -> dict[str, Any]:
         """The row as one flat record: fixed columns, then ``extra``'s keys."""
@@ -246,9 +228,10 @@ def judge(
         threshold_value: what ``value`` is compared with (unused by ``allclose``).
         on_miss: the status of a missed comparison (FAIL, or WARN for advisory rows).
         excess: ``allclose`` only: ``max(|a - b| - (atol + rtol |b|))``; <= 0 passes.
-        ci_high: ``ci<=`` only: the upper end of the value's confidence interval.
+        ci_high: ``ci<=`` only: the upper end of the value's confidence interval; a value within the
+            threshold whose ``ci_high`` is past it (or NaN) is WARN, not conclusive.
         rounding_excess: ``allclose`` and ``<=`` only: the difference minus the allowed multiple
-            of the rounding envelope (reportgen/rounding.py); finite and <= 0 passes a row that
+            of the rounding envelope (reportgen/results/rounding.py); finite and <= 0 passes a row that
             misses its tolerance: the difference is one rounding-level noise would also make.
 
     Returns:

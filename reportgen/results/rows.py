@@ -1,9 +1,6 @@
-"""Row builders shared by the checks. Checks never import each other; what they share lives here.
-
-This module holds the gates on the baseline (the A/A control, a non-finite plain twin), the rounding
-envelope's judgement and the rows of trained twins (final parameters, held-out metric). Comparing one
-tensor or value is :mod:`reportgen.results.compared`, an exception as an ERROR row
-:mod:`reportgen.results.raised`; their names are importable from here too.
+"""Row builders shared by the checks (checks never import each other): the gates on the baseline (A/A control,
+a non-finite plain twin), the rounding envelope's judgement and the rows of trained twins. It re-exports
+:mod:`reportgen.results.compared` (one tensor or value) and :mod:`reportgen.results.raised` (ERROR rows).
 """
 
 from __future__ import annotations
@@ -15,48 +12,16 @@ from torch import Tensor
 
 from reportgen.results.compared import NO_AA, allclose_row, tensor_row, tolerance_used, value_row, zero_count_row
 from reportgen.results.distance import nonfinite_count
-from reportgen.results.raised import (
-    MAX_MESSAGE,
-    NO_GRAD_GRAPH,
-    error_row,
-    exception_message,
-    raised_for_lack_of_grad,
-    run_twin,
-    tagged_input_grad,
-)
+from reportgen.results.raised import error_row, exception_message, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.results.rounding import envelope
 from reportgen.results.row import Role, Row, Status
 
-__all__ = [
-    "MAX_MESSAGE",
-    "NO_AA",
-    "NO_GRAD_GRAPH",
-    "ROUNDING_LEVEL",
-    "ROUNDING_NOTE",
-    "aa_row",
-    "allclose_row",
-    "difference_detail",
-    "effective_excess",
-    "envelope_used",
-    "error_row",
-    "exception_message",
-    "metric_diff_row",
-    "nonfinite_row",
-    "raised_for_lack_of_grad",
-    "run_twin",
-    "step_row",
-    "tagged_input_grad",
-    "tensor_row",
-    "tolerance_used",
-    "trained_params_row",
-    "value_row",
-    "with_rounding",
-    "zero_gradients_row",
-    "zero_count_row",
-]
+__all__ = ["ROUNDING_LEVEL", "ROUNDING_NOTE", "aa_row", "difference_detail", "effective_excess", "envelope_used"]
+__all__ += ["metric_diff_row", "nonfinite_row", "step_row", "trained_params_row", "with_rounding", "zero_gradients_row"]
+__all__ += ["NO_AA", "allclose_row", "tensor_row", "tolerance_used", "value_row", "zero_count_row"]  # .compared
+__all__ += ["error_row", "exception_message", "raised_for_lack_of_grad", "run_twin", "tagged_input_grad"]  # .raised
 
-
-#: The detail of a difference the rounding envelope accounts for (reportgen/rounding.py).
+#: The detail of a difference the rounding envelope accounts for (reportgen/results/rounding.py).
 ROUNDING_LEVEL = "differs at rounding level, as any re-association would"
 
 #: The report's sentence on the rounding envelope, for the sections that use it.
@@ -155,7 +120,7 @@ def nonfinite_row(check: str, named: dict[str, Tensor | None]) -> Row:
 def zero_gradients_row(check: str, grads: dict[str, Tensor | None]) -> Row:
     """How many of the plain twin's parameter gradients hold a non-zero element: ``>= 1``, else the claim is
     INCONCLUSIVE. All-zero gradients (a loss that does not depend on the parameters, a user step that zeroes
-    them) make every gradient comparison equal and show nothing (issue 36, item 5)."""
+    them) make every gradient comparison equal and show nothing."""
     present = [g for g in grads.values() if g is not None]
     nonzero = sum(1 for g in present if g.count_nonzero())
     detail = (
@@ -165,18 +130,10 @@ def zero_gradients_row(check: str, grads: dict[str, Tensor | None]) -> Row:
         "show nothing here. Check that the loss depends on the parameters and that the training step does not "
         "zero the gradients before they are compared"
     )
+    judged: dict[str, Any] = {"comparator": ">=", "threshold_value": 1.0, "on_miss": Status.INCONCLUSIVE}
+    item, role = "plain gradients non-zero", Role.ZERO_GRADIENTS
     return Row.measured(
-        check,
-        "plain gradients non-zero",
-        "nonzero_gradients",
-        float(nonzero),
-        "tensors",
-        comparator=">=",
-        threshold_value=1.0,
-        role=Role.ZERO_GRADIENTS,
-        detail=detail,
-        on_miss=Status.INCONCLUSIVE,
-        variant="plain",
+        check, item, "nonzero_gradients", float(nonzero), "tensors", role=role, detail=detail, variant="plain", **judged
     )
 
 
@@ -313,18 +270,8 @@ def step_row(
         if not moved
         else f"{len(moved)} of {items} items outside tolerance, e.g. {', '.join(moved[:3])}"
     )
+    judged: dict[str, Any] = {"comparator": "allclose", "threshold_value": math.nan, "threshold": "allclose per item"}
+    more: dict[str, Any] = {"on_miss": on_miss, "variant": variant, "extra": extra}
     return Row.measured(
-        check,
-        f"step {step}",
-        metric,
-        value,
-        unit,
-        role=Role.TRAJECTORY,
-        detail=detail,
-        on_miss=on_miss,
-        variant=variant,
-        extra=extra,
-        comparator="allclose",
-        threshold_value=math.nan,
-        threshold="allclose per item",
+        check, f"step {step}", metric, value, unit, role=Role.TRAJECTORY, detail=detail, **judged, **more
     )

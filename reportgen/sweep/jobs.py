@@ -64,11 +64,13 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
             if (folder / name).exists():
                 frame = frame_from_json((folder / name).read_text())
                 break
-        error = record.get("error")
-        if not error and frame is not None and record["exit_code"] == 1:
+        error, code = record.get("error"), record["exit_code"]
+        if not error and frame is not None and code in (1, 3):  # the checks that fail it, or that make it INCONCLUSIVE
             summary = check_summary(frame[frame.status != "FLAGGED"], required)
-            bad = summary[summary.required & summary.status.isin([Status.FAIL, Status.ERROR, "NOT_RUN"])]
-            error = "claim fails: " + ", ".join(f"{c} {s}" for c, s in zip(bad.check, bad.status))
+            failing = summary.required & summary.status.isin([Status.FAIL, Status.ERROR, "NOT_RUN"])
+            bad = summary[failing if code == 1 else summary.status == Status.INCONCLUSIVE]
+            said = "claim fails: " if code == 1 else "cannot be judged: "
+            error = said + ", ".join(f"{c} {s}" for c, s in zip(bad.check, bad.status))
         number = record.get("job")
         if number is None:
             number = int(folder.name) if folder.name.isdigit() else len(jobs)

@@ -1,21 +1,30 @@
 """Writing a sweep's summary: read every job, refuse a folder that is not its launch, write the
-summary files under an incomplete mark, sign them."""
+summary files under an incomplete mark, sign them (an in-toto statement over the summary files, the launch
+record and every job's ``job.json`` and signed statement, and a PAdES-signed summary.pdf)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
+from reportgen.files import sha256_file
 from reportgen.report.metadata import report_time
 from reportgen.results import atomic_write
 from reportgen.sweep.jobs import load_jobs
+from reportgen.sweep.record import JOB_FILE
 from reportgen.sweep.render import render_summary
-from reportgen.sweep.signing import SUMMARY_DOCUMENT, sign_summary
 from reportgen.sweep.table import summary_frame, swept_keys, worst_code
+from reportgen.trust.documents import DocumentSpec
 from reportgen.trust.jobs import job_problems
-from reportgen.trust.signing import load_signing_key, signature_label
+from reportgen.trust.signing import ENVELOPE_NAME, SigningKey, load_signing_key, sign, signature_label
+
+#: in-toto predicate type of the sweep summary's statement.
+SWEEP_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-sweep/v1"
+#: A sweep: summary.pdf over summary.json (read by ``reportgen.verify.sweep`` too).
+SUMMARY_DOCUMENT = DocumentSpec.named("summary", SWEEP_PREDICATE_TYPE)
 
 #: The summary's envelope, and the mark left while a summary is being written (a summary that
 #: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
@@ -109,3 +118,53 @@ def summarize(
         sign_summary(sweep_dir, jobs, code, str(meta["created"]), command, launch, key)
     mark.unlink()
     return frame, code
+
+
+def sign_summary(
+    sweep_dir: Path,
+    jobs: list[dict[str, Any]],
+    code: int,
+    created: str,
+    command: str,
+    launch: dict[str, Any] | None,
+    key: SigningKey,
+) -> None:
+    """Sign the summary just written into ``sweep_dir`` (``summary.dsse.json``, summary.pdf signed).
+
+    Args:
+        sweep_dir: ``hydra.sweep.dir``, holding the summary files and ``multirun.yaml``.
+        jobs: ``reportgen.sweep.jobs.load_jobs``'s records.
+        code: the sweep's exit code (the worst job's).
+        created: the summary's time stamp (``meta["created"]``).
+        command: the sweep's command line.
+        launch: the launch record re-derived from ``multirun.yaml`` (``reportgen.trust.launch``).
+        key: the signing key.
+    """
+    predicate = {
+        "exit_code": code,
+        "created": created,
+        "command": command,
+        "launch": launch,
+        "signer": {"publicKeySha256": key.fingerprint},
+        "jobs": [_job_entry(sweep_dir, j) for j in jobs],
+    }
+    subjects = ["summary.csv", "summary.json", "summary.html", JUNIT_NAME, "multirun.yaml"]
+    subjects += [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
+    subjects += [f"{j['dir']}/{JOB_FILE}" for j in jobs]
+    reason = f"reportgen sweep summary; worst job exit code {code}"
+    sign(sweep_dir, SUMMARY_DOCUMENT, predicate, key, reason, subjects)
+
+
+def _job_entry(sweep_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+    """What the sweep's statement says of one job: its outcome and the SHA-256 of its run's signed
+    statement (``None`` for a job that left none)."""
+    envelope = sweep_dir / job["dir"] / ENVELOPE_NAME
+    return {
+        "job": job["job"],
+        "dir": job["dir"],
+        "overrides": job["overrides"],
+        "exit_code": job["exit_code"],
+        "verdict": job["verdict"],
+        "error": job["error"],
+        "statement_sha256": sha256_file(envelope) if envelope.exists() else None,
+    }

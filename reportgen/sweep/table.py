@@ -14,21 +14,18 @@ from reportgen.report.render import headline_costs
 from reportgen.results import Status, check_summary
 
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
-SUMMARY_COLUMNS = [
-    "job",
-    "overrides",
-    "verdict",
-    "exit_code",
-    "error",
-    "check",
-    "status",
-    "required",
+#: A job's headline costs (:func:`job_costs`), columns of the summary.
+COST_COLUMNS = [
     "saved_activation_share",
     "overhead_ratio",
     "overhead_ci_low",
     "overhead_ci_high",
     "metric",
     "metric_abs_diff",
+]
+SUMMARY_COLUMNS = [
+    *("job", "overrides", "verdict", "exit_code", "error", "check", "status", "required"),
+    *COST_COLUMNS,
     "report",
 ]
 
@@ -55,14 +52,7 @@ def swept_keys(jobs: list[dict]) -> list[str]:
 def job_costs(frame: pd.DataFrame | None) -> dict[str, Any]:
     """Headline costs of one job: ``reportgen.report.render.headline_costs`` plus the largest
     per-seed |recompute - plain| held-out metric difference (``abs_diff_<metric>`` rows)."""
-    out: dict[str, Any] = {
-        "saved_activation_share": None,
-        "overhead_ratio": None,
-        "overhead_ci_low": None,
-        "overhead_ci_high": None,
-        "metric": None,
-        "metric_abs_diff": None,
-    }
+    out: dict[str, Any] = dict.fromkeys(COST_COLUMNS)
     if frame is None or frame.empty:
         return out
     costs = headline_costs(frame)

@@ -144,9 +144,8 @@ def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[
     ``secret`` is :func:`cache_secret`; ``proof`` is this run's :func:`fingerprint`.
 
     Raises:
-        Rejected: an entry exists but fails a check (its digest, its key material, its
-            fingerprint, its tensor file's digest, ``weights_only`` loading, its shape); the
-            message says which (for the fingerprint: the loss then and now, or the gradient digests).
+        Rejected: an entry exists but fails a check (its digest, its key material, its fingerprint,
+            its tensor file's digest, ``weights_only`` loading, its shape); the message says which.
     """
     import torch
 

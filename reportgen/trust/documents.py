@@ -1,9 +1,6 @@
-"""What a signed reportgen document is made of: its file names and its statement's types.
-
-One :class:`DocumentSpec` per kind (a run here; a sweep summary in ``reportgen.sweep.signing``, a
-comparison in ``reportgen.verify.comparison``) is read by the signer (``reportgen.trust.signing``)
-and by the verifier (``reportgen.verify.common.Document``), so both name the same files.
-"""
+"""What a signed reportgen document is made of: its file names and its statement's types, one
+:class:`DocumentSpec` per kind read by signer and verifier alike (a run here; a sweep summary in
+``reportgen.sweep.summary``, a comparison in ``reportgen.verify.comparison``)."""
 
 from __future__ import annotations
 

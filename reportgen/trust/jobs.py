@@ -1,12 +1,8 @@
 """Before a sweep summary is signed: every job is one the launch made, and says what its signed run says.
 
-``reportgen.sweep.summarize`` calls :func:`job_problems` before it writes anything it signs. The
-summary states each job's verdict from its ``job.json`` and its rows from its ``results.json``;
-both are plain files anyone who can write to the sweep folder can edit. So, with a key, each
-job that ran its checks must hold a statement signed by that key whose ``results.json`` subject
-is the file on disk and whose verdict is the one ``job.json`` states, and the set of jobs must
-be the launch's (:func:`reportgen.trust.launch.launch_differences`). ``reportgen.verify`` then
-checks everything again, PDFs and re-judged rows included.
+``job.json`` and ``results.json`` are plain files anyone who can write to the sweep folder can edit, so
+``reportgen.sweep.summarize`` calls :func:`job_problems` before it signs a summary made from them;
+``reportgen.verify`` checks everything again, PDFs and re-judged rows included.
 """
 
 from __future__ import annotations
@@ -19,12 +15,12 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import sha256_file
+from reportgen.trust.documents import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME
 from reportgen.trust.launch import LaunchError, launch_differences, launch_record
-from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE, RESULTS_NAME, decode_b64, sslib_public_key
+from reportgen.trust.statement import decode_b64, sslib_public_key
 
-#: Exit codes of jobs that ran their checks and therefore signed their run (DESIGN.md "Exit code").
-SIGNED_CODES = (0, 1, 3)
-#: What a signed job's exit code says about its claim (``reportgen.sweep.VERDICT_BY_CODE``).
+#: What the exit code of a job that ran its checks, and so signed its run, says of its claim (DESIGN.md "Exit
+#: code"; the rest of ``reportgen.sweep.VERDICT_BY_CODE`` never signs).
 SIGNED_VERDICTS = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}
 
 
@@ -47,34 +43,31 @@ def signed_statement(envelope_path: Path, public_key: ec.EllipticCurvePublicKey)
     return statement
 
 
-def signed_job(sweep_dir: Path, job: dict[str, Any], public_key: ec.EllipticCurvePublicKey) -> tuple[dict, list[str]]:
-    """One job against its signed statement: ``(the job with "signed_launch" when signed, problems)``."""
+def signed_job(sweep_dir: Path, job: dict[str, Any], entry: dict, public_key: ec.EllipticCurvePublicKey) -> list[str]:
+    """One job against its signed statement: the problems; ``entry`` gets ``signed_launch`` when it is signed."""
     folder, where = Path(sweep_dir) / job["dir"], f"job {job['job']} ({job['dir']}/)"
-    entry = {k: job[k] for k in ("job", "dir", "overrides")}
     envelope = folder / ENVELOPE_NAME
     if not envelope.is_file():
-        if job["exit_code"] in SIGNED_CODES:
-            return entry, [
+        if job["exit_code"] in SIGNED_VERDICTS:
+            return [
                 f"{where}: job.json says exit code {job['exit_code']} ({job['verdict']}), which only a "
                 "signed run gives, and the folder holds no signed statement"
             ]
-        return entry, []
+        return []
     try:
         statement = signed_statement(envelope, public_key)
     except ValueError as exc:
-        return entry, [f"{where}: {exc}"]
+        return [f"{where}: {exc}"]
     predicate = statement["predicate"]
     entry["signed_launch"] = predicate.get("sweep")
     digests = {s["name"]: s["digest"]["sha256"] for s in statement.get("subject", [])}
     results = folder / RESULTS_NAME
     if not results.is_file() or digests.get(RESULTS_NAME) != sha256_file(results):
-        return entry, [f"{where}: its {RESULTS_NAME} is not the one its signed statement vouches for"]
+        return [f"{where}: its {RESULTS_NAME} is not the one its signed statement vouches for"]
     signed = predicate.get("verdict")
     if SIGNED_VERDICTS.get(job["exit_code"]) != signed or job["verdict"] != signed:
-        return entry, [
-            f"{where}: job.json says {job['verdict']} (exit code {job['exit_code']}), its signed run says {signed}"
-        ]
-    return entry, []
+        return [f"{where}: job.json says {job['verdict']} (exit code {job['exit_code']}), its signed run says {signed}"]
+    return []
 
 
 def job_problems(
@@ -90,15 +83,10 @@ def job_problems(
     Returns:
         ``(launch record or None, problems)``; no problems means the summary may be signed.
     """
+    entries = [{k: job[k] for k in ("job", "dir", "overrides")} for job in jobs]
     problems: list[str] = []
-    entries = []
-    for job in jobs:
-        if public_key is None:
-            entries.append({k: job[k] for k in ("job", "dir", "overrides")})
-            continue
-        entry, found = signed_job(Path(sweep_dir), job, public_key)
-        entries.append(entry)
-        problems += found
+    for job, entry in zip(jobs, entries):
+        problems += signed_job(Path(sweep_dir), job, entry, public_key) if public_key is not None else []
     try:
         launch = launch_record(sweep_dir)
     except LaunchError as exc:

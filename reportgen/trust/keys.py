@@ -1,20 +1,8 @@
-"""Signing keys: generate a pair, find the private key, load keys, fingerprint them.
+"""Signing keys: generate a pair (``python -m reportgen.keys``), find the private key, load keys, fingerprint them.
 
-``python -m reportgen.keys generate [--out PATH]`` writes an ECDSA P-256 private key (PEM,
-PKCS#8, mode 0600) and its public key beside it (``<stem>.pub.pem``). One P-256 key serves
-both signatures reportgen makes: the DSSE envelope (securesystemslib ``CryptoSigner``,
-scheme ``ecdsa-sha2-nistp256``) and the PAdES signature of the PDF (pyHanko, with a
+One ECDSA P-256 key serves both signatures reportgen makes: the DSSE envelope (securesystemslib
+``CryptoSigner``, scheme ``ecdsa-sha2-nistp256``) and the PAdES signature of the PDF (pyHanko, with a
 self-signed X.509 certificate for the same key).
-
-Where the private key is looked up, first match wins:
-
-1. ``report.key_path`` in the composed config;
-2. the environment variable ``REPORTGEN_SIGNING_KEY``;
-3. ``~/.config/reportgen/signing-key.pem``.
-
-The fingerprint shown on page 1 of a signed report and printed by ``reportgen.verify`` is
-the SHA-256 of the DER ``SubjectPublicKeyInfo`` of the public key, in hex
-(``openssl pkey -pubin -in KEY.pub.pem -outform DER | sha256sum`` prints the same digits).
 """
 
 from __future__ import annotations
@@ -42,7 +30,8 @@ class KeyFileError(UsageError):
 
 
 def default_key_path(configured: str | os.PathLike | None = None) -> tuple[Path, str]:
-    """Where the private key is, and which rule chose it.
+    """Where the private key is, and which rule chose it: ``report.key_path``, else
+    ``$REPORTGEN_SIGNING_KEY``, else ``~/.config/reportgen/signing-key.pem``.
 
     Args:
         configured: ``report.key_path`` from the config (``None`` when unset).
@@ -66,7 +55,8 @@ def public_key_path(private_path: str | os.PathLike) -> Path:
 
 
 def fingerprint(public_key: ec.EllipticCurvePublicKey) -> str:
-    """SHA-256 of the DER SubjectPublicKeyInfo, 64 lowercase hex digits."""
+    """SHA-256 of the DER SubjectPublicKeyInfo, 64 lowercase hex digits: shown on page 1 and by
+    ``reportgen.verify`` (``openssl pkey -pubin -in KEY.pub.pem -outform DER | sha256sum`` prints the same)."""
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(der).hexdigest()
 

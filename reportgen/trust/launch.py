@@ -1,16 +1,11 @@
 """A sweep's launch, as Hydra recorded it: which jobs it made, with which overrides.
 
-Hydra's basic sweeper saves the sweep's whole config as ``multirun.yaml`` in the sweep folder
-before it launches any job, then expands the sweep (``hydra.sweeper.params`` and the command
-line's overrides, ``hydra.overrides.task``) with ``BasicSweeper.split_arguments`` into the
-cartesian product of the swept values and numbers the jobs ``0 .. N-1`` in that order. This
-module re-derives that job set from ``multirun.yaml`` with Hydra's own parser and splitter, so
-``reportgen.sweep summarize`` and ``reportgen.verify`` can compare the jobs found on disk with
-the jobs the launch made: a missing, extra, duplicated or foreign job is a difference, named.
-
-Each job's own signed statement names its launch (:func:`job_launch`: job number, overrides,
-and the SHA-256 of ``multirun.yaml``), so a job signed in another sweep is told apart from one
-of this sweep even when its number and overrides match.
+Hydra's basic sweeper saves the sweep's whole config as ``multirun.yaml`` before it launches any
+job, then expands the sweep (``hydra.sweeper.params`` and ``hydra.overrides.task``) with
+``BasicSweeper.split_arguments`` and numbers the jobs ``0 .. N-1`` in that order. This module
+re-derives that job set with Hydra's own parser and splitter, so ``reportgen.sweep summarize`` and
+``reportgen.verify`` can name each missing, extra, duplicated or foreign job (each job's statement
+names its launch: :func:`job_launch`).
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ subjects are the run's files that are in that list, so a file someone else puts 
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
-from reportgen.files import track_writes
+from reportgen.files import sha256_file, track_writes
 
 #: The manifest, a dotfile (never a statement subject itself).
 MANIFEST_NAME = ".reportgen.manifest"
@@ -51,15 +53,8 @@ def seal_payload(out_dir: Path, record: dict) -> bytes:
     """The bytes a seal signs: SHA-256 of each of :data:`SEALED_FILES` and of every file the mark lists as
     ``written`` (the run's manifest when its checks finished), as they are on disk, and the mark's fields
     that rendering uses (canonical JSON). Any edit to them changes the payload."""
-    import hashlib
-    import json
-
-    digests = {
-        name: hashlib.sha256((Path(out_dir) / name).read_bytes()).hexdigest()
-        if (Path(out_dir) / name).is_file()
-        else None
-        for name in sorted(set(SEALED_FILES) | set(record.get("written") or ()))
-    }
+    paths = {name: Path(out_dir) / name for name in sorted(set(SEALED_FILES) | set(record.get("written") or ()))}
+    digests = {name: sha256_file(path) if path.is_file() else None for name, path in paths.items()}
     fields = {k: record.get(k) for k in ("meta", "required", "pdf", "sign", "written")}
     return json.dumps({"files": digests, "mark": fields}, sort_keys=True, default=str).encode()
 
@@ -76,9 +71,6 @@ def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign
     signs only a folder whose results, config and mark still match their seal, so nobody can edit a
     finished, unsigned run and have it signed later.
     """
-    import base64
-    import json
-
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -101,8 +93,6 @@ def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign
 
 def seal_holds(out_dir: Path, record: dict, public_key) -> bool:
     """True when ``record``'s seal is a signature by ``public_key`` over the folder as it is now."""
-    import base64
-
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec

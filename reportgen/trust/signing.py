@@ -1,26 +1,9 @@
-"""Sign a run: an in-toto statement in a DSSE envelope, and a PAdES signature on the PDF.
+"""Sign a document: an in-toto statement in a DSSE envelope, and a PAdES signature on its PDF.
 
-What ``sign_run`` leaves in the run folder (with signing on):
-
-- ``statement.dsse.json``: a DSSE envelope (securesystemslib) around an in-toto Statement v1
-  whose subjects are the SHA-256 digests of every file of the run (results.csv,
-  results.json, report.html, report.unsigned.pdf, ``.hydra/*.yaml``, plots), and whose
-  predicate holds the claim: checks, tolerances as decimal strings, costs, verdict and the
-  list of required checks it follows from, environment.
-- ``report.unsigned.pdf``: the PDF/A-3b that ``render_report`` wrote (results.json attached).
-- ``report.pdf``: ``report.unsigned.pdf`` plus one incremental update that attaches the
-  envelope and adds a PAdES signature (pyHanko) made with a self-signed X.509 certificate
-  for the same key. Its first revision is byte for byte ``report.unsigned.pdf``, which the
-  statement covers; the PAdES signature covers the whole file (the envelope cannot cover
-  the PDF it is attached to).
-
-``reportgen.verify`` checks all of it; the order here is the one it relies on. A sweep summary and
-a comparison are signed the same way, by the same path (:func:`sign`), with their own
-:class:`~reportgen.trust.documents.DocumentSpec`.
-
-The parts live beside this module: ``documents`` (file names, one spec per kind), ``signing_key``
-(the key), ``statement`` (the in-toto statement, its predicate and DSSE envelope) and ``pades`` (the
-signed PDF); their public names are importable from here too.
+:func:`sign` is the one path for runs (:func:`sign_run`), sweep summaries and comparisons
+(:func:`sign_document`); ``reportgen.verify`` checks what it writes, in the order written here. The parts:
+``documents`` (file names), ``signing_key`` (the key), ``statement`` (statement, predicate, envelope) and
+``pades`` (the signed PDF).
 """
 
 from __future__ import annotations
@@ -34,61 +17,30 @@ import pandas as pd
 from reportgen.files import atomic_write, record_written
 from reportgen.trust.documents import (
     ENVELOPE_NAME,
-    PAYLOAD_TYPE,
     PDF_NAME,
-    PREDICATE_TYPE,
     RESULTS_NAME,
     RUN_DOCUMENT,
-    STATEMENT_TYPE,
     UNSIGNED_PDF_NAME,
     DocumentSpec,
 )
-from reportgen.trust.pades import SIGNATURE_FIELD, self_signed_certificate, sign_pdf
+from reportgen.trust.pades import sign_pdf
 from reportgen.trust.signing_key import SigningError, SigningKey, load_signing_key, signature_label
-from reportgen.trust.statement import (
-    build_statement,
-    canonical_json,
-    claim_predicate,
-    decimal_string,
-    decode_b64,
-    envelope_file_bytes,
-    is_subject,
-    run_files,
-    sign_statement,
-    sslib_public_key,
-)
+from reportgen.trust.statement import build_statement, claim_predicate, sign_statement
 
+#: Names the commands import from here, beside this module's own.
 __all__ = [
     "ENVELOPE_NAME",
-    "PAYLOAD_TYPE",
     "PDF_NAME",
-    "PREDICATE_TYPE",
     "RESULTS_NAME",
-    "RUN_DOCUMENT",
-    "SIGNATURE_FIELD",
-    "STATEMENT_TYPE",
     "UNSIGNED_PDF_NAME",
-    "DocumentSpec",
     "SigningError",
     "SigningKey",
-    "build_statement",
-    "canonical_json",
-    "claim_predicate",
-    "decimal_string",
-    "decode_b64",
-    "envelope_file_bytes",
-    "is_subject",
     "load_signing_key",
-    "run_files",
-    "self_signed_certificate",
     "set_aside_unsigned",
     "sign",
     "sign_document",
-    "sign_pdf",
     "sign_run",
-    "sign_statement",
     "signature_label",
-    "sslib_public_key",
 ]
 
 

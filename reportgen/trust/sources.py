@@ -24,7 +24,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from reportgen.files import sha256_file
+from reportgen.files import sha256_file, special_kind
 
 #: reportgen's own package folder (left out of the user sources; hashed as a whole).
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # reportgen/, this module being reportgen/trust/sources.py
@@ -222,8 +222,6 @@ def named_file_digests(config) -> dict[str, str]:
     """``{absolute path: hex SHA-256}`` of every file :func:`named_paths` finds; a folder counts as
     every regular file under it (``from_pretrained`` folders: config, weights, tokenizer files).
     A file that cannot be read maps to ``"unreadable"``; devices and FIFOs to their kind."""
-    from reportgen.files import special_kind
-
     files: list[Path] = []
     for path in named_paths(config):
         files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]

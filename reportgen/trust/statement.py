@@ -1,9 +1,5 @@
-"""The in-toto statement of a signed document and its DSSE envelope (securesystemslib).
-
-A run's statement covers every file the run wrote (:func:`run_files`) and its predicate holds the
-claim (:func:`claim_predicate`): checks, tolerances as decimal strings, costs, verdict and the list of
-required checks it follows from, environment.
-"""
+"""The in-toto statement of a signed document (a run's: :func:`run_files`, :func:`claim_predicate`) and its
+DSSE envelope (securesystemslib)."""
 
 from __future__ import annotations
 

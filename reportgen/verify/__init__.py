@@ -60,12 +60,12 @@ from reportgen.errors import ExitCode
 from reportgen.files import NotRegularFile, refuse_special
 from reportgen.results import Status
 from reportgen.sweep import INCOMPLETE_MARK
-from reportgen.trust.attachments import embedded_files
+from reportgen.trust.attachments import read_attachments
+from reportgen.trust.documents import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
-from reportgen.trust.signing import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.verify.common import Document, peek_predicate_type
 from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_pdf
-from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check
 from reportgen.verify.run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_pdf
 from reportgen.verify.sweep import SUMMARY, verify_summary, verify_sweep
 
@@ -125,11 +125,7 @@ def kind_of(target: Path) -> Document:
         found = kinds_in_folder(target)
         return found[0] if len(found) == 1 else RUN
     try:
-        import io
-
-        from pyhanko.pdf_utils.reader import PdfFileReader
-
-        envelope = embedded_files(PdfFileReader(io.BytesIO(target.read_bytes()), strict=False)).get(ENVELOPE_NAME, b"")
+        envelope = read_attachments(target.read_bytes()).get(ENVELOPE_NAME, b"")
     except Exception:  # noqa: BLE001 - an unreadable PDF: the run verifier names what is wrong
         return RUN
     return KINDS.get(peek_predicate_type(envelope) or PREDICATE_TYPE, KINDS[PREDICATE_TYPE])[0]
@@ -170,18 +166,9 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
     if target.is_dir() and len(found := kinds_in_folder(target)) > 1:
         return Outcome("mixed folder", [mixed_kinds(target, found)])
     if target.is_dir() and (target / INCOMPLETE_MARK).is_file() and not (target / SUMMARY.envelope).is_file():
-        return Outcome(
-            "sweep folder",
-            [
-                Check(
-                    FAIL,
-                    "summary complete",
-                    f"{INCOMPLETE_MARK} is present and there is no "
-                    f"{SUMMARY.envelope}: the summary was interrupted; write it again with "
-                    f"python -m reportgen.sweep summarize {target}",
-                )
-            ],
-        )
+        said = f"{INCOMPLETE_MARK} is present and there is no {SUMMARY.envelope}: the summary was interrupted; "
+        said += f"write it again with python -m reportgen.sweep summarize {target}"
+        return Outcome("sweep folder", [Check(FAIL, "summary complete", said)])
     doc = kind_of(target)
     _, on_dir, on_pdf = KINDS[doc.predicate_type]
     verified = on_dir(target, public_key) if target.is_dir() else on_pdf(target.read_bytes(), public_key)
@@ -190,14 +177,8 @@ def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: s
     if doc is RUN and verified.statement is not None and not any(c.status == FAIL for c in checks):
         verdict = verified.statement["predicate"]["verdict"]
     if expect is not None and expect != doc.label:
-        checks.append(
-            Check(
-                FAIL,
-                "expected kind",
-                f"--expect {expect}, and this is a {doc.label} {where} (its "
-                f"statement's predicate type {doc.predicate_type})",
-            )
-        )
+        said = f"--expect {expect}, and this is a {doc.label} {where}"
+        checks.append(Check(FAIL, "expected kind", f"{said} (its statement's predicate type {doc.predicate_type})"))
     return Outcome(f"{doc.label} {where}", checks, verdict)
 
 
@@ -211,12 +192,7 @@ def verify(target: Path, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: what was found, one line per check, then a summary line.
-
-    Returns:
-        0 verified, 1 not verified, 2 usage error (no such path, unusable key), 3 verified and
-        the run's claim is INCONCLUSIVE.
-    """
+    """Command line: what was found, one line per check, then a summary line; the exit code (module docstring)."""
     parser = argparse.ArgumentParser(
         prog="python -m reportgen.verify", description="Verify a signed reportgen run, sweep or comparison offline."
     )
@@ -261,35 +237,5 @@ def main(argv: list[str] | None = None) -> int:
     return ExitCode.INCONCLUSIVE if outcome.verdict == Status.INCONCLUSIVE else ExitCode.HOLDS
 
 
-__all__ = [
-    "COMPARISON",
-    "Check",
-    "ExitCode.INCONCLUSIVE",
-    "ExitCode.FAILS",
-    "ExitCode.USAGE",
-    "ExitCode.HOLDS",
-    "EXPECT",
-    "FAIL",
-    "KINDS",
-    "NOTE",
-    "Outcome",
-    "PASS",
-    "RUN",
-    "SIGNED_CLAIM",
-    "SUMMARY",
-    "VerifyError",
-    "kind_of",
-    "kinds_in_folder",
-    "main",
-    "mixed_kinds",
-    "status_mismatches",
-    "verify",
-    "verify_comparison",
-    "verify_comparison_pdf",
-    "verify_pdf",
-    "verify_run",
-    "verify_run_pdf",
-    "verify_summary",
-    "verify_sweep",
-    "verify_target",
-]
+#: Imported from here by the commands and tests (the other imports are used here).
+__all__ = ["PASS", "status_mismatches", "verify_pdf"]

@@ -1,8 +1,6 @@
 """What every signed reportgen document shares: DSSE envelope, statement, subjects, and the folder or PDF it comes in.
 
-The run, sweep and comparison verifiers (``reportgen.verify.run``, ``.sweep``,
-``.comparison``) build on these checks; each returns :class:`Check` lines, PASS, FAIL or
-NOTE (NOTE informs and never fails). Nothing touches the network.
+The run, sweep and comparison verifiers build on these checks (offline: nothing touches the network).
 """
 
 from __future__ import annotations
@@ -17,21 +15,12 @@ from pathlib import Path, PurePosixPath
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import special_kind
-from reportgen.trust.attachments import embedded_files
-from reportgen.trust.documents import DocumentSpec
+from reportgen.trust.attachments import read_attachments
+from reportgen.trust.documents import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, DocumentSpec
 from reportgen.trust.keys import fingerprint
-from reportgen.trust.signing import (
-    ENVELOPE_NAME,
-    PAYLOAD_TYPE,
-    STATEMENT_TYPE,
-    decode_b64,
-    envelope_file_bytes,
-    sslib_public_key,
-)
+from reportgen.trust.statement import decode_b64, envelope_file_bytes, sslib_public_key
 from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, sha256_hex, short_digest
 from reportgen.verify.pdf import check_pdf, first_revision_digests
-
-# --------------------------------------------------------------------------- the statement
 
 
 def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, doc: Document) -> tuple[list[Check], dict | None]:
@@ -159,10 +148,8 @@ def peek_predicate_type(envelope: bytes) -> str | None:
 def unlisted_files(
     run_dir: Path, listed, own: tuple[str, ...] = ("report.pdf", ENVELOPE_NAME)
 ) -> list[tuple[str, str]]:
-    """Everything in a run folder that the statement does not list, logs and dotfiles included.
-
-    The signed outputs themselves (report.pdf, statement.dsse.json) are checked on their own
-    and left out. Symbolic links are named and never followed.
+    """Everything in a run folder that the statement does not list, logs and dotfiles included, but
+    ``own``; symbolic links are named and never followed.
 
     Args:
         run_dir: the run folder.
@@ -184,9 +171,6 @@ def unlisted_files(
             kind = "a symbolic link, " if path.is_symlink() else ("" if path.is_file() else "not a regular file, ")
             out.append((relative, kind))
     return sorted(out)
-
-
-# --------------------------------------------------------------------------- documents
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,7 +268,7 @@ def _why_unsigned(folder: Path, doc: Document) -> str:
     pdf = folder / doc.pdf
     if pdf.is_file():
         try:
-            if ENVELOPE_NAME in embedded_files_of(pdf.read_bytes()):
+            if ENVELOPE_NAME in read_attachments(pdf.read_bytes()):
                 return (
                     f"it was deleted: {doc.pdf} beside it is signed and carries the statement; verify {doc.pdf} "
                     "alone, or restore the folder"
@@ -292,15 +276,6 @@ def _why_unsigned(folder: Path, doc: Document) -> str:
         except Exception:  # noqa: BLE001 - an unreadable PDF: fall through to the generic reason
             pass
     return f"the {doc.label} was not signed (report.sign=false?)"
-
-
-def embedded_files_of(pdf: bytes) -> dict[str, bytes]:
-    """The files attached in a PDF (empty when it has none)."""
-    import io
-
-    from pyhanko.pdf_utils.reader import PdfFileReader
-
-    return embedded_files(PdfFileReader(io.BytesIO(pdf), strict=False))
 
 
 def verify_document_dir(

@@ -19,8 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
 from reportgen.results import frame_to_json
-from reportgen.trust.documents import DocumentSpec
-from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
+from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME, DocumentSpec
 from reportgen.verify.common import (
     Document,
     Verified,

@@ -1,8 +1,5 @@
-"""One verification line (:class:`Check`), and the helpers every verifier builds its lines with.
-
-The lowest module of ``reportgen.verify``: the PDF checks (``.pdf``), the statement and document
-checks (``.common``) and the run, sweep and comparison verifiers all speak in these lines.
-"""
+"""One verification line (:class:`Check`), and the helpers every verifier of ``reportgen.verify`` builds its
+lines with (the lowest module of the package)."""
 
 from __future__ import annotations
 
@@ -68,22 +65,15 @@ def require(condition: object, message: str) -> None:
 
 
 def present(value: T | None, message: str) -> T:
-    """``value``, or :class:`VerifyError` with ``message`` when it is ``None``.
-
-    Raises:
-        VerifyError: ``value`` is None.
-    """
+    """``value``, or :class:`VerifyError` with ``message`` when it is ``None``."""
     if value is None:
         raise VerifyError(message)
     return value
 
 
 def of_type(value: object, kind: type[T], message: str) -> T:
-    """``value`` when it is an instance of ``kind``, else :class:`VerifyError` with ``message``.
-
-    Raises:
-        VerifyError: ``value`` is not a ``kind`` (e.g. a predicate field that is not a list).
-    """
+    """``value`` when it is an instance of ``kind`` (e.g. a predicate field that must be a list), else
+    :class:`VerifyError` with ``message``."""
     if not isinstance(value, kind):
         raise VerifyError(message)
     return value

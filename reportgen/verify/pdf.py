@@ -1,7 +1,7 @@
 """The PDF signature of a signed reportgen document (checks 1-3 of ``reportgen.verify``).
 
 One PAdES signature by ``--key`` over the entire file, its CMS exactly in the layout
-``signing.sign_pdf`` writes, and the attachments the remaining checks need; plus the digests of
+``pades.sign_pdf`` writes, and the attachments the remaining checks need; plus the digests of
 the PDF's first revision (the rendered pages before signing).
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.trust.attachments import embedded_files
+from reportgen.trust.documents import ENVELOPE_NAME
 from reportgen.trust.keys import fingerprint
-from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify.outcome import Check, VerifyError, attempt, require, sha256_hex, short_digest
 
 
@@ -89,7 +89,7 @@ def _der_length(data: bytes, start: int = 0) -> int:
 
 
 def _check_cms(contents: bytes) -> str:
-    """The CMS in /Contents has exactly the layout ``signing.sign_pdf`` makes, and its certificate is genuine.
+    """The CMS in /Contents has exactly the layout ``pades.sign_pdf`` makes, and its certificate is genuine.
 
     A CMS signature does not sign every byte of its own container: the SignedData and
     SignerInfo versions, the digestAlgorithms set and the certificates travel unsigned. A

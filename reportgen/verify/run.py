@@ -19,10 +19,12 @@ def configured_on_miss(record: dict, config: dict | None) -> str | None:
     """The ``on_miss`` the checks give this row, where it does not come from the row itself: FAIL
     for a recompute parity row (a role of kind ``PARITY`` that a registered check declares,
     ``reportgen.checks.roles_of``: a miss is always FAIL, no setting makes it advisory, whatever
-    ``on_miss`` the row says); ``memory.peak_on_miss`` of ``config`` (a flattened run config)
-    for the step-peak saving; ``None`` (the row's own) otherwise."""
+    ``on_miss`` the row says); INCONCLUSIVE for a detector control (a missed fault); ``memory.peak_on_miss``
+    of ``config`` (a flattened run config) for the step-peak saving; ``None`` (the row's own) otherwise."""
     if record.get("role") in roles_of(Kind.PARITY) and record.get("variant") == "recompute":
         return Status.FAIL
+    if record.get("role") == Role.CONTROL:
+        return Status.INCONCLUSIVE
     if record.get("role") == Role.PEAK_SAVING and config and config.get("memory.peak_on_miss"):
         return str(config["memory.peak_on_miss"]).strip("\"'")  # a flattened config holds it as JSON text
     return None

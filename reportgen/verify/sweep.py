@@ -25,16 +25,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.results import frame_to_json
-from reportgen.sweep import (
-    INCOMPLETE_MARK,
-    VERDICT_BY_CODE,
-    job_dirs,
-    load_jobs,
-    summary_frame,
-)
-from reportgen.sweep.signing import SUMMARY_DOCUMENT
+from reportgen.sweep import INCOMPLETE_MARK, SUMMARY_DOCUMENT, VERDICT_BY_CODE, job_dirs, load_jobs, summary_frame
+from reportgen.trust.documents import ENVELOPE_NAME
+from reportgen.trust.jobs import SIGNED_VERDICTS
 from reportgen.trust.launch import LAUNCH_FILE, launch_differences, launch_record
-from reportgen.trust.signing import ENVELOPE_NAME
 from reportgen.verify.common import (
     Document,
     Verified,
@@ -44,11 +38,8 @@ from reportgen.verify.common import (
     verify_document_dir,
     verify_lone_pdf,
 )
-from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, attempt, of_type, present, require, sha256_hex
+from reportgen.verify.outcome import FAIL, NOTE, Check, attempt, of_type, present, require, sha256_hex
 from reportgen.verify.run import verify_run
-
-#: Exit codes of jobs that ran their checks and therefore signed their run.
-SIGNED_CODES = (0, 1, 3)
 
 
 def check_sweep_predicate(predicate: dict) -> str:
@@ -81,7 +72,7 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
         require(folder.is_dir(), "its folder is missing")
         if job["statement_sha256"] is None:
             require(
-                job["exit_code"] not in SIGNED_CODES,
+                job["exit_code"] not in SIGNED_VERDICTS,
                 f"exit code {job['exit_code']} means its checks ran, but the summary lists no signed statement",
             )
             return f"not signed: it did not run its checks (exit code {job['exit_code']}, {job['verdict']})"
@@ -179,14 +170,8 @@ def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Veri
     sweep_dir = Path(sweep_dir)
     found = verify_document_dir(sweep_dir, public_key, SUMMARY, note_unlisted=False)
     if (sweep_dir / INCOMPLETE_MARK).exists():
-        found.checks.append(
-            Check(
-                FAIL,
-                "summary complete",
-                f"{INCOMPLETE_MARK} is present: the summary was "
-                f"interrupted; rewrite it with python -m reportgen.sweep summarize {sweep_dir}",
-            )
-        )
+        said = f"{INCOMPLETE_MARK} is present: the summary was interrupted; rewrite it with python -m reportgen.sweep "
+        found.checks.append(Check(FAIL, "summary complete", f"{said}summarize {sweep_dir}"))
     if found.statement is None:
         return found
     jobs = found.statement["predicate"]["jobs"]
@@ -207,6 +192,3 @@ def verify_summary(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verifi
     said = "jobs listed with their statements' digests; a lone summary.pdf cannot show them: verify the sweep folder "
     said += "to check every job"
     return verify_lone_pdf(data, public_key, SUMMARY, "jobs", lambda st: f"{len(st['predicate']['jobs'])} {said}")
-
-
-__all__ = ["SUMMARY", "verify_sweep", "verify_summary", "PASS"]

@@ -15,8 +15,7 @@ from reportgen import checks
 from reportgen.checks.controls import faults, fixed_batch, later
 from reportgen.checks.controls import rows as controls
 from reportgen.checks.controls.check import CHECK, detector_controls
-from reportgen.checks.controls.faults import other_rng, recomputing, shifted_inputs, zeroed_inputs
-from reportgen.checks.controls.region import modules_of
+from reportgen.checks.controls.faults import modules_of, other_rng, recomputing, shifted_inputs, zeroed_inputs
 from reportgen.config import CONTROLS
 from reportgen.results import Role, Status
 from reportgen.twins.forward import forward_backward

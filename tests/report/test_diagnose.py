@@ -123,7 +123,7 @@ def test_ddp_rules_fire_only_under_ddp_and_offer_no_setting_in_force(compose_cfg
     assert said["rule"] == "DDP: parameter ready twice"
     assert "find_unused_parameters=false" not in said["fix"] and "static_graph=true" in said["fix"]
     assert "find_unused_parameters=True or a module" not in said["cause"]
-    assert "two forwards before one backward" in said["cause"]
+    assert "two forwards run before one backward" in said["cause"]
     unused = ddp_settings(
         compose_cfg, "distributed.ddp.find_unused_parameters=true", "distributed.ddp.static_graph=true"
     )
@@ -137,13 +137,13 @@ def test_ddp_rules_fire_only_under_ddp_and_offer_no_setting_in_force(compose_cfg
 def test_ddps_unfinished_reduction_names_the_twin_that_raised(compose_cfg):
     settings = ddp_settings(compose_cfg, mode="non_reentrant")
     plain = why([rank_raised(UNFINISHED, "plain")], settings, DIST_GRADIENT_PARITY)
-    assert "in the plain twin (a parameter the forward never uses" in plain["cause"]
+    assert 'the plain twin on rank 0 raised: "Expected to have finished reduction' in plain["cause"]
     assert (
         plain["fix"]
         == "remove the parameter the forward never uses, or set distributed.ddp.find_unused_parameters=true"
     )
     recompute = why([rank_raised(UNFINISHED)], settings, DIST_GRADIENT_PARITY)
-    assert "in the recompute twin" in recompute["cause"] and "if the plain twin raised" not in recompute["fix"]
+    assert "the recompute twin on rank 0 raised" in recompute["cause"] and "if the plain twin" not in recompute["fix"]
     assert recompute["fix"] == "make the region's input require grad (model.enable_input_require_grads())"
 
 

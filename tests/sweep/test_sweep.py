@@ -11,7 +11,8 @@ import pytest
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from omegaconf import OmegaConf
 
-from reportgen.config import TIME
+from reportgen.checks.controls.rows import ACTIVATION, control_row
+from reportgen.config import CONTROLS, TIME
 from reportgen.errors import ExitCode
 from reportgen.sweep.callback import SweepSummary, sweep_exit_code
 from reportgen.sweep.cli import main
@@ -157,6 +158,23 @@ def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep
         for n, c, v in [(1, 0, "PASS"), (2, 1, "FAIL")]
     ]
     assert not (fake_sweep / "summary.dsse.json").exists() and not (fake_sweep / "summary.csv").exists()
+
+
+def test_the_detector_controls_are_carried_and_a_job_they_leave_inconclusive_says_why(tmp_path):
+    """Issue 35: each job's controls are a column of the verdict matrix, and a job a missed control leaves
+    INCONCLUSIVE (exit 3) names it in the summary, not an empty error."""
+    caught = control_row(ACTIVATION, True, "caught", size="10 tolerance units", caught_by="w.grad")
+    blind = control_row(ACTIVATION, False, "not caught: the tolerance is too wide", size="10 tolerance units")
+    root = tmp_path / "sweep"
+    write_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, [*job_cost_rows(), caught])
+    write_job(root / "1", 1, ["+model=ffn", "recompute=reentrant"], 3, [*job_cost_rows(), blind])
+    write_launch(root, ["+model=ffn", "recompute=non_reentrant,reentrant"])
+    frame, code = summarize(root, pdf=False)
+    assert code == 3 and frame[frame.check == CONTROLS].status.tolist() == ["PASS", "INCONCLUSIVE"]
+    said = "cannot be judged: detector controls INCONCLUSIVE"
+    assert frame[frame.job == 1].error.iloc[0] == said
+    html = (root / "summary.html").read_text()
+    assert said in html and f"<th>{CONTROLS}</th>" in html and 'class="cell INCONCLUSIVE"' in html
 
 
 @pytest.mark.parametrize("pdf", [False, True])

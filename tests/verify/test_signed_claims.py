@@ -24,11 +24,12 @@ from conftest import (
 )
 
 from reportgen import verify as verifier
+from reportgen.checks.controls.rows import ACTIVATION, control_row
 from reportgen.commands import compare
 from reportgen.commands.run import write_results
 from reportgen.config import TIME
 from reportgen.report.render import render_report
-from reportgen.results import Role, Row, Status, claim_verdict, to_frame
+from reportgen.results import Role, Row, Status, claim_verdict, frame_to_json, to_frame
 from reportgen.sweep import summary
 from reportgen.sweep.cli import main
 from reportgen.sweep.summary import INCOMPLETE_MARK, summarize
@@ -502,11 +503,15 @@ def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, keys, mon
 # --------------------------------------------------------------------------- runs
 
 
+def frame_rows(frame) -> list[Row]:
+    """The rows of a results frame, as :class:`Row` again."""
+    return [Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in frame.to_dict("records")]
+
+
 def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys):
     (private, public), _ = keys
-    rows = [*tiny_frame().to_dict("records")]
     frame = to_frame(
-        [Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in rows]
+        frame_rows(tiny_frame())
         + [
             Row(
                 check="gradient parity",
@@ -526,6 +531,28 @@ def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys)
     assert out.splitlines()[-1].startswith("VERIFIED (run folder): the signed claim is INCONCLUSIVE (honestly signed")
     (run / "results.json").write_text((run / "results.json").read_text().replace("INCONCLUSIVE", "PASS"))
     assert verifier.main([str(run), "--key", str(public)]) == 1
+
+
+def test_a_forged_detector_control_never_verifies(tmp_path, keys, capsys):
+    """A control that was not caught (INCONCLUSIVE, exit 3), forged as caught with its status made to agree:
+    edited in the signed folder, re-signed with another key, or signed with a lenient on_miss."""
+    (private, public), (other, _) = keys
+    blind = control_row(ACTIVATION, False, "not caught: the tolerance is too wide", size="10 tolerance units")
+    frame = to_frame([*frame_rows(tiny_frame()), blind])
+    run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)
+    assert verifier.main([str(run), "--key", str(public)]) == 3  # honest: the claim cannot be judged
+    forged = frame.copy()
+    forged.loc[forged.item == ACTIVATION, ["value", "status"]] = [1.0, Status.PASS]
+    assert claim_verdict(forged, REQUIRED) != Status.INCONCLUSIVE  # what the forger is after
+    (run / "results.json").write_text(frame_to_json(forged))
+    assert verifier.main([str(run), "--key", str(public)]) == 1
+    resigned = signed_run(tmp_path / "resigned", other, frame=forged, pdf=False)
+    assert verifier.main([str(resigned), "--key", str(public)]) == 1
+    lenient = frame.copy()
+    lenient.loc[lenient.item == ACTIVATION, ["on_miss", "status"]] = [Status.WARN, Status.WARN]
+    lines = failed(verify_dir(signed_run(tmp_path / "lenient", private, frame=lenient, pdf=False), public).checks)
+    assert any(f"{ACTIVATION} / recompute / caught says on_miss 'WARN'" in line for line in lines)
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize(

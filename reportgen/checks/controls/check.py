@@ -1,29 +1,5 @@
-"""Detector controls (issue 35): every report shows that its checks can see a recompute fault on this
-model, at these tolerances.
-
-A PASS says no check saw a difference; it does not say a check could have seen one. Here faults are
-injected inside one recompute region, only while it recomputes (:mod:`reportgen.checks.controls.faults`),
-so each travels through the twin's own backward like a real recompute bug, and each must be caught by
-the check that exists for it, judged exactly as that check judges (the same row builders and
-tolerances):
-
-1. **recomputed activation off** — the region recomputes from inputs moved by ``controls.size``
-   tolerance units; gradient parity must fail some parameter gradient.
-2. **RNG not replayed** — the region draws from other generator states while it recomputes; gradient
-   parity must fail. Applies only where the region's forward was seen drawing random numbers.
-3. **state changed by recomputation** — a buffer of the region grows by 1 when it recomputes; state
-   parity (buffers after the step) must fail. Applies only to a region with a buffer.
-4. **gradient lost** — the region recomputes from zeros that carry no gradient; gradient parity must fail.
-5. **fault from a later step** — fault 1 (at 100 %) switched on from step k = 2; trajectory parity must
-   first fail at step k, not before.
-6. **memory saving without recompute** — the recompute twin with its recompute turned off; its saving of
-   saved activations must miss ``memory.negligible_saving_share``.
-
-The region is the observed one (``setup.observed``) whose parameters get the largest gradient. A fault
-that applies and is not caught makes the claim INCONCLUSIVE (exit 3); its row says which check is blind
-and why (a tolerance too wide for the gradients, a region the loss does not depend on). A control whose
-check already fails without any fault is not needed (INFO): a failure needs no control.
-"""
+"""Detector controls: faults injected inside one recompute region while it recomputes, each of which the check
+that exists for it must catch on this model at these tolerances (docs/verdict.md, "the detector controls")."""
 
 from __future__ import annotations
 
@@ -31,21 +7,9 @@ import time
 from collections.abc import Callable
 
 from reportgen.checks.base import Check, Section
-from reportgen.checks.controls.baseline import baseline, region_row
-from reportgen.checks.controls.fixed_batch import activation, lost, rng_control, state
+from reportgen.checks.controls.fixed_batch import activation, baseline, lost, region_row, rng_control, saving, state
 from reportgen.checks.controls.later import later
-from reportgen.checks.controls.rows import (
-    ACTIVATION,
-    FAULTS,
-    LATER,
-    LOST,
-    RNG,
-    SAVING,
-    STATE,
-    control_row,
-    stated_row,
-)
-from reportgen.checks.controls.saving import saving
+from reportgen.checks.controls.rows import ACTIVATION, FAULTS, LATER, LOST, RNG, SAVING, STATE, control_row, stated_row
 from reportgen.config import CONTROLS
 from reportgen.results import Role, Row
 from reportgen.results.rows import exception_message
@@ -60,11 +24,7 @@ def timed(fault: str, control: Callable[[], Row]) -> Row:
         row = control()
     except Exception as exc:  # noqa: BLE001 - failures are data
         row = control_row(
-            fault,
-            None,
-            FAULTS[fault],
-            f"the control could not run: {type(exc).__name__}: {exception_message(exc)}",
-            size="",
+            fault, None, f"the control could not run: {type(exc).__name__}: {exception_message(exc)}", size=""
         )
     row.seconds = time.perf_counter() - start
     return row
@@ -81,22 +41,24 @@ def detector_controls(setup: Setup) -> list[Row]:
         total time (s).
     """
     start = time.perf_counter()
-    if not setup.observed:
-        said = "not run: no module was observed recomputing, so there is no region to inject into"
-        rows = [stated_row(f, c, said) for f, c in FAULTS.items()]
+    observed = setup.observed or []
+    base = (
+        baseline(setup, observed)
+        if observed
+        else "not run: no module was observed recomputing, so there is no region to inject into"
+    )
+    if isinstance(base, str):
+        rows = [stated_row(f, base) for f in FAULTS]
     else:
-        base, rows = baseline(setup)
-        if base is not None:
-            rows = [region_row(base, list(setup.observed))]
-            controls = {
-                ACTIVATION: lambda: activation(setup, base),
-                RNG: lambda: rng_control(setup, base),
-                STATE: lambda: state(setup, base),
-                LOST: lambda: lost(setup, base),
-                LATER: lambda: later(setup, base),
-                SAVING: lambda: saving(setup),
-            }
-            rows += [timed(fault, control) for fault, control in controls.items()]
+        controls = {
+            ACTIVATION: lambda: activation(setup, base),
+            RNG: lambda: rng_control(setup, base),
+            STATE: lambda: state(setup, base),
+            LOST: lambda: lost(setup, base),
+            LATER: lambda: later(setup, base),
+            SAVING: lambda: saving(setup),
+        }
+        rows = [region_row(base, len(observed)), *(timed(fault, control) for fault, control in controls.items())]
     seconds = time.perf_counter() - start
     return rows + [
         Row.fact(

@@ -1,22 +1,16 @@
-"""The faults the detector controls inject: hooks on the modules of one recompute region that act only
-while the region recomputes, so each fault travels through the twin's own backward like a real
-recompute bug.
+"""The faults the detector controls inject (docs/verdict.md, "the detector controls"), and what is observed of
+the region they go into: hooks on the region's modules that act only while it recomputes, i.e. while a module's
+forward runs inside autograd's backward, whatever turned recomputation on. The forward itself is never touched.
 
-"While it recomputes" is observed the way :mod:`reportgen.twins.observe` observes recomputation, for
-any implementation (torch's wrappers, selective policies, a model's own switch): a module's forward
-runs while autograd's engine is running a backward (``torch._C._current_graph_task_id() != -1``).
-The forward itself is never touched, so the loss and outputs stay the plain twin's.
-
-Why the inputs and not the outputs: non-reentrant recompute (torch's default) replays the region only
-to get back the tensors its ops *saved* for backward; what the region returns in that replay is never
-read. A fault has to change what the ops compute, so it changes what they compute *from*.
+Faults move the inputs, not the outputs: non-reentrant recompute replays the region only to get back the tensors
+its ops saved for backward and never reads what it returns, so a fault changes what the ops compute *from*.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,7 +18,8 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from reportgen.rng import capture, restore, seed_all
+from reportgen.rng import capture, fingerprint, restore, seed_all
+from reportgen.twins.recompute import named_inner_modules, plain_name
 
 
 def recomputing() -> bool:
@@ -58,18 +53,10 @@ def any_floating(args: Any, kwargs: Any) -> bool:
     return any(found)
 
 
-def _signs(shape: torch.Size, seed: int, like: Tensor) -> Tensor:
-    """``±1`` of ``shape`` from a private generator seeded with ``seed`` (the run's generators are not
-    touched: a draw from them would be a second, unintended fault), as ``like``'s dtype and device."""
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 2, shape, generator=generator) * 2 - 1).to(device=like.device, dtype=like.dtype)
-
-
 def shift(x: Tensor, share: float, seed: int) -> Tensor:
-    """``x`` moved elementwise by ``share`` of its own size, signs seeded:
-    ``x + share * s * (|x| + rms(x))``, ``s`` = ±1 (seeded, as the rounding twin's nudge is). The signs
-    keep a shift from being undone by a normalisation (a LayerNorm removes a common shift or scale);
-    ``rms(x)`` (1 for an all-zero ``x``) moves elements that are exactly 0 (after a ReLU) too.
+    """``x`` moved elementwise by ``share`` of its own size: ``x + share * s * (|x| + rms(x))``, ``s`` = ±1 from
+    a private generator seeded with ``seed`` (a draw from the run's generators would be a second fault). The
+    signs keep a LayerNorm from removing the move; ``rms(x)`` (1 for an all-zero ``x``) moves exact zeros too.
 
     Args:
         x: a floating tensor of any shape, e.g. ``[batch, seq, width]``.
@@ -81,18 +68,25 @@ def shift(x: Tensor, share: float, seed: int) -> Tensor:
     """
     with torch.no_grad():
         rms = x.detach().float().square().mean().sqrt().item() if x.numel() else 0.0
-        delta = share * _signs(x.shape, seed, x) * (x.detach().abs() + (rms or 1.0))
+        signs = torch.randint(0, 2, x.shape, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+        delta = share * signs.to(device=x.device, dtype=x.dtype) * (x.detach().abs() + (rms or 1.0))
     return x + delta
 
 
+def uninstrumented():
+    """A context in which the fault's own ops run outside torch's Python dispatch modes: a selective
+    policy replays a region's ops by their order (an op the forward did not run would be an error, not a
+    fault) and a memory tracker would count them. Autograd still records them, so gradients flow through."""
+    return _disable_current_modes()
+
+
 def _map_activation(fn: Callable[[Tensor], Tensor], switch: Switch) -> Callable:
-    """A forward pre-hook (``with_kwargs=True``) that replaces the module's activation ``x`` by ``fn(x)``,
-    only while recomputing with ``switch.on`` (counted in ``switch.acted``); the forward is never touched.
+    """A forward pre-hook (``with_kwargs=True``) that replaces the module's activation ``x`` by ``fn(x)``
+    (:func:`uninstrumented`), only while recomputing with ``switch.on`` (counted in ``switch.acted``).
 
     The activation is the first floating tensor among the positional, then the keyword arguments
     (``hidden_states``); later ones (an additive attention mask holding the dtype's minimum, rotary tables)
-    are left alone: moving a mask is not a recompute fault, and overflows. ``fn`` runs outside torch's
-    dispatch modes (:func:`uninstrumented`)."""
+    are left alone: moving a mask is not a recompute fault, and overflows."""
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         if not (switch.on and recomputing()):
@@ -107,13 +101,6 @@ def _map_activation(fn: Callable[[Tensor], Tensor], switch: Switch) -> Callable:
         return tree_unflatten(leaves, spec)
 
     return hook
-
-
-def uninstrumented():
-    """A context in which the fault's own ops run outside torch's Python dispatch modes: a selective
-    policy replays a region's ops by their order (an op the forward did not run would be an error, not a
-    fault) and a memory tracker would count them. Autograd still records them, so gradients flow through."""
-    return _disable_current_modes()
 
 
 @contextlib.contextmanager
@@ -151,14 +138,10 @@ def shifted_inputs(modules: Sequence[nn.Module], share: float, seed: int, switch
 
 
 def zeroed_inputs(modules: Sequence[nn.Module]):
-    """Fault "gradient lost": while recomputing, each of ``modules`` computes from its activation (first
-    floating input) times zero. Under non-reentrant recompute the
-    saved tensors are rebuilt from zeros, so every gradient that reads them (the first layer's weight
-    gradient) is lost; under reentrant recompute the recomputed graph is the one backward walks, so the same
-    gradients are lost and the gradient into the region's inputs is zero too. ``x * 0`` keeps ``x``'s
-    ``requires_grad``: zeros without it (``zeros_like``) make ops skip saving tensors, and torch's checkpoint
-    then raises on the count instead of losing a gradient silently. A context manager, as
-    :func:`shifted_inputs`."""
+    """Fault "gradient lost": while recomputing, each of ``modules`` computes from its activation times zero,
+    so every gradient that reads the rebuilt saved tensors is lost (under reentrant recompute the gradient
+    into the region's inputs too). ``x * 0`` keeps ``requires_grad``: zeros without it make ops skip saving
+    tensors, and torch's checkpoint raises on the count instead. A context manager, as :func:`shifted_inputs`."""
     return hooked(modules, pre=_map_activation(lambda x: x * 0.0, Switch()))
 
 
@@ -185,10 +168,9 @@ def other_rng(modules: Sequence[nn.Module], seed: int):
 
 def bumped_buffer(modules: Sequence[nn.Module], buffer: Tensor):
     """Fault "state changed by recomputation": the first time one of ``modules`` starts a recomputation,
-    ``buffer`` grows by 1 (a running statistic or counter updated a second time). Through ``.data``, so
-    autograd's version check does not stop a backward that saved the buffer; at the start, since a
-    non-reentrant recomputation stops once every saved tensor is back. A context manager, as
-    :func:`shifted_inputs`."""
+    ``buffer`` grows by 1 (a running statistic updated a second time). Through ``.data``, so autograd's
+    version check does not stop a backward that saved it; at the start, since a non-reentrant recomputation
+    stops once every saved tensor is back. A context manager, as :func:`shifted_inputs`."""
     done: list[bool] = []
 
     def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -204,3 +186,136 @@ def call_directly(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """A ``checkpoint_fn`` that calls the wrapped module as it is: a recompute wrapper that saves
     everything, as the plain twin does (the memory control)."""
     return fn(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- the region
+
+
+def inside(name: str, region: str) -> bool:
+    """True when the parameter, buffer or module ``name`` (plain naming) lies in ``region`` (``""`` = the root)."""
+    return region == "" or name == region or name.startswith(region + ".")
+
+
+def largest_grad(grads: dict[str, Tensor | None], region: str | None = None) -> float:
+    """``max |grad|`` over the gradients of the parameters in ``region`` (every parameter when None); 0
+    when none has a gradient. Same unit as the gradients."""
+    values = [
+        float(g.detach().abs().max()) if g.numel() else 0.0
+        for name, g in grads.items()
+        if g is not None and (region is None or inside(name, region))
+    ]
+    return max(values, default=0.0)
+
+
+def choose_region(observed: list[str], grads: dict[str, Tensor | None]) -> str:
+    """The observed region whose parameters get the largest gradient in the plain twin (the first observed
+    one on a tie, e.g. when none has parameters): where a fault moves the gradients most, so a control
+    that is not caught there is not caught anywhere.
+
+    Args:
+        observed: ``setup.observed`` (plain naming, :func:`reportgen.twins.observe.observe_recompute`).
+        grads: the plain twin's ``{plain parameter name: gradient or None}``.
+
+    Raises:
+        ValueError: ``observed`` is empty.
+    """
+    if not observed:
+        raise ValueError("no recompute region was observed")
+    return max(observed, key=lambda path: (largest_grad(grads, path), -observed.index(path)))
+
+
+@dataclass
+class Region:
+    """One recompute region as the controls see it in an unfaulted recompute twin.
+
+    Attributes:
+        path: the region's module path, plain naming (``blocks.3``; ``""`` = the root).
+        hook_points: paths of the outermost modules of the region that ran again in backward: the region
+            itself under torch's wrappers; a layer's children when a model's switch recomputes the
+            layer's ``forward`` and not its ``__call__`` (transformers 5).
+        floating_inputs: some hook point received a floating tensor when it ran again (a fault on the
+            inputs can act; token ids alone cannot be moved).
+        draws: the generators whose state the region's forward advanced (``torch.get_rng_state()``, ...;
+            :func:`reportgen.rng.fingerprint`'s names): empty when it draws no random numbers.
+        buffer: the buffer the state fault updates (plain naming): the region's first floating buffer,
+            else its first integer one; None when it has none (bool masks are never changed).
+    """
+
+    path: str
+    hook_points: list[str] = field(default_factory=list)
+    floating_inputs: bool = False
+    draws: list[str] = field(default_factory=list)
+    buffer: str | None = None
+
+
+def modules_of(model: nn.Module, paths: list[str]) -> list[nn.Module]:
+    """The modules of ``model`` (a recompute twin) at ``paths`` (plain naming), in that order.
+
+    Raises:
+        KeyError: a path names no module of ``model``.
+    """
+    named = dict(named_inner_modules(model))
+    return [named[p] for p in paths]
+
+
+def buffer_of(model: nn.Module, name: str) -> Tensor:
+    """The buffer ``name`` (plain naming) of ``model``.
+
+    Raises:
+        KeyError: no such buffer.
+    """
+    return {plain_name(n): b for n, b in model.named_buffers()}[name]
+
+
+def _choose_buffer(model: nn.Module, region: str) -> str | None:
+    """The first floating buffer in ``region``, else its first integer (not bool) one, else None."""
+    buffers = [(plain_name(n), b) for n, b in model.named_buffers() if inside(plain_name(n), region)]
+    floats = [n for n, b in buffers if b.is_floating_point()]
+    integer = [n for n, b in buffers if not b.is_floating_point() and not b.is_complex() and b.dtype != torch.bool]
+    return next(iter(floats or integer), None)
+
+
+@contextlib.contextmanager
+def observing(model: nn.Module, path: str) -> Iterator[Region]:
+    """Observe ``path`` of ``model`` (a recompute twin) during the forward and backward the body runs.
+
+    Every module of the region gets a pre-hook: in backward it records that the module ran again (and
+    whether it got a floating input); the region's own module compares every generator's state before and
+    after its forward (:func:`reportgen.rng.fingerprint`). The hooks are removed on exit, and the
+    :class:`Region` yielded is complete then.
+
+    Raises:
+        KeyError: ``path`` names no module of ``model``.
+    """
+    named = [(p, m) for p, m in named_inner_modules(model) if inside(p, path)]
+    region_module = dict(named)[path]
+    region = Region(path, buffer=_choose_buffer(model, path))
+    again: dict[str, bool] = {}
+    before: list[dict[str, Tensor]] = []
+
+    def recorder(name: str):
+        def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if recomputing():
+                again[name] = again.get(name, False) or any_floating(args, kwargs)
+
+        return pre
+
+    def rng_before(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not recomputing():
+            with uninstrumented():
+                before.append(fingerprint())
+
+    def rng_after(module: nn.Module, args: tuple, output: Any) -> None:
+        if not recomputing() and before:
+            with uninstrumented():
+                start, end = before.pop(), fingerprint()
+            region.draws += [k for k in start if k not in region.draws and not torch.equal(start[k], end[k])]
+
+    with contextlib.ExitStack() as stack:
+        for name, module in named:
+            stack.enter_context(hooked([module], pre=recorder(name)))
+        stack.enter_context(hooked([region_module], pre=rng_before, post=rng_after))
+        yield region
+    outermost = [p for p in again if not any(q != p and inside(p, q) for q in again)]
+    region.hook_points = outermost
+    region.floating_inputs = any(again[p] for p in outermost)

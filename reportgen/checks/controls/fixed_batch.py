@@ -1,26 +1,43 @@
-"""The detector controls judged on the fixed batch, as gradient and state parity judge it: the activation
-fault, the RNG fault and the lost gradient (gradient parity), the changed buffer (state parity)."""
+"""The detector controls judged on the fixed batch, as gradient parity, state parity and the memory check judge
+it, and the baseline every control compares against: one forward and backward of the plain twin and of an
+observed, unfaulted recompute twin."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
-from torch import nn
+import torch
+from torch import Tensor, nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
-from reportgen.checks.controls.baseline import Baseline, buffer_rows, faulty_run, grad_rows
-from reportgen.checks.controls.faults import bumped_buffer, other_rng, shifted_inputs, zeroed_inputs
-from reportgen.checks.controls.region import buffer_of, modules_of
+from reportgen.checks.controls.faults import (
+    Region,
+    buffer_of,
+    bumped_buffer,
+    call_directly,
+    choose_region,
+    largest_grad,
+    modules_of,
+    observing,
+    other_rng,
+    shifted_inputs,
+    zeroed_inputs,
+)
 from reportgen.checks.controls.rows import (
     ACTIVATION,
     LOST,
     RNG,
+    SAVING,
     STATE,
     control_row,
     first_failing,
     grads_blind_said,
     inputs_not_floating,
     lost_said,
+    moved,
     named,
     not_needed,
     stated_row,
@@ -28,12 +45,160 @@ from reportgen.checks.controls.rows import (
     where_said,
     worst,
 )
-from reportgen.config import GRADIENT_PARITY, STATE_PARITY
-from reportgen.results import Row, Status
+from reportgen.config import CONTROLS, ControlsConfig, MemoryConfig
+from reportgen.memory.saved import saved_activation_bytes
+from reportgen.results import Role, Row, Status
+from reportgen.results.distance import tolerances
+from reportgen.results.rows import exception_message, tensor_row
+from reportgen.twins.forward import StepOutput, forward_backward
+from reportgen.twins.recompute import plain_name
 from reportgen.twins.setup import Setup
+from reportgen.twins.template import on_host
 
 #: Added to ``forward_seed`` for the generators a region draws from when the RNG control replays none.
 OTHER_SEED = 7919
+
+
+@dataclass
+class Ran:
+    """One forward and backward of a twin on the fixed batch: what it returned, and its buffers after."""
+
+    out: StepOutput
+    buffers: dict[str, Tensor]
+
+
+@dataclass
+class Baseline:
+    """What every control compares against, and what the unfaulted recompute twin already fails.
+
+    Attributes:
+        plain: the plain twin's run (kept on the host).
+        region: the region the faults go into, observed in the unfaulted recompute twin.
+        grads_fail: parameter-gradient items the unfaulted recompute twin already fails.
+        buffers_fail: buffer items the unfaulted recompute twin already fails.
+        region_grad, model_grad: ``max |grad|`` in the plain twin over the region's parameters, over all.
+        share: the activation fault's relative size (1.0 = 100 % of each input).
+        size_said: that size for people.
+    """
+
+    plain: Ran
+    region: Region
+    grads_fail: list[str]
+    buffers_fail: list[str]
+    region_grad: float
+    model_grad: float
+    share: float
+    size_said: str
+
+
+def run(setup: Setup, model: nn.Module) -> Ran:
+    """:func:`reportgen.twins.forward.forward_backward` on the fixed batch (what gradient parity calls),
+    and ``model``'s buffers after it (what state parity compares)."""
+    out = forward_backward(model, setup.batch, setup.task.loss, setup.config.forward_seed)
+    return Ran(out, {plain_name(n): b.detach().clone() for n, b in model.named_buffers()})
+
+
+def grad_rows(setup: Setup, plain: StepOutput, other: StepOutput) -> list[Row]:
+    """Gradient parity's parameter-gradient rows of ``other`` against ``plain``
+    (:func:`reportgen.results.rows.tensor_row`, at ``setup.tolerance()`` resolved per tensor)."""
+    rtol, atol = setup.tolerance()
+    names = dict.fromkeys([*plain.grads, *other.grads])
+    return [
+        tensor_row(CONTROLS, f"{n}.grad", plain.grads.get(n), other.grads.get(n), rtol, atol, Role.PARAM_GRAD)
+        for n in names
+    ]
+
+
+def buffer_rows(setup: Setup, plain: Ran, other: Ran) -> list[Row]:
+    """State parity's buffer rows of ``other`` against ``plain`` (same builder and tolerances)."""
+    rtol, atol = setup.tolerance()
+    names = sorted(set(plain.buffers) | set(other.buffers))
+    return [
+        tensor_row(CONTROLS, f"buffer {n}", plain.buffers.get(n), other.buffers.get(n), rtol, atol, Role.BUFFER)
+        for n in names
+    ]
+
+
+def fault_size(
+    setup: Setup, region_grad: float, model_grad: float, grads: dict[str, Tensor | None]
+) -> tuple[float, str]:
+    """The activation fault's relative size: ``controls.size`` × the relative difference gradient parity
+    accepts at the region's gradient scale, ``rtol + atol / max|grad|`` (the whole model's scale for a
+    region without parameters), at most 1 (100 % of each input). Anchored to the gradients, not to the
+    tolerance alone, so a tolerance wider than the gradients shows as a blind check.
+
+    Returns:
+        ``(share, sentence)``, e.g. ``(0.0016, "10 tolerance units: 0.16 % of each input (...)")``.
+    """
+    section: ControlsConfig = setup.config.controls
+    dtype = next((g.dtype for g in grads.values() if g is not None), torch.float32)
+    rt, at = tolerances(dtype, *setup.tolerance())
+    scale = region_grad or model_grad
+    relative = rt + at / scale if scale > 0 else float("inf")
+    share = min(section.size * relative, 1.0)
+    said = (
+        f"{section.size:g} tolerance units, {share * 100:.3g} % of its size ({section.size:g} × (rtol {rt:g} + "
+        f"atol {at:g} / max |grad| {scale:.3g}){', capped at 100 %' if share == 1.0 else ''})"
+    )
+    return share, said
+
+
+def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
+    """Run the plain twin and an unfaulted recompute twin observed in the region chosen among ``observed``.
+    Returns the baseline, or, when either twin raised, why no control runs (the other checks say so)."""
+    try:
+        plain = run(setup, setup.build(False))
+    except Exception as exc:  # noqa: BLE001 - the plain twin's failure is stated, the claim is judged elsewhere
+        return f"not run: the plain twin raised {type(exc).__name__}: {exception_message(exc)}"
+    plain = Ran(on_host(plain.out), {k: v.cpu() for k, v in plain.buffers.items()})
+    path = choose_region(observed, plain.out.grads)
+    twin = setup.build(True)
+    try:
+        with observing(twin, path) as region:
+            reference = run(setup, twin)
+    except Exception as exc:  # noqa: BLE001 - gradient parity's ERROR row fails the claim already
+        return (
+            f"not needed: the recompute twin raises without any fault ({type(exc).__name__}: "
+            f"{exception_message(exc)}), which gradient parity states as an ERROR"
+        )
+    region_grad, model_grad = largest_grad(plain.out.grads, path), largest_grad(plain.out.grads)
+    return Baseline(
+        plain,
+        region,
+        [r.item for r in grad_rows(setup, plain.out, reference.out) if r.status == Status.FAIL],
+        [r.item for r in buffer_rows(setup, plain, reference) if r.status == Status.FAIL],
+        region_grad,
+        model_grad,
+        *fault_size(setup, region_grad, model_grad, plain.out.grads),
+    )
+
+
+def region_row(base: Baseline, observed: int) -> Row:
+    """INFO: the region the faults go into (among ``observed`` regions), why it, and where a fault acts."""
+    region = base.region
+    points = ", ".join(p or "(root)" for p in region.hook_points) or "none"
+    return Row.fact(
+        CONTROLS,
+        "region",
+        Role.NOTE,
+        f"faults go into region {named(region.path)} ({observed} region(s) observed recomputing), the one "
+        f"whose parameters get the largest gradient (max |grad| {base.region_grad:.3g}); modules that run "
+        f"again in backward, where a fault acts: {points}; random draws in its forward: "
+        f"{', '.join(region.draws) or 'none'}; buffer: {region.buffer or 'none'}",
+        metric="region",
+        extra={"region": region.path, "hook_points": points},
+    )
+
+
+def faulty_run(setup: Setup, inject: Callable[[nn.Module], AbstractContextManager]) -> Ran | str:
+    """A fresh recompute twin run with ``inject(twin)`` installed: its :class:`Ran`, or, when the twin
+    raised, the exception said (gradient parity's ERROR row would catch it)."""
+    twin = setup.build(True)
+    with inject(twin):
+        try:
+            return run(setup, twin)
+        except Exception as exc:  # noqa: BLE001 - a twin that raises is what an ERROR row catches
+            return f"{type(exc).__name__}: {exception_message(exc)}"
 
 
 def gradient_control(
@@ -46,64 +211,42 @@ def gradient_control(
         inject: ``fn(recompute twin) -> context manager`` that installs the fault on it.
         said: what the fault was, for the detail.
     """
-    region, size = base.region.path, base.size_said if fault == ACTIVATION else ""
     if base.grads_fail:
-        return not_needed(fault, GRADIENT_PARITY, base.grads_fail)
+        return not_needed(fault, base.grads_fail)
+    region, size = base.region.path, base.size_said if fault == ACTIVATION else ""
     ran = faulty_run(setup, inject)
     if isinstance(ran, str):
-        return control_row(
-            fault,
-            True,
-            GRADIENT_PARITY,
-            f"{said}: the faulty twin raised {ran}; gradient parity states that as an ERROR",
-            size=size,
-            caught_by="exception",
-            extra={"region": region},
-        )
+        said = f"{said}: the faulty twin raised {ran}; gradient parity states that as an ERROR"
+        return control_row(fault, True, said, size=size, caught_by="exception", extra={"region": region})
     rows = grad_rows(setup, base.plain.out, ran.out)
-    became_of = lambda r: lost_said(ran.out.grads.get(r.item.removesuffix(".grad")))  # noqa: E731
-    lost = [r for r in rows if r.status == Status.FAIL and became_of(r) != "changed"] if fault == LOST else []
-    failed = lost[0] if lost else first_failing(rows)
+    failing = [r for r in rows if r.status == Status.FAIL]
+    became = {r.item: lost_said(ran.out.grads.get(r.item.removesuffix(".grad"))) for r in failing if fault == LOST}
+    failed = next(iter([r for r in failing if became.get(r.item, "changed") != "changed"] + failing), None)
     if failed is not None:
-        name = failed.item.removesuffix(".grad")
-        became = became_of(failed) if fault == LOST else ""
+        how = f"the gradient became {became[failed.item]}" if fault == LOST else failed.detail
         return control_row(
             fault,
             True,
-            GRADIENT_PARITY,
-            f"{said}: gradient parity fails {failed.item}"
-            + (f" (the gradient became {became})" if became else f" ({failed.detail})")
-            + f", {where_said(name, region)}; {sum(r.status == Status.FAIL for r in rows)} of {len(rows)} "
-            "gradients fail",
+            f"{said}: gradient parity fails {failed.item} ({how}), "
+            f"{where_said(failed.item.removesuffix('.grad'), region)}; {len(failing)} of {len(rows)} gradients fail",
             size=size,
             caught_by=failed.item,
             extra={"region": region, **({"share": base.share} if fault == ACTIVATION else {})},
         )
-    moved = any(not r.extra.get("bitwise_equal", True) for r in rows)
     capped = fault == ACTIVATION and base.share >= 1.0
-    why = grads_blind_said(region, base.region_grad, base.model_grad, rows, moved, capped)
-    return control_row(
-        fault,
-        False,
-        GRADIENT_PARITY,
-        f"{said}: gradient parity is blind to it: {why}",
-        size=size,
-        extra={"region": region},
-    )
+    why = grads_blind_said(region, base.region_grad, base.model_grad, rows, moved(rows), capped)
+    said = f"{said}: gradient parity is blind to it: {why}"
+    return control_row(fault, False, said, size=size, extra={"region": region})
 
 
 def activation(setup: Setup, base: Baseline) -> Row:
     """Control 1: the region recomputes from inputs moved by ``controls.size`` tolerance units."""
     if not base.region.floating_inputs:
         return inputs_not_floating(ACTIVATION, base.region)
-    seed = int(setup.config.seed)
     said = f"region {named(base.region.path)} recomputed from its activation moved by {base.size_said}"
+    seed, points = int(setup.config.seed), base.region.hook_points
     return gradient_control(
-        setup,
-        base,
-        ACTIVATION,
-        lambda twin: shifted_inputs(modules_of(twin, base.region.hook_points), base.share, seed),
-        said,
+        setup, base, ACTIVATION, lambda twin: shifted_inputs(modules_of(twin, points), base.share, seed), said
     )
 
 
@@ -113,7 +256,6 @@ def rng_control(setup: Setup, base: Baseline) -> Row:
     if not region.draws:
         return stated_row(
             RNG,
-            GRADIENT_PARITY,
             f"not applicable: no random draws in the recomputed region {named(region.path)} (every generator's state "
             "is the same before and after its forward)",
         )
@@ -130,57 +272,80 @@ def lost(setup: Setup, base: Baseline) -> Row:
     if not base.region.floating_inputs:
         return inputs_not_floating(LOST, base.region)
     said = f"region {named(base.region.path)} recomputed from its activation times zero"
-    return gradient_control(
-        setup, base, LOST, lambda twin: zeroed_inputs(modules_of(twin, base.region.hook_points)), said
-    )
+    points = base.region.hook_points
+    return gradient_control(setup, base, LOST, lambda twin: zeroed_inputs(modules_of(twin, points)), said)
 
 
 def state(setup: Setup, base: Baseline) -> Row:
     """Control 3: a buffer of the region grows by 1 when the region recomputes; state parity must fail."""
-    region = base.region
-    buffer = region.buffer
+    region, buffer = base.region, base.region.buffer
     if buffer is None:
-        return stated_row(
-            STATE, STATE_PARITY, f"not applicable: the recomputed region {named(region.path)} has no buffer"
-        )
+        return stated_row(STATE, f"not applicable: the recomputed region {named(region.path)} has no buffer")
     if base.buffers_fail:
-        return not_needed(STATE, STATE_PARITY, base.buffers_fail)
+        return not_needed(STATE, base.buffers_fail)
     said = f"buffer {buffer} grew by 1 when region {named(region.path)} recomputed"
-    ran = faulty_run(
-        setup,
-        lambda twin: bumped_buffer(modules_of(twin, region.hook_points), buffer_of(twin, buffer)),
-    )
+    ran = faulty_run(setup, lambda twin: bumped_buffer(modules_of(twin, region.hook_points), buffer_of(twin, buffer)))
     if isinstance(ran, str):
-        return control_row(
-            STATE, True, STATE_PARITY, f"{said}: the faulty twin raised {ran}", size="1", caught_by="exception"
-        )
+        return control_row(STATE, True, f"{said}: the faulty twin raised {ran}", size="1", caught_by="exception")
     rows = buffer_rows(setup, base.plain, ran)
     failed = first_failing(rows)
     if failed is not None:
-        return control_row(
-            STATE,
-            True,
-            STATE_PARITY,
-            f"{said}: state parity fails {failed.item} ({failed.detail})",
-            size="1",
-            caught_by=failed.item,
-            extra={"region": region.path},
-        )
+        said = f"{said}: state parity fails {failed.item} ({failed.detail})"
+        return control_row(STATE, True, said, size="1", caught_by=failed.item, extra={"region": region.path})
     top = worst(rows)
     value = base.plain.buffers[buffer]
     scale = float(value.abs().max()) if value.numel() else 0.0
-    moved = any(not r.extra.get("bitwise_equal", True) for r in rows)
     why = (
         f"the change stays within state parity's tolerance ({tolerance_said(top)} at |{buffer}| up to {scale:.3g}): "
         "lower parity.atol and parity.rtol"
-        if top is not None and moved
+        if top is not None and moved(rows)
         else f"no buffer moved: the fault could not act on {buffer} here"
     )
-    return control_row(
-        STATE,
-        False,
-        STATE_PARITY,
-        f"{said}: state parity is blind to it: {why}",
-        size="1",
-        extra={"region": region.path},
+    said = f"{said}: state parity is blind to it: {why}"
+    return control_row(STATE, False, said, size="1", extra={"region": region.path})
+
+
+def saving(setup: Setup) -> Row:
+    """Control 6: the recompute twin with its recompute turned off must show no saving of saved
+    activations, so the memory check's saving threshold (``memory.negligible_saving_share``) must miss it."""
+    section: MemoryConfig = setup.config.memory
+    if not section.enabled:
+        return stated_row(SAVING, "not applicable: memory.enabled=false, there is no memory claim")
+    measure = functools.partial(
+        saved_activation_bytes,
+        batch=setup.batch,
+        loss_fn=setup.task.loss,
+        forward_seed=setup.config.forward_seed,
+        module_paths=[w.path for w in setup.wrapped],
     )
+    plain = measure(setup.build(False)).total_bytes
+    twin = setup.build(True)
+    wrappers = [m for m in twin.modules() if isinstance(m, CheckpointWrapper)]
+    for wrapper in wrappers:
+        wrapper.checkpoint_fn = call_directly
+    how = (
+        f"the recompute twin with its {len(wrappers)} recompute wrapper(s) calling their modules directly"
+        if wrappers
+        else "the recompute twin with the model's switch off, which is the plain twin"
+    )
+    off = measure(twin if wrappers else setup.build(False)).total_bytes
+    share = (plain - off) / plain if plain else 0.0
+    threshold = section.negligible_saving_share
+    said = f"{how} keeps {off} B of saved activations against the plain twin's {plain} B (saving share {share:.3g})"
+    if share < threshold:
+        return control_row(
+            SAVING,
+            True,
+            f"{said}: below memory.negligible_saving_share={threshold:g}, so the memory check states no saving "
+            f"(and the peak verdict, memory.min_peak_saving_share={section.min_peak_saving_share:g}, misses too)",
+            size="recompute off",
+            caught_by="saved activations (total)",
+            extra={"saving_share": share},
+        )
+    why = (
+        f"memory.negligible_saving_share={threshold:g} accepts a saving of {share:.3g}, even none: set it above 0"
+        if threshold <= 0
+        else f"a twin that recomputes nothing saves {share:.3g}: the saved-activation count is wrong for this model"
+    )
+    said = f"{said}: the memory check is blind to it: {why}"
+    return control_row(SAVING, False, said, size="recompute off", extra={"saving_share": share})

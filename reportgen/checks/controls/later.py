@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from reportgen.checks.controls.baseline import Baseline
-from reportgen.checks.controls.faults import Switch, shifted_inputs
-from reportgen.checks.controls.region import modules_of
+from reportgen.checks.controls.faults import Switch, modules_of, shifted_inputs
+from reportgen.checks.controls.fixed_batch import Baseline
 from reportgen.checks.controls.rows import (
     LATER,
     control_row,
     inputs_not_floating,
+    moved,
     named,
     not_needed,
     stated_row,
@@ -19,7 +19,7 @@ from reportgen.checks.controls.rows import (
     unused_said,
     worst,
 )
-from reportgen.config import TRAJECTORY, ParityConfig
+from reportgen.config import ParityConfig
 from reportgen.results import Role, Row, Status
 from reportgen.rng import fingerprint, seeded
 from reportgen.tasks import batch_to
@@ -49,15 +49,14 @@ def later(setup: Setup, base: Baseline) -> Row:
     said = (
         f"region {named(base.region.path)} recomputed from its activation moved by 100 % of its size from step {k} on"
     )
-    first, acted, rows, moved = _steps(setup, base, k)
+    first, acted, rows, grads_moved = _steps(setup, base, k)
     failing = [r.item for r in rows if r.status == Status.FAIL]
     extra = {"region": base.region.path, "step": k, "first_failing_step": first, "fault_step": acted}
     if first and (not acted or first < acted):
-        return not_needed(LATER, TRAJECTORY, [f"step {first}: {', '.join(failing[:2])}"])
+        return not_needed(LATER, [f"step {first}: {', '.join(failing[:2])}"])
     if not acted:
         return stated_row(
             LATER,
-            TRAJECTORY,
             f"not applicable: region {named(base.region.path)} did not recompute in steps {k} to {parity.steps} "
             "(skipped, e.g. by LayerDrop or routing), so the fault never acted",
             extra=extra,
@@ -67,7 +66,6 @@ def later(setup: Setup, base: Baseline) -> Row:
         return control_row(
             LATER,
             True,
-            TRAJECTORY,
             f"{said}: trajectory parity first fails at step {acted} ({', '.join(failing[:3])}), none before",
             size="100 %",
             caught_by=f"step {acted}",
@@ -76,8 +74,7 @@ def later(setup: Setup, base: Baseline) -> Row:
     return control_row(
         LATER,
         False,
-        TRAJECTORY,
-        f"{said}: trajectory parity is blind to it: {_blind_said(base, rows, acted, moved)}",
+        f"{said}: trajectory parity is blind to it: {_blind_said(base, rows, acted, grads_moved)}",
         size="100 %",
         extra=extra,
     )
@@ -123,11 +120,11 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
     return 0, 0, rows, False
 
 
-def _blind_said(base: Baseline, rows: list[Row], step: int, moved: bool) -> str:
-    """Why trajectory parity did not fail at ``step``, the step the fault acted in; ``moved``: the fault
+def _blind_said(base: Baseline, rows: list[Row], step: int, grads_moved: bool) -> str:
+    """Why trajectory parity did not fail at ``step``, the step the fault acted in; ``grads_moved``: the fault
     moved that step's gradients."""
-    if not any(not r.extra.get("bitwise_equal", True) for r in rows if r.role != Role.RNG):
-        if moved:
+    if not moved([r for r in rows if r.role != Role.RNG]):
+        if grads_moved:
             return (
                 f"the fault moved the gradients of step {step}, yet no parameter or optimizer state moved at all: the "
                 "training step throws the gradients away (a before_step that zeroes them, a learning rate of 0), so "

@@ -1,8 +1,4 @@
-"""The rows of the detector controls (:mod:`reportgen.checks.controls.check`): one per fault, judged
-``caught >= 1`` with ``on_miss`` INCONCLUSIVE (a check that cannot see a fault on this model cannot
-vouch for a PASS), or an INFO fact when the fault does not apply; and the sentences that say why a
-check was blind and what to change.
-"""
+"""The rows of the detector controls, and the sentences that say why a check was blind and what to change."""
 
 from __future__ import annotations
 
@@ -10,7 +6,7 @@ import math
 
 from torch import Tensor
 
-from reportgen.checks.controls.region import Region
+from reportgen.checks.controls.faults import Region
 from reportgen.config import CONTROLS, GRADIENT_PARITY, MEMORY, STATE_PARITY, TRAJECTORY
 from reportgen.results import Role, Row, Status
 
@@ -32,48 +28,36 @@ FAULTS = {
 
 
 def control_row(
-    fault: str,
-    caught: bool | None,
-    must_catch: str,
-    detail: str,
-    *,
-    size: str,
-    caught_by: str = "",
-    seconds: float = 0.0,
-    extra: dict | None = None,
+    fault: str, caught: bool | None, detail: str, *, size: str, caught_by: str = "", extra: dict | None = None
 ) -> Row:
     """The row of one applied control: ``caught`` (1.0 caught, 0.0 not, NaN when the control itself
     could not run) judged ``>= 1``, else INCONCLUSIVE.
 
     Args:
-        fault: the row's ``item``, e.g. ``"recomputed activation off"``.
-        caught: whether ``must_catch`` saw the fault; None = the control raised before it could tell.
-        must_catch: the check that must see it, e.g. ``"gradient parity"``.
+        fault: the row's ``item``, a key of :data:`FAULTS` (which names the check that must catch it).
+        caught: whether that check saw the fault; None = the control raised before it could tell.
         detail: one sentence: the fault, its size, and who caught it or why the check is blind.
         size: the fault's size for people, e.g. ``"10 tolerance units (0.16 % of each input)"``.
         caught_by: the item of the failing row that caught it ("" when not caught).
-        seconds: wall time of the control, s.
         extra: further columns (``region``, ``share``, ...).
     """
-    value = math.nan if caught is None else float(caught)
     return Row.measured(
         CONTROLS,
         fault,
         "caught",
-        value,
+        math.nan if caught is None else float(caught),
         "",
         comparator=">=",
         threshold_value=1.0,
-        threshold=f"caught by {must_catch}",
+        threshold=f"caught by {FAULTS[fault]}",
         on_miss=Status.INCONCLUSIVE,
         role=Role.CONTROL,
         detail=detail,
-        seconds=seconds,
-        extra={"fault": fault, "size": size, "must_catch": must_catch, "caught_by": caught_by, **(extra or {})},
+        extra={"fault": fault, "size": size, "must_catch": FAULTS[fault], "caught_by": caught_by, **(extra or {})},
     )
 
 
-def stated_row(fault: str, must_catch: str, detail: str, *, seconds: float = 0.0, extra: dict | None = None) -> Row:
+def stated_row(fault: str, detail: str, extra: dict | None = None) -> Row:
     """An INFO row for a control that was not applied: it does not apply to this model ("not applicable:
     <observed reason>"), it is not needed (the check already fails without a fault), or the baseline broke."""
     return Row.fact(
@@ -82,8 +66,7 @@ def stated_row(fault: str, must_catch: str, detail: str, *, seconds: float = 0.0
         Role.CONTROL,
         detail,
         metric="caught",
-        seconds=seconds,
-        extra={"fault": fault, "size": "", "must_catch": must_catch, "caught_by": "", **(extra or {})},
+        extra={"fault": fault, "size": "", "must_catch": FAULTS[fault], "caught_by": "", **(extra or {})},
     )
 
 
@@ -96,6 +79,11 @@ def worst(rows: list[Row]) -> Row | None:
     """The row that uses the largest share of its tolerance (column ``tolerance_used``), else None."""
     used = [r for r in rows if r.extra.get("tolerance_used") is not None]
     return max(used, key=lambda r: r.extra["tolerance_used"], default=None)
+
+
+def moved(rows: list[Row]) -> bool:
+    """True when some compared value of ``rows`` differs at all (column ``bitwise_equal``)."""
+    return any(not r.extra.get("bitwise_equal", True) for r in rows)
 
 
 def tolerance_said(row: Row) -> str:
@@ -179,14 +167,11 @@ def grads_blind_said(
     )
 
 
-def not_needed(fault: str, check: str, failing: list[str], seconds: float = 0.0) -> Row:
-    """INFO: ``check`` already fails without any fault (``failing`` items), so its control is not needed."""
+def not_needed(fault: str, failing: list[str]) -> Row:
+    """INFO: the check that must catch ``fault`` already fails without any fault (``failing`` items)."""
     listed = ", ".join(failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
     return stated_row(
-        fault,
-        check,
-        f"not needed: {check} already fails without any fault ({listed}); a failure needs no control",
-        seconds=seconds,
+        fault, f"not needed: {FAULTS[fault]} already fails without any fault ({listed}); a failure needs no control"
     )
 
 
@@ -201,4 +186,4 @@ def inputs_not_floating(fault: str, region: Region) -> Row:
         else f"no module of region {named(region.path)} ran again in backward where a hook can see it (e.g. "
         "torch.compile recomputes inside its own backward graph)"
     )
-    return stated_row(fault, FAULTS[fault], f"not applicable: {why}")
+    return stated_row(fault, f"not applicable: {why}")

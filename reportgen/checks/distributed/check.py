@@ -1,25 +1,10 @@
-"""The recompute claim under sharding (``distributed.world_size > 1``): DDP or FSDP2 twins.
-
-The method of PyTorch's own FSDP2 tests: every rank runs its equal share of the same global
-batch; gradients and parameters are compared as full tensors (``DTensor.full_tensor()`` under
-FSDP2, the all-reduced gradients under DDP), against
-
-(a) the distributed plain twin (recompute's own effect; required, an A/A distributed plain
-    twin beside it), and
-(b) a single-process plain reference on the same global batch (sharding's own effect;
-    advisory: reduction order may move the last bits).
-
-Each rank's own loss, outputs, gradients before reduction, buffers, module attributes and
-generator states are compared per rank (a ``rank`` column), so a difference visible on one rank
-only is reported with its rank. Memory (saved activation bytes) and warm step time are measured
-per rank, with the maximum over ranks (time: the slowest rank per step, paired bootstrap CI).
+"""The recompute claim under sharding (``distributed.world_size > 1``): DDP or FSDP2 twins; what each section
+compares and against what: docs/distributed.md, "Checks".
 
 With world_size 1 the check adds no rows. Otherwise :func:`reportgen.distributed.ranks.run_sharded` runs
 :data:`PARTS` on every rank (gradient parity: :mod:`reportgen.checks.distributed.grads`; step and
 trajectory: :mod:`reportgen.checks.distributed.steps`; memory and time: :mod:`reportgen.checks.distributed.cost`;
-task metrics: :mod:`reportgen.distributed.budget`): it starts the ranks with torch's elastic launcher, or, inside a
-torchrun/srun launch, runs this process's part as one rank of that group; rank 0 gathers every
-rank's rows.
+task metrics: :mod:`reportgen.distributed.budget`); rank 0 gathers every rank's rows.
 """
 
 from __future__ import annotations

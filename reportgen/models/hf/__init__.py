@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,7 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from reportgen.errors import SetupError
-from reportgen.tasks import CharTextTask, _device_dtype
+from reportgen.tasks import CharTextTask
 from reportgen.twins.recompute import CheckpointImpl, RecomputeConfigError, checkpoint_kwargs, matches
 
 #: The command that adds the extra; every "transformers is missing" message names it.
@@ -94,27 +93,23 @@ def switched_use_reentrant(model: nn.Module) -> bool | None:
 def enable(model: nn.Module, rc: Any) -> bool | None:
     """Turn on the model's own recomputation switch (``recompute.method: model_switch``).
 
-    With ``recompute.mode`` set, calls :func:`switch` with the ``torch.utils.checkpoint.checkpoint``
-    keywords reportgen's own wrapper would use for the same settings: ``use_reentrant`` from
-    ``rc.mode``, ``preserve_rng_state``, and for the non-reentrant modes ``determinism_check`` (and
-    ``context_fn`` for ``selective``). With ``recompute.mode`` null (``recompute=model_default``, the
-    shipped Hugging Face configs' default) it calls the switch with no arguments, as most Hugging Face
-    training code does, so the model's own default applies: ``use_reentrant=True`` in transformers
-    4.x, ``use_reentrant=False`` in 5.x (``modeling_utils._activation_checkpointing_enable``); it
-    calls it again with that mode spelled out only when ``preserve_rng_state`` or
-    ``determinism_check`` differ from torch's defaults.
+    With ``rc.mode`` set, :func:`switch` gets the ``torch.utils.checkpoint.checkpoint`` keywords reportgen's
+    own wrapper would use (:func:`reportgen.twins.recompute.checkpoint_kwargs`). With it null
+    (``recompute=model_default``, the shipped Hugging Face configs' default) the switch is called with no
+    arguments, as most training code does, so the model's default applies (``use_reentrant=True`` in
+    transformers 4.x, False in 5.x); it is called again with that mode spelled out only when
+    ``preserve_rng_state`` or ``determinism_check`` differ from torch's defaults. Then
+    :func:`keep_only_targets` applies ``rc.targets``.
 
     Args:
-        model: a ``transformers.PreTrainedModel`` that supports gradient checkpointing; changed
-            in place (the recompute twin only).
-        rc: ``cfg.recompute`` (a structured DictConfig); ``rc.mode`` is a :class:`reportgen.config.RecomputeMode`
-            or None (the model's default).
+        model: a ``transformers.PreTrainedModel``; changed in place (the recompute twin only).
+        rc: ``cfg.recompute`` (a structured DictConfig).
 
     Returns:
         The ``use_reentrant`` value in force (None if the model's partial cannot be read).
 
     Raises:
-        SetupError: the model has no Hugging Face switch, or it does not support recomputation.
+        SetupError: see :func:`switch`.
         reportgen.twins.recompute.RecomputeConfigError: bad ``recompute`` settings (e.g. selective
             without ``save_ops``).
     """
@@ -274,8 +269,9 @@ class CausalLMTask(CharTextTask):
     """:class:`reportgen.tasks.CharTextTask` with Hugging Face's calling convention.
 
     Same text, split, windows and metric (``bits_per_char``, lower is better) as the built-in
-    ``gpt``; the model is called ``model(input_ids=..., attention_mask=...)`` and returns a
-    ``ModelOutput`` whose ``logits`` are ``[batch, block_size, vocab]``.
+    ``gpt``; batches are ``({"input_ids": [b, block_size] int64, "attention_mask": [b, block_size] int64 ones},
+    next-character ids [b, block_size] int64)``, so the model is called ``model(input_ids=..., attention_mask=...)``;
+    it returns a ``ModelOutput`` whose ``logits`` are ``[batch, block_size, vocab]``.
 
     Args:
         block_size: characters per example (sequence length, tokens).
@@ -297,28 +293,6 @@ class CausalLMTask(CharTextTask):
     def _inputs(ids: Tensor) -> dict[str, Tensor]:
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
-    def make_batch(self, generator: torch.Generator, batch_size: int) -> tuple[dict[str, Tensor], Tensor]:
-        """Random training windows drawn with ``generator``.
-
-        Returns:
-            ``({"input_ids": [b, block_size] int64, "attention_mask": [b, block_size] int64 ones},
-            next-character ids [b, block_size] int64)``.
-        """
-        ids, targets = self._windows(self.train, generator, batch_size)
-        return self._inputs(ids), targets
-
     def loss(self, output: Any, target: Tensor) -> Tensor:
         """Mean cross-entropy (nats/char) of ``output.logits`` ``[b, t, vocab]``, in float32."""
         return super().loss(output.logits, target)
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Validation loss (nats/char) and bits per character (= loss / ln 2) on fixed held-out windows."""
-        generator = torch.Generator().manual_seed(10_007)
-        device, _ = _device_dtype(model)
-        losses = []
-        for _ in range(self.eval_batches):
-            ids, targets = self._windows(self.val, generator, self.eval_batch_size)
-            inputs = {k: v.to(device) for k, v in self._inputs(ids).items()}
-            losses.append(float(self.loss(model(**inputs), targets.to(device))))
-        loss = sum(losses) / len(losses)
-        return {"val_loss": loss, "bits_per_char": loss / math.log(2)}

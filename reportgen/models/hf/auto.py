@@ -1,20 +1,9 @@
 """Any Hugging Face causal LM from a local ``config.json`` (or local weights), and a text task for it.
 
-``python -m reportgen +model=hf_causal_lm model.config=PATH`` tests a user's own architecture
-with one command: no factory, batch function or loss to write.
-
-- :func:`load_config` reads a local ``config.json`` (or a folder holding one) into the
-  transformers config class its ``model_type`` names; nothing is downloaded. :func:`auto_model`
-  builds a model from it. Both are the planner's too (:mod:`reportgen.plan`).
-- :func:`causal_lm` builds ``AutoModelForCausalLM.from_config`` with random weights (seeded by
-  reportgen before the call), or loads local weights with ``from_pretrained(local_files_only=True)``.
-- :class:`TextCausalLMTask` is :class:`reportgen.models.hf.CausalLMTask` on any UTF-8 text
-  (``task.text_file``; default Python's bundled docs, ``pydoc_data.topics``), character-level,
-  its vocabulary clipped to the config's ``vocab_size``.
-
-Every bad input (a missing path, a config.json without a known ``model_type``, an architecture
-without a causal-LM head, code that would have to be downloaded) is a
-:class:`reportgen.errors.SetupError` naming the fix, so the run exits 2.
+``python -m reportgen +model=hf_causal_lm model.config=PATH`` tests a user's own architecture with one
+command: no factory, batch function or loss to write. Nothing is downloaded; every bad input is a
+:class:`reportgen.errors.SetupError` naming the fix (exit 2). :func:`load_config` and :func:`auto_model`
+are the planner's too (:mod:`reportgen.plan`).
 """
 
 from __future__ import annotations

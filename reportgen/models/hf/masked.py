@@ -2,13 +2,6 @@
 
 ``python -m reportgen +model=hf_masked_lm model.config=PATH``: the masked-LM twin of
 :mod:`reportgen.models.hf.auto`'s ``hf_causal_lm`` (same config loading, same text, same refusals).
-
-- :func:`masked_lm` builds ``AutoModelForMaskedLM`` (BERT, RoBERTa, ...) with random weights
-  (seeded by reportgen) or loads local weights (``from_pretrained(local_files_only=True)``).
-- :class:`TextMaskedLMTask` masks characters of windows of the text (BERT's objective, without
-  the random-token and keep-token variants): each position is masked with probability
-  ``mask_prob`` and at least one per window; the loss is the cross-entropy over masked
-  positions only.
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ from torch.nn import functional as F
 
 from reportgen.errors import SetupError
 from reportgen.models.hf.auto import auto_model, model_config, split_text
-from reportgen.tasks import _device_dtype
+from reportgen.tasks import held_out_loss
 
 #: ``ignore_index`` of the targets at positions that are not masked (torch's cross-entropy default).
 IGNORE = -100
@@ -42,10 +35,10 @@ class TextMaskedLMTask:
     """Character-level masked LM on a local text, sized to a Hugging Face config.
 
     Characters get ids as in :func:`reportgen.models.hf.auto.char_ids`, clipped to ``vocab_size - 1``;
-    the next id is the mask id. The last ``val_fraction`` of the text is held out. Batches are
-    ``({"input_ids": [b, s], "attention_mask": [b, s]}, targets [b, s])`` with targets
-    ``IGNORE`` (-100) where nothing is masked. Metric: held-out cross-entropy per masked
-    character in bits (lower is better).
+    the next id is the mask id. Each position is masked with probability ``mask_prob``, at least one per
+    window (BERT's objective without its random- and keep-token variants; batches: :meth:`make_batch`). The
+    last ``val_fraction`` of the text is held out. Metric: held-out cross-entropy per masked character in bits
+    (lower is better).
 
     Args: as :class:`reportgen.models.hf.auto.TextCausalLMTask`, and
         mask_prob: probability that a position is masked (BERT: 0.15).
@@ -105,11 +98,5 @@ class TextMaskedLMTask:
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out masked loss (nats per masked character) and bits per masked character (= loss / ln 2)
         on fixed held-out windows and masks."""
-        generator = torch.Generator().manual_seed(10_007)
-        device, _ = _device_dtype(model)
-        losses = []
-        for _ in range(self.eval_batches):
-            inputs, targets = self._masked(self.val, generator, self.eval_batch_size)
-            losses.append(float(self.loss(model(**{k: v.to(device) for k, v in inputs.items()}), targets.to(device))))
-        loss = sum(losses) / len(losses)
+        loss = held_out_loss(self, model, lambda g: self._masked(self.val, g, self.eval_batch_size))
         return {"val_masked_loss": loss, "bits_per_masked_char": loss / math.log(2)}
