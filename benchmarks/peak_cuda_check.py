@@ -21,7 +21,8 @@ import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from user_models import peak as pm
 
-from reportgen.memory.peak import format_bytes, warm_step_peak
+from reportgen.memory.peak import warm_step_peak
+from reportgen.memory.step_peak import format_bytes
 
 dev = torch.device(os.environ.get("DEV", "cuda"))
 print("torch", torch.__version__, torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu", flush=True)

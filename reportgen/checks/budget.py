@@ -147,19 +147,10 @@ def _train_or_error(
         detail = f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}" + (
             ": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""
         )
-        return None, [
-            Row.fact(
-                TASK_METRICS,
-                item,
-                Role.EXCEPTION,
-                detail,
-                status=Status.ERROR,
-                metric="exception",
-                variant=variant,
-                seconds=time.perf_counter() - start,
-                extra={"seed": seed, "exception_type": type(exc).__name__, TWIN: variant},
-            )
-        ]
+        extra = {"seed": seed, "exception_type": type(exc).__name__, TWIN: variant}
+        row = Row.fact(TASK_METRICS, item, Role.EXCEPTION, detail, status=Status.ERROR, variant=variant, extra=extra)
+        row.seconds = time.perf_counter() - start
+        return None, [row]
     if not result.complete:
         examples, cap = setup.config.budget.examples, result.steps + result.skipped_steps
         detail = (

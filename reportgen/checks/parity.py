@@ -207,14 +207,7 @@ def _compare_maps(
     names = sorted(set(plain) | set(recompute)) if names is None else names
     return [
         tensor_row(
-            GRADIENT_PARITY,
-            f"{name}{suffix}",
-            plain.get(name),
-            recompute.get(name),
-            rtol,
-            atol,
-            role,
-            aa=aa.get(name),
+            GRADIENT_PARITY, f"{name}{suffix}", plain.get(name), recompute.get(name), rtol, atol, role, aa=aa.get(name)
         )
         for name in names
     ]

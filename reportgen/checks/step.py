@@ -75,9 +75,7 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
     aa: dict[str, dict] = {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         snaps[name], rows = run_twin(
-            STEP_PARITY,
-            "plain" if name == "aa" else name,
-            functools.partial(_one_twin, setup, recompute, input_grad),
+            STEP_PARITY, "plain" if name == "aa" else name, functools.partial(_one_twin, setup, recompute, input_grad)
         )
         if rows:
             return rows

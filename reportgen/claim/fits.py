@@ -24,7 +24,7 @@ from reportgen.config import MEMORY
 from reportgen.memory.estimate import estimate_saved_activations
 from reportgen.results import Role
 
-#: Categories alive at the peak that do not grow with the batch (reportgen.memory.peak.CATEGORIES).
+#: Categories alive at the peak that do not grow with the batch (reportgen.memory.step_peak.CATEGORIES).
 FIXED = ("parameters", "buffers", "gradients", "optimizer_state")
 
 

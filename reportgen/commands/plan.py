@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import ExitCode, UsageError
-from reportgen.memory.peak import format_bytes
+from reportgen.memory.step_peak import format_bytes
 from reportgen.plan.args import PlanArgs, PlanError, check_positions, load_config, parse_args
 from reportgen.plan.model import layer_count, layer_prefix
 from reportgen.plan.page import html_text, pdf_bytes

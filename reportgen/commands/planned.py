@@ -15,8 +15,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from reportgen.config import MEMORY
-from reportgen.memory.peak import format_bytes
 from reportgen.memory.saved import training_optimizer
+from reportgen.memory.step_peak import format_bytes
 from reportgen.models.hf.auto import config_file
 from reportgen.plan.args import DTYPES, PlanArgs, load_config
 from reportgen.plan.policies import by_name, names

@@ -33,8 +33,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 
 from reportgen.errors import UsageError
-from reportgen.memory.peak import StepPeak, warm_step_peak
+from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import SavedActivations, saved_activation_bytes
+from reportgen.memory.step_peak import StepPeak
 from reportgen.structure import describe, named_tensors
 from reportgen.tasks import batch_to
 from reportgen.twins.recompute import apply_recompute, find_targets, is_model_switch
@@ -190,7 +191,7 @@ class Estimate:
         dtype: precision of the estimate.
         wrapped_paths: the wrapped modules' paths in the plain model at this shape.
         plain_peak, recompute_peak: peak of live tensor bytes of one warm step of each twin
-            (:class:`reportgen.memory.peak.StepPeak`), or None when it could not be counted.
+            (:class:`reportgen.memory.step_peak.StepPeak`), or None when it could not be counted.
         peak_error: why the step peak could not be counted, in words ("" when it was).
         dtype_note: why the estimate ran in another precision than asked ("" when it did not).
     """

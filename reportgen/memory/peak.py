@@ -27,29 +27,8 @@ from torch.utils._pytree import tree_leaves
 from reportgen.memory.device_peak import reset_peaks
 from reportgen.memory.instrument import instrument
 from reportgen.memory.saved import make_train_step
-from reportgen.memory.step_peak import (  # re-exported: users import them from here
-    CATEGORIES,
-    OUTSIDE,
-    PHASES,
-    StepPeak,
-    format_bytes,
-    increase_cause,
-    peak_sentence,
-    where,
-)
+from reportgen.memory.step_peak import StepPeak
 from reportgen.tasks import Batch
-
-__all__ = [
-    "CATEGORIES",
-    "OUTSIDE",
-    "PHASES",
-    "StepPeak",
-    "format_bytes",
-    "increase_cause",
-    "peak_sentence",
-    "warm_step_peak",
-    "where",
-]
 
 
 def warm_step_peak(

@@ -3,7 +3,7 @@
 :class:`StepPeak` is the peak of live tensor bytes of one warm training step, as
 :class:`reportgen.memory.tracker.StepTracker` counts it (phase, module, region, categories);
 :func:`where`, :func:`increase_cause` and :func:`peak_sentence` word it for the rows of the
-memory checks. Split out of :mod:`reportgen.memory.peak`, which re-exports every name here.
+memory checks; :func:`reportgen.memory.peak.warm_step_peak` measures it.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from reportgen.errors import SetupError
-from reportgen.memory.peak import OUTSIDE, format_bytes
 from reportgen.memory.saved import make_train_step
+from reportgen.memory.step_peak import OUTSIDE, format_bytes
 from reportgen.memory.tracker import StepTracker
 from reportgen.plan.args import PlanArgs, PlanError
 from reportgen.plan.model import (

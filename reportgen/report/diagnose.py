@@ -1,11 +1,5 @@
-"""Likely cause and fix of every failing or inconclusive check, chosen from the evidence.
-
-A stage of the pipeline after the checks: it reads the rows they produced (and the recompute
-settings) and adds one INFO row per failing or inconclusive check, role ``diagnosis``, whose
-detail says "Likely cause: ... Fix: ...". The rules are ordered; the first whose evidence is
-present wins, so a forward that already differs (the loss itself) is named before anything
-that follows from it. It is a diagnosis, stated as "likely": the rows hold the evidence.
-"""
+"""Likely cause and fix of every failing or inconclusive check, chosen from the evidence by ordered rules
+(the first that matches wins; docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -48,18 +42,19 @@ class Rule:
         return cause, fix
 
 
-def _bad(rows: list[Row], role: str) -> list[Row]:
-    return [r for r in rows if r.role == role and r.status in BAD]
+def _bad(rows: list[Row], *roles: str) -> list[Row]:
+    """The failing rows of any of ``roles``."""
+    return [r for r in rows if r.role in roles and r.status in BAD]
 
 
 def _raised(rows: list[Row], *words: str) -> bool:
-    return any(r.role == Role.EXCEPTION and r.status in BAD and any(w in r.detail for w in words) for r in rows)
+    return any(any(w in r.detail for w in words) for r in _bad(rows, Role.EXCEPTION))
 
 
-def _lost_grads(rows: list[Row], s: dict[str, Any]) -> bool:
+def _lost_grads(rows: list[Row]) -> bool:
     return (
         any(r.extra.get("recompute_value") == "None" for r in rows if r.status in BAD)
-        or any(r.role == Role.LOST_GRADIENTS and r.status in BAD for r in rows)
+        or bool(_bad(rows, Role.LOST_GRADIENTS))
         or _raised(rows, "does not require grad")
     )
 
@@ -73,30 +68,27 @@ def _router_lost(rows: list[Row], s: dict[str, Any]) -> list[str]:
     """Under reentrant recompute, the failing gradients that are None or all zero in the recompute twin (so not in the
     plain twin), when every one is a router's."""
     zero = lambda r: r.extra.get("recompute_value") == "None" or r.extra.get("recompute_norm") == 0  # noqa: E731
-    lost = [r.item for r in rows if r.role == Role.PARAM_GRAD and r.status in BAD and zero(r)]
+    lost = [r.item for r in _bad(rows, Role.PARAM_GRAD) if zero(r)]
     return lost if s.get("mode") == "reentrant" and lost and all(ROUTER.search(item) for item in lost) else []
 
 
 def _held(rows: list[Row]) -> list[str]:
     """Generators a module (or the task) holds whose states differ between the twins (a global one is a call)."""
-    return [g for r in rows if r.role == Role.RNG and r.status in BAD and not (g := generator(r)).endswith(")")]
+    return [g for r in _bad(rows, Role.RNG) if not (g := generator(r)).endswith(")")]
 
 
 def _some_ranks_only(rows: list[Row]) -> bool:
     """Some ranks' own gradients differ under recompute and others' do not (sharded checks)."""
-    local = [r for r in rows if r.role == Role.RANK_LOCAL_GRADS]
-    bad = [r for r in local if r.status in BAD]
-    return 0 < len(bad) < len(local)
+    return 0 < len(_bad(rows, Role.RANK_LOCAL_GRADS)) < sum(r.role == Role.RANK_LOCAL_GRADS for r in rows)
 
 
 def _cache_written_again(rows: list[Row]) -> bool:
     """A key/value cache in the output grew while backward ran (a row, or an exception's note)."""
-    return any(
-        r.role == Role.CHANGED_IN_BACKWARD and r.status in BAD and r.extra.get("in_cache") for r in rows
-    ) or _raised(rows, CACHE_WRITTEN_AGAIN)
+    in_cache = any(r.extra.get("in_cache") for r in _bad(rows, Role.CHANGED_IN_BACKWARD))
+    return in_cache or _raised(rows, CACHE_WRITTEN_AGAIN)
 
 
-#: Recompute hazards with a cause of their own (issue 16): each is matched by its own evidence, before
+#: Recompute hazards with a cause of their own: each is matched by its own evidence, before
 #: the rules that read the symptoms they cause (a differing forward, a lost gradient, a CheckpointError).
 HAZARDS: tuple[Rule, ...] = (
     Rule(
@@ -166,14 +158,11 @@ HAZARDS: tuple[Rule, ...] = (
 )
 
 
-#: Sharded runs, from torch's own messages and the rank-sync rows (reportgen.report.diagnose_distributed).
-DISTRIBUTED: tuple[Rule, ...] = tuple(Rule(*rule) for rule in DIST_RULES)
-
 RULES: tuple[Rule, ...] = (
-    *DISTRIBUTED,
+    *(Rule(*rule) for rule in DIST_RULES),  # sharded runs, from torch's own messages and the rank-sync rows
     Rule(
         "a rank failed",
-        lambda rows, s: any(r.role == Role.EXCEPTION and r.status in BAD and "rank" in r.extra for r in rows),
+        lambda rows, s: any("rank" in r.extra for r in _bad(rows, Role.EXCEPTION)),
         "a rank of the sharded run raised, crashed or hung (its ERROR row names it and has the message); the "
         "ranks waiting for it time out after distributed.timeout_s, and the sharded checks after it did not run",
         rank_failed_fix,
@@ -262,7 +251,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "frozen input under reentrant",
-        lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows, s),
+        lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows),
         "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
         "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad (Hugging Face / "
@@ -288,8 +277,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "RNG not replayed",
         lambda rows, s: (
-            not s.get("preserve_rng_state", True)
-            and bool(_bad(rows, Role.PARAM_GRAD) or _bad(rows, Role.PARAM) or _bad(rows, Role.OUTPUT))
+            not s.get("preserve_rng_state", True) and bool(_bad(rows, Role.PARAM_GRAD, Role.PARAM, Role.OUTPUT))
         ),
         "random ops (dropout) inside a recomputed region draw new numbers in the recomputation, because "
         "preserve_rng_state=false does not replay the generator",
@@ -297,9 +285,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "generator drawn in region",
-        lambda rows, s: any(
-            r.role == Role.RNG and r.status in BAD and ("random." in r.item or "numpy" in r.item) for r in rows
-        ),
+        lambda rows, s: any("random." in r.item or "numpy" in r.item for r in _bad(rows, Role.RNG)),
         "a recomputed region draws from Python random or NumPy, which torch.utils.checkpoint does not replay: the "
         "recomputation draws again and every later draw differs",
         "draw randomness inside recomputed regions from torch's generator, or move the draw outside the region",
@@ -328,25 +314,21 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "region recomputed whole",
-        lambda rows, s: any(
-            r.role == Role.PEAK_SAVING and r.status in BAD and "one region (" in r.detail for r in rows
-        ),
+        lambda rows, s: any("one region (" in r.detail for r in _bad(rows, Role.PEAK_SAVING)),
         "one recompute region holds most of the activations and backward recomputes it at once, so they are all "
         "alive together again and the step's peak does not move (the saved bytes after the forward drop all the same)",
         "split it: one region per layer (recompute.targets=[<the layer class>])",
     ),
     Rule(
         "recompute costs memory",
-        lambda rows, s: any(r.role == Role.PEAK_SAVING and r.status in BAD and r.value < 0 for r in rows),
+        lambda rows, s: any(r.value < 0 for r in _bad(rows, Role.PEAK_SAVING)),
         "recompute keeps more than it frees: each wrapped region keeps its input for the recompute while the layer "
         "after it still keeps its output (e.g. only activation functions are recomputed)",
         "recompute whole layers or blocks (recompute.targets), not single cheap ops",
     ),
     Rule(
         "peak in the optimizer step",
-        lambda rows, s: any(
-            r.role == Role.PEAK_SAVING and r.status in BAD and "in the optimizer step" in r.detail for r in rows
-        ),
+        lambda rows, s: any("in the optimizer step" in r.detail for r in _bad(rows, Role.PEAK_SAVING)),
         "the step's peak is in the optimizer step, where parameters, gradients and optimizer state are alive and no "
         "activation is, so recompute cannot lower it at this batch",
         "make the memory claim at the batch and sequence length where activations set the peak, or claim no memory "
@@ -354,15 +336,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "deadline",
-        lambda rows, s: any(r.role in (Role.OVERHEAD, Role.MEDIAN) and r.status in BAD for r in rows),
+        lambda rows, s: bool(_bad(rows, Role.OVERHEAD, Role.MEDIAN)),
         "recomputation costs more step time than the configured deadline allows",
         "recompute fewer or cheaper modules (recompute.targets), or use recompute=selective to save the costly ops",
     ),
     Rule(
         "trained apart",
-        lambda rows, s: any(
-            r.role in (Role.FINAL_PARAMS, Role.METRIC_DIFF, Role.WORST) and r.status in BAD for r in rows
-        ),
+        lambda rows, s: bool(_bad(rows, Role.FINAL_PARAMS, Role.METRIC_DIFF, Role.WORST)),
         "the twins train apart over many steps although the checks on one batch agree: a per-step difference "
         "accumulates (nondeterministic kernels, state updated in forward), or one switches on only after some steps "
         "(a forward counter or schedule that recomputation advances twice per step, state kept outside module "
@@ -380,8 +360,6 @@ GENERIC = ("trained apart",)
 #: Rules that name a symptom a hazard also causes: a hazard seen in any check (e.g. a cache that
 #: gradient parity saw written again) wins over them in a check whose own rows show only the symptom.
 SYMPTOMS = (*GENERIC, "state changed before recompute")
-
-
 #: Causes that can hide behind a frozen input under reentrant recompute: its fallback runs (the input
 #: made to require grad, items tagged "[input requires grad]") still differ when one of these holds.
 SECOND_CAUSES = ("RNG not replayed", "running statistics", "python state in forward")

@@ -1,13 +1,6 @@
-"""Diagnoses of sharded runs from torch's own words (issue 23, "Diagnoses from torch's own words").
-
-DDP and FSDP say what went wrong in their error messages; these rules match those messages (and
-the rank-sync rows), each only under its own strategy (the settings' ``strategy``), and name the cause,
-the twin that showed it (a row's ``twin`` column) and the settings that fix it, never one already in
-force (the settings' ``distributed``: :func:`reportgen.distributed.wrapping.settings_in_force`) nor one
-the strategy refuses. The diagnosis quotes the message of the row that matched
-(:func:`reportgen.report.diagnose_unexplained.quote`), so page 1 and the console quote torch instead of
-paraphrasing it.
-"""
+"""Diagnoses of sharded runs from torch's own words: rules that match DDP's and FSDP's error messages (and the
+rank-sync rows) under their own strategy, and offer only fixes not already in force
+(:func:`reportgen.distributed.wrapping.settings_in_force`) nor refused by the strategy."""
 
 from __future__ import annotations
 
@@ -34,14 +27,8 @@ SINGLE_PROCESS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 
 def matching(rows: list[Row], words: tuple[str, ...]) -> Row | None:
     """The first bad exception row (of a rank) whose message holds one of ``words``."""
-    return next(
-        (
-            r
-            for r in rows
-            if r.role == Role.EXCEPTION and r.status in BAD and any(w.lower() in r.detail.lower() for w in words)
-        ),
-        None,
-    )
+    bad = (r for r in rows if r.role == Role.EXCEPTION and r.status in BAD)
+    return next((r for r in bad if any(w.lower() in r.detail.lower() for w in words)), None)
 
 
 def in_force(s: dict[str, Any], key: str) -> Any:

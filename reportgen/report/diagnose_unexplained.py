@@ -42,13 +42,10 @@ def module_of(row: Row) -> str | None:
 
 
 def unexplained(check: str, group: list[Row], rows: list[Row]) -> tuple[str, str]:
-    """``(cause, fix)`` when no rule matches: what the evidence shows, each part only where rows hold it.
-
-    The first differing tensor of ``check``'s rows ``group`` (in the check's order: loss, outputs, gradients; a row
-    whose role is of kind ``PARITY``, ``reportgen.checks.roles_of``) and its module, else its first bad row; in all
-    ``rows``: whether the forward already differs (a failing loss or output row) or only what backward computes, how
-    many regions the recompute twin was seen recomputing (``observed`` rows), the generators whose states differ
-    between the twins (failing RNG rows), and torch's own words when a twin raised (:func:`quote`)."""
+    """``(cause, fix)`` when no rule matches: what the evidence shows, each part only where rows hold it: the first
+    differing tensor of ``check``'s rows ``group`` and its module (else its first bad row), and from all ``rows``
+    whether the forward already differs, the regions seen recomputing, the generators whose states differ between
+    the twins and torch's own words when a twin raised."""
     bad = [r for r in group if r.status in BAD]
     compared = roles_of(Kind.PARITY)
     first = next((r for r in bad if r.role in compared), None)

@@ -1,9 +1,5 @@
-"""Page 1's evidence: per failing required check, its worst item, the measured difference and how
-many items fail; per check whose plain twin broke, what broke (issue 28, items 2 and 6).
-
-Reads only the results frame (rows of :mod:`reportgen.results`); the report template shows it in
-"Why it fails" / "Why it cannot be judged" before the claim table.
-"""
+"""Page 1's evidence, read from the results frame: per failing required check, its worst item, the measured
+difference and how many items fail; per check whose plain twin broke, what broke."""
 
 from __future__ import annotations
 
@@ -20,10 +16,14 @@ MOST_CHECKS = 6
 
 def _number(value: Any) -> float:
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
-    return number
+
+
+def no_nan(value: Any) -> Any:
+    """``value``, or None for a float NaN (a missing value in a frame)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def tolerance_share(record: dict) -> float:
@@ -75,16 +75,11 @@ def worst_row(group: pd.DataFrame) -> dict | None:
 
 
 def _clean(record: dict) -> dict:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+    return {k: no_nan(v) for k, v in record.items()}
 
 
 def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> dict | None:
-    """One failing check's lead: ``{"check", "status", "item", "status_row", "share", "difference",
-    "differing", "tolerance", "failing", "judged", "plain", "recompute", "detail", "baseline", "cause",
-    "fix"}``.
-
-    ``difference`` is NaN for an integer tensor (a generator state), whose largest entry difference
-    means nothing; ``differing`` counts its entries that differ and ``detail`` says so.
+    """One failing check's lead (its worst row, :func:`worst_row`), None when nothing in it fails.
 
     ``baseline`` is True when the plain twin broke (the check cannot be judged); then ``item`` and
     ``detail`` are those of the plain twin's first broken row. ``failing`` counts the check's FAIL
@@ -146,9 +141,8 @@ def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHE
     diagnosis = {r["check"]: r for r in frame[frame.role == Role.DIAGNOSIS].to_dict("records")}
     out = []
     gates = frame.check[frame.status == Status.INCONCLUSIVE].unique()  # decides the claim, required or not
-    judged = frame.check.isin([*required, *gates]) & ~frame.role.isin(
-        [Role.DIAGNOSIS, Role.CLAUSE]
-    )  # the claim's table names clauses
+    # diagnosis and clause rows are no check's evidence (the claim's table names clauses)
+    judged = frame.check.isin([*required, *gates]) & ~frame.role.isin([Role.DIAGNOSIS, Role.CLAUSE])
     for check, group in frame[judged].groupby("check", sort=False):
         if judged_status(group) not in (Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE):
             continue

@@ -1,12 +1,8 @@
 """WeasyPrint's URL fetcher for reportgen: the report's own files only, never the network.
 
-The report is self-contained (CSS inlined, plots inline SVG), so rendering needs no URL at
-all. A URL that reaches the HTML anyway (a model or task name, an exception message, a
-user's template change) must not make the renderer read a file elsewhere on the machine
-or contact a server while a signed report is being made. :class:`LocalOnlyFetcher` serves
-``data:`` URLs and ``file:`` URLs inside the given folders (the templates folder, the run
-folder) and refuses everything else; WeasyPrint then leaves that resource out and logs a
-warning, and the report still renders.
+The report is self-contained (CSS inlined, plots inline SVG); a URL that reaches the HTML anyway (a model name, an
+exception message) must not make the renderer read a file elsewhere or contact a server while a signed report is
+made. WeasyPrint leaves a refused resource out and logs a warning, and the report still renders.
 """
 
 from __future__ import annotations

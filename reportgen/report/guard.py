@@ -1,13 +1,6 @@
-"""Rendering never crashes on a missing value: fallbacks for sections and page-1 costs.
-
-A check can leave any optional value empty (a measurement failed while an estimate
-succeeded, a CI that could not be computed). A section template written for the complete
-case then fails on arithmetic or formatting of ``None``, and one such section would cost
-the whole report and its signature. Here each section is tried once on its own: one that
-cannot be laid out falls back to the generic rows table (``sections/rows.html.j2``), which
-shows every row, with a sentence saying why. Page-1 costs with a missing or non-finite
-figure become "not measured".
-"""
+"""Rendering never crashes on a missing value (a failed measurement, a CI that could not be computed): a section
+whose template fails on its rows falls back to the generic rows table, and page-1 costs with a missing or
+non-finite figure become "not measured"."""
 
 from __future__ import annotations
 

@@ -42,7 +42,6 @@ CONFIG_OPTIONS = {
 #: (``--config-path`` is relative to reportgen's entry module, so it is kept as given).
 FOLDER_OPTIONS = ("--config-dir",)
 
-
 #: Model-config keys that may name a local file or folder the model is built from (Hugging Face's
 #: ``model.config`` / ``model.pretrained``); page 1 names each with its digest.
 MODEL_FILE_KEYS = ("config", "pretrained")
@@ -212,12 +211,10 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
     """
     digests = user_source_digests()
     repos = git_repositories(digests)
-    for repo in repos:
+    own = git_repositories([PACKAGE_DIR / "__init__.py"])[0]
+    for repo in [*repos, own]:
         if repo["repository"] is not None:
             repo["repository"] = display_path(repo["repository"], cwd)
-    own = git_repositories([PACKAGE_DIR / "__init__.py"])[0]
-    if own["repository"] is not None:
-        own["repository"] = display_path(own["repository"], cwd)
     return {
         "user_sources": {display_path(p, cwd): d for p, d in digests.items()},
         "user_repositories": repos,
@@ -234,13 +231,8 @@ def recompute_settings(setup: Setup) -> dict[str, Any]:
     dc = setup.config.distributed
     strategy = dc.strategy.value if dc.world_size > 1 else None
     wrapping = settings_in_force(dc, [w.path for w in setup.wrapped]) if strategy else {}
-    rc = setup.config.recompute
-    return {
-        "mode": setup.mode,
-        "preserve_rng_state": rc.preserve_rng_state,
-        "strategy": strategy,
-        "distributed": wrapping,
-    }
+    rng = setup.config.recompute.preserve_rng_state
+    return {"mode": setup.mode, "preserve_rng_state": rng, "strategy": strategy, "distributed": wrapping}
 
 
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:

@@ -1,8 +1,5 @@
 """report.pdf from report.html: WeasyPrint lays the HTML out as PDF/A-3b with the run's files attached.
-
-The only module that calls WeasyPrint; the report, the plan, the sweep summary and the comparison
-all write their PDF through :func:`write_pdf`.
-"""
+The only module that lays out with WeasyPrint: the report, the plan and the sweep summary use :func:`write_pdf`."""
 
 from __future__ import annotations
 
@@ -71,7 +68,7 @@ def write_pdf(
     from reportgen.report.fetcher import LocalOnlyFetcher
 
     when = dt.datetime.fromisoformat(created).astimezone(dt.UTC)
-    fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own (item 11)
+    fetcher = LocalOnlyFetcher([templates_dir()])  # no network, no file outside the report's own
     document = HTML(string=html, base_url=str(templates_dir()), url_fetcher=fetcher).render(pdf_variant=PDF_VARIANT)
     document.metadata.created = document.metadata.modified = when.isoformat()
     if relative_links:  # WeasyPrint resolves them against base_url (the templates folder): undo that

@@ -19,9 +19,9 @@ from reportgen.checks import section as registered_section
 from reportgen.checks.base.plots import section_plots
 from reportgen.claim.rows import claim_table
 from reportgen.config import CONTROLS
-from reportgen.memory.peak import CATEGORIES
+from reportgen.memory.step_peak import CATEGORIES
 from reportgen.paths import templates_dir
-from reportgen.report.evidence import baseline_breaks, lead_evidence, tolerance_share
+from reportgen.report.evidence import baseline_breaks, lead_evidence, no_nan, tolerance_share
 from reportgen.report.guard import guard_costs, guard_sections
 from reportgen.report.pdf import write_pdf
 from reportgen.results import SEVERITY, Role, Status, atomic_write, check_summary, frame_to_json
@@ -42,9 +42,7 @@ ROLE_LABELS: dict[str, str] = {
     Role.SAVE_OP: "save_ops entries",
 }
 
-#: Failing rows shown per group of one section, worst share of its tolerance first; the rest of the
-#: group (rows that say the same thing) is one line with their count and the range of their shares,
-#: and stays in results.csv/json and, in the HTML, behind a ``<details>``.
+#: Failing rows shown per group of one section (:func:`row_groups`); the rest is one summary line.
 FEW_ROWS = 5
 
 
@@ -87,11 +85,8 @@ LONG_PART = 24
 def fmt_name(name: Any) -> Markup:
     """A dotted name (``model.embed_tokens.weight.grad``) that may wrap after each dot, never mid-word.
 
-    Escapes the name, then puts a ``<wbr>`` after every ``.`` and before every ``[``; a part longer
-    than :data:`LONG_PART` characters (an identifier with no dot to break at) also gets one after
-    each ``_``, else every :data:`LONG_PART` characters. The ``code.name`` CSS rule keeps words whole
-    (``overflow-wrap: normal``), so a PDF table cell breaks it only at those points and nothing runs
-    past the cell.
+    Escapes the name and puts a ``<wbr>`` after every ``.``, before every ``[`` and inside long parts
+    (:func:`_long_part`); the ``code.name`` CSS rule keeps words whole, so a PDF table cell breaks it only there.
     """
     text = str(name)
     parts = [p for raw in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00") for p in _long_part(raw)]
@@ -110,10 +105,8 @@ def _long_part(part: str) -> list[str]:
 def environment() -> Environment:
     """The jinja2 environment: templates folder, autoescape, StrictUndefined, number filters.
 
-    One per templates folder and process, so each template is compiled once (a report's 13
-    templates took 0.15 s CPU to compile, twice per report before); jinja2 still reloads a
-    template whose file changed (``auto_reload``). Callers only read it: never add filters or
-    globals to the returned environment.
+    One per templates folder and process, so each template is compiled once (jinja2 still reloads a
+    changed file). Callers only read it: never add filters or globals to the returned environment.
     """
     return _environment(str(templates_dir()))
 
@@ -145,23 +138,20 @@ def _records(group: pd.DataFrame) -> list[dict]:
     ranked = sorted(
         range(len(records)), key=lambda i: (order.get(records[i]["status"], len(order)), -share[i], -value[i])
     )
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in records[i].items()} for i in ranked]
+    return [{k: no_nan(v) for k, v in records[i].items()} for i in ranked]
 
 
 def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
     """Rows of one section grouped by ``role`` (first-seen order), for the generic rows table.
 
-    A group whose rows all PASS (or are INFO) and that has more than one row collapses to one
-    summary line with its worst value. Any other group shows its not-passing rows, at most
-    ``few`` of them (worst first: the records arrive sorted by :func:`_records`), and one line
-    for the rest (``more``): how many, their statuses and the range of their shares of the
-    tolerance. Every row stays in results.csv/json and, in the HTML, behind a ``<details>``
-    (print CSS hides it in the PDF).
+    A group of more than one row, all PASS (or INFO), collapses to one summary line. Any other group shows
+    at most ``few`` not-passing rows (worst first, as :func:`_records` sorts them) and one line (``more``)
+    for the rest; every row stays in results.csv/json and, in the HTML, behind a ``<details>``.
 
     Returns:
         ``[{"role", "label", "rows", "collapsed", "worst", "statuses", "shown", "more"}]``; ``worst`` is
-        the row with the largest value; ``more`` is None or ``{"count", "statuses", "low", "high"}``
-        (shares, NaN when the rows have none).
+        the row with the largest value; ``more`` is None or ``{"count", "statuses", "low", "high", "failing"}``
+        (low/high: the range of their shares of the tolerance, NaN when the rows have none).
     """
     groups: dict[str, list[dict]] = {}
     for record in records:
@@ -226,7 +216,7 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
                 "plots": section_plots(spec.plotter if spec else None, group),
             }
         )
-    sections = guard_sections(environment(), sections)  # a missing value never stops the report (render_guard)
+    sections = guard_sections(environment(), sections)  # a missing value never stops the report
     return {
         "meta": meta,
         "verdict": verdict,
@@ -277,16 +267,12 @@ def _role_row(frame: pd.DataFrame, role: str, variant: str = "recompute") -> pd.
 
 
 def headline_costs(frame: pd.DataFrame) -> dict:
-    """Page-1 figures of the claim's cost, read from the frame by role: saved-activation bytes
-    plain vs recompute and the saving's share (the ``saving`` row), and the step-time overhead
-    ratio with its 95% CI (the ``overhead`` row).
-
-    Also the memory verdict: the step peak of both twins and its share saved (the
-    ``peak_saving`` row), and the seconds the detector controls added (their ``total time`` row).
+    """Page-1 figures of the claim's cost, read from the frame by role: saved-activation bytes and the step
+    peak of both twins with the share saved (the ``saving`` and ``peak_saving`` rows), the step-time overhead
+    ratio with its 95% CI (the ``overhead`` row) and the seconds the detector controls added (``total time``).
 
     Returns:
-        ``{"memory": {"plain", "recompute", "saved" (B), "share", "status"} | None,
-        "peak": {"plain", "recompute", "saved" (B), "share", "status"} | None,
+        ``{"memory" and "peak": {"plain", "recompute", "saved" (B), "share", "status"} | None,
         "time": {"ratio", "low", "high", "status"} | None, "controls": float | None}``; None = not
         measured (the template says so).
     """
@@ -304,18 +290,10 @@ def headline_costs(frame: pd.DataFrame) -> dict:
     memory, peak, overhead = saved(Role.SAVING, ""), saved(Role.PEAK_SAVING, "peak_"), _role_row(frame, Role.OVERHEAD)
     time = None
     if overhead is not None and pd.notna(overhead.value):
-        time = {
-            "ratio": overhead.value,
-            "low": _optional(overhead.get("ci_low")),
-            "high": _optional(overhead.get("ci_high")),
-            "status": overhead.status,
-        }
+        low, high = (no_nan(overhead.get(k)) for k in ("ci_low", "ci_high"))
+        time = {"ratio": overhead.value, "low": low, "high": high, "status": overhead.status}
     spent = pd.to_numeric(frame[(frame.check == CONTROLS) & (frame.item == "total time")].value, errors="coerce")
-    return {"memory": memory, "peak": peak, "time": time, "controls": _optional(spent.iloc[0]) if len(spent) else None}
-
-
-def _optional(value: Any) -> Any:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    return {"memory": memory, "peak": peak, "time": time, "controls": no_nan(spent.iloc[0]) if len(spent) else None}
 
 
 def render_html(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str] | None = None) -> str:

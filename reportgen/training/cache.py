@@ -1,34 +1,8 @@
-"""A content-addressed disk cache of the plain twin's budget training runs, shared by a sweep's jobs.
-
-**The key** is the SHA-256 of these inputs of the plain twin's training run: the whole config but
-the groups only the recompute twin or the output reads, the run's seed, batch and learning-rate
-factor, the device kind, versions, and the digests of reportgen's source, the user's sources and
-every file the config names (:mod:`reportgen.training.cache_key`).
-
-**An entry is data only**: ``<key>.json`` (the key material, the run's numbers, the digest of
-the tensor file, the user sources loaded by the end of training, and a SHA-256 ``digest`` over
-all of it) and ``<key>.<sha256>.pt`` (the trained parameters, a ``{name: tensor}`` dict written
-by ``torch.save`` and read with ``torch.load(weights_only=True)``: no object is ever unpickled).
-On load the digest, the key material, the tensor file's digest and the tensors themselves are
-checked; any failure is a :class:`Rejected` entry that the caller reports as a WARN row and
-replaces by a fresh training run, never a hit.
-
-**An entry proves itself**: it stores the plain run's first training step (:func:`fingerprint`: loss,
-gradient digest); a hit needs this run's, made afresh, bitwise equal, else it is :class:`Rejected`. An
-input the key misses (data read at import, or by C code) is caught when it changes that step only.
-
-The digest is an HMAC-SHA256 keyed with the user's cache secret (:func:`cache_secret`: 32
-random bytes in ``~/.config/reportgen/cache-secret``, mode 0600, made on first use; or the file
-``$REPORTGEN_CACHE_SECRET`` names). It catches edited bytes, truncated files, entries moved
-between keys (the recompute twin's run stored under the plain twin's key), and entries written
-by anyone who does not hold the secret, such as another user of a shared sweep folder: they are
-rejected, never used. Jobs that share a cache must share the secret (the same home folder, or
-``$REPORTGEN_CACHE_SECRET``).
-
-Where: nowhere when ``cache.enabled=false`` or ``$REPORTGEN_CACHE_DIR=off``; else
-``$REPORTGEN_CACHE_DIR`` when set, else, in a Hydra multirun, ``<hydra.sweep.dir>/.reportgen-cache``;
-a single run without the variable caches nothing.
-"""
+"""A content-addressed disk cache of the plain twin's budget training runs, shared by a sweep's jobs
+(docs/sweeps.md, "The plain twin is trained once per sweep"): the key is :mod:`reportgen.training.cache_key`'s,
+the HMAC's secret :mod:`reportgen.training.cache_secret`'s. An entry is data only (``<key>.json`` and a
+``<key>.<sha256>.pt`` of tensors read with ``weights_only=True``) and proves itself by the plain run's first
+training step (:func:`fingerprint`); an entry that fails any check is :class:`Rejected`, never a hit."""
 
 from __future__ import annotations
 
@@ -75,7 +49,9 @@ def cache_enabled(cfg) -> bool:
 
 
 def cache_dir(cfg=None) -> Path | None:
-    """The cache folder for this process, or ``None`` when caching is off (see module docstring).
+    """The cache folder for this process, or ``None`` when caching is off: ``cache.enabled=false`` or
+    ``$REPORTGEN_CACHE_DIR=off``; else that variable when set, else ``<hydra.sweep.dir>/.reportgen-cache`` in a
+    multirun (a single run without the variable caches nothing).
 
     Args:
         cfg: the composed config; ``cache.enabled=false`` turns the cache off.

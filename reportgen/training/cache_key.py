@@ -1,22 +1,8 @@
-"""The key of a plain-twin cache entry (:mod:`reportgen.training.cache`): the SHA-256 of these inputs
-of the plain twin's training run (one it misses, e.g. data read at import, only the entry's
-fingerprint can catch):
-
-- the whole composed config except the groups that only the recompute twin or the output
-  reads (:data:`NOT_IN_KEY`: ``recompute``, ``report``, ``verdict``, ``claim``, ``cache``); so
-  precision and autocast, ``compile.*``, dtype, device, seeds, budget, optimizer, task and
-  model arguments are in, and so is any setting added later (a deny-list, not an allow-list);
-- the run's own seed, batch size and learning-rate factor, the device and its kind (GPU name);
-- reportgen's version and the SHA-256 of its source, and the python, torch, numpy and
-  transformers versions;
-- the SHA-256 of every user source file, read from ``sys.modules`` after the model and task
-  were built (:mod:`reportgen.trust.sources`): whatever the package layout (a namespace package
-  without ``__init__.py``, a library imported from another folder), an edit is a miss;
-- the SHA-256 of the contents of every file the config names (``model.config``, every file of
-  a ``model.pretrained`` folder, ``task.text_file``, a user task's data file: any config string
-  that is a path on disk; ``reportgen.trust.sources.named_file_digests``): the same path with
-  edited contents (SiLU → GELU in config.json) is a miss, never the stale run.
-"""
+"""The key of a plain-twin cache entry (:mod:`reportgen.training.cache`; what it covers: docs/sweeps.md, "The
+plain twin is trained once per sweep"): the SHA-256 of the config minus :data:`NOT_IN_KEY` (a deny-list, so a
+setting added later is in), the run's seed, batch and learning-rate factor, the device kind, versions, the digests
+of reportgen's and the user's sources, and of the contents of every file the config names
+(``reportgen.trust.sources.named_file_digests``: an edited config.json is a miss, never the stale run)."""
 
 from __future__ import annotations
 

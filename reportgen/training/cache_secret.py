@@ -1,9 +1,5 @@
-"""The cache secret: the key of every cache entry's HMAC (:mod:`reportgen.training.cache`).
-
-32 random bytes in ``~/.config/reportgen/cache-secret``, mode 0600, made on first use; or the file
-``$REPORTGEN_CACHE_SECRET`` names. Like the signing key it must be the user's own private file:
-whoever can read it can write cache entries whose HMAC verifies.
-"""
+"""The cache secret: the key of every cache entry's HMAC (:mod:`reportgen.training.cache`); like the signing
+key it must be the user's own private file."""
 
 from __future__ import annotations
 

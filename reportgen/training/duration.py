@@ -1,17 +1,7 @@
-"""How long the configured run will take, estimated before any check (time one step, multiply).
-
-Settings such as ``parity.steps=100000`` or ``budget.examples=10**12`` are valid values that
-imply hours or years. Before the checks, :func:`estimate_run` times a few training steps of a
-fresh plain and recompute twin at the trajectory's batch (``parity.batch_size``) and at the
-budget's batch (``budget.batch_size``) and multiplies by the steps the settings imply; past
-``run.max_estimated_minutes`` (reportgen/config.py, default 60) :func:`refuse_long_runs`
-raises :class:`RunTooLong`, which the pipeline turns into exit 2 with one line giving the
-estimate and the override that allows it.
-
-Beside the long phases it counts what every run does (:func:`fixed_phases`): the checks on the fixed
-batch, the twins copied from the one build, the tensor comparisons (timed on equal tensors), the
-report (a measured fixed cost) and the time the process has already spent.
-"""
+"""How long the configured run will take, estimated before any check: :func:`estimate_run` times a few training
+steps of each twin at the trajectory's and the budget's batch and multiplies by the steps the settings imply (beside
+what every run does, :func:`fixed_phases`); past ``run.max_estimated_minutes`` :func:`refuse_long_runs` raises
+:class:`RunTooLong` (exit 2, one line with the estimate and the override that allows it)."""
 
 from __future__ import annotations
 
@@ -102,6 +92,11 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / (365 * 86400):.2g} years"
 
 
+def _rng_kept(setup: Setup):
+    """``torch.random.fork_rng`` over the CPU and the run's CUDA device: every generator restored on exit."""
+    return torch.random.fork_rng(devices=[setup.device.index or 0] if setup.device.type == "cuda" else [])
+
+
 def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TIMED_STEPS) -> float:
     """Wall time of one training step of a fresh twin on a batch of ``batch_size``, s (uncompiled).
 
@@ -109,8 +104,7 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
     random generator is restored afterwards, so the run's checks see the state they would have
     seen without the estimate.
     """
-    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with _rng_kept(setup):
         batch = (
             setup.batch
             if batch_size == setup.config.parity.batch_size and setup.batch is not NOT_DRAWN
@@ -137,8 +131,7 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
 
 def evaluation_seconds(setup: Setup) -> float:
     """Wall time of one held-out evaluation (``task.evaluate`` on a fresh plain twin), s; RNG restored."""
-    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with _rng_kept(setup):
         model = setup.build(False, compiled=False)
         start = time.perf_counter()
         evaluate(model, setup.task)
@@ -268,8 +261,7 @@ def twin_copies(setup: Setup) -> int:
 
 def copy_seconds(setup: Setup) -> float:
     """Wall time of one twin copied from the one build, s (:meth:`reportgen.twins.setup.Setup.build`)."""
-    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with _rng_kept(setup):
         start = time.perf_counter()
         setup.build(False, compiled=False)
         return time.perf_counter() - start
@@ -288,8 +280,7 @@ def comparison_seconds(setup: Setup) -> float:
 def tracked_step_seconds(setup: Setup) -> float:
     """Wall time of one training step of the plain twin under the memory check's tracker, s
     (:func:`reportgen.memory.peak.warm_step_peak`)."""
-    devices = [setup.device.index or 0] if setup.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+    with _rng_kept(setup), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = setup.build(False, compiled=False)
         start = time.perf_counter()  # the optimizer state from a step on zero gradients, then one tracked step

@@ -67,9 +67,7 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
             continue
         steps += 1
         for p, r in pairs:
-            if (p.grad is None) != (r.grad is None):
-                return steps
-            if (
+            if (p.grad is None) != (r.grad is None) or (
                 p.grad is not None
                 and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0
             ):

@@ -1,11 +1,7 @@
 """The run's budget training runs: each ``(twin, seed, batch, budget, lr scale)`` trained once per
 run (:class:`BudgetRuns`, :func:`budget_runs`), the plain twin's shared across a sweep's jobs
-through the disk cache (:func:`cached_plain_run`, :mod:`reportgen.training.cache`).
-
-The training loop lives in :mod:`reportgen.training.loop`, the rows of a run in
-:mod:`reportgen.training.rows`, lockstep gradient parity in :mod:`reportgen.training.lockstep`;
-their names are importable from here too, as before the split.
-"""
+through the disk cache (:func:`cached_plain_run`). The loop, rows and lockstep parity live in their own
+modules, their names importable from here too (docs/moves.md)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The user's own training step, when the task provides it (issue 23, "The user's training step").
-
-A task may carry the optional members of :data:`reportgen.tasks.TRAINING_STEP_MEMBERS`:
-``forward_backward(model, batch) -> loss`` (several forwards, micro-batch accumulation with DDP's
-``no_sync`` or FSDP2's ``set_requires_gradient_sync``), ``before_step(model, optimizer)`` (gradient
-clipping, unscaling), ``make_optimizer(params)`` and ``make_lr_scheduler(optimizer)``. Without
-them reportgen's own step applies: one forward, the task's loss, one backward, ``parity.optimizer``.
-
-reportgen keeps its seeding and observation around the user's calls: every generator is seeded
-before ``forward_backward`` (:func:`reportgen.rng.seeded`), the generator states are read right
-after it, the inputs are cloned, and gradients are read after it returns; the optimizer step is
-``before_step`` → ``optimizer.step()`` → ``scheduler.step()``.
-"""
+"""The user's own training step, when the task provides the optional members of
+:data:`reportgen.tasks.TRAINING_STEP_MEMBERS` (docs/training_step.md); else reportgen's: one forward, the task's
+loss, one backward, ``parity.optimizer``. Seeding and observation stay reportgen's around the user's calls."""
 
 from __future__ import annotations
 
@@ -24,7 +14,7 @@ from reportgen.rng import fingerprint, seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import TRAINING_STEP_MEMBERS, Batch
 from reportgen.twins.forward import StepOutput, forward_backward
-from reportgen.twins.recompute import plain_name
+from reportgen.twins.snapshot import grads_of
 
 
 def user_members(task: Any) -> list[str]:
@@ -45,12 +35,7 @@ def run_forward_backward(task: Any, model: nn.Module, batch: Batch, forward_seed
     with seeded(forward_seed):
         loss = loss_backward(task, model, batch)
         rng = fingerprint()
-    grads = {
-        plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
-        for n, p in model.named_parameters()
-        if p.requires_grad
-    }
-    return StepOutput(loss, {}, {}, grads, rng)
+    return StepOutput(loss, {}, {}, grads_of(model), rng)
 
 
 def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
 from reportgen.trust.documents import ENVELOPE_NAME
-from reportgen.trust.signing_key import SigningKey
+from reportgen.trust.keys import SigningKey
 
 #: Name of the PDF signature field.
 SIGNATURE_FIELD = "reportgen"

@@ -2,7 +2,7 @@
 
 :func:`sign` is the one path for runs (:func:`sign_run`), sweep summaries and comparisons
 (:func:`sign_document`); ``reportgen.verify`` checks what it writes, in the order written here. The parts:
-``documents`` (file names), ``signing_key`` (the key), ``statement`` (statement, predicate, envelope) and
+``documents`` (file names), ``keys`` (the key), ``statement`` (statement, predicate, envelope) and
 ``pades`` (the signed PDF).
 """
 
@@ -23,8 +23,8 @@ from reportgen.trust.documents import (
     UNSIGNED_PDF_NAME,
     DocumentSpec,
 )
+from reportgen.trust.keys import SigningError, SigningKey, load_signing_key, signature_label
 from reportgen.trust.pades import sign_pdf
-from reportgen.trust.signing_key import SigningError, SigningKey, load_signing_key, signature_label
 from reportgen.trust.statement import build_statement, claim_predicate, sign_statement
 
 #: Names the commands import from here, beside this module's own.

@@ -17,9 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from reportgen.files import sha256_file
 from reportgen.results import Kind, Role, check_summary
 from reportgen.trust.documents import ENVELOPE_NAME, PAYLOAD_TYPE, PDF_NAME, PREDICATE_TYPE, STATEMENT_TYPE
-from reportgen.trust.keys import fingerprint
+from reportgen.trust.keys import SigningKey, fingerprint
 from reportgen.trust.manifest import PENDING_NAME, written_files
-from reportgen.trust.signing_key import SigningKey
 
 
 def is_subject(relative: str) -> bool:

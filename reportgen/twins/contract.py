@@ -1,23 +1,8 @@
-"""The task contract, checked on a small batch before any check runs.
-
-A task that breaks the contract (docs/own-model.md, "The task object") would otherwise surface as an
-ERROR row in every check, or, worse, as a parity result measured on data that differs
-between the twins. So before the checks, one plain forward and backward on a small batch
-must show:
-
-- ``make_batch(generator, batch_size)`` returns ``(inputs, targets)`` whose leading size is
-  ``batch_size``, and draws only from ``generator`` (two calls with generators seeded alike
-  return equal tensors: the twins must see the same data);
-- the plain twin accepts the inputs: integer inputs that fail where the same values as
-  floating point run are a breach (a model of Linear layers fed integer ids);
-- ``loss(output, target)`` returns a scalar floating tensor.
-
-A plain model that raises whatever its inputs is not a contract breach: the checks run and
-report that the claim cannot be tested (DESIGN.md, "Claim verdict").
-
-Each breach stops the run with exit 2 and one paragraph naming the contract and the fix.
-The global RNG (torch, Python ``random``, NumPy) is restored afterwards, so the checks see
-the same random state as without this probe.
+"""The task contract (docs/own-model.md, "The task object"), probed on a small batch before any check runs:
+``make_batch`` returns ``batch_size`` examples drawn only from its generator, the plain twin accepts the inputs,
+``loss`` returns a scalar floating tensor. A breach stops the run with exit 2 and one paragraph naming the fix,
+instead of an ERROR row in every check or parity measured on data that differs between the twins; a plain model
+that raises whatever its inputs is left to the checks (the claim cannot be tested). The global RNG is restored.
 """
 
 from __future__ import annotations

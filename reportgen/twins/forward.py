@@ -21,7 +21,8 @@ from reportgen.structure import (
     other_leaves,
 )
 from reportgen.tasks import Batch
-from reportgen.twins.recompute import named_inner_modules, plain_name
+from reportgen.twins.recompute import named_inner_modules
+from reportgen.twins.snapshot import grads_of
 
 
 @dataclass
@@ -144,19 +145,13 @@ def forward_backward(
                 exc.add_note(changes_said(changed, cache_paths(output, "output"), use_cache_of(model)))
             raise
         rng = fingerprint()
-    keep = (lambda g: g.detach().clone()) if clone_grads else (lambda g: g.detach())  # noqa: E731
-    grads = {
-        plain_name(n): (keep(p.grad) if p.grad is not None else None)
-        for n, p in model.named_parameters()
-        if p.requires_grad
-    }
     outputs = {name: t.detach() for name, t in named_tensors(output, "output")}
     inputs = {f"{name}.grad": t.grad for name, t in named_tensors(x, "input") if t.requires_grad}
     return StepOutput(
         loss.detach(),
         outputs,
         inputs,
-        grads,
+        grads_of(model, clone_grads),
         rng,
         other_leaves(output, "output"),
         changed_leaves(before, output, "output"),

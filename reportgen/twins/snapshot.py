@@ -108,10 +108,12 @@ def take(
     )
 
 
-def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
-    """``{plain parameter name: cloned gradient or None}`` of every trainable parameter."""
+def grads_of(model: nn.Module, clone: bool = True) -> dict[str, torch.Tensor | None]:
+    """``{plain parameter name: gradient or None}`` of every trainable parameter (``clone=False``: the model's
+    own ``.grad`` tensors, detached, no second copy)."""
+    keep = (lambda g: g.detach().clone()) if clone else (lambda g: g.detach())  # noqa: E731
     return {
-        plain_name(n): (p.grad.detach().clone() if p.grad is not None else None)
+        plain_name(n): (keep(p.grad) if p.grad is not None else None)
         for n, p in model.named_parameters()
         if p.requires_grad
     }
@@ -145,31 +147,6 @@ def with_envelope(rows: list[Row], plain: Snapshot, rounding: Snapshot, factor: 
     return rows
 
 
-def _tensor_rows(
-    check: str,
-    prefix: str,
-    role: str,
-    plain: dict,
-    recompute: dict,
-    aa: dict | None,
-    rtol: float | None,
-    atol: float | None,
-) -> list[Row]:
-    return [
-        tensor_row(
-            check,
-            f"{prefix}{k}",
-            plain.get(k),
-            recompute.get(k),
-            rtol,
-            atol,
-            role,
-            aa=NO_AA if aa is None else aa.get(k),
-        )
-        for k in sorted(set(plain) | set(recompute))
-    ]
-
-
 #: The A/A columns a compared row carries (:func:`reportgen.results.compared.tensor_row`'s ``aa``).
 AA_COLUMNS = ("aa_max_abs_err", "aa_excess", "aa_tolerance_used")
 
@@ -183,11 +160,7 @@ def aa_columns(plain: Snapshot, aa: Snapshot, rtol: float | None, atol: float | 
     for row in snapshot_rows(plain, aa, None, rtol, atol):
         if row.metric == "max_abs_err":
             used = row.extra.get("tolerance_used", 0.0 if row.extra["excess"] <= 0 else float("inf"))
-            columns[row.item] = {
-                "aa_max_abs_err": row.value,
-                "aa_excess": row.extra["excess"],
-                "aa_tolerance_used": used,
-            }
+            columns[row.item] = dict(zip(AA_COLUMNS, (row.value, row.extra["excess"], used)))
         else:
             columns[row.item] = {"aa_excess": row.extra["excess"]}
     return columns
@@ -224,23 +197,12 @@ def snapshot_rows(
         generator state is compared bitwise: any difference means later draws differ). A global
         generator's row says "after backward", a held one's (``blocks.0._gen``) "after the step".
     """
-    pick = lambda s, part: getattr(s, part) if s is not None else None  # noqa: E731
-    out = _tensor_rows(
-        STEP_PARITY, "param ", Role.PARAM, plain.params, recompute.params, pick(aa, "params"), rtol, atol
-    )
-    out += _tensor_rows(
-        STEP_PARITY,
-        "optimizer ",
-        Role.OPTIMIZER_STATE,
-        plain.optimizer_state,
-        recompute.optimizer_state,
-        pick(aa, "optimizer_state"),
-        rtol,
-        atol,
-    )
-    out += _tensor_rows(
-        STATE_PARITY, "buffer ", Role.BUFFER, plain.buffers, recompute.buffers, pick(aa, "buffers"), rtol, atol
-    )
+    out = []
+    for (role, (prefix, part)), check in zip(ENVELOPED.items(), (STEP_PARITY, STEP_PARITY, STATE_PARITY)):
+        mine, theirs, other = getattr(plain, part), getattr(recompute, part), getattr(aa, part, None)
+        for k in sorted(set(mine) | set(theirs)):
+            aa_k = NO_AA if other is None else other.get(k)
+            out.append(tensor_row(check, f"{prefix}{k}", mine.get(k), theirs.get(k), rtol, atol, role, aa=aa_k))
     for key in sorted(set(plain.attributes) | set(recompute.attributes)):
         pattern = next((p for p in ignore if fnmatchcase(key.removeprefix("len(").removesuffix(")"), p)), None)
         if pattern is not None:

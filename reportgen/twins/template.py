@@ -1,27 +1,11 @@
-"""One build of the user's model per process; every twin of every check is a copy of it.
+"""One build of the user's model per process; every twin of every check is a copy of it (docs/architecture.md).
 
-The user's factory runs once (seeded with ``cfg.seed``), and that model, the *template*, is kept
-in the run's dtype where the factory left it (host memory for a CUDA run: it never costs the
-device a training state). A twin is ``copy.deepcopy`` of the template with every parameter and
-buffer pre-entered in deepcopy's memo as a copy on the run's device, so:
-
-- the model's random initialisation never runs again (a 700M Llama: 12 s per factory call on
-  the CPU, 41 calls per run before; a deepcopy of the same model: well under a second);
-- the weights go from host to device once per twin, never through a second host copy;
-- everything state parity compares is exact: buffers (persistent or not), tied weights (one
-  memo entry per tensor, so a tie stays a tie), parametrizations (their ``original`` is a
-  parameter), plain module attributes, a ``torch.Generator`` a module holds (each twin its own, at
-  the build's state), the model's own switch and the hooks the factory registered (deepcopy
-  rebinds a bound-method hook to the copy).
-
-What a copy cannot stand for is found at the build (:func:`one_build`): a hook that is a closure over a
-module of the model (:func:`shared_references`; on a copy it would act on, and change, the one build) or a
-model ``copy.deepcopy`` refuses. Such a model is built by its factory for every twin, as before, and a row
-of the report says why.
-
-The torch generators are left as the old per-twin build left them: seeded with ``cfg.seed``,
-then advanced by the initialisation's draws (the CPU state right after the factory returned is
-put back), so a check that draws without seeding sees the same numbers as before.
+The user's factory runs once (seeded with ``cfg.seed``); that model, the *template*, stays in the run's dtype
+where the factory left it (host memory for a CUDA run). A twin is ``copy.deepcopy`` of it with every parameter
+and buffer pre-entered in deepcopy's memo as a copy on the run's device (:func:`copy_module`): the initialisation
+never runs again, the weights cross to the device once per twin, and everything state parity compares stays exact
+(buffers, ties, parametrizations, attributes, held generators, bound-method hooks). A model a copy cannot stand for
+(:func:`one_build`) is built by its factory for every twin, and a row of the report says why.
 """
 
 from __future__ import annotations

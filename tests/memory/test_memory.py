@@ -182,7 +182,7 @@ def _render_section(rows):
     from reportgen.results import to_frame
 
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
-    return environment().get_template(section["template"]).render(section=section)
+    return environment().get_template(section["template"]).render(section=section, medium="html")
 
 
 def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():

@@ -17,7 +17,8 @@ from reportgen.checks.memory.check import measure_peaks, measure_saved, warm_ste
 from reportgen.checks.memory.rows import peak_rows, saved_rows
 from reportgen.commands.run import prepare
 from reportgen.config import MEMORY
-from reportgen.memory.peak import CATEGORIES, OUTSIDE, format_bytes, warm_step_peak
+from reportgen.memory.peak import warm_step_peak
+from reportgen.memory.step_peak import CATEGORIES, OUTSIDE, format_bytes
 from reportgen.results import Role, Status, judge_record
 
 RELU_B, RELU_W, RELUS = 256, 32, 5
@@ -163,7 +164,7 @@ def test_memory_section_shows_both_peaks_and_the_verdict():
     peaks, rows = memory_rows(setup)
     rows += estimate_rows(setup, None, peaks)
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
-    html = environment().get_template(section["template"]).render(section=section)
+    html = environment().get_template(section["template"]).render(section=section, medium="html")
     assert "Step peak" in html and "body.layers.5.ff" in html and "split it" in html
     assert html.count("backward") >= 2 and "saved activations" in html
     assert "Step peak, estimated on fake tensors" in html and "measured shape" in html
@@ -261,7 +262,7 @@ def test_the_cuda_figures_of_the_same_step_are_stated_beside_the_peak():
         assert f"max_memory_allocated in the same step: {format_bytes(allocated)}" in row.detail
         assert f"tracker / allocator = {cuda[variant].peak_bytes / allocated:.3f}" in row.detail
     (section,) = [s for s in view_model(to_frame(rows), {}, "PASS", [])["sections"] if s["check"] == MEMORY]
-    html = environment().get_template(section["template"]).render(section=section)
+    html = environment().get_template(section["template"]).render(section=section, medium="html")
     assert html.count("<code>max_memory_reserved</code> 4.00 MiB") == 2
 
 

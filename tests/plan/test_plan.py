@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from reportgen.commands import plan
-from reportgen.memory.peak import format_bytes, warm_step_peak
+from reportgen.memory.peak import warm_step_peak
+from reportgen.memory.step_peak import format_bytes
 from reportgen.plan.args import load_config, parse_args
 from reportgen.plan.model import build_causal_lm, causal_lm_loss, decoder_layers, real_batch
 from reportgen.plan.policies import POLICIES, by_name, switch_on

@@ -14,8 +14,7 @@ from omegaconf import OmegaConf
 from reportgen.checks.controls.rows import ACTIVATION, control_row
 from reportgen.config import CONTROLS, TIME
 from reportgen.errors import ExitCode
-from reportgen.sweep.callback import SweepSummary, sweep_exit_code
-from reportgen.sweep.cli import main
+from reportgen.sweep.callback import SweepSummary, main, sweep_exit_code
 from reportgen.sweep.jobs import MISSING, load_jobs
 from reportgen.sweep.record import recorded_job
 from reportgen.sweep.summary import SweepMismatch, summarize

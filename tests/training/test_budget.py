@@ -189,7 +189,7 @@ def test_section_template_shows_each_seed_and_the_skipped_steps():
     html = (
         environment()
         .get_template("sections/task-metrics.html.j2")
-        .render(section={"rows": records, "status": "PASS", "plots": []}, meta={})
+        .render(section={"rows": records, "status": "PASS", "plots": []}, meta={}, medium="html")
     )
     want = expected_skips(setup.task, 1, 160, 16)
     assert f"{want} / {want}" in html  # skipped steps, plain / recompute

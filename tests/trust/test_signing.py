@@ -25,7 +25,7 @@ from reportgen.config import MEMORY, TIME
 from reportgen.results import Status, claim_verdict, frame_from_json, to_frame
 from reportgen.trust import keys
 from reportgen.trust.documents import ENVELOPE_NAME, PREDICATE_TYPE
-from reportgen.trust.signing_key import SigningError, load_signing_key, signature_label
+from reportgen.trust.keys import SigningError, load_signing_key, signature_label
 from reportgen.trust.statement import claim_predicate, decimal_string, run_files
 
 

@@ -31,7 +31,7 @@ from reportgen.config import TIME
 from reportgen.report.render import render_report
 from reportgen.results import Role, Row, Status, claim_verdict, frame_to_json, to_frame
 from reportgen.sweep import summary
-from reportgen.sweep.cli import main
+from reportgen.sweep.callback import main
 from reportgen.sweep.summary import INCOMPLETE_MARK, summarize
 from reportgen.sweep.table import summary_frame
 from reportgen.trust.keys import load_public_key

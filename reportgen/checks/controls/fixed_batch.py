@@ -33,7 +33,6 @@ from reportgen.checks.controls.rows import (
     SAVING,
     STATE,
     control_row,
-    first_failing,
     grads_blind_said,
     inputs_not_floating,
     lost_said,
@@ -288,7 +287,7 @@ def state(setup: Setup, base: Baseline) -> Row:
     if isinstance(ran, str):
         return control_row(STATE, True, f"{said}: the faulty twin raised {ran}", size="1", caught_by="exception")
     rows = buffer_rows(setup, base.plain, ran)
-    failed = first_failing(rows)
+    failed = next((r for r in rows if r.status == Status.FAIL), None)
     if failed is not None:
         said = f"{said}: state parity fails {failed.item} ({failed.detail})"
         return control_row(STATE, True, said, size="1", caught_by=failed.item, extra={"region": region.path})

@@ -70,11 +70,6 @@ def stated_row(fault: str, detail: str, extra: dict | None = None) -> Row:
     )
 
 
-def first_failing(rows: list[Row]) -> Row | None:
-    """The first row of ``rows`` that FAILs, else None."""
-    return next((r for r in rows if r.status == Status.FAIL), None)
-
-
 def worst(rows: list[Row]) -> Row | None:
     """The row that uses the largest share of its tolerance (column ``tolerance_used``), else None."""
     used = [r for r in rows if r.extra.get("tolerance_used") is not None]
@@ -127,12 +122,7 @@ def unused_said(region: str, region_grad: float, what: str) -> str:
 
 
 def grads_blind_said(
-    region: str,
-    region_grad: float,
-    model_grad: float,
-    rows: list[Row],
-    moved_any: bool,
-    capped: bool = False,
+    region: str, region_grad: float, model_grad: float, rows: list[Row], moved_any: bool, capped: bool = False
 ) -> str:
     """Why gradient parity did not catch a fault inside ``region``, and what to change.
 

@@ -18,8 +18,8 @@ from reportgen.memory.estimate import (
     estimate_or_reason,
     layernorm_stat_bytes,
 )
-from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, where
 from reportgen.memory.saved import SavedActivations
+from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, where
 from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup
 

@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 from reportgen.config import MEMORY, MemoryConfig
-from reportgen.memory.peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, where
 from reportgen.memory.saved import REST, SavedActivations
+from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, increase_cause, peak_sentence, where
 from reportgen.results import Role, Row, Status
 from reportgen.structure import describe
 from reportgen.twins.setup import Setup

@@ -32,14 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.timing.plots import timing_plots
-from reportgen.checks.timing.rows import (
-    VARIANTS,
-    ci_width_row,
-    flops_row,
-    machine_load_row,
-    median_rows,
-    overhead_row,
-)
+from reportgen.checks.timing.rows import VARIANTS, ci_width_row, flops_row, machine_load_row, median_rows, overhead_row
 from reportgen.config import TIME, TimingConfig
 from reportgen.memory.instrument import instrument
 from reportgen.memory.saved import make_train_step, training_optimizer
