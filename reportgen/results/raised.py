@@ -30,6 +30,12 @@ def exception_message(exc: BaseException) -> str:
     return message + "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
 
 
+def raised_status(exc: BaseException, otherwise: str = Status.ERROR) -> str:
+    """The status of a row made from ``exc``: INCONCLUSIVE when reportgen's own instrument could not run the
+    model (:class:`reportgen.errors.InstrumentRefused`: nothing of the model is blamed), else ``otherwise``."""
+    return Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else otherwise
+
+
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
     """An exception inside a check, as data (its detail carries :func:`exception_message`). ``where`` is "plain"
     or "recompute" or "check" (or, in a sharded check, "rank 1"); ``twin`` the twin that was running there
@@ -47,9 +53,15 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, 
         detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
     broke = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # plain: nothing to judge against
     extra = {"exception_type": type(exc).__name__, **broke}
-    status = Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else Status.ERROR  # reportgen's, not the model's
     return Row.fact(
-        check, where, Role.EXCEPTION, detail, status=status, metric="exception", seconds=seconds, extra=extra
+        check,
+        where,
+        Role.EXCEPTION,
+        detail,
+        status=raised_status(exc),
+        metric="exception",
+        seconds=seconds,
+        extra=extra,
     )
 
 

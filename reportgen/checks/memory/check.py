@@ -43,12 +43,12 @@ from reportgen.checks.memory.estimate import estimate_rows
 from reportgen.checks.memory.plots import memory_plots
 from reportgen.checks.memory.rows import bytes_row, peak_rows, saved_rows
 from reportgen.config import MEMORY, MemoryConfig
-from reportgen.errors import InstrumentRefused
 from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import StepPeak, format_bytes
 from reportgen.results import TWIN, Role, Row, Status
+from reportgen.results.raised import raised_status
 from reportgen.results.rows import exception_message, zero_count_row
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
@@ -102,7 +102,7 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
         twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
         said = f"the {twin} twin raised " if twin else ""
         detail = f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}"
-        status = Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else status
+        status = raised_status(exc, status)
         extra = {TWIN: twin} if twin else {}
         row = Row.fact(MEMORY, item, Role.EXCEPTION, detail, status=status, variant=twin or "recompute", extra=extra)
         row.seconds = time.perf_counter() - start
