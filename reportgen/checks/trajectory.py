@@ -9,14 +9,12 @@ tolerance, the rounding twin takes the same steps (docs/verdict.md, "Rounding is
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import torch
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.base.plots import trajectory_plots
 from reportgen.config import TRAJECTORY, ParityConfig
-from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import (
@@ -28,88 +26,15 @@ from reportgen.results.rows import (
     step_row,
     tolerance_used,
 )
-from reportgen.rng import fingerprint, seeded
-from reportgen.tasks import batch_to
-from reportgen.training.loop import step_seed
-from reportgen.training.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
+from reportgen.training.trajectory import TwinRaised, lockstep, trajectory
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import (
-    Snapshot,
     aa_columns,
-    grads_of,
     outside_tolerance,
     snapshot_rows,
-    take,
     with_aa,
     with_envelope,
 )
-
-
-def trajectory(
-    setup: Setup, recompute: bool, nudge: GradientNudge | None = None, keep_grads: bool = False
-) -> Iterator[Snapshot]:
-    """Train a fresh twin for ``parity.steps`` steps on the training stream, yielding a view of its
-    state after each step (:func:`reportgen.twins.snapshot.take` with ``clone=False``: valid until
-    the next step). ``keep_grads``: the view carries clones of the gradients backward left (before
-    any nudge), for the rounding envelope's gate; otherwise the gradients are freed after the step.
-
-    Batches: ``task.make_batch`` with a generator seeded by ``cfg.seed``, ``parity.batch_size``
-    examples each; before step ``k``'s forward every generator is seeded with
-    ``step_seed(forward_seed, cfg.seed, k)`` (the same for every twin). ``nudge``: the rounding
-    twin's gradient noise, applied before every step (before the task's ``before_step``).
-    """
-    parity: ParityConfig = setup.config.parity
-    seed, forward_seed = setup.config.seed, setup.config.forward_seed
-    model = setup.build(recompute)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(setup.task, parity.optimizer, model)
-    scheduler = make_scheduler(setup.task, optimizer)
-    generator = torch.Generator().manual_seed(seed)
-    name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
-    with progress(f"trajectory {name}", total=parity.steps, unit="step") as bar:
-        for k in range(parity.steps):
-            x, y = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
-            optimizer.zero_grad(set_to_none=True)
-            with seeded(None if forward_seed is None else step_seed(forward_seed, seed, k)):
-                loss = loss_backward(setup.task, model, (x, y))
-                rng = fingerprint()
-            grads = grads_of(model) if keep_grads else {}  # kept only for the envelope's gate
-            if nudge is not None:
-                nudge(params)
-            optimizer_step(setup.task, model, optimizer, scheduler)
-            if not keep_grads:
-                optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
-            bar.update(1)
-            yield take(model, optimizer, rng, loss, grads, clone=False)
-
-
-#: ``{twin: its trajectory}`` of one lockstep run (:func:`lockstep`).
-Twins = dict[str, Iterator[Snapshot]]
-
-
-def lockstep(twins: Twins) -> Iterator[dict[str, Snapshot]]:
-    """Step every trajectory of ``twins`` once per iteration and yield ``{twin: view}`` (each view valid
-    until the next iteration): the twins are compared where they are, step by step, with no stored copy
-    of any twin's state. A twin that raises ends the run with :class:`TwinRaised`."""
-    iterators = dict(twins)
-    while True:
-        views = {}
-        for name, steps in iterators.items():
-            try:
-                views[name] = next(steps)
-            except StopIteration:
-                return
-            except Exception as exc:  # noqa: BLE001 - the caller turns it into the twin's ERROR row
-                raise TwinRaised(name, exc) from exc
-        yield views
-
-
-class TwinRaised(Exception):
-    """A twin's trajectory raised in :func:`lockstep`; ``twin`` names it, ``error`` is what it raised."""
-
-    def __init__(self, twin: str, error: Exception):
-        super().__init__(f"{twin}: {error}")
-        self.twin, self.error = twin, error
 
 
 def _twin_error(exc: TwinRaised) -> list[Row]:

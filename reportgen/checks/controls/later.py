@@ -21,12 +21,9 @@ from reportgen.checks.controls.rows import (
 )
 from reportgen.config import ParityConfig
 from reportgen.results import Role, Row, Status
-from reportgen.rng import fingerprint, seeded
-from reportgen.tasks import batch_to
-from reportgen.training.loop import step_seed
-from reportgen.training.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
+from reportgen.training.trajectory import lockstep, trajectory
 from reportgen.twins.setup import Setup
-from reportgen.twins.snapshot import snapshot_rows, take
+from reportgen.twins.snapshot import snapshot_rows
 
 #: The step (1-based) from which the later-step control's fault acts: step 1 stays equal, the case the
 #: trajectory check exists for (clamped to ``parity.steps``).
@@ -88,36 +85,34 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
         ``(first failing step or 0, first step the fault acted in or 0, that step's comparison rows, whether
         the fault moved that step's gradients at all)``.
     """
-    parity: ParityConfig = setup.config.parity
-    seed, forward_seed, task = int(setup.config.seed), setup.config.forward_seed, setup.task
+    seed = int(setup.config.seed)
     rtol, atol = setup.tolerance()
-    switch = Switch(on=False)
-    twins = {"plain": setup.build(False), "faulty": setup.build(True)}
-    optimizers = {name: make_optimizer(task, parity.optimizer, m) for name, m in twins.items()}
-    schedulers = {name: make_scheduler(task, o) for name, o in optimizers.items()}
-    generators = {name: torch.Generator().manual_seed(seed) for name in twins}
+    ignore = setup.config.state.ignore_attributes
+    switch = Switch(on=k <= 1)
+    faulty = setup.build(True)
     rows: list[Row] = []
-    with shifted_inputs(modules_of(twins["faulty"], base.region.hook_points), 1.0, seed, switch):
-        for step in range(int(parity.steps)):
-            switch.on = step + 1 >= k
-            snaps, sums = {}, {}
-            for name, model in twins.items():
-                x, y = batch_to(task.make_batch(generators[name], parity.batch_size), setup.device, setup.dtype)
-                optimizers[name].zero_grad(set_to_none=True)
-                with seeded(None if forward_seed is None else step_seed(forward_seed, seed, step)):
-                    loss = loss_backward(task, model, (x, y))
-                    rng = fingerprint()
-                sums[name] = [float(p.grad.double().sum()) for p in model.parameters() if p.grad is not None]
-                optimizer_step(task, model, optimizers[name], schedulers[name])
-                snaps[name] = take(model, optimizers[name], rng, loss, clone=False)
-            ignore = setup.config.state.ignore_attributes
-            rows = snapshot_rows(snaps["plain"], snaps["faulty"], None, rtol, atol, ignore)
-            acted = step + 1 if switch.acted else 0
+    with shifted_inputs(modules_of(faulty, base.region.hook_points), 1.0, seed, switch):
+        twins = {
+            "plain": trajectory(setup, False, keep_grads=True),
+            "faulty": trajectory(setup, True, keep_grads=True, model=faulty),
+        }
+        for step, views in enumerate(lockstep(twins), 1):
+            rows = snapshot_rows(views["plain"], views["faulty"], None, rtol, atol, ignore)
+            acted = step if switch.acted else 0
             if any(r.status == Status.FAIL for r in rows):
-                return step + 1, acted, rows, True
+                return step, acted, rows, True
             if acted:
-                return 0, acted, rows, sums["plain"] != sums["faulty"]
+                return 0, acted, rows, _grads_differ(views["plain"].grads, views["faulty"].grads)
+            switch.on = step + 1 >= k
     return 0, 0, rows, False
+
+
+def _grads_differ(plain: dict[str, torch.Tensor | None], faulty: dict[str, torch.Tensor | None]) -> bool:
+    """True when some gradient of the faulty twin is not the plain twin's, bitwise (None against a tensor too)."""
+    return any(
+        (g is None) != (faulty.get(n) is None) or (g is not None and not torch.equal(g, faulty[n]))
+        for n, g in plain.items()
+    )
 
 
 def _blind_said(base: Baseline, rows: list[Row], step: int, grads_moved: bool) -> str:
