@@ -52,6 +52,7 @@ from reportgen.results import (
     frame_from_json,
     frame_to_json,
     replace_write,
+    results_csv,
     to_frame,
 )
 from reportgen.results.rows import error_row
@@ -297,6 +298,6 @@ def write_results(frame, out_dir: Path) -> None:
     and ``reportgen.verify`` re-derive it byte for byte; a column with no value in any row is in neither), then
     drop the partial file."""
     text = frame_to_json(frame)
-    atomic_write(out_dir / "results.csv", frame_from_json(text).to_csv(index=False))
+    atomic_write(out_dir / "results.csv", results_csv(frame_from_json(text)))
     atomic_write(out_dir / "results.json", text)
     (out_dir / "results.partial.json").unlink(missing_ok=True)

@@ -21,7 +21,7 @@ from reportgen.claim import claim_required
 from reportgen.errors import ExitCode
 from reportgen.files import WRITE_ERRNOS, OutputWriteError, write_failure
 from reportgen.report.render import render_report
-from reportgen.results import claim_verdict, frame_from_json
+from reportgen.results import claim_verdict, frame_from_json, results_csv
 from reportgen.trust.manifest import PENDING_NAME, clear_pending, planted, seal_holds, start_manifest
 from reportgen.trust.signing import (
     ENVELOPE_NAME,
@@ -109,7 +109,7 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
         )
     frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
     csv = run_dir / "results.csv"
-    if not csv.is_file() or csv.read_text() != frame.to_csv(index=False):
+    if not csv.is_file() or csv.read_text() != results_csv(frame):
         raise FinishRefusedError(
             f"{run_dir}: results.csv is not results.json's rows; nothing was signed: run the checks again"
         )

@@ -15,6 +15,7 @@ from reportgen.results.frame import (
     frame_from_json,
     frame_to_json,
     judged_status,
+    results_csv,
     to_frame,
 )
 from reportgen.results.role import Kind, Role
@@ -33,5 +34,13 @@ from reportgen.results.row import (
 
 __all__ = ["atomic_write", "replace_write", "Kind", "Role", "Row", "Status", "judge", "judge_record"]
 __all__ += ["READABLE_SCHEMA_VERSIONS", "SCHEMA_VERSION", "SchemaVersionError", "baseline_rows", "check_status"]
-__all__ += ["check_summary", "claim_verdict", "frame_from_json", "frame_to_json", "judged_status", "to_frame"]
+__all__ += [
+    "check_summary",
+    "claim_verdict",
+    "frame_from_json",
+    "frame_to_json",
+    "judged_status",
+    "results_csv",
+    "to_frame",
+]
 __all__ += ["BASELINE", "BASELINE_TWINS", "COLUMNS", "COMPARATORS", "SEVERITY", "TWIN"]

@@ -98,6 +98,13 @@ def _plain_value(value: Any) -> Any:
     return value
 
 
+def results_csv(frame: pd.DataFrame) -> str:
+    """results.csv's text from ``frame`` as :func:`frame_from_json` reads results.json: the CSV of exactly
+    results.json's rows (a column with no value in any row is in neither). The run writes it,
+    ``reportgen.sign`` and ``reportgen.verify`` re-derive it byte for byte."""
+    return frame.to_csv(index=False)
+
+
 def frame_to_json(frame: pd.DataFrame) -> str:
     """The frame as compact, lossless JSON records: the attached, signed results.json.
 

@@ -8,7 +8,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.checks import flagged_names, roles_of
 from reportgen.ci.verdict import VERDICT_NAME
-from reportgen.results import Kind, Role, Status, claim_verdict, frame_from_json, judge_record
+from reportgen.results import Kind, Role, Status, claim_verdict, frame_from_json, judge_record, results_csv
 from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import Document, Verified, verify_document_dir, verify_signed_pdf
@@ -98,7 +98,7 @@ def check_csv(path: Path, frame) -> Check:
     byte): a signed CSV can never say other than the signed JSON it sits beside."""
 
     def same() -> str:
-        require(path.read_text() == frame.to_csv(index=False), "results.csv is not the rows of results.json")
+        require(path.read_text() == results_csv(frame), "results.csv is not the rows of results.json")
         return f"the {len(frame)} rows of results.json, byte for byte"
 
     return attempt("results.csv", same)
