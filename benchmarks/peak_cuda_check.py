@@ -15,6 +15,7 @@ import gc
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 sys.path[:0] = [".", "tests"]
 import torch
@@ -35,7 +36,7 @@ def run(name, model, batch, loss):
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     t = time.perf_counter()
-    p = warm_step_peak(model.to(dev).train(), tuple(b.to(dev) for b in batch), loss, opt, 0, 2)
+    p = warm_step_peak(model.to(dev).train(), tuple(b.to(dev) for b in batch), SimpleNamespace(loss=loss), opt, 0, 2)
     c = p.cuda or {
         "peak_allocated_bytes": p.peak_bytes,
         "peak_reserved_bytes": p.peak_bytes,

@@ -503,7 +503,7 @@ def measured(setup, recompute: bool):
 
     model = setup.build(recompute)
     return saved_activation_bytes(
-        model, setup.batch, setup.task.loss, setup.cfg.forward_seed, [w.path for w in setup.wrapped]
+        model, setup.batch, setup.task, setup.cfg.forward_seed, [w.path for w in setup.wrapped]
     )
 
 

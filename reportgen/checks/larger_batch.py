@@ -111,7 +111,7 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     batch = setup.make_batch(batch_size, setup.config.seed)
     model = setup.build(recompute)
     paths = [w.path for w in setup.wrapped]
-    saved = saved_activation_bytes(model, batch, setup.task.loss, setup.config.forward_seed, paths)
+    saved = saved_activation_bytes(model, batch, setup.task, setup.config.forward_seed, paths)
     return int(saved.total_bytes), batch_size_of(batch[0])
 
 

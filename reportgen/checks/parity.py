@@ -31,11 +31,12 @@ from reportgen.structure import describe, has_floating
 from reportgen.twins.forward import StepOutput, changes_said, forward_backward
 from reportgen.twins.setup import Setup
 from reportgen.twins.template import on_host
+from reportgen.twins.user_step import user_members
 
 
 def _runs(setup: Setup, input_grad: bool):
     """Run plain, A/A and recompute twins; return ``(plain, aa, recompute, error_rows, warnings)``."""
-    run = lambda m: forward_backward(m, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad, False)  # noqa: E731
+    run = lambda m: forward_backward(m, setup.batch, setup.task, setup.config.forward_seed, input_grad, False)  # noqa: E731
     plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: on_host(run(setup.build(False))))  # kept: on the host
     if rows:
         return None, None, None, rows, []
@@ -71,8 +72,13 @@ def gradient_parity(setup: Setup) -> list[Row]:
     out.append(zero_gradients_row(GRADIENT_PARITY, plain.grads))
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
-    if not has_floating(setup.batch[0]):
-        said = f"no floating input ({describe(setup.batch[0])}): it has no gradient"
+    own = "forward_backward" in user_members(setup.task)  # the user's forwards: outputs and inputs are theirs
+    if own or not has_floating(setup.batch[0]):
+        said = (
+            "not compared: the task's own forward_backward runs the forwards (only the loss and gradients are seen)"
+            if own
+            else f"no floating input ({describe(setup.batch[0])}): it has no gradient"
+        )
         out.append(Row.fact(GRADIENT_PARITY, "input.grad", Role.INPUT_GRAD, said, metric="max_abs_err"))
         return out + [aa_row(GRADIENT_PARITY, out)]
     plain_g, aa_g, recompute_g, errors, _ = _runs(setup, input_grad=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 
-from hydra.utils import instantiate
 from torch import nn
 
 from reportgen.checks.base import Check, Section
@@ -30,21 +29,23 @@ from reportgen.twins.snapshot import (
     with_envelope,
 )
 from reportgen.twins.template import on_host
+from reportgen.twins.user_step import make_optimizer, make_scheduler, optimizer_step, user_members
 
 
 def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
     """Forward and backward on the fixed batch (generator states read right after backward),
-    then one step of ``cfg.parity.optimizer``; snapshot everything (gradients as backward left
-    them). ``nudge``: the rounding twin's gradient noise, applied right before the step."""
+    then one optimizer step (``cfg.parity.optimizer``; the task's own step where it gives one,
+    :mod:`reportgen.twins.user_step`); snapshot everything (gradients as backward left them). ``nudge``: the
+    rounding twin's gradient noise, applied right before the task's ``before_step`` and the step."""
     parity: ParityConfig = setup.config.parity
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = instantiate(parity.optimizer, params=params)
+    optimizer = make_optimizer(setup.task, parity.optimizer, model)
+    changes_grads = nudge is not None or "before_step" in user_members(setup.task)
     out = forward_backward(
-        model, setup.batch, setup.task.loss, setup.config.forward_seed, input_grad, clone_grads=nudge is not None
-    )  # the twin is discarded after the step: its own gradients are the snapshot's unless a nudge changes them
+        model, setup.batch, setup.task, setup.config.forward_seed, input_grad, clone_grads=changes_grads
+    )  # the twin is discarded after the step: its own gradients are the snapshot's unless the step changes them
     if nudge is not None:
-        nudge(params)
-    optimizer.step()
+        nudge([p for p in model.parameters() if p.requires_grad])
+    optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
     return take(model, optimizer, out.rng, out.loss, out.grads, clone=False, task=setup.task)  # then discarded
 
 

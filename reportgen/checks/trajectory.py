@@ -1,5 +1,5 @@
 """Trajectory parity: the plain twin, a second plain twin copied from the same build (A/A) and the recompute twin
-each take ``parity.steps`` training steps (the task's own step where it gives one, :mod:`reportgen.training.user_step`)
+each take ``parity.steps`` training steps (the task's own step where it gives one, :mod:`reportgen.twins.user_step`)
 on the same batches (drawn from the task with ``seed``), every generator seeded identically before each forward;
 after every step their whole state is compared. It catches faults that leave step 1 bitwise equal and show from
 step 2 on (state the forward reads, then updates twice per step under recomputation). When some step misses

@@ -22,6 +22,7 @@ import pandas as pd
 from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Role, Status, check_summary
+from reportgen.results.row import to_float
 
 #: File name in the run folder.
 JUNIT_NAME = "junit.xml"
@@ -31,10 +32,7 @@ NOT_PASSING = [Status.FAIL, Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE]
 
 def _seconds(value: Any) -> str:
     """Seconds with 3 decimals (the SUREFIRE time form reporters parse)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return "0.000"
+    value = to_float(value)
     return f"{value:.3f}" if math.isfinite(value) and value >= 0 else "0.000"
 
 
@@ -60,15 +58,11 @@ def _diagnoses(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
 
 def _outcome(case: ET.Element, status: str, required: bool, message: str, text: str) -> str:
     """Add the child that says how a test case ended; returns ``failure``/``error``/``skipped``/``passed``."""
-    if status == Status.FAIL and required:
-        ET.SubElement(case, "failure", message=message, type=status).text = text
-        return "failure"
-    if status in (Status.ERROR, Status.INCONCLUSIVE) and required:
-        ET.SubElement(case, "error", message=message, type=status).text = text
-        return "error"
-    if status == Status.NOT_RUN:
-        ET.SubElement(case, "skipped", message=message, type=status).text = text
-        return "skipped"
+    tags: dict[str, str] = {Status.FAIL: "failure", Status.ERROR: "error", Status.INCONCLUSIVE: "error"}
+    tag = (tags.get(status) if required else None) or ("skipped" if status == Status.NOT_RUN else "")
+    if tag:
+        ET.SubElement(case, tag, message=message, type=status).text = text
+        return tag
     if status not in (Status.PASS,) or not required:
         ET.SubElement(case, "system-out").text = f"{status}{'' if required else ' (not required)'}: {message}"
     return "passed"
@@ -203,27 +197,23 @@ def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
         (f"{label} verifies", Status.FAIL if said(label) else Status.PASS, said(label) or f"{label} verifies")
         for label in ("BASE", "NEW")
     ]
-    cases.append(
+    cases += [
         (
             "NEW's claim holds",
             Status.PASS if result["verdicts"]["new"] == Status.PASS else Status.FAIL,
             said("NEW's claim") or f"NEW's claim verdict {result['verdicts']['new']}",
-        )
-    )
-    cases.append(
+        ),
         (
             f"overhead ratio rises at most {limits['max_overhead_increase_pp']:g} pp",
             status("overhead ratio rose", overhead),
             said("overhead ratio rose") or f"change {overhead} pp",
-        )
-    )
-    cases.append(
+        ),
         (
             f"saved-activation share falls at most {limits['max_saving_decrease_pp']:g} pp",
             status("saved-activation share fell", saving),
             said("saved-activation share fell") or f"change {saving} pp",
-        )
-    )
+        ),
+    ]
     root, suite_el, counts = _suites("reportgen compare", suite)
     for name, state, message in cases:
         case = ET.SubElement(suite_el, "testcase", classname="reportgen.compare", name=name, time="0.000")

@@ -58,10 +58,7 @@ def environment() -> Environment:
 def failing_rows(frame: pd.DataFrame, required: Iterable[str], most: int = 10) -> list[dict[str, Any]]:
     """Up to ``most`` rows of required checks that FAIL, ERROR, are NOT_RUN or INCONCLUSIVE (clauses apart)."""
     bad = frame[frame.status.isin(NOT_PASSING) & frame.check.isin(list(required)) & (frame.check != RELEASE_CLAIM)]
-    return [
-        {"check": r["check"], "item": r["item"], "status": r["status"], "detail": r["detail"]}
-        for r in bad.head(most).to_dict("records")
-    ]
+    return bad.head(most)[["check", "item", "status", "detail"]].to_dict("records")
 
 
 def fixes(frame: pd.DataFrame) -> list[dict[str, str]]:
@@ -76,22 +73,17 @@ def fixes(frame: pd.DataFrame) -> list[dict[str, str]]:
 
 def summary_markdown(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str], out_dir: Path) -> str:
     """summary.md's text (see the module docstring)."""
-    required = list(required)
-    release = meta["claim"].get("release")
-    return (
-        environment()
-        .get_template("summary.md.j2")
-        .render(
-            verdict=verdict,
-            said=SAID.get(verdict, "FAILS"),
-            model=meta["claim"]["model"],
-            release=release,
-            clauses=claim_table(frame),
-            failing=failing_rows(frame, required),
-            fixes=fixes(frame),
-            out_dir=str(out_dir),
-            signed=bool(meta.get("signature")),
-        )
+    template = environment().get_template("summary.md.j2")
+    return template.render(
+        verdict=verdict,
+        said=SAID.get(verdict, "FAILS"),
+        model=meta["claim"]["model"],
+        release=meta["claim"].get("release"),
+        clauses=claim_table(frame),
+        failing=failing_rows(frame, list(required)),
+        fixes=fixes(frame),
+        out_dir=str(out_dir),
+        signed=bool(meta.get("signature")),
     )
 
 
@@ -117,8 +109,5 @@ def append_step_summary(text: str, environ: dict | None = None) -> Path | None:
 def comparison_markdown(result: dict[str, Any], base: str, new: str, out_dir: Path) -> str:
     """summary.md of a comparison (``templates/compare-summary.md.j2``): outcome, both verdicts,
     the cost changes, each regression and what cannot be told."""
-    return (
-        environment()
-        .get_template("compare-summary.md.j2")
-        .render(result=result, base=base, new=new, out_dir=str(out_dir))
-    )
+    template = environment().get_template("compare-summary.md.j2")
+    return template.render(result=result, base=base, new=new, out_dir=str(out_dir))

@@ -20,8 +20,9 @@ import pandas as pd
 
 from reportgen.claim.rows import claim_table
 from reportgen.errors import ExitCode
-from reportgen.files import atomic_write
+from reportgen.files import atomic_write, sha256_file
 from reportgen.results import Status
+from reportgen.results.row import to_float
 from reportgen.trust.documents import ENVELOPE_NAME
 
 #: File name in the run folder (bound to the run's envelope, ``ENVELOPE_NAME``).
@@ -37,11 +38,7 @@ def exit_code(verdict: str) -> int:
 
 
 def _number(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+    return number if math.isfinite(number := to_float(value)) else None
 
 
 def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -65,19 +62,9 @@ def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def verdict_record(frame: pd.DataFrame, verdict: str, out_dir: Path) -> dict[str, Any]:
     """verdict.json's content: ``{"version", "verdict", "exit_code", "clauses", "statement", "report"}``."""
     envelope = Path(out_dir) / ENVELOPE_NAME
-    statement = (
-        {"name": ENVELOPE_NAME, "sha256": hashlib.sha256(envelope.read_bytes()).hexdigest()}
-        if envelope.is_file()
-        else None
-    )
-    return {
-        "version": VERSION,
-        "verdict": verdict,
-        "exit_code": exit_code(verdict),
-        "clauses": clause_results(frame),
-        "statement": statement,
-        "report": "report.html",
-    }
+    statement = {"name": ENVELOPE_NAME, "sha256": sha256_file(envelope)} if envelope.is_file() else None
+    record = {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "clauses": clause_results(frame)}
+    return record | {"statement": statement, "report": "report.html"}
 
 
 def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:

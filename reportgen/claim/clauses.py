@@ -108,14 +108,11 @@ def parse_clause(text: str) -> Clause:
     """
     said = " ".join(str(text).split())
     plain = said.lower()
-    if plain == UNCHANGED_TEXT:
-        return Clause(
-            text=said, kind=UNCHANGED, metric="parity_checks_not_passing", comparator="<=", bound=0.0, unit="checks"
-        )
-    if plain == TASK_TEXT:
-        return Clause(
-            text=said, kind=TASK, metric="task_seeds_outside_tolerance", comparator="<=", bound=0.0, unit="seeds"
-        )
+    counted = {UNCHANGED_TEXT: (UNCHANGED, "parity_checks_not_passing", "checks")}
+    counted[TASK_TEXT] = (TASK, "task_seeds_outside_tolerance", "seeds")
+    if plain in counted:
+        kind, metric, unit = counted[plain]
+        return Clause(text=said, kind=kind, metric=metric, comparator="<=", bound=0.0, unit=unit)
     if plain.startswith("fits"):
         return _fits(said)
     match = _QUANTITY.match(plain)

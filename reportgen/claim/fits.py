@@ -23,6 +23,7 @@ from reportgen.claim.clauses import FITS, Claim, Clause
 from reportgen.config import MEMORY
 from reportgen.memory.estimate import estimate_saved_activations
 from reportgen.results import Role
+from reportgen.results.row import to_float
 
 #: Categories alive at the peak that do not grow with the batch (reportgen.memory.step_peak.CATEGORIES).
 FIXED = ("parameters", "buffers", "gradients", "optimizer_state")
@@ -63,12 +64,8 @@ def predict_peak(setup: Any, clause: Clause, frame: pd.DataFrame) -> dict[str, A
     if measured is None or not math.isfinite(float(measured.value)):
         raise ValueError("the memory check measured no step peak of the recompute twin")
     batch0 = int(setup.cfg.parity.batch_size)
-    figures: dict[str, Any] = {
-        "measured_batch": batch0,
-        "measured_peak_bytes": float(measured.value),
-        "target_batch": clause.batch,
-        "target_seq": clause.seq,
-    }
+    figures: dict[str, Any] = {"measured_batch": batch0, "measured_peak_bytes": float(measured.value)}
+    figures |= {"target_batch": clause.batch, "target_seq": clause.seq}
     allocator = _allocator_ratio(measured)
     try:
         figures |= _by_estimate(setup, clause, frame, float(measured.value))
@@ -138,9 +135,5 @@ def _by_slope(measured: pd.Series, batch0: int, batch: int, why: str) -> dict[st
 
 def _allocator_ratio(measured: pd.Series) -> float:
     """CUDA only: allocator peak ÷ tracked peak of the measured step (NaN elsewhere)."""
-    allocated = measured.get("cuda_peak_allocated_bytes")
-    try:
-        allocated = float(allocated)
-    except (TypeError, ValueError):
-        return math.nan
+    allocated = to_float(measured.get("cuda_peak_allocated_bytes"))
     return allocated / float(measured.value) if math.isfinite(allocated) and float(measured.value) else math.nan

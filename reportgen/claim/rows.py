@@ -31,6 +31,7 @@ from reportgen.config import (
     TRAJECTORY,
 )
 from reportgen.results import Role, Row, Status, check_status
+from reportgen.results.row import to_float
 
 #: The checks behind ``training unchanged``; the sharded ones count when the run has their rows.
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, TRAJECTORY, STATE_PARITY)
@@ -172,11 +173,8 @@ def _task(frame: pd.DataFrame, clause: Clause) -> Row:
     diffs = frame[frame.check.isin(checks) & (frame.role == Role.METRIC_DIFF)]
     broken = frame[frame.check.isin(checks) & frame.status.isin([Status.ERROR, Status.NOT_RUN])]
     if diffs.empty or (not (diffs.status == Status.FAIL).any() and len(broken)):
-        return cannot_tell(
-            clause,
-            f"{' and '.join(checks)} measured no metric difference for every seed (disabled, raised or interrupted)",
-            source=", ".join(checks),
-        )
+        why = f"{' and '.join(checks)} measured no metric difference for every seed (disabled, raised or interrupted)"
+        return cannot_tell(clause, why, source=", ".join(checks))
     share = pd.to_numeric(diffs.value, errors="coerce") / pd.to_numeric(diffs.threshold_value, errors="coerce")
     outside = int((diffs.status != Status.PASS).sum())
     detail = (
@@ -191,20 +189,13 @@ def _fits(clause: Clause, figures: dict[str, Any]) -> Row:
     if "predicted_bytes" not in figures or not _finite(figures["predicted_bytes"]):
         return cannot_tell(clause, figures.get("error", "no prediction"))
     extra = {k: v for k, v in figures.items() if k != "method"}
-    return _row(
-        clause,
-        figures["predicted_bytes"],
-        f"predicted step peak {_bytes(figures['predicted_bytes'])} of {_bytes(clause.bound)}: {figures['method']}",
-        fits_method=figures["method"],
-        **extra,
-    )
+    peak, method = figures["predicted_bytes"], figures["method"]
+    detail = f"predicted step peak {_bytes(peak)} of {_bytes(clause.bound)}: {method}"
+    return _row(clause, peak, detail, fits_method=method, **extra)
 
 
 def _finite(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
+    return math.isfinite(to_float(value))
 
 
 def _bytes(value: Any) -> str:
@@ -220,26 +211,16 @@ def claim_table(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ``{"clause", "value", "low", "high", "measured", "bound", "unit", "status", "outcome", "detail", "kind", "fix"}``;
     ``measured`` is the value for people, with its interval (``1.12 (95% CI 1.05–1.19)``)."""
     rows = frame[(frame.check == RELEASE_CLAIM) & (frame.role == Role.CLAUSE)]
+    finite = lambda value: value if _finite(value) else None
     out = []
     for r in rows.to_dict("records"):
         measured = r.get("measured_value")
         shown = r["value"] if r.get("clause_kind") != QUANTITY or not _finite(measured) else measured
-        out.append(
-            {
-                "clause": r["item"],
-                "value": shown if _finite(shown) else None,
-                "low": r.get("ci_low") if _finite(r.get("ci_low")) else None,
-                "high": r.get("ci_high") if _finite(r.get("ci_high")) else None,
-                "bound": r["threshold"],
-                "unit": r.get("unit") or "",
-                "status": r["status"],
-                "outcome": outcome(r["status"]),
-                "detail": r["detail"],
-                "kind": r.get("clause_kind"),
-                "fix": r.get("clause_fix") or "",
-            }
-        )
-        out[-1]["measured"] = measured_text(out[-1])
+        row = {"clause": r["item"], "value": finite(shown), "low": finite(r.get("ci_low"))}
+        row |= {"high": finite(r.get("ci_high")), "bound": r["threshold"], "unit": r.get("unit") or ""}
+        row |= {"status": r["status"], "outcome": outcome(r["status"]), "detail": r["detail"]}
+        row |= {"kind": r.get("clause_kind"), "fix": r.get("clause_fix") or ""}
+        out.append(row | {"measured": measured_text(row)})
     return out
 
 

@@ -97,9 +97,7 @@ def stated_quantities(sentence: str) -> list[Stated]:
         batch, seq = _BATCH.search(sentence), _SEQ.search(sentence)
         amount = float(memory.group(1)) * _BYTES[memory.group(2)]
         words = "; ".join(m.group(0) for m in (batch, seq, memory) if m)
-        found.append(
-            Stated(words, FITS_IN, amount, int(batch.group(1)) if batch else None, int(seq.group(1)) if seq else None)
-        )
+        found.append(Stated(words, FITS_IN, amount, *(int(m.group(1)) if m else None for m in (batch, seq))))
     return found
 
 

@@ -93,7 +93,7 @@ def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
     """One Hydra job (:func:`_run_job`), its outcome (exit code, verdict, overrides, error) recorded
     in ``out_dir/job.json`` for a sweep's summary (``reportgen.sweep``), whichever launcher ran it."""
     from reportgen.distributed.launch import adopt_slurm_env, launch_rank, launched  # torch: only once a job runs
-    from reportgen.sweep import recorded_job
+    from reportgen.sweep.record import recorded_job
 
     if int(OmegaConf.select(cfg, "distributed.world_size", default=1) or 1) > 1:
         adopt_slurm_env()  # srun / submitit tasks of one sharded job: RANK, WORLD_SIZE, ... for torch
@@ -160,7 +160,11 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
             print(f"reportgen: cannot finish: {exc}.{_measured_in(out_dir)}", flush=True)
             return ExitCode.USAGE
         except Exception as exc:  # noqa: BLE001 - anything escaping the pipeline is reportgen's own bug
-            _log_to_file(exc)
+            trace = (type(exc), exc, exc.__traceback__)  # the full traceback into the run's log file, never the console
+            record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "reportgen failed", (), trace)
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, logging.FileHandler) and handler.baseFilename != os.devnull:
+                    handler.handle(record)
             first = (str(exc).strip().splitlines() or [""])[0]
             print(
                 f"reportgen: internal error, a bug in reportgen, not in your config: {exception_label(exc)}: "
@@ -178,16 +182,6 @@ def _measured_in(out_dir: Path) -> str:
         str(out_dir / n) for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()
     ]
     return f" What was measured is in {', '.join(files)}." if files else ""
-
-
-def _log_to_file(exc: BaseException) -> None:
-    """The full traceback into the run's log file only (never the console)."""
-    record = log.makeRecord(
-        log.name, logging.ERROR, __file__, 0, "reportgen failed", (), (type(exc), exc, exc.__traceback__)
-    )
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler) and handler.baseFilename != os.devnull:
-            handler.handle(record)
 
 
 def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
@@ -222,7 +216,7 @@ def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
             )
             return ExitCode.USAGE
         raise
-    from reportgen.sweep import sweep_exit_code
+    from reportgen.sweep.callback import sweep_exit_code
 
     swept = sweep_exit_code()  # a multirun: the worst code in the jobs' job.json files
     return swept if swept is not None else (max(_codes) if _codes else ExitCode.HOLDS)

@@ -11,6 +11,7 @@ BASE) is signed only when both sides verify, with copies of both sides' signed f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import logging
 import shutil
@@ -66,15 +67,9 @@ def render_comparison(
     frame = comparison_frame(result)
     table = frame_to_json(frame)
     sides = [
-        {
-            "label": s.label,
-            "path": str(s.path),
-            "verdict": s.verdict,
-            "verified": s.verified,
-            "verify_lines": s.verify_lines,
-            "signed": s.statement is not None,
-            "created": (s.statement or {}).get("predicate", {}).get("created", "—"),
-        }
+        {k: getattr(s, k) for k in ("label", "verdict", "verified", "verify_lines")}
+        | {"path": str(s.path), "signed": s.statement is not None}
+        | {"created": (s.statement or {}).get("predicate", {}).get("created", "—")}
         for s in (base, new)
     ]
     template = environment().get_template("compare.html.j2")
@@ -126,14 +121,6 @@ def copy_inputs(side: Side, out_dir: Path) -> list[str]:
                 atomic_write(target / name, files[name])
                 written.append(f"{INPUTS[side.label]}/{name}")
     return written
-
-
-def _default_public_key():
-    """The public key beside the default signing key, or None when there is none."""
-    try:
-        return load_public_key(public_key_path(default_key_path()[0]))
-    except (KeyFileError, OSError):
-        return None
 
 
 def _out_dir(given: str | None) -> Path:
@@ -197,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("pyhanko", "pyhanko_certvalidator", "securesystemslib", "fontTools", "weasyprint", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     try:
-        public_key = load_public_key(args.key) if args.key else _default_public_key()
+        public_key = load_public_key(args.key) if args.key else None
+        if not args.key:  # the public key beside the default signing key, when there is one
+            with contextlib.suppress(KeyFileError, OSError):
+                public_key = load_public_key(public_key_path(default_key_path()[0]))
         signing_key = load_signing_key(not args.no_sign, args.signing_key)
         base, new = load_side("BASE", args.base), load_side("NEW", args.new)
         if not_comparable(base, new):
@@ -227,15 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write(out_dir / SUMMARY_NAME, summary)
     if signing_key is not None:
         inputs = [*copy_inputs(base, out_dir), *copy_inputs(new, out_dir)]
-        predicate = {
-            "exit_code": code,
-            "created": created,
-            "outcome": result["outcome"],
-            "holds": result["holds"],
-            "regressions": result["regressions"],
-            "unclear": result["unclear"],
-            "verdicts": result["verdicts"],
-            "limits": result["limits"],
+        predicate = {"exit_code": code, "created": created}
+        predicate |= {k: result[k] for k in ("outcome", "holds", "regressions", "unclear", "verdicts", "limits")}
+        predicate |= {
             "signer": {"publicKeySha256": signing_key.fingerprint},
             "inputs": [
                 {"label": s.label, "path": str(s.path), "dir": INPUTS[s.label], "statement_sha256": s.envelope_sha256}

@@ -31,12 +31,12 @@ FREE_FORM = ("model", "task")
 
 def schema_groups() -> dict[str, list[str]]:
     """Each dataclass group of :class:`reportgen.config.Config` (``distributed`` too) and its settings."""
-    groups = {}
-    for group in dataclasses.fields(Config):
-        factory = group.default_factory
-        if factory is not dataclasses.MISSING:
-            groups[group.name] = [f.name for f in dataclasses.fields(factory())]
-    return groups
+    factories = {group.name: group.default_factory for group in dataclasses.fields(Config)}
+    return {
+        name: [f.name for f in dataclasses.fields(factory())]
+        for name, factory in factories.items()
+        if factory is not dataclasses.MISSING
+    }
 
 
 def unknown_key_problem(group: str, key: str, known: list[str]) -> str:
@@ -235,7 +235,7 @@ def value_problem(key: str, value: Any) -> str:
     top = key.split(".", 1)[0]
     if top in FREE_FORM or top == "hydra" or "/" in key or _schema_default(key) is _UNKNOWN:
         return ""
-    cfg = _schema()
+    cfg = copy.deepcopy(_schema_template())  # a fresh copy the value may be tried on
     try:
         OmegaConf.update(cfg, key, value, merge=True)
     except (ValidationError, ValueError, TypeError) as exc:
@@ -252,19 +252,12 @@ def _accepts(node: Any, exc: Exception) -> str:
     if isinstance(node, EnumNode):
         return f"must be one of {', '.join(m.name for m in node.enum_type)}{', null' if null else ''}"
     words = {FloatNode: "is not a float", IntegerNode: "is not an integer", BooleanNode: "is not true or false"}
-    for kind, said in words.items():
-        if isinstance(node, kind):
-            return said + null
-    return f"is refused: {(str(exc).splitlines() or [''])[0]}"
+    said = next((word + null for kind, word in words.items() if isinstance(node, kind)), None)
+    return said or f"is refused: {(str(exc).splitlines() or [''])[0]}"
 
 
 @functools.cache
 def _schema_template() -> DictConfig:
     """The root schema (a structured config of :class:`reportgen.config.Config`), built once per process
-    (~12 ms each); read only: :func:`_schema` hands out copies."""
+    (~12 ms each); read only: :func:`value_problem` tries a value on a copy."""
     return OmegaConf.structured(Config)
-
-
-def _schema() -> DictConfig:
-    """A fresh copy of the root schema that a value may be tried on (:func:`value_problem`)."""
-    return copy.deepcopy(_schema_template())

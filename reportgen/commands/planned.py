@@ -56,10 +56,8 @@ def planned_peak(setup: Setup, rows: list[Row]) -> tuple[Row, dict[str, Any]] | 
         seconds = time.perf_counter() - start
         return Row.fact(MEMORY, ITEM, "", detail[:400], metric="planned_peak_bytes", seconds=seconds), {}
     measured_bytes = float(measured.value)
-    figure |= {
-        "measured_bytes": measured_bytes,
-        "difference": (figure["planned_bytes"] - measured_bytes) / measured_bytes,
-    }
+    figure["measured_bytes"] = measured_bytes
+    figure["difference"] = (figure["planned_bytes"] - measured_bytes) / measured_bytes
     detail = (
         f"python -m reportgen.plan's step peak for policy {policy} at this run's shape (seq={figure['seq']}, "
         f"batch={figure['batch']}, one process): {format_bytes(figure['planned_bytes'])}; measured "
@@ -92,20 +90,17 @@ def _plan(setup: Setup, policy: str) -> dict[str, Any]:
     inputs = setup.batch[0]
     ids = inputs["input_ids"] if isinstance(inputs, dict) else inputs
     batch, seq = (int(n) for n in ids.shape[:2])
-    word = next(k for k, v in DTYPES.items() if v == setup.dtype)
-    attn = OmegaConf.select(cfg, "model.attn_implementation") or "sdpa"
     args = PlanArgs(
         config=config_file(cfg.model.config),
         seq=seq,
         batch=batch,
         dtype=setup.dtype,
-        dtype_name=word,
+        dtype_name=next(k for k, v in DTYPES.items() if v == setup.dtype),
         memory_gib=None,
-        attn=attn,
+        attn=OmegaConf.select(cfg, "model.attn_implementation") or "sdpa",
         master_dtype=setup.dtype,
         reduce_dtype=setup.dtype,
         optim_dtype=setup.dtype,
-        pdf=False,
     )
     optimizer = OmegaConf.to_container(training_optimizer(setup), resolve=True)
     from reportgen.plan.rank import compose  # lazy: the tracer imports MemTracker (~1.9 s CPU)

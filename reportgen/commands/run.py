@@ -58,13 +58,13 @@ from reportgen.results import (
 from reportgen.results.rows import error_row
 from reportgen.threads import apply_threads
 from reportgen.training.duration import refuse_long_runs
-from reportgen.training.user_step import step_said
 from reportgen.trust.launch import job_launch
 from reportgen.trust.manifest import clear_pending, mark_pending, start_manifest
 from reportgen.trust.signing import load_signing_key, sign_run, signature_label
 from reportgen.twins.observe import observation_rows
 from reportgen.twins.prepare import prepare as prepare_twins
 from reportgen.twins.setup import Setup
+from reportgen.twins.user_step import step_said
 
 log = logging.getLogger("reportgen")
 
@@ -122,6 +122,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
+    meta["claim"]["step"] = step_said(setup.task)  # page 1: whose training step each check ran
     if world > 1:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:
@@ -221,7 +222,6 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
         "torchrun": commands["torchrun"],
         "settings": settings_in_force(dc, [w.path for w in setup.wrapped]),
         "order": wrap_order(dc),
-        "step": step_said(setup.task),
     }
 
 

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,8 @@ from reportgen.files import write_failure
 #: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
 LOCK_NAME = ".reportgen.lock"
 #: Names whose presence means a folder holds a run (or a sweep) already.
-RUN_MARKERS = (
-    ".hydra",
-    "results.csv",
-    "results.json",
-    "results.partial.json",
-    "report.html",
-    "report.pdf",
-    "report.unsigned.pdf",
-    "statement.dsse.json",
-    "multirun.yaml",
-    LOCK_NAME,
-)
+RUN_MARKERS: tuple[str, ...] = (".hydra", "results.csv", "results.json", "results.partial.json", "report.html")
+RUN_MARKERS += ("report.pdf", "report.unsigned.pdf", "statement.dsse.json", "multirun.yaml", LOCK_NAME)
 
 
 class StartRefused(SystemExit):
@@ -238,6 +229,4 @@ def forget_unstarted_run(folder: Path) -> None:
     folder = Path(folder)
     others = [m for m in run_markers(folder) if m not in (".hydra", LOCK_NAME)]
     if not others and (folder / ".hydra").is_dir():
-        import shutil
-
         shutil.rmtree(folder / ".hydra", ignore_errors=True)

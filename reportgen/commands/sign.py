@@ -52,8 +52,7 @@ def pending_record(run_dir: Path) -> dict:
         raise FinishRefusedError(f"{run_dir}: no such run folder")
     mark = run_dir / PENDING_NAME
     if not mark.is_file():
-        signed = (run_dir / ENVELOPE_NAME).is_file()
-        state = "signed already" if signed else "not a finished run waiting to be signed"
+        state = "signed already" if (run_dir / ENVELOPE_NAME).is_file() else "not a finished run waiting to be signed"
         raise FinishRefusedError(
             f"{run_dir} is {state} (no {PENDING_NAME}); only a run interrupted after all its "
             "checks finished is signed later"

@@ -36,7 +36,7 @@ from reportgen.config import (
     STEP_PARITY,
     RecomputeMethod,
 )
-from reportgen.distributed.settings import distributed_setting_problems
+from reportgen.distributed.settings import DTYPES, distributed_setting_problems
 from reportgen.threads import threads_problem
 
 #: A claim must require at least one of these (DESIGN.md: no empty claims).
@@ -49,10 +49,6 @@ def check_names() -> tuple[str, ...]:
     return tuple(s.name for s in sections() if s.name not in flagged_names())
 
 
-DTYPES = ("float32", "float64", "bfloat16", "float16")
-DETERMINISM_CHECKS = ("default", "none")  #: torch.utils.checkpoint's determinism_check values
-LR_SCALINGS = ("none", "linear", "sqrt")
-PEAK_ON_MISS = ("WARN", "FAIL")  #: statuses of a step peak that recompute does not lower enough
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICES = "auto, cpu, cuda, cuda:N"
 
@@ -84,8 +80,6 @@ BOUNDED = [
     ("distributed.world_size", 1, True, False),
     ("distributed.timeout_s", 0.0, False, False),
 ]
-BACKENDS = ("auto", "gloo", "nccl")
-START_METHODS = ("auto", "spawn", "forkserver", "fork")
 #: ``precision.autocast`` values (null = off).
 AUTOCASTS = (None, "bf16", "fp16")
 
@@ -137,25 +131,10 @@ def config_problems(cfg: DictConfig) -> str:
     Returns:
         ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
     """
-    names = [name for name, *_ in BOUNDED] + [
-        "dtype",
-        "recompute.determinism_check",
-        "larger_batch.lr_scaling",
-        "device",
-        "verdict.required",
-        "budget.seeds",
-        "larger_batch.seeds",
-        "precision.autocast",
-        "memory.peak_on_miss",
-        "threads",
-        "distributed.backend",
-        "distributed.start_method",
-        "compile.enabled",
-        "recompute.mode",
-        "recompute.method",
-        "distributed.budget_seeds",
-        "budget.enabled",
-    ]
+    names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling"]
+    names += ["device", "verdict.required", "budget.seeds", "larger_batch.seeds", "precision.autocast"]
+    names += ["memory.peak_on_miss", "threads", "distributed.backend", "distributed.start_method", "compile.enabled"]
+    names += ["recompute.mode", "recompute.method", "distributed.budget_seeds", "budget.enabled"]
     values, problems = {}, unknown_setting_problems(cfg)
     for name in names:
         try:
@@ -169,11 +148,11 @@ def config_problems(cfg: DictConfig) -> str:
     ]
     enums = [
         ("dtype", DTYPES),
-        ("recompute.determinism_check", DETERMINISM_CHECKS),
-        ("larger_batch.lr_scaling", LR_SCALINGS),
-        ("memory.peak_on_miss", PEAK_ON_MISS),
-        ("distributed.backend", BACKENDS),
-        ("distributed.start_method", START_METHODS),
+        ("recompute.determinism_check", ("default", "none")),  # torch.utils.checkpoint's determinism_check values
+        ("larger_batch.lr_scaling", ("none", "linear", "sqrt")),
+        ("memory.peak_on_miss", ("WARN", "FAIL")),  # statuses of a step peak that recompute does not lower enough
+        ("distributed.backend", ("auto", "gloo", "nccl")),
+        ("distributed.start_method", ("auto", "spawn", "forkserver", "fork")),
     ]
     problems += [
         f"{name}={values[name]!r} must be one of {', '.join(allowed)}"
@@ -217,12 +196,8 @@ def config_problems(cfg: DictConfig) -> str:
             f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
             "leave verdict.required=null for the default"
         )
-    if not problems:
-        return ""
-    return (
-        "; ".join(problems)
-        + ". Fix these settings (each is documented in reportgen/config.py and in docs/configuration.md)."
-    )
+    fix = ". Fix these settings (each is documented in reportgen/config.py and in docs/configuration.md)."
+    return "; ".join(problems) + fix if problems else ""
 
 
 def _mode_problem(values: dict[str, Any]) -> list[str]:

@@ -24,7 +24,7 @@ from reportgen.checks import required_names
 from reportgen.errors import UsageError
 from reportgen.files import sha256_bytes
 from reportgen.results import Role, Status, check_summary, claim_verdict, frame_from_json
-from reportgen.sweep import job_costs
+from reportgen.sweep.table import job_costs
 from reportgen.trust.attachments import AttachmentError, read_attachments
 from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
 
@@ -79,10 +79,7 @@ class Side:
 def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
     """Nested dicts → ``{"a.b": "value"}`` with values as compact JSON text."""
     if isinstance(data, dict):
-        out: dict[str, str] = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
+        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
     return {prefix.rstrip("."): json.dumps(data, sort_keys=True, default=str)}
 
 
@@ -157,14 +154,11 @@ IDENTITY = (
 def identity(side: Side) -> dict[str, str]:
     """The side's model factory, architecture (the model's class) and task, where it states them."""
     claim = _flatten({"claim": ((side.statement or {}).get("predicate") or {}).get("claim") or {}})
-    found = {}
-    for name, keys in IDENTITY:
-        for key in keys:
-            value = claim.get(key) or side.config.get(key)
-            if value is not None and value not in ("null", '""'):
-                found[name] = str(json.loads(value))
-                break
-    return found
+    found = {
+        name: [v for k in keys if (v := claim.get(k) or side.config.get(k)) is not None and v not in ("null", '""')]
+        for name, keys in IDENTITY
+    }
+    return {name: str(json.loads(values[0])) for name, values in found.items() if values}
 
 
 def not_comparable(base: Side, new: Side) -> str:
@@ -232,13 +226,8 @@ def compare(
     overlap = None
     if None not in (bc["overhead_ci_low"], bc["overhead_ci_high"], nc["overhead_ci_low"], nc["overhead_ci_high"]):
         overlap = bc["overhead_ci_low"] <= nc["overhead_ci_high"] and nc["overhead_ci_low"] <= bc["overhead_ci_high"]
-    costs = {
-        "base": bc,
-        "new": nc,
-        "saving_change_pp": saving_change,
-        "overhead_change_pp": overhead_change,
-        "ci_overlap": overlap,
-    }
+    costs = {"base": bc, "new": nc, "saving_change_pp": saving_change, "overhead_change_pp": overhead_change}
+    costs["ci_overlap"] = overlap
 
     def thresholds(frame: pd.DataFrame) -> dict[str, str]:
         return {

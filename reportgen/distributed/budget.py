@@ -52,12 +52,6 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
     return budget_run(setup, model, cfg, seed, cfg.batch_size, desc, sharding=sharding)
 
 
-def sharded_seeds(cfg) -> list[int]:
-    """``distributed.budget_seeds``, or (null) the first of ``budget.seeds``."""
-    chosen = cfg.distributed.get("budget_seeds")
-    return [int(s) for s in (chosen if chosen is not None else list(cfg.budget.seeds)[:1])]
-
-
 def budget_rows(setup, group: Group) -> list[Row]:
     """The distributed task-metrics rows (on rank 0; the other ranks train and return none).
 
@@ -72,7 +66,8 @@ def budget_rows(setup, group: Group) -> list[Row]:
     cfg, task = setup.cfg.budget, setup.task
     if not cfg.enabled:
         return [] if group.rank else [Row.not_run(DIST_TASK_METRICS, "not run: budget.enabled=false", item="budget")]
-    seeds = sharded_seeds(setup.cfg)
+    chosen = setup.cfg.distributed.get("budget_seeds")  # null: the first of budget.seeds
+    seeds = [int(s) for s in (chosen if chosen is not None else list(cfg.seeds)[:1])]
     results = {}
     for seed in seeds:
         for variant, recompute in VARIANTS:
@@ -85,7 +80,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
         f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
         f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
         f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
-        f"{'' if setup.cfg.distributed.get('budget_seeds') is not None else ': null = the first of budget.seeds'})"
+        f"{'' if chosen is not None else ': null = the first of budget.seeds'})"
     )
     examples: dict[str, Any] = {"metric": "budget_examples", "value": int(cfg.examples), "unit": "examples"}
     rows = [Row.fact(DIST_TASK_METRICS, "budget", Role.BUDGET, detail, **examples)]
@@ -102,8 +97,7 @@ def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -
     metric, cfg = setup.task.metric, setup.cfg.budget
     p, r = plain.metrics[metric], recompute.metrics[metric]
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
-    rtol, atol = setup.tolerance()
-    factor = float(setup.cfg.parity.rounding_factor)
+    (rtol, atol), factor = setup.tolerance(), float(setup.cfg.parity.rounding_factor)
     return [
         metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better),
         trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params, rtol, atol, factor),

@@ -149,9 +149,7 @@ def device_problem(world_size: int, device: torch.device) -> str:
 
 def resolve_backend(name: str, device: torch.device) -> str:
     """``auto`` → ``nccl`` on CUDA, ``gloo`` on CPU; ``gloo``/``nccl`` as given."""
-    if name == "auto":
-        return "nccl" if device.type == "cuda" else "gloo"
-    return name
+    return ("nccl" if device.type == "cuda" else "gloo") if name == "auto" else name
 
 
 def rank_device(device_name: str) -> str:
@@ -317,6 +315,7 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
             elastic agent installs its own handlers while ranks run (and does not restore them): they are
             restored here, and its ``SignalException`` becomes the interruption it is.
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -331,8 +330,6 @@ def launch(fn: Callable[..., Any], args: tuple, world_size: int, start_method: s
         monitor_interval=0.1,
         start_method=start_method,
     )
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-
     elastic = logging.getLogger("torch.distributed.elastic")
     level = elastic.level
     elastic.setLevel(logging.CRITICAL)  # a failed rank is reported as rows, not as the agent's log lines

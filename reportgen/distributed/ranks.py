@@ -49,10 +49,9 @@ def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
     if launched():
         return follow(setup, parts) or []
     method = start_method(str(dc.start_method))
-    try:  # a forked rank inherits the twins' setup; a spawned one builds its own from the config
-        results = launch(
-            rank_worker, (setup if method == "fork" else setup.cfg, tuple(parts)), int(dc.world_size), method
-        )
+    given = setup if method == "fork" else setup.cfg  # a forked rank inherits the setup; a spawned one builds its own
+    try:
+        results = launch(rank_worker, (given, tuple(parts)), int(dc.world_size), method)
     except RankFailure as exc:
         return failure_rows(exc.ranks, [name for name, _ in parts], exc.signals)
     return list(results[0])

@@ -49,11 +49,8 @@ def measure(state: dict[str, Tensor], group: Group, step: int, rtol: float | Non
         On rank 0 the :class:`Drift` of every rank; None on the others.
     """
     names = sorted(state)
-    flat = (
-        torch.cat([state[n].detach().to("cpu", torch.float64).flatten() for n in names])
-        if names
-        else torch.zeros(0, dtype=torch.float64)
-    )
+    parts = [state[n].detach().to("cpu", torch.float64).flatten() for n in names]
+    flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
     ref = flat.clone()
     dist.broadcast(ref, src=0, group=group.control)
     mine, offset = [], 0

@@ -10,6 +10,7 @@ recompute wrapper (:func:`unit_modules`), as torchtitan shards its wrapped block
 from __future__ import annotations
 
 import fnmatch
+import functools
 from typing import Any
 
 import torch
@@ -120,8 +121,6 @@ def _units(model: nn.Module, dc: Any, target_paths: list[str]) -> list[tuple[str
 def wrap_fsdp1(model: nn.Module, dc: Any, target_paths: list[str], group: Group) -> nn.Module:
     """``FullyShardedDataParallel(model, auto_wrap_policy=<the units>, **distributed.fsdp1)`` with
     ``MixedPrecision`` when a dtype is set (torch's ``lambda_auto_wrap_policy`` over the chosen modules)."""
-    import functools
-
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
@@ -162,13 +161,9 @@ def wrap_twin(model: nn.Module, dc: Any, target_paths: list[str], group: Group) 
         The module to call (DDP/FSDP1 wrapper, the FSDP2-sharded model, or what the user's function returned).
     """
     strategy = strategy_name(dc)
-    if strategy == "ddp":
-        return wrap_ddp(model, dc, group)
-    if strategy == "fsdp2":
-        return wrap_fsdp2(model, dc, target_paths, group)
-    if strategy == "fsdp1":
-        return wrap_fsdp1(model, dc, target_paths, group)
-    return wrap_custom(model, dc, group)
+    if strategy in ("fsdp2", "fsdp1"):
+        return (wrap_fsdp2 if strategy == "fsdp2" else wrap_fsdp1)(model, dc, target_paths, group)
+    return (wrap_ddp if strategy == "ddp" else wrap_custom)(model, dc, group)
 
 
 def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from reportgen.tasks import batch_to
 from reportgen.twins.recompute import apply_recompute, find_targets, is_model_switch
 from reportgen.twins.setup import DTYPES, Setup, autocast_forward
 from reportgen.twins.template import copy_module
+from reportgen.twins.user_step import own_step
 
 log = logging.getLogger("reportgen")
 
@@ -356,11 +357,11 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
                 shape = transformer_shape(model, batch[0], paths, dtype)
             if setup.autocast_dtype is not None:  # the same precision as the measured twins
                 model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
-            saved[recompute] = saved_activation_bytes(model.train(), batch, task.loss, cfg.forward_seed, paths)
+            saved[recompute] = saved_activation_bytes(model.train(), batch, own_step(task), cfg.forward_seed, paths)
             if not peak_error:
                 try:
                     peaks[recompute] = warm_step_peak(
-                        model, batch, task.loss, cfg.budget.optimizer, cfg.forward_seed, warm_steps=0
+                        model, batch, own_step(task), cfg.budget.optimizer, cfg.forward_seed, warm_steps=0
                     )
                 except Exception as exc:  # noqa: BLE001 - the saved-bytes estimate stands on its own
                     log.info("step peak estimate on fake tensors failed", exc_info=True)

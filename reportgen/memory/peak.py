@@ -17,7 +17,6 @@ allocator's reserve are not tensors and are never counted here.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,7 +33,7 @@ from reportgen.tasks import Batch
 def warm_step_peak(
     model: nn.Module,
     batch: Batch,
-    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    task: Any,
     optimizer_cfg: Any,
     forward_seed: int | None,
     warm_steps: int = 1,
@@ -53,7 +52,7 @@ def warm_step_peak(
     Args:
         model: a twin in train mode (its weights change: a training step runs).
         batch: ``(inputs, targets)``, e.g. ``[batch, features]`` and ``[batch]``, on the model's device.
-        loss_fn: ``fn(output, target) -> scalar``.
+        task: its ``loss(output, target) -> scalar``, or its own step (:func:`reportgen.memory.saved.make_train_step`).
         optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
         forward_seed: seeds every generator before each forward (None = leave them alone).
         warm_steps: untracked training steps first (0: an optimizer step on zero gradients).
@@ -61,7 +60,7 @@ def warm_step_peak(
     Returns:
         :class:`StepPeak` (bytes, B).
     """
-    step = make_train_step(model, batch, loss_fn, optimizer_cfg, forward_seed)
+    step = make_train_step(model, batch, task, optimizer_cfg, forward_seed)
     optimizer = step.optimizer
     if warm_steps > 0:
         for _ in range(warm_steps):

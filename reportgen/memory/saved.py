@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from hydra.utils import instantiate
 from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils._pytree import tree_leaves
@@ -41,6 +40,7 @@ from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import plain_name
+from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 
 if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
     from reportgen.twins.setup import Setup
@@ -153,20 +153,24 @@ def _selective_saved(storage: dict) -> Iterable[Tensor]:
 def saved_activation_bytes(
     model: nn.Module,
     batch,
-    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    task: Any,
     forward_seed: int | None,
     module_paths: list[str],
 ) -> SavedActivations:
-    """Bytes of the tensors autograd keeps for backward after ``loss_fn(model(x), y)``.
+    """Bytes of the tensors autograd keeps for backward after ``task.loss(model(x), y)``.
 
     Runs one forward and the loss on clones of ``batch`` (no backward; the graph is dropped
     on return). Works on real tensors of any device and on ``FakeTensorMode`` tensors
-    (call it inside the same fake mode that built ``model`` and ``batch``).
+    (call it inside the same fake mode that built ``model`` and ``batch``). A task with its own
+    ``forward_backward`` (:mod:`reportgen.twins.user_step`) runs that instead, and what every forward of
+    its step saves is counted, summed (two accumulated micro-batches: both); tensors saved while backward
+    recomputes a region are not activations kept from the forward and are not counted.
 
     Args:
         model: a plain or recompute twin, in the mode to measure (``train()`` for training).
         batch: ``(inputs, targets)``, e.g. inputs ``[batch, seq]`` ids or ``[batch, features]``.
-        loss_fn: ``fn(output, target) -> scalar``; what it saves counts (it is kept for backward).
+        task: its ``loss(output, target) -> scalar`` (what it saves counts: it is kept for backward), or its
+            own ``forward_backward``.
         forward_seed: seeds every generator (:func:`reportgen.rng.seeded`) for the forward
             (None = leave them alone).
         module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
@@ -224,13 +228,17 @@ def saved_activation_bytes(
             handles.append(module.register_forward_hook(pop, always_call=True))
 
     def pack(t: Tensor) -> Tensor:
-        ledger.add(t, owner())
+        if torch._C._current_graph_task_id() == -1:  # not inside a backward (the user's step runs one)
+            ledger.add(t, owner())
         return t
 
     x, y = clone_inputs(batch[0]), batch[1]
     try:
         with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_fn(call_model(model, x), y)
+            if callable(getattr(task, "forward_backward", None)):
+                loss = loss_backward(task, model, (x, y))
+            else:
+                loss = task.loss(call_model(model, x), y)
         for name, storage in contexts:
             for t in _selective_saved(storage):
                 ledger.add(t, name)
@@ -257,38 +265,40 @@ class TrainStep:
 
     model: nn.Module
     batch: Batch
-    loss_fn: Callable
+    task: Any
     optimizer: torch.optim.Optimizer
+    scheduler: Any
     forward_seed: int | None
 
     def __call__(self) -> None:
-        x, y = self.batch
         with seeded(self.forward_seed):
-            self.loss_fn(call_model(self.model, x), y).backward()
-        self.optimizer.step()
+            loss_backward(self.task, self.model, self.batch)
+        optimizer_step(self.task, self.model, self.optimizer, self.scheduler)
         self.optimizer.zero_grad(set_to_none=True)
 
 
 def make_train_step(
-    model: nn.Module, batch: Batch, loss_fn: Callable, optimizer_cfg: Any, forward_seed: int | None = None
+    model: nn.Module, batch: Batch, task: Any, optimizer_cfg: Any, forward_seed: int | None = None
 ) -> TrainStep:
     """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``;
-    gradients are freed at the end of each step, so between steps only weights and optimizer state
-    are allocated (the baseline of a step's peak).
+    the task's own step where it gives one (:mod:`reportgen.twins.user_step`: its ``forward_backward``,
+    ``before_step``, optimizer and scheduler). Gradients are freed at the end of each step, so between steps
+    only weights and optimizer state are allocated (the baseline of a step's peak).
 
     Args:
         model: a twin in train mode.
         batch: ``(inputs, targets)``, used as is (never modified).
-        loss_fn: ``fn(output, target) -> scalar``.
-        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
+        task: its ``loss(output, target) -> scalar``, or its own step members.
+        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``), unless the task
+            makes its own optimizer.
         forward_seed: seeds every generator before each forward and backward
             (:func:`reportgen.rng.seeded`; None = leave them alone).
 
     Returns:
         The step; its ``optimizer`` is the optimizer it steps (a memory tracker counts its state).
     """
-    optimizer = instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
-    return TrainStep(model, batch, loss_fn, optimizer, forward_seed)
+    optimizer = make_optimizer(task, optimizer_cfg, model)
+    return TrainStep(model, batch, task, optimizer, make_scheduler(task, optimizer), forward_seed)
 
 
 def training_optimizer(setup: Setup) -> Any:
@@ -321,7 +331,7 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
     step = make_train_step(
         model,
         setup.batch if batch is None else batch,
-        setup.task.loss,
+        setup.task,
         training_optimizer(setup),
         setup.cfg.forward_seed,
     )

@@ -119,6 +119,15 @@ class StepTracker(MemTracker):
                     )
         return sizes
 
+    def _pre_fw_hook(self, module: nn.Module, inputs: Any) -> None:
+        """MemTracker's, except that a root module called again in forward (a user's step that runs one forward per
+        micro-batch) starts its module statistics again where MemTracker raises "multiple iterative calls": the
+        step's peak is this tracker's own (:meth:`step_peak`), not the per-module statistics."""
+        parents = set(self._mod_tracker.parents) - {self._mod_tracker.get_known_fqn(module)}
+        if module in self.memory_tracking and not self._mod_tracker.is_bw and parents == {"Global"}:
+            del self.memory_tracking[module]
+        super()._pre_fw_hook(module, inputs)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105 - MemTracker's
         res = super().__torch_dispatch__(func, types, args, kwargs)
         if self._in_ac and self._mod_tracker.is_bw:

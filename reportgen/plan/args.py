@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from reportgen.errors import UsageError
+from reportgen.results.row import to_float
 
 
 class PlanError(UsageError, ValueError):
@@ -23,14 +24,8 @@ class PlanError(UsageError, ValueError):
 
 
 #: ``dtype=`` words and the dtype they mean.
-DTYPES = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "fp32": torch.float32,
-    "float32": torch.float32,
-}
+DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+DTYPES |= {"fp32": torch.float32, "float32": torch.float32}
 
 #: Sharding strategies: ``none`` (one process holds everything), ``ddp`` (replicated state, gradient
 #: buckets), ``fsdp`` (FSDP2 ``fully_shard`` over all ranks), ``hsdp`` (``replicate`` groups, each
@@ -48,28 +43,10 @@ OPTIMS = ("fused", "foreach", "sgd", "adafactor")
 MAX_TOKENS = 2**28
 
 #: ``key=value`` words the command takes, with their defaults (None = required; "" = not given).
-WORDS = {
-    "seq": "",
-    "batch": "1",
-    "dtype": "bf16",
-    "memory_gib": "",
-    "attn": "sdpa",
-    "optim": "fused",
-    "world_size": "1",
-    "strategy": "none",
-    "replicate": "1",
-    "master_dtype": "",
-    "reduce_dtype": "",
-    "optim_dtype": "",
-    "grad_accum": "1",
-    "recompute": "",
-    "safety_margin": "0.05",
-    "fragmentation": "0.10",
-    "largest_batch": "false",
-    "allow_long_seq": "false",
-    "out": "",
-    "pdf": "false",
-}
+WORDS = {"seq": "", "batch": "1", "dtype": "bf16", "memory_gib": "", "attn": "sdpa", "optim": "fused"}
+WORDS |= {"world_size": "1", "strategy": "none", "replicate": "1", "master_dtype": "", "reduce_dtype": ""}
+WORDS |= {"optim_dtype": "", "grad_accum": "1", "recompute": "", "safety_margin": "0.05", "fragmentation": "0.10"}
+WORDS |= {"largest_batch": "false", "allow_long_seq": "false", "out": "", "pdf": "false"}
 
 USAGE = "usage: python -m reportgen.plan CONFIG seq=8192 batch=2 dtype=bf16 world_size=8 strategy=fsdp memory_gib=80"
 
@@ -131,16 +108,15 @@ def _whole(key: str, value: str, example: str) -> int:
 
 
 def _share(key: str, value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = float("nan")
+    number = to_float(value)
     if not (0 <= number < 1):
         raise PlanError(f"{key}={value!r} must be a share between 0 and 1, e.g. {key}=0.05")
     return number
 
 
-def _dtype(key: str, value: str) -> torch.dtype:
+def _dtype(key: str, value: str, default: torch.dtype | None = None) -> torch.dtype:
+    if default is not None and not value:
+        return default
     if value not in DTYPES:
         raise PlanError(f"{key}={value!r} is not one of {', '.join(DTYPES)}; e.g. {key}=bf16")
     return DTYPES[value]
@@ -208,19 +184,11 @@ def parse_args(argv: Sequence[str]) -> PlanArgs:
             f"e.g. replicate={max(1, world // 8)}"
         )
     sharded_mp = strategy in ("fsdp", "hsdp") and dtype.itemsize == 2
-    master = (
-        _dtype("master_dtype", words["master_dtype"])
-        if words["master_dtype"]
-        else (torch.float32 if sharded_mp else dtype)
-    )
-    reduce = _dtype("reduce_dtype", words["reduce_dtype"]) if words["reduce_dtype"] else master
-    optim_dtype = _dtype("optim_dtype", words["optim_dtype"]) if words["optim_dtype"] else master
+    master = _dtype("master_dtype", words["master_dtype"], torch.float32 if sharded_mp else dtype)
+    reduce, optim_dtype = (_dtype(key, words[key], master) for key in ("reduce_dtype", "optim_dtype"))
     memory = None
     if words["memory_gib"]:
-        try:
-            memory = float(words["memory_gib"])
-        except ValueError:
-            memory = float("nan")
+        memory = to_float(words["memory_gib"])
         if not (math.isfinite(memory) and memory > 0):
             raise PlanError(f"memory_gib={words['memory_gib']!r} must be a positive number of GiB, e.g. memory_gib=80")
     recompute = words["recompute"] or None

@@ -39,11 +39,7 @@ def _per_layer_lists(config: Any) -> dict[str, list | tuple]:
 
 def renumbers(config: Any) -> bool:
     """True when :func:`shallow_config` keeps every layer's kind (no :data:`INDEX_KEYS` in effect)."""
-    for key in INDEX_KEYS:
-        value = getattr(config, key, None)
-        if value not in (None, 0, 1):
-            return False
-    return True
+    return all(getattr(config, key, None) in (None, 0, 1) for key in INDEX_KEYS)
 
 
 def layer_kinds(config: Any) -> list[tuple]:

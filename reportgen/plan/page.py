@@ -42,11 +42,8 @@ def html_text(plans: list[RankPlan], args: PlanArgs, chosen: RankPlan | None, me
     from reportgen.report.render import environment
 
     dtypes = {"master": _word(args.master_dtype), "reduce": _word(args.reduce_dtype), "optim": _word(args.optim_dtype)}
-    return (
-        environment()
-        .get_template("plan.html.j2")
-        .render(plans=plans, args=args, chosen=chosen, dtypes=dtypes, assumptions=ASSUMPTIONS, **meta)
-    )
+    template = environment().get_template("plan.html.j2")
+    return template.render(plans=plans, args=args, chosen=chosen, dtypes=dtypes, assumptions=ASSUMPTIONS, **meta)
 
 
 def pdf_bytes(html: str, created: str, csv: str) -> bytes:

@@ -71,14 +71,9 @@ class Policy:
     def node(self, targets: list[str]) -> dict[str, Any]:
         """The ``recompute`` node (fields of :class:`reportgen.config.RecomputeConfig`) for layers ``targets``
         ([] = every layer the switch turns on)."""
-        return {
-            "mode": "selective" if self.save_ops else "non_reentrant",
-            "preserve_rng_state": True,
-            "determinism_check": "default",
-            "save_ops": list(self.save_ops),
-            "save_period": dict(self.save_period),
-            "targets": list(targets),
-        }
+        node: dict[str, Any] = {"mode": "selective" if self.save_ops else "non_reentrant", "preserve_rng_state": True}
+        node |= {"determinism_check": "default", "save_ops": list(self.save_ops), "save_period": dict(self.save_period)}
+        return node | {"targets": list(targets)}
 
 
 POLICIES = (

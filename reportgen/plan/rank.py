@@ -106,12 +106,9 @@ def optimizer_temporaries(fig: Figures, args: PlanArgs) -> float:
 def compose(fig: Figures, args: PlanArgs, policy: str) -> RankPlan:
     """The rank's timeline from the traced :class:`Figures` (see the module docstring)."""
     plan = RankPlan(
-        policy=policy,
-        flops=fig.flops,
-        recompute_flops=fig.recompute_flops,
-        after_forward=fig.after_forward,
-        exact=is_traced_step(args),
+        policy=policy, flops=fig.flops, recompute_flops=fig.recompute_flops, after_forward=fig.after_forward
     )
+    plan.exact = is_traced_step(args)
     state = state_bytes(fig, args)
     for phase in PHASES:
         if phase not in fig.total:
@@ -162,11 +159,7 @@ def largest_batch(at_b: RankPlan, at_next: RankPlan, args: PlanArgs) -> int:
     best: int | None = None
     for phase, bound in at_b.phase_reserved.items():
         slope = at_next.phase_reserved.get(phase, bound) - bound
-        fits: int | None
-        if slope > 0:
-            fits = args.batch + math.floor((budget - bound) / slope)
-        else:
-            fits = None if bound <= budget else 0
+        fits = args.batch + math.floor((budget - bound) / slope) if slope > 0 else (None if bound <= budget else 0)
         if fits is not None:
             best = fits if best is None else min(best, fits)
     return max(0, best if best is not None else args.batch)

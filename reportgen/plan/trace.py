@@ -20,6 +20,7 @@ import logging
 import sys
 import traceback
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -60,6 +61,8 @@ OPTIMIZERS = {
 }
 
 _STATE = (_MemRefType.PARAM, _MemRefType.BUFFER, _MemRefType.GRAD, _MemRefType.OPT)
+#: The traced step's task: reportgen's own step (one forward, the causal-LM loss, one backward).
+CAUSAL_LM = SimpleNamespace(loss=causal_lm_loss)
 
 
 @dataclass
@@ -102,13 +105,8 @@ class Figures:
             k: getattr(self, k) + times * getattr(other, k)
             for k in ("after_forward", "flops", "recompute_flops", "params", "param_tensors", "factored")
         }
-        return Figures(
-            add(self.total, other.total),
-            add(self.transient, other.transient),
-            **scalars,
-            largest_param=max(self.largest_param, other.largest_param),
-            unit=max(self.unit, other.unit),
-        )
+        largest = {k: max(getattr(self, k), getattr(other, k)) for k in ("largest_param", "unit")}  # not additive
+        return Figures(add(self.total, other.total), add(self.transient, other.transient), **scalars, **largest)
 
     def minus(self, other: Figures) -> Figures:
         """``self - other``."""
@@ -192,7 +190,7 @@ def trace_step(
             layers = decoder_layers(model)
             switch_on(model, policy.for_attn(args.attn), policy.flags(indices), [p for p, _ in layers])
             data = fake_batch(mode, batch, args.seq)
-            step = make_train_step(model, data, causal_lm_loss, optimizer or OPTIMIZERS[args.optim], None)
+            step = make_train_step(model, data, CAUSAL_LM, optimizer or OPTIMIZERS[args.optim], None)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
             step.optimizer.step()
@@ -262,10 +260,9 @@ def variants(config: Any, policy: Policy) -> list[tuple]:
     places kinds by rules :func:`reportgen.plan.model.shallow_config` cannot renumber (then every
     layer is its own variant and the trace is at full depth)."""
     n = layer_count(config)
-    flags = policy.flags(list(range(n)))
     if not renumbers(config):
         return [(i,) for i in range(n)]
-    return list(zip(layer_kinds(config), flags))
+    return list(zip(layer_kinds(config), policy.flags(list(range(n)))))
 
 
 def period(kinds: list) -> int:

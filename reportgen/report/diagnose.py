@@ -77,17 +77,6 @@ def _held(rows: list[Row]) -> list[str]:
     return [g for r in _bad(rows, Role.RNG) if not (g := generator(r)).endswith(")")]
 
 
-def _some_ranks_only(rows: list[Row]) -> bool:
-    """Some ranks' own gradients differ under recompute and others' do not (sharded checks)."""
-    return 0 < len(_bad(rows, Role.RANK_LOCAL_GRADS)) < sum(r.role == Role.RANK_LOCAL_GRADS for r in rows)
-
-
-def _cache_written_again(rows: list[Row]) -> bool:
-    """A key/value cache in the output grew while backward ran (a row, or an exception's note)."""
-    in_cache = any(r.extra.get("in_cache") for r in _bad(rows, Role.CHANGED_IN_BACKWARD))
-    return in_cache or _raised(rows, CACHE_WRITTEN_AGAIN)
-
-
 #: Recompute hazards with a cause of their own: each is matched by its own evidence, before
 #: the rules that read the symptoms they cause (a differing forward, a lost gradient, a CheckpointError).
 HAZARDS: tuple[Rule, ...] = (
@@ -112,7 +101,10 @@ HAZARDS: tuple[Rule, ...] = (
     ),
     Rule(
         "cache written again in recompute",
-        lambda rows, s: _cache_written_again(rows),
+        lambda rows, s: (  # a key/value cache in the output grew while backward ran (a row, or an exception's note)
+            any(r.extra.get("in_cache") for r in _bad(rows, Role.CHANGED_IN_BACKWARD))
+            or _raised(rows, CACHE_WRITTEN_AGAIN)
+        ),
         "the forward writes a key/value cache (use_cache=True) and the recomputation runs the forward again, "
         "appending to the cache a second time: the recomputed attention sees the keys twice, so gradients differ under "
         "reentrant recompute and non-reentrant recompute raises on the recomputed shapes. A generic wrapper (torch's "
@@ -232,7 +224,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "one rank only",
-        lambda rows, s: _some_ranks_only(rows),
+        lambda rows, s: 0 < len(_bad(rows, Role.RANK_LOCAL_GRADS)) < sum(r.role == Role.RANK_LOCAL_GRADS for r in rows),
         "recompute changes the gradients on some ranks only: the recomputed forward takes a rank-dependent path "
         "there (a branch on the rank, per-rank state or data read again in the recomputation)",
         "make the recomputed region a pure function of its inputs on every rank, or leave that module out of "

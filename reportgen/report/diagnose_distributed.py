@@ -11,12 +11,8 @@ from reportgen.report.diagnose_unexplained import BAD
 from reportgen.results import BASELINE_TWINS, Role, Row, Status
 
 #: What DDP says when a parameter's gradient hook fires twice in one backward (torch/csrc/distributed/c10d/reducer.cpp).
-READY_TWICE = (
-    "mark a variable ready only once",
-    "marked ready only once",
-    "marked as ready twice",
-    "has been marked as ready twice",
-)
+READY_TWICE: tuple[str, ...] = ("mark a variable ready only once", "marked ready only once", "marked as ready twice")
+READY_TWICE += ("has been marked as ready twice",)
 #: What DDP says when the previous backward left a bucket unreduced (a parameter got no gradient).
 UNFINISHED = ("Expected to have finished reduction in the prior iteration",)
 #: What torch.utils.checkpoint says when a recomputation sees other tensors than the forward did.
@@ -189,15 +185,11 @@ RULES: tuple[tuple[str, Any, Any, Any, tuple[str, ...]], ...] = (
 )
 
 
-def single_process_passed(rows: list[Row]) -> bool:
-    """True when the single-process parity checks ran and every row of them passed (or was not judged)."""
-    judged = [r for r in rows if r.check in SINGLE_PROCESS and r.comparator]
-    return bool(judged) and all(r.status == Status.PASS for r in judged)
-
-
 def rank_failed_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
-    """The fix for a failed rank: "run it alone" only when that would tell something new."""
-    if single_process_passed(rows):
+    """The fix for a failed rank: "run it alone" only when that would tell something new (the single-process
+    parity checks did not all run and pass)."""
+    judged = [r for r in rows if r.check in SINGLE_PROCESS and r.comparator]
+    if judged and all(r.status == Status.PASS for r in judged):
         return (
             "fix what the named rank reports (its ERROR row quotes torch's message); the single-process checks "
             "passed, so the fault lies in how the twins are spread over the ranks (distributed.strategy and its "

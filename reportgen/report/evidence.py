@@ -9,16 +9,10 @@ from typing import Any
 import pandas as pd
 
 from reportgen.results import BASELINE, TWIN, Role, Status, baseline_rows, judged_status
+from reportgen.results.row import to_float
 
 #: At most this many failing checks are led on page 1 (every one is in the checks table below it).
 MOST_CHECKS = 6
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def no_nan(value: Any) -> Any:
@@ -35,15 +29,15 @@ def tolerance_share(record: dict) -> float:
     Returns:
         The share (1 = exactly the tolerance), ratio.
     """
-    used = _number(record.get("tolerance_used"))
+    used = to_float(record.get("tolerance_used"))
     if not math.isnan(used):
         return used
     if record.get("metric") == "final_params_tolerance_used":
-        return _number(record.get("value"))
-    threshold, value = _number(record.get("threshold_value")), _number(record.get("value"))
+        return to_float(record.get("value"))
+    threshold, value = to_float(record.get("threshold_value")), to_float(record.get("value"))
     if record.get("comparator") in ("<=", "<") and threshold > 0 and not math.isnan(value):
         return value / threshold
-    return math.inf if _number(record.get("excess")) > 0 else math.nan
+    return math.inf if to_float(record.get("excess")) > 0 else math.nan
 
 
 def measured_difference(record: dict) -> float:
@@ -55,13 +49,8 @@ def measured_difference(record: dict) -> float:
         return math.nan
     metric = str(record.get("metric") or "")
     if metric == "max_abs_err" or metric.startswith("abs_diff"):
-        return _number(record.get("value"))
-    return _number(record.get("max_abs_err"))
-
-
-def _rank(record: dict) -> float:
-    share = tolerance_share(record)
-    return -1.0 if math.isnan(share) else share
+        return to_float(record.get("value"))
+    return to_float(record.get("max_abs_err"))
 
 
 def worst_row(group: pd.DataFrame) -> dict | None:
@@ -70,7 +59,7 @@ def worst_row(group: pd.DataFrame) -> dict | None:
     records = [_clean(r) for r in group.to_dict("records")]
     failed = [r for r in records if r["status"] == Status.FAIL]
     if failed:
-        return max(failed, key=_rank)
+        return max(failed, key=lambda r: -1.0 if math.isnan(share := tolerance_share(r)) else share)
     return next((r for r in records if r["status"] in (Status.ERROR, Status.NOT_RUN, Status.INCONCLUSIVE)), None)
 
 
@@ -95,25 +84,13 @@ def check_evidence(check: str, group: pd.DataFrame, diagnosis: dict | None) -> d
         failing, judged = int(lead["items_outside"]), int(lead["items"])
     item = str(lead["item"]) + (f": {lead['worst_item']}" if lead.get("worst_item") else "")
     plain, recompute = scalar_values(lead)
-    return {
-        "check": check,
-        "status": status,
-        "item": item,
-        "status_row": lead["status"],
-        "share": tolerance_share(lead),
-        "difference": measured_difference(lead),
-        "differing": lead.get("values_differing"),  # an integer tensor (a generator state): entries that differ
-        "tolerance": lead.get("threshold"),
-        "failing": failing,
-        "judged": judged,
-        "plain": plain,
-        "recompute": recompute,
-        "detail": lead.get("detail") or "",
-        "baseline": lead.get(TWIN) == BASELINE and status == Status.INCONCLUSIVE,
-        "cause": None if diagnosis is None else diagnosis.get("cause"),
-        "fix": None if diagnosis is None else diagnosis.get("fix"),
-        "same_as": None,
-    }
+    entry = {"check": check, "status": status, "item": item, "status_row": lead["status"], "plain": plain}
+    entry |= {"share": tolerance_share(lead), "difference": measured_difference(lead), "recompute": recompute}
+    entry |= {"tolerance": lead.get("threshold"), "detail": lead.get("detail") or ""}
+    entry["differing"] = lead.get("values_differing")  # an integer tensor (a generator state): entries that differ
+    entry |= {"failing": failing, "judged": judged, "same_as": None}
+    entry["baseline"] = lead.get(TWIN) == BASELINE and status == Status.INCONCLUSIVE
+    return entry | {k: None if diagnosis is None else diagnosis.get(k) for k in ("cause", "fix")}
 
 
 def scalar_values(record: dict) -> tuple[str | None, str | None]:
@@ -163,10 +140,5 @@ def lead_evidence(frame: pd.DataFrame, required: list[str], most: int = MOST_CHE
 
 def baseline_breaks(frame: pd.DataFrame) -> list[dict]:
     """What in the plain twin broke, per check: ``[{"check", "item", "detail"}]`` (first broken row each)."""
-    out = []
-    for check, group in frame.groupby("check", sort=False):
-        broken = baseline_rows(group)
-        if len(broken):
-            row = broken.iloc[0]
-            out.append({"check": check, "item": row["item"], "detail": row["detail"]})
-    return out
+    broken = [(check, baseline_rows(group)) for check, group in frame.groupby("check", sort=False)]
+    return [{"check": c, "item": b.iloc[0]["item"], "detail": b.iloc[0]["detail"]} for c, b in broken if len(b)]

@@ -83,15 +83,9 @@ def write_pdf(
             page.links = [
                 (kind, relative(target) if kind == "external" else target, *rest) for kind, target, *rest in page.links
             ]
+    dates = {"created": when, "modified": when}
     files = [
-        Attachment(
-            file_obj=io.BytesIO(data),
-            name=name,
-            description=description,
-            relationship=relationship,
-            created=when,
-            modified=when,
-        )
-        for name, data, relationship, description in attachments
+        Attachment(file_obj=io.BytesIO(data), name=name, description=about, relationship=relationship, **dates)
+        for name, data, relationship, about in attachments
     ]
     return document.write_pdf(pdf_variant=PDF_VARIANT, attachments=files)

@@ -25,6 +25,7 @@ from reportgen.report.evidence import baseline_breaks, lead_evidence, no_nan, to
 from reportgen.report.guard import guard_costs, guard_sections
 from reportgen.report.pdf import write_pdf
 from reportgen.results import SEVERITY, Role, Status, atomic_write, check_summary, frame_to_json
+from reportgen.trust.statement import row_tolerances
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
 ROLE_LABELS: dict[str, str] = {
@@ -156,38 +157,22 @@ def row_groups(records: list[dict], few: int = FEW_ROWS) -> list[dict]:
     groups: dict[str, list[dict]] = {}
     for record in records:
         groups.setdefault(record.get("role") or "", []).append(record)
-    out = []
+    passing, out = {Status.PASS, Status.INFO}, []
     for role, rows in groups.items():
         statuses = sorted({r["status"] for r in rows}, key=SEVERITY.index)
         values = [r for r in rows if isinstance(r.get("value"), (int, float))]
         worst = max(values, key=lambda r: r["value"]) if values else rows[0]
-        bad = [r for r in rows if r["status"] not in (Status.PASS, Status.INFO)]
+        bad = [r for r in rows if r["status"] not in passing]
         shown = (bad or rows)[:few] if len(rows) > few + 1 else rows
-        rest = rows[len(shown) :]
-        shares = [x for x in (tolerance_share(r) for r in rest) if not math.isnan(x)]
-        more = (
-            None
-            if not rest
-            else {
-                "count": len(rest),
-                "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index),
-                "low": min(shares, default=math.nan),
-                "high": max(shares, default=math.nan),
-                "failing": sum(r["status"] not in (Status.PASS, Status.INFO) for r in rest),
-            }
-        )
-        out.append(
-            {
-                "role": role,
-                "label": ROLE_LABELS.get(role, role or "rows"),
-                "rows": rows,
-                "worst": worst,
-                "statuses": statuses,
-                "collapsed": len(rows) > 1 and set(statuses) <= {Status.PASS, Status.INFO},
-                "shown": shown,
-                "more": more,
-            }
-        )
+        rest, more = rows[len(shown) :], None
+        if rest:
+            shares = [x for x in (tolerance_share(r) for r in rest) if not math.isnan(x)]
+            more = {"count": len(rest), "statuses": sorted({r["status"] for r in rest}, key=SEVERITY.index)}
+            more |= {"low": min(shares, default=math.nan), "high": max(shares, default=math.nan)}
+            more["failing"] = sum(r["status"] not in passing for r in rest)
+        group: dict[str, Any] = {"role": role, "label": ROLE_LABELS.get(role, role or "rows"), "rows": rows}
+        collapsed = len(rows) > 1 and set(statuses) <= passing
+        out.append(group | {"worst": worst, "statuses": statuses, "collapsed": collapsed, "shown": shown, "more": more})
     return out
 
 
@@ -200,21 +185,13 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     """
     summary = check_summary(frame, required)
     sections = []
-    for check in summary.check:
-        group = frame[frame.check == check]
-        spec = registered_section(check)
-        records = _records(group)
+    for check, status in zip(summary.check, summary.status):
+        group, spec = frame[frame.check == check], registered_section(check)
+        intro, template, plotter = (spec.intro, spec.template, spec.plotter) if spec else ("", ROWS_TEMPLATE, None)
+        section = {"check": check, "status": status, "intro": intro, "anchor": check.replace(" ", "-")}
+        records, plots = _records(group), section_plots(plotter, group)
         sections.append(
-            {
-                "check": check,
-                "status": summary.loc[summary.check == check, "status"].iloc[0],
-                "intro": spec.intro if spec else "",
-                "rows": records,
-                "groups": row_groups(records),
-                "anchor": check.replace(" ", "-"),
-                "template": spec.template if spec else ROWS_TEMPLATE,
-                "plots": section_plots(spec.plotter if spec else None, group),
-            }
+            section | {"rows": records, "groups": row_groups(records), "template": template, "plots": plots}
         )
     sections = guard_sections(environment(), sections)  # a missing value never stops the report
     return {
@@ -229,6 +206,7 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
         "cache_rejected": rejected_cache_entries(frame),
         "rounded": passed_at_rounding_level(frame),
         "clauses": claim_table(frame),
+        "tolerances_used": row_tolerances(frame)["used"],  # the statement signs the same list; verify re-derives it
     }
 
 
@@ -331,11 +309,7 @@ def render_report(
     html, pdf_html = render_pages(frame, meta, verdict, required)
     paths = {"html": atomic_write(out_dir / "report.html", html)}
     if pdf:
-        results = (
-            "results.json",
-            frame_to_json(frame).encode(),
-            "Data",
-            "The results frame this report was rendered from (reportgen.results.frame_to_json).",
-        )
+        about = "The results frame this report was rendered from (reportgen.results.frame_to_json)."
+        results = ("results.json", frame_to_json(frame).encode(), "Data", about)
         paths["pdf"] = atomic_write(out_dir / "report.pdf", write_pdf(pdf_html, meta["created"], [results]))
     return paths

@@ -32,15 +32,7 @@ from reportgen.results.row import (
     judge_record,
 )
 
-__all__ = ["atomic_write", "replace_write", "Kind", "Role", "Row", "Status", "judge", "judge_record"]
+__all__ = ["atomic_write", "replace_write", "Kind", "Role", "Row", "Status", "judge", "judge_record", "to_frame"]
 __all__ += ["READABLE_SCHEMA_VERSIONS", "SCHEMA_VERSION", "SchemaVersionError", "baseline_rows", "check_status"]
-__all__ += [
-    "check_summary",
-    "claim_verdict",
-    "frame_from_json",
-    "frame_to_json",
-    "judged_status",
-    "results_csv",
-    "to_frame",
-]
+__all__ += ["check_summary", "claim_verdict", "frame_from_json", "frame_to_json", "judged_status", "results_csv"]
 __all__ += ["BASELINE", "BASELINE_TWINS", "COLUMNS", "COMPARATORS", "SEVERITY", "TWIN"]

@@ -108,18 +108,9 @@ def tensor_row(
     elif "values_differing" in values:  # a generator state: how much of it differs, not by how much
         differ = values["values_differing"]
         detail = f"{differ} of its {plain.numel()} values {'differs' if differ == 1 else 'differ'}, where none may"
-    extra = {
-        "max_rel_err": d.max_rel_err,
-        "tolerance_used": d.tolerance_used,
-        "bitwise_equal": d.bitwise_equal,
-        "atol": at,
-        "rtol": rt,
-        "excess": d.worst_excess,
-        "nonfinite_plain": d.nonfinite_b,
-        "nonfinite_recompute": d.nonfinite_a,
-        **values,
-        **_aa_extra(plain, aa, rt, at),
-    }
+    extra = {"max_rel_err": d.max_rel_err, "tolerance_used": d.tolerance_used, "bitwise_equal": d.bitwise_equal}
+    extra |= {"atol": at, "rtol": rt, "excess": d.worst_excess, "nonfinite_plain": d.nonfinite_b}
+    extra |= {"nonfinite_recompute": d.nonfinite_a, **values, **_aa_extra(plain, aa, rt, at)}
     return allclose_row(check, item, "max_abs_err", d.max_abs_err, f"atol={at:g} rtol={rt:g}", role, detail, extra)
 
 

@@ -31,16 +31,8 @@ class Status(enum.StrEnum):
 
 #: Worst first: the status of a check is the first of these that any of its rows has. A
 #: measured FAIL outranks an ERROR: it is a definite answer, an ERROR only says "unknown".
-SEVERITY = [
-    Status.INCONCLUSIVE,
-    Status.FAIL,
-    Status.ERROR,
-    Status.NOT_RUN,
-    Status.WARN,
-    Status.PASS,
-    Status.FLAGGED,
-    Status.INFO,
-]
+SEVERITY = [Status.INCONCLUSIVE, Status.FAIL, Status.ERROR, Status.NOT_RUN]
+SEVERITY += [Status.WARN, Status.PASS, Status.FLAGGED, Status.INFO]
 #: Column ``twin`` of an ERROR or NOT_RUN row: the twin that broke. :data:`BASELINE` ("plain") means the plain
 #: twin itself raised, computed non-finite values or (sharded) drifted across ranks: the check has no baseline
 #: and cannot be judged (:func:`judged_status`), which is never a recompute failure. "recompute" (or no
@@ -50,23 +42,9 @@ BASELINE = "plain"
 #: Twins that are the baseline (the plain twin and its A/A copy): an exception there is recorded as
 #: ``twin`` = :data:`BASELINE`, a drift across ranks there is INCONCLUSIVE (reportgen.distributed.sync).
 BASELINE_TWINS = ("plain", "aa")
-COLUMNS = [
-    "check",
-    "item",
-    "variant",
-    "role",
-    "metric",
-    "unit",
-    "value",
-    "threshold",
-    "threshold_value",
-    "comparator",
-    "on_miss",
-    "status",
-    "detail",
-    "seconds",
-    "schema_version",
-]
+#: The fixed columns of results.csv/json, in order (a row's ``extra`` keys follow them).
+COLUMNS = ["check", "item", "variant", "role", "metric", "unit", "value", "threshold", "threshold_value"]
+COLUMNS += ["comparator", "on_miss", "status", "detail", "seconds", "schema_version"]
 #: Comparators :func:`judge` knows (``allclose`` reads the row's ``excess``, ``ci<=`` its ``ci_high`` too).
 COMPARATORS = ("<=", "<", ">=", ">", "==", "allclose", "ci<=")
 
@@ -139,19 +117,9 @@ class Row:
 
         Example: ``Row.fact(MEMORY, "policy", Role.NOTE, "recomputes 4 of 6 blocks")``.
         """
-        return cls(
-            check=check,
-            item=item,
-            variant=variant,
-            metric=metric or str(role),
-            value=value,
-            unit=unit,
-            status=status,
-            role=role,
-            detail=detail,
-            seconds=seconds,
-            extra=dict(extra or {}),
-        )
+        named: dict[str, Any] = {"check": check, "item": item, "variant": variant, "value": value, "unit": unit}
+        named |= {"status": status, "role": role, "detail": detail, "seconds": seconds, "extra": dict(extra or {})}
+        return cls(metric=metric or str(role), **named)
 
     @classmethod
     def not_run(cls, check: str, detail: str, *, item: str = "not run", role: str = Role.DISABLED) -> Row:
@@ -203,7 +171,8 @@ class Row:
         return record
 
 
-def _number(value: Any) -> float:
+def to_float(value: Any) -> float:
+    """``float(value)``, or NaN when it is not a number (None, a string that is not one)."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -240,12 +209,12 @@ def judge(
     Raises:
         ValueError: an unknown comparator.
     """
-    value, threshold_value = _number(value), _number(threshold_value)
-    rounding = _number(rounding_excess)
+    value, threshold_value = to_float(value), to_float(threshold_value)
+    rounding = to_float(rounding_excess)
     if comparator in ("allclose", "<=") and math.isfinite(rounding) and rounding <= 0:
         return Status.PASS
     if comparator == "allclose":
-        excess = _number(excess)
+        excess = to_float(excess)
         return Status.PASS if math.isfinite(excess) and excess <= 0 else on_miss
     if comparator not in COMPARATORS:
         raise ValueError(f"unknown comparator {comparator!r}; known: {', '.join(COMPARATORS)}")
@@ -254,7 +223,7 @@ def judge(
     if comparator == "ci<=":
         if value > threshold_value:
             return on_miss
-        return Status.WARN if _number(ci_high) > threshold_value or math.isnan(_number(ci_high)) else Status.PASS
+        return Status.WARN if to_float(ci_high) > threshold_value or math.isnan(to_float(ci_high)) else Status.PASS
     met = {
         "<=": value <= threshold_value,
         "<": value < threshold_value,
@@ -272,12 +241,7 @@ def judge_record(record: Mapping[str, Any]) -> str:
     if not comparator:
         return record.get("status", Status.INFO)
     number = lambda key: math.nan if record.get(key) is None else float(record[key])
+    columns = {key: record.get(key) for key in ("excess", "ci_high", "rounding_excess")}  # what some comparators read
     return judge(
-        number("value"),
-        comparator,
-        number("threshold_value"),
-        record.get("on_miss") or Status.FAIL,
-        excess=record.get("excess"),
-        ci_high=record.get("ci_high"),
-        rounding_excess=record.get("rounding_excess"),
+        number("value"), comparator, number("threshold_value"), record.get("on_miss") or Status.FAIL, **columns
     )

@@ -169,15 +169,8 @@ def trained_params_row(
     rel = max((r.extra.get("max_rel_err", float("inf")) for r in rows), default=0.0)
     moved = [r for r in rows if not r.extra["excess"] <= 0]
     far = [r for r in rows if not effective_excess(r) <= 0]
-    extra = {
-        "seed": seed,
-        "excess": worst.extra["excess"],
-        "worst_item": worst.item,
-        "items": len(rows),
-        "items_outside": len(moved),
-        "max_rel_err": rel,
-        "max_abs_err": worst.value,
-    }
+    extra = {"seed": seed, "excess": worst.extra["excess"], "worst_item": worst.item, "items": len(rows)}
+    extra |= {"items_outside": len(moved), "max_rel_err": rel, "max_abs_err": worst.value}
     detail = (
         f"all {len(rows)} trained parameters within tolerance (the worst, {worst.item}, uses {used:.0%} of it)"
         if not moved

@@ -15,17 +15,5 @@ from reportgen.sweep.record import VERDICT_BY_CODE, recorded_job
 from reportgen.sweep.summary import INCOMPLETE_MARK, SUMMARY_DOCUMENT, summarize
 from reportgen.sweep.table import job_costs, summary_frame
 
-__all__ = [
-    "INCOMPLETE_MARK",
-    "SUMMARY_DOCUMENT",
-    "VERDICT_BY_CODE",
-    "SweepSummary",
-    "job_costs",
-    "job_dirs",
-    "load_jobs",
-    "main",
-    "recorded_job",
-    "summarize",
-    "summary_frame",
-    "sweep_exit_code",
-]
+__all__ = ["INCOMPLETE_MARK", "SUMMARY_DOCUMENT", "VERDICT_BY_CODE", "SweepSummary", "job_costs", "job_dirs"]
+__all__ += ["load_jobs", "main", "recorded_job", "summarize", "summary_frame", "sweep_exit_code"]

@@ -59,11 +59,8 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
             job_cfg = OmegaConf.load(hydra_dir / "config.yaml")
             required = required_names(OmegaConf.select(job_cfg, "verdict.required", default=None))
             required += claim_required(job_cfg.get("claim"))  # the job's release claim, when it had one
-        frame = None
-        for name in ("results.json", "results.partial.json"):
-            if (folder / name).exists():
-                frame = frame_from_json((folder / name).read_text())
-                break
+        found = [folder / n for n in ("results.json", "results.partial.json") if (folder / n).exists()]
+        frame = frame_from_json(found[0].read_text()) if found else None
         error, code = record.get("error"), record["exit_code"]
         if not error and frame is not None and code in (1, 3):  # the checks that fail it, or that make it INCONCLUSIVE
             summary = check_summary(frame[frame.status != "FLAGGED"], required)
@@ -72,19 +69,9 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
             said = "claim fails: " if code == 1 else "cannot be judged: "
             error = said + ", ".join(f"{c} {s}" for c, s in zip(bad.check, bad.status))
         number = record.get("job")
-        if number is None:
-            number = int(folder.name) if folder.name.isdigit() else len(jobs)
-        jobs.append(
-            {
-                "job": int(number),
-                "dir": folder.relative_to(sweep_dir).as_posix(),
-                "overrides": list(record.get("overrides", [])),
-                "exit_code": int(record["exit_code"]),
-                "verdict": record["verdict"],
-                "error": error,
-                "frame": frame,
-                "required": required,
-                "has_report": (folder / "report.html").exists(),
-            }
-        )
+        number = number if number is not None else (folder.name if folder.name.isdigit() else len(jobs))
+        job = {"job": int(number), "dir": folder.relative_to(sweep_dir).as_posix()}
+        job |= {"overrides": list(record.get("overrides", [])), "exit_code": int(code), "verdict": record["verdict"]}
+        job |= {"error": error, "frame": frame, "required": required, "has_report": (folder / "report.html").exists()}
+        jobs.append(job)
     return sorted(jobs, key=lambda j: j["job"])

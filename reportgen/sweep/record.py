@@ -97,12 +97,7 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
     if error is None and code not in (0, 1):
         lines = [line for line in tee.buffer_text.getvalue().splitlines() if line.startswith("reportgen:")]
         error = lines[-1].removeprefix("reportgen:").strip() if lines else f"exit code {code}"
-    outcome = {
-        **identity,
-        "exit_code": int(code),
-        "verdict": VERDICT_BY_CODE.get(code, "CRASHED"),
-        "error": error,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+    outcome = {**identity, "exit_code": int(code), "verdict": VERDICT_BY_CODE.get(code, "CRASHED"), "error": error}
+    outcome["seconds"] = round(time.perf_counter() - start, 3)
     atomic_write(Path(out_dir) / JOB_FILE, json.dumps(outcome, indent=1) + "\n")
     return code

@@ -3,21 +3,17 @@ summary.csv, summary.json, summary.html and summary.pdf."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from reportgen.checks.base.plots import finish_axes, to_svg
+from reportgen.report.evidence import no_nan
 from reportgen.report.pdf import write_pdf
 from reportgen.report.render import environment
 from reportgen.results import Status, atomic_write, frame_to_json
 from reportgen.sweep.table import job_table, pareto_front
-
-
-def _none(value: Any) -> Any:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
 def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
@@ -29,52 +25,28 @@ def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
     fig = Figure(figsize=(7.5, 3.4))
     ax = fig.subplots()
     dense = len(measured) > 40  # rasterize point layers of big sweeps: small, fast PDFs
+    fails = (measured.verdict != Status.PASS) & ~measured.parity_failed
     groups: list[tuple[str, Any, dict[str, Any]]] = [
         ("holds", measured.verdict == Status.PASS, dict(color="#0a7d2e", marker="o")),
-        (
-            "fails (cost or task check)",
-            (measured.verdict != Status.PASS) & ~measured.parity_failed,
-            dict(color="#d0621b", marker="s"),
-        ),
+        ("fails (cost or task check)", fails, dict(color="#d0621b", marker="s")),
         ("parity failure", measured.parity_failed, dict(color="#b01c1c", marker="x")),
     ]
+    bars: dict[str, Any] = {"ls": "none", "ms": 5, "elinewidth": 0.8, "capsize": 2, "rasterized": dense}
     for label, mask, style in groups:
         part = measured[mask]
         if part.empty:
             continue
-        low = (part.overhead_ratio - part.overhead_ci_low.fillna(part.overhead_ratio)).clip(lower=0)
-        high = (part.overhead_ci_high.fillna(part.overhead_ratio) - part.overhead_ratio).clip(lower=0)
-        ax.errorbar(
-            part.saved_activation_share * 100,
-            part.overhead_ratio,
-            yerr=[low, high],
-            ls="none",
-            ms=5,
-            elinewidth=0.8,
-            capsize=2,
-            label=label,
-            rasterized=dense,
-            **style,
-        )
+        x, y = part.saved_activation_share * 100, part.overhead_ratio
+        low = (y - part.overhead_ci_low.fillna(y)).clip(lower=0)
+        high = (part.overhead_ci_high.fillna(y) - y).clip(lower=0)
+        ax.errorbar(x, y, yerr=[low, high], label=label, **bars, **style)
     if len(front):
-        ax.step(
-            front.saved_activation_share * 100,
-            front.overhead_ratio,
-            where="post",
-            color="#0a7d2e",
-            lw=1,
-            ls="--",
-            label="Pareto front (holds)",
-        )
+        x, y = front.saved_activation_share * 100, front.overhead_ratio
+        ax.step(x, y, where="post", color="#0a7d2e", lw=1, ls="--", label="Pareto front (holds)")
     if len(measured) <= 30:
         for _, row in measured.iterrows():
-            ax.annotate(
-                str(row.job),
-                (row.saved_activation_share * 100, row.overhead_ratio),
-                fontsize=6,
-                xytext=(3, 3),
-                textcoords="offset points",
-            )
+            where = (row.saved_activation_share * 100, row.overhead_ratio)
+            ax.annotate(str(row.job), where, fontsize=6, xytext=(3, 3), textcoords="offset points")
     if measured.empty:
         ax.text(0.5, 0.5, "no job measured both costs", ha="center", va="center", transform=ax.transAxes)
     finish_axes(
@@ -101,7 +73,7 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
     status = {(j, c): s for j, c, s in zip(frame.job, frame.check, frame.status) if isinstance(c, str)}
     rows = []
     for job in jobs.to_dict("records"):
-        job = {k: _none(v) for k, v in job.items()}
+        job = {k: no_nan(v) for k, v in job.items()}
         report = job["report"]
         job["link"] = f"{link_base}{report.removesuffix('report.html')}{link_file}" if report else None
         job["cells"] = [status.get((job["job"], c)) for c in checks]

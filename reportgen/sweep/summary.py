@@ -30,15 +30,8 @@ SUMMARY_DOCUMENT = DocumentSpec.named("summary", SWEEP_PREDICATE_TYPE)
 #: still has it was interrupted; ``python -m reportgen.sweep summarize DIR`` writes it again).
 SUMMARY_ENVELOPE, INCOMPLETE_MARK = SUMMARY_DOCUMENT.envelope, "summary.incomplete"
 #: Every file a summary consists of (removed before a summary is written again).
-SUMMARY_FILES = (
-    "summary.csv",
-    "summary.json",
-    "summary.html",
-    "summary.pdf",
-    "summary.unsigned.pdf",
-    SUMMARY_ENVELOPE,
-    JUNIT_NAME,
-)
+SUMMARY_FILES: tuple[str, ...] = ("summary.csv", "summary.json", "summary.html", "summary.pdf", "summary.unsigned.pdf")
+SUMMARY_FILES += (SUMMARY_ENVELOPE, JUNIT_NAME)
 
 
 class SweepMismatch(Exception):
@@ -102,15 +95,8 @@ def summarize(
     )
     code = worst_code(jobs)
     frame = summary_frame(jobs)
-    meta = {
-        "title": title,
-        "created": report_time(),
-        "sweep_dir": str(sweep_dir),
-        "exit_code": code,
-        "signature": signature_label(key),
-        "command": command,
-        "swept": swept_keys(jobs),
-    }
+    meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code}
+    meta |= {"signature": signature_label(key), "command": command, "swept": swept_keys(jobs)}
     render_summary(frame, meta, sweep_dir, pdf=pdf)
     junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
     atomic_write(sweep_dir / JUNIT_NAME, junit)
@@ -140,14 +126,8 @@ def sign_summary(
         launch: the launch record re-derived from ``multirun.yaml`` (``reportgen.trust.launch``).
         key: the signing key.
     """
-    predicate = {
-        "exit_code": code,
-        "created": created,
-        "command": command,
-        "launch": launch,
-        "signer": {"publicKeySha256": key.fingerprint},
-        "jobs": [_job_entry(sweep_dir, j) for j in jobs],
-    }
+    predicate = {"exit_code": code, "created": created, "command": command, "launch": launch}
+    predicate |= {"signer": {"publicKeySha256": key.fingerprint}, "jobs": [_job_entry(sweep_dir, j) for j in jobs]}
     subjects = ["summary.csv", "summary.json", "summary.html", JUNIT_NAME, "multirun.yaml"]
     subjects += [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
     subjects += [f"{j['dir']}/{JOB_FILE}" for j in jobs]
@@ -159,12 +139,5 @@ def _job_entry(sweep_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
     """What the sweep's statement says of one job: its outcome and the SHA-256 of its run's signed
     statement (``None`` for a job that left none)."""
     envelope = sweep_dir / job["dir"] / ENVELOPE_NAME
-    return {
-        "job": job["job"],
-        "dir": job["dir"],
-        "overrides": job["overrides"],
-        "exit_code": job["exit_code"],
-        "verdict": job["verdict"],
-        "error": job["error"],
-        "statement_sha256": sha256_file(envelope) if envelope.exists() else None,
-    }
+    entry = {k: job[k] for k in ("job", "dir", "overrides", "exit_code", "verdict", "error")}
+    return entry | {"statement_sha256": sha256_file(envelope) if envelope.exists() else None}

@@ -15,14 +15,8 @@ from reportgen.results import Status, check_summary
 
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 #: A job's headline costs (:func:`job_costs`), columns of the summary.
-COST_COLUMNS = [
-    "saved_activation_share",
-    "overhead_ratio",
-    "overhead_ci_low",
-    "overhead_ci_high",
-    "metric",
-    "metric_abs_diff",
-]
+COST_COLUMNS = ["saved_activation_share", "overhead_ratio", "overhead_ci_low", "overhead_ci_high"]
+COST_COLUMNS += ["metric", "metric_abs_diff"]
 SUMMARY_COLUMNS = [
     *("job", "overrides", "verdict", "exit_code", "error", "check", "status", "required"),
     *COST_COLUMNS,
@@ -32,11 +26,7 @@ SUMMARY_COLUMNS = [
 
 def _override_pairs(overrides: Iterable[str]) -> dict[str, str]:
     """``["+model=ffn", "recompute=reentrant"]`` → ``{"model": "ffn", "recompute": "reentrant"}``."""
-    pairs = {}
-    for text in overrides:
-        key, _, value = str(text).partition("=")
-        pairs[key.lstrip("+~")] = value
-    return pairs
+    return {key.lstrip("+~"): value for key, _, value in (str(text).partition("=") for text in overrides)}
 
 
 def swept_keys(jobs: list[dict]) -> list[str]:

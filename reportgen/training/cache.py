@@ -103,7 +103,7 @@ def fingerprint(setup, seed: int, batch_size: int) -> dict[str, str]:
     batch = setup.make_batch(min(int(batch_size), int(setup.config.budget.examples)), int(seed))
     forward = setup.config.forward_seed
     rng = int(seed) if forward is None else step_seed(forward, seed, 0)  # forward_seed null: seed_all(seed) once
-    step = forward_backward(setup.build(False, compiled=False), batch, setup.task.loss, rng, clone_grads=False)
+    step = forward_backward(setup.build(False, compiled=False), batch, setup.task, rng, clone_grads=False)
     digest = hashlib.sha256()
     for name, grad in step.grads.items():
         digest.update(f"{name} {None if grad is None else (grad.dtype, tuple(grad.shape))}\n".encode())

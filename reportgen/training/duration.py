@@ -113,7 +113,7 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
         step = make_train_step(
             setup.build(recompute, compiled=False),
             batch,
-            setup.task.loss,
+            setup.task,
             training_optimizer(setup),
             setup.config.forward_seed,
         )
@@ -284,7 +284,7 @@ def tracked_step_seconds(setup: Setup) -> float:
         warnings.simplefilter("ignore")
         model = setup.build(False, compiled=False)
         start = time.perf_counter()  # the optimizer state from a step on zero gradients, then one tracked step
-        warm_step_peak(model, setup.batch, setup.task.loss, training_optimizer(setup), setup.config.forward_seed, 0)
+        warm_step_peak(model, setup.batch, setup.task, training_optimizer(setup), setup.config.forward_seed, 0)
         return time.perf_counter() - start
 
 

@@ -6,20 +6,21 @@ from __future__ import annotations
 import math
 
 import torch
-from hydra.utils import instantiate
 
 from reportgen.config import BudgetConfig
 from reportgen.rng import seed_all, seeded
-from reportgen.structure import batch_size_of, call_model
+from reportgen.structure import batch_size_of
 from reportgen.tasks import batch_to
 from reportgen.training.loop import all_finite, step_seed
 from reportgen.twins.setup import Setup
+from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 
 
 def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
     """Gradient parity at every step of the budget run with ``seed``, at identical weights.
 
-    The plain twin trains as its budget run does (same batches, generator seeds, optimizer,
+    The plain twin trains as its budget run does (same batches, generator seeds, the task's own step where it
+    gives one, optimizer,
     skipped non-finite steps); before each step the recompute twin takes the plain twin's current
     parameters (its own buffers and module state carry on, as in its own run) and both compute
     gradients on the same batch. Rounding alone keeps these within the parity tolerances at every
@@ -42,7 +43,8 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
     pairs = list(
         zip([p for p in plain.parameters() if p.requires_grad], [p for p in twin.parameters() if p.requires_grad])
     )
-    opt = instantiate(budget.optimizer, params=[p for p, _ in pairs])
+    opt = make_optimizer(setup.task, budget.optimizer, plain)
+    scheduler = make_scheduler(setup.task, opt)
     generator = torch.Generator().manual_seed(int(seed))
     if forward_seed is None:
         seed_all(int(seed))
@@ -61,8 +63,7 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
         for model in (plain, twin):
             model.zero_grad(set_to_none=True)
             with seeded(step_rng):
-                losses.append(setup.task.loss(call_model(model, x), y))
-                losses[-1].backward()
+                losses.append(loss_backward(setup.task, model, (x, y)))
         if not all_finite(losses[0], [p for p, _ in pairs]):  # the plain run skips this step too
             continue
         steps += 1
@@ -72,6 +73,6 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
                 and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0
             ):
                 return steps
-        opt.step()
+        optimizer_step(setup.task, plain, opt, scheduler)
         accepted += batch_size_of(x)
     return None

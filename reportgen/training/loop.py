@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from torch import nn
 
 from reportgen.progress import progress
 from reportgen.rng import seed_all, seeded
-from reportgen.structure import batch_size_of, call_model
+from reportgen.structure import batch_size_of
 from reportgen.tasks import batch_to
 from reportgen.twins.recompute import plain_name
+from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 
 #: Learning-rate scaling rules for a larger batch (``larger_batch.lr_scaling``): factor of
 #: ``new / base`` batch size. "linear": Goyal et al. 2017 ("Accurate, Large Minibatch SGD");
@@ -161,13 +161,15 @@ def train_to_budget(
 
     Args:
         model: a fresh twin in train mode (modified in place).
-        task: the task (``make_batch``, ``loss``, ``evaluate``, ``metric``).
+        task: the task (``make_batch``, ``loss``, ``evaluate``, ``metric``); its own step where it gives one
+            (:mod:`reportgen.twins.user_step`: ``forward_backward``, ``before_step``, optimizer, scheduler).
         examples: accepted-example budget, examples.
         batch_size: examples per step; the last step draws only what the budget still needs.
         seed: seeds the data generator (data order) and, with ``forward_seed``, the dropout masks.
         forward_seed: ``cfg.forward_seed``; None = do not reseed per step (the global RNG is
             seeded once with ``seed`` at the start instead, so both twins still start alike).
-        optimizer: ``_target_`` node called with ``params=`` (e.g. ``cfg.budget.optimizer``).
+        optimizer: ``_target_`` node called with ``params=`` (e.g. ``cfg.budget.optimizer``), unless the task
+            makes its own.
         device: where batches go. dtype: floating batches are cast to it.
         eval_every: accepted examples between learning-curve points (0 = start and end only).
         lr_scale: factor applied to every parameter group's learning rate (larger-batch rule).
@@ -176,7 +178,8 @@ def train_to_budget(
         sharding: train one rank of a sharded twin (:class:`Sharding`): ``examples`` and
             ``batch_size`` are then global (summed over ranks), and every rank calls this together.
         nudge: called with the trainable parameters after every accepted backward, right before
-            ``optimizer.step()`` (the rounding twin's gradient noise, :mod:`reportgen.results.rounding`).
+            the task's ``before_step`` and ``optimizer.step()`` (the rounding twin's gradient noise,
+            :mod:`reportgen.results.rounding`).
 
     Returns:
         :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
@@ -186,9 +189,10 @@ def train_to_budget(
     """
     start = time.perf_counter()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = instantiate(optimizer, params=params)
+    opt = make_optimizer(task, optimizer, model)
     for group in opt.param_groups:
         group["lr"] = group["lr"] * lr_scale
+    scheduler = make_scheduler(task, opt)
     needed = math.ceil(examples / batch_size)
     max_steps = max_steps if max_steps is not None else 4 * needed
     generator = torch.Generator().manual_seed(seed)
@@ -206,8 +210,7 @@ def train_to_budget(
             opt.zero_grad(set_to_none=True)
             mine = (x, y) if sharding is None else sharding.share((x, y))
             with seeded(step_rng):
-                loss = task.loss(call_model(model, mine[0]), mine[1])
-                loss.backward()
+                loss = loss_backward(task, model, mine)
             finite = all_finite(loss, params)
             if not (finite if sharding is None else sharding.agree(finite)):
                 opt.zero_grad(set_to_none=True)
@@ -216,7 +219,7 @@ def train_to_budget(
                 continue
             if nudge is not None:
                 nudge(params)
-            opt.step()
+            optimizer_step(task, model, opt, scheduler)
             steps, accepted = steps + 1, accepted + batch_size_of(x)
             bar.update(batch_size_of(x))
             if accepted >= next_eval and accepted < examples:

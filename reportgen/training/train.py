@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-import weakref
 from typing import Any
 
 from reportgen.config import BudgetConfig
@@ -201,17 +200,8 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
     return result
 
 
-_RUNS: dict[int, BudgetRuns] = {}
-
-
 def budget_runs(setup: Setup) -> BudgetRuns:
-    """The run's cache of budget training runs: one :class:`BudgetRuns` per :class:`Setup`.
-
-    Kept here rather than on the setup, so the twins do not depend on training; the entry is
-    dropped when the setup is garbage-collected.
-    """
-    key = id(setup)
-    if key not in _RUNS:
-        _RUNS[key] = BudgetRuns()
-        weakref.finalize(setup, _RUNS.pop, key, None)
-    return _RUNS[key]
+    """The run's cache of budget training runs, one :class:`BudgetRuns` kept in ``setup.cache`` (the run's own
+    caches: a Setup derived from it by :func:`dataclasses.replace` shares it)."""
+    runs: BudgetRuns = setup.cache.setdefault("budget runs", BudgetRuns())
+    return runs

@@ -14,9 +14,9 @@ from reportgen.results.rounding import GradientNudge
 from reportgen.rng import fingerprint, seeded
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
-from reportgen.training.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import Snapshot, grads_of, take
+from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 
 
 def trajectory(

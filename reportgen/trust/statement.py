@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def row_tolerances(frame: pd.DataFrame) -> dict:
+    """What the rows say of their tolerances: ``used``, each distinct ``(rtol, atol)`` pair the parity rows (roles
+    of kind ``PARITY``) were judged with (their ``rtol``/``atol`` columns, resolved once per tensor by its dtype:
+    0, 0 for an integer one), with its row count; ``thresholds``, each distinct ``(check, metric, threshold)``.
+    The statement signs it (:func:`claim_predicate`); ``reportgen.verify`` re-derives it from results.json.
+
+    Returns:
+        ``{"used": [{"rtol", "atol", "rows"}], "thresholds": [{"check", "metric", "threshold"}]}``, sorted.
+    """
+    parity = frame.reindex(columns=["role", "rtol", "atol"]).dropna()
+    parity = parity[parity.role.isin([r for r in Role if r.kind is Kind.PARITY])]
+    used = Counter(zip(map(decimal_string, parity.rtol), map(decimal_string, parity.atol)))
+    thresholds = {(c, m, t) for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t}
+    return {
+        "used": [{"rtol": r, "atol": a, "rows": n} for (r, a), n in sorted(used.items())],
+        "thresholds": [{"check": c, "metric": m, "threshold": t} for c, m, t in sorted(thresholds)],
+    }
+
+
 def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str]) -> dict:
     """The statement's predicate: what the report claims, with every number as a decimal string.
 
@@ -91,7 +111,8 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
         "created", "command", "signer"}``, and ``"sweep"`` (``meta["sweep"]``: the job's number,
         overrides and launch digest, ``reportgen.trust.launch.job_launch``) for a sweep's job.
         ``costs`` repeats the rows whose role is of kind ``COST`` (``reportgen.results.Kind``: the
-        claim's memory and time).
+        claim's memory and time). ``tolerances``: ``rtol``, ``atol`` and ``source`` of the run (configured, or
+        assert_close's default for its dtype: page 1's), plus :func:`row_tolerances` of ``frame``.
     """
     required = list(required)
     summary = check_summary(frame, required)
@@ -107,9 +128,6 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
         }
         for s in summary.to_dict("records")
     ]
-    thresholds = sorted(
-        {(c, m, t) for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t}
-    )
     tol = meta["tolerances"]
     costs = [
         {
@@ -131,7 +149,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
             "rtol": decimal_string(tol["rtol"]),
             "atol": decimal_string(tol["atol"]),
             "source": tol["source"],
-            "thresholds": [{"check": c, "metric": m, "threshold": t} for c, m, t in thresholds],
+            **row_tolerances(frame),
         },
         "costs": costs,
         "environment": {k: _plain(v) for k, v in meta["environment"].items()},

@@ -7,6 +7,7 @@ runs a twin through :func:`forward_backward`, so the twins are compared on exact
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -23,6 +24,7 @@ from reportgen.structure import (
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import named_inner_modules
 from reportgen.twins.snapshot import grads_of
+from reportgen.twins.user_step import loss_backward
 
 
 @dataclass
@@ -108,17 +110,20 @@ def retained_grads(model: nn.Module) -> dict[str, Tensor | None]:
 def forward_backward(
     model: nn.Module,
     batch: Batch,
-    loss_fn,
+    task: Any,
     forward_seed: int | None,
     input_grad: bool = False,
     clone_grads: bool = True,
 ) -> StepOutput:
-    """One forward and backward on a clone of ``batch`` (the shared parity function).
+    """One forward and backward on a clone of ``batch`` (the shared parity function); the task's own
+    ``forward_backward`` when it has one (:func:`reportgen.twins.user_step.loss_backward`): then the
+    :class:`StepOutput` holds the loss it returned, the gradients and the generators' states, and no outputs
+    or input gradients (the user's forwards are theirs).
 
     Args:
         model: a twin in train mode.
         batch: ``(inputs, targets)`` of any structure; inputs are cloned, never modified.
-        loss_fn: ``fn(output, target) -> scalar``.
+        task: the task: its ``loss(output, target) -> scalar``, or its own ``forward_backward``.
         forward_seed: seeds every generator (:mod:`reportgen.rng`) right before the forward;
             the caller's generator states are restored afterwards (None = leave them alone).
         input_grad: make a floating input require grad and return its gradient. Off for the
@@ -133,10 +138,15 @@ def forward_backward(
             changed while backward ran, the exception carries a note (``__notes__``) saying
             which (:func:`changes_said`), for the ERROR row and the diagnosis.
     """
+    if callable(getattr(task, "forward_backward", None)):
+        with seeded(forward_seed):
+            loss = loss_backward(task, model, batch)
+            rng = fingerprint()
+        return StepOutput(loss, {}, {}, grads_of(model, clone_grads), rng, retained=retained_grads(model))
     x, y = clone_inputs(batch[0], requires_grad=input_grad), batch[1]
     with seeded(forward_seed):
         output = call_model(model, x)
-        loss = loss_fn(output, y)
+        loss = task.loss(output, y)
         before = leaf_states(output, "output")
         try:
             loss.backward()

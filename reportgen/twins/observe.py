@@ -103,41 +103,44 @@ def _runs_eagerly(setup: Setup) -> bool:
     return True
 
 
-def observe_twins(setup: Setup) -> None:
+def observe_twins(setup: Setup) -> dict[str, Any]:
     """Which modules recompute in each twin, observed (:func:`reportgen.twins.observe.observe_recompute`).
 
-    Sets ``setup.observed`` (recompute twin) and ``setup.baseline_recomputes`` (plain twin;
-    a baseline that already recomputes cannot be compared). With the model's own switch the
-    observed modules are what ``setup.wrapped`` lists. A twin whose forward raises here is left
-    to the checks, which turn the exception into rows.
+    Returns:
+        The :class:`Setup` fields observation found, for :func:`dataclasses.replace`: ``observed`` (recompute
+        twin) and ``baseline_recomputes`` (plain twin; a baseline that already recomputes cannot be compared).
+        With the model's own switch the observed modules are ``wrapped``. A twin whose forward raises here is
+        left to the checks, which turn the exception into rows (``compile_error`` when only compiling fails).
 
     When the model's own switch ran and nothing recomputes, that is evidence, not a usage error
     (a frozen base under reentrant recompute, e.g. LoRA without ``enable_input_require_grads()``):
-    ``setup.nothing_recomputes`` says so and :func:`observation_rows` makes it a FAIL row.
+    ``nothing_recomputes`` says so and :func:`observation_rows` makes it a FAIL row.
     """
     seed, loss = setup.config.forward_seed, setup.task.loss
     try:
         switch = not setup.wrapped  # the model's own switch may recompute a layer's forward, not its __call__
         plain = setup.build(False)
-        setup.baseline_recomputes = observe_recompute(plain, setup.batch, loss, seed, whole_modules=switch)
+        baseline = observe_recompute(plain, setup.batch, loss, seed, whole_modules=switch)
         flag = getattr(plain, "is_activation_checkpointing", None)  # transformers 5 (the 4.x name warns there)
         if flag if flag is not None else getattr(plain, "is_gradient_checkpointing", False):
-            setup.baseline_recomputes.append("(model flag is_gradient_checkpointing=True)")
+            baseline.append("(model flag is_gradient_checkpointing=True)")
         twin = setup.build(True)
-        setup.observed = observe_recompute(twin, setup.batch, loss, seed, whole_modules=switch)
+        found: dict[str, Any] = {"baseline_recomputes": baseline}
+        found["observed"] = observe_recompute(twin, setup.batch, loss, seed, whole_modules=switch)
     except Exception as exc:  # noqa: BLE001 - the checks report a twin that cannot run
         if setup.config.compile.enabled and _runs_eagerly(setup):  # the model is fine: compiling it is not
-            setup.compile_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-        return
+            return {"compile_error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"}
+        return {}
     if not setup.wrapped:  # the model's own switch: trust the observation, not the switch
         classes = {plain_name(n): type(m).__name__ for n, m in twin.named_modules()}
-        setup.wrapped = [Wrapped(path, classes.get(path, "?")) for path in setup.observed]
-        if not setup.wrapped:
-            setup.nothing_recomputes = (
+        found["wrapped"] = [Wrapped(path, classes.get(path, "?")) for path in found["observed"]]
+        if not found["wrapped"]:
+            found["nothing_recomputes"] = (
                 f"recompute.enable={setup.config.recompute.enable} ran, but no module of "
                 "the recompute twin runs its forward again in backward: nothing recomputes, "
                 "so the configured recompute is not what trains"
             )
+    return found
 
 
 def observation_rows(setup: Setup) -> list[Row]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from omegaconf import DictConfig
@@ -41,10 +42,10 @@ def prepare(
         raise SetupError(problem)
     if probe_contract:
         check_task_contract(setup)  # before any batch is used (exit 2 on a breach)
-    setup.batch = setup.make_batch(setup.config.parity.batch_size, setup.config.seed)
+    setup = replace(setup, batch=setup.make_batch(setup.config.parity.batch_size, setup.config.seed))
     try:  # which modules recompute in each twin, and whether compile can run them; under the checks' limits
         with limited("observing which modules recompute", *check_limits(cfg)):
-            observe_twins(setup)
+            setup = replace(setup, **observe_twins(setup))
     except CheckLimitExceeded as exc:  # a region that never returns: the checks each end as an ERROR row
         log.error("%s", exc.message)
     return setup

@@ -39,9 +39,10 @@ log = logging.getLogger("reportgen")
 NOT_DRAWN: Batch = ((), ())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Setup:
-    """The run's shared inputs.
+    """The run's shared inputs, frozen: each stage that finds something returns a new Setup
+    (:func:`dataclasses.replace`: the drawn batch, what observation saw), never writes into this one.
 
     Attributes:
         cfg: the composed config (what Hydra instantiates ``model``/``task`` from, and a spawned rank is given).
@@ -67,6 +68,8 @@ class Setup:
         mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default (use_reentrant=True)".
         architecture: the plain model's class, ``module.QualName`` (e.g.
             ``transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM``); what page 1 names.
+        cache: the run's results computed once and reused by several checks, by name (the budget runs:
+            :func:`reportgen.training.train.budget_runs`); shared by the Setups a stage derives from this one.
     """
 
     cfg: DictConfig
@@ -84,6 +87,7 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin, a copy of the one build on the run's device (the factory never runs

@@ -34,7 +34,8 @@ Checks, for a lone signed PDF (everything comes from inside the PDF; ``reportgen
 8. what the data states follows from what it is made of: for a run (``.run``), every row's
    status recomputed from its signed value, threshold and comparator equals the status it
    states, then the verdict recomputed from those statuses, then each clause of a signed release
-   claim (``claim=<name>``) re-derived from the checks' signed rows (``.claim``); for a sweep (``.sweep``), every
+   claim (``claim=<name>``) re-derived from the checks' signed rows (``.claim``), then the statement's tolerances
+   re-derived from the parity rows (``.run.check_tolerances``); for a sweep (``.sweep``), every
    job verifies on its own and the summary re-derived from the jobs' signed files equals the
    signed summary; for a comparison (``.comparison``), both runs verify and the comparison
    re-derived from them equals the signed one.

@@ -10,6 +10,7 @@ from reportgen.checks import flagged_names, roles_of
 from reportgen.ci.verdict import VERDICT_NAME
 from reportgen.results import Kind, Role, Status, claim_verdict, frame_from_json, judge_record, results_csv
 from reportgen.trust.documents import RUN_DOCUMENT
+from reportgen.trust.statement import row_tolerances
 from reportgen.verify.claim import check_claim, check_verdict_file
 from reportgen.verify.common import Document, Verified, verify_document_dir, verify_signed_pdf
 from reportgen.verify.outcome import FAIL, Check, attempt, require
@@ -93,6 +94,35 @@ def check_verdict(statement: dict, results: bytes) -> Check:
     return attempt("verdict", recompute)
 
 
+def _listed(entries: list[dict]) -> str:
+    """``atol=0.00001 rows=42 rtol=0.0000013, ...``: predicate entries on one line, keys sorted."""
+    return ", ".join(" ".join(f"{k}={e[k]}" for k in sorted(e)) for e in entries) or "none"
+
+
+def check_tolerances(predicate: dict, frame) -> Check:
+    """The statement's tolerances are the rows': ``used`` and ``thresholds`` re-derived from the signed
+    results.json (``reportgen.trust.statement.row_tolerances``), and its ``rtol``/``atol`` (page 1's) a pair used."""
+
+    def same() -> str:
+        stated, derived = predicate.get("tolerances") or {}, row_tolerances(frame)
+        for key, want in derived.items():
+            if key == "used" and key not in stated:  # signed before statements listed them: the pair below still is
+                continue
+            got = stated.get(key) or []
+            extra, missing = [e for e in got if e not in want], [e for e in want if e not in got]
+            require(
+                got == want, f"tolerances.{key}: the statement says {_listed(extra)}, results.json {_listed(missing)}"
+            )
+        headline = {"rtol": stated.get("rtol"), "atol": stated.get("atol")}
+        pairs = [{"rtol": u["rtol"], "atol": u["atol"]} for u in derived["used"]]
+        require(
+            not pairs or headline in pairs, f"the statement's {_listed([headline])} is no pair the parity rows used"
+        )
+        return f"the parity rows of results.json used {_listed(derived['used'])}, as the statement says"
+
+    return attempt("tolerances", same)
+
+
 def check_csv(path: Path, frame) -> Check:
     """results.csv holds exactly results.json's rows (the CSV pandas writes of the signed frame, byte for
     byte): a signed CSV can never say other than the signed JSON it sits beside."""
@@ -134,6 +164,7 @@ def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
     except ValueError:
         return found.checks + checks
     checks.append(check_claim(found.statement["predicate"], frame))
+    checks.append(check_tolerances(found.statement["predicate"], frame))
     if folder is not None and (folder / "results.csv").is_file():
         checks.append(check_csv(folder / "results.csv", frame))
     if folder is not None:

@@ -32,7 +32,7 @@ def no_op(*args, **kwargs):
 
 
 def run_fb(s, model):
-    return forward_backward(model, s.batch, s.task.loss, s.config.forward_seed)
+    return forward_backward(model, s.batch, s.task, s.config.forward_seed)
 
 
 # --------------------------------------------------------------------------- the faults themselves

@@ -32,7 +32,7 @@ def twin_output_parity(setup: Setup, shift: float = 0.0) -> list[Row]:
     recompute twin's values: a fault, so a test can see the verdict flip."""
     rtol, atol = setup.tolerance()
     plain, recompute = (
-        forward_backward(setup.build(r), setup.batch, setup.task.loss, setup.config.forward_seed) for r in (False, True)
+        forward_backward(setup.build(r), setup.batch, setup.task, setup.config.forward_seed) for r in (False, True)
     )
     rows = [tensor_row(NAME, "loss", plain.loss, recompute.loss + shift, rtol, atol, Role.LOSS)]
     for leaf, tensor in plain.output.items():

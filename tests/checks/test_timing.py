@@ -121,7 +121,7 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
     plain, recompute = setup.twins()
     optimizer = {"_target_": "torch.optim.SGD", "lr": 0.0}
     flops = {
-        v: step_flops(make_train_step(m, setup.batch, setup.task.loss, optimizer))
+        v: step_flops(make_train_step(m, setup.batch, setup.task, optimizer))
         for v, m in (("plain", plain), ("recompute", recompute))
     }
     b, s, w = 2, 32, 16

@@ -3,6 +3,7 @@ signals, console, keys, verify NOTEs, the URL fetcher, file modes."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import io
 import json
@@ -278,16 +279,17 @@ def contract_setup():
     ],
 )
 def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batch, loss, expected, monkeypatch):
-    from reportgen.twins.setup import Setup
     from reportgen.twins.template import Template
 
     monkeypatch.syspath_prepend(str(TESTS))
     from user_models import integrity
 
-    setup = Setup(**{**contract_setup.__dict__})
-    setup.cfg = compose_config("+model=ffn", "model._target_=user_models.integrity.build", "recompute.targets=[Block]")
-    setup.task = FunctionTask(getattr(integrity, make_batch), getattr(integrity, loss))
-    setup.template = Template(integrity.build(), 0, torch.get_rng_state())
+    setup = dataclasses.replace(
+        contract_setup,
+        cfg=compose_config("+model=ffn", "model._target_=user_models.integrity.build", "recompute.targets=[Block]"),
+        task=FunctionTask(getattr(integrity, make_batch), getattr(integrity, loss)),
+        template=Template(integrity.build(), 0, torch.get_rng_state()),
+    )
     with pytest.raises(TaskContractError) as err:
         check_task_contract(setup)
     text = str(err.value)

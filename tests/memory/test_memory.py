@@ -13,6 +13,8 @@ keeps, per layer, counting [B, S, W] tensors ("units", B·S·W·4 bytes):
 * the loss keeps ``out - target`` for ``square`` (1), outside every layer.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conftest import compose_config, measured
@@ -87,7 +89,9 @@ class _ViewsAndWeights(nn.Module):
 
 def test_views_are_one_storage_and_weights_are_not_activations():
     x = torch.randn(4, 6, requires_grad=True)
-    saved = saved_activation_bytes(_ViewsAndWeights(), (x, torch.zeros(())), lambda out, y: out, None, [])
+    saved = saved_activation_bytes(
+        _ViewsAndWeights(), (x, torch.zeros(())), SimpleNamespace(loss=lambda out, y: out), None, []
+    )
     # exp's output and the two sin inputs (a view of it and itself) share one storage; x is kept by
     # ``x * scale`` (the multiplication keeps both operands, but ``scale`` is a parameter).
     assert saved.total_bytes == 2 * 4 * 6 * 4 and saved.storages == 2
@@ -101,7 +105,7 @@ def test_counting_leaves_the_model_unchanged():
         n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
         for n, m in model.named_modules()
     }
-    saved_activation_bytes(model, setup.batch, setup.task.loss, 0, [w.path for w in setup.wrapped])
+    saved_activation_bytes(model, setup.batch, setup.task, 0, [w.path for w in setup.wrapped])
     after = {
         n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
         for n, m in model.named_modules()

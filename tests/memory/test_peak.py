@@ -9,6 +9,8 @@ its input [B, 32] for the recompute while the next Linear still keeps its output
 keeps 5 more [B, 32] float32 tensors (160 KiB) than the plain twin, and the peak rises by as much.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conftest import compose_config
@@ -134,7 +136,11 @@ def test_the_tracker_counts_a_view_once_and_sees_what_backward_frees():
     model = torch.nn.Linear(4, 8, bias=False)
     x, target = torch.randn(16, 4), torch.zeros(())
     peak = warm_step_peak(
-        model, (x, target), lambda out, y: out.view(-1).square().sum(), {"_target_": "torch.optim.SGD", "lr": 0.1}, None
+        model,
+        (x, target),
+        SimpleNamespace(loss=lambda out, y: out.view(-1).square().sum()),
+        {"_target_": "torch.optim.SGD", "lr": 0.1},
+        None,
     )
     weight, out, batch = 8 * 4 * 4, 16 * 8 * 4, 16 * 4 * 4 + 4  # the 0-dim target is 4 bytes
     assert peak.categories["parameters"] == weight and peak.categories["batch"] == batch
@@ -280,7 +286,7 @@ def test_frozen_parameters_are_tracked_without_gradient_hooks():
     peak = warm_step_peak(
         model.train(),
         (ids, torch.zeros(4, 3, 8)),
-        lambda out, y: (out - y).square().mean(),
+        SimpleNamespace(loss=lambda out, y: (out - y).square().mean()),
         {"_target_": "torch.optim.SGD", "lr": 0.1},
         0,
         1,

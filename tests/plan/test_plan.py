@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -122,7 +123,9 @@ def test_plan_equals_the_real_cpu_step_peak_for_every_policy(llama, llama_figure
     torch.manual_seed(0)
     model = build_causal_lm(config, torch.float32, "sdpa")
     switch_on(model, by_name(policy), by_name(policy).flags(list(range(5))), [p for p, _ in decoder_layers(model)])
-    real = warm_step_peak(model, real_batch(BATCH, SEQ), causal_lm_loss, OPTIMIZERS["fused"], None, warm_steps=1)
+    real = warm_step_peak(
+        model, real_batch(BATCH, SEQ), SimpleNamespace(loss=causal_lm_loss), OPTIMIZERS["fused"], None, warm_steps=1
+    )
     assert planned.exact and planned.tensor_peak == pytest.approx(real.peak_bytes, rel=0.01)
     assert planned.reserved_upper >= planned.tensor_peak
 

@@ -3,6 +3,8 @@ lying verdict or a swapped statement does not (issue 5, "What I will check")."""
 
 from __future__ import annotations
 
+import base64
+import copy
 import json
 import re
 import shutil
@@ -11,9 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import REQUIRED, make_key, run_cli, signed_run, tiny_frame
 
-from reportgen.results import claim_verdict
+from reportgen.results import Role, claim_verdict
 from reportgen.trust.keys import fingerprint, load_public_key
-from reportgen.trust.signing import ENVELOPE_NAME
+from reportgen.trust.signing import ENVELOPE_NAME, load_signing_key
+from reportgen.trust.statement import sign_statement
 from reportgen.verify import FAIL, NOTE, PASS, main, verify, verify_pdf
 
 #: Every file a signed run folder vouches for, and the two signed outputs themselves.
@@ -200,6 +203,33 @@ def test_pass_without_a_comparison_or_flagged_outside_the_experiment_fails(keys_
     lines = failed(verify(signed_run(tmp_path / "bare", keys_and_run[0], frame=frame), public))
     assert len(lines) == 1 and "loss / recompute / max_abs_err says PASS without a comparison" in lines[0]
     assert "RNG torch.get_rng_state() / recompute / bytes_differing says FLAGGED" in lines[0]
+
+
+def test_statement_tolerances_are_the_parity_rows_and_an_edited_one_fails(keys_and_run, tmp_path, public):
+    """Issue 34, item 4: the statement lists the rtol/atol its parity rows used; re-signed with the same key
+    after its tolerances were edited, it fails naming them; untouched, it verifies."""
+    frame = tiny_frame()
+    parity = frame.role.isin([Role.LOSS, Role.PARAM_GRAD])
+    frame.loc[parity, "rtol"], frame.loc[parity, "atol"] = 1.3e-6, 1e-5
+    run = signed_run(tmp_path / "tolerances", keys_and_run[0], pdf=False, frame=frame)
+    checks = verify(run, public)
+    assert not failed(checks) and "tolerances" in [c.name for c in checks if c.status == PASS]
+    statement = json.loads(base64.b64decode(json.loads((run / ENVELOPE_NAME).read_text())["payload"]))
+    assert statement["predicate"]["tolerances"]["used"] == [{"rtol": "0.0000013", "atol": "0.00001", "rows": 2}]
+    key = load_signing_key(True, str(keys_and_run[0]))
+    for where, expected in (
+        (
+            "used",
+            "tolerances.used: the statement says atol=0.00001 rows=2 rtol=0, results.json atol=0.00001 rows=2 "
+            "rtol=0.0000013",
+        ),
+        ("rtol", "the statement's atol=0.00001 rtol=0 is no pair the parity rows used"),
+    ):
+        edited = copy.deepcopy(statement)
+        tolerances = edited["predicate"]["tolerances"]
+        (tolerances["used"][0] if where == "used" else tolerances)["rtol"] = "0"
+        (run / ENVELOPE_NAME).write_bytes(sign_statement(edited, key))
+        assert failed(verify(run, public)) == [f"FAIL tolerances: {expected}"]
 
 
 def test_a_statement_from_another_run_fails(keys_and_run, run, tmp_path, public):

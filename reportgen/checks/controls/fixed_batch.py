@@ -93,7 +93,7 @@ class Baseline:
 def run(setup: Setup, model: nn.Module) -> Ran:
     """:func:`reportgen.twins.forward.forward_backward` on the fixed batch (what gradient parity calls),
     and ``model``'s buffers after it (what state parity compares)."""
-    out = forward_backward(model, setup.batch, setup.task.loss, setup.config.forward_seed)
+    out = forward_backward(model, setup.batch, setup.task, setup.config.forward_seed)
     return Ran(out, {plain_name(n): b.detach().clone() for n, b in model.named_buffers()})
 
 
@@ -313,7 +313,7 @@ def saving(setup: Setup) -> Row:
     measure = functools.partial(
         saved_activation_bytes,
         batch=setup.batch,
-        loss_fn=setup.task.loss,
+        task=setup.task,
         forward_seed=setup.config.forward_seed,
         module_paths=[w.path for w in setup.wrapped],
     )

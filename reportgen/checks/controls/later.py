@@ -35,7 +35,7 @@ def later(setup: Setup, base: Baseline) -> Row:
     the first step the fault acts in (k, or later when the region is skipped in step k), none before.
 
     A plain and a faulty recompute twin take up to ``parity.steps`` training steps in lockstep, the trajectory
-    check's (the task's own step where it gives one, :mod:`reportgen.training.user_step`) on its batches and
+    check's (the task's own step where it gives one, :mod:`reportgen.twins.user_step`) on its batches and
     seeds; after every step their states are compared as the trajectory check compares them
     (:func:`reportgen.twins.snapshot.snapshot_rows`, tolerance alone).
     """

@@ -39,7 +39,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         with twin(variant):  # an exception names the twin that raised
             model = spread_twin(setup, group, recompute)
             measured[variant] = saved_activation_bytes(
-                model, local, setup.task.loss, setup.config.forward_seed, paths
+                model, local, setup.task, setup.config.forward_seed, paths
             ).total_bytes
     rows = []
     for variant, value in measured.items():
@@ -54,7 +54,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
             peaks[variant] = warm_step_peak(
                 spread_twin(setup, group, recompute),
                 local,
-                setup.task.loss,
+                setup.task,
                 setup.config.parity.optimizer,
                 setup.config.forward_seed,
                 warm_steps=1,
@@ -172,7 +172,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
         variant: make_train_step(
             spread_twin(setup, group, recompute),
             local,
-            setup.task.loss,
+            setup.task,
             setup.config.parity.optimizer,
             setup.config.forward_seed,
         )

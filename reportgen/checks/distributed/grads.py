@@ -19,7 +19,7 @@ from reportgen.distributed.sync import replicated_state, sync_row
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
 from reportgen.results.rows import aa_row, tensor_row, zero_count_row, zero_gradients_row
-from reportgen.training.user_step import run_forward_backward
+from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 
 
@@ -43,8 +43,8 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
     for rank in range(world_size):
         model.zero_grad(set_to_none=True)
         per_rank.append(
-            run_forward_backward(
-                setup.task, model, shard_batch(setup.batch, rank, world_size), setup.config.forward_seed
+            forward_backward(
+                model, shard_batch(setup.batch, rank, world_size), setup.task, setup.config.forward_seed
             ).grads
         )
     grads: dict[str, Tensor | None] = {}
@@ -90,7 +90,7 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with twin(name):
             model = spread_twin(setup, group, recompute)
-            out = run_forward_backward(setup.task, model, local, seed)
+            out = forward_backward(model, local, setup.task, seed)
             runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
         drifts[name] = measure_sync(
             {f"{n}.grad": g for n, g in runs[name][1].items() if g is not None} | replicated_state(model),
@@ -165,9 +165,9 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     """
     seed = setup.config.forward_seed
     with twin("plain"):
-        plain = run_forward_backward(setup.task, setup.build(False), local, seed)
+        plain = forward_backward(setup.build(False), local, setup.task, seed)
     with twin("recompute"):
-        rc = run_forward_backward(setup.task, setup.build(True), local, seed)
+        rc = forward_backward(setup.build(True), local, setup.task, seed)
     compared = [
         tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
         for n in sorted(set(plain.grads) | set(rc.grads))

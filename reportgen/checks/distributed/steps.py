@@ -21,9 +21,10 @@ from reportgen.results import Role, Row, Status
 from reportgen.results.rows import aa_row, step_row
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
-from reportgen.training.user_step import make_optimizer, make_scheduler, optimizer_step, run_forward_backward
+from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import Snapshot, held_generators, module_attributes, snapshot_rows
+from reportgen.twins.user_step import make_optimizer, make_scheduler, optimizer_step
 
 
 def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
@@ -59,7 +60,7 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         with twin(name):
             model = spread_twin(setup, group, recompute)
             optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, model)
-            out = run_forward_backward(setup.task, model, local, seed)
+            out = forward_backward(model, local, setup.task, seed)
             optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
             snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
         drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
@@ -105,7 +106,7 @@ def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snaps
         batch = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
         optimizer.zero_grad(set_to_none=True)
         step_rng = None if forward_seed is None else step_seed(forward_seed, seed, k)
-        out = run_forward_backward(setup.task, model, shard_batch(batch, group.rank, group.world_size), step_rng)
+        out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task, step_rng)
         optimizer_step(setup.task, model, optimizer, scheduler)
         snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
         drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))

@@ -135,9 +135,7 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
         start = time.perf_counter()
         with _twin(variant):
             model = setup.build(recompute)
-            saved[variant] = saved_activation_bytes(
-                model, setup.batch, setup.task.loss, setup.config.forward_seed, paths
-            )
+            saved[variant] = saved_activation_bytes(model, setup.batch, setup.task, setup.config.forward_seed, paths)
         seconds[variant] = time.perf_counter() - start
         del model
     return saved, seconds
@@ -162,7 +160,7 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
             peaks[variant] = warm_step_peak(
                 model,
                 setup.batch,
-                setup.task.loss,
+                setup.task,
                 training_optimizer(setup),
                 setup.config.forward_seed,
                 max(1, section.warm_steps),
@@ -177,7 +175,7 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     that saving comes from activations that are never needed because gradients were lost."""
     start = time.perf_counter()
     run = lambda r: forward_backward(  # noqa: E731 - the twin is discarded: no second copy of its gradients
-        setup.build(r), setup.batch, setup.task.loss, setup.config.forward_seed, clone_grads=False
+        setup.build(r), setup.batch, setup.task, setup.config.forward_seed, clone_grads=False
     )
     with warnings.catch_warnings():  # torch's warnings are reported by gradient parity, not repeated here
         warnings.simplefilter("ignore")

@@ -22,6 +22,7 @@ from reportgen.memory.saved import SavedActivations
 from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, where
 from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup
+from reportgen.twins.user_step import user_members
 
 
 def estimate_rows(
@@ -33,12 +34,17 @@ def estimate_rows(
     At the measured shape a mismatch is a WARN (the target-scale figure cannot be trusted). A model
     that cannot run on fake tensors gets an INFO row saying what was not estimated and why
     (:class:`reportgen.memory.estimate.NotEstimableError`): the measured figures above stand on their own. An
-    estimate run in another precision (``Estimate.dtype_note``) is stated and not compared.
+    estimate run in another precision (``Estimate.dtype_note``), or beside a measurement of the task's own
+    ``forward_backward`` (the estimate runs reportgen's forward), is stated and not compared.
     """
     here, seconds = _timed(setup, {}, "estimate at measured shape")
     if isinstance(here, Row):
         return [here]
-    if here.dtype_note:
+    own = "forward_backward" in user_members(setup.task)
+    note = here.dtype_note or (
+        "it runs reportgen's forward and loss, the measurement your forward_backward" if own else ""
+    )
+    if note:
         measured, measured_peaks = None, None
     rows: list[Row] = []
     for variant in ("plain", "recompute"):
@@ -46,8 +52,8 @@ def estimate_rows(
         extra: dict[str, Any] = {"estimate_inputs": here.inputs}
         if measured is None:
             status, detail = (
-                (Status.INFO, f"not compared with the measurement: {here.dtype_note}")
-                if here.dtype_note
+                (Status.INFO, f"not compared with the measurement: {note}")
+                if note
                 else (Status.WARN, "no measurement to validate the estimator against")
             )
             rows.append(

@@ -14,6 +14,7 @@ from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, incre
 from reportgen.results import Role, Row, Status
 from reportgen.structure import describe
 from reportgen.twins.setup import Setup
+from reportgen.twins.user_step import user_members
 
 
 def saving_share(plain_bytes: int, recompute_bytes: int) -> float:
@@ -50,8 +51,13 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             "nothing, check recompute.targets"
         )
     rows = []
+    after = (
+        "by the forwards of your forward_backward, summed"
+        if "forward_backward" in user_members(setup.task)
+        else "after one forward and the loss"
+    )
     for variant, s in (("plain", plain), ("recompute", rec)):
-        what = f"{s.storages} storages kept for backward after one forward and the loss, {shape}"
+        what = f"{s.storages} storages kept for backward {after}, {shape}"
         took, extra = seconds[variant], {"storages": s.storages}
         rows.append(bytes_row("saved activations (total)", Role.SAVED_TOTAL, what, variant, s.total_bytes, took, extra))
     saving = {"saving_bytes": plain.total_bytes - rec.total_bytes, "plain_bytes": plain.total_bytes}

@@ -142,7 +142,7 @@ def warm_step_time(setup: Setup) -> list[Row]:
     start = time.perf_counter()
     models = dict(zip(VARIANTS, setup.twins()))
     steps = {
-        v: make_train_step(m, setup.batch, setup.task.loss, training_optimizer(setup), setup.config.forward_seed)
+        v: make_train_step(m, setup.batch, setup.task, training_optimizer(setup), setup.config.forward_seed)
         for v, m in models.items()
     }
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each

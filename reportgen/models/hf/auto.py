@@ -67,8 +67,7 @@ def load_config(path: str | Path, name: str | None = "model.config", bounded: bo
     ``model.config`` / ``model.pretrained`` and of the planner's CONFIG.
 
     Args:
-        path: file or folder.
-        name: the setting that gave ``path``, for messages (None: the planner's CONFIG argument).
+        path, name: as :func:`config_file`.
         bounded: also refuse a size that is not a positive integer or lies beyond :data:`BOUNDS`, and more
             than :data:`MAX_LAYERS` decoder layers (the planner's bounds, docs/trust.md).
         **overrides: config fields set over the file's (the planner: ``use_cache=False``).
@@ -168,11 +167,7 @@ def pretrained_folder(path: str) -> Path:
 
 def max_positions(cfg: Any) -> int | None:
     """The longest sequence the config allows (its first :data:`POSITION_FIELDS` field), or None."""
-    for name in POSITION_FIELDS:
-        value = getattr(cfg, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return next((v for name in POSITION_FIELDS if isinstance(v := getattr(cfg, name, None), int) and v > 0), None)
 
 
 def causal_lm(
@@ -222,8 +217,10 @@ def refuse_non_causal(model: nn.Module, cfg: Any) -> None:
     Raises:
         SetupError: naming ``is_decoder: true`` in config.json as the fix.
     """
+    from torch._subclasses.fake_tensor import is_fake
+
     vocab, length = int(cfg.vocab_size), min(8, max_positions(cfg) or 8)
-    if vocab < 2 or length < 2 or on_fake_tensors(model):
+    if vocab < 2 or length < 2 or any(is_fake(p) for p in model.parameters()):
         return
     ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
@@ -241,13 +238,6 @@ def refuse_non_causal(model: nn.Module, cfg: Any) -> None:
             "logits of earlier positions, so a next-token metric would read the answer; set "
             '"is_decoder": true in config.json (encoder models such as BERT), or give a decoder-only config'
         )
-
-
-def on_fake_tensors(model: nn.Module) -> bool:
-    """True when ``model``'s parameters are fake tensors (built under ``FakeTensorMode``): shapes, no values."""
-    from torch._subclasses.fake_tensor import is_fake
-
-    return any(is_fake(p) for p in model.parameters())
 
 
 #: Per auto class: the head it adds and what the main command's config for it tests (named when an

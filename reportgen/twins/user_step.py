@@ -1,20 +1,19 @@
 """The user's own training step, when the task provides the optional members of
 :data:`reportgen.tasks.TRAINING_STEP_MEMBERS` (docs/training_step.md); else reportgen's: one forward, the task's
-loss, one backward, ``parity.optimizer``. Seeding and observation stay reportgen's around the user's calls."""
+loss, one backward, the configured optimizer. Every check that trains or times a step runs it through these
+functions; seeding and observation stay reportgen's around the user's calls."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from reportgen.rng import fingerprint, seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import TRAINING_STEP_MEMBERS, Batch
-from reportgen.twins.forward import StepOutput, forward_backward
-from reportgen.twins.snapshot import grads_of
 
 
 def user_members(task: Any) -> list[str]:
@@ -22,25 +21,16 @@ def user_members(task: Any) -> list[str]:
     return [name for name in TRAINING_STEP_MEMBERS if callable(getattr(task, name, None))]
 
 
-def run_forward_backward(task: Any, model: nn.Module, batch: Batch, forward_seed: int | None) -> StepOutput:
-    """The task's ``forward_backward`` (seeded, on cloned inputs), else reportgen's
-    :func:`reportgen.twins.forward.forward_backward` with ``task.loss``.
-
-    Returns:
-        A :class:`StepOutput`; with the user's call it holds the loss it returned (detached), the
-        gradients and the generator states after it, and no outputs (the user's forwards are theirs).
-    """
-    if not callable(getattr(task, "forward_backward", None)):
-        return forward_backward(model, batch, task.loss, forward_seed)
-    with seeded(forward_seed):
-        loss = loss_backward(task, model, batch)
-        rng = fingerprint()
-    return StepOutput(loss, {}, {}, grads_of(model), rng)
+def own_step(task: Any) -> Any:
+    """The task seen with reportgen's own step only (its ``loss``, none of the user's members): for the
+    GPU-free estimate, whose fake tensors a user's step may not accept (``float(loss)``)."""
+    return SimpleNamespace(loss=task.loss)
 
 
 def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
-    """The forwards and backward(s) of one training step, unseeded: the task's ``forward_backward`` on cloned
-    inputs, else one forward, ``task.loss`` and one backward. Returns the loss, detached."""
+    """The forwards and backward(s) of one training step, unseeded: the task's ``forward_backward(model, batch)``
+    on cloned inputs, else one forward, ``task.loss`` and one backward. Returns the loss, detached (a number the
+    user's step returns becomes a 0-d tensor)."""
     user = getattr(task, "forward_backward", None)
     if callable(user):
         loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
@@ -51,7 +41,8 @@ def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
 
 
 def make_optimizer(task: Any, optimizer_cfg: Any, model: nn.Module) -> torch.optim.Optimizer:
-    """The task's ``make_optimizer(params)``, else ``optimizer_cfg`` instantiated (trainable parameters)."""
+    """The task's ``make_optimizer(params)``, else ``optimizer_cfg`` (a ``_target_`` node) instantiated, over
+    the trainable parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     factory = getattr(task, "make_optimizer", None)
     return factory(params) if callable(factory) else instantiate(optimizer_cfg, params=params)
@@ -74,12 +65,13 @@ def optimizer_step(task: Any, model: nn.Module, optimizer: torch.optim.Optimizer
 
 
 def step_said(task: Any) -> str:
-    """Page 1's line on whose training step the sharded parity checks run."""
+    """Page 1's line on whose training step each check ran."""
     members = user_members(task)
     if not members:
-        return "reportgen's: one forward, the task's loss, one backward, parity.optimizer"
+        return "reportgen's in every check: one forward, the task's loss, one backward, the configured optimizer"
     return (
-        f"yours ({', '.join(members)}) in the trajectory checks (sharded and single-process, and the detector "
-        "control of the later step) and the sharded gradient and optimizer-step checks; reportgen's one forward and "
-        "backward in the memory, time and task-metrics checks and in the other single-process checks"
+        f"yours ({', '.join(members)}) in every check that trains or times a step: gradient, optimizer-step, "
+        "trajectory and distributed parity, warm-step memory and time, task metrics, larger batch and the detector "
+        "controls; reportgen's one forward and loss in the GPU-free memory estimate and the recompute observation. "
+        "With your forward_backward, parity compares the loss and gradients only (your forwards' outputs are yours)"
     )
