@@ -4,7 +4,7 @@
     DEV=cpu python benchmarks/cuda_memory_check.py    # the same code on CPU
 
 For the built-in ``mlp`` and ``gpt`` and the 6-layer stack of tests/user_models/peak.py (one region
-around the stack, one region per layer) it composes the real config, runs ``run.prepare`` and the
+around the stack, one region per layer) it composes the real config, runs ``twins.prepare.prepare`` and the
 memory check, and prints every row: saved bytes, the tracker's step peak of both twins and, on
 CUDA, ``max_memory_allocated`` / ``max_memory_reserved`` of the same step beside it. Exits 1 when
 a row is ERROR or when an allocator peak is below the tracker's (it never holds less than the
@@ -21,9 +21,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from reportgen.checks.memory.check import CHECK  # noqa: E402
 from reportgen.config import register_configs  # noqa: E402
 from reportgen.paths import conf_dir  # noqa: E402
-from reportgen.twins.contract import check_task_contract  # noqa: E402
-from reportgen.twins.observe import observe_twins  # noqa: E402
-from reportgen.twins.setup import build_setup  # noqa: E402
+from reportgen.twins.prepare import prepare  # noqa: E402  (no signing stack: a device image may lack cryptography)
 
 DEV = os.environ.get("DEV", "cuda")
 CASES = [
@@ -32,16 +30,6 @@ CASES = [
     ("stack, one region", ["+model=peak_stack", "recompute.targets=[Stack]"]),
     ("stack, per layer", ["+model=peak_stack", "recompute.targets=[Layer]"]),
 ]
-
-
-def prepare(cfg):
-    """``reportgen.commands.run.prepare``'s stages, without importing the signing stack (a device image may
-    lack ``cryptography``)."""
-    setup = build_setup(cfg)
-    check_task_contract(setup)
-    setup.batch = setup.make_batch(cfg.parity.batch_size, cfg.seed)
-    observe_twins(setup)
-    return setup
 
 
 def main() -> int:

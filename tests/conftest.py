@@ -20,7 +20,8 @@ from reportgen.paths import conf_dir
 from reportgen.report.render import render_report
 from reportgen.results import Role, Row, claim_verdict, to_frame
 from reportgen.trust import keys
-from reportgen.trust.signing import load_signing_key, sign_run, signature_label
+from reportgen.trust.keys import load_signing_key, signature_label
+from reportgen.trust.signing import sign_run
 
 #: One intra-op thread in tests: the models here are tiny, and on a shared 2-core machine torch's
 #: OpenMP threads wait for each other at every op (measured: the same 8-step training took 4.6 s

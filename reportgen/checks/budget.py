@@ -13,7 +13,9 @@ from reportgen.checks.base import TRAINED_ROLES, Check, Section
 from reportgen.checks.base.plots import task_metric_plots
 from reportgen.config import TASK_METRICS, BudgetConfig, ParityConfig
 from reportgen.results import TWIN, Role, Row, Status
-from reportgen.results.rows import error_row, exception_message, metric_diff_row, trained_params_row, zero_count_row
+from reportgen.results.compared import zero_count_row
+from reportgen.results.raised import error_row, exception_message
+from reportgen.results.rows import metric_diff_row, trained_params_row
 from reportgen.training.lockstep import lockstep_gradients
 from reportgen.training.loop import TrainResult
 from reportgen.training.rows import run_rows

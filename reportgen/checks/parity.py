@@ -17,16 +17,9 @@ from typing import Any
 from reportgen.checks.base import Check, Section
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import Role, Row, Status
-from reportgen.results.rows import (
-    aa_row,
-    nonfinite_row,
-    raised_for_lack_of_grad,
-    run_twin,
-    tagged_input_grad,
-    tensor_row,
-    zero_count_row,
-    zero_gradients_row,
-)
+from reportgen.results.compared import tensor_row, zero_count_row
+from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad
+from reportgen.results.rows import aa_row, nonfinite_row, zero_gradients_row
 from reportgen.structure import describe, has_floating
 from reportgen.twins.forward import StepOutput, changes_said, forward_backward
 from reportgen.twins.setup import Setup
@@ -200,7 +193,7 @@ def _compare_maps(
     names: Iterable[str] | None = None,
     suffix: str = "",
 ) -> list[Row]:
-    """One :func:`reportgen.results.rows.tensor_row` per tensor name: plain vs recompute, the A/A twin
+    """One :func:`reportgen.results.compared.tensor_row` per tensor name: plain vs recompute, the A/A twin
     beside it. A name missing from one twin compares against None (a lost tensor is a row, never skipped).
 
     Args:

@@ -13,8 +13,9 @@ from torch import nn
 from reportgen.checks.base import Check, Section
 from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
 from reportgen.results import Role, Row
+from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
-from reportgen.results.rows import ROUNDING_NOTE, aa_row, raised_for_lack_of_grad, run_twin, tagged_input_grad
+from reportgen.results.rows import ROUNDING_NOTE, aa_row
 from reportgen.rng import kept
 from reportgen.structure import has_floating
 from reportgen.twins.forward import forward_backward

@@ -16,16 +16,10 @@ from reportgen.checks.base import Check, Section
 from reportgen.checks.base.plots import trajectory_plots
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.results import Role, Row, Status
+from reportgen.results.compared import tolerance_used
+from reportgen.results.raised import run_twin
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
-from reportgen.results.rows import (
-    ROUNDING_LEVEL,
-    ROUNDING_NOTE,
-    effective_excess,
-    nonfinite_row,
-    run_twin,
-    step_row,
-    tolerance_used,
-)
+from reportgen.results.rows import ROUNDING_LEVEL, ROUNDING_NOTE, effective_excess, nonfinite_row, step_row
 from reportgen.training.trajectory import TwinRaised, lockstep, trajectory
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import (
@@ -38,7 +32,7 @@ from reportgen.twins.snapshot import (
 
 
 def _twin_error(exc: TwinRaised) -> list[Row]:
-    """The ERROR row of the twin that raised, as :func:`reportgen.results.rows.run_twin` makes it."""
+    """The ERROR row of the twin that raised, as :func:`reportgen.results.raised.run_twin` makes it."""
     where = {"aa": "plain", "rounding": "rounding twin"}.get(exc.twin, exc.twin)
 
     def reraise():
@@ -49,7 +43,7 @@ def _twin_error(exc: TwinRaised) -> list[Row]:
 
 def step_rows(step: int, rows: list[Row]) -> list[Row]:
     """Two rows for one step, each valued by the largest share of its tolerance any item uses
-    (:func:`reportgen.results.rows.tolerance_used`; <= 1 passes, the number that decides): recompute vs
+    (:func:`reportgen.results.compared.tolerance_used`; <= 1 passes, the number that decides): recompute vs
     plain (judged ``allclose`` on the worst excess over
     every compared item, passed too when every item outside tolerance is within its rounding
     envelope: column ``rounding_excess``, the worst item's) and A/A vs plain (judged the same

@@ -12,7 +12,7 @@ from reportgen.claim.fits import measure_fits
 from reportgen.claim.rows import claim_table, clause_rows
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Row
-from reportgen.results.rows import error_row
+from reportgen.results.raised import error_row
 
 
 def judge_claim(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> list[Row]:

@@ -39,16 +39,20 @@ from reportgen.report.pdf import write_pdf
 from reportgen.report.render import environment
 from reportgen.results import frame_to_json
 from reportgen.trust.attachments import read_attachments
-from reportgen.trust.keys import KeyFileError, default_key_path, load_public_key, public_key_path
-from reportgen.trust.signing import (
-    ENVELOPE_NAME,
-    RESULTS_NAME,
+from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME
+from reportgen.trust.keys import (
+    KeyFileError,
     SigningError,
+    default_key_path,
+    load_public_key,
     load_signing_key,
-    sign_document,
+    public_key_path,
     signature_label,
 )
-from reportgen.verify import FAIL, status_mismatches, verify
+from reportgen.trust.signing import sign_document
+from reportgen.verify import verify
+from reportgen.verify.outcome import FAIL
+from reportgen.verify.run import status_mismatches
 
 #: Where a side's signed files are copied inside the comparison folder, by label.
 INPUTS = {"BASE": "inputs/base", "NEW": "inputs/new"}

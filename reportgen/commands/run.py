@@ -55,12 +55,13 @@ from reportgen.results import (
     results_csv,
     to_frame,
 )
-from reportgen.results.rows import error_row
+from reportgen.results.raised import error_row
 from reportgen.threads import apply_threads
 from reportgen.training.duration import refuse_long_runs
+from reportgen.trust.keys import load_signing_key, signature_label
 from reportgen.trust.launch import job_launch
 from reportgen.trust.manifest import clear_pending, mark_pending, start_manifest
-from reportgen.trust.signing import load_signing_key, sign_run, signature_label
+from reportgen.trust.signing import sign_run
 from reportgen.twins.observe import observation_rows
 from reportgen.twins.prepare import prepare as prepare_twins
 from reportgen.twins.setup import Setup

@@ -22,16 +22,10 @@ from reportgen.errors import ExitCode
 from reportgen.files import WRITE_ERRNOS, OutputWriteError, write_failure
 from reportgen.report.render import render_report
 from reportgen.results import claim_verdict, frame_from_json, results_csv
+from reportgen.trust.documents import ENVELOPE_NAME, PDF_NAME, RESULTS_NAME, UNSIGNED_PDF_NAME
+from reportgen.trust.keys import SigningError, load_signing_key
 from reportgen.trust.manifest import PENDING_NAME, clear_pending, planted, seal_holds, start_manifest
-from reportgen.trust.signing import (
-    ENVELOPE_NAME,
-    PDF_NAME,
-    RESULTS_NAME,
-    UNSIGNED_PDF_NAME,
-    SigningError,
-    load_signing_key,
-    sign_run,
-)
+from reportgen.trust.signing import sign_run
 from reportgen.verify.run import status_mismatches
 
 #: What an interrupted render or signing may have left; rewritten by :func:`finish_run`.
@@ -80,7 +74,7 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
 
     Raises:
         FinishRefusedError: see :func:`pending_record`, or rows whose status does not follow.
-        reportgen.trust.signing.SigningError: no usable key.
+        reportgen.trust.keys.SigningError: no usable key.
     """
     run_dir = Path(run_dir)
     record = pending_record(run_dir)

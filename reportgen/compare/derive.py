@@ -26,7 +26,7 @@ from reportgen.files import sha256_bytes
 from reportgen.results import Role, Status, check_summary, claim_verdict, frame_from_json
 from reportgen.sweep.table import job_costs
 from reportgen.trust.attachments import AttachmentError, read_attachments
-from reportgen.trust.signing import ENVELOPE_NAME, RESULTS_NAME
+from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME
 
 #: in-toto predicate type of a comparison's statement.
 COMPARE_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-compare/v1"

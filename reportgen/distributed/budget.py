@@ -16,7 +16,9 @@ from reportgen.distributed.ranks import twin
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row
 from reportgen.results.rows import metric_diff_row, trained_params_row
-from reportgen.training.train import Sharding, TrainResult, budget_run, run_rows
+from reportgen.training.loop import Sharding, TrainResult
+from reportgen.training.rows import run_rows
+from reportgen.training.train import budget_run
 
 VARIANTS = (("plain", False), ("recompute", True))
 
@@ -57,7 +59,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
 
     Returns:
         One INFO row stating the global budget; per seed and twin the run's rows
-        (:func:`reportgen.training.train.run_rows`: metric, held-out metrics, global accepted examples,
+        (:func:`reportgen.training.rows.run_rows`: metric, held-out metrics, global accepted examples,
         skipped steps, curve); per seed ``abs_diff_<metric>`` judged against
         ``budget.metric_tolerance (+ metric_rtol·|plain|)`` and ``final_params_tolerance_used``
         (every full trained parameter, :func:`reportgen.results.rows.trained_params_row`). NOT_RUN when

@@ -26,7 +26,7 @@ from reportgen.distributed.launch import (
     watchdog,
 )
 from reportgen.results import Role, Row, Status
-from reportgen.results.rows import error_row
+from reportgen.results.raised import error_row
 from reportgen.twins.prepare import prepare
 from reportgen.twins.setup import Setup
 

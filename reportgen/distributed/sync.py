@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from reportgen.distributed.full import dist_name, full, full_params
 from reportgen.distributed.launch import Group, gather_objects
 from reportgen.results import BASELINE_TWINS, Role, Row, Status
+from reportgen.results.compared import zero_count_row
 from reportgen.results.distance import tolerances
-from reportgen.results.rows import zero_count_row
 
 
 def replicated_state(model: nn.Module) -> dict[str, Tensor]:

@@ -10,7 +10,7 @@ from reportgen.results import Kind, Role, Row, Status
 
 #: Statuses a diagnosis explains.
 BAD = (Status.FAIL, Status.ERROR, Status.INCONCLUSIVE)
-#: Where an ERROR row says its exception was raised (``(at checkpoint.py:1234)``, results.rows.error_row): not quoted.
+#: Where an ERROR row says its exception was raised (``(at checkpoint.py:1234)``, results.raised.error_row): not quoted.
 WHERE = re.compile(r" \(at [^()]*:\d+\)$")
 
 

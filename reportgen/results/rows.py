@@ -1,6 +1,6 @@
 """Row builders shared by the checks (checks never import each other): the gates on the baseline (A/A control,
-a non-finite plain twin), the rounding envelope's judgement and the rows of trained twins. It re-exports
-:mod:`reportgen.results.compared` (one tensor or value) and :mod:`reportgen.results.raised` (ERROR rows).
+a non-finite plain twin), the rounding envelope's judgement and the rows of trained twins. The rows of one
+tensor or value are :mod:`reportgen.results.compared`'s, the ERROR rows :mod:`reportgen.results.raised`'s.
 """
 
 from __future__ import annotations
@@ -10,16 +10,10 @@ from typing import Any
 
 from torch import Tensor
 
-from reportgen.results.compared import NO_AA, allclose_row, tensor_row, tolerance_used, value_row, zero_count_row
+from reportgen.results.compared import allclose_row, tensor_row, tolerance_used, zero_count_row
 from reportgen.results.distance import nonfinite_count
-from reportgen.results.raised import error_row, exception_message, raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.results.rounding import envelope
 from reportgen.results.row import Role, Row, Status
-
-__all__ = ["ROUNDING_LEVEL", "ROUNDING_NOTE", "aa_row", "difference_detail", "effective_excess", "envelope_used"]
-__all__ += ["metric_diff_row", "nonfinite_row", "step_row", "trained_params_row", "with_rounding", "zero_gradients_row"]
-__all__ += ["NO_AA", "allclose_row", "tensor_row", "tolerance_used", "value_row", "zero_count_row"]  # .compared
-__all__ += ["error_row", "exception_message", "raised_for_lack_of_grad", "run_twin", "tagged_input_grad"]  # .raised
 
 #: The detail of a difference the rounding envelope accounts for (reportgen/results/rounding.py).
 ROUNDING_LEVEL = "differs at rounding level, as any re-association would"

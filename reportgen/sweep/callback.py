@@ -18,7 +18,7 @@ from reportgen.report.metadata import rerun_command
 from reportgen.sweep.jobs import job_dirs, load_jobs
 from reportgen.sweep.summary import SweepMismatch, summarize
 from reportgen.sweep.table import console_table, worst_code
-from reportgen.trust.signing import SigningError
+from reportgen.trust.keys import SigningError
 
 log = logging.getLogger("reportgen")
 

@@ -17,9 +17,10 @@ from reportgen.sweep.jobs import load_jobs
 from reportgen.sweep.record import JOB_FILE
 from reportgen.sweep.render import render_summary
 from reportgen.sweep.table import summary_frame, swept_keys, worst_code
-from reportgen.trust.documents import DocumentSpec
+from reportgen.trust.documents import ENVELOPE_NAME, DocumentSpec
 from reportgen.trust.jobs import job_problems
-from reportgen.trust.signing import ENVELOPE_NAME, SigningKey, load_signing_key, sign, signature_label
+from reportgen.trust.keys import SigningKey, load_signing_key, signature_label
+from reportgen.trust.signing import sign
 
 #: in-toto predicate type of the sweep summary's statement.
 SWEEP_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-sweep/v1"
@@ -73,7 +74,7 @@ def summarize(
         ``(summary frame, worst job exit code)``.
 
     Raises:
-        reportgen.trust.signing.SigningError: signing is on and there is no usable key.
+        reportgen.trust.keys.SigningError: signing is on and there is no usable key.
         reportgen.files.OutputWriteError: a summary file could not be written (disk full, ...).
         SweepMismatch: the jobs on disk are not the jobs the launch made (``multirun.yaml``), or
             (with a key) a job's run does not verify or its job.json disagrees with its signed

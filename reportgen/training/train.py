@@ -1,7 +1,7 @@
 """The run's budget training runs: each ``(twin, seed, batch, budget, lr scale)`` trained once per
 run (:class:`BudgetRuns`, :func:`budget_runs`), the plain twin's shared across a sweep's jobs
 through the disk cache (:func:`cached_plain_run`). The loop, rows and lockstep parity live in their own
-modules, their names importable from here too (docs/moves.md)."""
+modules (:mod:`reportgen.training.loop`, :mod:`reportgen.training.rows`, :mod:`reportgen.training.lockstep`)."""
 
 from __future__ import annotations
 
@@ -12,36 +12,9 @@ from typing import Any
 from reportgen.config import BudgetConfig
 from reportgen.results.rounding import GradientNudge
 from reportgen.training import cache, cache_key, cache_secret
-from reportgen.training.lockstep import lockstep_gradients
-from reportgen.training.loop import (
-    LR_SCALING,
-    Sharding,
-    TrainResult,
-    all_finite,
-    evaluate,
-    step_seed,
-    train_to_budget,
-)
-from reportgen.training.rows import run_rows
+from reportgen.training.loop import TrainResult, train_to_budget
 from reportgen.trust.opened import opened_files
 from reportgen.twins.setup import Setup
-
-#: Names that lived here before the split (imported from this module by users and older code).
-__all__ = [
-    "LR_SCALING",
-    "BudgetRuns",
-    "Sharding",
-    "TrainResult",
-    "all_finite",
-    "budget_run",
-    "budget_runs",
-    "cached_plain_run",
-    "evaluate",
-    "lockstep_gradients",
-    "run_rows",
-    "step_seed",
-    "train_to_budget",
-]
 
 log = logging.getLogger("reportgen")
 

@@ -15,33 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from reportgen.files import atomic_write, record_written
-from reportgen.trust.documents import (
-    ENVELOPE_NAME,
-    PDF_NAME,
-    RESULTS_NAME,
-    RUN_DOCUMENT,
-    UNSIGNED_PDF_NAME,
-    DocumentSpec,
-)
-from reportgen.trust.keys import SigningError, SigningKey, load_signing_key, signature_label
+from reportgen.trust.documents import RUN_DOCUMENT, DocumentSpec
+from reportgen.trust.keys import SigningKey
 from reportgen.trust.pades import sign_pdf
 from reportgen.trust.statement import build_statement, claim_predicate, sign_statement
-
-#: Names the commands import from here, beside this module's own.
-__all__ = [
-    "ENVELOPE_NAME",
-    "PDF_NAME",
-    "RESULTS_NAME",
-    "UNSIGNED_PDF_NAME",
-    "SigningError",
-    "SigningKey",
-    "load_signing_key",
-    "set_aside_unsigned",
-    "sign",
-    "sign_document",
-    "sign_run",
-    "signature_label",
-]
 
 
 def sign(
@@ -62,7 +39,7 @@ def sign(
         out_dir: folder the document and its subjects live in.
         doc: the document's files and predicate type.
         predicate: the statement's predicate (strict JSON: no NaN).
-        key: from :func:`load_signing_key`.
+        key: from :func:`reportgen.trust.keys.load_signing_key`.
         reason: the PDF signature's /Reason (shown by PDF viewers).
         subjects: POSIX paths relative to ``out_dir`` (missing ones are skipped; the unsigned PDF
             is added); ``None``: every file the run wrote (:func:`run_files`).

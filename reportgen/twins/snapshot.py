@@ -18,8 +18,9 @@ from torch import nn
 
 from reportgen.config import STATE_PARITY, STEP_PARITY
 from reportgen.results import Role, Row
+from reportgen.results.compared import NO_AA, tensor_row, value_row
 from reportgen.results.rounding import envelope
-from reportgen.results.rows import NO_AA, tensor_row, value_row, with_rounding
+from reportgen.results.rows import with_rounding
 from reportgen.rng import held
 from reportgen.twins.recompute import named_inner_modules, plain_name
 

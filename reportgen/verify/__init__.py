@@ -66,8 +66,8 @@ from reportgen.trust.documents import ENVELOPE_NAME, PREDICATE_TYPE
 from reportgen.trust.keys import KeyFileError, fingerprint, load_public_key
 from reportgen.verify.common import Document, peek_predicate_type
 from reportgen.verify.comparison import COMPARISON, verify_comparison, verify_comparison_pdf
-from reportgen.verify.outcome import FAIL, NOTE, PASS, Check
-from reportgen.verify.run import RUN, status_mismatches, verify_pdf, verify_run, verify_run_pdf
+from reportgen.verify.outcome import FAIL, NOTE, Check
+from reportgen.verify.run import RUN, verify_run, verify_run_pdf
 from reportgen.verify.sweep import SUMMARY, verify_summary, verify_sweep
 
 #: Each kind of signed document with its folder and PDF verifiers (each returns ``Verified``).
@@ -236,7 +236,3 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         return ExitCode.FAILS
     return ExitCode.INCONCLUSIVE if outcome.verdict == Status.INCONCLUSIVE else ExitCode.HOLDS
-
-
-#: Imported from here by the commands and tests (the other imports are used here).
-__all__ = ["PASS", "status_mismatches", "verify_pdf"]

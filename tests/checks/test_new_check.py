@@ -16,7 +16,7 @@ from reportgen import checks
 from reportgen.checks import Check, Section, declared_roles, roles_of, sections
 from reportgen.commands import run as pipeline
 from reportgen.results import Kind, Role, Row, Status, frame_from_json
-from reportgen.results.rows import tensor_row
+from reportgen.results.compared import tensor_row
 from reportgen.trust.documents import ENVELOPE_NAME
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup

@@ -9,7 +9,8 @@ import torch
 from reportgen.checks.parity import gradient_parity
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import Role, Status
-from reportgen.results.rows import tensor_row, zero_gradients_row
+from reportgen.results.compared import tensor_row
+from reportgen.results.rows import zero_gradients_row
 
 
 def test_two_all_zero_tensors_are_equal_with_a_note_that_they_show_nothing():

@@ -363,7 +363,8 @@ def pristine_claim_run(measured, tmp_path_factory, signing_key_pair):
 
     from reportgen.commands.run import write_results
     from reportgen.report.render import render_report
-    from reportgen.trust.signing import load_signing_key, sign_run, signature_label
+    from reportgen.trust.keys import load_signing_key, signature_label
+    from reportgen.trust.signing import sign_run
 
     out = tmp_path_factory.mktemp("claim") / "run"
     out.mkdir()

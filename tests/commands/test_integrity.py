@@ -31,8 +31,7 @@ from reportgen.files import output_file_mode
 from reportgen.report.fetcher import LocalOnlyFetcher, RefusedURL
 from reportgen.results import atomic_write, frame_from_json
 from reportgen.tasks import FunctionTask
-from reportgen.trust.keys import KeyFileError, generate_key, load_private_key
-from reportgen.trust.signing import SigningError, load_signing_key
+from reportgen.trust.keys import KeyFileError, SigningError, generate_key, load_private_key, load_signing_key
 from reportgen.twins.contract import TaskContractError, check_task_contract
 from reportgen.verify.common import unlisted_files
 

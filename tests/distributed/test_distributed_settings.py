@@ -15,7 +15,7 @@ from reportgen.distributed.settings import known_settings
 from reportgen.distributed.wrapping import ddp_kwargs, settings_in_force, unit_modules, wrap_order
 from reportgen.report.diagnose import diagnose
 from reportgen.results import BASELINE, TWIN, Role, Row, Status, claim_verdict, to_frame
-from reportgen.results.rows import error_row
+from reportgen.results.raised import error_row
 from reportgen.twins.recompute import CheckpointWrapper
 
 SHARDED = ("+model=mlp", "distributed.world_size=2", "parity.batch_size=4")

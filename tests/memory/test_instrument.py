@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from reportgen.errors import InstrumentRefused
 from reportgen.memory.instrument import instrument
 from reportgen.results import Status
-from reportgen.results.rows import error_row
+from reportgen.results.raised import error_row
 
 
 def test_compiled_code_refused_under_the_instrument_runs_again_after_it():

@@ -13,7 +13,8 @@ from reportgen.distributed.sync import Drift, sync_row
 from reportgen.distributed.wrapping import settings_in_force
 from reportgen.report.diagnose import diagnose
 from reportgen.results import Role, Row, to_frame
-from reportgen.results.rows import error_row, tensor_row
+from reportgen.results.compared import tensor_row
+from reportgen.results.raised import error_row
 
 REENTRANT = {"mode": "reentrant", "preserve_rng_state": True}
 GRAD = torch.ones(3)

@@ -16,7 +16,7 @@ from reportgen.checks import required_names
 from reportgen.paths import templates_dir
 from reportgen.report.render import render_pages
 from reportgen.results import Role, Status, claim_verdict, frame_from_json, to_frame
-from reportgen.results.rows import tensor_row
+from reportgen.results.compared import tensor_row
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mlp_passing_results.json.gz"
 

@@ -21,7 +21,7 @@ from reportgen.results import Role, Status, judge, judge_record, to_frame
 from reportgen.results.compared import tensor_row
 from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_LEVEL, envelope_used, with_rounding
-from reportgen.training.train import TrainResult
+from reportgen.training.loop import TrainResult
 
 
 def test_nudge_moves_every_element_by_exactly_the_gradient_tolerance_with_reproducible_signs():
@@ -233,7 +233,7 @@ def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_roun
     envelope (about Adam's learning rate) passed it; gradients taken in lockstep at identical
     weights differ from step 11 on, so the envelope does not apply and the twins trained apart."""
     from reportgen.checks.budget import task_metrics
-    from reportgen.training.train import lockstep_gradients
+    from reportgen.training.lockstep import lockstep_gradients
 
     setup = small_setup("+model=late_fault", "budget.examples=256", "budget.batch_size=16", user_conf=True)
     assert lockstep_gradients(setup, 0, 16) == 11  # forward + recompute: call 21 is step 11's forward

@@ -194,18 +194,3 @@ def test_section_template_shows_each_seed_and_the_skipped_steps():
     want = expected_skips(setup.task, 1, 160, 16)
     assert f"{want} / {want}" in html  # skipped steps, plain / recompute
     assert "160 in every run" in html and "Per seed: held-out loss" in html
-
-
-def test_names_of_the_split_training_module_still_import_from_train():
-    """``reportgen.training.train`` was split (loop, rows, lockstep); the names users import from it
-    are the same objects as in their new homes."""
-    from reportgen.training import lockstep, loop, rows, train
-
-    moved = {
-        loop: ("LR_SCALING", "Sharding", "TrainResult", "all_finite", "evaluate", "step_seed", "train_to_budget"),
-        rows: ("run_rows",),
-        lockstep: ("lockstep_gradients",),
-    }
-    for home, names in moved.items():
-        assert {n: getattr(train, n) is getattr(home, n) for n in names} == dict.fromkeys(names, True)
-    assert set(train.__all__) >= {n for names in moved.values() for n in names} | {"BudgetRuns", "budget_runs"}

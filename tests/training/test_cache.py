@@ -347,8 +347,8 @@ def test_a_poisoned_entry_in_a_signed_run_is_a_warn_on_page_one_and_the_run_stil
     from reportgen.config import LARGER_BATCH, TASK_METRICS
     from reportgen.results import Status
     from reportgen.trust.keys import load_public_key
-    from reportgen.verify import FAIL as VERIFY_FAIL
     from reportgen.verify import verify
+    from reportgen.verify.outcome import FAIL as VERIFY_FAIL
 
     monkeypatch.setattr(pipeline, "REGISTRY", [c for c in REGISTRY if c.name in (TASK_METRICS, LARGER_BATCH)])
     private, public = signing_key_pair

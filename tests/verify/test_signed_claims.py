@@ -34,8 +34,8 @@ from reportgen.sweep import summary
 from reportgen.sweep.callback import main
 from reportgen.sweep.summary import INCOMPLETE_MARK, summarize
 from reportgen.sweep.table import summary_frame
-from reportgen.trust.keys import load_public_key
-from reportgen.trust.signing import SigningError, load_signing_key, sign_run, signature_label
+from reportgen.trust.keys import SigningError, load_public_key, load_signing_key, signature_label
+from reportgen.trust.signing import sign_run
 
 
 def failed(checks) -> list[str]:

@@ -14,10 +14,12 @@ import pytest
 from conftest import REQUIRED, make_key, run_cli, signed_run, tiny_frame
 
 from reportgen.results import Role, claim_verdict
-from reportgen.trust.keys import fingerprint, load_public_key
-from reportgen.trust.signing import ENVELOPE_NAME, load_signing_key
+from reportgen.trust.documents import ENVELOPE_NAME
+from reportgen.trust.keys import fingerprint, load_public_key, load_signing_key
 from reportgen.trust.statement import sign_statement
-from reportgen.verify import FAIL, NOTE, PASS, main, verify, verify_pdf
+from reportgen.verify import main, verify
+from reportgen.verify.outcome import FAIL, NOTE, PASS
+from reportgen.verify.run import verify_pdf
 
 #: Every file a signed run folder vouches for, and the two signed outputs themselves.
 SIGNED_ARTIFACTS = [

@@ -12,7 +12,7 @@ from reportgen.checks.controls.later import later
 from reportgen.checks.controls.rows import ACTIVATION, FAULTS, LATER, LOST, RNG, SAVING, STATE, control_row, stated_row
 from reportgen.config import CONTROLS
 from reportgen.results import Role, Row
-from reportgen.results.rows import exception_message
+from reportgen.results.raised import exception_message
 from reportgen.twins.setup import Setup
 
 

@@ -47,8 +47,9 @@ from reportgen.checks.controls.rows import (
 from reportgen.config import CONTROLS, ControlsConfig, MemoryConfig
 from reportgen.memory.saved import saved_activation_bytes
 from reportgen.results import Role, Row, Status
+from reportgen.results.compared import tensor_row
 from reportgen.results.distance import tolerances
-from reportgen.results.rows import exception_message, tensor_row
+from reportgen.results.raised import exception_message
 from reportgen.twins.forward import StepOutput, forward_backward
 from reportgen.twins.recompute import plain_name
 from reportgen.twins.setup import Setup
@@ -99,7 +100,7 @@ def run(setup: Setup, model: nn.Module) -> Ran:
 
 def grad_rows(setup: Setup, plain: StepOutput, other: StepOutput) -> list[Row]:
     """Gradient parity's parameter-gradient rows of ``other`` against ``plain``
-    (:func:`reportgen.results.rows.tensor_row`, at ``setup.tolerance()`` resolved per tensor)."""
+    (:func:`reportgen.results.compared.tensor_row`, at ``setup.tolerance()`` resolved per tensor)."""
     rtol, atol = setup.tolerance()
     names = dict.fromkeys([*plain.grads, *other.grads])
     return [

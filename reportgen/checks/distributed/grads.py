@@ -18,7 +18,8 @@ from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.sync import replicated_state, sync_row
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
-from reportgen.results.rows import aa_row, tensor_row, zero_count_row, zero_gradients_row
+from reportgen.results.compared import tensor_row, zero_count_row
+from reportgen.results.rows import aa_row, zero_gradients_row
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 

@@ -48,8 +48,8 @@ from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import StepPeak, format_bytes
 from reportgen.results import TWIN, Role, Row, Status
-from reportgen.results.raised import raised_status
-from reportgen.results.rows import exception_message, zero_count_row
+from reportgen.results.compared import zero_count_row
+from reportgen.results.raised import exception_message, raised_status
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 
