@@ -39,6 +39,10 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is, so it takes the same path as Ctrl-C (partial frame kept, exit 143)."""
 
 
+#: Words of every :class:`InstrumentRefused` message (``reportgen.report.diagnose`` matches them).
+INSTRUMENT_REFUSED = "under reportgen's own instrument"
+
+
 class InstrumentRefused(RuntimeError):
     """reportgen's own instrument (a ``TorchDispatchMode``: the memory tracker, a FLOP or op counter) could
     not run the user's model, e.g. torch.compile refuses compiled code under it. The row it would have

@@ -190,24 +190,16 @@ def _experiment(setup) -> list[Row]:
     criterion = "cuda_peak_allocated_bytes" if cuda else "saved_activation_bytes"
     measure = (lambda b, rc: cuda_peak_bytes(setup, rc, b)) if cuda else (lambda b, rc: saved_bytes(setup, rc, b))
     what = "peak allocated CUDA bytes of a warm training step" if cuda else "bytes of activations saved for backward"
-    rows: list[Row] = []
 
     t0 = time.perf_counter()
     log.info("larger batch: measuring the plain twin at batch %d (%s)", base, criterion)
     reference, _ = measure(base, False)
     said, seconds = f"reference: {what} of the plain twin at the base batch", time.perf_counter() - t0
     columns = {"metric": criterion, "unit": "B"}
-    rows.append(
-        _flagged(
-            f"plain at batch {base}",
-            Role.REFERENCE,
-            said,
-            value=reference,
-            seconds=seconds,
-            extra={"batch_size": base},
-            **columns,
-        )
-    )
+    item = f"plain at batch {base}"
+    rows = [
+        _flagged(item, Role.REFERENCE, said, value=reference, seconds=seconds, extra={"batch_size": base}, **columns)
+    ]
     t0 = time.perf_counter()
     found, probes = largest_fitting_batch(make_probe(lambda b: measure(b, True), reference), base, ceiling)
     for p in probes:
@@ -289,16 +281,8 @@ def _experiment(setup) -> list[Row]:
             label = f"{'recompute at the larger' if name == 'larger' else 'plain at the base'} batch"
             said = f"{label}: mean ± sample std over {len(values)} seeds {mean:.6g} ± {std:.3g}"
             spread = {"batch_size": batch_size, "std": std, "n_seeds": len(values), "run_label": label}
-            rows.append(
-                _flagged(
-                    f"all seeds batch {batch_size}",
-                    Role.MEAN,
-                    said,
-                    metric=f"mean_{task.metric}",
-                    value=mean,
-                    extra=spread,
-                )
-            )
+            item = f"all seeds batch {batch_size}"
+            rows.append(_flagged(item, Role.MEAN, said, metric=f"mean_{task.metric}", value=mean, extra=spread))
     return rows
 
 

@@ -170,8 +170,8 @@ def why_lines(frame, most: int = 3) -> list[str]:
     said: dict[str, tuple[list[str], str]] = {}
     if "fix" not in frame.columns:  # no diagnosis row (e.g. only NOT_RUN checks)
         return []
-    for check, rule, fix in frame.loc[frame.role == Role.DIAGNOSIS, ["check", "rule", "fix"]].values:
-        said.setdefault(rule or fix, ([], fix))[0].append(check)
+    for check, fix in frame.loc[frame.role == Role.DIAGNOSIS, ["check", "fix"]].values:
+        said.setdefault(fix, ([], fix))[0].append(check)  # one line per fix, as page 1 groups them
     return [f"reportgen: fix ({', '.join(checks)}): {fix}" for checks, fix in list(said.values())[:most]]
 
 

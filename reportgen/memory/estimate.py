@@ -245,7 +245,6 @@ def transformer_shape(
     first = next((t for _, t in named_tensors(inputs, "input")), None)
     if not wrapped_paths or first is None or first.dim() < 2:
         return None
-    inputs = first
     try:
         layer = model.get_submodule(wrapped_paths[0])
     except AttributeError:
@@ -261,7 +260,7 @@ def transformer_shape(
     if heads is None or width is None:
         return None
     return TransformerShape(
-        s=int(inputs.shape[1]), b=int(inputs.shape[0]), h=width, a=heads, element_bytes=dtype.itemsize, layernorms=norms
+        s=int(first.shape[1]), b=int(first.shape[0]), h=width, a=heads, element_bytes=dtype.itemsize, layernorms=norms
     )
 
 

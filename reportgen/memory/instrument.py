@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from reportgen.errors import InstrumentRefused
+from reportgen.errors import INSTRUMENT_REFUSED, InstrumentRefused
 
 #: torch's words when torch.compile refuses a frame under a dispatch mode (torch/_dynamo, 2.13).
 REFUSED_UNDER_MODE = ("non-infra torch dispatch mode present", "found no compiled frames")
@@ -37,8 +37,8 @@ def instrument(what: str) -> Iterator[None]:
         if any(words in said for words in REFUSED_UNDER_MODE):
             quoted = said.strip().splitlines()[0]
             raise InstrumentRefused(
-                f"{what} could not run this model: torch.compile refuses the model's compiled code under "
-                f"reportgen's own instrument (a TorchDispatchMode), not because of recompute ({quoted})"
+                f"{what} could not run this model: torch.compile refuses the model's compiled code "
+                f"{INSTRUMENT_REFUSED} (a TorchDispatchMode), not because of recompute ({quoted})"
             ) from exc
         raise
     finally:

@@ -50,11 +50,8 @@ def warm_step_peak(
     (torch.cuda memory-statistics docs), so both peaks describe the same step.
 
     Args:
-        model: a twin in train mode (its weights change: a training step runs).
-        batch: ``(inputs, targets)``, e.g. ``[batch, features]`` and ``[batch]``, on the model's device.
-        task: its ``loss(output, target) -> scalar``, or its own step (:func:`reportgen.memory.saved.make_train_step`).
-        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``).
-        forward_seed: seeds every generator before each forward (None = leave them alone).
+        model, batch, task, optimizer_cfg, forward_seed: as for :func:`reportgen.memory.saved.make_train_step`
+            (``batch`` on the model's device; ``model``'s weights change: a training step runs).
         warm_steps: untracked training steps first (0: an optimizer step on zero gradients).
 
     Returns:

@@ -18,7 +18,7 @@ Saved-tensor hooks bypass autograd's in-place checks and change what is stored, 
 measure memory in runs separate from the parity runs (docs/architecture.md).
 
 Also the training-step helpers every measuring check shares: :func:`make_train_step`,
-:func:`training_optimizer` and :func:`cuda_step_peaks`.
+:func:`training_optimizer`, :func:`timed` and :func:`cuda_step_peaks`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -189,9 +190,6 @@ def saved_activation_bytes(
     contexts: list[Any] = []
     restore: list[Any] = []
 
-    def push(name: str):
-        return lambda module, args: stack.append(name)
-
     produced: dict[tuple, str] = {}  # storage key of a listed module's output -> its path
     produced_refs: list[Any] = []  # outputs held until the count is done: no address reuse
 
@@ -224,7 +222,7 @@ def saved_activation_bytes(
                     **{**fn.keywords, "context_fn": _tracking_context_fn(fn.keywords["context_fn"], contexts, owner)},
                 )
         if name in paths:
-            handles.append(module.register_forward_pre_hook(push(name)))
+            handles.append(module.register_forward_pre_hook(lambda module, args, name=name: stack.append(name)))
             handles.append(module.register_forward_hook(pop, always_call=True))
 
     def pack(t: Tensor) -> Tensor:
@@ -301,6 +299,17 @@ def make_train_step(
     return TrainStep(model, batch, task, optimizer, make_scheduler(task, optimizer), forward_seed)
 
 
+def timed(step: Callable[[], None], device: torch.device) -> float:
+    """Wall time of one call of ``step``, ms, synchronized on both sides on CUDA."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+
 def training_optimizer(setup: Setup) -> Any:
     """The optimizer node of a representative training step: ``budget.optimizer``."""
     return setup.cfg.budget.optimizer
@@ -327,14 +336,8 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
         raise RuntimeError(f"CUDA peaks need a CUDA device, this run is on {device}")
     gc.collect()
     torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
-    model = setup.build(recompute)
-    step = make_train_step(
-        model,
-        setup.batch if batch is None else batch,
-        setup.task,
-        training_optimizer(setup),
-        setup.cfg.forward_seed,
-    )
+    model, batch = setup.build(recompute), setup.batch if batch is None else batch
+    step = make_train_step(model, batch, setup.task, training_optimizer(setup), setup.cfg.forward_seed)
     for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
         step()
     torch.cuda.synchronize(device)

@@ -12,9 +12,6 @@ from dataclasses import dataclass, field
 
 from reportgen.memory.saved import REST, SavedActivations
 
-#: Phases of a training step, in order (``recompute`` happens inside backward).
-PHASES = ("forward", "backward", "recompute", "optimizer step")
-
 #: Categories of what is alive at the peak, in report order; they sum to the peak. From
 #: MemTracker: parameters, buffers, gradients (of parameters), optimizer state (also the
 #: optimizer step's own temporaries: MemTracker files everything created in ``step()`` there),
@@ -55,7 +52,8 @@ class StepPeak:
         peak_bytes: live tensor bytes at the peak, B (every category below, summed).
         baseline_bytes: live tensor bytes when the step starts (weights, optimizer state, the
             batch), B.
-        phase: one of :data:`PHASES`: what was running when the peak was reached.
+        phase: what was running when the peak was reached: ``forward``, ``backward``, ``recompute`` (inside
+            backward) or ``optimizer step``.
         module: innermost module running at the peak, plain-model path (``""`` = the root
             module; :data:`OUTSIDE` when none ran, e.g. in the optimizer step).
         region: during ``recompute``, the plain-model path of the region being recomputed
@@ -64,8 +62,6 @@ class StepPeak:
             peak, per region that produced them (empty without recompute), B.
         categories: ``{category: bytes}`` alive at the peak, keys :data:`CATEGORIES`, B.
         device: the device counted (``"cpu"``, ``"cuda:0"``).
-        phase_peaks: ``{phase: bytes}``, the peak of live tensor bytes within each phase of
-            :data:`PHASES` that ran (the largest of them is ``peak_bytes``), B.
         cuda: on CUDA, ``{"peak_allocated_bytes", "peak_reserved_bytes",
             "baseline_allocated_bytes"}`` of the same step (``torch.cuda`` memory statistics,
             reset right before it), B; None elsewhere.
@@ -80,7 +76,6 @@ class StepPeak:
     device: str
     recomputed_by_region: dict[str, int] = field(default_factory=dict)
     cuda: dict[str, int] | None = None
-    phase_peaks: dict[str, int] = field(default_factory=dict)
 
     def largest_region(self) -> tuple[str, int] | None:
         """``(region path, bytes)`` of the region with the most recomputed activations alive

@@ -44,7 +44,6 @@ class StepTracker(MemTracker):
         self._handles: list[Any] = []
         self._saved_hooks: Any = None
         self._peak_where: dict[torch.device, tuple] = {}
-        self._phase_peaks: dict[torch.device, dict[str, int]] = {}
 
     # -- marking saved and recomputed storages -------------------------------------------
     def _mark(self, kind: str, t: Any) -> None:
@@ -137,18 +136,14 @@ class StepTracker(MemTracker):
         return res
 
     def _update_peak_stats(self, peak_state: Any) -> None:
-        """The device-wide peak only, where it happened, and the peak within each phase. MemTracker's own version also
-        updates every active module's local peak with a deep copy after each op, which this
-        report does not read and which made a 24-layer fake step 40x slower."""
-        phase = self._phase()
+        """The device-wide peak only, and where it happened. MemTracker's own version also updates every
+        active module's local peak with a deep copy after each op, which this report does not read and
+        which made a 24-layer fake step 40x slower."""
         for dev, dev_snap in self._curr_mem_snap.items():
-            per_phase = self._phase_peaks.setdefault(dev, {})
-            if per_phase.get(phase, -1) < dev_snap[_TOTAL_KEY]:
-                per_phase[phase] = int(dev_snap[_TOTAL_KEY])
             if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
                 self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
                 self._peak_mem_snap[dev] = dict(dev_snap)
-                self._peak_where[dev] = (phase, self._innermost(), self._region(), dict(self._live))
+                self._peak_where[dev] = (self._phase(), self._innermost(), self._region(), dict(self._live))
 
     # -- what is running ---------------------------------------------------------------------
     def _phase(self) -> str:
@@ -221,7 +216,6 @@ class StepTracker(MemTracker):
             categories,
             str(device),
             by_region,
-            phase_peaks=dict(self._phase_peaks.get(device, {})),
         )
 
     def live_bytes(self, device: torch.device) -> int:

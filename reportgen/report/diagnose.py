@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.config import CONTROLS
+from reportgen.errors import INSTRUMENT_REFUSED
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, rank_failed_fix
 from reportgen.report.diagnose_unexplained import BAD, generator, quote, unexplained
@@ -88,6 +89,15 @@ HAZARDS: tuple[Rule, ...] = (
         "at this size",
         "if the model is healthy and the check only slow or large here, raise checks.timeout_s (or "
         "checks.max_rss_gib); otherwise the log shows where the check was stopped: make that region return",
+    ),
+    Rule(
+        "reportgen's instrument refused",
+        lambda rows, s: _raised(rows, INSTRUMENT_REFUSED),
+        "reportgen's own measuring instrument (a TorchDispatchMode: the memory tracker, the FLOP or op counter) "
+        "could not run this model, because torch.compile refuses the model's compiled code under it; that figure "
+        "is unmeasured, and nothing in it says recomputation is wrong",
+        "nothing to change for recompute; to measure that figure, let the compiled function fall back to eager "
+        "code (torch.compile without fullgraph=True) or run it uncompiled for the report (the row quotes torch)",
     ),
     Rule(
         "region returned a tensor it did not create",

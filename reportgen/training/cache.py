@@ -42,12 +42,6 @@ class Rejected(Exception):
     stored for other inputs, refused by ``weights_only`` loading); the message says which."""
 
 
-def cache_enabled(cfg) -> bool:
-    """``cfg.cache.enabled`` (True when the config has no ``cache`` group)."""
-    group = cfg.get("cache") if hasattr(cfg, "get") else None
-    return bool(group.get("enabled", True)) if group is not None else True
-
-
 def cache_dir(cfg=None) -> Path | None:
     """The cache folder for this process, or ``None`` when caching is off: ``cache.enabled=false`` or
     ``$REPORTGEN_CACHE_DIR=off``; else that variable when set, else ``<hydra.sweep.dir>/.reportgen-cache`` in a
@@ -56,7 +50,8 @@ def cache_dir(cfg=None) -> Path | None:
     Args:
         cfg: the composed config; ``cache.enabled=false`` turns the cache off.
     """
-    if cfg is not None and not cache_enabled(cfg):
+    group = cfg.get("cache") if hasattr(cfg, "get") else None  # no ``cache`` group: enabled
+    if group is not None and not group.get("enabled", True):
         return None
     configured = os.environ.get(ENV, "").strip()
     if configured.lower() == "off":

@@ -18,7 +18,7 @@ import torch
 from reportgen.config import BudgetConfig, LargerBatchConfig, ParityConfig, TimingConfig
 from reportgen.errors import SetupError
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import make_train_step, training_optimizer
+from reportgen.memory.saved import make_train_step, timed, training_optimizer
 from reportgen.results.distance import measure, tolerances
 from reportgen.training.loop import evaluate
 from reportgen.twins.setup import NOT_DRAWN, Setup
@@ -43,12 +43,10 @@ class Estimate:
         upper: ``{phase: seconds}`` of the phases that stop on a criterion, at their cap (the adaptive
             timing: ``timing.max_measure_seconds``).
         drivers: ``{phase: the settings that set its length}``, e.g. ``"parity.steps=8 × 3 twins × 4.1 ms"``.
-        step_ms: ``{"plain@64": ms, "recompute@64": ms, ...}``: the timed step per twin and batch size, ms.
     """
 
     phases: dict[str, float] = field(default_factory=dict)
     drivers: dict[str, str] = field(default_factory=dict)
-    step_ms: dict[str, float] = field(default_factory=dict)
     upper: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -110,22 +108,9 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
             if batch_size == setup.config.parity.batch_size and setup.batch is not NOT_DRAWN
             else setup.make_batch(batch_size, setup.config.seed)
         )
-        step = make_train_step(
-            setup.build(recompute, compiled=False),
-            batch,
-            setup.task,
-            training_optimizer(setup),
-            setup.config.forward_seed,
-        )
-        times = []
-        for _ in range(max(2, steps)):
-            if setup.device.type == "cuda":
-                torch.cuda.synchronize(setup.device)
-            start = time.perf_counter()
-            step()
-            if setup.device.type == "cuda":
-                torch.cuda.synchronize(setup.device)
-            times.append(time.perf_counter() - start)
+        model = setup.build(recompute, compiled=False)
+        step = make_train_step(model, batch, setup.task, training_optimizer(setup), setup.config.forward_seed)
+        times = [timed(step, setup.device) / 1e3 for _ in range(max(2, steps))]
     return min(times[1:])
 
 
@@ -159,7 +144,6 @@ def estimate_run(setup: Setup) -> Estimate:
     def step(recompute: bool, batch: int) -> float:
         if (recompute, batch) not in measured:
             measured[(recompute, batch)] = step_seconds(setup, recompute, batch)
-            est.step_ms[f"{'recompute' if recompute else 'plain'}@{batch}"] = measured[(recompute, batch)] * 1e3
         return measured[(recompute, batch)]
 
     pb = parity.batch_size

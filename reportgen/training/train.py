@@ -30,9 +30,6 @@ class BudgetRuns:
     def __init__(self) -> None:
         self._runs: dict[tuple, TrainResult] = {}
 
-    def __len__(self) -> int:
-        return len(self._runs)
-
     def get(
         self, setup: Setup, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0, rounding: bool = False
     ) -> TrainResult:

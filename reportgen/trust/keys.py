@@ -113,23 +113,14 @@ def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
     except ValueError:
         raise KeyFileError(f"{path}: not a PEM private key") from None
     key = _check_supported(key, path)
-    _check_private_mode(path)
-    return key
-
-
-def _check_private_mode(path: Path) -> None:
-    """Refuse a private key file that group or others may read or write, as ssh does.
-
-    Raises:
-        KeyFileError: the mode has any of the 0o077 bits; the message gives the ``chmod``.
-    """
     mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
+    if mode & 0o077:  # as ssh does
         raise KeyFileError(
             f"{path}: the private key is accessible by others (mode {mode:04o}); anyone who can "
             f"read it can sign reports as you. Run `chmod 600 {path}` (and make a new key with "
             f"`{GENERATE_COMMAND}` if others may have read it)"
         )
+    return key
 
 
 def load_public_key(path: str | os.PathLike) -> ec.EllipticCurvePublicKey:

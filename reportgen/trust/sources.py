@@ -200,11 +200,8 @@ def named_paths(config) -> list[Path]:
     found: set[Path] = set()
 
     def walk(node) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, (list, tuple)):
-            for value in node:
+        if isinstance(node, (dict, list, tuple)):
+            for value in node.values() if isinstance(node, dict) else node:
                 walk(value)
         elif isinstance(node, str) and node and "\n" not in node and len(node) < 4096:
             path = Path(node).expanduser()
@@ -225,8 +222,4 @@ def named_file_digests(config) -> dict[str, str]:
     files: list[Path] = []
     for path in named_paths(config):
         files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    out = {}
-    for path in files:
-        kind = special_kind(path)
-        out[str(path)] = kind if kind else digest_files([path])[str(path)]
-    return out
+    return {str(path): special_kind(path) or digest_files([path])[str(path)] for path in files}

@@ -66,11 +66,10 @@ def check_task_contract(setup: Any) -> None:
     Raises:
         TaskContractError: the first breach found; the message names the contract and the fix.
     """
-    task = setup.task
     python_state, numpy_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):  # torch's CPU RNG is restored on exit
-            _check(setup, task)
+            _check(setup, setup.task)
     finally:
         random.setstate(python_state)
         np.random.set_state(numpy_state)

@@ -74,11 +74,11 @@ def observe_recompute(
         handle.remove()
         model.zero_grad(set_to_none=True)
     if whole_modules:
-        _add_whole_modules(model, names, ran, again)
+        _add_whole_modules(names, ran, again)
     return [p for p in again if not any(p.startswith(q + ".") or (q == "" and p) for q in again if q != p)]
 
 
-def _add_whole_modules(model: nn.Module, names: dict, ran: set[str], again: list[str]) -> None:
+def _add_whole_modules(names: dict, ran: set[str], again: list[str]) -> None:
     """Insert into ``again`` (before its first child) every non-root module that ran in the forward,
     did not run again itself, and whose children that ran and hold parameters all ran again (all
     its children that ran, when none holds parameters); innermost first, so a module whose children

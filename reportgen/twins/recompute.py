@@ -126,10 +126,6 @@ def resolve_ops(names: list[str]) -> list[torch._ops.OpOverload]:
     return ops
 
 
-def _save_listed(ops: frozenset, ctx, func, *args, **kwargs) -> CheckpointPolicy:
-    return CheckpointPolicy.MUST_SAVE if func in ops else CheckpointPolicy.PREFER_RECOMPUTE
-
-
 def _periodic_policy(ops: frozenset, periods: dict) -> Callable:
     """A fresh policy for one region's call: ops of ``periods`` (``{overload: n}``) are saved only on
     their 1st, (n+1)-th ... call, counted separately in the forward and in the recompute (as
@@ -150,7 +146,7 @@ def _periodic_policy(ops: frozenset, periods: dict) -> Callable:
 
 
 def _periodic_context(ops: frozenset, periods: dict):
-    """``context_fn`` of a selective region with periods: a new counting policy per call."""
+    """``context_fn`` of a selective region: a new policy per call (its period counts start afresh)."""
     return create_selective_checkpoint_contexts(_periodic_policy(ops, periods))
 
 
@@ -185,11 +181,7 @@ def checkpoint_kwargs(rc: RecomputeConfig) -> tuple[CheckpointImpl, dict]:
             raise RecomputeConfigError("recompute.mode=selective needs recompute.save_ops, e.g. ['aten.mm']")
         ops = frozenset(resolve_ops(list(rc.save_ops)))
         periods = resolve_periods(rc.save_period, list(rc.save_ops))
-        if periods:
-            kwargs["context_fn"] = functools.partial(_periodic_context, ops, periods)
-        else:
-            policy = functools.partial(_save_listed, ops)
-            kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
+        kwargs["context_fn"] = functools.partial(_periodic_context, ops, periods)
     elif rc.save_ops or rc.save_period:
         raise RecomputeConfigError("recompute.save_ops and save_period are only used with recompute=selective")
     return CheckpointImpl.NO_REENTRANT, kwargs

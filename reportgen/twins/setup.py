@@ -119,10 +119,6 @@ class Setup:
         rtol, atol = self.config.parity.rtol, self.config.parity.atol
         return (rtol, atol) if self.autocast_dtype is None else tolerances(self.autocast_dtype, rtol, atol)
 
-    def twins(self) -> tuple[nn.Module, nn.Module]:
-        """``(plain, recompute)`` twins built from the same ``state_dict``."""
-        return self.build(False), self.build(True)
-
     def make_batch(self, batch_size: int, seed: int) -> Batch:
         """A task batch of ``batch_size`` examples drawn with ``seed``, on device."""
         generator = torch.Generator().manual_seed(seed)

@@ -107,11 +107,8 @@ def one_build(module: nn.Module, seed: int, rebuild: Callable[[], nn.Module]) ->
             because = f"copy.deepcopy cannot copy the model ({type(exc).__name__}: {exc})"
     if because:
         probe = rebuild()
-        template = Template(module, seed, rng_state, rebuild, because)
-    else:
-        template = Template(module, seed, rng_state)
     torch.set_rng_state(rng_state)
-    return template, probe
+    return Template(module, seed, rng_state, rebuild if because else None, because), probe
 
 
 def release_memory() -> None:

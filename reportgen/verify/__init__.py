@@ -87,11 +87,6 @@ class Outcome:
     checks: list[Check]
     verdict: str | None = None
 
-    @property
-    def verified(self) -> bool:
-        """True when no check failed."""
-        return not any(c.status == FAIL for c in self.checks)
-
 
 #: The signed run's claim, first on the last line, so a reviewer reading only that line sees the verdict.
 SIGNED_CLAIM: dict[str, str] = {

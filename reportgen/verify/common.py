@@ -9,7 +9,7 @@ import copy
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -191,8 +191,7 @@ class Document(DocumentSpec):
     @classmethod
     def of(cls, label: str, spec: DocumentSpec, check_predicate: Callable[[dict], str]) -> Document:
         """The document whose files and predicate type are ``spec``'s."""
-        files = {f.name: getattr(spec, f.name) for f in fields(DocumentSpec)}
-        return cls(label=label, check_predicate=check_predicate, **files)
+        return cls(label=label, check_predicate=check_predicate, **asdict(spec))
 
 
 @dataclass

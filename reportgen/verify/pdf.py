@@ -22,9 +22,8 @@ from reportgen.verify.outcome import Check, VerifyError, attempt, require, sha25
 
 @dataclass
 class PdfEvidence:
-    """What a signed report.pdf carries: its bytes, attachments by name, and check results."""
+    """What a signed report.pdf carries: its attachments by name, and check results."""
 
-    data: bytes
     attachments: dict[str, bytes]
     checks: list[Check]
 
@@ -180,7 +179,7 @@ def check_pdf(
 
     checks.append(attempt("PDF signature found", read))
     if "signature" not in state:
-        return PdfEvidence(data, {}, checks)
+        return PdfEvidence({}, checks)
     signature = state["signature"]
 
     def pades() -> str:
@@ -220,7 +219,7 @@ def check_pdf(
         return ", ".join(sorted(files))
 
     checks.append(attempt("PDF attachments", attachments))
-    return PdfEvidence(data, state.get("files", {}), checks)
+    return PdfEvidence(state.get("files", {}), checks)
 
 
 def first_revision_digests(data: bytes) -> set[str]:

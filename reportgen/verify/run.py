@@ -47,10 +47,8 @@ def status_mismatches(frame, config: dict | None = None) -> list[str]:
     problems = []
     for record in frame.to_dict("records"):
         record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}
-        stated, name = (
-            record.get("status"),
-            (f"{record.get('check')} / {record.get('item')} / {record.get('variant')} / {record.get('metric')}"),
-        )
+        stated = record.get("status")
+        name = f"{record.get('check')} / {record.get('item')} / {record.get('variant')} / {record.get('metric')}"
         configured = configured_on_miss(record, config)
         if record.get("comparator") and configured and (record.get("on_miss") or Status.FAIL) != configured:
             problems.append(f"row {name} says on_miss {record.get('on_miss')!r}; its check misses as {configured}")
@@ -178,19 +176,6 @@ def verify_run_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> Verifi
     found = verify_signed_pdf(data, public_key, RUN)[0]
     found.checks = _with_verdict(found)
     return found
-
-
-def verify_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey) -> list[Check]:
-    """All checks of a lone signed report.pdf (``reportgen.verify``, 1-8), from the PDF alone.
-
-    Args:
-        data: the PDF file.
-        public_key: the reviewer's ``--key``.
-
-    Returns:
-        One :class:`Check` per line printed.
-    """
-    return verify_run_pdf(data, public_key).checks
 
 
 def verify_run(run_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Verified:

@@ -5,11 +5,11 @@ import pytest
 import torch
 from conftest import compose_config
 
-from reportgen.checks.timing.check import interleaved_times, step_flops, timed, warm_step_time
+from reportgen.checks.timing.check import interleaved_times, step_flops, warm_step_time
 from reportgen.checks.timing.rows import flops_row, median_rows, overhead_row
 from reportgen.commands.run import prepare
 from reportgen.config import TIME
-from reportgen.memory.saved import make_train_step
+from reportgen.memory.saved import make_train_step, timed
 from reportgen.results import Role, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 
@@ -118,7 +118,7 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
     tensor backward needs (ReLU's output) is rebuilt, so the down-projection (8·B·S·W²) is not
     rerun: (54 + 10) / 54 = 32/27."""
     setup = prepare(compose_config("+model=granularity", "parity.batch_size=2", user_conf=True))
-    plain, recompute = setup.twins()
+    plain, recompute = setup.build(False), setup.build(True)
     optimizer = {"_target_": "torch.optim.SGD", "lr": 0.0}
     flops = {
         v: step_flops(make_train_step(m, setup.batch, setup.task, optimizer))

@@ -50,3 +50,24 @@ def test_the_console_warn_lines_of_a_run_end_with_their_advice(tmp_path, capsys)
     for check, detail in warned[["check", "detail"]].values:
         line = next(x for x in out.splitlines() if x.startswith(f"reportgen: WARN {check}: "))
         assert line.endswith(detail.split("; ")[-1]), line
+
+
+def test_fix_lines_are_one_per_fix_as_page_one_groups_them():
+    """The same rule with evidence-specific fixes gives a line each; two rules with one fix give one line."""
+    from reportgen.commands.run import why_lines
+    from reportgen.results import Role, Row, to_frame
+
+    def diagnosis(check, rule, fix):
+        return Row.fact(check, "why it fails", Role.DIAGNOSIS, "", extra={"rule": rule, "fix": fix})
+
+    frame = to_frame(
+        [
+            diagnosis("gradient parity", "rng", "set preserve_rng_state=true"),
+            diagnosis("trajectory parity", "rng", "seed the module's own generator"),
+            diagnosis("state parity", "buffers", "set preserve_rng_state=true"),
+        ]
+    )
+    assert why_lines(frame) == [
+        "reportgen: fix (gradient parity, state parity): set preserve_rng_state=true",
+        "reportgen: fix (trajectory parity): seed the module's own generator",
+    ]

@@ -41,3 +41,7 @@ def test_a_healthy_model_with_a_compiled_function_in_its_regions_is_never_called
     assert not frame.status.isin(["FAIL", "ERROR"]).any()
     for check in ("gradient parity", "warm-step time", "task metrics"):  # after the memory tracker ran
         assert (frame[frame.check == check].status != "ERROR").all()
+    why = frame[(frame.check == "warm-step memory") & (frame.role == "diagnosis")]  # the instrument, not the model
+    assert code == 0 or why.rule.tolist() == ["reportgen's instrument refused"]
+    html = (tmp_path / "report.html").read_text()
+    assert "its rows are listed as they are" not in html  # the not-estimated step-peak row has its estimate_shape

@@ -19,7 +19,7 @@ from reportgen.trust.keys import fingerprint, load_public_key, load_signing_key
 from reportgen.trust.statement import sign_statement
 from reportgen.verify import main, verify
 from reportgen.verify.outcome import FAIL, NOTE, PASS
-from reportgen.verify.run import verify_pdf
+from reportgen.verify.run import verify_run_pdf
 
 #: Every file a signed run folder vouches for, and the two signed outputs themselves.
 SIGNED_ARTIFACTS = [
@@ -143,7 +143,7 @@ def test_flipping_one_byte_anywhere_in_a_signed_artifact_fails(run, public, name
         path.write_bytes(bytes(flipped))
         assert failed(verify(run, public)), f"{name}: byte {position} changed, run folder still verifies"
         if name == "report.pdf":
-            assert failed(verify_pdf(bytes(flipped), public)), f"byte {position} changed, PDF still verifies"
+            assert failed(verify_run_pdf(bytes(flipped), public).checks), f"byte {position} changed, PDF still verifies"
     path.write_bytes(original)
     assert not failed(verify(run, public))
 
@@ -167,13 +167,13 @@ def test_flips_inside_the_signature_contents_fail(run, public):
     for what, (position, mask) in edits.items():
         flipped = bytearray(pdf)
         flipped[position] ^= mask
-        assert failed(verify_pdf(bytes(flipped), public)), what
+        assert failed(verify_run_pdf(bytes(flipped), public).checks), what
 
 
 def test_bytes_appended_after_the_signature_fail(run, public):
     pdf = (run / "report.pdf").read_bytes()
     for tail in (b"\n", b"%%EOF\n", b"\x00"):
-        assert any("PDF signature" in line for line in failed(verify_pdf(pdf + tail, public)))
+        assert any("PDF signature" in line for line in failed(verify_run_pdf(pdf + tail, public).checks))
 
 
 def test_a_signed_statement_whose_verdict_does_not_follow_from_its_numbers_fails(keys_and_run, tmp_path, public):

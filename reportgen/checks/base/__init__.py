@@ -54,7 +54,6 @@ class Section:
     roles: tuple[Role, ...] = ()
 
     def __post_init__(self) -> None:
-        # A role given by its value ("loss") becomes the member; one that is not a Role raises ValueError here.
         object.__setattr__(self, "roles", tuple(Role(r) for r in self.roles))
 
 

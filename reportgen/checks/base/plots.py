@@ -173,24 +173,12 @@ def larger_batch_plots(rows: pd.DataFrame) -> list[Plot]:
         fig = Figure(figsize=(7.5, 2.4))
         ax = fig.subplots()
         ax.axhline(reference / 2**20, color="#1f5fa8", lw=1.5, label="plain at the base batch (reference)")
-        ax.scatter(
-            probes.batch_size[fits],
-            probes.value[fits] / 2**20,
-            color="#0a7d2e",
-            marker="o",
-            s=18,
-            label="fits",
-            rasterized=True,
-        )
-        ax.scatter(
-            probes.batch_size[~fits],
-            probes.value[~fits] / 2**20,
-            color="#b01c1c",
-            marker="x",
-            s=22,
-            label="does not fit",
-            rasterized=True,
-        )
+        for part, color, marker, size, label in (
+            (fits, "#0a7d2e", "o", 18, "fits"),
+            (~fits, "#b01c1c", "x", 22, "does not fit"),
+        ):
+            x, y = probes.batch_size[part], probes.value[part] / 2**20
+            ax.scatter(x, y, color=color, marker=marker, s=size, label=label, rasterized=True)
         if not found.empty and pd.notna(found.value.iloc[0]):
             ax.axvline(float(found.value.iloc[0]), color="#5a2a7a", ls=":", lw=1.2, label="batch found")
         ax.set_xscale("log", base=2)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 
 from reportgen.rng import capture, fingerprint, restore, seed_all
 from reportgen.twins.recompute import named_inner_modules, plain_name
@@ -44,13 +44,6 @@ class Switch:
 def floating(value: Any) -> bool:
     """True for a floating-point tensor (what a fault may move; ids, masks and counters stay)."""
     return isinstance(value, Tensor) and value.is_floating_point()
-
-
-def any_floating(args: Any, kwargs: Any) -> bool:
-    """True when the call's positional or keyword arguments hold a floating tensor at any depth."""
-    found = []
-    tree_map(lambda v: found.append(floating(v)), (args, kwargs))
-    return any(found)
 
 
 def shift(x: Tensor, share: float, seed: int) -> Tensor:
@@ -296,7 +289,7 @@ def observing(model: nn.Module, path: str) -> Iterator[Region]:
     def recorder(name: str):
         def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
             if recomputing():
-                again[name] = again.get(name, False) or any_floating(args, kwargs)
+                again[name] = again.get(name, False) or any(floating(v) for v in tree_leaves((args, kwargs)))
 
         return pre
 

@@ -204,13 +204,16 @@ def faulty_run(setup: Setup, inject: Callable[[nn.Module], AbstractContextManage
 def gradient_control(
     setup: Setup, base: Baseline, fault: str, inject: Callable[[nn.Module], AbstractContextManager], said: str
 ) -> Row:
-    """One fault gradient parity must catch: some parameter gradient of the faulty twin outside tolerance.
+    """One fault gradient parity must catch: some parameter gradient of the faulty twin outside tolerance (a
+    fault on the region's inputs, :data:`ACTIVATION` or :data:`LOST`, applies only where they are floating).
 
     Args:
         fault: the control's name (row item).
         inject: ``fn(recompute twin) -> context manager`` that installs the fault on it.
         said: what the fault was, for the detail.
     """
+    if fault in (ACTIVATION, LOST) and not base.region.floating_inputs:
+        return inputs_not_floating(fault, base.region)
     if base.grads_fail:
         return not_needed(fault, base.grads_fail)
     region, size = base.region.path, base.size_said if fault == ACTIVATION else ""
@@ -241,8 +244,6 @@ def gradient_control(
 
 def activation(setup: Setup, base: Baseline) -> Row:
     """Control 1: the region recomputes from inputs moved by ``controls.size`` tolerance units."""
-    if not base.region.floating_inputs:
-        return inputs_not_floating(ACTIVATION, base.region)
     said = f"region {named(base.region.path)} recomputed from its activation moved by {base.size_said}"
     seed, points = int(setup.config.seed), base.region.hook_points
     return gradient_control(
@@ -269,8 +270,6 @@ def rng_control(setup: Setup, base: Baseline) -> Row:
 
 def lost(setup: Setup, base: Baseline) -> Row:
     """Control 4: the region recomputes from zeros that carry no gradient."""
-    if not base.region.floating_inputs:
-        return inputs_not_floating(LOST, base.region)
     said = f"region {named(base.region.path)} recomputed from its activation times zero"
     points = base.region.hook_points
     return gradient_control(setup, base, LOST, lambda twin: zeroed_inputs(modules_of(twin, points)), said)

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable
-
-import torch
 
 from reportgen.config import DIST_MEMORY, DIST_TIME, MemoryConfig, TimingConfig
 from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
 from reportgen.distributed.ranks import ranked, twin
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import make_train_step, saved_activation_bytes
+from reportgen.memory.saved import make_train_step, saved_activation_bytes, timed
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.twins.setup import Setup
@@ -34,13 +31,12 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
     (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
     local, paths = local_share(setup, group), [w.path for w in setup.wrapped]
+    task, optimizer, seed = setup.task, setup.config.parity.optimizer, setup.config.forward_seed
     measured = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
         with twin(variant):  # an exception names the twin that raised
             model = spread_twin(setup, group, recompute)
-            measured[variant] = saved_activation_bytes(
-                model, local, setup.task, setup.config.forward_seed, paths
-            ).total_bytes
+            measured[variant] = saved_activation_bytes(model, local, task, seed, paths).total_bytes
     rows = []
     for variant, value in measured.items():
         said = f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"
@@ -52,12 +48,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     for variant, recompute in (("plain", False), ("recompute", True)):
         with twin(variant):
             peaks[variant] = warm_step_peak(
-                spread_twin(setup, group, recompute),
-                local,
-                setup.task,
-                setup.config.parity.optimizer,
-                setup.config.forward_seed,
-                warm_steps=1,
+                spread_twin(setup, group, recompute), local, task, optimizer, seed, warm_steps=1
             )
     for variant, peak in peaks.items():
         at = peak.phase + (f" of {peak.module}" if peak.module else "")
@@ -67,15 +58,8 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         )
         row.extra = {"phase": peak.phase, **(peak.cuda or {})}
         rows.append(ranked(row, group.rank))
-    worst = max_over_ranks(
-        [
-            float(measured["plain"]),
-            float(measured["recompute"]),
-            float(peaks["plain"].peak_bytes),
-            float(peaks["recompute"].peak_bytes),
-        ],
-        group,
-    )
+    figures = [*measured.values(), *(peak.peak_bytes for peak in peaks.values())]  # saved, then peak; plain first
+    worst = max_over_ranks([float(v) for v in figures], group)
     if group.rank != 0:
         return rows
     section: MemoryConfig = setup.config.memory
@@ -167,28 +151,20 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     (:func:`reportgen.results.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
     against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
     tc: TimingConfig = setup.config.timing
-    local = local_share(setup, group)
+    local, task, optimizer = local_share(setup, group), setup.task, setup.config.parity.optimizer
     steps: dict[str, Callable[[], None]] = {
         variant: make_train_step(
-            spread_twin(setup, group, recompute),
-            local,
-            setup.task,
-            setup.config.parity.optimizer,
-            setup.config.forward_seed,
+            spread_twin(setup, group, recompute), local, task, optimizer, setup.config.forward_seed
         )
         for variant, recompute in (("plain", False), ("recompute", True))
     }
-    sync = (lambda: torch.cuda.synchronize(group.device)) if group.device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain": [], "recompute": []}
     for index in range(tc.warmup_steps + tc.measured_steps):
         for variant, step in steps.items():
-            sync()
-            start = time.perf_counter()
-            with twin(variant):
-                step()
-            sync()
+            with twin(variant):  # an exception names the twin that raised
+                took = timed(step, group.device)
             if index >= tc.warmup_steps:
-                times[variant].append((time.perf_counter() - start) * 1e3)
+                times[variant].append(took)
     rows = []
     for variant, ms in times.items():
         said, median = f"median of {len(ms)} warm steps on rank {group.rank}", statistics.median(ms)

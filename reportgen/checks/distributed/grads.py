@@ -29,9 +29,7 @@ def _mean(parts: list[Tensor | None], world_size: int) -> Tensor | None:
     present = [p for p in parts if p is not None]
     if not present or len(present) < len(parts):
         return None
-    total = present[0].double()
-    for p in present[1:]:
-        total = total + p.double()
+    total = sum((p.double() for p in present[1:]), present[0].double())
     return (total / world_size).to(present[0].dtype)
 
 
@@ -93,51 +91,20 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
             model = spread_twin(setup, group, recompute)
             out = forward_backward(model, local, setup.task, seed)
             runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
-        drifts[name] = measure_sync(
-            {f"{n}.grad": g for n, g in runs[name][1].items() if g is not None} | replicated_state(model),
-            group,
-            1,
-            rtol,
-            atol,
-        )
+        held = {f"{n}.grad": g for n, g in runs[name][1].items() if g is not None}
+        drifts[name] = measure_sync(held | replicated_state(model), group, 1, rtol, atol)
     (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
-    rows = [
-        ranked(
-            tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss), group.rank
-        )
-    ]
-    rows += [
-        ranked(
-            tensor_row(
-                DIST_GRADIENT_PARITY,
-                name,
-                plain.output.get(name),
-                rc.output.get(name),
-                rtol,
-                atol,
-                Role.OUTPUT,
-                aa=aa.output.get(name),
-            ),
-            group.rank,
-        )
-        for name in dict.fromkeys([*plain.output, *rc.output])
-    ]
-    rows.append(ranked(local_gradients_row(setup, local, rtol, atol), group.rank))
+    own = [tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
+    for name in dict.fromkeys([*plain.output, *rc.output]):
+        p, r, a = plain.output.get(name), rc.output.get(name), aa.output.get(name)
+        own.append(tensor_row(DIST_GRADIENT_PARITY, name, p, r, rtol, atol, Role.OUTPUT, aa=a))
+    rows = [ranked(row, group.rank) for row in [*own, local_gradients_row(setup, local, rtol, atol)]]
     if group.rank != 0:
         return rows
-    grads = [
-        tensor_row(
-            DIST_GRADIENT_PARITY,
-            f"{name}.grad (full)",
-            plain_g.get(name),
-            rc_g.get(name),
-            rtol,
-            atol,
-            Role.PARAM_GRAD,
-            aa=aa_g.get(name),
-        )
-        for name in sorted(set(plain_g) | set(rc_g))
-    ]
+    grads = []
+    for name in sorted(set(plain_g) | set(rc_g)):
+        p, r, a = plain_g.get(name), rc_g.get(name), aa_g.get(name)
+        grads.append(tensor_row(DIST_GRADIENT_PARITY, f"{name}.grad (full)", p, r, rtol, atol, Role.PARAM_GRAD, aa=a))
     _, reference = reference_grads(setup, group.world_size)
     rows += grads + [aa_row(DIST_GRADIENT_PARITY, rows + grads), zero_gradients_row(DIST_GRADIENT_PARITY, plain_g)]
     rows += [

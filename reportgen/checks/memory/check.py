@@ -227,7 +227,7 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
         ]
     section: MemoryConfig = setup.config.memory
     warm = section.warm_steps
-    rows = []
+    item, rows = "CUDA step peak", []
     for variant, _ in VARIANTS:
         peaks = cuda[variant]
         before, gap = peaks["baseline_allocated_bytes"], peaks["peak_reserved_bytes"] - peaks["peak_allocated_bytes"]
@@ -241,11 +241,7 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
             ("peak_allocated_bytes", allocated, peaks["seconds"]),
             ("peak_reserved_bytes", reserved, 0.0),
         ):
-            rows.append(
-                bytes_row(
-                    "CUDA step peak", Role.CUDA_PEAK, detail, variant, peaks[metric], seconds, extra, metric=metric
-                )
-            )
+            rows.append(bytes_row(item, Role.CUDA_PEAK, detail, variant, peaks[metric], seconds, extra, metric=metric))
     return rows
 
 

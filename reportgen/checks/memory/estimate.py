@@ -140,21 +140,17 @@ PEAK_ESTIMATE_BOUND: Mapping[str, Any] = {
 
 def _timed(setup: Setup, overrides: dict, item: str) -> tuple[Estimate | Row, float]:
     """``(the estimate with these overrides, seconds it took)``, or, when the model cannot be estimated,
-    ``(the row saying why, 0)``."""
+    ``(an INFO row of ``item`` saying why in words, 0)``."""
     start = time.perf_counter()
     try:
         return estimate_or_reason(setup, overrides), time.perf_counter() - start
     except NotEstimableError as exc:
-        return not_estimated_row(item, exc.reason, time.perf_counter() - start), 0.0
-
-
-def not_estimated_row(item: str, reason: str, seconds: float) -> Row:
-    """An INFO row: the GPU-free estimate (``item``) was not made, and ``reason`` (in words) why."""
-    detail = (
-        f"not estimated: saved activations and step peak on fake tensors (no GPU): {reason}. The measured "
-        "figures above stand on their own; the estimate only extrapolates them to other shapes"
-    )
-    return bytes_row(item, Role.ESTIMATE_MEASURED, detail, seconds=seconds, metric=ESTIMATED)
+        detail = (
+            f"not estimated: saved activations and step peak on fake tensors (no GPU): {exc.reason}. The measured "
+            "figures above stand on their own; the estimate only extrapolates them to other shapes"
+        )
+        seconds = time.perf_counter() - start
+        return bytes_row(item, Role.ESTIMATE_MEASURED, detail, seconds=seconds, metric=ESTIMATED), 0.0
 
 
 def estimate_peak_rows(
@@ -169,7 +165,9 @@ def estimate_peak_rows(
             f"not estimated: the step peak at the {where_} (fake tensors): {estimate.peak_error}; the "
             "measured step peak stands on its own"
         )
-        return [bytes_row(item, Role.ESTIMATE_PEAK, detail, seconds=seconds, metric=PEAK)]
+        return [
+            bytes_row(item, Role.ESTIMATE_PEAK, detail, seconds=seconds, extra={"estimate_shape": where_}, metric=PEAK)
+        ]
     rows = []
     for variant in ("plain", "recompute"):
         peak: StepPeak = getattr(estimate, f"{variant}_peak")

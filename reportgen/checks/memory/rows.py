@@ -41,14 +41,9 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
             f"{increase_cause(plain, rec, _classes(setup))}"
         )
     else:
-        why = (
-            "recompute keeps more than the plain run"
-            if rec.total_bytes > plain.total_bytes
-            else f"recompute saves only {share:.1%} of the plain run's saved activations"
-        )
         sentence = (
-            f"negligible saving: {why} (threshold {share_min:.0%}); recomputation is applied but buys almost "
-            "nothing, check recompute.targets"
+            f"negligible saving: recompute saves only {share:.1%} of the plain run's saved activations (threshold "
+            f"{share_min:.0%}); recomputation is applied but buys almost nothing, check recompute.targets"
         )
     rows = []
     after = (

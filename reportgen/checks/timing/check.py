@@ -35,7 +35,7 @@ from reportgen.checks.timing.plots import timing_plots
 from reportgen.checks.timing.rows import VARIANTS, ci_width_row, flops_row, machine_load_row, median_rows, overhead_row
 from reportgen.config import TIME, TimingConfig
 from reportgen.memory.instrument import instrument
-from reportgen.memory.saved import make_train_step, training_optimizer
+from reportgen.memory.saved import make_train_step, timed, training_optimizer
 from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
@@ -56,20 +56,6 @@ def ci_target_reached(target_pp: float, samples: int) -> Callable[[dict[str, lis
     was reached always reports an interval within it (``ci_width_row`` PASS).
     """
     return lambda times: ci_half_width_pp(times, samples) <= target_pp
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(step: Callable[[], None], device: torch.device) -> float:
-    """Wall time of one call of ``step``, ms, synchronized on both sides on CUDA."""
-    _synchronize(device)
-    start = time.perf_counter()
-    step()
-    _synchronize(device)
-    return (time.perf_counter() - start) * 1e3
 
 
 def interleaved_times(
@@ -140,10 +126,11 @@ def warm_step_time(setup: Setup) -> list[Row]:
     """
     tc: TimingConfig = setup.config.timing
     start = time.perf_counter()
-    models = dict(zip(VARIANTS, setup.twins()))
     steps = {
-        v: make_train_step(m, setup.batch, setup.task, training_optimizer(setup), setup.config.forward_seed)
-        for v, m in models.items()
+        v: make_train_step(
+            setup.build(v == "recompute"), setup.batch, setup.task, training_optimizer(setup), setup.config.forward_seed
+        )
+        for v in VARIANTS
     }
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each
     enough = None

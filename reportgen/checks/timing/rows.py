@@ -118,33 +118,26 @@ def median_rows(times: dict[str, list[float]], max_step_time_ms: float | None, s
             )
         took = seconds if variant == "plain" else 0.0
         rows.append(
-            _against(
+            Row.measured(
+                TIME,
                 "median step",
                 "step_time_ms",
                 float(med),
                 "ms",
-                Role.MEDIAN,
-                detail,
-                deadline,
+                role=Role.MEDIAN,
+                detail=detail,
                 variant=variant,
                 seconds=took,
                 extra=extra,
+                **deadline,
             )
         )
     return rows
 
 
-#: A figure without a deadline (the ``deadline`` of :func:`_against`): not judged, INFO.
+#: The deadline of a time figure without one: the ``threshold`` (for people), ``comparator`` and
+#: ``threshold_value`` of :meth:`Row.measured` that leave its row INFO, not judged.
 NO_DEADLINE: Mapping[str, Any] = {"threshold": "", "comparator": "", "threshold_value": math.nan}
-
-
-def _against(
-    item: str, metric: str, value: float, unit: str, role: str, detail: str, deadline: Mapping[str, Any], **columns: Any
-) -> Row:
-    """A time figure judged against its ``deadline``, the ``threshold`` (for people), ``comparator`` and
-    ``threshold_value`` of :meth:`Row.measured`; with :data:`NO_DEADLINE` it is INFO, not judged. ``columns``:
-    ``variant``, ``seconds``, ``extra``."""
-    return Row.measured(TIME, item, metric, value, unit, role=role, detail=detail, **deadline, **columns)
 
 
 def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float | None) -> Row:
@@ -174,7 +167,9 @@ def overhead_row(times: dict[str, list[float]], samples: int, max_ratio: float |
             detail += f"; median within {max_ratio:g} but the CI reaches {high:.3f}: not conclusive, measure more steps"
         else:
             detail += f"; within the deadline of {max_ratio:g}"
-    return _against("overhead", "overhead_ratio", ratio, "ratio", Role.OVERHEAD, detail, deadline, extra=extra)
+    return Row.measured(
+        TIME, "overhead", "overhead_ratio", ratio, "ratio", role=Role.OVERHEAD, detail=detail, extra=extra, **deadline
+    )
 
 
 def flops_row(flops: dict[str, int]) -> Row:
