@@ -123,12 +123,18 @@ def held(owner: object, path: str = "") -> dict[str, torch.Generator]:
 
 
 @contextlib.contextmanager
-def kept(owner: object) -> Iterator[None]:
-    """Put the generators :func:`held` by ``owner`` back as they were after the body: each twin's step
-    then starts from the same states of the task's own generators."""
-    states = [(g, g.get_state()) for g in held(owner).values()]
+def drawn_from(owner: object, states: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Run the body with the generators :func:`held` by ``owner`` (the task's own) at ``states``, update ``states``
+    in place to where the body leaves them, then put back what they were before: twins stepped in turn (a lockstep
+    trajectory) each draw from their own copy of the task's stream. A generator ``states`` lacks starts as it is."""
+    generators = held(owner)
+    before = {name: g.get_state() for name, g in generators.items()}
+    for name, g in generators.items():
+        if name in states:
+            g.set_state(states[name])
     try:
         yield
     finally:
-        for g, state in states:
-            g.set_state(state)
+        for name, g in generators.items():
+            states[name] = g.get_state()
+            g.set_state(before[name])

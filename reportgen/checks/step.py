@@ -12,11 +12,10 @@ from torch import nn
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
-from reportgen.results import Role, Row
+from reportgen.results import TWIN, Role, Row
 from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row
-from reportgen.rng import kept
 from reportgen.structure import has_floating
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
@@ -65,9 +64,8 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
 
 
 def _one_twin(setup: Setup, recompute: bool, input_grad: bool) -> Snapshot:
-    """:func:`one_step` on a fresh twin, the task's own generators put back after it (each twin starts alike)."""
-    with kept(setup.task):
-        return one_step(setup.build(recompute), setup, input_grad)
+    """:func:`one_step` on a fresh twin (which puts the task's own generators back as built: each twin starts alike)."""
+    return one_step(setup.build(recompute), setup, input_grad)
 
 
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
@@ -79,8 +77,10 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
         snaps[name], rows = run_twin(
             STEP_PARITY, "plain" if name == "aa" else name, functools.partial(_one_twin, setup, recompute, input_grad)
         )
-        if rows:
-            return rows
+        if rows:  # state parity compares the same snapshots: it did not run either, and says whose fault
+            stopped = Row.not_run(STATE_PARITY, f"not run, as optimizer-step parity: {rows[0].detail}", item=name)
+            stopped.extra.update({k: v for k, v in rows[0].extra.items() if k == TWIN})
+            return rows + [stopped]
         if name == "plain":
             snaps["plain"] = on_host(snaps["plain"])  # kept while two more twins run: never on the device
         if name == "aa":

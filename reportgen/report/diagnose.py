@@ -215,7 +215,7 @@ RULES: tuple[Rule, ...] = (
     *HAZARDS,
     Rule(
         "different forward",
-        lambda rows, s: bool(_bad(rows, Role.LOSS)),
+        lambda rows, s: bool(_bad(rows, Role.LOSS)) and not s.get("own_step"),  # one forward before any backward
         "the twins ran different forwards: the loss itself differs, before any backward or recomputation; the forward "
         "depends on something that differs between the twins (state set by an earlier call, randomness outside the "
         "seeded generators, data-dependent routing)",

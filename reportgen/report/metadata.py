@@ -28,6 +28,7 @@ from reportgen.trust.sources import (
     user_source_digests,
 )
 from reportgen.twins.setup import Setup
+from reportgen.twins.user_step import user_members
 
 #: Hydra's options that name the primary config; they travel into the rerun command.
 CONFIG_OPTIONS = {
@@ -226,13 +227,22 @@ def provenance(cwd: Path | None = None) -> dict[str, Any]:
 def recompute_settings(setup: Setup) -> dict[str, Any]:
     """The recompute settings the report and the diagnosis read: ``mode``, the mode in force (:attr:`Setup.mode`,
     which says what the model's own default was when ``recompute.mode`` is unset; None when nothing says),
-    ``preserve_rng_state``, ``strategy`` (``distributed.strategy`` of a sharded run, else None) and ``distributed``,
-    its wrapping settings in force (:func:`reportgen.distributed.wrapping.settings_in_force`; empty when not sharded)."""
+    ``preserve_rng_state``, ``strategy`` (``distributed.strategy`` of a sharded run, else None), ``distributed``,
+    its wrapping settings in force (:func:`reportgen.distributed.wrapping.settings_in_force`; empty when not sharded)
+    and ``own_step``, whether the task's own ``forward_backward`` ran (its later forwards follow a recomputing
+    backward, so a differing loss does not place the cause before recomputation)."""
     dc = setup.config.distributed
     strategy = dc.strategy.value if dc.world_size > 1 else None
     wrapping = settings_in_force(dc, [w.path for w in setup.wrapped]) if strategy else {}
     rng = setup.config.recompute.preserve_rng_state
-    return {"mode": setup.mode, "preserve_rng_state": rng, "strategy": strategy, "distributed": wrapping}
+    own = "forward_backward" in user_members(setup.task)
+    return {
+        "mode": setup.mode,
+        "preserve_rng_state": rng,
+        "strategy": strategy,
+        "distributed": wrapping,
+        "own_step": own,
+    }
 
 
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:

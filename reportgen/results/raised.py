@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from reportgen.errors import InstrumentRefused
@@ -36,13 +37,28 @@ def raised_status(exc: BaseException, otherwise: str = Status.ERROR) -> str:
     return Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else otherwise
 
 
+@contextlib.contextmanager
+def raised_in(twin: str) -> Iterator[None]:
+    """Mark an exception raised inside with the twin that raised it (``reportgen_twin``; the innermost mark
+    stays), for the row's ``twin`` column: an ERROR row of the plain twin (:data:`reportgen.results.BASELINE`)
+    leaves the check without a baseline (INCONCLUSIVE), never a recompute FAIL; a WARN row (an advisory figure,
+    e.g. the step peak under ``memory.peak_on_miss``) stays a WARN."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "reportgen_twin"):
+            exc.reportgen_twin = twin  # type: ignore[attr-defined]
+        raise
+
+
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
     """An exception inside a check, as data (its detail carries :func:`exception_message`). ``where`` is "plain"
     or "recompute" or "check" (or, in a sharded check, "rank 1"); ``twin`` the twin that was running there
-    (``plain``, ``aa``, ``recompute``; defaults to ``where`` when that names a twin). A baseline twin's (plain or
+    (``plain``, ``aa``, ``recompute``; defaults to the twin :func:`raised_in` marked, else to ``where`` when that
+    names a twin). A baseline twin's (plain or
     A/A) row has column ``twin`` = :data:`reportgen.results.BASELINE`: its check cannot be judged
     (:func:`reportgen.results.judged_status`)."""
-    twin = twin or (where if where in ("plain", "aa", "recompute") else None)
+    twin = twin or getattr(exc, "reportgen_twin", None) or (where if where in ("plain", "aa", "recompute") else None)
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
     message = exception_message(exc)

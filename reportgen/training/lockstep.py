@@ -8,7 +8,7 @@ import math
 import torch
 
 from reportgen.config import BudgetConfig
-from reportgen.rng import seed_all, seeded
+from reportgen.rng import drawn_from, seed_all, seeded
 from reportgen.structure import batch_size_of
 from reportgen.tasks import batch_to
 from reportgen.training.loop import all_finite, step_seed
@@ -40,6 +40,7 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
     budget: BudgetConfig = setup.config.budget
     rtol_atol, forward_seed = setup.tolerance(), setup.config.forward_seed
     plain, twin = setup.build(False), setup.build(True)
+    plain_stream, twin_stream = dict(setup.task_rng), dict(setup.task_rng)
     pairs = list(
         zip([p for p in plain.parameters() if p.requires_grad], [p for p in twin.parameters() if p.requires_grad])
     )
@@ -60,9 +61,9 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
             for p, r in pairs:
                 r.copy_(p)
         losses = []
-        for model in (plain, twin):
+        for model, stream in ((plain, plain_stream), (twin, twin_stream)):  # each its own task generators
             model.zero_grad(set_to_none=True)
-            with seeded(step_rng):
+            with seeded(step_rng), drawn_from(setup.task, stream):
                 losses.append(loss_backward(setup.task, model, (x, y)))
         if not all_finite(losses[0], [p for p, _ in pairs]):  # the plain run skips this step too
             continue

@@ -11,7 +11,7 @@ from torch import nn
 from reportgen.config import ParityConfig
 from reportgen.progress import progress
 from reportgen.results.rounding import GradientNudge
-from reportgen.rng import fingerprint, seeded
+from reportgen.rng import drawn_from, fingerprint, seeded
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
 from reportgen.twins.setup import Setup
@@ -45,17 +45,19 @@ def trajectory(
     scheduler = make_scheduler(setup.task, optimizer)
     generator = torch.Generator().manual_seed(seed)
     name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
+    stream = dict(setup.task_rng)  # this twin's copy of the task's own generators (twins step in turn)
     with progress(f"trajectory {name}", total=parity.steps, unit="step") as bar:
         for k in range(parity.steps):
-            x, y = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
-            optimizer.zero_grad(set_to_none=True)
-            with seeded(None if forward_seed is None else step_seed(forward_seed, seed, k)):
-                loss = loss_backward(setup.task, model, (x, y))
-                rng = fingerprint()
-            grads = grads_of(model) if keep_grads else {}  # kept only for the envelope's gate
-            if nudge is not None:
-                nudge(params)
-            optimizer_step(setup.task, model, optimizer, scheduler)
+            with drawn_from(setup.task, stream):
+                x, y = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
+                optimizer.zero_grad(set_to_none=True)
+                with seeded(None if forward_seed is None else step_seed(forward_seed, seed, k)):
+                    loss = loss_backward(setup.task, model, (x, y))
+                    rng = fingerprint()
+                grads = grads_of(model) if keep_grads else {}  # kept only for the envelope's gate
+                if nudge is not None:
+                    nudge(params)
+                optimizer_step(setup.task, model, optimizer, scheduler)
             if not keep_grads:
                 optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
             bar.update(1)

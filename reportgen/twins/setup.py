@@ -20,6 +20,7 @@ from torch import nn
 from reportgen.config import Config
 from reportgen.errors import SetupError
 from reportgen.results.distance import tolerances
+from reportgen.rng import held
 from reportgen.tasks import Batch, batch_to
 from reportgen.twins.recompute import (
     Wrapped,
@@ -68,6 +69,9 @@ class Setup:
         mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default (use_reentrant=True)".
         architecture: the plain model's class, ``module.QualName`` (e.g.
             ``transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM``); what page 1 names.
+        task_rng: ``{attribute: state}`` of every ``torch.Generator`` the task holds, as built: every twin
+            starts from these (:meth:`build` puts them back), so the twins' steps draw alike from the task's own
+            stream wherever a check runs them (:func:`reportgen.rng.drawn_from` for twins stepped in turn).
         cache: the run's results computed once and reused by several checks, by name (the budget runs:
             :func:`reportgen.training.train.budget_runs`); shared by the Setups a stage derives from this one.
     """
@@ -87,6 +91,7 @@ class Setup:
     mode: str | None = None
     mode_note: str | None = None
     architecture: str = ""
+    task_rng: dict[str, torch.Tensor] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
@@ -95,8 +100,12 @@ class Setup:
         (wraps the targets, or calls the model's own switch); every twin's forward is guarded
         (:func:`reportgen.twins.recompute.guard_returned_leaves`). Under ``precision.autocast`` every
         forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
-        (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``."""
+        (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``. The generators the task
+        holds are put back to their states as built (:attr:`task_rng`)."""
         model = self.template.twin(self.device)
+        for name, g in held(self.task).items():  # the task's own generators, as built: each twin starts alike
+            if name in self.task_rng:
+                g.set_state(self.task_rng[name])
         if recompute:
             apply_recompute(model, self.config.recompute)
         guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
@@ -225,4 +234,5 @@ def build_setup(cfg: DictConfig) -> Setup:
         mode=mode,
         mode_note=mode_note,
         architecture=f"{type(model).__module__}.{type(model).__qualname__}",
+        task_rng={name: g.get_state() for name, g in held(task).items()},
     )

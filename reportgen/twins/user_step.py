@@ -30,11 +30,21 @@ def own_step(task: Any) -> Any:
 def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
     """The forwards and backward(s) of one training step, unseeded: the task's ``forward_backward(model, batch)``
     on cloned inputs, else one forward, ``task.loss`` and one backward. Returns the loss, detached (a number the
-    user's step returns becomes a 0-d tensor)."""
+    user's step returns becomes a 0-d tensor).
+
+    Raises:
+        TypeError: the task's ``forward_backward`` returned no loss (None, a per-example vector, an object).
+    """
     user = getattr(task, "forward_backward", None)
     if callable(user):
         loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
-        return loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss))
+        if isinstance(loss, (int, float)) or torch.is_tensor(loss) and loss.numel() == 1:
+            return loss.detach().reshape(()) if torch.is_tensor(loss) else torch.tensor(float(loss))
+        said = f"a tensor of shape {list(loss.shape)}" if torch.is_tensor(loss) else type(loss).__name__
+        raise TypeError(
+            f"task.forward_backward(model, batch) returned {said}, not the step's loss: return one number or a "
+            "one-element tensor (e.g. the mean of the micro-batches' losses), after calling backward yourself"
+        )
     loss = task.loss(call_model(model, batch[0]), batch[1])
     loss.backward()
     return loss.detach()
@@ -42,10 +52,22 @@ def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
 
 def make_optimizer(task: Any, optimizer_cfg: Any, model: nn.Module) -> torch.optim.Optimizer:
     """The task's ``make_optimizer(params)``, else ``optimizer_cfg`` (a ``_target_`` node) instantiated, over
-    the trainable parameters."""
+    the trainable parameters.
+
+    Raises:
+        TypeError: the task's factory returned something that is not a ``torch.optim.Optimizer``.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     factory = getattr(task, "make_optimizer", None)
-    return factory(params) if callable(factory) else instantiate(optimizer_cfg, params=params)
+    if not callable(factory):
+        return instantiate(optimizer_cfg, params=params)
+    optimizer = factory(params)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"task.make_optimizer(params) returned {type(optimizer).__name__}, not a torch.optim.Optimizer: "
+            "return the optimizer built over the params it is given (e.g. torch.optim.AdamW(params, lr=1e-3))"
+        )
+    return optimizer
 
 
 def make_scheduler(task: Any, optimizer: torch.optim.Optimizer) -> Any:

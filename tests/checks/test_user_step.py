@@ -5,7 +5,11 @@ its check runs reportgen's own one-forward step instead: then the user's members
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import pytest
+import torch
 from user_models.counted_step import CALLS
 
 from reportgen.checks.budget import task_metrics
@@ -15,7 +19,7 @@ from reportgen.checks.parity import gradient_parity
 from reportgen.checks.step import step_and_state_parity
 from reportgen.checks.timing.check import warm_step_time
 from reportgen.results import Role, Status
-from reportgen.twins.user_step import step_said
+from reportgen.twins.user_step import loss_backward, make_optimizer, step_said
 
 CHECKS = {
     "warm-step memory": warm_step_memory,
@@ -74,3 +78,55 @@ def test_a_whole_run_with_the_users_step_holds_and_page_one_says_whose_step(tmp_
     assert code == 0 and "training step: yours (forward_backward, before_step) in every check that trains" in html
     assert "the parity rows used rtol=" in html
     assert not frame[frame.status.isin([Status.ERROR, Status.FAIL])].shape[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [False, True])
+def test_a_step_drawing_from_the_tasks_own_generator_holds_and_a_real_fault_still_fails(tmp_path, fault):
+    """Every twin starts from the task's generators as built (Setup.build) and the trajectory's twins each keep
+    their own copy of that stream: without it the A/A controls of gradient and trajectory parity moved (exit 3)."""
+    from conftest import run_pipeline
+
+    extra = ["recompute.preserve_rng_state=false"] if fault else []
+    code, frame = run_pipeline(tmp_path, "+model=permuting_step", *extra, user_conf=True)
+    assert code == (1 if fault else 0), frame[frame.status != "PASS"][["check", "item", "status"]].to_string()
+    if fault:  # the user's step runs a forward after a recomputing backward: the loss differing is not the cause
+        why = frame[(frame.role == "diagnosis") & (frame.check == "gradient parity")].iloc[0]
+        assert why.rule == "RNG not replayed", why.detail
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [(None, "returned NoneType"), (torch.ones(4), "returned a tensor of shape [4]"), ({"loss": 1.0}, "returned dict")],
+)
+def test_a_step_that_returns_no_loss_is_named_with_its_fix(returned, said):
+    task = SimpleNamespace(forward_backward=lambda model, batch: returned)
+    with pytest.raises(
+        TypeError, match=f"task.forward_backward\\(model, batch\\) {re.escape(said)}, not the step's loss"
+    ):
+        loss_backward(task, torch.nn.Linear(2, 2), (torch.ones(1, 2), torch.ones(1)))
+    ok = SimpleNamespace(forward_backward=lambda model, batch: 2.5)
+    assert loss_backward(ok, torch.nn.Linear(2, 2), (torch.ones(1, 2), torch.ones(1))).item() == 2.5
+
+
+def test_a_make_optimizer_that_returns_no_optimizer_is_named_with_its_fix():
+    task = SimpleNamespace(make_optimizer=lambda params: {"lr": 1e-3})
+    with pytest.raises(TypeError, match="task.make_optimizer\\(params\\) returned dict, not a torch.optim.Optimizer"):
+        make_optimizer(task, None, torch.nn.Linear(2, 2))
+
+
+@pytest.mark.slow
+def test_a_broken_user_step_breaks_the_plain_twin_so_the_claim_cannot_be_judged(tmp_path):
+    """The plain twin raises in every check (its step returns no loss): exit 3, never a recompute FAIL (the time
+    check's row names the plain twin, state parity says it did not run because of it), and the row names the fix."""
+    from conftest import run_pipeline
+
+    code, frame = run_pipeline(
+        tmp_path, "+model=counted_step", "task.forward_backward=user_models.counted_step.no_loss", user_conf=True
+    )
+    assert code == 3
+    broken = frame[frame.status.isin(["ERROR", "NOT_RUN"])]
+    assert {"warm-step time", "state parity", "gradient parity", "task metrics"} <= set(broken.check)
+    for _, rows in broken.groupby("check"):  # each check's first break is the plain twin's
+        assert rows.twin.iloc[0] == "plain", broken[["check", "item", "twin"]].to_string()
+    assert broken.detail.str.contains("returned NoneType, not the step's loss|step raised").all()

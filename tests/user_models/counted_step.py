@@ -8,6 +8,7 @@ from collections import Counter
 
 import torch
 
+from reportgen.tasks import FunctionTask
 from user_models.faults import mse
 
 #: Calls of each member since the last ``CALLS.clear()``.
@@ -30,3 +31,23 @@ def clip(model, optimizer):
     """Clip the gradients' global norm to 0.1 between backward and the step."""
     CALLS["before_step"] += 1
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+
+
+class PermutingTask(FunctionTask):
+    """A task holding its own ``torch.Generator``, from which its step draws a new micro-batch order every step:
+    each twin's step must draw alike from it, in every check (the twins step in turn in the trajectory check)."""
+
+    def __init__(self):
+        super().__init__(make_batch="user_models.faults.batch_dense", loss="user_models.faults.mse")
+        self.order = torch.Generator().manual_seed(99)
+
+    def forward_backward(self, model, batch):
+        x, y = batch
+        perm = torch.randperm(x.shape[0], generator=self.order)
+        return accumulate(model, (x[perm], y[perm]))
+
+
+def no_loss(model, batch):
+    """A broken user step: backward runs, and no loss is returned."""
+    x, y = batch
+    mse(model(x), y).backward()

@@ -42,7 +42,7 @@ def accumulate(model, batch):
         with _sync(model, last):
             loss = mse(model(xs), ys) / MICRO_BATCHES
             loss.backward()
-        total += float(loss)
+        total += float(loss.detach())
     return torch.tensor(total)
 
 

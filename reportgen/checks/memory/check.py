@@ -32,7 +32,6 @@ stores, so nothing here shares a run with the parity checks):
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections.abc import Callable
@@ -47,9 +46,9 @@ from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import StepPeak, format_bytes
-from reportgen.results import TWIN, Role, Row, Status
+from reportgen.results import BASELINE, BASELINE_TWINS, TWIN, Role, Row, Status
 from reportgen.results.compared import zero_count_row
-from reportgen.results.raised import exception_message, raised_status
+from reportgen.results.raised import exception_message, raised_in, raised_status
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 
@@ -99,28 +98,15 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - failures are data
-        twin = getattr(exc, "reportgen_twin", None)  # set by _twin: which twin raised
+        twin = getattr(exc, "reportgen_twin", None)  # set by raised_in: which twin raised
         said = f"the {twin} twin raised " if twin else ""
         detail = f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}"
         status = raised_status(exc, status)
-        extra = {TWIN: twin} if twin else {}
+        extra = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # as error_row marks it
         row = Row.fact(MEMORY, item, Role.EXCEPTION, detail, status=status, variant=twin or "recompute", extra=extra)
         row.seconds = time.perf_counter() - start
         rows.append(row)
         return None
-
-
-@contextlib.contextmanager
-def _twin(variant: str):
-    """Mark an exception raised inside with the twin that raised it (``reportgen_twin``), for the row's
-    ``twin`` column: an ERROR row of the plain twin (:data:`reportgen.results.BASELINE`) leaves the check
-    without a baseline; a WARN row (an advisory figure, e.g. the step peak under ``memory.peak_on_miss``)
-    stays a WARN."""
-    try:
-        yield
-    except Exception as exc:
-        exc.reportgen_twin = variant  # type: ignore[attr-defined]
-        raise
 
 
 def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, float]]:
@@ -133,7 +119,7 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
     saved, seconds = {}, {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
-        with _twin(variant):
+        with raised_in(variant):
             model = setup.build(recompute)
             saved[variant] = saved_activation_bytes(model, setup.batch, setup.task, setup.config.forward_seed, paths)
         seconds[variant] = time.perf_counter() - start
@@ -155,7 +141,7 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
         model = setup.build(recompute, compiled=False)
-        with warnings.catch_warnings(), _twin(variant):  # torch's warnings are reported by the parity checks
+        with warnings.catch_warnings(), raised_in(variant):  # torch's warnings are reported by the parity checks
             warnings.simplefilter("ignore")
             peaks[variant] = warm_step_peak(
                 model,
@@ -208,7 +194,7 @@ def cuda_peaks(setup: Setup) -> dict[str, dict[str, float]]:
     out = {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
-        with _twin(variant):
+        with raised_in(variant):
             peaks = cuda_step_peaks(setup, recompute, setup.config.memory.warm_steps)
         out[variant] = {**peaks, "seconds": time.perf_counter() - start}
     return out

@@ -39,6 +39,7 @@ from reportgen.memory.saved import make_train_step, timed, training_optimizer
 from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
+from reportgen.results.raised import raised_in
 from reportgen.twins.setup import Setup
 
 
@@ -80,14 +81,16 @@ def interleaved_times(
     names = list(steps)
     for i in range(warmup):
         for name in names if i % 2 == 0 else names[::-1]:
-            steps[name]()
+            with raised_in(name):
+                steps[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     start, rounds, next_check = time.perf_counter(), 0, measured
     more = "" if enough is None else f", then until the CI target or {max_seconds:g} s of rounds"
     bar = progress(f"timing rounds (at least {measured}{more})", total=None if enough else measured, unit="round")
     while True:
         for name in names if rounds % 2 == 0 else names[::-1]:
-            times[name].append(timed(steps[name], device))
+            with raised_in(name):
+                times[name].append(timed(steps[name], device))
         rounds += 1
         bar.update(1)
         if rounds < measured:
@@ -178,8 +181,9 @@ def counted_flops(steps: Mapping[str, Callable[[], None]]) -> tuple[dict[str, in
     try:
         return {v: step_flops(s) for v, s in steps.items()}, None
     except Exception as exc:  # noqa: BLE001 - a side estimate never decides the check
-        for step in steps.values():
-            step()
+        for variant, step in steps.items():
+            with raised_in(variant):
+                step()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         detail = (
             f"not estimated: FlopCounterMode could not count a step ({type(exc).__name__}: {first}); "
