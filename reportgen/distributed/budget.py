@@ -12,9 +12,9 @@ import torch.distributed as dist
 from reportgen.config import DIST_TASK_METRICS
 from reportgen.distributed.full import full_params
 from reportgen.distributed.launch import Group, shard_batch
-from reportgen.distributed.ranks import twin
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row
+from reportgen.results.raised import raised_in
 from reportgen.results.rows import metric_diff_row, trained_params_row
 from reportgen.training.loop import Sharding, TrainResult
 from reportgen.training.rows import run_rows
@@ -73,7 +73,7 @@ def budget_rows(setup, group: Group) -> list[Row]:
     results = {}
     for seed in seeds:
         for variant, recompute in VARIANTS:
-            with twin(variant):
+            with raised_in(variant):
                 results[(variant, seed)] = sharded_run(setup, group, recompute, seed)
     if group.rank:
         return []

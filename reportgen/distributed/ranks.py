@@ -4,9 +4,8 @@ become ERROR rows naming them (:func:`failure_rows`)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from omegaconf import DictConfig
@@ -117,19 +116,6 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
                 said = row.detail
         failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
     return rows
-
-
-@contextlib.contextmanager
-def twin(name: str) -> Iterator[None]:
-    """Mark an exception raised inside the block with the twin that was running (``plain``, ``aa``,
-    ``recompute``), so its ERROR row says which twin raised (column ``twin``; a baseline twin's check cannot be judged,
-    :func:`reportgen.results.judged_status`)."""
-    try:
-        yield
-    except Exception as exc:
-        if not hasattr(exc, "reportgen_twin"):
-            exc.reportgen_twin = name  # type: ignore[attr-defined]
-        raise
 
 
 def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int, str] | None = None) -> list[Row]:

@@ -10,12 +10,12 @@ from torch import nn
 from reportgen.commands.validation import config_problems
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_TRAJECTORY, GRADIENT_PARITY
 from reportgen.distributed.launch import signal_name
-from reportgen.distributed.ranks import failure_rows, twin
+from reportgen.distributed.ranks import failure_rows
 from reportgen.distributed.settings import known_settings
 from reportgen.distributed.wrapping import ddp_kwargs, settings_in_force, unit_modules, wrap_order
 from reportgen.report.diagnose import diagnose
 from reportgen.results import BASELINE, TWIN, Role, Row, Status, claim_verdict, to_frame
-from reportgen.results.raised import error_row
+from reportgen.results.raised import error_row, raised_in
 from reportgen.twins.recompute import CheckpointWrapper
 
 SHARDED = ("+model=mlp", "distributed.world_size=2", "parity.batch_size=4")
@@ -124,7 +124,7 @@ def test_fsdp_units_by_class_or_glob_are_the_recompute_wrapper_when_it_sits_ther
 
 def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_be_judged():
     try:
-        with twin("aa"):  # the A/A copy is a plain twin too
+        with raised_in("aa"):  # the A/A copy is a plain twin too
             raise RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one")
     except RuntimeError as exc:
         row = error_row(DIST_TRAJECTORY, exc, "rank 1", twin=exc.reportgen_twin)

@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 from reportgen.config import DIST_MEMORY, DIST_TIME, MemoryConfig, TimingConfig
 from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
-from reportgen.distributed.ranks import ranked, twin
+from reportgen.distributed.ranks import ranked
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import make_train_step, saved_activation_bytes, timed
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
+from reportgen.results.raised import raised_in
 from reportgen.twins.setup import Setup
 
 
@@ -34,7 +35,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     task, optimizer, seed = setup.task, setup.config.parity.optimizer, setup.config.forward_seed
     measured = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
-        with twin(variant):  # an exception names the twin that raised
+        with raised_in(variant):  # an exception names the twin that raised
             model = spread_twin(setup, group, recompute)
             measured[variant] = saved_activation_bytes(model, local, task, seed, paths).total_bytes
     rows = []
@@ -46,7 +47,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
         )
     peaks = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
-        with twin(variant):
+        with raised_in(variant):
             peaks[variant] = warm_step_peak(
                 spread_twin(setup, group, recompute), local, task, optimizer, seed, warm_steps=1
             )
@@ -161,7 +162,7 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     times: dict[str, list[float]] = {"plain": [], "recompute": []}
     for index in range(tc.warmup_steps + tc.measured_steps):
         for variant, step in steps.items():
-            with twin(variant):  # an exception names the twin that raised
+            with raised_in(variant):  # an exception names the twin that raised
                 took = timed(step, group.device)
             if index >= tc.warmup_steps:
                 times[variant].append(took)

@@ -13,12 +13,13 @@ from reportgen.checks.distributed.cost import local_share
 from reportgen.config import DIST_GRADIENT_PARITY
 from reportgen.distributed.full import full_grads
 from reportgen.distributed.launch import Group, shard_batch
-from reportgen.distributed.ranks import ranked, twin
+from reportgen.distributed.ranks import ranked
 from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.sync import replicated_state, sync_row
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
 from reportgen.results.compared import tensor_row, zero_count_row
+from reportgen.results.raised import raised_in
 from reportgen.results.rows import aa_row, zero_gradients_row
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
@@ -87,7 +88,7 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
     local, seed = local_share(setup, group), setup.config.forward_seed
     runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        with twin(name):
+        with raised_in(name):
             model = spread_twin(setup, group, recompute)
             out = forward_backward(model, local, setup.task, seed)
             runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
@@ -132,9 +133,9 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
         One row: tensors outside tolerance (``== 0``), the worst tensor named in ``detail``.
     """
     seed = setup.config.forward_seed
-    with twin("plain"):
+    with raised_in("plain"):
         plain = forward_backward(setup.build(False), local, setup.task, seed)
-    with twin("recompute"):
+    with raised_in("recompute"):
         rc = forward_backward(setup.build(True), local, setup.task, seed)
     compared = [
         tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)

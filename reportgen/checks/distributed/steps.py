@@ -13,11 +13,12 @@ from reportgen.checks.distributed.grads import reference_grads, reference_rows
 from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, STATE_PARITY, ParityConfig
 from reportgen.distributed.full import dist_name, full, full_optimizer_state, full_params
 from reportgen.distributed.launch import Group, shard_batch
-from reportgen.distributed.ranks import ranked, twin
+from reportgen.distributed.ranks import ranked
 from reportgen.distributed.sync import Drift, replicated_state, sync_row
 from reportgen.distributed.sync import measure as measure_sync
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
+from reportgen.results.raised import raised_in
 from reportgen.results.rows import aa_row, step_row
 from reportgen.tasks import batch_to
 from reportgen.training.loop import step_seed
@@ -57,7 +58,7 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     local, seed = local_share(setup, group), setup.config.forward_seed
     snaps, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        with twin(name):
+        with raised_in(name):
             model = spread_twin(setup, group, recompute)
             optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, model)
             out = forward_backward(model, local, setup.task, seed)
@@ -124,7 +125,7 @@ def trajectory_rows(setup: Setup, group: Group) -> list[Row]:
     rtol, atol = setup.tolerance()
     runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
-        with twin(name):
+        with raised_in(name):
             runs[name], drifts[name] = _trajectory(setup, group, recompute)
     rows = (
         []
