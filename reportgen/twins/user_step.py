@@ -34,10 +34,16 @@ def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
 
     Raises:
         TypeError: the task's ``forward_backward`` returned no loss (None, a per-example vector, an object).
+        ValueError: it left the model in eval mode (its dropout would hide a recompute fault).
     """
     user = getattr(task, "forward_backward", None)
     if callable(user):
         loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
+        if not model.training:  # every twin trains in train mode: dropout was off, a fault inside it could not show
+            raise ValueError(
+                "task.forward_backward(model, batch) left the model in eval mode (model.training is False), so its "
+                "dropout and batch statistics did not train: call model.train() again after evaluating in your step"
+            )
         if isinstance(loss, (int, float)) or torch.is_tensor(loss) and loss.numel() == 1:
             return loss.detach().reshape(()) if torch.is_tensor(loss) else torch.tensor(float(loss))
         said = f"a tensor of shape {list(loss.shape)}" if torch.is_tensor(loss) else type(loss).__name__

@@ -130,3 +130,17 @@ def test_a_broken_user_step_breaks_the_plain_twin_so_the_claim_cannot_be_judged(
     for _, rows in broken.groupby("check"):  # each check's first break is the plain twin's
         assert rows.twin.iloc[0] == "plain", broken[["check", "item", "twin"]].to_string()
     assert broken.detail.str.contains("returned NoneType, not the step's loss|step raised").all()
+
+
+def test_a_step_that_leaves_the_model_in_eval_mode_is_refused_not_passed():
+    """Dropout off in the user's step hides a dropout fault in recomputation (a PASS it did not earn)."""
+
+    def evaluating(model, batch):
+        model.eval()
+        loss = model(batch[0]).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    model = torch.nn.Linear(2, 2).train()
+    with pytest.raises(ValueError, match="left the model in eval mode"):
+        loss_backward(SimpleNamespace(forward_backward=evaluating), model, (torch.ones(1, 2), torch.ones(1)))
