@@ -24,7 +24,7 @@ from reportgen.structure import describe, has_floating
 from reportgen.twins.forward import StepOutput, changes_said, forward_backward
 from reportgen.twins.setup import Setup
 from reportgen.twins.template import on_host
-from reportgen.twins.user_step import user_members
+from reportgen.twins.user_step import runs_own_forwards
 
 
 def _runs(setup: Setup, input_grad: bool):
@@ -65,7 +65,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
     out.append(zero_gradients_row(GRADIENT_PARITY, plain.grads))
     if recompute is not None:
         out += _tensor_rows(plain, recompute, aa, rtol, atol)
-    own = "forward_backward" in user_members(setup.task)  # the user's forwards: outputs and inputs are theirs
+    own = runs_own_forwards(setup.task)  # the user's forwards: outputs and inputs are theirs
     if own or not has_floating(setup.batch[0]):
         said = (
             "not compared: the task's own forward_backward runs the forwards (only the loss and gradients are seen)"

@@ -12,8 +12,8 @@ from torch import nn
 
 from reportgen.checks.base import Check, Section
 from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
-from reportgen.results import TWIN, Role, Row
-from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad
+from reportgen.results import Role, Row
+from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad, twin_column
 from reportgen.results.rounding import GradientNudge, grads_at_rounding_level
 from reportgen.results.rows import ROUNDING_NOTE, aa_row
 from reportgen.structure import has_floating
@@ -79,7 +79,7 @@ def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
         )
         if rows:  # state parity compares the same snapshots: it did not run either, and says whose fault
             stopped = Row.not_run(STATE_PARITY, f"not run, as optimizer-step parity: {rows[0].detail}", item=name)
-            stopped.extra.update({k: v for k, v in rows[0].extra.items() if k == TWIN})
+            stopped.extra.update(twin_column(name))
             return rows + [stopped]
         if name == "plain":
             snaps["plain"] = on_host(snaps["plain"])  # kept while two more twins run: never on the device

@@ -41,7 +41,7 @@ from reportgen.rng import seeded
 from reportgen.structure import call_model, clone_inputs
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import plain_name
-from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
+from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step, runs_own_forwards
 
 if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
     from reportgen.twins.setup import Setup
@@ -233,7 +233,7 @@ def saved_activation_bytes(
     x, y = clone_inputs(batch[0]), batch[1]
     try:
         with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if callable(getattr(task, "forward_backward", None)):
+            if runs_own_forwards(task):
                 loss = loss_backward(task, model, (x, y))
             else:
                 loss = task.loss(call_model(model, x), y)

@@ -28,7 +28,7 @@ from reportgen.trust.sources import (
     user_source_digests,
 )
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import user_members
+from reportgen.twins.user_step import runs_own_forwards
 
 #: Hydra's options that name the primary config; they travel into the rerun command.
 CONFIG_OPTIONS = {
@@ -235,7 +235,7 @@ def recompute_settings(setup: Setup) -> dict[str, Any]:
     strategy = dc.strategy.value if dc.world_size > 1 else None
     wrapping = settings_in_force(dc, [w.path for w in setup.wrapped]) if strategy else {}
     rng = setup.config.recompute.preserve_rng_state
-    own = "forward_backward" in user_members(setup.task)
+    own = runs_own_forwards(setup.task)
     return {
         "mode": setup.mode,
         "preserve_rng_state": rng,

@@ -51,6 +51,12 @@ def raised_in(twin: str) -> Iterator[None]:
         raise
 
 
+def twin_column(twin: str | None) -> dict[str, str]:
+    """The ``twin`` column of a row about a twin that broke: :data:`reportgen.results.BASELINE` for the plain or A/A
+    twin (its check cannot be judged), the twin's name otherwise; no column when no twin is known."""
+    return {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}
+
+
 def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, twin: str | None = None) -> Row:
     """An exception inside a check, as data (its detail carries :func:`exception_message`). ``where`` is "plain"
     or "recompute" or "check" (or, in a sharded check, "rank 1"); ``twin`` the twin that was running there
@@ -67,8 +73,7 @@ def error_row(check: str, exc: BaseException, where: str, seconds: float = 0.0, 
         detail = f"the {said} run failed, so the claim cannot be tested: {type(exc).__name__}: {message}{at}"
     else:
         detail = f"the {said} run raised {type(exc).__name__}: {message}{at}"
-    broke = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # plain: nothing to judge against
-    extra = {"exception_type": type(exc).__name__, **broke}
+    extra = {"exception_type": type(exc).__name__, **twin_column(twin)}  # plain: nothing to judge against
     return Row.fact(
         check,
         where,

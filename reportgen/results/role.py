@@ -125,3 +125,9 @@ class Role(enum.StrEnum):
     MAX_RANK_STEP_PEAK = "max_rank_step_peak"  #: the step peak of the worst rank (plain, recompute)
     MAX_RANK_STEP = "max_rank_step"  #: median over steps of the slowest rank's step time
     MAX_RANK_OVERHEAD = "max_rank_overhead"  #: paired recompute/plain ratio of the slowest rank's step times
+
+
+def every_role(kind: Kind) -> list[Role]:
+    """Every :class:`Role` of ``kind``, whether or not a registered check declares it (the statement's parity rows
+    and costs; ``reportgen.checks.roles_of`` gives those the registered checks declare)."""
+    return [r for r in Role if r.kind is kind]

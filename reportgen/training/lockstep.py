@@ -20,8 +20,7 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
     """Gradient parity at every step of the budget run with ``seed``, at identical weights.
 
     The plain twin trains as its budget run does (same batches, generator seeds, the task's own step where it
-    gives one, optimizer,
-    skipped non-finite steps); before each step the recompute twin takes the plain twin's current
+    gives one, optimizer, skipped non-finite steps); before each step the recompute twin takes the plain twin's current
     parameters (its own buffers and module state carry on, as in its own run) and both compute
     gradients on the same batch. Rounding alone keeps these within the parity tolerances at every
     step; a fault that switches on at any step (a forward counter, a schedule, state updated

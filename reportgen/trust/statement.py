@@ -16,7 +16,8 @@ import pandas as pd
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import sha256_file
-from reportgen.results import Kind, Role, check_summary
+from reportgen.results import Kind, check_summary
+from reportgen.results.role import every_role
 from reportgen.trust.documents import ENVELOPE_NAME, PAYLOAD_TYPE, PDF_NAME, PREDICATE_TYPE, STATEMENT_TYPE
 from reportgen.trust.keys import SigningKey, fingerprint
 from reportgen.trust.manifest import PENDING_NAME, written_files
@@ -87,7 +88,7 @@ def row_tolerances(frame: pd.DataFrame) -> dict:
         ``{"used": [{"rtol", "atol", "rows"}], "thresholds": [{"check", "metric", "threshold"}]}``, sorted.
     """
     parity = frame.reindex(columns=["role", "rtol", "atol"]).dropna()
-    parity = parity[parity.role.isin([r for r in Role if r.kind is Kind.PARITY])]
+    parity = parity[parity.role.isin(every_role(Kind.PARITY))]
     used = Counter(zip(map(decimal_string, parity.rtol), map(decimal_string, parity.atol)))
     thresholds = {(c, m, t) for c, m, t in zip(frame.check, frame.metric, frame.threshold) if isinstance(t, str) and t}
     return {
@@ -138,7 +139,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
             "value": decimal_string(r["value"]),
             "status": r["status"],
         }
-        for r in frame[frame.role.isin([r for r in Role if r.kind is Kind.COST])].to_dict("records")
+        for r in frame[frame.role.isin(every_role(Kind.COST))].to_dict("records")
     ]
     return {
         "verdict": verdict,

@@ -24,7 +24,7 @@ from reportgen.structure import (
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import named_inner_modules
 from reportgen.twins.snapshot import grads_of
-from reportgen.twins.user_step import loss_backward
+from reportgen.twins.user_step import loss_backward, runs_own_forwards
 
 
 @dataclass
@@ -138,7 +138,7 @@ def forward_backward(
             changed while backward ran, the exception carries a note (``__notes__``) saying
             which (:func:`changes_said`), for the ERROR row and the diagnosis.
     """
-    if callable(getattr(task, "forward_backward", None)):
+    if runs_own_forwards(task):
         with seeded(forward_seed):
             loss = loss_backward(task, model, batch)
             rng = fingerprint()

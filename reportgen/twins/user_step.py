@@ -21,6 +21,12 @@ def user_members(task: Any) -> list[str]:
     return [name for name in TRAINING_STEP_MEMBERS if callable(getattr(task, name, None))]
 
 
+def runs_own_forwards(task: Any) -> bool:
+    """True when the task gives its own ``forward_backward``: its forwards, outputs and inputs are the user's, and
+    reportgen sees only the loss it returns and the gradients it leaves."""
+    return callable(getattr(task, "forward_backward", None))
+
+
 def own_step(task: Any) -> Any:
     """The task seen with reportgen's own step only (its ``loss``, none of the user's members): for the
     GPU-free estimate, whose fake tensors a user's step may not accept (``float(loss)``)."""
@@ -36,9 +42,8 @@ def loss_backward(task: Any, model: nn.Module, batch: Batch) -> torch.Tensor:
         TypeError: the task's ``forward_backward`` returned no loss (None, a per-example vector, an object).
         ValueError: it left the model in eval mode (its dropout would hide a recompute fault).
     """
-    user = getattr(task, "forward_backward", None)
-    if callable(user):
-        loss = user(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
+    if runs_own_forwards(task):
+        loss = task.forward_backward(model, (clone_inputs(batch[0], requires_grad=False), batch[1]))
         if not model.training:  # every twin trains in train mode: dropout was off, a fault inside it could not show
             raise ValueError(
                 "task.forward_backward(model, batch) left the model in eval mode (model.training is False), so its "

@@ -46,9 +46,9 @@ from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
 from reportgen.memory.step_peak import StepPeak, format_bytes
-from reportgen.results import BASELINE, BASELINE_TWINS, TWIN, Role, Row, Status
+from reportgen.results import Role, Row, Status
 from reportgen.results.compared import zero_count_row
-from reportgen.results.raised import exception_message, raised_in, raised_status
+from reportgen.results.raised import exception_message, raised_in, raised_status, twin_column
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
 
@@ -102,8 +102,9 @@ def _guarded(rows: list[Row], item: str, status: str, fn: Callable[[], Any]) -> 
         said = f"the {twin} twin raised " if twin else ""
         detail = f"not measured: {said}{type(exc).__name__}: {exception_message(exc)}"
         status = raised_status(exc, status)
-        extra = {TWIN: BASELINE if twin in BASELINE_TWINS else twin} if twin else {}  # as error_row marks it
-        row = Row.fact(MEMORY, item, Role.EXCEPTION, detail, status=status, variant=twin or "recompute", extra=extra)
+        row = Row.fact(
+            MEMORY, item, Role.EXCEPTION, detail, status=status, variant=twin or "recompute", extra=twin_column(twin)
+        )
         row.seconds = time.perf_counter() - start
         rows.append(row)
         return None

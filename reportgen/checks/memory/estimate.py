@@ -22,7 +22,7 @@ from reportgen.memory.saved import SavedActivations
 from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, where
 from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import user_members
+from reportgen.twins.user_step import runs_own_forwards
 
 
 def estimate_rows(
@@ -40,7 +40,7 @@ def estimate_rows(
     here, seconds = _timed(setup, {}, "estimate at measured shape")
     if isinstance(here, Row):
         return [here]
-    own = "forward_backward" in user_members(setup.task)
+    own = runs_own_forwards(setup.task)
     note = here.dtype_note or (
         "it runs reportgen's forward and loss, the measurement your forward_backward" if own else ""
     )
