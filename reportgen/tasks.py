@@ -48,7 +48,7 @@ class Task(Protocol):
         """Held-out metrics (must include ``metric``); called under ``torch.no_grad`` in eval mode."""
 
 
-#: Optional members of a task: the user's own training step (reportgen.twins.user_step).
+#: Optional members of a task: the user's own training step (reportgen.twins.step).
 #: ``forward_backward(model, batch) -> loss``: forwards and backwards (several forwards, micro-batches
 #: with ``no_sync``); ``before_step(model, optimizer)``: between backward and the optimizer step
 #: (clipping, unscaling); ``make_optimizer(params)`` and ``make_lr_scheduler(optimizer)``: factories.

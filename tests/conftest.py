@@ -13,12 +13,13 @@ import forked_cli
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from rows import allclose_row, fact_row, judged_row
 
 from reportgen.commands.run import write_results
 from reportgen.config import MEMORY, TIME, register_configs
 from reportgen.paths import conf_dir
 from reportgen.report.render import render_report
-from reportgen.results import Role, Row, claim_verdict, to_frame
+from reportgen.results import Role, claim_verdict, to_frame
 from reportgen.trust import keys
 from reportgen.trust.keys import load_signing_key, signature_label
 from reportgen.trust.signing import sign_run
@@ -81,6 +82,15 @@ def small_setup(*overrides: str, user_conf: bool = False):
     return prepare(compose_config(*SMALL, *overrides, user_conf=user_conf))
 
 
+def small_run(*overrides: str, user_conf: bool = False):
+    """A :class:`reportgen.checks.base.run.Run` (the setup with its composed config, for checks that spawn ranks)."""
+    from reportgen.checks.base.run import Run
+    from reportgen.commands.run import prepare
+
+    cfg = compose_config(*SMALL, *overrides, user_conf=user_conf)
+    return Run(prepare(cfg), cfg)
+
+
 @pytest.fixture
 def setup():
     """``setup(*overrides, user_conf=False) -> Setup`` with small budgets (:func:`small_setup`)."""
@@ -140,93 +150,34 @@ REQUIRED = ["gradient parity", "state parity"]
 def tiny_frame(failing: bool = False):
     """A results frame as the parity checks would write it (checks with no section template of
     their own, so the test does not depend on how other sections render)."""
+    tol = {"threshold": "atol=1e-05, rtol=1.3e-06", "seconds": 0.01}
+    same, near = {"max_rel_err": 0.0, "bitwise_equal": True}, {"max_rel_err": 1e-6, "bitwise_equal": False}
+    grad, excess = (0.5, 0.49) if failing else (3e-7, -9.7e-6)
     rows = [
-        Row(
-            check="gradient parity",
-            item="loss",
-            variant="recompute",
-            metric="max_abs_err",
-            value=0.0,
-            threshold="atol=1e-05, rtol=1.3e-06",
-            comparator="allclose",
-            detail="bitwise equal",
-            seconds=0.01,
-            role=Role.LOSS,
-            extra={"max_rel_err": 0.0, "bitwise_equal": True, "excess": -1e-5},
-        ),
-        Row(
-            check="gradient parity",
-            item="blocks.0.lin.weight.grad",
-            variant="recompute",
-            metric="max_abs_err",
-            value=3e-7 if not failing else 0.5,
-            threshold="atol=1e-05, rtol=1.3e-06",
-            comparator="allclose",
-            seconds=0.01,
-            role=Role.PARAM_GRAD,
-            extra={"max_rel_err": 1e-6, "bitwise_equal": False, "excess": -9.7e-6 if not failing else 0.49},
-        ),
-        Row(
-            check="state parity",
-            item="RNG torch.get_rng_state()",
-            variant="recompute",
-            metric="bytes_differing",
-            value=0,
-            threshold="0",
-            comparator="==",
-            role=Role.RNG,
-            threshold_value=0.0,
-            extra={"max_rel_err": 0.0, "bitwise_equal": True},
+        allclose_row("gradient parity", "loss", 0.0, -1e-5, role=Role.LOSS, detail="bitwise equal", extra=same, **tol),
+        allclose_row("gradient parity", "blocks.0.lin.weight.grad", grad, excess, extra=near, **tol),
+        judged_row(
+            "state parity", "RNG torch.get_rng_state()", "bytes_differing", 0, "==", 0.0, role=Role.RNG, extra=same
         ),
     ]
     return to_frame(rows)
 
 
+#: The memory check's advisory saving row: WARN, never FAIL, below 5 % of the plain twin's bytes.
+SAVING_WARN = {"threshold": ">= 0.05 of plain", "on_miss": "WARN", "role": Role.SAVING}
+
+
 def cost_rows():
     """Rows of the memory and time checks, as the predicate's ``costs`` reads them."""
+    plain, recompute = 4 * 2**20, 2**20
+    saving = {"plain_bytes": plain, "recompute_bytes": recompute, "saving_bytes": plain - recompute}
+    total = {"item": "saved activations (total)", "metric": "saved_activation_bytes", "role": Role.SAVED_TOTAL}
+    ci = {"ci_low": 1.2, "ci_high": 1.3}
     return [
-        Row(
-            check=MEMORY,
-            item="saved activations (total)",
-            variant="plain",
-            metric="saved_activation_bytes",
-            value=4 * 2**20,
-            seconds=0.2,
-            role=Role.SAVED_TOTAL,
-        ),
-        Row(
-            check=MEMORY,
-            item="saved activations (total)",
-            variant="recompute",
-            metric="saved_activation_bytes",
-            value=2**20,
-            seconds=0.2,
-            role=Role.SAVED_TOTAL,
-        ),
-        Row(
-            check=MEMORY,
-            item="saving",
-            variant="recompute",
-            metric="saving_share",
-            value=0.75,
-            threshold=">= 0.05 of plain",
-            comparator=">=",
-            threshold_value=0.05,
-            on_miss="WARN",
-            role=Role.SAVING,
-            detail="saves 75%",
-            extra={"plain_bytes": 4 * 2**20, "recompute_bytes": 2**20, "saving_bytes": 3 * 2**20},
-        ),
-        Row(
-            check=TIME,
-            item="overhead",
-            variant="recompute",
-            metric="overhead_ratio",
-            value=1.27,
-            seconds=1.5,
-            role=Role.OVERHEAD,
-            extra={"ci_low": 1.2, "ci_high": 1.3},
-        ),
+        fact_row(MEMORY, value=plain, variant="plain", seconds=0.2, **total),
+        fact_row(MEMORY, value=recompute, variant="recompute", seconds=0.2, **total),
+        judged_row(MEMORY, "saving", "saving_share", 0.75, ">=", 0.05, detail="saves 75%", extra=saving, **SAVING_WARN),
+        fact_row(TIME, "overhead", "overhead_ratio", 1.27, seconds=1.5, role=Role.OVERHEAD, extra=ci),
     ]
 
 
@@ -400,60 +351,15 @@ def job_cost_rows(
     bytes), the overhead ratio with its CI, the per-seed task-metric difference, and a
     gradient-parity row that passes or fails as ``parity`` says (judged, like a real row)."""
     share = (plain_bytes - recompute_bytes) / plain_bytes
+    saving = dict(saving_bytes=plain_bytes - recompute_bytes, plain_bytes=plain_bytes, recompute_bytes=recompute_bytes)
+    ci_columns = {"ci_low": ci[0], "ci_high": ci[1]}
     return [
-        Row(
-            check="gradient parity",
-            item="loss",
-            variant="recompute",
-            metric="max_abs_err",
-            value=0.0 if parity == "PASS" else 1.0,
-            threshold="1e-05",
-            comparator="<=",
-            threshold_value=1e-5,
-            role=Role.LOSS,
+        judged_row(
+            "gradient parity", "loss", "max_abs_err", 0.0 if parity == "PASS" else 1.0, "<=", 1e-5, role=Role.LOSS
         ),
-        Row(
-            check=MEMORY,
-            item="saving",
-            variant="recompute",
-            metric="saving_share",
-            value=share,
-            threshold=">= 0.05 of plain",
-            comparator=">=",
-            threshold_value=0.05,
-            on_miss="WARN",
-            role=Role.SAVING,
-            unit="share",
-            extra={
-                "saving_bytes": plain_bytes - recompute_bytes,
-                "plain_bytes": plain_bytes,
-                "recompute_bytes": recompute_bytes,
-            },
-        ),
-        Row(
-            check=TIME,
-            item="overhead",
-            variant="recompute",
-            metric="overhead_ratio",
-            value=ratio,
-            threshold="",
-            comparator="",
-            status="INFO",
-            role=Role.OVERHEAD,
-            unit="ratio",
-            extra={"ci_low": ci[0], "ci_high": ci[1]},
-        ),
-        Row(
-            check="task metrics",
-            item="seed 0",
-            variant="recompute",
-            metric=f"abs_diff_{metric}",
-            value=metric_diff,
-            threshold="0.0001",
-            comparator="<=",
-            threshold_value=1e-4,
-            role=Role.METRIC_DIFF,
-        ),
+        judged_row(MEMORY, "saving", "saving_share", share, ">=", 0.05, unit="share", extra=saving, **SAVING_WARN),
+        fact_row(TIME, "overhead", "overhead_ratio", ratio, role=Role.OVERHEAD, unit="ratio", extra=ci_columns),
+        judged_row("task metrics", "seed 0", f"abs_diff_{metric}", metric_diff, "<=", 1e-4, role=Role.METRIC_DIFF),
     ]
 
 
@@ -504,7 +410,7 @@ def measured(setup, recompute: bool):
 
     model = setup.build(recompute)
     return saved_activation_bytes(
-        model, setup.batch, setup.task, setup.cfg.forward_seed, [w.path for w in setup.wrapped]
+        model, setup.batch, setup.training_step, setup.config.forward_seed, [w.path for w in setup.wrapped]
     )
 
 

@@ -30,6 +30,7 @@ LAYERS: list[str] = [
     "reportgen/training",
     "reportgen/distributed",
     "reportgen/checks/base",
+    "reportgen/checks/parity",
     "reportgen/checks/memory",
     "reportgen/checks/timing",
     "reportgen/checks/distributed",

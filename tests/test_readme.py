@@ -37,7 +37,8 @@ from conftest import SMALL, TESTS, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from reportgen.checks.parity import gradient_parity
+from reportgen.checks.base.run import Run
+from reportgen.checks.parity.gradient import gradient_parity
 from reportgen.commands.run import prepare
 from reportgen.commands.validation import config_problems
 from reportgen.config import register_configs
@@ -336,7 +337,7 @@ def test_readme_user_model_example_composes_and_passes_parity(user_project):
         cfg = compose("config", overrides=[f"hydra.searchpath=[file://{user_project / 'conf'}]", "+model=mine"])
     setup = prepare(cfg)
     assert [w.path for w in setup.wrapped] == ["0", "1", "2", "3"]
-    summary = check_summary(to_frame(gradient_parity(setup)), [])
+    summary = check_summary(to_frame(gradient_parity(Run(setup))), [])
     assert summary.status.tolist() == ["PASS"]
 
 

@@ -3,17 +3,18 @@ validation and signing (what a check is, and how checks share code: docs/archite
 
 from __future__ import annotations
 
-from reportgen.checks import budget, larger_batch, parity, policy, step, trajectory
+from reportgen.checks import budget, larger_batch, policy
 from reportgen.checks.base import PIPELINE_ROLES, ROWS_TEMPLATE, Check, Section
 from reportgen.checks.controls import check as controls_check
 from reportgen.checks.distributed import check as distributed_check
 from reportgen.checks.memory import check as memory_check
+from reportgen.checks.parity import gradient, step, trajectory
 from reportgen.checks.timing import check as timing_check
 from reportgen.results import Kind, Role
 
 #: Every check, in checklist (and report) order.
 REGISTRY: list[Check] = [
-    parity.CHECK,
+    gradient.CHECK,
     step.CHECK,
     trajectory.CHECK,
     policy.CHECK,

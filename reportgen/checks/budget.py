@@ -11,6 +11,7 @@ from typing import Any
 
 from reportgen.checks.base import TRAINED_ROLES, Check, Section
 from reportgen.checks.base.plots import task_metric_plots
+from reportgen.checks.base.run import Run
 from reportgen.config import TASK_METRICS, BudgetConfig, ParityConfig
 from reportgen.results import TWIN, Role, Row, Status
 from reportgen.results.compared import zero_count_row
@@ -19,7 +20,7 @@ from reportgen.results.rows import metric_diff_row, trained_params_row
 from reportgen.training.lockstep import lockstep_gradients
 from reportgen.training.loop import TrainResult
 from reportgen.training.rows import run_rows
-from reportgen.training.train import budget_run, budget_runs
+from reportgen.training.train import budget_run
 
 log = logging.getLogger("reportgen")
 
@@ -53,7 +54,7 @@ def final_params_row(
     )
 
 
-def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -> TrainResult | None:
+def rounding_run(run: Run, seed: int, batch_size: int, found: dict | None = None) -> TrainResult | None:
     """The rounding twin trained to the same budget, when it is needed and applies: the envelope
     is on (the caller asks only when a trained parameter is outside tolerance), and at every step
     of the budget run the recompute twin's gradients, taken at the plain twin's weights, stay
@@ -61,6 +62,7 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
     noise, so a fault that changes gradients, at once or from any later step, keeps its verdict.
     None otherwise; then ``found["lockstep_step"]`` (when ``found`` is given) is the first step whose
     gradients differ at identical weights."""
+    setup = run.setup
     if not setup.config.parity.rounding_envelope:
         return None
     first = lockstep_gradients(setup, seed, batch_size)
@@ -74,11 +76,11 @@ def rounding_run(setup, seed: int, batch_size: int, found: dict | None = None) -
             first,
         )
         return None
-    return budget_runs(setup).get(setup, False, seed, batch_size, rounding=True)
+    return run.budget_runs.get(setup, False, seed, batch_size, rounding=True)
 
 
 def compare_seed(
-    setup, seed: int, batch_size: int, results: dict[str, TrainResult]
+    run: Run, seed: int, batch_size: int, results: dict[str, TrainResult]
 ) -> tuple[list[Row], tuple[int, float, float, float | None]]:
     """One seed's comparison: the metric difference and the trained parameters. When trained
     parameters differ beyond tolerance, they are judged against the rounding twin's envelope too
@@ -92,6 +94,7 @@ def compare_seed(
         The rows (an ERROR row added when the rounding twin raised) and
         ``(seed, |recompute - plain|, allowed, rounding_excess or None)`` for the worst-seed row.
     """
+    setup = run.setup
     budget: BudgetConfig = setup.config.budget
     parity: ParityConfig = setup.config.parity
     task = setup.task
@@ -108,7 +111,7 @@ def compare_seed(
     errors = []
     try:
         found: dict = {}
-        rounding = rounding_run(setup, seed, batch_size, found) if rows[1].status != Status.PASS else None
+        rounding = rounding_run(run, seed, batch_size, found) if rows[1].status != Status.PASS else None
         if "lockstep_step" in found:  # evidence for the diagnosis: where the fault switches on
             rows[1].detail += (
                 f"; gradients taken at identical weights first differ at step {found['lockstep_step']} "
@@ -117,7 +120,8 @@ def compare_seed(
             rows[1].extra["lockstep_first_step"] = found["lockstep_step"]
         if rounding is not None and cached:  # the envelope is measured against a plain twin trained in this run
             desc = f"plain seed {seed} batch {batch_size}, for the rounding envelope"
-            results = {**results, "plain": budget_run(setup, setup.build(False), budget, seed, batch_size, desc)}
+            plain = setup.twin(False, optimizer=budget.optimizer)
+            results = {**results, "plain": budget_run(setup, plain, budget, seed, batch_size, desc)}
             p, allowed, rows = judged(results["plain"])
     except Exception as exc:  # noqa: BLE001 - failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)
@@ -138,12 +142,12 @@ def compare_seed(
 
 
 def _train_or_error(
-    setup, variant: str, recompute: bool, seed: int, batch_size: int
+    run: Run, variant: str, recompute: bool, seed: int, batch_size: int
 ) -> tuple[TrainResult | None, list[Row]]:
     """Train one twin; an exception or an incomplete budget becomes an ERROR row."""
     item, start = f"seed {seed}", time.perf_counter()
     try:
-        result = budget_runs(setup).get(setup, recompute, seed, batch_size)
+        result = run.budget_runs.get(run.setup, recompute, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
         detail = f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}" + (
@@ -154,7 +158,7 @@ def _train_or_error(
         row.seconds = time.perf_counter() - start
         return None, [row]
     if not result.complete:
-        examples, cap = setup.config.budget.examples, result.steps + result.skipped_steps
+        examples, cap = run.setup.config.budget.examples, result.steps + result.skipped_steps
         detail = (
             f"budget not reached: only {result.accepted_examples} of {examples} examples accepted after the cap of "
             f"{cap} drawn batches ({result.skipped_steps} skipped for a non-finite loss or gradient); raise "
@@ -198,7 +202,7 @@ def nonfinite_metric_row(seed: int, metric: str, value: float) -> Row:
     )
 
 
-def task_metrics(setup) -> list[Row]:
+def task_metrics(run: Run) -> list[Row]:
     """Train plain and recompute twins to equal accepted-example budgets; compare the task metric.
 
     For each seed in ``cfg.budget.seeds``: both twins from the shared initial ``state_dict``,
@@ -212,6 +216,7 @@ def task_metrics(setup) -> list[Row]:
         ``std`` column (INFO). One ``worst_abs_diff_<metric>`` row (PASS/FAIL). A seed whose
         twins skipped different numbers of steps gets a WARN row. NOT_RUN when disabled.
     """
+    setup = run.setup
     section: BudgetConfig = setup.config.budget
     task = setup.task
     metric, tol, rtol = task.metric, section.metric_tolerance, section.metric_rtol
@@ -243,7 +248,7 @@ def task_metrics(setup) -> list[Row]:
         seed = int(seed)
         results: dict[str, TrainResult] = {}
         for variant, recompute in VARIANTS:
-            result, errors = _train_or_error(setup, variant, recompute, seed, bs)
+            result, errors = _train_or_error(run, variant, recompute, seed, bs)
             rows += errors
             if result is not None:
                 results[variant] = result
@@ -254,7 +259,7 @@ def task_metrics(setup) -> list[Row]:
         if not math.isfinite(results["plain"].metrics[metric]):  # no baseline to compare the metric with
             rows.append(nonfinite_metric_row(seed, metric, results["plain"].metrics[metric]))
             continue
-        seed_rows, diff = compare_seed(setup, seed, bs, results)
+        seed_rows, diff = compare_seed(run, seed, bs, results)
         rows += seed_rows
         diffs.append(diff)
         sp, sr = results["plain"].skipped_steps, results["recompute"].skipped_steps

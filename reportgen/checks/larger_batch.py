@@ -33,13 +33,13 @@ import torch
 
 from reportgen.checks.base import TRAINED_ROLES, Check, Section
 from reportgen.checks.base.plots import larger_batch_plots
+from reportgen.checks.base.run import Run
 from reportgen.config import LARGER_BATCH, BudgetConfig, LargerBatchConfig
 from reportgen.memory.saved import cuda_step_peaks, saved_activation_bytes
 from reportgen.results import Role, Row, Status
 from reportgen.structure import batch_size_of
 from reportgen.training.loop import LR_SCALING
 from reportgen.training.rows import run_rows
-from reportgen.training.train import budget_runs
 
 log = logging.getLogger("reportgen")
 
@@ -111,7 +111,7 @@ def saved_bytes(setup, recompute: bool, batch_size: int) -> tuple[int, int]:
     batch = setup.make_batch(batch_size, setup.config.seed)
     model = setup.build(recompute)
     paths = [w.path for w in setup.wrapped]
-    saved = saved_activation_bytes(model, batch, setup.task, setup.config.forward_seed, paths)
+    saved = saved_activation_bytes(model, batch, setup.training_step, setup.config.forward_seed, paths)
     return int(saved.total_bytes), batch_size_of(batch[0])
 
 
@@ -152,7 +152,7 @@ def make_probe(measure: Callable[[int], tuple[int, int]], reference: int) -> Cal
     return probe
 
 
-def larger_batch_experiment(setup) -> list[Row]:
+def larger_batch_experiment(run: Run) -> list[Row]:
     """Find the largest batch whose recompute memory fits the plain run's; train at it.
 
     The learning rate is unchanged unless ``larger_batch.lr_scaling`` names a rule
@@ -167,7 +167,7 @@ def larger_batch_experiment(setup) -> list[Row]:
     """
     start = time.perf_counter()
     try:
-        return _experiment(setup)
+        return _experiment(run)
     except Exception as exc:  # noqa: BLE001 - the experiment never changes the verdict, even when it breaks
         log.exception("larger-batch experiment raised")
         detail, seconds = f"the experiment could not finish: {type(exc).__name__}: {exc}", time.perf_counter() - start
@@ -179,7 +179,8 @@ def _flagged(item: str, role: str, detail: str, **columns: Any) -> Row:
     return Row.fact(LARGER_BATCH, item, role, detail, status=Status.FLAGGED, variant="larger_batch", **columns)
 
 
-def _experiment(setup) -> list[Row]:
+def _experiment(run: Run) -> list[Row]:
+    setup = run.setup
     section: LargerBatchConfig = setup.config.larger_batch
     budget: BudgetConfig = setup.config.budget
     task = setup.task
@@ -237,7 +238,7 @@ def _experiment(setup) -> list[Row]:
     plain: list[float] = []
     for seed in seeds:
         for recompute, batch_size, lr_scale in ((True, found, scale), (False, base, 1.0)):
-            result = budget_runs(setup).get(setup, recompute, seed, batch_size, lr_scale)
+            result = run.budget_runs.get(setup, recompute, seed, batch_size, lr_scale)
             if not result.complete:
                 said = (
                     f"budget not reached: {result.skipped_steps} steps skipped for a non-finite loss or gradient "
@@ -262,7 +263,7 @@ def _experiment(setup) -> list[Row]:
                 )
                 continue
             role = "recompute at the larger batch" if recompute else "plain at the base batch, for comparison"
-            run = run_rows(
+            ran = run_rows(
                 LARGER_BATCH,
                 "larger_batch",
                 f"seed {seed} batch {batch_size}",
@@ -271,9 +272,9 @@ def _experiment(setup) -> list[Row]:
                 task.metric,
                 Status.FLAGGED,
             )
-            run[0].detail = f"{role}: {run[0].detail}"
-            run[0].extra["run_label"] = role
-            rows += run
+            ran[0].detail = f"{role}: {ran[0].detail}"
+            ran[0].extra["run_label"] = role
+            rows += ran
             (larger if recompute else plain).append(result.metrics[task.metric])
     for name, values, batch_size in (("larger", larger, found), ("base", plain, base)):
         if values:

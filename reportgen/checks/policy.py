@@ -12,6 +12,7 @@ from collections import Counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.config import SELECTIVE_POLICY, RecomputeConfig, RecomputeMode
 from reportgen.memory.instrument import instrument
 from reportgen.results import Role, Row, Status
@@ -54,9 +55,10 @@ def ops_in_wrapped_forward(setup: Setup) -> Counter:
     return counter.seen
 
 
-def selective_policy(setup: Setup) -> list[Row]:
+def selective_policy(run: Run) -> list[Row]:
     """One row per ``save_ops`` entry: calls it matched in the wrapped forward (selective mode
     only; no rows otherwise). Zero calls is WARN: the entry saves nothing."""
+    setup = run.setup
     rc: RecomputeConfig = setup.config.recompute
     if rc.mode is not RecomputeMode.selective:
         return []

@@ -63,7 +63,7 @@ def predict_peak(setup: Any, clause: Clause, frame: pd.DataFrame) -> dict[str, A
     measured = _recompute_row(frame, Role.STEP_PEAK)
     if measured is None or not math.isfinite(float(measured.value)):
         raise ValueError("the memory check measured no step peak of the recompute twin")
-    batch0 = int(setup.cfg.parity.batch_size)
+    batch0 = int(setup.config.parity.batch_size)
     figures: dict[str, Any] = {"measured_batch": batch0, "measured_peak_bytes": float(measured.value)}
     figures |= {"target_batch": clause.batch, "target_seq": clause.seq}
     allocator = _allocator_ratio(measured)
@@ -95,7 +95,7 @@ def _by_estimate(setup: Any, clause: Clause, frame: pd.DataFrame, measured_bytes
         raise ValueError("no step-peak estimate at the measured shape to scale by")
     overrides: dict[str, Any] = {"batch_size": clause.batch}
     if clause.seq is not None:
-        overrides["task"] = {str(setup.cfg.claim.seq_key): clause.seq}
+        overrides["task"] = {str(setup.config.claim.seq_key): clause.seq}
     target = estimate_saved_activations(setup, overrides)
     if target.recompute_peak is None:
         raise ValueError(target.peak_error or "the estimator counted no step peak")
@@ -103,7 +103,7 @@ def _by_estimate(setup: Any, clause: Clause, frame: pd.DataFrame, measured_bytes
     if drawn is None or int(drawn.group(1)) != clause.batch:  # e.g. a task that caps a batch at its data size
         raise ValueError(f"the task drew a batch of inputs {target.inputs}, not {clause.batch} examples")
     scale = measured_bytes / float(here.value)
-    shape = f"batch {clause.batch}" + (f", {setup.cfg.claim.seq_key}={clause.seq}" if clause.seq else "")
+    shape = f"batch {clause.batch}" + (f", {setup.config.claim.seq_key}={clause.seq}" if clause.seq else "")
     return {
         "predicted_bytes": target.recompute_peak.peak_bytes * scale,
         "estimated_target_peak_bytes": target.recompute_peak.peak_bytes,
@@ -112,7 +112,7 @@ def _by_estimate(setup: Any, clause: Clause, frame: pd.DataFrame, measured_bytes
         "method": (
             f"GPU-free estimate of the recompute twin's step peak at {shape} (inputs {target.inputs}, "
             f"fake tensors) × {scale:.4f}, measured ÷ estimated peak at the measured batch "
-            f"{setup.cfg.parity.batch_size}"
+            f"{setup.config.parity.batch_size}"
         ),
     }
 

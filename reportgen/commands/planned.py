@@ -12,10 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from reportgen.config import MEMORY
-from reportgen.memory.saved import training_optimizer
 from reportgen.memory.step_peak import format_bytes
 from reportgen.models.hf.auto import config_file
 from reportgen.plan.args import DTYPES, PlanArgs, load_config
@@ -84,25 +81,25 @@ def planned_peak(setup: Setup, rows: list[Row]) -> tuple[Row, dict[str, Any]] | 
 
 def _plan(setup: Setup, policy: str) -> dict[str, Any]:
     """The plan of ``policy`` at the run's shape: ``{"policy", "seq", "batch", "planned_bytes"}``."""
-    cfg = setup.cfg
-    if not OmegaConf.select(cfg, "model.config"):
+    model = setup.config.model
+    if not model.get("config"):
         raise ValueError("the plan needs the model's config.json (model.config=)")
     inputs = setup.batch[0]
     ids = inputs["input_ids"] if isinstance(inputs, dict) else inputs
     batch, seq = (int(n) for n in ids.shape[:2])
     args = PlanArgs(
-        config=config_file(cfg.model.config),
+        config=config_file(model["config"]),
         seq=seq,
         batch=batch,
         dtype=setup.dtype,
         dtype_name=next(k for k, v in DTYPES.items() if v == setup.dtype),
         memory_gib=None,
-        attn=OmegaConf.select(cfg, "model.attn_implementation") or "sdpa",
+        attn=model.get("attn_implementation") or "sdpa",
         master_dtype=setup.dtype,
         reduce_dtype=setup.dtype,
         optim_dtype=setup.dtype,
     )
-    optimizer = OmegaConf.to_container(training_optimizer(setup), resolve=True)
+    optimizer = dict(setup.config.budget.optimizer)
     from reportgen.plan.rank import compose  # lazy: the tracer imports MemTracker (~1.9 s CPU)
     from reportgen.plan.trace import scaled_figures
 

@@ -14,9 +14,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from reportgen.checks import REGISTRY, Check, required_names, run_order
+from reportgen.checks.base.run import Run
 from reportgen.checks.distributed.check import follow
 from reportgen.checks.memory.check import run_peak_row
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
@@ -65,7 +66,6 @@ from reportgen.trust.signing import sign_run
 from reportgen.twins.observe import observation_rows
 from reportgen.twins.prepare import prepare as prepare_twins
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import step_said
 
 log = logging.getLogger("reportgen")
 
@@ -92,9 +92,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         (``results.partial.json`` keeps what was measured).
     """
     start_manifest(out_dir)  # the statement signs only what this run writes (reportgen.trust.manifest)
-    threads = apply_threads(cfg.get("threads", "auto"))  # the one place: every twin, rank and job of this process
+    threads = apply_threads(cfg.threads)  # the one place: every twin, rank and job of this process
     log.info("torch threads: %s", threads.describe())
-    world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
+    world = int(cfg.distributed.world_size)
     if problem := launch_problem(world):
         print(f"reportgen: cannot start: {problem}")
         forget_unstarted_run(out_dir)
@@ -104,7 +104,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         if launch_rank() != 0:
             return run_rank(cfg, out_dir)
     try:
-        claim = parse_claim(cfg.get("claim"))  # the release note's clauses (exit 2 on one it cannot read)
+        claim = parse_claim(cfg.claim)  # the release note's clauses (exit 2 on one it cannot read)
         key = load_signing_key(cfg.report.sign, cfg.report.key_path)  # no key, no model work
         if problem := unwritable(out_dir) or (cfg.report.pdf and renderer_problem()):  # nor without a report
             raise UsageError(problem)
@@ -117,17 +117,16 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         print(f"reportgen: cannot start: {console_text(str(exc))}")
         forget_unstarted_run(out_dir)  # nothing measured: the corrected command may reuse the folder
         return ExitCode.USAGE
-    required = required_names(cfg.verdict.required, distributed=world > 1) + claim_required(cfg.get("claim"))
+    required = required_names(cfg.verdict.required, distributed=world > 1) + claim_required(cfg.claim)
     meta = run_metadata(cfg, setup, out_dir) | {"signature": signature_label(key), "threads": threads.describe()}
     if claim:
         meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
-    meta["claim"]["step"] = step_said(setup.task)  # page 1: whose training step each check ran
     if world > 1:
         meta["claim"]["distributed"] = distributed_claim(cfg, setup)
     try:
-        rows = run_checks(setup, out_dir)
+        rows = run_checks(Run(setup, cfg), out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return ExitCode.SIGTERM if exc.terminated else ExitCode.SIGINT  # the partial frame stays on disk
@@ -185,7 +184,7 @@ def prepare(cfg: DictConfig) -> Setup:
             the run exits 2.
         RecomputeConfigError: the recompute settings cannot be applied to this model.
     """
-    world = int(OmegaConf.select(cfg, "distributed.world_size", default=1))
+    world = int(cfg.distributed.world_size)
     return prepare_twins(cfg, device_problem=functools.partial(device_problem, world))
 
 
@@ -226,20 +225,22 @@ def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
     }
 
 
-def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
-    """Run every registered check; after each, rewrite ``results.partial.json`` so a run that
-    stops early still leaves the frame of what it measured."""
+def run_checks(run: Run, out_dir: Path) -> list[Row]:
+    """Run every registered check on ``run`` (each gets the same :class:`Run`: the setup and what the checks share);
+    after each, rewrite ``results.partial.json`` so a run that stops early still leaves the frame of what it
+    measured."""
     rows: list[Row] = []
-    registry = run_order(REGISTRY, distributed=_world_size(setup) > 1, joined=launched())
-    if getattr(setup, "compile_error", None) is not None:  # nothing can be measured on twins compile cannot run
+    setup = run.setup
+    registry = run_order(REGISTRY, distributed=setup.config.distributed.world_size > 1, joined=launched())
+    if setup.compile_error is not None:  # nothing can be measured on twins compile cannot run
         detail = (
             f"not run: compile.enabled=true but torch.compile could not run the twins ({setup.compile_error}); "
             "run with compile.enabled=false"
         )
         return [Row.not_run(s.name, detail, item="compile") for check in registry for s in check.sections]
-    limits = check_limits(getattr(setup, "cfg", None))
+    limits = check_limits(setup.config)
     for index, check in enumerate(registry):
-        if _disabled(setup, check):
+        if check.config and not getattr(setup.config, check.config).enabled:
             rows += disabled_rows(check)
             continue
         log.info("check: %s", check.name)
@@ -247,7 +248,7 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
         try:
             with warnings.catch_warnings(), limited(check.name, *limits):  # deadline and memory ceiling
                 warnings.simplefilter("ignore", UserWarning)  # the console stays readable; gradient parity
-                rows += check.run(setup)  # records torch's warnings as rows itself
+                rows += check.run(run)  # records torch's warnings as rows itself
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
             log.error("check %s stopped: %s", check.name, exc.message)
             item, seconds = f"stopped at checks.{exc.limit}", time.perf_counter() - start
@@ -270,12 +271,6 @@ def run_checks(setup: Setup, out_dir: Path) -> list[Row]:
     return rows
 
 
-def _disabled(setup: Setup, check: Check) -> bool:
-    """The check's config group says ``enabled: false`` (checks without a group always run)."""
-    cfg = getattr(setup, "cfg", None)
-    return bool(check.config and cfg is not None and not OmegaConf.select(cfg, f"{check.config}.enabled", default=True))
-
-
 def disabled_rows(check: Check) -> list[Row]:
     """One row per section of a check turned off by ``<group>.enabled=false``: NOT_RUN (a required
     check without rows fails the claim), FLAGGED for a flagged experiment (never counts)."""
@@ -286,12 +281,6 @@ def disabled_rows(check: Check) -> list[Row]:
         else Row.not_run(s.name, detail, item=str(check.config))
         for s in check.sections
     ]
-
-
-def _world_size(setup: Setup | None) -> int:
-    """``distributed.world_size`` of the setup's config (1 without one)."""
-    cfg = getattr(setup, "cfg", None)
-    return 1 if cfg is None else int(OmegaConf.select(cfg, "distributed.world_size", default=1))
 
 
 def write_results(frame, out_dir: Path) -> None:

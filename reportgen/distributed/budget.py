@@ -36,14 +36,14 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
     Raises:
         ValueError: ``budget.batch_size`` (or the budget) is not a multiple of the world size.
     """
-    cfg, world = setup.cfg.budget, group.world_size
+    cfg, world = setup.config.budget, group.world_size
     if int(cfg.batch_size) % world or int(cfg.examples) % world:
         raise ValueError(
             f"budget.batch_size={cfg.batch_size} and budget.examples={cfg.examples} must both be "
             f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
             "global batch; set them so"
         )
-    model = spread_twin(setup, group, recompute)
+    twin = spread_twin(setup, group, recompute, optimizer=cfg.optimizer)
     sharding = Sharding(
         share=lambda batch: shard_batch(batch, group.rank, world),
         agree=lambda finite: all_ranks(finite, group),
@@ -51,7 +51,7 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
         ranks=world,
     )
     desc = f"sharded {'recompute' if recompute else 'plain'} seed {seed} rank {group.rank}"
-    return budget_run(setup, model, cfg, seed, cfg.batch_size, desc, sharding=sharding)
+    return budget_run(setup, twin, cfg, seed, cfg.batch_size, desc, sharding=sharding)
 
 
 def budget_rows(setup, group: Group) -> list[Row]:
@@ -65,10 +65,10 @@ def budget_rows(setup, group: Group) -> list[Row]:
         (every full trained parameter, :func:`reportgen.results.rows.trained_params_row`). NOT_RUN when
         ``budget.enabled`` is false.
     """
-    cfg, task = setup.cfg.budget, setup.task
+    cfg, task = setup.config.budget, setup.task
     if not cfg.enabled:
         return [] if group.rank else [Row.not_run(DIST_TASK_METRICS, "not run: budget.enabled=false", item="budget")]
-    chosen = setup.cfg.distributed.get("budget_seeds")  # null: the first of budget.seeds
+    chosen = setup.config.distributed.budget_seeds  # null: the first of budget.seeds
     seeds = [int(s) for s in (chosen if chosen is not None else list(cfg.seeds)[:1])]
     results = {}
     for seed in seeds:
@@ -96,10 +96,10 @@ def budget_rows(setup, group: Group) -> list[Row]:
 def compare_rows(setup, seed: int, plain: TrainResult, recompute: TrainResult) -> list[Row]:
     """The seed's metric difference (judged by ``budget.metric_tolerance``) and the worst full
     trained parameter (judged ``allclose`` at the parity tolerances)."""
-    metric, cfg = setup.task.metric, setup.cfg.budget
+    metric, cfg = setup.task.metric, setup.config.budget
     p, r = plain.metrics[metric], recompute.metrics[metric]
     allowed = float(cfg.metric_tolerance) + float(cfg.metric_rtol) * abs(p)
-    (rtol, atol), factor = setup.tolerance(), float(setup.cfg.parity.rounding_factor)
+    (rtol, atol), factor = setup.tolerance(), float(setup.config.parity.rounding_factor)
     return [
         metric_diff_row(DIST_TASK_METRICS, seed, p, r, allowed, metric, setup.task.higher_is_better),
         trained_params_row(DIST_TASK_METRICS, seed, plain.final_params, recompute.final_params, rtol, atol, factor),

@@ -34,21 +34,27 @@ from reportgen.twins.setup import Setup
 Part = tuple[str, Callable[[Setup, Group], list[Row]]]
 
 
-def run_sharded(setup: Setup, parts: Sequence[Part]) -> list[Row]:
-    """Every rank's rows of ``parts`` (none when ``distributed.world_size`` is 1).
+def run_sharded(setup: Setup, cfg: DictConfig | None, parts: Sequence[Part]) -> list[Row]:
+    """Every rank's rows of ``parts`` (none when ``distributed.world_size`` is 1); ``cfg``: the composed config a
+    spawned rank builds its own setup from (under ``fork`` a rank inherits ``setup`` instead).
 
     Returns:
         In the process that launched the ranks, or on rank 0 of a torchrun/srun launch, the rows of
         every rank; on the other ranks of such a launch, nothing (rank 0 reports them). A rank that
         raised, crashed or hung gives ERROR rows naming it, and the parts it stopped NOT_RUN rows.
+
+    Raises:
+        ValueError: ranks would be spawned but no ``cfg`` was given.
     """
-    dc = setup.cfg.distributed
+    dc = setup.config.distributed
     if int(dc.world_size) <= 1:
         return []
     if launched():
         return follow(setup, parts) or []
     method = start_method(str(dc.start_method))
-    given = setup if method == "fork" else setup.cfg  # a forked rank inherits the setup; a spawned one builds its own
+    given = setup if method == "fork" else cfg  # a forked rank inherits the setup; a spawned one builds its own
+    if given is None:
+        raise ValueError(f"distributed.start_method={method} spawns ranks, which need the composed config")
     try:
         results = launch(rank_worker, (given, tuple(parts)), int(dc.world_size), method)
     except RankFailure as exc:
@@ -62,7 +68,7 @@ def follow(setup: Setup, parts: Sequence[Part]) -> list[Row] | None:
     Returns:
         Every rank's rows on rank 0, None on the other ranks.
     """
-    dc = setup.cfg.distributed
+    dc = setup.config.distributed
     group = join(resolve_backend(str(dc.backend), setup.device), float(dc.timeout_s), setup.device)
     try:
         rows = rank_rows(setup, group, parts)
@@ -94,7 +100,7 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
     The watchdog (:func:`reportgen.distributed.launch.watchdog`) allows ``1.5 × timeout_s + 10`` s per
     part: longer than a collective's timeout, so a rank waiting for a failed one reports it first.
     """
-    timeout = float(setup.cfg.distributed.timeout_s)
+    timeout = float(setup.config.distributed.timeout_s)
     rows: list[Row] = []
     failed: dict[int, str] = {}
     for name, part in parts:

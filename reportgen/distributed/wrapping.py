@@ -18,6 +18,8 @@ from torch import nn
 
 from reportgen.distributed.launch import Group, mesh_of
 from reportgen.twins.recompute import CheckpointWrapper, plain_name
+from reportgen.twins.setup import Setup
+from reportgen.twins.twin import Twin
 
 
 def strategy_name(dc: Any) -> str:
@@ -167,7 +169,13 @@ def wrap_twin(model: nn.Module, dc: Any, target_paths: list[str], group: Group) 
 
 
 def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
-    """Every wrapping setting the twins ran with, for page 1 (the strategy's own, nothing else)."""
+    """Every wrapping setting the twins ran with, for page 1 (the strategy's own, nothing else).
+
+    ``dc`` is ``distributed`` as a ``DictConfig`` (``run.distributed_claim``) or as the schema's
+    :class:`reportgen.config.DistributedConfig` (``metadata.recompute_settings``, from ``Setup.config``):
+    settings are read by attribute, which both answer, and given as the plain values torch gets
+    (:func:`wrap_fsdp1`), so both give the same dict.
+    """
     strategy = strategy_name(dc)
     if strategy == "ddp":
         return {f"ddp.{k}": ("torch default (25 MiB)" if v is None else v) for k, v in ddp_kwargs(dc).items()}
@@ -181,7 +189,12 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
     }
     if strategy == "fsdp2":
         return said | {"fsdp.reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
-    return said | {f"fsdp1.{k}": dc.fsdp1[k] for k in ("use_orig_params", "sharding_strategy", "sync_module_states")}
+    f1 = dc.fsdp1
+    return said | {
+        "fsdp1.use_orig_params": bool(f1.use_orig_params),
+        "fsdp1.sharding_strategy": str(f1.sharding_strategy),
+        "fsdp1.sync_module_states": bool(f1.sync_module_states),
+    }
 
 
 def wrap_order(dc: Any) -> str:
@@ -198,7 +211,9 @@ def wrap_order(dc: Any) -> str:
     )
 
 
-def spread_twin(setup: Any, group: Group, recompute: bool) -> nn.Module:
-    """A fresh twin of ``setup`` (shared initial weights, recompute applied to the recompute twin),
-    spread over the ranks by :func:`wrap_twin`."""
-    return wrap_twin(setup.build(recompute), setup.cfg.distributed, [w.path for w in setup.wrapped], group)
+def spread_twin(setup: Setup, group: Group, recompute: bool, optimizer: Any = None) -> Twin:
+    """A fresh twin of ``setup`` (shared initial weights, recompute applied to the recompute twin), spread over the
+    ranks by :func:`wrap_twin`, with the run's training step and its optimizer (``optimizer``: a ``_target_`` node,
+    default ``parity.optimizer``; the task's own where it makes one) made over the spread model."""
+    model = wrap_twin(setup.build(recompute), setup.config.distributed, [w.path for w in setup.wrapped], group)
+    return Twin.of(model, setup.training_step, setup.config.parity.optimizer if optimizer is None else optimizer)

@@ -40,8 +40,9 @@ from reportgen.structure import describe, named_tensors
 from reportgen.tasks import batch_to
 from reportgen.twins.recompute import apply_recompute, find_targets, is_model_switch
 from reportgen.twins.setup import DTYPES, Setup, autocast_forward
+from reportgen.twins.step import TrainingStep
 from reportgen.twins.template import copy_module
-from reportgen.twins.user_step import own_step
+from reportgen.twins.twin import TrainStep, Twin
 
 log = logging.getLogger("reportgen")
 
@@ -121,14 +122,14 @@ def estimate_or_reason(setup: Setup, overrides: Any = None) -> Estimate:
     except Exception as exc:  # noqa: BLE001 - the reason goes in words into the report, the exception into the log
         log.info("memory estimate on fake tensors failed", exc_info=True)
         reason = fake_failure(exc)
-        if FAKE_KERNEL_DTYPE not in reason or over.get("dtype", setup.cfg.dtype) == FAKE_KERNEL_DTYPE:
+        if FAKE_KERNEL_DTYPE not in reason or over.get("dtype", setup.config.dtype) == FAKE_KERNEL_DTYPE:
             raise NotEstimableError(reason) from None
     try:
         estimate = estimate_saved_activations(setup, {**over, "dtype": FAKE_KERNEL_DTYPE})
     except Exception as exc:  # noqa: BLE001 - as above
         log.info("memory estimate on fake tensors in %s failed", FAKE_KERNEL_DTYPE, exc_info=True)
         raise NotEstimableError(fake_failure(exc)) from None
-    estimate.dtype_note = f"estimated in {FAKE_KERNEL_DTYPE}, not {over.get('dtype', setup.cfg.dtype)}: {reason}"
+    estimate.dtype_note = f"estimated in {FAKE_KERNEL_DTYPE}, not {over.get('dtype', setup.config.dtype)}: {reason}"
     return estimate
 
 
@@ -327,11 +328,12 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
         EstimateConfigError: see :func:`validate_overrides`.
     """
     over = validate_overrides(overrides)
-    cfg = setup.cfg
-    model_cfg = {**OmegaConf.to_container(cfg.model, resolve=True), **over.get("model", {})}
+    cfg = setup.config
+    model_cfg = {**cfg.model, **over.get("model", {})}
     task = setup.task
     if over.get("task"):
-        task = instantiate({**OmegaConf.to_container(cfg.task, resolve=True), **over["task"]})
+        task = instantiate({**cfg.task, **over["task"]})
+    own = TrainingStep(task)  # reportgen's forward and loss: a user's step may not take fake tensors
     batch_size = int(over.get("batch_size", cfg.parity.batch_size))
     dtype_name = over.get("dtype", cfg.dtype)
     dtype = DTYPES[dtype_name]
@@ -356,12 +358,11 @@ def estimate_saved_activations(setup: Setup, overrides: Any = None) -> Estimate:
                 shape = transformer_shape(model, batch[0], paths, dtype)
             if setup.autocast_dtype is not None:  # the same precision as the measured twins
                 model.forward = autocast_forward(model.forward, setup.device.type, setup.autocast_dtype)
-            saved[recompute] = saved_activation_bytes(model.train(), batch, own_step(task), cfg.forward_seed, paths)
+            saved[recompute] = saved_activation_bytes(model.train(), batch, own, cfg.forward_seed, paths)
             if not peak_error:
                 try:
-                    peaks[recompute] = warm_step_peak(
-                        model, batch, own_step(task), cfg.budget.optimizer, cfg.forward_seed, warm_steps=0
-                    )
+                    step = TrainStep(Twin.of(model, own, cfg.budget.optimizer), batch, cfg.forward_seed)
+                    peaks[recompute] = warm_step_peak(step, warm_steps=0)
                 except Exception as exc:  # noqa: BLE001 - the saved-bytes estimate stands on its own
                     log.info("step peak estimate on fake tensors failed", exc_info=True)
                     peak_error = fake_failure(exc)

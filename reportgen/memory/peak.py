@@ -17,29 +17,20 @@ allocator's reserve are not tensors and are never counted here.
 from __future__ import annotations
 
 import gc
-from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
 from reportgen.memory.device_peak import reset_peaks
 from reportgen.memory.instrument import instrument
-from reportgen.memory.saved import make_train_step
 from reportgen.memory.step_peak import StepPeak
-from reportgen.tasks import Batch
+from reportgen.twins.twin import TrainStep
 
 
-def warm_step_peak(
-    model: nn.Module,
-    batch: Batch,
-    task: Any,
-    optimizer_cfg: Any,
-    forward_seed: int | None,
-    warm_steps: int = 1,
-) -> StepPeak:
-    """Peak live tensor bytes of one warm training step of ``model``: forward, loss, backward,
-    optimizer step, ``zero_grad(set_to_none=True)``.
+def warm_step_peak(step: TrainStep, warm_steps: int = 1) -> StepPeak:
+    """Peak live tensor bytes of one warm training step (:class:`reportgen.twins.twin.TrainStep`: the twin's
+    step, then ``zero_grad(set_to_none=True)``).
 
     ``warm_steps`` steps run first untracked, so the optimizer state exists (0: one optimizer
     step on zero gradients instead, which creates the same state tensors without a forward;
@@ -50,15 +41,13 @@ def warm_step_peak(
     (torch.cuda memory-statistics docs), so both peaks describe the same step.
 
     Args:
-        model, batch, task, optimizer_cfg, forward_seed: as for :func:`reportgen.memory.saved.make_train_step`
-            (``batch`` on the model's device; ``model``'s weights change: a training step runs).
+        step: the step to measure (``step.batch`` on the model's device; the model's weights change).
         warm_steps: untracked training steps first (0: an optimizer step on zero gradients).
 
     Returns:
         :class:`StepPeak` (bytes, B).
     """
-    step = make_train_step(model, batch, task, optimizer_cfg, forward_seed)
-    optimizer = step.optimizer
+    model, batch, optimizer = step.model, step.batch, step.optimizer
     if warm_steps > 0:
         for _ in range(warm_steps):
             step()

@@ -17,8 +17,8 @@ so an address is never reused for another tensor during the measurement.
 Saved-tensor hooks bypass autograd's in-place checks and change what is stored, so callers
 measure memory in runs separate from the parity runs (docs/architecture.md).
 
-Also the training-step helpers every measuring check shares: :func:`make_train_step`,
-:func:`training_optimizer`, :func:`timed` and :func:`cuda_step_peaks`.
+Also the helpers every measuring check shares around a :class:`reportgen.twins.twin.TrainStep`: :func:`timed`
+and :func:`cuda_step_peaks`.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from torch.utils._pytree import tree_leaves
 
 from reportgen.memory.device_peak import reset_peaks
 from reportgen.rng import seeded
-from reportgen.structure import call_model, clone_inputs
+from reportgen.structure import clone_inputs
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import plain_name
-from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step, runs_own_forwards
+from reportgen.twins.step import TrainingStep
 
 if TYPE_CHECKING:  # setup imports nothing from here; the annotation only
     from reportgen.twins.setup import Setup
@@ -154,24 +154,24 @@ def _selective_saved(storage: dict) -> Iterable[Tensor]:
 def saved_activation_bytes(
     model: nn.Module,
     batch,
-    task: Any,
+    step: TrainingStep,
     forward_seed: int | None,
     module_paths: list[str],
 ) -> SavedActivations:
-    """Bytes of the tensors autograd keeps for backward after ``task.loss(model(x), y)``.
+    """Bytes of the tensors autograd keeps for backward after the step's forward and loss.
 
     Runs one forward and the loss on clones of ``batch`` (no backward; the graph is dropped
     on return). Works on real tensors of any device and on ``FakeTensorMode`` tensors
-    (call it inside the same fake mode that built ``model`` and ``batch``). A task with its own
-    ``forward_backward`` (:mod:`reportgen.twins.user_step`) runs that instead, and what every forward of
+    (call it inside the same fake mode that built ``model`` and ``batch``). A step whose forwards are the
+    task's own (``not step.sees_outputs``, :mod:`reportgen.twins.step`) runs whole instead, and what every forward of
     its step saves is counted, summed (two accumulated micro-batches: both); tensors saved while backward
     recomputes a region are not activations kept from the forward and are not counted.
 
     Args:
         model: a plain or recompute twin, in the mode to measure (``train()`` for training).
         batch: ``(inputs, targets)``, e.g. inputs ``[batch, seq]`` ids or ``[batch, features]``.
-        task: its ``loss(output, target) -> scalar`` (what it saves counts: it is kept for backward), or its
-            own ``forward_backward``.
+        step: the run's training step (:class:`reportgen.twins.step.TrainingStep`): its forward and loss (what
+            the loss saves counts: it is kept for backward), or the task's own ``forward_backward``.
         forward_seed: seeds every generator (:func:`reportgen.rng.seeded`) for the forward
             (None = leave them alone).
         module_paths: module paths to attribute bytes to, as in the plain model (``blocks.0``);
@@ -233,10 +233,10 @@ def saved_activation_bytes(
     x, y = clone_inputs(batch[0]), batch[1]
     try:
         with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if runs_own_forwards(task):
-                loss = loss_backward(task, model, (x, y))
+            if step.sees_outputs:
+                loss = step.forward_loss(model, (x, y))[1]
             else:
-                loss = task.loss(call_model(model, x), y)
+                loss = step.forward_backward(model, (x, y))
         for name, storage in contexts:
             for t in _selective_saved(storage):
                 ledger.add(t, name)
@@ -257,48 +257,6 @@ def saved_activation_bytes(
     return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts, produced_by)
 
 
-@dataclass
-class TrainStep:
-    """One training step of a twin, callable (:func:`make_train_step` says what it does and holds)."""
-
-    model: nn.Module
-    batch: Batch
-    task: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    forward_seed: int | None
-
-    def __call__(self) -> None:
-        with seeded(self.forward_seed):
-            loss_backward(self.task, self.model, self.batch)
-        optimizer_step(self.task, self.model, self.optimizer, self.scheduler)
-        self.optimizer.zero_grad(set_to_none=True)
-
-
-def make_train_step(
-    model: nn.Module, batch: Batch, task: Any, optimizer_cfg: Any, forward_seed: int | None = None
-) -> TrainStep:
-    """A training step closure: forward, loss, backward, optimizer step, ``zero_grad(set_to_none=True)``;
-    the task's own step where it gives one (:mod:`reportgen.twins.user_step`: its ``forward_backward``,
-    ``before_step``, optimizer and scheduler). Gradients are freed at the end of each step, so between steps
-    only weights and optimizer state are allocated (the baseline of a step's peak).
-
-    Args:
-        model: a twin in train mode.
-        batch: ``(inputs, targets)``, used as is (never modified).
-        task: its ``loss(output, target) -> scalar``, or its own step members.
-        optimizer_cfg: a ``_target_`` node called with ``params=`` (e.g. ``budget.optimizer``), unless the task
-            makes its own optimizer.
-        forward_seed: seeds every generator before each forward and backward
-            (:func:`reportgen.rng.seeded`; None = leave them alone).
-
-    Returns:
-        The step; its ``optimizer`` is the optimizer it steps (a memory tracker counts its state).
-    """
-    optimizer = make_optimizer(task, optimizer_cfg, model)
-    return TrainStep(model, batch, task, optimizer, make_scheduler(task, optimizer), forward_seed)
-
-
 def timed(step: Callable[[], None], device: torch.device) -> float:
     """Wall time of one call of ``step``, ms, synchronized on both sides on CUDA."""
     if device.type == "cuda":
@@ -308,11 +266,6 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - start) * 1e3
-
-
-def training_optimizer(setup: Setup) -> Any:
-    """The optimizer node of a representative training step: ``budget.optimizer``."""
-    return setup.cfg.budget.optimizer
 
 
 def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch | None = None) -> dict[str, int]:
@@ -336,8 +289,7 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
         raise RuntimeError(f"CUDA peaks need a CUDA device, this run is on {device}")
     gc.collect()
     torch.cuda.empty_cache()  # the previous twin's (or failed probe's) blocks must not count here
-    model, batch = setup.build(recompute), setup.batch if batch is None else batch
-    step = make_train_step(model, batch, setup.task, training_optimizer(setup), setup.cfg.forward_seed)
+    step = setup.train_step(recompute, batch=batch)
     for _ in range(max(1, warm_steps)):  # at least one: the optimizer state exists before the measured step
         step()
     torch.cuda.synchronize(device)
@@ -350,7 +302,7 @@ def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
         "baseline_allocated_bytes": baseline,
     }
-    del model, step
+    del step
     gc.collect()
     torch.cuda.empty_cache()
     return peaks

@@ -9,7 +9,7 @@ its activations, or at the bottom, where every layer above has its gradients), s
 and loss are counted once. tests/plan/test_plan.py checks the scaled figures equal a full trace at small
 depth (dense, sliding-window pattern, MoE).
 
-The step is :func:`reportgen.memory.saved.make_train_step` under :class:`PhaseTracker` (torch's
+The step is :class:`reportgen.twins.twin.TrainStep` under :class:`PhaseTracker` (torch's
 ``MemTracker`` via :class:`reportgen.memory.tracker.StepTracker`) and FlopCounterMode's formulas.
 """
 
@@ -29,7 +29,6 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from reportgen.errors import SetupError
-from reportgen.memory.saved import make_train_step
 from reportgen.memory.step_peak import OUTSIDE, format_bytes
 from reportgen.memory.tracker import StepTracker
 from reportgen.plan.args import PlanArgs, PlanError
@@ -45,6 +44,8 @@ from reportgen.plan.model import (
     shallow_config,
 )
 from reportgen.plan.policies import Policy, switch_on
+from reportgen.twins.step import TrainingStep
+from reportgen.twins.twin import TrainStep, Twin
 
 #: Phases of the step, in order: ``loss`` is the head's and the loss's forward and backward (the logits
 #: and their float32 upcast), ``backward`` the layers' backward outside recompute.
@@ -190,7 +191,8 @@ def trace_step(
             layers = decoder_layers(model)
             switch_on(model, policy.for_attn(args.attn), policy.flags(indices), [p for p, _ in layers])
             data = fake_batch(mode, batch, args.seq)
-            step = make_train_step(model, data, CAUSAL_LM, optimizer or OPTIMIZERS[args.optim], None)
+            twin = Twin.of(model, TrainingStep(CAUSAL_LM), optimizer or OPTIMIZERS[args.optim])
+            step = TrainStep(twin, data)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
             step.optimizer.step()

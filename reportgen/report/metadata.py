@@ -16,6 +16,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from reportgen import __version__
+from reportgen.config import RecomputeMode
 from reportgen.distributed.wrapping import settings_in_force
 from reportgen.results.distance import tolerances
 from reportgen.rng import GENERATORS
@@ -28,7 +29,6 @@ from reportgen.trust.sources import (
     user_source_digests,
 )
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import runs_own_forwards
 
 #: Hydra's options that name the primary config; they travel into the rerun command.
 CONFIG_OPTIONS = {
@@ -234,14 +234,12 @@ def recompute_settings(setup: Setup) -> dict[str, Any]:
     dc = setup.config.distributed
     strategy = dc.strategy.value if dc.world_size > 1 else None
     wrapping = settings_in_force(dc, [w.path for w in setup.wrapped]) if strategy else {}
-    rng = setup.config.recompute.preserve_rng_state
-    own = runs_own_forwards(setup.task)
     return {
-        "mode": setup.mode,
-        "preserve_rng_state": rng,
+        "mode": None if setup.mode is None else setup.mode.value,
+        "preserve_rng_state": setup.config.recompute.preserve_rng_state,
         "strategy": strategy,
         "distributed": wrapping,
-        "own_step": own,
+        "own_step": not setup.training_step.sees_outputs,
     }
 
 
@@ -272,7 +270,7 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "architecture": setup.architecture,
             "model_files": model_files(cfg.model),
             "task": str(cfg.task._target_),
-            "mode": setup.mode or "the model's own default",
+            "mode": "the model's own default" if setup.mode is None else setup.mode.value,
             "mode_note": setup.mode_note,
             "targets": list(rc.targets),
             "wrapped": [{"path": w.path, "cls": w.cls} for w in setup.wrapped],
@@ -288,8 +286,9 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
             "device": str(setup.device),
             "method": rc.method.value,
             "enable": rc.enable,
-            "use_reentrant": None if setup.mode is None else setup.mode == "reentrant",
+            "use_reentrant": None if setup.mode is None else setup.mode is RecomputeMode.reentrant,
             "observed": list(setup.observed) if setup.observed is not None else None,
+            "step": setup.training_step.said(),  # page 1: whose training step each check ran
             "ignored_attributes": list(cfg.state.ignore_attributes),
             "generators": list(GENERATORS) if cfg.forward_seed is not None else [],
         },

@@ -42,16 +42,15 @@ class Rejected(Exception):
     stored for other inputs, refused by ``weights_only`` loading); the message says which."""
 
 
-def cache_dir(cfg=None) -> Path | None:
+def cache_dir(enabled: bool = True) -> Path | None:
     """The cache folder for this process, or ``None`` when caching is off: ``cache.enabled=false`` or
     ``$REPORTGEN_CACHE_DIR=off``; else that variable when set, else ``<hydra.sweep.dir>/.reportgen-cache`` in a
     multirun (a single run without the variable caches nothing).
 
     Args:
-        cfg: the composed config; ``cache.enabled=false`` turns the cache off.
+        enabled: ``cache.enabled`` (False turns the cache off).
     """
-    group = cfg.get("cache") if hasattr(cfg, "get") else None  # no ``cache`` group: enabled
-    if group is not None and not group.get("enabled", True):
+    if not enabled:
         return None
     configured = os.environ.get(ENV, "").strip()
     if configured.lower() == "off":
@@ -93,18 +92,19 @@ def fingerprint(setup, seed: int, batch_size: int) -> dict[str, str]:
     import torch
 
     from reportgen.training.loop import step_seed
-    from reportgen.twins.forward import forward_backward
+    from reportgen.twins.snapshot import grads_of
 
     batch = setup.make_batch(min(int(batch_size), int(setup.config.budget.examples)), int(seed))
     forward = setup.config.forward_seed
     rng = int(seed) if forward is None else step_seed(forward, seed, 0)  # forward_seed null: seed_all(seed) once
-    step = forward_backward(setup.build(False, compiled=False), batch, setup.task, rng, clone_grads=False)
+    twin = setup.twin(False, compiled=False)
+    loss = twin.step(batch, rng, accept=False, rng=False).loss
     digest = hashlib.sha256()
-    for name, grad in step.grads.items():
+    for name, grad in grads_of(twin.model, clone=False).items():
         digest.update(f"{name} {None if grad is None else (grad.dtype, tuple(grad.shape))}\n".encode())
         if grad is not None:
             digest.update(grad.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return {"loss": repr(float(step.loss)), "gradients": digest.hexdigest()}
+    return {"loss": repr(float(loss)), "gradients": digest.hexdigest()}
 
 
 def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -6,6 +6,8 @@ of reportgen's and the user's sources, and of the contents of every file the con
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import importlib
 import importlib.metadata
 import json
@@ -13,20 +15,20 @@ import platform
 from typing import Any
 
 from reportgen import __version__
+from reportgen.config import Config
 from reportgen.trust.sources import canonical_sha256, named_file_digests, reportgen_sources_sha256, user_source_digests
 
 #: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
-FORMAT = 3
+FORMAT = 4
 #: Config groups left out of the key: read only for the recompute twin or for the output.
 NOT_IN_KEY = ("recompute", "report", "verdict", "claim", "cache", "checks", "run", "hydra")
 
 
-def key_config(cfg) -> dict:
-    """The composed config as plain data (interpolations resolved) without :data:`NOT_IN_KEY`."""
-    from omegaconf import OmegaConf
-
-    config = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    return {k: v for k, v in config.items() if k not in NOT_IN_KEY}
+def key_config(config: Config) -> dict:
+    """The run's typed config as plain data without :data:`NOT_IN_KEY` (an enum as its value)."""
+    data = dataclasses.asdict(config)
+    plain = json.loads(json.dumps(data, default=lambda v: v.value if isinstance(v, enum.Enum) else str(v)))
+    return {k: v for k, v in plain.items() if k not in NOT_IN_KEY}
 
 
 def _import_targets(node: Any) -> None:
@@ -69,7 +71,7 @@ def _version(distribution: str) -> str | None:
 
 
 def plain_run_key(
-    cfg,
+    config: Config,
     device: Any,
     dtype: Any,
     seed: int,
@@ -80,7 +82,7 @@ def plain_run_key(
     """The cache key of a plain budget run, and the material it hashes (see module docstring).
 
     Args:
-        cfg: the composed run config.
+        config: the run's typed config (:class:`reportgen.config.Config`).
         device: ``torch.device`` (or its name) the run trains on.
         dtype: ``torch.dtype`` of both twins.
         seed: the training run's seed (data order, dropout).
@@ -94,11 +96,11 @@ def plain_run_key(
     import numpy
     import torch
 
-    config = key_config(cfg)
-    _import_targets(config)
+    keyed = key_config(config)
+    _import_targets(keyed)
     material = {
         "format": FORMAT,
-        "config": config,
+        "config": keyed,
         "device": {"name": str(device), "kind": device_kind(device)},
         "dtype": str(dtype),
         "run": {"seed": int(seed), "batch_size": int(batch_size), "lr_scale": float(lr_scale)},
@@ -111,7 +113,7 @@ def plain_run_key(
             "reportgen": __version__,
         },
         "sources": {"reportgen": reportgen_sources_sha256(), "user": user_source_digests(modules)},
-        "files": named_file_digests(config),  # contents, not paths: an edited config.json is a miss
+        "files": named_file_digests(keyed),  # contents, not paths: an edited config.json is a miss
     }
     material = json.loads(json.dumps(material, sort_keys=True, default=str))
     return canonical_sha256(material), material

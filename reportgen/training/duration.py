@@ -18,7 +18,7 @@ import torch
 from reportgen.config import BudgetConfig, LargerBatchConfig, ParityConfig, TimingConfig
 from reportgen.errors import SetupError
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import make_train_step, timed, training_optimizer
+from reportgen.memory.saved import timed
 from reportgen.results.distance import measure, tolerances
 from reportgen.training.loop import evaluate
 from reportgen.twins.setup import NOT_DRAWN, Setup
@@ -108,8 +108,7 @@ def step_seconds(setup: Setup, recompute: bool, batch_size: int, steps: int = TI
             if batch_size == setup.config.parity.batch_size and setup.batch is not NOT_DRAWN
             else setup.make_batch(batch_size, setup.config.seed)
         )
-        model = setup.build(recompute, compiled=False)
-        step = make_train_step(model, batch, setup.task, training_optimizer(setup), setup.config.forward_seed)
+        step = setup.train_step(recompute, compiled=False, batch=batch)
         times = [timed(step, setup.device) / 1e3 for _ in range(max(2, steps))]
     return min(times[1:])
 
@@ -124,7 +123,7 @@ def evaluation_seconds(setup: Setup) -> float:
 
 
 def estimate_run(setup: Setup) -> Estimate:
-    """Estimate the trajectory, timing, task-metrics and larger-batch phases of ``setup.cfg``.
+    """Estimate the trajectory, timing, task-metrics and larger-batch phases of ``setup.config``.
 
     Phases that are disabled (``budget.enabled=false``, ...) are left out. Training runs count
     their steps and their held-out evaluations (``budget.eval_every``). The larger-batch
@@ -266,9 +265,9 @@ def tracked_step_seconds(setup: Setup) -> float:
     (:func:`reportgen.memory.peak.warm_step_peak`)."""
     with _rng_kept(setup), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = setup.build(False, compiled=False)
+        step = setup.train_step(False, compiled=False)
         start = time.perf_counter()  # the optimizer state from a step on zero gradients, then one tracked step
-        warm_step_peak(model, setup.batch, setup.task, training_optimizer(setup), setup.config.forward_seed, 0)
+        warm_step_peak(step, 0)
         return time.perf_counter() - start
 
 

@@ -8,12 +8,11 @@ import math
 import torch
 
 from reportgen.config import BudgetConfig
-from reportgen.rng import drawn_from, seed_all, seeded
+from reportgen.rng import drawn_from, seed_all
 from reportgen.structure import batch_size_of
 from reportgen.tasks import batch_to
 from reportgen.training.loop import all_finite, step_seed
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
 
 
 def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
@@ -38,13 +37,9 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
 
     budget: BudgetConfig = setup.config.budget
     rtol_atol, forward_seed = setup.tolerance(), setup.config.forward_seed
-    plain, twin = setup.build(False), setup.build(True)
+    plain, twin = setup.twin(False, optimizer=budget.optimizer), setup.twin(True, optimizer=budget.optimizer)
     plain_stream, twin_stream = dict(setup.task_rng), dict(setup.task_rng)
-    pairs = list(
-        zip([p for p in plain.parameters() if p.requires_grad], [p for p in twin.parameters() if p.requires_grad])
-    )
-    opt = make_optimizer(setup.task, budget.optimizer, plain)
-    scheduler = make_scheduler(setup.task, opt)
+    pairs = list(zip(plain.trainable, twin.trainable))
     generator = torch.Generator().manual_seed(int(seed))
     if forward_seed is None:
         seed_all(int(seed))
@@ -60,11 +55,10 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
             for p, r in pairs:
                 r.copy_(p)
         losses = []
-        for model, stream in ((plain, plain_stream), (twin, twin_stream)):  # each its own task generators
-            model.zero_grad(set_to_none=True)
-            with seeded(step_rng), drawn_from(setup.task, stream):
-                losses.append(loss_backward(setup.task, model, (x, y)))
-        if not all_finite(losses[0], [p for p, _ in pairs]):  # the plain run skips this step too
+        for each, stream in ((plain, plain_stream), (twin, twin_stream)):  # each its own task generators
+            with drawn_from(setup.task, stream):
+                losses.append(each.step((x, y), step_rng, accept=False, rng=False).loss)
+        if not all_finite(losses[0], plain.trainable):  # the plain run skips this step too
             continue
         steps += 1
         for p, r in pairs:
@@ -73,6 +67,6 @@ def lockstep_gradients(setup: Setup, seed: int, batch_size: int) -> int | None:
                 and not measure(r.grad, p.grad, *tolerances(p.grad.dtype, *rtol_atol)).worst_excess <= 0
             ):
                 return steps
-        optimizer_step(setup.task, plain, opt, scheduler)
+        plain.apply()
         accepted += batch_size_of(x)
     return None

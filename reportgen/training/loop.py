@@ -23,11 +23,11 @@ import torch
 from torch import nn
 
 from reportgen.progress import progress
-from reportgen.rng import seed_all, seeded
+from reportgen.rng import seed_all
 from reportgen.structure import batch_size_of
 from reportgen.tasks import batch_to
 from reportgen.twins.recompute import plain_name
-from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
+from reportgen.twins.twin import Twin
 
 #: Learning-rate scaling rules for a larger batch (``larger_batch.lr_scaling``): factor of
 #: ``new / base`` batch size. "linear": Goyal et al. 2017 ("Accurate, Large Minibatch SGD");
@@ -140,39 +140,34 @@ def all_finite(loss: torch.Tensor, params: list[nn.Parameter]) -> bool:
 
 
 def train_to_budget(
-    model: nn.Module,
+    twin: Twin,
     task: Any,
     *,
     examples: int,
     batch_size: int,
     seed: int,
     forward_seed: int | None,
-    optimizer: Any,
     device: torch.device,
     dtype: torch.dtype,
     eval_every: int,
-    lr_scale: float = 1.0,
     max_steps: int | None = None,
     desc: str = "train",
     sharding: Sharding | None = None,
     nudge: Callable[[list[nn.Parameter]], None] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place until ``examples`` examples have been accepted.
+    """Train ``twin`` in place until ``examples`` examples have been accepted, one :meth:`Twin.step` per drawn batch.
 
     Args:
-        model: a fresh twin in train mode (modified in place).
-        task: the task (``make_batch``, ``loss``, ``evaluate``, ``metric``); its own step where it gives one
-            (:mod:`reportgen.twins.user_step`: ``forward_backward``, ``before_step``, optimizer, scheduler).
+        twin: a fresh twin in train mode with its optimizer (learning rate already scaled) and the run's step
+            (modified in place).
+        task: the task (``make_batch``, ``evaluate``, ``metric``).
         examples: accepted-example budget, examples.
         batch_size: examples per step; the last step draws only what the budget still needs.
         seed: seeds the data generator (data order) and, with ``forward_seed``, the dropout masks.
         forward_seed: ``cfg.forward_seed``; None = do not reseed per step (the global RNG is
             seeded once with ``seed`` at the start instead, so both twins still start alike).
-        optimizer: ``_target_`` node called with ``params=`` (e.g. ``cfg.budget.optimizer``), unless the task
-            makes its own.
         device: where batches go. dtype: floating batches are cast to it.
         eval_every: accepted examples between learning-curve points (0 = start and end only).
-        lr_scale: factor applied to every parameter group's learning rate (larger-batch rule).
         max_steps: cap on drawn batches (applied + skipped); default 4 × the steps the budget needs.
         desc: progress label (a bar on a terminal, periodic log lines otherwise: :mod:`reportgen.progress`).
         sharding: train one rank of a sharded twin (:class:`Sharding`): ``examples`` and
@@ -188,11 +183,7 @@ def train_to_budget(
         ValueError: under ``sharding``, a global batch that does not split equally over the ranks.
     """
     start = time.perf_counter()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(task, optimizer, model)
-    for group in opt.param_groups:
-        group["lr"] = group["lr"] * lr_scale
-    scheduler = make_scheduler(task, opt)
+    model, opt = twin.model, twin.optimizer
     needed = math.ceil(examples / batch_size)
     max_steps = max_steps if max_steps is not None else 4 * needed
     generator = torch.Generator().manual_seed(seed)
@@ -201,25 +192,23 @@ def train_to_budget(
     accepted = steps = skipped = skipped_examples = draws = 0
     curve = [(0, evaluate(model, task)[task.metric])]
     next_eval = eval_every if eval_every > 0 else examples
+
+    def finite(loss: torch.Tensor) -> bool:  # a non-finite step is skipped on every rank or on none
+        ok = all_finite(loss, twin.trainable)
+        return ok if sharding is None else sharding.agree(ok)
+
     bar = progress(desc, total=examples, unit="ex")
     try:
         while accepted < examples and draws < max_steps:
             x, y = batch_to(task.make_batch(generator, min(batch_size, examples - accepted)), device, dtype)
             step_rng = None if forward_seed is None else step_seed(forward_seed, seed, draws)
             draws += 1
-            opt.zero_grad(set_to_none=True)
             mine = (x, y) if sharding is None else sharding.share((x, y))
-            with seeded(step_rng):
-                loss = loss_backward(task, model, mine)
-            finite = all_finite(loss, params)
-            if not (finite if sharding is None else sharding.agree(finite)):
+            if not twin.step(mine, step_rng, accept=finite, nudge=nudge, rng=False).applied:
                 opt.zero_grad(set_to_none=True)
                 skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
                 bar.set_postfix(skipped=skipped)
                 continue
-            if nudge is not None:
-                nudge(params)
-            optimizer_step(task, model, opt, scheduler)
             steps, accepted = steps + 1, accepted + batch_size_of(x)
             bar.update(batch_size_of(x))
             if accepted >= next_eval and accepted < examples:

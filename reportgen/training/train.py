@@ -1,5 +1,5 @@
 """The run's budget training runs: each ``(twin, seed, batch, budget, lr scale)`` trained once per
-run (:class:`BudgetRuns`, :func:`budget_runs`), the plain twin's shared across a sweep's jobs
+run (:class:`BudgetRuns`, held by the run: ``reportgen.checks.base.run.Run``), the plain twin's shared across a sweep's jobs
 through the disk cache (:func:`cached_plain_run`). The loop, rows and lockstep parity live in their own
 modules (:mod:`reportgen.training.loop`, :mod:`reportgen.training.rows`, :mod:`reportgen.training.lockstep`)."""
 
@@ -15,6 +15,7 @@ from reportgen.training import cache, cache_key, cache_secret
 from reportgen.training.loop import TrainResult, train_to_budget
 from reportgen.trust.opened import opened_files
 from reportgen.twins.setup import Setup
+from reportgen.twins.twin import Twin
 
 log = logging.getLogger("reportgen")
 
@@ -23,8 +24,8 @@ class BudgetRuns:
     """The run's cache of training runs to the accepted-example budget.
 
     The task-metrics check and the larger-batch experiment both need the plain twin trained at
-    the base batch; this cache (one per run, held by :class:`reportgen.twins.setup.Setup` as
-    ``budget_runs(setup)``) trains each ``(twin, seed, batch, budget, lr scale)`` once.
+    the base batch; this cache (one per run, held by the run the pipeline hands to every check,
+    ``reportgen.checks.base.run.Run``) trains each ``(twin, seed, batch, budget, lr scale)`` once.
     """
 
     def __init__(self) -> None:
@@ -62,8 +63,8 @@ class BudgetRuns:
                     batch_size,
                 )
                 desc = f"{variant} seed {seed} batch {batch_size}"
-                model = setup.build(recompute)
-                return budget_run(setup, model, budget, seed, batch_size, desc, lr_scale=lr_scale, nudge=nudge)
+                twin = setup.twin(recompute, optimizer=budget.optimizer, lr_scale=lr_scale)
+                return budget_run(setup, twin, budget, seed, batch_size, desc, nudge=nudge)
 
             shared = not (recompute or rounding)  # only the plain twin's runs are shared on disk
             self._runs[key] = cached_plain_run(setup, seed, batch_size, lr_scale, train) if shared else train()
@@ -71,22 +72,20 @@ class BudgetRuns:
 
 
 def budget_run(
-    setup: Setup, model: Any, budget: Any, seed: int, batch_size: int, desc: str, **more: Any
+    setup: Setup, twin: Twin, budget: Any, seed: int, batch_size: int, desc: str, **more: Any
 ) -> TrainResult:
-    """:func:`train_to_budget` of ``model`` on ``setup``'s task, device and dtype, to ``budget``'s examples (the
-    ``budget`` config, or what a sharded run trains to) at ``batch_size``, with its optimizer, evaluation
-    interval and step cap (``max_steps_factor`` × the steps the examples need); ``more``: ``lr_scale``,
-    ``nudge``, ``sharding``."""
+    """:func:`train_to_budget` of ``twin`` on ``setup``'s task, device and dtype, to ``budget``'s examples (the
+    ``budget`` config, or what a sharded run trains to) at ``batch_size``, with its evaluation interval and step
+    cap (``max_steps_factor`` × the steps the examples need); ``more``: ``nudge``, ``sharding``."""
     examples, batch_size = int(budget.examples), int(batch_size)
     steps = int(budget.max_steps_factor * math.ceil(examples / batch_size))
     return train_to_budget(
-        model,
+        twin,
         setup.task,
         examples=examples,
         batch_size=batch_size,
         seed=int(seed),
         forward_seed=setup.config.forward_seed,
-        optimizer=budget.optimizer,
         device=setup.device,
         dtype=setup.dtype,
         eval_every=int(budget.eval_every),
@@ -115,11 +114,11 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
     Returns:
         The result, loaded or trained.
     """
-    folder = cache.cache_dir(setup.cfg)
+    folder = cache.cache_dir(setup.config.cache.enabled)
     if folder is None:
         return train()
     try:
-        key, material = cache_key.plain_run_key(setup.cfg, setup.device, setup.dtype, seed, batch_size, lr_scale)
+        key, material = cache_key.plain_run_key(setup.config, setup.device, setup.dtype, seed, batch_size, lr_scale)
         secret = cache_secret.cache_secret()
         proof = cache.fingerprint(setup, seed, batch_size)
     except Exception as exc:  # noqa: BLE001 - no key, secret or fingerprint, no reuse: trained as without a cache
@@ -168,10 +167,3 @@ def cached_plain_run(setup: Setup, seed: int, batch_size: int, lr_scale: float, 
         except OSError as exc:
             log.warning("could not write the plain-twin cache entry into %s: %s", folder, exc)
     return result
-
-
-def budget_runs(setup: Setup) -> BudgetRuns:
-    """The run's cache of budget training runs, one :class:`BudgetRuns` kept in ``setup.cache`` (the run's own
-    caches: a Setup derived from it by :func:`dataclasses.replace` shares it)."""
-    runs: BudgetRuns = setup.cache.setdefault("budget runs", BudgetRuns())
-    return runs

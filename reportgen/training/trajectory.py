@@ -3,20 +3,19 @@ and the later-step detector control both train with (checks never import each ot
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
-from torch import nn
 
 from reportgen.config import ParityConfig
 from reportgen.progress import progress
 from reportgen.results.rounding import GradientNudge
-from reportgen.rng import drawn_from, fingerprint, seeded
-from reportgen.tasks import batch_to
+from reportgen.rng import drawn_from
+from reportgen.tasks import Batch, batch_to
 from reportgen.training.loop import step_seed
 from reportgen.twins.setup import Setup
-from reportgen.twins.snapshot import Snapshot, grads_of, take
-from reportgen.twins.user_step import loss_backward, make_optimizer, make_scheduler, optimizer_step
+from reportgen.twins.snapshot import Snapshot
+from reportgen.twins.twin import Twin
 
 
 def trajectory(
@@ -24,7 +23,9 @@ def trajectory(
     recompute: bool,
     nudge: GradientNudge | None = None,
     keep_grads: bool = False,
-    model: nn.Module | None = None,
+    twin: Twin | None = None,
+    share: Callable[[Batch], Batch] | None = None,
+    snapshot: Callable[[Twin], Snapshot] | None = None,
 ) -> Iterator[Snapshot]:
     """Train a fresh twin for ``parity.steps`` steps on the training stream, yielding a view of its
     state after each step (:func:`reportgen.twins.snapshot.take` with ``clone=False``: valid until
@@ -34,34 +35,29 @@ def trajectory(
     Batches: ``task.make_batch`` with a generator seeded by ``cfg.seed``, ``parity.batch_size``
     examples each; before step ``k``'s forward every generator is seeded with
     ``step_seed(forward_seed, cfg.seed, k)`` (the same for every twin). ``nudge``: the rounding
-    twin's gradient noise, applied before every step (before the task's ``before_step``). ``model``: a twin
-    already built to train instead of a fresh ``setup.build(recompute)`` (the later-step control's faulty twin).
+    twin's gradient noise, applied before every step (before the task's ``before_step``). ``twin``: a twin
+    already built to train instead of a fresh ``setup.twin(recompute)`` (the later-step control's faulty twin, a
+    sharded twin). ``share``: this rank's part of each global batch (a sharded twin; every rank draws the same
+    batches). ``snapshot``: what is yielded after each step (default :meth:`Twin.snapshot`, a view without the
+    task's generators, which are put back after each step; a sharded twin's full state).
     """
     parity: ParityConfig = setup.config.parity
     seed, forward_seed = setup.config.seed, setup.config.forward_seed
-    model = setup.build(recompute) if model is None else model
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(setup.task, parity.optimizer, model)
-    scheduler = make_scheduler(setup.task, optimizer)
+    twin = setup.twin(recompute) if twin is None else twin
     generator = torch.Generator().manual_seed(seed)
     name = "rounding" if nudge is not None else "recompute" if recompute else "plain"
     stream = dict(setup.task_rng)  # this twin's copy of the task's own generators (twins step in turn)
     with progress(f"trajectory {name}", total=parity.steps, unit="step") as bar:
         for k in range(parity.steps):
             with drawn_from(setup.task, stream):
-                x, y = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
-                optimizer.zero_grad(set_to_none=True)
-                with seeded(None if forward_seed is None else step_seed(forward_seed, seed, k)):
-                    loss = loss_backward(setup.task, model, (x, y))
-                    rng = fingerprint()
-                grads = grads_of(model) if keep_grads else {}  # kept only for the envelope's gate
-                if nudge is not None:
-                    nudge(params)
-                optimizer_step(setup.task, model, optimizer, scheduler)
+                batch = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
+                batch = batch if share is None else share(batch)
+                step_rng = None if forward_seed is None else step_seed(forward_seed, seed, k)
+                twin.step(batch, step_rng, nudge=nudge, keep_grads=keep_grads)  # grads kept for the envelope's gate
             if not keep_grads:
-                optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
+                twin.optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
             bar.update(1)
-            yield take(model, optimizer, rng, loss, grads, clone=False)
+            yield twin.snapshot(task_generators=False) if snapshot is None else snapshot(twin)
 
 
 #: ``{twin: its trajectory}`` of one lockstep run (:func:`lockstep`).

@@ -7,14 +7,12 @@ runs a twin through :func:`forward_backward`, so the twins are compared on exact
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from torch import Tensor, nn
 
 from reportgen.rng import fingerprint, seeded
 from reportgen.structure import (
     cache_paths,
-    call_model,
     changed_leaves,
     clone_inputs,
     leaf_states,
@@ -24,7 +22,7 @@ from reportgen.structure import (
 from reportgen.tasks import Batch
 from reportgen.twins.recompute import named_inner_modules
 from reportgen.twins.snapshot import grads_of
-from reportgen.twins.user_step import loss_backward, runs_own_forwards
+from reportgen.twins.twin import Twin
 
 
 @dataclass
@@ -108,22 +106,20 @@ def retained_grads(model: nn.Module) -> dict[str, Tensor | None]:
 
 
 def forward_backward(
-    model: nn.Module,
+    twin: Twin,
     batch: Batch,
-    task: Any,
     forward_seed: int | None,
     input_grad: bool = False,
     clone_grads: bool = True,
 ) -> StepOutput:
-    """One forward and backward on a clone of ``batch`` (the shared parity function); the task's own
-    ``forward_backward`` when it has one (:func:`reportgen.twins.user_step.loss_backward`): then the
-    :class:`StepOutput` holds the loss it returned, the gradients and the generators' states, and no outputs
-    or input gradients (the user's forwards are theirs).
+    """One forward and backward of ``twin`` on a clone of ``batch``, no optimizer step (the shared parity
+    function). When the step's forwards are the task's own (``not twin.training_step.sees_outputs``) it is
+    :meth:`reportgen.twins.twin.Twin.step` without applying: the :class:`StepOutput` holds the loss it returned,
+    the gradients and the generators' states, and no outputs or input gradients (the user's forwards are theirs).
 
     Args:
-        model: a twin in train mode.
+        twin: a fresh twin in train mode.
         batch: ``(inputs, targets)`` of any structure; inputs are cloned, never modified.
-        task: the task: its ``loss(output, target) -> scalar``, or its own ``forward_backward``.
         forward_seed: seeds every generator (:mod:`reportgen.rng`) right before the forward;
             the caller's generator states are restored afterwards (None = leave them alone).
         input_grad: make a floating input require grad and return its gradient. Off for the
@@ -138,15 +134,15 @@ def forward_backward(
             changed while backward ran, the exception carries a note (``__notes__``) saying
             which (:func:`changes_said`), for the ERROR row and the diagnosis.
     """
-    if runs_own_forwards(task):
-        with seeded(forward_seed):
-            loss = loss_backward(task, model, batch)
-            rng = fingerprint()
-        return StepOutput(loss, {}, {}, grads_of(model, clone_grads), rng, retained=retained_grads(model))
-    x, y = clone_inputs(batch[0], requires_grad=input_grad), batch[1]
+    model = twin.model
+    if not twin.training_step.sees_outputs:
+        stepped = twin.step(batch, forward_seed, accept=False)
+        return StepOutput(
+            stepped.loss, {}, {}, grads_of(model, clone_grads), stepped.rng, retained=retained_grads(model)
+        )
+    x = clone_inputs(batch[0], requires_grad=input_grad)
     with seeded(forward_seed):
-        output = call_model(model, x)
-        loss = task.loss(output, y)
+        output, loss = twin.training_step.forward_loss(model, (x, batch[1]))
         before = leaf_states(output, "output")
         try:
             loss.backward()

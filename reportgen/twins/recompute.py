@@ -300,7 +300,7 @@ def switch_on(model: nn.Module, rc: RecomputeConfig) -> bool | None:
     return reported if isinstance(reported, bool) else None
 
 
-def effective_mode(rc: RecomputeConfig, reported: bool | None) -> tuple[str | None, str | None]:
+def effective_mode(rc: RecomputeConfig, reported: bool | None) -> tuple[RecomputeMode | None, str | None]:
     """The recompute mode in force and, when the model chose it, a note saying so: worked out once per
     run, by :func:`reportgen.twins.setup.build_setup` (``Setup.mode``, ``Setup.mode_note``).
 
@@ -309,16 +309,16 @@ def effective_mode(rc: RecomputeConfig, reported: bool | None) -> tuple[str | No
         reported: what :func:`switch_on` returned (the ``use_reentrant`` the switch used), or None.
 
     Returns:
-        ``(mode, note)``: ``mode`` is ``"non_reentrant"``, ``"reentrant"``, ``"selective"`` or None
+        ``(mode, note)``: ``mode`` is a :class:`reportgen.config.RecomputeMode` or None
         (not set and the switch did not say); ``note`` is None when ``recompute.mode`` was set, else
         e.g. ``"the model's own default (use_reentrant=True)"``.
     """
     if rc.mode is not None:
-        return rc.mode.value, None
+        return rc.mode, None
     if reported is None:
         return None, "the model's own default (the switch did not say which)"
     chosen = RecomputeMode.reentrant if reported else RecomputeMode.non_reentrant
-    return chosen.value, f"the model's own default (use_reentrant={reported})"
+    return chosen, f"the model's own default (use_reentrant={reported})"
 
 
 def plain_name(name: str) -> str:

@@ -17,7 +17,7 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from reportgen.config import Config
+from reportgen.config import Config, RecomputeMode
 from reportgen.errors import SetupError
 from reportgen.results.distance import tolerances
 from reportgen.rng import held
@@ -30,7 +30,9 @@ from reportgen.twins.recompute import (
     is_model_switch,
     switch_on,
 )
+from reportgen.twins.step import TrainingStep, training_step
 from reportgen.twins.template import Template, one_build
+from reportgen.twins.twin import TrainStep, Twin
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: ``precision.autocast`` values and their dtypes.
@@ -46,11 +48,13 @@ class Setup:
     (:func:`dataclasses.replace`: the drawn batch, what observation saw), never writes into this one.
 
     Attributes:
-        cfg: the composed config (what Hydra instantiates ``model``/``task`` from, and a spawned rank is given).
-        config: ``cfg`` as its schema's dataclasses (``OmegaConf.to_object``, made once by :func:`build_setup`):
+        config: the composed config as its schema's dataclasses (``OmegaConf.to_object``, made once by
+            :func:`build_setup`; the ``DictConfig`` stays with the pipeline and the rank launcher):
             a check reads its own section typed, e.g. ``section: ParityConfig = setup.config.parity``;
             ``model``, ``task`` are dicts.
         task: the instantiated task (see :class:`reportgen.tasks.Task`).
+        training_step: whose training step every twin takes, chosen once
+            (:func:`reportgen.twins.step.training_step`).
         device: where both twins run.
         dtype: precision of both twins.
         template: the one build of the user's model every twin copies
@@ -63,7 +67,7 @@ class Setup:
         nothing_recomputes: why the model's own switch is judged inert (it ran, and no module of the
             recompute twin runs its forward again in backward); None when something recomputes. A
             finding, not a usage error: the pipeline adds it as a FAIL row.
-        mode: the recompute mode in force (``non_reentrant``, ``reentrant``, ``selective``; None when
+        mode: the recompute mode in force (``RecomputeMode.non_reentrant``, ``reentrant``, ``selective``; None when
             ``recompute.mode`` is unset and the switch did not say), worked out once
             (:func:`reportgen.twins.recompute.effective_mode`): what the report, metadata and diagnosis read.
         mode_note: None when ``recompute.mode`` was set; else e.g. "the model's own default (use_reentrant=True)".
@@ -72,13 +76,11 @@ class Setup:
         task_rng: ``{attribute: state}`` of every ``torch.Generator`` the task holds, as built: every twin
             starts from these (:meth:`build` puts them back), so the twins' steps draw alike from the task's own
             stream wherever a check runs them (:func:`reportgen.rng.drawn_from` for twins stepped in turn).
-        cache: the run's results computed once and reused by several checks, by name (the budget runs:
-            :func:`reportgen.training.train.budget_runs`); shared by the Setups a stage derives from this one.
     """
 
-    cfg: DictConfig
     config: Config
     task: Any
+    training_step: TrainingStep
     device: torch.device
     dtype: torch.dtype
     template: Template
@@ -88,11 +90,10 @@ class Setup:
     baseline_recomputes: list[str] = field(default_factory=list)
     compile_error: str | None = None
     nothing_recomputes: str | None = None
-    mode: str | None = None
+    mode: RecomputeMode | None = None
     mode_note: str | None = None
     architecture: str = ""
     task_rng: dict[str, torch.Tensor] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict)
 
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin, a copy of the one build on the run's device (the factory never runs
@@ -114,6 +115,20 @@ class Setup:
         if self.config.compile.enabled and compiled:
             model.compile(backend=self.config.compile.backend)
         return model.train()
+
+    def twin(self, recompute: bool, compiled: bool = True, optimizer: Any = None, lr_scale: float = 1.0) -> Twin:
+        """A fresh :class:`reportgen.twins.twin.Twin`: :meth:`build` with the run's training step, its optimizer
+        (``optimizer``: a ``_target_`` node, default ``parity.optimizer``; the task's own where it makes one)
+        with every learning rate times ``lr_scale``, and its scheduler."""
+        optimizer = self.config.parity.optimizer if optimizer is None else optimizer
+        return Twin.of(self.build(recompute, compiled), self.training_step, optimizer, lr_scale)
+
+    def train_step(self, recompute: bool, compiled: bool = True, batch: Batch | None = None) -> TrainStep:
+        """A representative training step of a fresh twin, callable (:class:`reportgen.twins.twin.TrainStep`): what
+        the memory and time checks measure, with ``budget.optimizer`` on ``batch`` (default the fixed batch),
+        seeded with ``forward_seed``."""
+        twin = self.twin(recompute, compiled, optimizer=self.config.budget.optimizer)
+        return TrainStep(twin, self.batch if batch is None else batch, self.config.forward_seed)
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
@@ -223,9 +238,9 @@ def build_setup(cfg: DictConfig) -> Setup:
     if template.rebuilt_because:
         log.warning("%s", rebuilt_said(template.rebuilt_because))
     return Setup(
-        cfg,
         config,
         task,
+        training_step(task),
         device,
         dtype,
         template,

@@ -12,6 +12,7 @@ import torch
 from conftest import run_pipeline
 
 from reportgen import checks
+from reportgen.checks.base.run import Run
 from reportgen.checks.controls import faults, fixed_batch, later
 from reportgen.checks.controls import rows as controls
 from reportgen.checks.controls.check import CHECK, detector_controls
@@ -31,8 +32,8 @@ def no_op(*args, **kwargs):
     return contextlib.nullcontext()
 
 
-def run_fb(s, model):
-    return forward_backward(model, s.batch, s.task, s.config.forward_seed)
+def run_fb(s, twin):
+    return forward_backward(twin, s.batch, s.config.forward_seed)
 
 
 # --------------------------------------------------------------------------- the faults themselves
@@ -43,14 +44,14 @@ def test_a_fault_acts_only_while_the_region_recomputes(setup, mode):
     """The loss and outputs stay the plain twin's (the forward is untouched) while the gradients move; on a
     plain twin, which never recomputes, the same hooks change nothing at all."""
     s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
-    plain = run_fb(s, s.build(False))
-    twin = s.build(True)
-    with shifted_inputs(modules_of(twin, ["1"]), 0.01, 0):
+    plain = run_fb(s, s.twin(False))
+    twin = s.twin(True)
+    with shifted_inputs(modules_of(twin.model, ["1"]), 0.01, 0):
         faulty = run_fb(s, twin)
     assert torch.equal(faulty.loss, plain.loss) and torch.equal(faulty.output["output"], plain.output["output"])
     assert not torch.equal(faulty.grads["1.lin.weight"], plain.grads["1.lin.weight"])
-    untouched = s.build(False)
-    with shifted_inputs(modules_of(untouched, ["1"]), 1.0, 0), zeroed_inputs(modules_of(untouched, ["1"])):
+    untouched = s.twin(False)
+    with shifted_inputs(modules_of(untouched.model, ["1"]), 1.0, 0), zeroed_inputs(modules_of(untouched.model, ["1"])):
         same = run_fb(s, untouched)
     assert all(torch.equal(same.grads[n], g) for n, g in plain.grads.items())
     assert not recomputing()
@@ -59,9 +60,9 @@ def test_a_fault_acts_only_while_the_region_recomputes(setup, mode):
 @pytest.mark.parametrize("mode", ["non_reentrant", "reentrant", "selective"])
 def test_the_lost_gradient_form_loses_a_gradient_under_both_implementations(setup, mode):
     s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
-    plain = run_fb(s, s.build(False))
-    twin = s.build(True)
-    with zeroed_inputs(modules_of(twin, ["1"])):
+    plain = run_fb(s, s.twin(False))
+    twin = s.twin(True)
+    with zeroed_inputs(modules_of(twin.model, ["1"])):
         faulty = run_fb(s, twin)
     assert plain.grads["1.lin.weight"].abs().max() > 0
     assert not faulty.grads["1.lin.weight"].any()  # read zeros while recomputing: the gradient is gone
@@ -69,9 +70,9 @@ def test_the_lost_gradient_form_loses_a_gradient_under_both_implementations(setu
 
 def test_other_rng_changes_the_dropout_mask_of_the_recomputation_only(setup):
     s = setup("+model=ffn")
-    plain = run_fb(s, s.build(False))
-    twin = s.build(True)
-    with other_rng(modules_of(twin, ["0"]), 12345):
+    plain = run_fb(s, s.twin(False))
+    twin = s.twin(True)
+    with other_rng(modules_of(twin.model, ["0"]), 12345):
         faulty = run_fb(s, twin)
     assert torch.equal(faulty.loss, plain.loss)  # the forward drew the plain twin's mask
     assert not torch.equal(faulty.grads["0.net.0.weight"], plain.grads["0.net.0.weight"])
@@ -82,7 +83,7 @@ def test_other_rng_changes_the_dropout_mask_of_the_recomputation_only(setup):
 
 
 def test_ffn_every_applicable_control_is_caught(setup):
-    rows = by_item(detector_controls(setup("+model=ffn")))
+    rows = by_item(detector_controls(Run(setup("+model=ffn"))))
     for fault in (controls.ACTIVATION, controls.RNG, controls.LOST, controls.LATER, controls.SAVING):
         row = rows[fault]
         assert (row.status, row.value, row.role) == (Status.PASS, 1.0, Role.CONTROL), (fault, row.detail)
@@ -108,14 +109,14 @@ def test_ffn_every_applicable_control_is_caught(setup):
 )
 def test_without_its_injection_a_control_is_not_caught_and_inconclusive(setup, monkeypatch, injector, fault):
     monkeypatch.setattr(fixed_batch, injector, no_op)
-    row = by_item(detector_controls(setup("+model=ffn")))[fault]
+    row = by_item(detector_controls(Run(setup("+model=ffn"))))[fault]
     assert (row.value, row.status) == (0.0, Status.INCONCLUSIVE)
     assert "gradient parity is blind to it: no gradient moved at all" in row.detail
 
 
 def test_a_later_fault_that_moves_nothing_leaves_trajectory_parity_blind(setup, monkeypatch):
     monkeypatch.setattr(faults, "shift", lambda x, share, seed: x)  # the hooks act, the activation stays
-    row = by_item(detector_controls(setup("+model=ffn")))[controls.LATER]
+    row = by_item(detector_controls(Run(setup("+model=ffn"))))[controls.LATER]
     assert (row.value, row.status, row.extra["first_failing_step"]) == (0.0, Status.INCONCLUSIVE, 0)
     assert "no parameter or optimizer state moved at all" in row.detail
 
@@ -123,18 +124,18 @@ def test_a_later_fault_that_moves_nothing_leaves_trajectory_parity_blind(setup, 
 def test_a_later_fault_waits_for_a_step_the_region_recomputes_in(setup):
     """LayerDrop (Python random, outside the region) skips the region in step 2: the fault first acts in step
     3, and trajectory parity must first fail there."""
-    row = by_item(detector_controls(setup("+model=layerdrop", user_conf=True)))[controls.LATER]
+    row = by_item(detector_controls(Run(setup("+model=layerdrop", user_conf=True))))[controls.LATER]
     assert (row.status, row.extra["fault_step"], row.extra["first_failing_step"]) == (Status.PASS, 3, 3), row.detail
 
 
 def test_a_later_fault_that_never_acts_is_not_applicable(setup, monkeypatch):
     monkeypatch.setattr(later, "shifted_inputs", no_op)
-    row = by_item(detector_controls(setup("+model=ffn")))[controls.LATER]
+    row = by_item(detector_controls(Run(setup("+model=ffn"))))[controls.LATER]
     assert row.status == Status.INFO and "never acted" in row.detail
 
 
 def test_a_tolerance_wider_than_the_gradients_is_named(setup):
-    rows = by_item(detector_controls(setup("+model=ffn", "parity.rtol=1e3", "parity.atol=1e3")))
+    rows = by_item(detector_controls(Run(setup("+model=ffn", "parity.rtol=1e3", "parity.atol=1e3"))))
     for fault in (controls.ACTIVATION, controls.RNG, controls.LOST, controls.LATER):
         row = rows[fault]
         assert row.status == Status.INCONCLUSIVE and row.value == 0.0, fault
@@ -145,7 +146,7 @@ def test_a_tolerance_wider_than_the_gradients_is_named(setup):
 
 
 def test_a_region_the_loss_does_not_depend_on_is_named(setup):
-    rows = by_item(detector_controls(setup("+model=dead_block", user_conf=True)))
+    rows = by_item(detector_controls(Run(setup("+model=dead_block", user_conf=True))))
     for fault in (controls.ACTIVATION, controls.RNG, controls.LOST, controls.LATER):
         row = rows[fault]
         assert row.status == Status.INCONCLUSIVE, fault
@@ -153,7 +154,7 @@ def test_a_region_the_loss_does_not_depend_on_is_named(setup):
 
 
 def test_a_model_without_dropout_has_no_rng_control(setup):
-    rows = by_item(detector_controls(setup("+model=ffn", "+model.p=0.0")))
+    rows = by_item(detector_controls(Run(setup("+model=ffn", "+model.p=0.0"))))
     rng = rows[controls.RNG]
     assert rng.status == Status.INFO and "not applicable: no random draws" in rng.detail
     assert rows[controls.ACTIVATION].status == Status.PASS
@@ -164,10 +165,10 @@ def test_state_changed_by_recomputation_is_caught_by_state_parity(setup, monkeyp
     """Also under a selective policy, which replays a region's ops by their order: the fault's own ops run
     outside its dispatch mode, so they are a fault and not an error."""
     s = setup("+model=scaled_block", f"recompute={mode}", user_conf=True)
-    row = by_item(detector_controls(s))[controls.STATE]
+    row = by_item(detector_controls(Run(s)))[controls.STATE]
     assert (row.status, row.extra["caught_by"]) == (Status.PASS, "buffer 1.scale"), row.detail
     monkeypatch.setattr(fixed_batch, "bumped_buffer", no_op)
-    row = by_item(detector_controls(s))[controls.STATE]
+    row = by_item(detector_controls(Run(s)))[controls.STATE]
     assert (row.value, row.status) == (0.0, Status.INCONCLUSIVE)
 
 
@@ -175,7 +176,7 @@ def test_state_changed_by_recomputation_is_caught_by_state_parity(setup, monkeyp
 def test_a_models_own_switch_gets_its_faults_on_the_layers_children(setup):
     """transformers 5 recomputes a layer's ``forward``, not its ``__call__``: the faults go on the children
     that run again (observed), and every applicable control is caught."""
-    rows = by_item(detector_controls(setup("+model=hf_llama")))
+    rows = by_item(detector_controls(Run(setup("+model=hf_llama"))))
     assert "model.layers.0.self_attn" in rows["region"].extra["hook_points"]
     for fault in (controls.ACTIVATION, controls.LOST, controls.LATER, controls.SAVING):
         assert rows[fault].status == Status.PASS, rows[fault].detail
@@ -185,13 +186,13 @@ def test_a_models_own_switch_gets_its_faults_on_the_layers_children(setup):
 def test_a_check_that_already_fails_needs_no_control(setup):
     """BatchNorm's running statistics advance twice under recompute: state parity already fails, so its
     control is stated, never INCONCLUSIVE (which would outrank the FAIL)."""
-    rows = by_item(detector_controls(setup("+model=batchnorm_stats", user_conf=True)))
+    rows = by_item(detector_controls(Run(setup("+model=batchnorm_stats", user_conf=True))))
     assert rows[controls.STATE].status == Status.INFO and rows[controls.STATE].detail.startswith("not needed")
     assert not any(r.status == Status.INCONCLUSIVE for r in rows.values())
 
 
 def test_a_zero_saving_threshold_leaves_the_memory_control_blind(setup):
-    row = by_item(detector_controls(setup("+model=ffn", "memory.negligible_saving_share=0")))[controls.SAVING]
+    row = by_item(detector_controls(Run(setup("+model=ffn", "memory.negligible_saving_share=0"))))[controls.SAVING]
     assert row.status == Status.INCONCLUSIVE and "set it above 0" in row.detail
 
 

@@ -6,8 +6,9 @@ Run as a user model: composed from a config directory outside the package (tests
 import pytest
 from conftest import compose_config, run_pipeline
 
-from reportgen.checks.parity import gradient_parity
-from reportgen.checks.step import step_and_state_parity
+from reportgen.checks.base.run import Run
+from reportgen.checks.parity.gradient import gradient_parity
+from reportgen.checks.parity.step import step_and_state_parity
 from reportgen.commands.run import prepare
 from reportgen.report.diagnose import diagnose
 from reportgen.results import check_summary, to_frame
@@ -16,7 +17,7 @@ from reportgen.results import check_summary, to_frame
 def parity_status(*overrides):
     """``{check: status}`` and the frame, for the parity checks of a composed user config."""
     setup = prepare(compose_config(*overrides, user_conf=True))
-    frame = to_frame(gradient_parity(setup) + step_and_state_parity(setup))
+    frame = to_frame(gradient_parity(Run(setup)) + step_and_state_parity(Run(setup)))
     summary = check_summary(frame, [])
     return dict(zip(summary.check, summary.status)), frame
 
@@ -73,7 +74,7 @@ def test_forward_counter_reentrant_fix_names_the_frozen_input_and_the_counter():
     fixes = {}
     for model in ("forward_counter", "frozen_input"):
         setup = prepare(compose_config(f"+model={model}", "recompute=reentrant", user_conf=True))
-        said = diagnose(gradient_parity(setup) + step_and_state_parity(setup), settings)
+        said = diagnose(gradient_parity(Run(setup)) + step_and_state_parity(Run(setup)), settings)
         fixes[model] = next(r.extra["fix"] for r in said if r.check == "gradient parity")
     assert "enable_input_require_grads()" in fixes["forward_counter"]
     assert "move the update out of forward" in fixes["forward_counter"]

@@ -5,13 +5,15 @@ import math
 import pytest
 import torch
 from conftest import SMALL, compose_config
+from rows import fact_row, judged_row
 
 from reportgen.checks import larger_batch as lb
-from reportgen.checks.parity import gradient_parity
+from reportgen.checks.base.run import Run
+from reportgen.checks.parity.gradient import gradient_parity
 from reportgen.commands import run as pipeline
 from reportgen.commands.run import prepare
 from reportgen.config import GRADIENT_PARITY, LARGER_BATCH, TASK_METRICS
-from reportgen.results import Role, Row, Status, check_summary, claim_verdict, to_frame
+from reportgen.results import Role, Status, check_summary, claim_verdict, to_frame
 
 
 def threshold_probe(limit, log=None):
@@ -77,7 +79,7 @@ def mlp_setup(*overrides, device="cpu"):
 
 def test_mlp_finds_the_largest_fitting_batch_and_trains_it_to_the_budget():
     setup = mlp_setup()
-    frame = to_frame(lb.larger_batch_experiment(setup))
+    frame = to_frame(lb.larger_batch_experiment(Run(setup)))
     assert set(frame.status) == {Status.FLAGGED} and set(frame.variant) == {"larger_batch"}
     found = int(frame[frame["item"] == "batch found"].value.item())
     reference, _ = lb.saved_bytes(setup, False, 64)
@@ -95,7 +97,7 @@ def test_mlp_finds_the_largest_fitting_batch_and_trains_it_to_the_budget():
 
 def test_linear_lr_scaling_is_applied_and_stated():
     setup = mlp_setup("larger_batch.lr_scaling=linear", "larger_batch.max_batch_size=128")
-    frame = to_frame(lb.larger_batch_experiment(setup))
+    frame = to_frame(lb.larger_batch_experiment(Run(setup)))
     found = frame[frame["item"] == "batch found"].iloc[0]
     assert found.value == 128 and "scaled 2x (larger_batch.lr_scaling=linear)" in found.detail
     assert "ceiling larger_batch.max_batch_size=128" in found.detail
@@ -105,40 +107,18 @@ def test_linear_lr_scaling_is_applied_and_stated():
 
 def test_a_broken_experiment_is_still_only_flagged():
     setup = mlp_setup("larger_batch.lr_scaling=cubic")
-    rows = lb.larger_batch_experiment(setup)
+    rows = lb.larger_batch_experiment(Run(setup))
     assert len(rows) == 1 and rows[0].status == Status.FLAGGED and "lr_scaling='cubic'" in rows[0].detail
 
 
 def fake_larger(rows_status, value=1.0):
-    return lambda setup: [
-        Row(
-            check=LARGER_BATCH,
-            item="batch found",
-            variant="larger_batch",
-            metric="batch_size",
-            value=value,
-            threshold="",
-            comparator="",
-            status=rows_status,
-            role=Role.BATCH_FOUND,
-        )
-    ]
+    found = {"variant": "larger_batch", "status": rows_status, "role": Role.BATCH_FOUND}
+    return lambda setup: [fact_row(LARGER_BATCH, "batch found", "batch_size", value, **found)]
 
 
 @pytest.mark.parametrize("required", [[TASK_METRICS], [TASK_METRICS, LARGER_BATCH]])
 def test_larger_batch_result_never_changes_the_verdict(required):
-    base = [
-        Row(
-            check=TASK_METRICS,
-            item="seed 0",
-            variant="recompute",
-            metric="abs_diff_accuracy",
-            value=0.0,
-            threshold="0.0001",
-            comparator="<=",
-            threshold_value=1e-4,
-        )
-    ]
+    base = [judged_row(TASK_METRICS, "seed 0", "abs_diff_accuracy", 0.0, "<=", 1e-4)]
     assert base[0].status == Status.PASS
     verdicts = set()
     for extra in (
@@ -146,16 +126,8 @@ def test_larger_batch_result_never_changes_the_verdict(required):
         fake_larger(Status.FLAGGED, 64)(None),
         fake_larger(Status.FLAGGED, 4096)(None),
         [
-            Row(
-                check=LARGER_BATCH,
-                item="experiment",
-                variant="larger_batch",
-                metric="exception",
-                value=math.nan,
-                threshold="",
-                comparator="",
-                status=Status.FLAGGED,
-                detail="boom",
+            fact_row(
+                LARGER_BATCH, "experiment", "exception", variant="larger_batch", status=Status.FLAGGED, detail="boom"
             )
         ],
     ):
@@ -192,7 +164,7 @@ def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeyp
 @pytest.mark.gpu
 def test_cuda_search_uses_peak_allocated_bytes():
     setup = mlp_setup(device="cuda")
-    frame = to_frame(lb.larger_batch_experiment(setup))
+    frame = to_frame(lb.larger_batch_experiment(Run(setup)))
     assert set(frame.status) == {Status.FLAGGED}
     found = frame[frame.role == Role.BATCH_FOUND].iloc[0]
     reference = frame[frame.role == Role.REFERENCE].iloc[0]

@@ -14,26 +14,25 @@ from conftest import SMALL, compose_config
 
 from reportgen import checks
 from reportgen.checks import Check, Section, declared_roles, roles_of, sections
+from reportgen.checks.base.run import Run
 from reportgen.commands import run as pipeline
 from reportgen.results import Kind, Role, Row, Status, frame_from_json
 from reportgen.results.compared import tensor_row
 from reportgen.trust.documents import ENVELOPE_NAME
 from reportgen.twins.forward import forward_backward
-from reportgen.twins.setup import Setup
 from reportgen.verify.run import status_mismatches
 
 NAME = "twin output parity"
 INTRO = "The loss and every output tensor of one forward and backward, recompute twin vs plain twin."
 
 
-def twin_output_parity(setup: Setup, shift: float = 0.0) -> list[Row]:
+def twin_output_parity(run: Run, shift: float = 0.0) -> list[Row]:
     """One forward and backward of the plain and the recompute twin on the fixed batch; the loss and
     every output leaf compared (``allclose`` at the run's tolerances). ``shift`` is added to the
     recompute twin's values: a fault, so a test can see the verdict flip."""
+    setup = run.setup
     rtol, atol = setup.tolerance()
-    plain, recompute = (
-        forward_backward(setup.build(r), setup.batch, setup.task, setup.config.forward_seed) for r in (False, True)
-    )
+    plain, recompute = (forward_backward(setup.twin(r), setup.batch, setup.config.forward_seed) for r in (False, True))
     rows = [tensor_row(NAME, "loss", plain.loss, recompute.loss + shift, rtol, atol, Role.LOSS)]
     for leaf, tensor in plain.output.items():
         rows.append(tensor_row(NAME, leaf, tensor, recompute.output[leaf] + shift, rtol, atol, Role.OUTPUT))

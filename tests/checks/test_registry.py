@@ -10,6 +10,7 @@ from conftest import SMALL, compose_config, tiny_meta
 
 from reportgen import checks
 from reportgen.checks import Check, Section, default_required, flagged_names
+from reportgen.checks.base.run import Run
 from reportgen.checks.memory.check import warm_step_memory
 from reportgen.checks.timing.check import warm_step_time
 from reportgen.commands import run as pipeline
@@ -23,29 +24,10 @@ DUMMY = "dummy check"
 
 def dummy_check(setup) -> list[Row]:
     """A check of the kind a contributor would add: measure, emit value + threshold + comparator."""
+    within = {"comparator": "<=", "threshold_value": 0.5, "role": ""}  # threshold text: "<= 0.5"
     return [
-        Row(
-            check=DUMMY,
-            item="answer",
-            variant="recompute",
-            metric="abs_diff",
-            value=0.25,
-            threshold="<= 0.5",
-            comparator="<=",
-            threshold_value=0.5,
-            detail="close",
-        ),
-        Row(
-            check=DUMMY,
-            item="question",
-            variant="recompute",
-            metric="abs_diff",
-            value=2.0,
-            threshold="<= 0.5",
-            comparator="<=",
-            threshold_value=0.5,
-            on_miss=Status.WARN,
-        ),
+        Row.measured(DUMMY, "answer", "abs_diff", 0.25, "", detail="close", **within),
+        Row.measured(DUMMY, "question", "abs_diff", 2.0, "", detail="", on_miss=Status.WARN, **within),
     ]
 
 
@@ -101,16 +83,8 @@ def test_judge_allclose_and_confidence_interval_rules():
 
 
 def test_a_row_states_no_pass_or_fail_of_its_own():
-    row = Row(
-        check=DUMMY,
-        item="x",
-        variant="recompute",
-        metric="abs_diff",
-        value=3.0,
-        comparator="<=",
-        threshold_value=1.0,
-        status=Status.PASS,
-    )
+    named = dict(check=DUMMY, item="x", variant="recompute", metric="abs_diff", value=3.0)
+    row = Row(**named, comparator="<=", threshold_value=1.0, status=Status.PASS)
     assert row.status == Status.FAIL
 
 
@@ -129,7 +103,7 @@ def test_registry_defaults():
 
 def test_page_one_costs_come_from_a_real_frame():
     setup = prepare(compose_config("+model=ffn", *SMALL))
-    frame = to_frame(warm_step_memory(setup) + warm_step_time(setup))
+    frame = to_frame(warm_step_memory(Run(setup)) + warm_step_time(Run(setup)))
     costs = headline_costs(frame)
     saving = frame[frame.role == Role.SAVING].iloc[0]
     totals = frame[frame.role == Role.SAVED_TOTAL].set_index("variant").value

@@ -16,7 +16,7 @@ def test_setup_config_is_the_schema_dataclasses_with_the_composed_values(setup):
     assert type(config.budget.seeds) is list and type(config.timing.max_overhead_ratio) is float
     assert config.recompute.mode is RecomputeMode.non_reentrant
     assert config.parity.optimizer == {"_target_": "torch.optim.AdamW", "lr": 1e-3}  # Any: a plain dict
-    assert config.model["_target_"] == s.cfg.model._target_
+    assert config.model["_target_"] == s.config.model["_target_"]
 
 
 def test_setup_config_is_made_once(setup):

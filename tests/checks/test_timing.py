@@ -5,13 +5,15 @@ import pytest
 import torch
 from conftest import compose_config
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.timing.check import interleaved_times, step_flops, warm_step_time
 from reportgen.checks.timing.rows import flops_row, median_rows, overhead_row
 from reportgen.commands.run import prepare
 from reportgen.config import TIME
-from reportgen.memory.saved import make_train_step, timed
+from reportgen.memory.saved import timed
 from reportgen.results import Role, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
+from reportgen.twins.twin import TrainStep
 
 
 def test_bootstrap_of_an_exact_ratio_has_a_zero_width_interval():
@@ -118,11 +120,10 @@ def test_flop_bound_is_one_more_forward_of_the_wrapped_layers():
     tensor backward needs (ReLU's output) is rebuilt, so the down-projection (8·B·S·W²) is not
     rerun: (54 + 10) / 54 = 32/27."""
     setup = prepare(compose_config("+model=granularity", "parity.batch_size=2", user_conf=True))
-    plain, recompute = setup.build(False), setup.build(True)
     optimizer = {"_target_": "torch.optim.SGD", "lr": 0.0}
     flops = {
-        v: step_flops(make_train_step(m, setup.batch, setup.task, optimizer))
-        for v, m in (("plain", plain), ("recompute", recompute))
+        v: step_flops(TrainStep(setup.twin(v == "recompute", optimizer=optimizer), setup.batch))
+        for v in ("plain", "recompute")
     }
     b, s, w = 2, 32, 16
     assert flops["plain"] == 3 * 54 * b * s * w * w
@@ -143,7 +144,7 @@ def test_warm_step_time_rows():
             user_conf=True,
         )
     )
-    rows = warm_step_time(setup)
+    rows = warm_step_time(Run(setup))
     assert all(r.check == TIME for r in rows)
     steps = [r for r in rows if r.item.startswith("step ")]
     assert len(steps) == 10 and all(r.value > 0 and r.metric == "step_time_ms" for r in steps)
@@ -159,7 +160,7 @@ def test_disabled_timing_is_not_run(tmp_path):
     from reportgen.commands.run import disabled_rows
 
     setup = prepare(compose_config("+model=granularity", "timing.enabled=false", user_conf=True))
-    assert timing.CHECK.config == "timing" and not setup.cfg.timing.enabled
+    assert timing.CHECK.config == "timing" and not setup.config.timing.enabled
     assert [(r.check, r.status) for r in disabled_rows(timing.CHECK)] == [("warm-step time", "NOT_RUN")]
 
 
@@ -182,7 +183,7 @@ def test_an_interval_wider_than_the_target_is_a_warning_not_a_figure_to_trust():
             user_conf=True,
         )
     )
-    rows = warm_step_time(setup)
+    rows = warm_step_time(Run(setup))
     overhead = next(r for r in rows if r.role == Role.OVERHEAD)
     confidence = next(r for r in rows if r.role == Role.OVERHEAD_CI)
     assert overhead.extra["rounds"] == 4 and overhead.extra["stopped"].startswith("time budget")

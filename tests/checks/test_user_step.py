@@ -12,14 +12,15 @@ import pytest
 import torch
 from user_models.counted_step import CALLS
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.budget import task_metrics
 from reportgen.checks.larger_batch import larger_batch_experiment
 from reportgen.checks.memory.check import warm_step_memory
-from reportgen.checks.parity import gradient_parity
-from reportgen.checks.step import step_and_state_parity
+from reportgen.checks.parity.gradient import gradient_parity
+from reportgen.checks.parity.step import step_and_state_parity
 from reportgen.checks.timing.check import warm_step_time
 from reportgen.results import Role, Status
-from reportgen.twins.user_step import loss_backward, make_optimizer, step_said
+from reportgen.twins.step import training_step
 
 CHECKS = {
     "warm-step memory": warm_step_memory,
@@ -44,7 +45,7 @@ def counted(request):
 @pytest.mark.parametrize("name", list(CHECKS))
 def test_each_check_runs_the_users_step(counted, name):
     CALLS.clear()
-    rows = CHECKS[name](counted)
+    rows = CHECKS[name](Run(counted))
     assert CALLS["forward_backward"] > 0, f"{name} did not run the task's forward_backward"
     assert (CALLS["before_step"] > 0) == (name in STEPPING), f"{name}: before_step calls {CALLS['before_step']}"
     assert not [r for r in rows if r.status in (Status.ERROR, Status.FAIL)]
@@ -53,7 +54,7 @@ def test_each_check_runs_the_users_step(counted, name):
 def test_the_memory_check_says_whose_forwards_it_counted_and_tracks_two_micro_batches(counted):
     """Saved activations are counted over the user's two forwards; the step peak is measured although the model's
     root module runs twice in one step (torch's MemTracker raises on that; reportgen's tracker starts it again)."""
-    rows = warm_step_memory(counted)
+    rows = warm_step_memory(Run(counted))
     totals = [r for r in rows if r.role == Role.SAVED_TOTAL]
     assert totals and all("by the forwards of your forward_backward" in r.detail for r in totals)
     peaks = [r for r in rows if r.metric == "peak_live_bytes"]
@@ -62,11 +63,11 @@ def test_the_memory_check_says_whose_forwards_it_counted_and_tracks_two_micro_ba
 
 
 def test_page_one_says_the_users_step_ran_in_the_memory_time_and_task_metrics_checks(counted):
-    said = step_said(counted.task)
+    said = counted.training_step.said()
     assert said.startswith("yours (forward_backward, before_step)")
     for check in ("warm-step memory and time", "task metrics", "larger batch", "gradient, optimizer-step"):
         assert check in said
-    assert step_said(object.__new__(type("Bare", (), {}))).startswith("reportgen's in every check")
+    assert training_step(object.__new__(type("Bare", (), {}))).said().startswith("reportgen's in every check")
 
 
 @pytest.mark.slow
@@ -104,15 +105,15 @@ def test_a_step_that_returns_no_loss_is_named_with_its_fix(returned, said):
     with pytest.raises(
         TypeError, match=f"task.forward_backward\\(model, batch\\) {re.escape(said)}, not the step's loss"
     ):
-        loss_backward(task, torch.nn.Linear(2, 2), (torch.ones(1, 2), torch.ones(1)))
+        training_step(task).forward_backward(torch.nn.Linear(2, 2), (torch.ones(1, 2), torch.ones(1)))
     ok = SimpleNamespace(forward_backward=lambda model, batch: 2.5)
-    assert loss_backward(ok, torch.nn.Linear(2, 2), (torch.ones(1, 2), torch.ones(1))).item() == 2.5
+    assert training_step(ok).forward_backward(torch.nn.Linear(2, 2), (torch.ones(1, 2), torch.ones(1))).item() == 2.5
 
 
 def test_a_make_optimizer_that_returns_no_optimizer_is_named_with_its_fix():
     task = SimpleNamespace(make_optimizer=lambda params: {"lr": 1e-3})
     with pytest.raises(TypeError, match="task.make_optimizer\\(params\\) returned dict, not a torch.optim.Optimizer"):
-        make_optimizer(task, None, torch.nn.Linear(2, 2))
+        training_step(task).make_optimizer(None, torch.nn.Linear(2, 2))
 
 
 @pytest.mark.slow
@@ -143,4 +144,6 @@ def test_a_step_that_leaves_the_model_in_eval_mode_is_refused_not_passed():
 
     model = torch.nn.Linear(2, 2).train()
     with pytest.raises(ValueError, match="left the model in eval mode"):
-        loss_backward(SimpleNamespace(forward_backward=evaluating), model, (torch.ones(1, 2), torch.ones(1)))
+        training_step(SimpleNamespace(forward_backward=evaluating)).forward_backward(
+            model, (torch.ones(1, 2), torch.ones(1))
+        )

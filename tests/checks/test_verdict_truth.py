@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import SMALL, compose_config, run_pipeline
+from rows import allclose_row
 
+from reportgen.checks.base.run import Run
 from reportgen.report.diagnose import diagnose
 from reportgen.results import Role, Status
 from reportgen.rng import fingerprint, seeded
@@ -52,10 +54,10 @@ def test_without_python_seeding_layerdrop_would_differ(monkeypatch):
 
     monkeypatch.setattr(rng.random, "seed", lambda *a, **k: None)
     monkeypatch.setattr(rng.random, "setstate", lambda *a, **k: None)
-    from reportgen.checks.parity import gradient_parity
+    from reportgen.checks.parity.gradient import gradient_parity
     from reportgen.commands.run import prepare
 
-    rows = gradient_parity(prepare(compose_config("+model=layerdrop", *SMALL, user_conf=True)))
+    rows = gradient_parity(Run(prepare(compose_config("+model=layerdrop", *SMALL, user_conf=True))))
     assert any(r.status != Status.PASS for r in rows if r.role in (Role.LOSS, Role.PARAM_GRAD, Role.AA))
 
 
@@ -117,29 +119,9 @@ def test_a_failing_report_explains_itself_with_both_values(tmp_path):
 
 
 def test_diagnosis_names_a_different_forward_first():
-    from reportgen.results import Row
-
     rows = [
-        Row(
-            check="gradient parity",
-            item="loss",
-            variant="recompute",
-            metric="max_abs_err",
-            value=1.0,
-            comparator="allclose",
-            role=Role.LOSS,
-            extra={"excess": 1.0},
-        ),
-        Row(
-            check="state parity",
-            item="buffer bn.running_mean",
-            variant="recompute",
-            metric="max_abs_err",
-            value=1.0,
-            comparator="allclose",
-            role=Role.BUFFER,
-            extra={"excess": 1.0},
-        ),
+        allclose_row("gradient parity", "loss", 1.0, 1.0, role=Role.LOSS),
+        allclose_row("state parity", "buffer bn.running_mean", 1.0, 1.0, role=Role.BUFFER),
     ]
     out = {r.check: r.extra["rule"] for r in diagnose(rows, {"mode": "non_reentrant", "preserve_rng_state": True})}
     assert out == {"gradient parity": "different forward", "state parity": "running statistics"}
@@ -167,21 +149,18 @@ def test_a_loss_that_goes_nan_is_named_not_blamed_on_non_determinism(tmp_path):
 def test_a_step_whose_plain_weights_are_not_finite_is_diagnosed_as_such():
     """Optimizer-step parity has no finiteness row of its own: a failing tensor row whose plain value holds
     NaN/Inf (``nonfinite_plain``, as results.rows writes it) is enough, before the A/A rule blames randomness."""
-    from reportgen.results import Row
-
     rows = [
-        Row(
-            check="optimizer-step parity",
-            item=item,
-            variant=variant,
-            metric="max_abs_err",
-            value=float("nan"),
-            comparator="allclose",
-            on_miss=Status.INCONCLUSIVE if variant == "aa" else Status.FAIL,
+        allclose_row(
+            "optimizer-step parity",
+            "param 0.net.0.weight",
+            float("nan"),
+            float("inf"),
             role=Role.PARAM,
-            extra={"excess": float("inf"), "nonfinite_plain": 24 if variant == "recompute" else 0},
+            variant=variant,
+            on_miss=on_miss,
+            extra={"nonfinite_plain": nonfinite},
         )
-        for item, variant in (("param 0.net.0.weight", "recompute"), ("param 0.net.0.weight", "aa"))
+        for variant, on_miss, nonfinite in (("recompute", Status.FAIL, 24), ("aa", Status.INCONCLUSIVE, 0))
     ]
     (why,) = diagnose(rows, {"mode": "non_reentrant", "preserve_rng_state": True})
     assert why.extra["rule"] == "plain twin non-finite" and "parity.optimizer.lr" in why.extra["fix"]

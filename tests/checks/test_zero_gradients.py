@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from reportgen.checks.parity import gradient_parity
+from reportgen.checks.base.run import Run
+from reportgen.checks.parity.gradient import gradient_parity
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import Role, Status
 from reportgen.results.compared import tensor_row
@@ -32,10 +33,10 @@ def test_gradient_parity_of_a_loss_that_ignores_the_parameters_is_inconclusive(s
     s = setup("+model=ffn")
     loss = s.task.loss
     s.task.loss = lambda output, target: 0.0 * loss(output, target)
-    rows = gradient_parity(s)
+    rows = gradient_parity(Run(s))
     gate = next(r for r in rows if r.role == Role.ZERO_GRADIENTS)
     assert gate.status == Status.INCONCLUSIVE
     grads = [r for r in rows if r.role == Role.PARAM_GRAD]
     assert grads and all("both all zero" in r.detail for r in grads)
     s.task.loss = loss
-    assert next(r for r in gradient_parity(s) if r.role == Role.ZERO_GRADIENTS).status == Status.PASS
+    assert next(r for r in gradient_parity(Run(s)) if r.role == Role.ZERO_GRADIENTS).status == Status.PASS

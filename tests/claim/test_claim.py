@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import compose_config
 from omegaconf import OmegaConf
+from rows import allclose_row
 
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.ci.junit import junit_xml
@@ -191,17 +192,7 @@ def test_a_missing_measurement_cannot_tell_and_fails_the_claim(measured):
 
 
 def test_training_unchanged_counts_failing_parity_checks(measured):
-    broken = Row(
-        check=GRADIENT_PARITY,
-        item="blocks.0.w.grad",
-        variant="recompute",
-        metric="max_abs_err",
-        value=0.5,
-        threshold="atol=1e-05",
-        comparator="allclose",
-        role=Role.PARAM_GRAD,
-        extra={"excess": 0.49},
-    )
+    broken = allclose_row(GRADIENT_PARITY, "blocks.0.w.grad", 0.5, 0.49, threshold="atol=1e-05")
     rows = clause_rows(to_frame([*_measured_rows(measured), broken]), _claim("peak_saving_share >= 0.01"))
     assert (rows[0].value, rows[0].status) == (1.0, Status.FAIL) and GRADIENT_PARITY in rows[0].detail
 

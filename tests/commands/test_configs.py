@@ -28,7 +28,7 @@ def test_ffn_is_the_tutorial_block():
     assert layers == ["Linear", "ReLU", "Dropout", "Linear"]
     assert (model[0].net[0].in_features, model[0].net[0].out_features, model[0].net[2].p) == (12, 24, 0.2)
     assert tuple(setup.batch[0].shape) == (3, 12)
-    assert (setup.cfg.seed, setup.cfg.forward_seed) == (47, 71)
+    assert (setup.config.seed, setup.config.forward_seed) == (47, 71)
 
 
 def test_gpt_uses_python_docs_text_and_mlp_uses_digits():

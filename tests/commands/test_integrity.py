@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import SMALL_RUN, TESTS, cli_env, compose_config, run_cli
+from omegaconf import OmegaConf
 
 from reportgen.commands import cli
 from reportgen.commands.rundir import LOCK_NAME, FolderLock, run_markers
@@ -285,7 +286,9 @@ def test_task_contract_breach_stops_with_one_paragraph(contract_setup, make_batc
 
     setup = dataclasses.replace(
         contract_setup,
-        cfg=compose_config("+model=ffn", "model._target_=user_models.integrity.build", "recompute.targets=[Block]"),
+        config=OmegaConf.to_object(
+            compose_config("+model=ffn", "model._target_=user_models.integrity.build", "recompute.targets=[Block]")
+        ),
         task=FunctionTask(getattr(integrity, make_batch), getattr(integrity, loss)),
         template=Template(integrity.build(), 0, torch.get_rng_state()),
     )

@@ -11,9 +11,11 @@ import os
 import time
 
 import pytest
-from conftest import FORKSERVER, run_pipeline, small_setup
+from conftest import FORKSERVER, run_pipeline, small_run
+from rows import judged_row, raised_row
 
 from reportgen.checks import required_names
+from reportgen.checks.base.run import Run
 from reportgen.checks.distributed.check import distributed_checks
 from reportgen.commands.validation import config_problems
 from reportgen.config import (
@@ -49,7 +51,7 @@ TINY_MLP = (
 def sharded(*overrides: str, user_conf: bool = False):
     """The frame of the sharded checks alone, on 2 ranks (forked from the fork server unless
     ``overrides`` set ``distributed.start_method``)."""
-    return to_frame(distributed_checks(small_setup(FORKSERVER, *overrides, user_conf=user_conf)))
+    return to_frame(distributed_checks(small_run(FORKSERVER, *overrides, user_conf=user_conf)))
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +171,7 @@ def test_sharded_settings_are_refused_before_anything_runs(compose_cfg):
 
 
 def test_one_process_adds_no_sharded_rows(setup):
-    assert distributed_checks(setup("+model=ffn")) == []
+    assert distributed_checks(Run(setup("+model=ffn"))) == []
 
 
 def test_the_pipeline_writes_one_report_with_every_ranks_rows(pipeline):
@@ -327,34 +329,22 @@ def test_built_in_models_run_sharded_on_cpu(model, strategy):
 
 def test_the_diagnosis_names_a_one_rank_fault_and_a_failed_rank():
     from reportgen.report.diagnose import diagnose
-    from reportgen.results import Row
 
     local = [
-        Row(
-            check=DIST_GRADIENT_PARITY,
-            item=f"rank {r}: local gradients before reduction",
-            variant="recompute",
-            metric="tensors_outside_tolerance",
-            value=float(r),
-            threshold="0",
-            comparator="==",
+        judged_row(
+            DIST_GRADIENT_PARITY,
+            f"rank {r}: local gradients before reduction",
+            "tensors_outside_tolerance",
+            float(r),
+            "==",
+            0.0,
             role=Role.RANK_LOCAL_GRADS,
-            threshold_value=0.0,
             extra={"rank": r},
         )
         for r in (0, 1)
     ]
     (said,) = diagnose(local, {"mode": "non_reentrant", "preserve_rng_state": True})
     assert said.extra["rule"] == "one rank only"
-    failed = Row(
-        check=DIST_GRADIENT_PARITY,
-        item="rank 1",
-        variant="recompute",
-        metric="exception",
-        status=Status.ERROR,
-        role=Role.EXCEPTION,
-        detail="rank 1 failed: ValueError: boom",
-        extra={"rank": 1},
-    )
+    failed = raised_row(DIST_GRADIENT_PARITY, "rank 1", "rank 1 failed: ValueError: boom", rank=1)
     (said,) = diagnose([failed], {"mode": "non_reentrant", "preserve_rng_state": True})
     assert said.extra["rule"] == "a rank failed"

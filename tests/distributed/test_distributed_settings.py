@@ -5,6 +5,7 @@ read from torch's own messages."""
 
 from __future__ import annotations
 
+from rows import judged_row, raised_row
 from torch import nn
 
 from reportgen.commands.validation import config_problems
@@ -14,7 +15,7 @@ from reportgen.distributed.ranks import failure_rows
 from reportgen.distributed.settings import known_settings
 from reportgen.distributed.wrapping import ddp_kwargs, settings_in_force, unit_modules, wrap_order
 from reportgen.report.diagnose import diagnose
-from reportgen.results import BASELINE, TWIN, Role, Row, Status, claim_verdict, to_frame
+from reportgen.results import BASELINE, TWIN, Row, Status, claim_verdict, to_frame
 from reportgen.results.raised import error_row, raised_in
 from reportgen.twins.recompute import CheckpointWrapper
 
@@ -131,16 +132,7 @@ def test_an_error_row_says_which_twin_raised_and_a_baseline_that_raised_cannot_b
     assert (
         row.status == Status.ERROR and row.extra[TWIN] == BASELINE and "the aa twin on rank 1 run failed" in row.detail
     )
-    passed = Row(
-        check=GRADIENT_PARITY,
-        item="x",
-        variant="recompute",
-        metric="max_abs_err",
-        value=0.0,
-        threshold="0",
-        comparator="==",
-        threshold_value=0.0,
-    )
+    passed = judged_row(GRADIENT_PARITY, "x", "max_abs_err", 0.0, "==", 0.0)
     frame = to_frame([row, passed])
     assert (
         claim_verdict(frame, [GRADIENT_PARITY, DIST_TRAJECTORY]) == Status.INCONCLUSIVE
@@ -190,28 +182,10 @@ def test_ddp_errors_are_diagnosed_from_torchs_own_words_and_quoted():
 
 
 def test_run_it_alone_is_advised_only_when_the_single_process_checks_did_not_pass():
-    failed = Row(
-        check=DIST_GRADIENT_PARITY,
-        item="rank 1",
-        variant="recompute",
-        metric="exception",
-        status=Status.ERROR,
-        role=Role.EXCEPTION,
-        detail="rank 1 failed: ValueError: boom",
-        extra={"rank": 1},
-    )
+    failed = raised_row(DIST_GRADIENT_PARITY, "rank 1", "rank 1 failed: ValueError: boom", rank=1)
     (alone,) = diagnose([failed], SETTINGS)
     assert "run it alone with distributed.world_size=1" in alone.extra["fix"]
-    passed = Row(
-        check=GRADIENT_PARITY,
-        item="w.grad",
-        variant="recompute",
-        metric="max_abs_err",
-        value=0.0,
-        threshold="0",
-        comparator="==",
-        threshold_value=0.0,
-    )
+    passed = judged_row(GRADIENT_PARITY, "w.grad", "max_abs_err", 0.0, "==", 0.0)
     assert passed.status == Status.PASS
     said = [r for r in diagnose([failed, passed], SETTINGS) if r.check == DIST_GRADIENT_PARITY][0]
     assert "run it alone" not in said.extra["fix"] and "single-process checks passed" in said.extra["fix"]

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_setup
+from conftest import FORKSERVER, SMALL, TESTS, USER_CONF, cli_env, run_pipeline, small_run
 
 from reportgen.checks.distributed.check import distributed_checks
 from reportgen.config import DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY
@@ -72,7 +72,7 @@ def launched():
     def get(name: str):
         if name not in cache:
             overrides, user = SCENARIOS[name] if name in SCENARIOS else ((*STEP, *STEP_SCENARIOS[name]), True)
-            rows = distributed_checks(small_setup(*(BASE if name in SCENARIOS else ()), *overrides, user_conf=user))
+            rows = distributed_checks(small_run(*(BASE if name in SCENARIOS else ()), *overrides, user_conf=user))
             cache[name] = rows, to_frame(rows)
         return cache[name]
 

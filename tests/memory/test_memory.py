@@ -18,8 +18,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import compose_config, measured
+from rows import fact_row
 from torch import nn
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.memory.check import (
     cuda_peak_rows,
     cuda_peaks,
@@ -32,6 +34,7 @@ from reportgen.commands.run import prepare
 from reportgen.config import MEMORY
 from reportgen.memory.saved import REST, saved_activation_bytes
 from reportgen.results import Role, Status, judge
+from reportgen.twins.step import TrainingStep
 
 B, S, W, DEPTH = 2, 32, 16, 3
 UNIT = B * S * W * 4  # bytes of one [B, S, W] float32 activation
@@ -90,7 +93,7 @@ class _ViewsAndWeights(nn.Module):
 def test_views_are_one_storage_and_weights_are_not_activations():
     x = torch.randn(4, 6, requires_grad=True)
     saved = saved_activation_bytes(
-        _ViewsAndWeights(), (x, torch.zeros(())), SimpleNamespace(loss=lambda out, y: out), None, []
+        _ViewsAndWeights(), (x, torch.zeros(())), TrainingStep(SimpleNamespace(loss=lambda out, y: out)), None, []
     )
     # exp's output and the two sin inputs (a view of it and itself) share one storage; x is kept by
     # ``x * scale`` (the multiplication keeps both operands, but ``scale`` is a parameter).
@@ -105,7 +108,7 @@ def test_counting_leaves_the_model_unchanged():
         n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
         for n, m in model.named_modules()
     }
-    saved_activation_bytes(model, setup.batch, setup.task, 0, [w.path for w in setup.wrapped])
+    saved_activation_bytes(model, setup.batch, setup.training_step, 0, [w.path for w in setup.wrapped])
     after = {
         n: (len(m._forward_pre_hooks), len(m._forward_hooks), getattr(m, "checkpoint_fn", None))
         for n, m in model.named_modules()
@@ -162,7 +165,7 @@ def test_without_cuda_the_peaks_are_not_measured_never_zero():
 @pytest.mark.gpu
 def test_cuda_peaks_reserved_at_least_allocated_and_recompute_lower():
     setup = prepare(compose_config("+model=gpt", "device=cuda", "parity.batch_size=32"))
-    rows = warm_step_memory(setup)
+    rows = warm_step_memory(Run(setup))
     peak = {(r.variant, r.metric): r for r in rows if r.item == "CUDA step peak"}
     for variant in ("plain", "recompute"):
         allocated, reserved = peak[(variant, "peak_allocated_bytes")], peak[(variant, "peak_reserved_bytes")]
@@ -190,31 +193,13 @@ def _render_section(rows):
 
 
 def test_memory_section_shows_cuda_peaks_with_the_reserved_sentence():
-    from reportgen.results import Row
-
     setup = granularity()
     rows = saved_rows(setup, *measure_saved(setup))
     for variant, allocated, reserved in (("plain", 5 * 2**20, 8 * 2**20), ("recompute", 3 * 2**20, 8 * 2**20)):
         extra = {"baseline_allocated_bytes": 2**20, "reserved_gap_bytes": reserved - allocated, "warm_steps": 3}
         rows += [
-            Row(
-                check=MEMORY,
-                item="CUDA step peak",
-                variant=variant,
-                metric="peak_allocated_bytes",
-                value=allocated,
-                extra=extra,
-                role=Role.CUDA_PEAK,
-            ),
-            Row(
-                check=MEMORY,
-                item="CUDA step peak",
-                variant=variant,
-                metric="peak_reserved_bytes",
-                value=reserved,
-                extra=extra,
-                role=Role.CUDA_PEAK,
-            ),
+            fact_row(MEMORY, "CUDA step peak", metric, value, variant=variant, extra=extra, role=Role.CUDA_PEAK)
+            for metric, value in (("peak_allocated_bytes", allocated), ("peak_reserved_bytes", reserved))
         ]
     html = _render_section(rows)
     assert "Peak allocated" in html and "5.00 MiB" in html and "caching allocator" in html

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import compose_config
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.memory.check import measure_peaks, measure_saved, warm_step_memory
 from reportgen.checks.memory.rows import peak_rows, saved_rows
 from reportgen.commands.run import prepare
@@ -22,6 +23,8 @@ from reportgen.config import MEMORY
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.step_peak import CATEGORIES, OUTSIDE, format_bytes
 from reportgen.results import Role, Status, judge_record
+from reportgen.twins.step import TrainingStep
+from reportgen.twins.twin import TrainStep, Twin
 
 RELU_B, RELU_W, RELUS = 256, 32, 5
 
@@ -101,7 +104,7 @@ def test_relu_only_target_is_an_increase_charged_to_the_relus():
 
 def test_both_twins_report_their_peak_with_phase_module_and_categories_on_cpu():
     setup = stack()
-    rows = warm_step_memory(setup)
+    rows = warm_step_memory(Run(setup))
     peaks = {r.variant: r for r in rows if r.role == Role.STEP_PEAK}
     assert set(peaks) == {"plain", "recompute"}
     model = setup.build(False)
@@ -135,13 +138,9 @@ def test_the_tracker_counts_a_view_once_and_sees_what_backward_frees():
     """One Linear(4, 8) without bias on x [16, 4]; the loss is ``(y.view(-1) ** 2).sum()``."""
     model = torch.nn.Linear(4, 8, bias=False)
     x, target = torch.randn(16, 4), torch.zeros(())
-    peak = warm_step_peak(
-        model,
-        (x, target),
-        SimpleNamespace(loss=lambda out, y: out.view(-1).square().sum()),
-        {"_target_": "torch.optim.SGD", "lr": 0.1},
-        None,
-    )
+    task = SimpleNamespace(loss=lambda out, y: out.view(-1).square().sum())
+    twin = Twin.of(model, TrainingStep(task), {"_target_": "torch.optim.SGD", "lr": 0.1})
+    peak = warm_step_peak(TrainStep(twin, (x, target)))
     weight, out, batch = 8 * 4 * 4, 16 * 8 * 4, 16 * 4 * 4 + 4  # the 0-dim target is 4 bytes
     assert peak.categories["parameters"] == weight and peak.categories["batch"] == batch
     assert peak.baseline_bytes == weight + batch  # SGD without momentum keeps no state
@@ -283,12 +282,7 @@ def test_frozen_parameters_are_tracked_without_gradient_hooks():
     model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8))
     model[0].requires_grad_(False)
     ids = torch.randint(0, 10, (4, 3))
-    peak = warm_step_peak(
-        model.train(),
-        (ids, torch.zeros(4, 3, 8)),
-        SimpleNamespace(loss=lambda out, y: (out - y).square().mean()),
-        {"_target_": "torch.optim.SGD", "lr": 0.1},
-        0,
-        1,
-    )
+    task = SimpleNamespace(loss=lambda out, y: (out - y).square().mean())
+    twin = Twin.of(model.train(), TrainingStep(task), {"_target_": "torch.optim.SGD", "lr": 0.1})
+    peak = warm_step_peak(TrainStep(twin, (ids, torch.zeros(4, 3, 8)), 0), 1)
     assert peak.peak_bytes > 0 and peak.categories["gradients"] <= 8 * 8 * 4 + 8 * 4  # the Linear's only

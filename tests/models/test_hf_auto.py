@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from reportgen.commands.run import prepare
 from reportgen.commands.validation import config_problems
+from reportgen.config import RecomputeMode
 from reportgen.errors import SetupError
 from reportgen.models import hf
 from reportgen.models.hf import auto as hf_auto
@@ -124,9 +125,9 @@ def test_hf_configs_leave_the_mode_to_the_model_and_say_which_it_was(name):
     assert cfg.recompute.mode is None
     setup = prepare(cfg)
     expected = default_use_reentrant()
-    assert setup.mode == ("reentrant" if expected else "non_reentrant")
+    assert setup.mode == (RecomputeMode.reentrant if expected else RecomputeMode.non_reentrant)
     assert setup.mode_note == f"the model's own default (use_reentrant={expected})"
-    assert recompute_settings(setup)["mode"] == setup.mode  # what the diagnosis rules read
+    assert recompute_settings(setup)["mode"] == setup.mode.value  # what the diagnosis rules read
     assert len(setup.wrapped) == 2  # both decoder layers observed recomputing on either major
 
 
@@ -134,7 +135,7 @@ def test_hf_configs_leave_the_mode_to_the_model_and_say_which_it_was(name):
 def test_a_set_mode_overrides_the_models_default():
     pytest.importorskip("transformers")
     setup = prepare(compose_config(*SMALL, "+model=hf_gpt2", "recompute=reentrant"))
-    assert (setup.mode, setup.mode_note) == ("reentrant", None)
+    assert (setup.mode, setup.mode_note) == (RecomputeMode.reentrant, None)
 
 
 @pytest.mark.hf
@@ -281,7 +282,7 @@ def test_shipped_masked_example_recomputes_every_encoder_layer():
     example = conf_dir() / "examples" / "hf_masked_lm" / "config.json"
     setup = prepare(compose_config(*SMALL, "+model=hf_masked_lm", f"model.config={example}"))
     assert [w.path for w in setup.wrapped] == ["bert.encoder.layer.1", "bert.encoder.layer.0"]
-    assert setup.mode == ("reentrant" if default_use_reentrant() else "non_reentrant")
+    assert setup.mode == (RecomputeMode.reentrant if default_use_reentrant() else RecomputeMode.non_reentrant)
 
 
 # --------------------------------------------------------------------------- end to end

@@ -19,6 +19,8 @@ from reportgen.plan.model import build_causal_lm, causal_lm_loss, decoder_layers
 from reportgen.plan.policies import POLICIES, by_name, switch_on
 from reportgen.plan.rank import compose
 from reportgen.plan.trace import OPTIMIZERS, scaled_figures, trace_step
+from reportgen.twins.step import TrainingStep
+from reportgen.twins.twin import TrainStep, Twin
 
 pytestmark = pytest.mark.hf
 
@@ -123,9 +125,8 @@ def test_plan_equals_the_real_cpu_step_peak_for_every_policy(llama, llama_figure
     torch.manual_seed(0)
     model = build_causal_lm(config, torch.float32, "sdpa")
     switch_on(model, by_name(policy), by_name(policy).flags(list(range(5))), [p for p, _ in decoder_layers(model)])
-    real = warm_step_peak(
-        model, real_batch(BATCH, SEQ), SimpleNamespace(loss=causal_lm_loss), OPTIMIZERS["fused"], None, warm_steps=1
-    )
+    twin = Twin.of(model, TrainingStep(SimpleNamespace(loss=causal_lm_loss)), OPTIMIZERS["fused"])
+    real = warm_step_peak(TrainStep(twin, real_batch(BATCH, SEQ)), warm_steps=1)
     assert planned.exact and planned.tensor_peak == pytest.approx(real.peak_bytes, rel=0.01)
     assert planned.reserved_upper >= planned.tensor_peak
 

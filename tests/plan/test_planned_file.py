@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from reportgen.checks.base.run import Run
 from reportgen.commands import plan
 from reportgen.plan.args import load_config
 from reportgen.plan.model import build_causal_lm, real_batch
@@ -106,7 +107,7 @@ def test_a_save_op_never_called_is_a_warn_that_says_so_on_the_console(compose_cf
     cfg = compose_cfg(
         "+model=dropout_rng", "recompute=selective", f"recompute.save_ops=[aten.addmm,{sdpa}]", user_conf=True
     )
-    rows = {r.item: r for r in selective_policy(prepare(cfg))}
+    rows = {r.item: r for r in selective_policy(Run(prepare(cfg)))}
     assert rows["aten.addmm"].status == "PASS" and rows[sdpa].status == "WARN" and rows[sdpa].value == 0
     line = clip_keeping_advice(console_text(f"{sdpa}: {rows[sdpa].detail}"))  # as reportgen.commands.run prints it
     assert line.startswith(f"{sdpa}: never called under this model: {sdpa}, so this entry saves nothing; ")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from reportgen.checks.parity import _tensor_rows
+from reportgen.checks.parity.gradient import compare
 from reportgen.structure import named_tensors, other_leaves
 from reportgen.twins.forward import StepOutput
 
@@ -27,7 +27,7 @@ def step(output) -> StepOutput:
 
 def rows_by_item(plain_out, recompute_out):
     plain, recompute = step(plain_out), step(recompute_out)
-    return {r.item: r for r in _tensor_rows(plain, recompute, plain, 1e-6, 1e-6)}
+    return {r.item: r for r in compare(plain, recompute, 1e-6, 1e-6, plain)}
 
 
 def test_a_cache_objects_tensors_are_named_and_compared_when_both_twins_return_it():

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import tiny_meta
+from rows import fact_row
 
 from reportgen.checks import required_names
 from reportgen.checks.timing import rows as timing
@@ -42,17 +43,7 @@ def timing_rows(noisy: bool, monkeypatch) -> list[Row]:
     times = {"plain": list(np.abs(plain)), "recompute": list(np.abs(recompute))}
     stopped = "time budget of 10 s spent" if noisy else "confidence target reached"
     rows = [
-        Row(
-            check=TIME,
-            item=f"step {k}",
-            variant=v,
-            metric="step_time_ms",
-            value=ms,
-            status=Status.INFO,
-            role=Role.STEP,
-            unit="ms",
-            extra={"step_index": k},
-        )
+        fact_row(TIME, f"step {k}", "step_time_ms", ms, variant=v, role=Role.STEP, unit="ms", extra={"step_index": k})
         for v in timing.VARIANTS
         for k, ms in enumerate(times[v])
     ]

@@ -80,7 +80,7 @@ def test_tolerance_used_is_the_deciding_number_not_the_relative_error():
 
 
 def test_a_trajectory_step_row_shows_the_share_of_tolerance_that_decided_it():
-    from reportgen.checks.trajectory import step_rows
+    from reportgen.checks.parity.trajectory import step_rows
 
     b = torch.tensor([1.0, 1e-9], dtype=torch.float64)
     near_zero = tensor_row(

@@ -1,7 +1,10 @@
 """Verdict rules of the claim (docs/architecture.md) and the frame contract."""
 
 import pytest
+from conftest import small_setup
+from rows import judged_row, raised_row
 
+from reportgen.checks.base.run import Run
 from reportgen.results import Row, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
 
 REQ = ["gradient parity", "state parity"]
@@ -86,23 +89,13 @@ def test_interrupt_leaves_partial_frame_with_not_run_rows(tmp_path, use_checks):
     use_checks(
         (
             "gradient parity",
-            lambda s: [
-                Row(
-                    check="gradient parity",
-                    item="loss",
-                    variant="recompute",
-                    metric="max_abs_err",
-                    value=0.0,
-                    comparator="<=",
-                    threshold_value=0.0,
-                )
-            ],
+            lambda s: [judged_row("gradient parity", "loss", "max_abs_err", 0.0, "<=", 0.0, threshold="")],
         ),
         ("warm-step time", boom),
         ("task metrics", boom),
     )
     with pytest.raises(pipeline.Interrupted):
-        pipeline.run_checks(None, tmp_path)
+        pipeline.run_checks(Run(small_setup("+model=ffn")), tmp_path)
     partial = frame_from_json((tmp_path / "results.partial.json").read_text())
     assert partial.status.tolist() == ["PASS", "NOT_RUN", "NOT_RUN"]
     assert partial.check.tolist() == ["gradient parity", "warm-step time", "task metrics"]
@@ -133,30 +126,10 @@ def test_a_check_whose_plain_twin_broke_cannot_be_judged_not_failed():
 
 def test_a_recompute_twin_raising_where_plain_does_not_still_fails_the_claim():
     req = ["gradient parity", "task metrics", "state parity"]
-    f = baseline_frame(
-        Row(
-            check="state parity",
-            item="recompute",
-            variant="recompute",
-            metric="exception",
-            status="ERROR",
-            extra={"twin": "recompute"},
-        )
-    )
+    f = baseline_frame(raised_row("state parity", "recompute", "", role="", twin="recompute"))
     assert claim_verdict(f, req) == "FAIL"
     # a measured FAIL in the same check outranks the broken baseline of another seed
-    g = baseline_frame(
-        Row(
-            check="task metrics",
-            item="seed 1",
-            variant="recompute",
-            metric="abs_diff_x",
-            value=1.0,
-            threshold="0",
-            comparator="<=",
-            threshold_value=0.0,
-        )
-    )
+    g = baseline_frame(judged_row("task metrics", "seed 1", "abs_diff_x", 1.0, "<=", 0.0))
     assert check_summary(g, req).set_index("check").status["task metrics"] == "FAIL"
     assert claim_verdict(g, req[:2]) == "FAIL"
 

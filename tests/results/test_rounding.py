@@ -13,10 +13,11 @@ import pytest
 import torch
 from conftest import small_setup
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.budget import compare_seed
-from reportgen.checks.parity import gradient_parity
-from reportgen.checks.step import step_and_state_parity
-from reportgen.checks.trajectory import trajectory_parity
+from reportgen.checks.parity.gradient import gradient_parity
+from reportgen.checks.parity.step import step_and_state_parity
+from reportgen.checks.parity.trajectory import trajectory_parity
 from reportgen.results import Role, Status, judge, judge_record, to_frame
 from reportgen.results.compared import tensor_row
 from reportgen.results.rounding import GradientNudge, envelope, grads_at_rounding_level
@@ -80,7 +81,7 @@ def test_envelope_skips_integer_tensors_and_the_gradient_gate_uses_it_after_the_
 
 
 def _rows(setup):
-    return to_frame(gradient_parity(setup) + step_and_state_parity(setup) + trajectory_parity(setup))
+    return to_frame(gradient_parity(Run(setup)) + step_and_state_parity(Run(setup)) + trajectory_parity(Run(setup)))
 
 
 def _checks(frame):
@@ -113,7 +114,7 @@ def test_rounding_level_model_passes_task_metrics_and_fails_them_without_the_env
 
     for flag, expected in (("true", Status.PASS), ("false", Status.FAIL)):
         frame = to_frame(
-            task_metrics(small_setup("+model=rounding_level", f"parity.rounding_envelope={flag}", user_conf=True))
+            task_metrics(Run(small_setup("+model=rounding_level", f"parity.rounding_envelope={flag}", user_conf=True)))
         )
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
@@ -134,7 +135,7 @@ def test_the_rounding_twin_is_not_built_when_everything_is_within_tolerance(monk
 def test_held_faults_still_fail_with_the_envelope_on(model, check):
     """Only the check whose FAIL is asserted runs (step parity writes state parity's rows too)."""
     run = {"trajectory parity": trajectory_parity, "state parity": step_and_state_parity}[check]
-    frame = to_frame(run(small_setup(f"+model={model}", "parity.rounding_envelope=true", user_conf=True)))
+    frame = to_frame(run(Run(small_setup(f"+model={model}", "parity.rounding_envelope=true", user_conf=True))))
     assert Status.FAIL in _checks(frame)[check]
 
 
@@ -157,7 +158,7 @@ def test_a_metric_difference_with_parameters_within_tolerance_is_never_put_down_
     monkeypatch.setattr(budget, "rounding_run", lambda *a, **k: pytest.fail("rounding twin built"))
     setup = small_setup("+model=rounding_level", user_conf=True)
     w = {"w": torch.ones(3)}
-    rows, _ = compare_seed(setup, 0, 8, {"plain": _result(2.0, w), "recompute": _result(2.001, dict(w))})
+    rows, _ = compare_seed(Run(setup), 0, 8, {"plain": _result(2.0, w), "recompute": _result(2.001, dict(w))})
     assert [r.status for r in rows] == [Status.FAIL, Status.PASS]
 
 
@@ -170,7 +171,7 @@ def test_worst_seed_row_follows_the_rounding_verdict_of_its_seed(monkeypatch):
     for rounding_w, expected in ((2e-3, Status.PASS), (1e-4, Status.FAIL)):
         rounding = _result(2.002, {"w": torch.tensor([0.0, rounding_w, 0.0])})
         monkeypatch.setattr(budget, "rounding_run", lambda *a, r=rounding, **k: r)
-        rows, diff = compare_seed(setup, 0, 8, {"plain": plain, "recompute": recompute})
+        rows, diff = compare_seed(Run(setup), 0, 8, {"plain": plain, "recompute": recompute})
         final = next(r for r in rows if r.role == Role.FINAL_PARAMS)
         assert final.status == expected and rows[0].status == expected  # metric: 0.001 <= 2 × 0.002, if weights are
         assert diff[3] == (pytest.approx(0.001 - 2 * 0.002) if expected == Status.PASS else None)  # at rounding level
@@ -190,7 +191,7 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
 
     budget = ("budget.examples=512", "budget.batch_size=16")
     setup = small_setup("+model=t5_reentrant", *budget, user_conf=True)
-    grads = to_frame(gradient_parity(setup))
+    grads = to_frame(gradient_parity(Run(setup)))
     grads = grads[grads.role == Role.PARAM_GRAD]
     assert grads.status.eq(Status.PASS).all() and grads.value.max() > 0
     for flag, expected in (("true", Status.PASS), ("false", Status.FAIL)):
@@ -200,7 +201,7 @@ def test_tiny_t5_under_its_own_reentrant_switch_trains_apart_at_rounding_level_o
             else small_setup("+model=t5_reentrant", *budget, f"parity.rounding_envelope={flag}", user_conf=True)
         )
         assert flagged.config.parity.rounding_envelope == (flag == "true")
-        frame = to_frame(task_metrics(flagged))
+        frame = to_frame(task_metrics(Run(flagged)))
         final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
         assert final.excess > 0 and final.status == expected, final.detail
         metric = frame[frame.role.isin([Role.METRIC_DIFF, Role.WORST])]
@@ -237,7 +238,7 @@ def test_a_fault_that_switches_on_late_in_the_budget_run_is_not_put_down_to_roun
 
     setup = small_setup("+model=late_fault", "budget.examples=256", "budget.batch_size=16", user_conf=True)
     assert lockstep_gradients(setup, 0, 16) == 11  # forward + recompute: call 21 is step 11's forward
-    frame = to_frame(task_metrics(setup))
+    frame = to_frame(task_metrics(Run(setup)))
     final = frame[frame.role == Role.FINAL_PARAMS].iloc[0]
     assert final.status == Status.FAIL and "trained apart" in final.detail and ROUNDING_LEVEL not in final.detail
     assert "first differ at step 11 of the budget run" in final.detail and final.lockstep_first_step == 11

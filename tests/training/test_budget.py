@@ -9,11 +9,14 @@ from conftest import compose_config
 from user_models.nonfinite import SometimesInfTask, build, is_poisoned
 
 from reportgen.checks.base.plots import task_metric_plots
+from reportgen.checks.base.run import Run
 from reportgen.checks.budget import task_metrics
 from reportgen.commands.run import prepare
 from reportgen.report.render import environment
 from reportgen.results import check_summary, to_frame
 from reportgen.training.loop import step_seed, train_to_budget
+from reportgen.twins.step import training_step
+from reportgen.twins.twin import Twin
 
 ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1e-3}
 
@@ -21,7 +24,7 @@ ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1e-3}
 def budget_frame(*overrides, user_conf=False):
     """The task-metrics rows of a composed config as a frame."""
     setup = prepare(compose_config(*overrides, user_conf=user_conf))
-    return to_frame(task_metrics(setup)), setup
+    return to_frame(task_metrics(Run(setup))), setup
 
 
 def status_of(frame):
@@ -116,14 +119,14 @@ def test_step_cap_turns_an_unreachable_budget_into_an_error():
 def test_last_step_draws_only_what_the_budget_needs():
     torch.manual_seed(0)
     task = SometimesInfTask(inf_share=0.0)
+    twin = Twin.of(build(), training_step(task), ADAMW)
     result = train_to_budget(
-        build(),
+        twin,
         task,
         examples=100,
         batch_size=32,
         seed=0,
         forward_seed=0,
-        optimizer=ADAMW,
         device=torch.device("cpu"),
         dtype=torch.float32,
         eval_every=50,
@@ -149,7 +152,7 @@ def test_disabled_budget_is_not_run(monkeypatch, tmp_path):
     monkeypatch.setattr(
         pipeline, "REGISTRY", [Check(lambda s: called.append(s) or [], budget.CHECK.sections, config="budget")]
     )
-    frame = to_frame(pipeline.run_checks(setup, tmp_path))
+    frame = to_frame(pipeline.run_checks(Run(setup), tmp_path))
     assert called == [] and status_of(frame) == "NOT_RUN"
     assert frame.detail.tolist() == ["not run: budget.enabled=false"]
 

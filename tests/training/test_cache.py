@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import compose_config, small_setup
+from omegaconf import OmegaConf
 
+from reportgen.checks.base.run import Run
 from reportgen.files import sha256_file
 from reportgen.results import Role, Status
 from reportgen.training import cache, cache_key, cache_secret
-from reportgen.training.train import BudgetRuns, budget_runs
+from reportgen.training.train import BudgetRuns
 
 #: A recompute target class in a user module: GELU, edited to Tanh by the attacks.
 BLOCK = """from torch import nn
@@ -59,9 +61,14 @@ def forget_modules():
     forget()
 
 
+def typed(cfg):
+    """The run's typed config (:class:`reportgen.config.Config`) of a composed ``cfg`` (what a Setup holds)."""
+    return OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cfg
+
+
 def key_of(cfg, **kw) -> str:
-    """The plain run's key for seed 0, batch 8 on this machine's CPU in float32."""
-    return cache_key.plain_run_key(cfg, kw.get("device", "cpu"), kw.get("dtype", torch.float32), 0, 8, 1.0)[0]
+    """The plain run's key for seed 0, batch 8 on this machine's CPU in float32 (``cfg`` composed or typed)."""
+    return cache_key.plain_run_key(typed(cfg), kw.get("device", "cpu"), kw.get("dtype", torch.float32), 0, 8, 1.0)[0]
 
 
 def plain_run(setup):
@@ -95,7 +102,7 @@ def test_key_covers_autocast_compile_and_every_config_group_but_the_recompute_se
     # a sweep over recompute settings (or the report's) still shares the plain twin
     same = ["recompute=reentrant", "recompute.preserve_rng_state=false", "report.title=x", "cache.enabled=true"]
     assert {key_of(compose_config("+model=ffn", o)) for o in same} == {key}
-    material = cache_key.plain_run_key(base, "cpu", torch.float32, 0, 8, 1.0)[1]
+    material = cache_key.plain_run_key(typed(base), "cpu", torch.float32, 0, 8, 1.0)[1]
     assert set(material["versions"]) >= {"torch", "transformers", "reportgen", "python"}
     assert material["device"]["kind"].startswith("cpu ") and len(material["sources"]["reportgen"]) == 64
 
@@ -117,9 +124,9 @@ def test_a_compile_change_is_a_miss(cache_folder):
     secret, proof = cache_secret.cache_secret(), cache.fingerprint(setup, 0, 8)
     for override in ("compile.enabled=true", "compile.backend=aot_eager"):
         cfg = compose_config("+model=ffn", override)
-        key = cache_key.plain_run_key(cfg, setup.device, setup.dtype, 0, 8, 1.0)[0]
+        key = cache_key.plain_run_key(typed(cfg), setup.device, setup.dtype, 0, 8, 1.0)[0]
         assert cache.load(cache_folder, key, secret, proof) is None, override
-    assert cache.load(cache_folder, key_of(setup.cfg), secret, proof) is not None
+    assert cache.load(cache_folder, key_of(setup.config), secret, proof) is not None
 
 
 def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkeypatch, forget_modules):
@@ -134,7 +141,7 @@ def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkey
     gelu = plain_run(small_setup("+model=ffn", override))
     assert (
         str(module.resolve())
-        in cache_key.plain_run_key(small_setup("+model=ffn", override).cfg, "cpu", torch.float32, 0, 8, 1.0)[1][
+        in cache_key.plain_run_key(small_setup("+model=ffn", override).config, "cpu", torch.float32, 0, 8, 1.0)[1][
             "sources"
         ]["user"]
     )
@@ -166,7 +173,7 @@ def test_an_edit_of_a_library_imported_from_another_folder_is_a_miss(
     gelu = plain_run(setup)
     assert (
         str((library / "act.py").resolve())
-        in cache_key.plain_run_key(setup.cfg, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"]["user"]
+        in cache_key.plain_run_key(setup.config, "cpu", torch.float32, 0, 8, 1.0)[1]["sources"]["user"]
     )
     (library / "act.py").write_text("from torch import nn\nACT = nn.Tanh\n")
     forget_modules("actlib", "libuser")
@@ -180,7 +187,7 @@ def test_on_cuda_the_key_names_the_gpu_a_second_job_reuses_the_run_and_autocast_
     first = plain_run(setup)
     second = plain_run(small_setup("+model=ffn", "device=cuda"))
     assert first.cache_key is None and second.cache_key is not None and second.metrics == first.metrics
-    kind = cache_key.plain_run_key(setup.cfg, setup.device, setup.dtype, 0, 8, 1.0)[1]["device"]["kind"]
+    kind = cache_key.plain_run_key(setup.config, setup.device, setup.dtype, 0, 8, 1.0)[1]["device"]["kind"]
     assert torch.cuda.get_device_name(setup.device) in kind
     assert plain_run(small_setup("+model=ffn", "device=cuda", "precision.autocast=bf16")).cache_key is None
 
@@ -202,10 +209,11 @@ def test_the_recompute_twins_run_stored_under_the_plain_key_is_a_warn_and_a_fres
 
     overrides = ("+model=dropout_rng", "recompute.preserve_rng_state=false")  # recompute changes dropout masks
     setup = small_setup(*overrides, user_conf=True)
-    honest = task_metrics(setup)
+    run = Run(setup)
+    honest = task_metrics(run)
     worst = next(r for r in honest if r.role == Role.WORST)
     assert worst.status == Status.FAIL
-    recompute = budget_runs(setup).get(setup, True, 0, 8)
+    recompute = run.budget_runs.get(setup, True, 0, 8)
     meta, entry = _entry(cache_folder)
     entry["record"] = {name: getattr(recompute, name) for name in cache.RECORD_FIELDS}  # the digest is not redone
     buffer = io.BytesIO()
@@ -214,13 +222,14 @@ def test_the_recompute_twins_run_stored_under_the_plain_key_is_a_warn_and_a_fres
     meta.write_text(json.dumps(entry))
 
     again = small_setup(*overrides, user_conf=True)
-    rows = task_metrics(again)
+    rerun = Run(again)
+    rows = task_metrics(rerun)
     (warn,) = _rejection(rows)
     assert warn.status == Status.WARN and "digest mismatch" in warn.detail and "trained afresh" in warn.detail
-    plain = budget_runs(again).get(again, False, 0, 8)
-    assert plain.cache_key is None and plain.metrics == budget_runs(setup).get(setup, False, 0, 8).metrics
+    plain = rerun.budget_runs.get(again, False, 0, 8)
+    assert plain.cache_key is None and plain.metrics == run.budget_runs.get(setup, False, 0, 8).metrics
     assert next(r for r in rows if r.role == Role.WORST).status == Status.FAIL  # the verdict did not move
-    assert not _rejection(task_metrics(small_setup(*overrides, user_conf=True)))  # the entry was replaced
+    assert not _rejection(task_metrics(Run(small_setup(*overrides, user_conf=True))))  # the entry was replaced
 
 
 @pytest.mark.parametrize("attack", ["edited tensor bytes", "edited number", "entry of another key", "truncated json"])
@@ -391,7 +400,7 @@ def test_an_edited_config_json_under_the_same_path_is_a_miss(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("the quick brown fox\n" * 20)
     cfg = compose_config("+model=hf_causal_lm", f"model.config={config}", f"task.text_file={text}")
-    key, material = cache_key.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    key, material = cache_key.plain_run_key(typed(cfg), "cpu", torch.float32, 0, 8, 1.0)
     assert set(material["files"]) == {str(config.resolve()), str(text.resolve())}
     fields = json.loads(config.read_text())
     fields["hidden_act"] = "gelu" if fields.get("hidden_act") != "gelu" else "silu"
@@ -441,7 +450,7 @@ def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_th
         (tmp_path / "written.txt").write_text("not data")  # written, not read: not recorded
     assert found == [data.resolve()]
     cfg = compose_config("+model=ffn")
-    key, material = cache_key.plain_run_key(cfg, "cpu", torch.float32, 0, 8, 1.0)
+    key, material = cache_key.plain_run_key(typed(cfg), "cpu", torch.float32, 0, 8, 1.0)
     record = {name: 0 for name in cache.RECORD_FIELDS} | {"metrics": {}, "curve": [], "complete": True}
     secret, proof = cache_secret.cache_secret(), {"loss": "0.5", "gradients": "0" * 64}
     cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, proof, opened=found)

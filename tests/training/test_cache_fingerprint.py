@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import small_setup
 
+from reportgen.checks.base.run import Run
 from reportgen.results import Role, Status
 from reportgen.training import cache
 from reportgen.training.rows import run_rows
@@ -58,10 +59,12 @@ def test_the_rounding_envelope_is_never_measured_against_a_cached_twin(tmp_path,
 
     monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
     first = next(
-        r for r in task_metrics(small_setup("+model=rounding_level", user_conf=True)) if r.role == Role.FINAL_PARAMS
+        r
+        for r in task_metrics(Run(small_setup("+model=rounding_level", user_conf=True)))
+        if r.role == Role.FINAL_PARAMS
     )
     setup = small_setup("+model=rounding_level", user_conf=True)
-    rows = task_metrics(setup)
+    rows = task_metrics(Run(setup))
     assert any(r.role == Role.RUN and r.extra.get("cache_key") for r in rows)  # the plain run was a hit ...
     final = next(r for r in rows if r.role == Role.FINAL_PARAMS)
     assert "the plain twin was trained afresh for it" in final.detail, final.detail  # ... not used for the envelope

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REQUIRED, small_setup, tiny_frame
+from conftest import REQUIRED, SMALL, compose_config, small_setup, tiny_frame
 
 from reportgen.report.metadata import rerun_command, run_metadata
 from reportgen.trust.sources import git_repositories, user_source_files
@@ -91,11 +91,12 @@ def test_the_signed_statement_records_user_source_digests_and_the_dirty_flag(use
     from reportgen.report.render import render_html
     from reportgen.trust.statement import claim_predicate
 
-    setup = small_setup("+model=ffn", "model._target_=provpkg.blocks.build")
+    overrides = ("+model=ffn", "model._target_=provpkg.blocks.build")
+    setup = small_setup(*overrides)
     module = (user_repo / "provpkg" / "blocks.py").resolve()
     assert module in user_source_files()  # a namespace package, found from sys.modules
     (user_repo / "notes.txt").write_text("uncommitted\n")  # the tree is now dirty
-    meta = run_metadata(setup.cfg, setup, tmp_path)
+    meta = run_metadata(compose_config(*SMALL, *overrides), setup, tmp_path)
     predicate = claim_predicate(tiny_frame(), meta, "PASS", REQUIRED)
     sources = predicate["environment"]["user_sources"]
     assert sources[str(module)] == sha256_file(module)  # outside the working folder: absolute
@@ -122,4 +123,4 @@ def test_reportgen_is_hashed_whole_and_never_listed_as_the_users_source(monkeypa
     hashed = []
     monkeypatch.setattr(sources, "sha256_file", lambda f: hashed.append(Path(f)) or "0" * 64)
     sources.reportgen_sources_sha256()
-    assert package / "checks" / "parity.py" in hashed and package / "commands" / "run.py" in hashed
+    assert package / "checks" / "parity" / "gradient.py" in hashed and package / "commands" / "run.py" in hashed

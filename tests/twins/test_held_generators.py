@@ -6,11 +6,14 @@ import torch
 from conftest import compose_config
 from user_models.generators import build
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.distributed.steps import _snapshot
-from reportgen.checks.step import step_and_state_parity
+from reportgen.checks.parity.step import step_and_state_parity
 from reportgen.commands.run import prepare
 from reportgen.results import Role, to_frame
+from reportgen.twins.step import TrainingStep
 from reportgen.twins.template import copy_module
+from reportgen.twins.twin import Stepped, Twin
 
 ROWS = ["RNG 0._gen after the step", "RNG 1._gen after the step", "RNG task._gen after the step"]
 
@@ -19,7 +22,7 @@ def generator_rows(draw: bool):
     """The step and state parity frame, and ``{item: (status, detail)}`` of its held generators' rows."""
     task = "task._target_=user_models.generators.NoisyLossTask"
     setup = prepare(compose_config("+model=own_generator", f"model.draw={draw}", task, user_conf=True))
-    frame = to_frame(step_and_state_parity(setup))
+    frame = to_frame(step_and_state_parity(Run(setup)))
     rows = frame[(frame.role == Role.RNG) & frame["item"].isin(ROWS)]
     return frame, {r.item: (r.status, r.detail) for r in rows.itertuples()}
 
@@ -48,5 +51,6 @@ def test_twins_copy_each_generator_with_its_state():
 
 def test_the_distributed_snapshot_holds_each_ranks_module_generators():
     model = build()
-    snap = _snapshot(model, torch.optim.SGD(model.parameters()), {}, None)
+    twin = Twin(model, TrainingStep(None), torch.optim.SGD(model.parameters()), last=Stepped(torch.zeros(())))
+    snap = _snapshot(twin)
     assert set(snap.rng) == {"0._gen", "1._gen"}

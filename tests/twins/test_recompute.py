@@ -5,6 +5,7 @@ import torch
 from torch import nn
 from user_models.faults import build_frozen, build_layers
 
+from reportgen.checks.base.run import Run
 from reportgen.config import RecomputeConfig, RecomputeMode
 from reportgen.twins.recompute import RecomputeConfigError, apply_recompute, find_targets, plain_name, resolve_ops
 
@@ -107,7 +108,7 @@ def test_selective_policy_check_warns_when_a_save_op_never_runs(compose_cfg):
     cfg = compose_cfg(
         "+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm,aten.addmm]", user_conf=True
     )
-    rows = {r.item: r for r in selective_policy(prepare(cfg))}
+    rows = {r.item: r for r in selective_policy(Run(prepare(cfg)))}
     assert rows["aten.mm"].status == "WARN" and rows["aten.mm"].value == 0
     assert "aten.addmm.default" in rows["aten.mm"].detail
     assert rows["aten.addmm"].status == "PASS" and rows["aten.addmm"].value == 4  # 2 blocks × 2 Linear
@@ -120,7 +121,7 @@ def test_selective_policy_says_everything_recomputes_only_when_no_entry_matches(
     from reportgen.commands.run import prepare
 
     cfg = compose_cfg("+model=dropout_rng", "recompute=selective", "recompute.save_ops=[aten.mm]", user_conf=True)
-    (row,) = selective_policy(prepare(cfg))
+    (row,) = selective_policy(Run(prepare(cfg)))
     assert row.status == "WARN" and "no entry matches, so everything" in row.detail
 
 
@@ -128,7 +129,7 @@ def test_selective_policy_check_is_silent_in_other_modes(compose_cfg):
     from reportgen.checks.policy import selective_policy
     from reportgen.commands.run import prepare
 
-    assert selective_policy(prepare(compose_cfg("+model=dropout_rng", user_conf=True))) == []
+    assert selective_policy(Run(prepare(compose_cfg("+model=dropout_rng", user_conf=True)))) == []
 
 
 def test_save_period_saves_every_second_call_as_torchtitans_op_policy():

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 import torch
 from conftest import SMALL, TESTS, compose_config, reportgen, run_dirs, run_pipeline
+from rows import allclose_row, judged_row, raised_row
 from torch import nn
 
-from reportgen.checks.parity import gradient_parity
+from reportgen.checks.base.run import Run
+from reportgen.checks.parity.gradient import gradient_parity
 from reportgen.commands.run import prepare
 from reportgen.report.diagnose import diagnose
 from reportgen.results import Role, Row, Status, check_summary, to_frame
@@ -36,7 +38,7 @@ SETTINGS = {"mode": "non_reentrant", "preserve_rng_state": True}
 def parity(*overrides):
     """``(gradient parity status, its rows as a frame)`` of a composed user config."""
     setup = prepare(compose_config(*overrides, user_conf=True))
-    frame = to_frame(gradient_parity(setup))
+    frame = to_frame(gradient_parity(Run(setup)))
     return dict(zip(*check_summary(frame, [])[["check", "status"]].values.T))["gradient parity"], frame
 
 
@@ -163,15 +165,7 @@ def test_changed_leaves_says_how_each_output_leaf_changed():
 
 
 def _error(detail: str, check: str = "gradient parity") -> Row:
-    return Row(
-        check=check,
-        item="recompute",
-        variant="recompute",
-        metric="exception",
-        status=Status.ERROR,
-        role=Role.EXCEPTION,
-        detail=f"the recompute run raised {detail}",
-    )
+    return raised_row(check, "recompute", f"the recompute run raised {detail}")
 
 
 def test_saved_tensors_read_twice_wins_over_the_generic_checkpoint_error_rule():
@@ -196,18 +190,10 @@ def test_a_hook_registered_in_a_reentrant_region_is_named():
 
 
 def test_a_hazard_seen_by_one_check_explains_the_symptom_of_another():
+    changed = {"role": Role.CHANGED_IN_BACKWARD, "extra": {"in_cache": True}}
     rows = [
-        Row(
-            check="gradient parity",
-            item="output leaves changed during backward",
-            variant="recompute",
-            metric="changed_leaves",
-            value=4.0,
-            threshold="0",
-            comparator="==",
-            threshold_value=0.0,
-            role=Role.CHANGED_IN_BACKWARD,
-            extra={"in_cache": True},
+        judged_row(
+            "gradient parity", "output leaves changed during backward", "changed_leaves", 4.0, "==", 0.0, **changed
         ),
         _error(
             "CheckpointError: torch.utils.checkpoint: Recomputed values have different metadata",
@@ -223,38 +209,9 @@ def test_a_hazard_seen_by_one_check_explains_the_symptom_of_another():
 
 def test_no_known_pattern_names_the_first_differing_tensor_and_the_check_that_saw_it():
     rows = [
-        Row(
-            check="gradient parity",
-            item="loss",
-            variant="recompute",
-            metric="max_abs_err",
-            value=0.0,
-            comparator="allclose",
-            role=Role.LOSS,
-            extra={"excess": -1.0},
-        ),
-        Row(
-            check="gradient parity",
-            item="blocks.1.lin.weight.grad",
-            variant="recompute",
-            metric="max_abs_err",
-            value=0.5,
-            comparator="allclose",
-            role=Role.PARAM_GRAD,
-            detail="exceeds tolerance by 0.49",
-            extra={"excess": 0.49},
-        ),
-        Row(
-            check="gradient parity",
-            item="blocks.2.lin.weight.grad",
-            variant="recompute",
-            metric="max_abs_err",
-            value=0.7,
-            comparator="allclose",
-            role=Role.PARAM_GRAD,
-            detail="exceeds tolerance by 0.69",
-            extra={"excess": 0.69},
-        ),
+        allclose_row("gradient parity", "loss", 0.0, -1.0, role=Role.LOSS),
+        allclose_row("gradient parity", "blocks.1.lin.weight.grad", 0.5, 0.49, detail="exceeds tolerance by 0.49"),
+        allclose_row("gradient parity", "blocks.2.lin.weight.grad", 0.7, 0.69, detail="exceeds tolerance by 0.69"),
     ]
     (why,) = diagnose(rows, SETTINGS)
     assert why.extra["rule"] == ""
@@ -304,7 +261,7 @@ def test_hugging_face_llama_with_its_cache_on_under_a_generic_wrapper_names_use_
             f"recompute={mode}",
         )
     )
-    rows = gradient_parity(setup)
+    rows = gradient_parity(Run(setup))
     (why,) = diagnose(rows, {"mode": mode, "preserve_rng_state": True})
     assert why.extra["rule"] == "cache written again in recompute" and "use_cache=False" in why.extra["fix"]
     said = " ".join(r.detail for r in rows if r.status in (Status.FAIL, Status.ERROR))

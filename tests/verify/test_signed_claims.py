@@ -22,6 +22,7 @@ from conftest import (
     write_job,
     write_launch,
 )
+from rows import fact_row, judged_row
 
 from reportgen import verify as verifier
 from reportgen.checks.controls.rows import ACTIVATION, control_row
@@ -406,21 +407,10 @@ def test_compare_refuses_to_sign_a_run_whose_rows_were_edited(signed_pair, keys,
 
 def noisy_timing(ratio: float, ci: tuple[float, float]) -> list:
     """A job whose overhead CI missed its width target (timing too noisy to trust)."""
+    width = {"threshold": "<= 5 pp", "on_miss": "WARN", "role": Role.OVERHEAD_CI, "unit": "pp"}
     return [
         *job_cost_rows(ratio=ratio, ci=ci),
-        Row(
-            check=TIME,
-            item="overhead confidence",
-            variant="recompute",
-            metric="ci_half_width_pp",
-            value=12.0,
-            threshold="<= 5 pp",
-            comparator="<=",
-            role=Role.OVERHEAD_CI,
-            unit="pp",
-            threshold_value=5.0,
-            on_miss="WARN",
-        ),
+        judged_row(TIME, "overhead confidence", "ci_half_width_pp", 12.0, "<=", 5.0, **width),
     ]
 
 
@@ -510,20 +500,11 @@ def frame_rows(frame) -> list[Row]:
 
 def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys):
     (private, public), _ = keys
-    frame = to_frame(
-        frame_rows(tiny_frame())
-        + [
-            Row(
-                check="gradient parity",
-                item="plain vs plain (A/A)",
-                variant="aa",
-                metric="max_abs_err",
-                status=Status.INCONCLUSIVE,
-                role=Role.LOSS,
-                detail="the plain twin does not reproduce itself",
-            )
-        ]
+    not_reproduced = {"status": Status.INCONCLUSIVE, "detail": "the plain twin does not reproduce itself"}
+    aa = fact_row(
+        "gradient parity", "plain vs plain (A/A)", "max_abs_err", variant="aa", role=Role.LOSS, **not_reproduced
     )
+    frame = to_frame(frame_rows(tiny_frame()) + [aa])
     run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)  # the run folder is verified, not a PDF
     assert claim_verdict(frame, REQUIRED) == Status.INCONCLUSIVE
     assert verifier.main([str(run), "--key", str(public)]) == 3

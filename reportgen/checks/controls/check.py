@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.checks.controls.fixed_batch import activation, baseline, lost, region_row, rng_control, saving, state
 from reportgen.checks.controls.later import later
 from reportgen.checks.controls.rows import ACTIVATION, FAULTS, LATER, LOST, RNG, SAVING, STATE, control_row, stated_row
 from reportgen.config import CONTROLS
 from reportgen.results import Role, Row
 from reportgen.results.raised import exception_message
-from reportgen.twins.setup import Setup
 
 
 def timed(fault: str, control: Callable[[], Row]) -> Row:
@@ -30,7 +30,7 @@ def timed(fault: str, control: Callable[[], Row]) -> Row:
     return row
 
 
-def detector_controls(setup: Setup) -> list[Row]:
+def detector_controls(run: Run) -> list[Row]:
     """Inject each fault inside one recompute region while it recomputes, and see whether the check that
     must catch it does.
 
@@ -40,6 +40,7 @@ def detector_controls(setup: Setup) -> list[Row]:
         control raised) or INFO when it does not apply or is not needed; an INFO row with the controls'
         total time (s).
     """
+    setup = run.setup
     start = time.perf_counter()
     observed = setup.observed or []
     base = (

@@ -44,17 +44,22 @@ from reportgen.checks.controls.rows import (
     where_said,
     worst,
 )
+from reportgen.checks.memory.rows import saved_rows
+from reportgen.checks.parity.gradient import compare
 from reportgen.config import CONTROLS, ControlsConfig, MemoryConfig
 from reportgen.memory.saved import saved_activation_bytes
 from reportgen.results import Role, Row, Status
-from reportgen.results.compared import tensor_row
 from reportgen.results.distance import tolerances
 from reportgen.results.raised import exception_message
 from reportgen.twins.forward import StepOutput, forward_backward
 from reportgen.twins.recompute import plain_name
 from reportgen.twins.setup import Setup
+from reportgen.twins.snapshot import Snapshot, snapshot_rows
 from reportgen.twins.template import on_host
+from reportgen.twins.twin import Twin
 
+#: The seconds :func:`reportgen.checks.memory.rows.saved_rows` states beside each twin (the control times itself).
+NO_SECONDS = {"plain": 0.0, "recompute": 0.0}
 #: Added to ``forward_seed`` for the generators a region draws from when the RNG control replays none.
 OTHER_SEED = 7919
 
@@ -91,32 +96,24 @@ class Baseline:
     size_said: str
 
 
-def run(setup: Setup, model: nn.Module) -> Ran:
-    """:func:`reportgen.twins.forward.forward_backward` on the fixed batch (what gradient parity calls),
-    and ``model``'s buffers after it (what state parity compares)."""
-    out = forward_backward(model, setup.batch, setup.task, setup.config.forward_seed)
-    return Ran(out, {plain_name(n): b.detach().clone() for n, b in model.named_buffers()})
+def run(setup: Setup, twin: Twin) -> Ran:
+    """:func:`reportgen.twins.forward.forward_backward` of ``twin`` on the fixed batch (what gradient parity calls),
+    and its buffers after it (what state parity compares)."""
+    out = forward_backward(twin, setup.batch, setup.config.forward_seed)
+    return Ran(out, {plain_name(n): b.detach().clone() for n, b in twin.model.named_buffers()})
 
 
 def grad_rows(setup: Setup, plain: StepOutput, other: StepOutput) -> list[Row]:
-    """Gradient parity's parameter-gradient rows of ``other`` against ``plain``
-    (:func:`reportgen.results.compared.tensor_row`, at ``setup.tolerance()`` resolved per tensor)."""
-    rtol, atol = setup.tolerance()
-    names = dict.fromkeys([*plain.grads, *other.grads])
-    return [
-        tensor_row(CONTROLS, f"{n}.grad", plain.grads.get(n), other.grads.get(n), rtol, atol, Role.PARAM_GRAD)
-        for n in names
-    ]
+    """Gradient parity's parameter-gradient rows of ``other`` against ``plain``, by gradient parity's own judge
+    (:func:`reportgen.checks.parity.gradient.compare`, at ``setup.tolerance()``)."""
+    return [r for r in compare(plain, other, *setup.tolerance()) if r.role == Role.PARAM_GRAD]
 
 
 def buffer_rows(setup: Setup, plain: Ran, other: Ran) -> list[Row]:
-    """State parity's buffer rows of ``other`` against ``plain`` (same builder and tolerances)."""
-    rtol, atol = setup.tolerance()
-    names = sorted(set(plain.buffers) | set(other.buffers))
-    return [
-        tensor_row(CONTROLS, f"buffer {n}", plain.buffers.get(n), other.buffers.get(n), rtol, atol, Role.BUFFER)
-        for n in names
-    ]
+    """State parity's buffer rows of ``other`` against ``plain``, by state parity's own judge
+    (:func:`reportgen.twins.snapshot.snapshot_rows` over the buffers, at ``setup.tolerance()``)."""
+    mine, theirs = (Snapshot({}, {}, ran.buffers, {}, {}) for ran in (plain, other))
+    return [r for r in snapshot_rows(mine, theirs, None, *setup.tolerance()) if r.role == Role.BUFFER]
 
 
 def fault_size(
@@ -147,14 +144,14 @@ def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
     """Run the plain twin and an unfaulted recompute twin observed in the region chosen among ``observed``.
     Returns the baseline, or, when either twin raised, why no control runs (the other checks say so)."""
     try:
-        plain = run(setup, setup.build(False))
+        plain = run(setup, setup.twin(False))
     except Exception as exc:  # noqa: BLE001 - the plain twin's failure is stated, the claim is judged elsewhere
         return f"not run: the plain twin raised {type(exc).__name__}: {exception_message(exc)}"
     plain = Ran(on_host(plain.out), {k: v.cpu() for k, v in plain.buffers.items()})
     path = choose_region(observed, plain.out.grads)
-    twin = setup.build(True)
+    twin = setup.twin(True)
     try:
-        with observing(twin, path) as region:
+        with observing(twin.model, path) as region:
             reference = run(setup, twin)
     except Exception as exc:  # noqa: BLE001 - gradient parity's ERROR row fails the claim already
         return (
@@ -193,8 +190,8 @@ def region_row(base: Baseline, observed: int) -> Row:
 def faulty_run(setup: Setup, inject: Callable[[nn.Module], AbstractContextManager]) -> Ran | str:
     """A fresh recompute twin run with ``inject(twin)`` installed: its :class:`Ran`, or, when the twin
     raised, the exception said (gradient parity's ERROR row would catch it)."""
-    twin = setup.build(True)
-    with inject(twin):
+    twin = setup.twin(True)
+    with inject(twin.model):
         try:
             return run(setup, twin)
         except Exception as exc:  # noqa: BLE001 - a twin that raises is what an ERROR row catches
@@ -313,11 +310,11 @@ def saving(setup: Setup) -> Row:
     measure = functools.partial(
         saved_activation_bytes,
         batch=setup.batch,
-        task=setup.task,
+        step=setup.training_step,
         forward_seed=setup.config.forward_seed,
         module_paths=[w.path for w in setup.wrapped],
     )
-    plain = measure(setup.build(False)).total_bytes
+    plain = measure(setup.build(False))
     twin = setup.build(True)
     wrappers = [m for m in twin.modules() if isinstance(m, CheckpointWrapper)]
     for wrapper in wrappers:
@@ -327,11 +324,14 @@ def saving(setup: Setup) -> Row:
         if wrappers
         else "the recompute twin with the model's switch off, which is the plain twin"
     )
-    off = measure(twin if wrappers else setup.build(False)).total_bytes
-    share = (plain - off) / plain if plain else 0.0
-    threshold = section.negligible_saving_share
-    said = f"{how} keeps {off} B of saved activations against the plain twin's {plain} B (saving share {share:.3g})"
-    if share < threshold:
+    off = measure(twin if wrappers else setup.build(False))
+    judged = next(r for r in saved_rows(setup, {"plain": plain, "recompute": off}, NO_SECONDS) if r.role == Role.SAVING)
+    share, threshold = judged.value, section.negligible_saving_share
+    said = (
+        f"{how} keeps {off.total_bytes} B of saved activations against the plain twin's {plain.total_bytes} B "
+        f"(saving share {share:.3g})"
+    )
+    if judged.status != Status.PASS:  # the memory check's own saving row misses it
         return control_row(
             SAVING,
             True,

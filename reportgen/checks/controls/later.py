@@ -35,7 +35,7 @@ def later(setup: Setup, base: Baseline) -> Row:
     the first step the fault acts in (k, or later when the region is skipped in step k), none before.
 
     A plain and a faulty recompute twin take up to ``parity.steps`` training steps in lockstep, the trajectory
-    check's (the task's own step where it gives one, :mod:`reportgen.twins.user_step`) on its batches and
+    check's (the run's training step, :mod:`reportgen.twins.step`) on its batches and
     seeds; after every step their states are compared as the trajectory check compares them
     (:func:`reportgen.twins.snapshot.snapshot_rows`, tolerance alone).
     """
@@ -89,12 +89,12 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
     rtol, atol = setup.tolerance()
     ignore = setup.config.state.ignore_attributes
     switch = Switch(on=k <= 1)
-    faulty = setup.build(True)
+    faulty = setup.twin(True)
     rows: list[Row] = []
-    with shifted_inputs(modules_of(faulty, base.region.hook_points), 1.0, seed, switch):
+    with shifted_inputs(modules_of(faulty.model, base.region.hook_points), 1.0, seed, switch):
         twins = {
             "plain": trajectory(setup, False, keep_grads=True),
-            "faulty": trajectory(setup, True, keep_grads=True, model=faulty),
+            "faulty": trajectory(setup, True, keep_grads=True, twin=faulty),
         }
         for step, views in enumerate(lockstep(twins), 1):
             rows = snapshot_rows(views["plain"], views["faulty"], None, rtol, atol, ignore)

@@ -10,6 +10,7 @@ task metrics: :mod:`reportgen.distributed.budget`); rank 0 gathers every rank's 
 from __future__ import annotations
 
 from reportgen.checks.base import TRAINED_ROLES, Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.checks.distributed.cost import memory_rows, time_rows
 from reportgen.checks.distributed.grads import gradient_rows
 from reportgen.checks.distributed.steps import step_rows, trajectory_rows
@@ -28,11 +29,11 @@ from reportgen.results import Role, Row
 from reportgen.twins.setup import Setup
 
 
-def distributed_checks(setup: Setup) -> list[Row]:
+def distributed_checks(run: Run) -> list[Row]:
     """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1), run by
     :func:`reportgen.distributed.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
     it, and the parts it stopped NOT_RUN rows."""
-    return run_sharded(setup, PARTS)
+    return run_sharded(run.setup, run.cfg, PARTS)
 
 
 def follow(setup: Setup) -> list[Row] | None:

@@ -13,11 +13,12 @@ from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
 from reportgen.distributed.ranks import ranked
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import make_train_step, saved_activation_bytes, timed
+from reportgen.memory.saved import saved_activation_bytes, timed
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.results.raised import raised_in
 from reportgen.twins.setup import Setup
+from reportgen.twins.twin import TrainStep
 
 
 def local_share(setup: Setup, group: Group) -> tuple:
@@ -32,12 +33,12 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     it). On rank 0 the maximum over ranks: recompute's worst-rank peak must not exceed plain's
     (``memory.peak_on_miss`` on a miss) and it must save less (advisory, WARN)."""
     local, paths = local_share(setup, group), [w.path for w in setup.wrapped]
-    task, optimizer, seed = setup.task, setup.config.parity.optimizer, setup.config.forward_seed
+    seed = setup.config.forward_seed
     measured = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
         with raised_in(variant):  # an exception names the twin that raised
-            model = spread_twin(setup, group, recompute)
-            measured[variant] = saved_activation_bytes(model, local, task, seed, paths).total_bytes
+            model = spread_twin(setup, group, recompute).model
+            measured[variant] = saved_activation_bytes(model, local, setup.training_step, seed, paths).total_bytes
     rows = []
     for variant, value in measured.items():
         said = f"bytes autograd keeps for backward on rank {group.rank} ({variant} twin)"
@@ -48,9 +49,7 @@ def memory_rows(setup: Setup, group: Group) -> list[Row]:
     peaks = {}
     for variant, recompute in (("plain", False), ("recompute", True)):
         with raised_in(variant):
-            peaks[variant] = warm_step_peak(
-                spread_twin(setup, group, recompute), local, task, optimizer, seed, warm_steps=1
-            )
+            peaks[variant] = warm_step_peak(TrainStep(spread_twin(setup, group, recompute), local, seed), warm_steps=1)
     for variant, peak in peaks.items():
         at = peak.phase + (f" of {peak.module}" if peak.module else "")
         said = f"live tensor bytes at the peak of a warm step on rank {group.rank} ({variant} twin), reached in {at}"
@@ -152,11 +151,9 @@ def time_rows(setup: Setup, group: Group) -> list[Row]:
     (:func:`reportgen.results.bootstrap.bootstrap_ratio_ci`, ``timing.bootstrap_samples``), judged ``ci<=``
     against ``timing.max_overhead_ratio`` when that is set (INFO otherwise)."""
     tc: TimingConfig = setup.config.timing
-    local, task, optimizer = local_share(setup, group), setup.task, setup.config.parity.optimizer
+    local = local_share(setup, group)
     steps: dict[str, Callable[[], None]] = {
-        variant: make_train_step(
-            spread_twin(setup, group, recompute), local, task, optimizer, setup.config.forward_seed
-        )
+        variant: TrainStep(spread_twin(setup, group, recompute), local, setup.config.forward_seed)
         for variant, recompute in (("plain", False), ("recompute", True))
     }
     times: dict[str, list[float]] = {"plain": [], "recompute": []}

@@ -5,8 +5,6 @@ shows sharding's own effect (advisory, also read by the step part)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor
 
 from reportgen.checks.distributed.cost import local_share
@@ -23,6 +21,7 @@ from reportgen.results.raised import raised_in
 from reportgen.results.rows import aa_row, zero_gradients_row
 from reportgen.twins.forward import forward_backward
 from reportgen.twins.setup import Setup
+from reportgen.twins.twin import Twin
 
 
 def _mean(parts: list[Tensor | None], world_size: int) -> Tensor | None:
@@ -34,18 +33,17 @@ def _mean(parts: list[Tensor | None], world_size: int) -> Tensor | None:
     return (total / world_size).to(present[0].dtype)
 
 
-def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
+def reference_grads(setup: Setup, world_size: int) -> tuple[Twin, dict]:
     """The single-process plain reference on the same global batch: the plain twin's gradients on
     each rank's share, with that rank's generator draws (every rank seeds ``forward_seed``), averaged
-    over the shares: what DDP/FSDP2 compute, without sharding. Returns ``(model, grads)``; the
-    model holds the averaged gradients (ready for one optimizer step)."""
-    model, per_rank = setup.build(False), []
+    over the shares: what DDP/FSDP2 compute, without sharding. Returns ``(twin, grads)``; the
+    twin holds the averaged gradients (ready for one optimizer step, :meth:`Twin.apply`)."""
+    twin, per_rank = setup.twin(False), []
+    model = twin.model
     for rank in range(world_size):
         model.zero_grad(set_to_none=True)
         per_rank.append(
-            forward_backward(
-                model, shard_batch(setup.batch, rank, world_size), setup.task, setup.config.forward_seed
-            ).grads
+            forward_backward(twin, shard_batch(setup.batch, rank, world_size), setup.config.forward_seed).grads
         )
     grads: dict[str, Tensor | None] = {}
     for name in per_rank[0]:
@@ -53,7 +51,7 @@ def reference_grads(setup: Setup, world_size: int) -> tuple[Any, dict]:
         grads[name] = _mean(parts, world_size)
     for name, p in model.named_parameters():
         p.grad = None if (grad := grads.get(name)) is None else grad.clone()
-    return model, grads
+    return twin, grads
 
 
 def reference_rows(check: str, prefix: str, reference: dict, plain: dict, recompute: dict, rtol, atol) -> list[Row]:
@@ -89,11 +87,11 @@ def gradient_rows(setup: Setup, group: Group) -> list[Row]:
     runs, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with raised_in(name):
-            model = spread_twin(setup, group, recompute)
-            out = forward_backward(model, local, setup.task, seed)
-            runs[name] = (out, full_grads(model))  # collective under FSDP: every rank, same order
+            twin = spread_twin(setup, group, recompute)
+            out = forward_backward(twin, local, seed)
+            runs[name] = (out, full_grads(twin.model))  # collective under FSDP: every rank, same order
         held = {f"{n}.grad": g for n, g in runs[name][1].items() if g is not None}
-        drifts[name] = measure_sync(held | replicated_state(model), group, 1, rtol, atol)
+        drifts[name] = measure_sync(held | replicated_state(twin.model), group, 1, rtol, atol)
     (plain, plain_g), (aa, aa_g), (rc, rc_g) = runs["plain"], runs["aa"], runs["recompute"]
     own = [tensor_row(DIST_GRADIENT_PARITY, "loss", plain.loss, rc.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
     for name in dict.fromkeys([*plain.output, *rc.output]):
@@ -134,9 +132,9 @@ def local_gradients_row(setup: Setup, local: tuple, rtol, atol) -> Row:
     """
     seed = setup.config.forward_seed
     with raised_in("plain"):
-        plain = forward_backward(setup.build(False), local, setup.task, seed)
+        plain = forward_backward(setup.twin(False), local, seed)
     with raised_in("recompute"):
-        rc = forward_backward(setup.build(True), local, setup.task, seed)
+        rc = forward_backward(setup.twin(True), local, seed)
     compared = [
         tensor_row(DIST_GRADIENT_PARITY, f"{n}.grad", plain.grads.get(n), rc.grads.get(n), rtol, atol)
         for n in sorted(set(plain.grads) | set(rc.grads))

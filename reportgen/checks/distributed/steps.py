@@ -4,13 +4,12 @@ and each rank's own state (buffers, attributes, generators) per rank."""
 
 from __future__ import annotations
 
+import functools
 import math
-
-import torch
 
 from reportgen.checks.distributed.cost import local_share
 from reportgen.checks.distributed.grads import reference_grads, reference_rows
-from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, STATE_PARITY, ParityConfig
+from reportgen.config import DIST_STEP_PARITY, DIST_TRAJECTORY, STATE_PARITY
 from reportgen.distributed.full import dist_name, full, full_optimizer_state, full_params
 from reportgen.distributed.launch import Group, shard_batch
 from reportgen.distributed.ranks import ranked
@@ -20,27 +19,27 @@ from reportgen.distributed.wrapping import spread_twin
 from reportgen.results import Role, Row, Status
 from reportgen.results.raised import raised_in
 from reportgen.results.rows import aa_row, step_row
-from reportgen.tasks import batch_to
-from reportgen.training.loop import step_seed
-from reportgen.twins.forward import forward_backward
+from reportgen.training.trajectory import trajectory
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import Snapshot, held_generators, module_attributes, snapshot_rows
-from reportgen.twins.user_step import make_optimizer, make_scheduler, optimizer_step
+from reportgen.twins.twin import Twin
 
 
-def _snapshot(model, optimizer, rng: dict, loss) -> Snapshot:
-    """A distributed twin's state after its step, in full tensors and plain names: parameters and
+def _snapshot(twin: Twin) -> Snapshot:
+    """A distributed twin's state after its latest step, in full tensors and plain names: parameters and
     optimizer state (collectives under FSDP2), buffers, plain module attributes (of the model inside
     DDP's wrapper), this rank's generator states after backward and its modules' own after the step."""
+    model, last = twin.model, twin.last
+    assert last is not None, "a twin's snapshot is taken after its step"
     inner = getattr(model, "module", model) if hasattr(model, "no_sync") else model  # DDP keeps the model in .module
     buffers = {dist_name(n): full(b) for n, b in inner.named_buffers()}
     return Snapshot(
         full_params(model),
-        full_optimizer_state(model, optimizer),
+        full_optimizer_state(model, twin.optimizer),
         buffers,
         module_attributes(inner),
-        {k: v.clone() for k, v in rng.items()} | held_generators(inner),
-        loss,
+        {k: v.clone() for k, v in last.rng.items()} | held_generators(inner),
+        last.loss,
     )
 
 
@@ -59,12 +58,10 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
     snaps, drifts = {}, {}
     for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
         with raised_in(name):
-            model = spread_twin(setup, group, recompute)
-            optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, model)
-            out = forward_backward(model, local, setup.task, seed)
-            optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
-            snaps[name] = _snapshot(model, optimizer, out.rng, out.loss)
-        drifts[name] = measure_sync(replicated_state(model), group, 1, rtol, atol)
+            twin = spread_twin(setup, group, recompute)
+            twin.step(local, seed)
+            snaps[name] = _snapshot(twin)
+        drifts[name] = measure_sync(replicated_state(twin.model), group, 1, rtol, atol)
     compared = snapshot_rows(
         snaps["plain"], snaps["recompute"], snaps["aa"], rtol, atol, setup.config.state.ignore_attributes
     )
@@ -82,35 +79,25 @@ def step_rows(setup: Setup, group: Group) -> list[Row]:
         return rows
     rows += [sync_row(DIST_STEP_PARITY, name, [drift], group.world_size, rtol, atol) for name, drift in drifts.items()]
     reference, _ = reference_grads(setup, group.world_size)
-    optimizer = make_optimizer(setup.task, setup.config.parity.optimizer, reference)
-    optimizer_step(setup.task, reference, optimizer, make_scheduler(setup.task, optimizer))
-    ref_params = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    reference.apply()
+    ref_params = {n: p.detach().clone() for n, p in reference.model.named_parameters()}
     return rows + reference_rows(
         DIST_STEP_PARITY, "param ", ref_params, snaps["plain"].params, snaps["recompute"].params, rtol, atol
     )
 
 
 def _trajectory(setup: Setup, group: Group, recompute: bool) -> tuple[list[Snapshot], list[Drift | None]]:
-    """``parity.steps`` optimizer steps of one distributed twin on the training stream; a snapshot
-    after each. Every rank draws the same global batches (``task.make_batch`` with a generator seeded
-    by the run's ``seed``, ``parity.batch_size`` examples) and trains on its share; before step ``k`` every
-    generator is seeded with ``step_seed(forward_seed, seed, k)``, as the single-process trajectory.
-    After every step the ranks' replicated state is compared (:mod:`reportgen.distributed.sync`)."""
-    parity: ParityConfig = setup.config.parity
-    seed, forward_seed, (rtol, atol) = setup.config.seed, setup.config.forward_seed, setup.tolerance()
-    model = spread_twin(setup, group, recompute)
-    optimizer = make_optimizer(setup.task, parity.optimizer, model)
-    scheduler = make_scheduler(setup.task, optimizer)
-    generator = torch.Generator().manual_seed(seed)
+    """``parity.steps`` optimizer steps of one distributed twin on the training stream, by the single-process
+    trajectory's own loop (:func:`reportgen.training.trajectory.trajectory`: same global batches and per-step
+    seeds on every rank, each rank training on its share); a full snapshot after each, and the ranks'
+    replicated state compared (:mod:`reportgen.distributed.sync`)."""
+    rtol, atol = setup.tolerance()
+    twin = spread_twin(setup, group, recompute)
+    share = functools.partial(shard_batch, rank=group.rank, world_size=group.world_size)
     snaps, drifts = [], []
-    for k in range(parity.steps):
-        batch = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
-        optimizer.zero_grad(set_to_none=True)
-        step_rng = None if forward_seed is None else step_seed(forward_seed, seed, k)
-        out = forward_backward(model, shard_batch(batch, group.rank, group.world_size), setup.task, step_rng)
-        optimizer_step(setup.task, model, optimizer, scheduler)
-        snaps.append(_snapshot(model, optimizer, out.rng, out.loss))
-        drifts.append(measure_sync(replicated_state(model), group, k + 1, rtol, atol))
+    for k, snap in enumerate(trajectory(setup, recompute, twin=twin, share=share, snapshot=_snapshot)):
+        snaps.append(snap)
+        drifts.append(measure_sync(replicated_state(twin.model), group, k + 1, rtol, atol))
     return snaps, drifts
 
 

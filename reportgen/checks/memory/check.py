@@ -38,13 +38,14 @@ from collections.abc import Callable
 from typing import Any
 
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.checks.memory.estimate import estimate_rows
 from reportgen.checks.memory.plots import memory_plots
 from reportgen.checks.memory.rows import bytes_row, peak_rows, saved_rows
 from reportgen.config import MEMORY, MemoryConfig
 from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes, training_optimizer
+from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes
 from reportgen.memory.step_peak import StepPeak, format_bytes
 from reportgen.results import Role, Row, Status
 from reportgen.results.compared import zero_count_row
@@ -55,7 +56,7 @@ from reportgen.twins.setup import Setup
 VARIANTS = (("plain", False), ("recompute", True))
 
 
-def warm_step_memory(setup: Setup) -> list[Row]:
+def warm_step_memory(run: Run) -> list[Row]:
     """Run the four memory measurements; each part that raises becomes a row, the rest still run.
 
     Returns:
@@ -64,6 +65,7 @@ def warm_step_memory(setup: Setup) -> list[Row]:
         ``lost_gradients``, ``peak_allocated_bytes`` /
         ``peak_reserved_bytes`` (CUDA) and ``estimated_saved_activation_bytes``.
     """
+    setup = run.setup
     rows: list[Row] = []
     measured = _guarded(rows, "saved activations", Status.ERROR, lambda: measure_saved(setup))
     if measured is not None:
@@ -122,7 +124,9 @@ def measure_saved(setup: Setup) -> tuple[dict[str, SavedActivations], dict[str, 
         start = time.perf_counter()
         with raised_in(variant):
             model = setup.build(recompute)
-            saved[variant] = saved_activation_bytes(model, setup.batch, setup.task, setup.config.forward_seed, paths)
+            saved[variant] = saved_activation_bytes(
+                model, setup.batch, setup.training_step, setup.config.forward_seed, paths
+            )
         seconds[variant] = time.perf_counter() - start
         del model
     return saved, seconds
@@ -141,19 +145,12 @@ def measure_peaks(setup: Setup) -> tuple[dict[str, StepPeak], dict[str, float]]:
     peaks, seconds = {}, {}
     for variant, recompute in VARIANTS:
         start = time.perf_counter()
-        model = setup.build(recompute, compiled=False)
+        step = setup.train_step(recompute, compiled=False)
         with warnings.catch_warnings(), raised_in(variant):  # torch's warnings are reported by the parity checks
             warnings.simplefilter("ignore")
-            peaks[variant] = warm_step_peak(
-                model,
-                setup.batch,
-                setup.task,
-                training_optimizer(setup),
-                setup.config.forward_seed,
-                max(1, section.warm_steps),
-            )
+            peaks[variant] = warm_step_peak(step, max(1, section.warm_steps))
         seconds[variant] = time.perf_counter() - start
-        del model
+        del step
     return peaks, seconds
 
 
@@ -162,7 +159,7 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     that saving comes from activations that are never needed because gradients were lost."""
     start = time.perf_counter()
     run = lambda r: forward_backward(  # noqa: E731 - the twin is discarded: no second copy of its gradients
-        setup.build(r), setup.batch, setup.task, setup.config.forward_seed, clone_grads=False
+        setup.twin(r), setup.batch, setup.config.forward_seed, clone_grads=False
     )
     with warnings.catch_warnings():  # torch's warnings are reported by gradient parity, not repeated here
         warnings.simplefilter("ignore")

@@ -22,7 +22,6 @@ from reportgen.memory.saved import SavedActivations
 from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, where
 from reportgen.results import Role, Row, Status
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import runs_own_forwards
 
 
 def estimate_rows(
@@ -40,7 +39,7 @@ def estimate_rows(
     here, seconds = _timed(setup, {}, "estimate at measured shape")
     if isinstance(here, Row):
         return [here]
-    own = runs_own_forwards(setup.task)
+    own = not setup.training_step.sees_outputs
     note = here.dtype_note or (
         "it runs reportgen's forward and loss, the measurement your forward_backward" if own else ""
     )

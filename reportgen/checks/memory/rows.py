@@ -14,7 +14,6 @@ from reportgen.memory.step_peak import CATEGORIES, StepPeak, format_bytes, incre
 from reportgen.results import Role, Row, Status
 from reportgen.structure import describe
 from reportgen.twins.setup import Setup
-from reportgen.twins.user_step import runs_own_forwards
 
 
 def saving_share(plain_bytes: int, recompute_bytes: int) -> float:
@@ -48,7 +47,7 @@ def saved_rows(setup: Setup, saved: dict[str, SavedActivations], seconds: dict[s
     rows = []
     after = (
         "by the forwards of your forward_backward, summed"
-        if runs_own_forwards(setup.task)
+        if not setup.training_step.sees_outputs
         else "after one forward and the loss"
     )
     for variant, s in (("plain", plain), ("recompute", rec)):

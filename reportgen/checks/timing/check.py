@@ -31,16 +31,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.checks.timing.plots import timing_plots
 from reportgen.checks.timing.rows import VARIANTS, ci_width_row, flops_row, machine_load_row, median_rows, overhead_row
 from reportgen.config import TIME, TimingConfig
 from reportgen.memory.instrument import instrument
-from reportgen.memory.saved import make_train_step, timed, training_optimizer
+from reportgen.memory.saved import timed
 from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.results.raised import raised_in
-from reportgen.twins.setup import Setup
 
 
 def ci_half_width_pp(times: dict[str, list[float]], samples: int) -> float:
@@ -117,7 +117,7 @@ def step_flops(step: Callable[[], None]) -> int:
     return int(counter.get_total_flops())
 
 
-def warm_step_time(setup: Setup) -> list[Row]:
+def warm_step_time(run: Run) -> list[Row]:
     """Time warm training steps of both twins, interleaved; judge the configured deadline.
 
     Returns:
@@ -127,14 +127,10 @@ def warm_step_time(setup: Setup) -> list[Row]:
         overhead row is INFO, or WARN when its CI stays wider than
         ``timing.target_ci_half_width_pp`` (too noisy to trust).
     """
+    setup = run.setup
     tc: TimingConfig = setup.config.timing
     start = time.perf_counter()
-    steps = {
-        v: make_train_step(
-            setup.build(v == "recompute"), setup.batch, setup.task, training_optimizer(setup), setup.config.forward_seed
-        )
-        for v in VARIANTS
-    }
+    steps = {v: setup.train_step(v == "recompute") for v in VARIANTS}
     flops, flops_error = counted_flops(steps)  # also the first warm-up step of each
     enough = None
     if tc.target_ci_half_width_pp is not None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import functools
 
-from torch import nn
-
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.config import STATE_PARITY, STEP_PARITY, ParityConfig
 from reportgen.results import Role, Row
 from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad, twin_column
@@ -29,27 +28,23 @@ from reportgen.twins.snapshot import (
     with_envelope,
 )
 from reportgen.twins.template import on_host
-from reportgen.twins.user_step import make_optimizer, make_scheduler, optimizer_step, user_members
+from reportgen.twins.twin import Twin
 
 
-def one_step(model: nn.Module, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
-    """Forward and backward on the fixed batch (generator states read right after backward),
-    then one optimizer step (``cfg.parity.optimizer``; the task's own step where it gives one,
-    :mod:`reportgen.twins.user_step`); snapshot everything (gradients as backward left them). ``nudge``: the
-    rounding twin's gradient noise, applied right before the task's ``before_step`` and the step."""
-    parity: ParityConfig = setup.config.parity
-    optimizer = make_optimizer(setup.task, parity.optimizer, model)
-    changes_grads = nudge is not None or "before_step" in user_members(setup.task)
+def one_step(twin: Twin, setup: Setup, input_grad: bool = False, nudge: GradientNudge | None = None) -> Snapshot:
+    """Forward and backward of a fresh ``twin`` on the fixed batch (the parity function, generator states read right
+    after backward), then its one optimizer step (``parity.optimizer``, or the task's own step's); snapshot
+    everything (gradients as backward left them). ``nudge``: the rounding twin's gradient noise, applied right
+    before the task's ``before_step`` and the step."""
+    changes_grads = nudge is not None or twin.training_step.changes_grads
     out = forward_backward(
-        model, setup.batch, setup.task, setup.config.forward_seed, input_grad, clone_grads=changes_grads
+        twin, setup.batch, setup.config.forward_seed, input_grad, clone_grads=changes_grads
     )  # the twin is discarded after the step: its own gradients are the snapshot's unless the step changes them
-    if nudge is not None:
-        nudge([p for p in model.parameters() if p.requires_grad])
-    optimizer_step(setup.task, model, optimizer, make_scheduler(setup.task, optimizer))
-    return take(model, optimizer, out.rng, out.loss, out.grads, clone=False, task=setup.task)  # then discarded
+    twin.apply(nudge)
+    return take(twin.model, twin.optimizer, out.rng, out.loss, out.grads, clone=False, task=setup.task)
 
 
-def step_and_state_parity(setup: Setup) -> list[Row]:
+def step_and_state_parity(run: Run) -> list[Row]:
     """Run one optimizer step on fresh twins; compare what the step and the forward changed.
 
     Returns:
@@ -57,6 +52,7 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
         ``state parity`` rows (each buffer, each plain attribute, each RNG state; an RNG state
         is compared bitwise: any difference means later random draws differ).
     """
+    setup = run.setup
     rows = _compare_step(setup, input_grad=False)
     if raised_for_lack_of_grad(rows) and has_floating(setup.batch[0]):
         rows += [tagged_input_grad(r) for r in _compare_step(setup, input_grad=True)]
@@ -65,7 +61,7 @@ def step_and_state_parity(setup: Setup) -> list[Row]:
 
 def _one_twin(setup: Setup, recompute: bool, input_grad: bool) -> Snapshot:
     """:func:`one_step` on a fresh twin (which puts the task's own generators back as built: each twin starts alike)."""
-    return one_step(setup.build(recompute), setup, input_grad)
+    return one_step(setup.twin(recompute), setup, input_grad)
 
 
 def _compare_step(setup: Setup, input_grad: bool) -> list[Row]:
@@ -110,7 +106,7 @@ def _rounding(setup: Setup, input_grad: bool, snaps: dict[str, Snapshot], rows: 
         return rows
     nudge = GradientNudge(rtol, atol, setup.config.seed)
     rounding, errors = run_twin(
-        STEP_PARITY, "rounding twin", lambda: one_step(setup.build(False), setup, input_grad, nudge)
+        STEP_PARITY, "rounding twin", lambda: one_step(setup.twin(False), setup, input_grad, nudge)
     )
     return rows + errors if errors else with_envelope(rows, snaps["plain"], rounding, parity.rounding_factor)
 

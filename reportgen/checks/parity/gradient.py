@@ -10,39 +10,49 @@ INCONCLUSIVE rather than blaming recomputation.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reportgen.checks.base import Check, Section
+from reportgen.checks.base.run import Run
 from reportgen.config import GRADIENT_PARITY
 from reportgen.results import Role, Row, Status
-from reportgen.results.compared import tensor_row, zero_count_row
+from reportgen.results.compared import NO_AA, tensor_row, zero_count_row
 from reportgen.results.raised import raised_for_lack_of_grad, run_twin, tagged_input_grad
 from reportgen.results.rows import aa_row, nonfinite_row, zero_gradients_row
 from reportgen.structure import describe, has_floating
 from reportgen.twins.forward import StepOutput, changes_said, forward_backward
 from reportgen.twins.setup import Setup
 from reportgen.twins.template import on_host
-from reportgen.twins.user_step import runs_own_forwards
 
 
 def _runs(setup: Setup, input_grad: bool):
-    """Run plain, A/A and recompute twins; return ``(plain, aa, recompute, error_rows, warnings)``."""
-    run = lambda m: forward_backward(m, setup.batch, setup.task, setup.config.forward_seed, input_grad, False)  # noqa: E731
-    plain, rows = run_twin(GRADIENT_PARITY, "plain", lambda: on_host(run(setup.build(False))))  # kept: on the host
-    if rows:
-        return None, None, None, rows, []
-    aa, rows = run_twin(GRADIENT_PARITY, "plain", lambda: on_host(run(setup.build(False))))
-    if rows:
-        return None, None, None, rows, []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        recompute, rows = run_twin(GRADIENT_PARITY, "recompute", lambda: run(setup.build(True)))
-    return plain, aa, recompute, rows, sorted({str(w.message).splitlines()[0] for w in caught})
+    """Run plain, A/A and recompute twins one after another (what is kept of a finished twin waits on the host);
+    return ``(plain, aa, recompute, error_rows, warnings the recompute twin raised)``."""
+    ran: dict[str, StepOutput] = {}
+    for name, recompute in (("plain", False), ("aa", False), ("recompute", True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always" if recompute else "default")
+            out, rows = run_twin(
+                GRADIENT_PARITY,
+                name if recompute else "plain",
+                functools.partial(_fresh_run, setup, recompute, input_grad),
+            )
+        if rows and not recompute:
+            return None, None, None, rows, []
+        ran[name] = out if recompute else on_host(out)
+    said = sorted({str(w.message).splitlines()[0] for w in caught})
+    return ran["plain"], ran["aa"], ran["recompute"], rows, said
 
 
-def gradient_parity(setup: Setup) -> list[Row]:
+def _fresh_run(setup: Setup, recompute: bool, input_grad: bool) -> StepOutput:
+    """The parity function on a fresh twin (its gradients are its own: the twin is dropped after)."""
+    return forward_backward(setup.twin(recompute), setup.batch, setup.config.forward_seed, input_grad, False)
+
+
+def gradient_parity(run: Run) -> list[Row]:
     """Compare loss, output, parameter gradients (training-like inputs) and the input gradient.
 
     The input gradient comes from a second set of runs whose floating input requires grad:
@@ -55,6 +65,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
         extra columns), the A/A control row, the plain-twin-finite row, and INFO rows for
         warnings torch raised.
     """
+    setup = run.setup
     rtol, atol = setup.tolerance()
     plain, aa, recompute, out, caught = _runs(setup, input_grad=False)
     out += [Row.fact(GRADIENT_PARITY, "torch warning", Role.WARNING, w) for w in caught]
@@ -64,8 +75,8 @@ def gradient_parity(setup: Setup) -> list[Row]:
     out.append(nonfinite_row(GRADIENT_PARITY, {"loss": plain.loss, **{f"{n}.grad": g for n, g in plain.grads.items()}}))
     out.append(zero_gradients_row(GRADIENT_PARITY, plain.grads))
     if recompute is not None:
-        out += _tensor_rows(plain, recompute, aa, rtol, atol)
-    own = runs_own_forwards(setup.task)  # the user's forwards: outputs and inputs are theirs
+        out += compare(plain, recompute, rtol, atol, aa)
+    own = not setup.training_step.sees_outputs  # the user's forwards: outputs and inputs are theirs
     if own or not has_floating(setup.batch[0]):
         said = (
             "not compared: the task's own forward_backward runs the forwards (only the loss and gradients are seen)"
@@ -78,7 +89,7 @@ def gradient_parity(setup: Setup) -> list[Row]:
     if errors:
         return out + errors + [aa_row(GRADIENT_PARITY, out)]
     if raised_for_lack_of_grad(out):  # e.g. reentrant with no input requiring grad: show what else differs
-        out += [tagged_input_grad(r) for r in _tensor_rows(plain_g, recompute_g, aa_g, rtol, atol)]
+        out += [tagged_input_grad(r) for r in compare(plain_g, recompute_g, rtol, atol, aa_g)]
     out += _compare_maps(plain_g.input_grad, recompute_g.input_grad, aa_g.input_grad, Role.INPUT_GRAD, rtol, atol)
     return out + [aa_row(GRADIENT_PARITY, out)]
 
@@ -186,7 +197,7 @@ def _changed_rows(plain: StepOutput, recompute: StepOutput) -> list[Row]:
 def _compare_maps(
     plain: Mapping[str, Any],
     recompute: Mapping[str, Any],
-    aa: Mapping[str, Any],
+    aa: Mapping[str, Any] | None,
     role: str,
     rtol: float | None,
     atol: float | None,
@@ -197,7 +208,8 @@ def _compare_maps(
     beside it. A name missing from one twin compares against None (a lost tensor is a row, never skipped).
 
     Args:
-        plain, recompute, aa: ``{name: tensor or None}`` of each twin (outputs, retained or input gradients).
+        plain, recompute, aa: ``{name: tensor or None}`` of each twin (outputs, retained or input gradients);
+            ``aa`` None: no A/A twin (no A/A columns).
         role: the rows' :class:`reportgen.results.Role`.
         rtol, atol: the parity tolerance.
         names: the names to compare, in row order; default every name of either twin, sorted.
@@ -206,25 +218,51 @@ def _compare_maps(
     names = sorted(set(plain) | set(recompute)) if names is None else names
     return [
         tensor_row(
-            GRADIENT_PARITY, f"{name}{suffix}", plain.get(name), recompute.get(name), rtol, atol, role, aa=aa.get(name)
+            GRADIENT_PARITY,
+            f"{name}{suffix}",
+            plain.get(name),
+            recompute.get(name),
+            rtol,
+            atol,
+            role,
+            aa=NO_AA if aa is None else aa.get(name),
         )
         for name in names
     ]
 
 
-def _tensor_rows(plain: StepOutput, recompute: StepOutput, aa: StepOutput, rtol, atol) -> list[Row]:
-    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, recompute.loss, rtol, atol, Role.LOSS, aa=aa.loss)]
+def compare(
+    plain: StepOutput, other: StepOutput, rtol: float | None, atol: float | None, aa: StepOutput | None = None
+) -> list[Row]:
+    """Gradient parity's judge: ``other``'s run of the fixed batch against ``plain``'s, tensor by tensor (the loss,
+    every output leaf, output leaves that are not tensors or changed during backward, retained gradients, every
+    parameter gradient), each judged at ``rtol``/``atol`` (None: the tensor's dtype decides) with the A/A twin's
+    distance beside it when ``aa`` is given. Callable by anyone who measured two runs (the detector controls, the
+    sharded checks): measuring stays with the caller.
+
+    Returns:
+        ``gradient parity`` rows, in report order.
+    """
+    out = [tensor_row(GRADIENT_PARITY, "loss", plain.loss, other.loss, rtol, atol, Role.LOSS, aa=_aa_of(aa, "loss"))]
     leaves = [  # every tensor leaf, in output order; a cache object of one twin only has its row (_other_rows)
         name
-        for name in dict.fromkeys([*plain.output, *recompute.output])
-        if _in_cache_of_one_twin(name, plain, recompute) is None
+        for name in dict.fromkeys([*plain.output, *other.output])
+        if _in_cache_of_one_twin(name, plain, other) is None
     ]
-    out += _compare_maps(plain.output, recompute.output, aa.output, Role.OUTPUT, rtol, atol, leaves)
-    out += _other_rows(plain, recompute)
-    out += _changed_rows(plain, recompute)
-    out += _compare_maps(plain.retained, recompute.retained, aa.retained, Role.RETAINED_GRAD, rtol, atol)
-    out += _compare_maps(plain.grads, recompute.grads, aa.grads, Role.PARAM_GRAD, rtol, atol, suffix=".grad")
+    out += _compare_maps(plain.output, other.output, _aa_of(aa, "output"), Role.OUTPUT, rtol, atol, leaves)
+    out += _other_rows(plain, other)
+    out += _changed_rows(plain, other)
+    out += _compare_maps(plain.retained, other.retained, _aa_of(aa, "retained"), Role.RETAINED_GRAD, rtol, atol)
+    out += _compare_maps(plain.grads, other.grads, _aa_of(aa, "grads"), Role.PARAM_GRAD, rtol, atol, suffix=".grad")
     return out
+
+
+def _aa_of(aa: StepOutput | None, part: str) -> Any:
+    """``aa``'s ``part`` (``loss``, ``output``, ``retained``, ``grads``), or None for a map / ``NO_AA`` for the loss
+    when there is no A/A twin."""
+    if aa is None:
+        return NO_AA if part == "loss" else None
+    return getattr(aa, part)
 
 
 CHECK = Check(

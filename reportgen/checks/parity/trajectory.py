@@ -1,5 +1,5 @@
 """Trajectory parity: the plain twin, a second plain twin copied from the same build (A/A) and the recompute twin
-each take ``parity.steps`` training steps (the task's own step where it gives one, :mod:`reportgen.twins.user_step`)
+each take ``parity.steps`` training steps (the run's training step, :mod:`reportgen.twins.step`)
 on the same batches (drawn from the task with ``seed``), every generator seeded identically before each forward;
 after every step their whole state is compared. It catches faults that leave step 1 bitwise equal and show from
 step 2 on (state the forward reads, then updates twice per step under recomputation). When some step misses
@@ -14,6 +14,7 @@ import torch
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.base.plots import trajectory_plots
+from reportgen.checks.base.run import Run
 from reportgen.config import TRAJECTORY, ParityConfig
 from reportgen.results import Role, Row, Status
 from reportgen.results.compared import tolerance_used
@@ -90,7 +91,7 @@ def _rounding_summary(rows: list[Row]) -> dict[str, float]:
     }
 
 
-def trajectory_parity(setup: Setup) -> list[Row]:
+def trajectory_parity(run: Run) -> list[Row]:
     """Run the three trajectories and compare them step by step.
 
     Returns:
@@ -98,6 +99,7 @@ def trajectory_parity(setup: Setup) -> list[Row]:
         ``first_diverging_step`` row (INFO: the first step at which recompute leaves tolerance,
         0 when none, naming the items).
     """
+    setup = run.setup
     rtol, atol = setup.tolerance()
     ignore = setup.config.state.ignore_attributes
     try:  # two twins resident at a time: plain beside its A/A twin, then beside the recompute twin
