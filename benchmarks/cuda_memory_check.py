@@ -16,12 +16,12 @@ import sys
 import time
 
 sys.path[:0] = [".", "tests"]
-from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra import compose, initialize_config_dir
 
-from reportgen.checks.memory.check import CHECK  # noqa: E402
-from reportgen.config import register_configs  # noqa: E402
-from reportgen.paths import conf_dir  # noqa: E402
-from reportgen.twins.prepare import prepare  # noqa: E402  (no signing stack: a device image may lack cryptography)
+from reportgen.checks.memory.check import CHECK
+from reportgen.config import register_configs
+from reportgen.paths import conf_dir
+from reportgen.twins.prepare import prepare  # no signing stack: a device image may lack cryptography
 
 DEV = os.environ.get("DEV", "cuda")
 CASES = [

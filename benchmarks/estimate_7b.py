@@ -23,12 +23,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from conftest import compose_config  # noqa: E402
+from conftest import compose_config
 
-from reportgen.commands.run import prepare  # noqa: E402
+from reportgen.commands.run import prepare
 from reportgen.memory.estimate import (
     dropout_mask_bytes,
-    estimate_saved_activations,  # noqa: E402
+    estimate_saved_activations,
 )
 
 

@@ -49,12 +49,12 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reportgen.checks.memory import estimate as memory_estimate  # noqa: E402
-from reportgen.commands import run as pipeline  # noqa: E402
-from reportgen.config import TIME, register_configs  # noqa: E402
-from reportgen.paths import conf_dir  # noqa: E402
-from reportgen.report import render  # noqa: E402
-from reportgen.results import frame_from_json  # noqa: E402
+from reportgen.checks.memory import estimate as memory_estimate
+from reportgen.commands import run as pipeline
+from reportgen.config import TIME, register_configs
+from reportgen.paths import conf_dir
+from reportgen.report import render
+from reportgen.results import frame_from_json
 
 
 def faking() -> bool:

@@ -23,10 +23,10 @@ from pyhanko.pdf_utils.reader import PdfFileReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reportgen.checks import required_names  # noqa: E402
+from reportgen.checks import required_names
 from reportgen.report.pdf import write_pdf
 from reportgen.report.render import render_pages
-from reportgen.results import claim_verdict, frame_from_json, frame_to_json  # noqa: E402
+from reportgen.results import claim_verdict, frame_from_json, frame_to_json
 
 
 def _meta(run: Path) -> dict:

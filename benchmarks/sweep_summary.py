@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reportgen.results import frame_from_json, frame_to_json  # noqa: E402
-from reportgen.sweep import summarize  # noqa: E402
+from reportgen.results import frame_from_json, frame_to_json
+from reportgen.sweep import summarize
 
 TINY = [
     "+model=ffn",

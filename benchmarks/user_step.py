@@ -24,15 +24,15 @@ import torch
 from torch.utils._pytree import tree_map
 
 sys.path[:0] = ["."]
-from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra import compose, initialize_config_dir
 
-from reportgen.checks.memory.check import measure_peaks, measure_saved  # noqa: E402
-from reportgen.checks.timing.check import warm_step_time  # noqa: E402
-from reportgen.config import register_configs  # noqa: E402
-from reportgen.memory.step_peak import format_bytes  # noqa: E402
-from reportgen.paths import conf_dir  # noqa: E402
-from reportgen.structure import call_model  # noqa: E402
-from reportgen.twins.prepare import prepare  # noqa: E402
+from reportgen.checks.memory.check import measure_peaks, measure_saved
+from reportgen.checks.timing.check import warm_step_time
+from reportgen.config import register_configs
+from reportgen.memory.step_peak import format_bytes
+from reportgen.paths import conf_dir
+from reportgen.structure import call_model
+from reportgen.twins.prepare import prepare
 
 MICRO = 2
 DEFAULT = [

@@ -110,7 +110,7 @@ def _child(module: str, args: list[str], cwd: str, env: dict, path: list[str], o
     # What the interpreter's own exit runs, in its order, and a forked child skips: threading's shutdown
     # (callbacks such as joblib/loky's executor shutdown, then non-daemon threads joined), then atexit
     # (logging's flush). Without the first, loky's idle workers outlive the command by their 300 s timeout.
-    threading._shutdown()  # type: ignore[attr-defined]  # noqa: SLF001
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -69,18 +69,9 @@ def _outcome(case: ET.Element, status: str, required: bool, message: str, text: 
 
 
 def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite: str, command: str = "") -> bytes:
-    """The run as JUnit XML.
-
-    Args:
-        frame: the results frame (clause rows included).
-        verdict: the claim verdict.
-        required: the checks the verdict needs.
-        suite: the suite's name (the model and the run folder, say).
-        command: the verify command, named in the verdict case when it fails.
-
-    Returns:
-        UTF-8 bytes with an XML declaration.
-    """
+    """The run as JUnit XML (UTF-8 bytes with an XML declaration), from the results frame (clause rows included),
+    the claim verdict and the checks it needs; ``suite`` is the suite's name (the model and the run folder, say),
+    ``command`` the verify command, named in the verdict case when it fails."""
     required = set(required)
     diagnoses = _diagnoses(frame)
     summary = check_summary(frame[frame.check != RELEASE_CLAIM], required - {RELEASE_CLAIM})  # clauses: their own cases
@@ -143,12 +134,9 @@ def sweep_junit_xml(jobs: list[dict[str, Any]], suite: str, swept: list[str] | N
     Exit code 0 passes; 1 (the claim fails) is a ``<failure>`` naming the checks and clauses that
     did not pass; 3 (cannot be judged), 2, 70 or a job without an outcome is an ``<error>``.
 
-    Args:
-        jobs: ``reportgen.sweep.load_jobs``'s records (``job``, ``dir``, ``overrides``,
-            ``exit_code``, ``verdict``, ``error``, ``frame``, ``required``).
-        suite: the suite's name.
-        swept: the override keys that differ between jobs; a case is named by those alone
-            (all of the job's overrides without them).
+    ``jobs`` are ``reportgen.sweep.load_jobs``'s records (``job``, ``dir``, ``overrides``, ``exit_code``,
+    ``verdict``, ``error``, ``frame``, ``required``); ``swept`` the override keys that differ between jobs: a case
+    is named by those alone (all of the job's overrides without them).
     """
     root, suite_el, counts = _suites("reportgen sweep", suite)
     total_seconds = 0.0
@@ -177,9 +165,7 @@ def comparison_junit_xml(result: dict[str, Any], suite: str) -> bytes:
     ``<failure>``; a rise that cannot be told from noise an ``<error>`` ("cannot tell"); a
     figure one side did not measure ``<skipped>``.
 
-    Args:
-        result: ``reportgen.compare.derive.compare``'s result.
-        suite: the suite's name.
+    ``result`` is ``reportgen.compare.derive.compare``'s.
     """
     costs, limits, regressions = result["costs"], result["limits"], result["regressions"]
     overhead, saving = costs["overhead_change_pp"], costs["saving_change_pp"]

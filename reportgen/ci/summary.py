@@ -55,12 +55,6 @@ def environment() -> Environment:
     return env
 
 
-def failing_rows(frame: pd.DataFrame, required: Iterable[str], most: int = 10) -> list[dict[str, Any]]:
-    """Up to ``most`` rows of required checks that FAIL, ERROR, are NOT_RUN or INCONCLUSIVE (clauses apart)."""
-    bad = frame[frame.status.isin(NOT_PASSING) & frame.check.isin(list(required)) & (frame.check != RELEASE_CLAIM)]
-    return bad.head(most)[["check", "item", "status", "detail"]].to_dict("records")
-
-
 def fixes(frame: pd.DataFrame) -> list[dict[str, str]]:
     """One ``{"checks", "fix"}`` per distinct fix of the diagnosis rows (reportgen.diagnose)."""
     if "fix" not in frame.columns:
@@ -74,13 +68,15 @@ def fixes(frame: pd.DataFrame) -> list[dict[str, str]]:
 def summary_markdown(frame: pd.DataFrame, meta: dict, verdict: str, required: Iterable[str], out_dir: Path) -> str:
     """summary.md's text (see the module docstring)."""
     template = environment().get_template("summary.md.j2")
+    # up to 10 rows of required checks that FAIL, ERROR, are NOT_RUN or INCONCLUSIVE (clauses apart)
+    bad = frame[frame.status.isin(NOT_PASSING) & frame.check.isin(list(required)) & (frame.check != RELEASE_CLAIM)]
     return template.render(
         verdict=verdict,
         said=SAID.get(verdict, "FAILS"),
         model=meta["claim"]["model"],
         release=meta["claim"].get("release"),
         clauses=claim_table(frame),
-        failing=failing_rows(frame, list(required)),
+        failing=bad.head(10)[["check", "item", "status", "detail"]].to_dict("records"),
         fixes=fixes(frame),
         out_dir=str(out_dir),
         signed=bool(meta.get("signature")),

@@ -10,7 +10,6 @@ verification. Without signing it says ``"statement": null`` and nothing vouches 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 
 from reportgen.claim.rows import claim_table
 from reportgen.errors import ExitCode
-from reportgen.files import atomic_write, sha256_file
+from reportgen.files import atomic_write, sha256_bytes, sha256_file
 from reportgen.results import Status
 from reportgen.results.row import to_float
 from reportgen.trust.documents import ENVELOPE_NAME
@@ -59,21 +58,17 @@ def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
-def verdict_record(frame: pd.DataFrame, verdict: str, out_dir: Path) -> dict[str, Any]:
-    """verdict.json's content: ``{"version", "verdict", "exit_code", "clauses", "statement", "report"}``."""
-    envelope = Path(out_dir) / ENVELOPE_NAME
-    statement = {"name": ENVELOPE_NAME, "sha256": sha256_file(envelope)} if envelope.is_file() else None
-    record = {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "clauses": clause_results(frame)}
-    return record | {"statement": statement, "report": "report.html"}
-
-
 def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:
-    """Write verdict.json (after signing: see the module docstring).
+    """Write verdict.json (after signing: see the module docstring): ``{"version", "verdict", "exit_code",
+    "clauses", "statement", "report"}``.
 
     Raises:
         FileExistsError: the run folder holds one already.
     """
-    record = verdict_record(frame, verdict, out_dir)
+    envelope = Path(out_dir) / ENVELOPE_NAME
+    statement = {"name": ENVELOPE_NAME, "sha256": sha256_file(envelope)} if envelope.is_file() else None
+    record = {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "clauses": clause_results(frame)}
+    record |= {"statement": statement, "report": "report.html"}
     return atomic_write(Path(out_dir) / VERDICT_NAME, json.dumps(record, indent=2, allow_nan=False) + "\n")
 
 
@@ -91,7 +86,7 @@ def verdict_problems(raw: bytes, envelope: bytes, verdict: str, frame: pd.DataFr
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return [f"verdict.json is not JSON ({exc})"]
     problems = []
-    digest = hashlib.sha256(envelope).hexdigest()
+    digest = sha256_bytes(envelope)
     if (record.get("statement") or {}).get("sha256") != digest:
         problems.append(
             f"it names statement sha256 {(record.get('statement') or {}).get('sha256')}, the envelope has {digest}"

@@ -66,7 +66,8 @@ def predict_peak(setup: Any, clause: Clause, frame: pd.DataFrame) -> dict[str, A
     batch0 = int(setup.config.parity.batch_size)
     figures: dict[str, Any] = {"measured_batch": batch0, "measured_peak_bytes": float(measured.value)}
     figures |= {"target_batch": clause.batch, "target_seq": clause.seq}
-    allocator = _allocator_ratio(measured)
+    allocated = to_float(measured.get("cuda_peak_allocated_bytes"))  # CUDA only: allocator peak ÷ tracked peak
+    allocator = allocated / float(measured.value) if math.isfinite(allocated) and float(measured.value) else math.nan
     try:
         figures |= _by_estimate(setup, clause, frame, float(measured.value))
     except Exception as exc:  # noqa: BLE001 - fall back to the linear slope where it applies
@@ -131,9 +132,3 @@ def _by_slope(measured: pd.Series, batch0: int, batch: int, why: str) -> dict[st
             f"(parameters, gradients, optimizer state: {fixed:.4g} B) kept; the estimator could not run ({why})"
         ),
     }
-
-
-def _allocator_ratio(measured: pd.Series) -> float:
-    """CUDA only: allocator peak ÷ tracked peak of the measured step (NaN elsewhere)."""
-    allocated = to_float(measured.get("cuda_peak_allocated_bytes"))
-    return allocated / float(measured.value) if math.isfinite(allocated) and float(measured.value) else math.nan

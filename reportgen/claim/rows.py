@@ -64,17 +64,10 @@ def outcome(status: str) -> str:
 
 
 def clause_rows(frame: pd.DataFrame, claim: Claim, fits: dict[str, dict[str, Any]] | None = None) -> list[Row]:
-    """One row per clause of ``claim``, judged from the checks' rows in ``frame``.
-
-    Args:
-        frame: the results frame of the checks (clause rows already in it are ignored).
-        claim: the parsed claim (:func:`reportgen.claim.clauses.parse_claim`).
-        fits: ``{clause text: figures}`` from :func:`reportgen.claim.fits.measure_fits`
-            (``predicted_bytes`` and how it was obtained, or ``error``).
-
-    Returns:
-        Rows of check ``release claim``, role ``claim_clause``, in clause order.
-    """
+    """One row per clause of ``claim`` (:func:`reportgen.claim.clauses.parse_claim`), judged from the checks' rows
+    in ``frame`` (clause rows already in it are ignored): rows of check ``release claim``, role ``claim_clause``, in
+    clause order. ``fits`` is ``{clause text: figures}`` from :func:`reportgen.claim.fits.measure_fits`
+    (``predicted_bytes`` and how it was obtained, or ``error``)."""
     frame = frame[frame.check != RELEASE_CLAIM]
     fits = fits or {}
     build = {

@@ -103,15 +103,9 @@ def run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
 
 
 def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
-    """One Hydra job: check the model and the settings, then run the pipeline.
-
-    Args:
-        cfg: the composed job config.
-        out_dir: the job's output folder (Hydra's ``runtime.output_dir``).
-        multirun: part of a sweep; an interrupt then stops the whole sweep.
-
-    Returns:
-        The job's exit code (module docstring).
+    """One Hydra job: check the model and the settings of the composed ``cfg``, then run the pipeline into
+    ``out_dir`` (Hydra's ``runtime.output_dir``); returns the job's exit code (module docstring). In a sweep
+    (``multirun``) an interrupt stops the whole sweep.
 
     Raises:
         SystemExit: an interrupted sweep job (after recording its code), to stop the sweep.
@@ -187,11 +181,8 @@ def _measured_in(out_dir: Path) -> str:
 def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:
     """Run the Hydra app and turn what happened into the process exit code (module docstring). What
     :func:`reportgen.commands.overrides.argv_problems` finds on the command line is refused first, in one line,
-    exit 2, nothing written.
-
-    Args:
-        app: the ``@hydra.main`` function.
-        argv: the command line after the program name (default ``sys.argv[1:]``).
+    exit 2, nothing written. ``app`` is the ``@hydra.main`` function; ``argv`` the command line after the program
+    name (default ``sys.argv[1:]``).
     """
     problems = argv_problems(sys.argv[1:] if argv is None else argv)
     if problems:

@@ -21,7 +21,7 @@ from pathlib import Path
 from reportgen.ci.junit import JUNIT_NAME, comparison_junit_xml
 from reportgen.ci.summary import SUMMARY_NAME, append_step_summary, comparison_markdown
 from reportgen.compare.derive import (
-    COMPARE_PREDICATE_TYPE,
+    COMPARE_DOCUMENT,
     MAX_OVERHEAD_INCREASE_PP,
     MAX_SAVING_DECREASE_PP,
     OUTCOME_EXIT,
@@ -49,7 +49,7 @@ from reportgen.trust.keys import (
     public_key_path,
     signature_label,
 )
-from reportgen.trust.signing import sign_document
+from reportgen.trust.signing import sign
 from reportgen.verify import verify
 from reportgen.verify.outcome import FAIL
 from reportgen.verify.run import status_mismatches
@@ -230,15 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                 for s in (base, new)
             ],
         }
-        sign_document(
-            out_dir,
-            "compare",
-            ["compare.csv", "compare.json", "compare.html", JUNIT_NAME, SUMMARY_NAME, *inputs],
-            predicate,
-            COMPARE_PREDICATE_TYPE,
-            signing_key,
-            f"reportgen comparison; NEW {result['outcome']}",
-        )
+        subjects = ["compare.csv", "compare.json", "compare.html", JUNIT_NAME, SUMMARY_NAME, *inputs]
+        reason = f"reportgen comparison; NEW {result['outcome']}"
+        sign(out_dir, COMPARE_DOCUMENT, predicate, signing_key, reason, subjects)
     append_step_summary(summary)
     _print_result(result, out_dir)
     return code

@@ -93,15 +93,9 @@ def added_key_problem(key: str, known: list[str]) -> str:
 
 
 def argv_problems(argv: list[str]) -> str:
-    """Every unknown setting changed without ``+`` on a ``python -m reportgen`` command line.
-
-    Args:
-        argv: the arguments after the program name (``sys.argv[1:]``).
-
-    Returns:
-        ``""`` when none (or when Hydra's parsers refuse the line: Hydra then reports it itself),
-        else the problems joined by ``"; "`` (one line).
-    """
+    """Every unknown setting changed without ``+`` on a ``python -m reportgen`` command line (``argv``: the
+    arguments after the program name), joined by ``"; "`` (one line); ``""`` when none, or when Hydra's parsers
+    refuse the line (Hydra then reports it itself)."""
     from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -152,7 +146,7 @@ def _values(override: Any) -> list | None:
     if not isinstance(override.value(), ChoiceSweep):
         return None
     # quoted items ('1e-5') as the plain strings Hydra composes with, as value() gives a single value
-    return [Override._convert_value(item) for item in override.sweep_iterator()]  # noqa: SLF001
+    return [Override._convert_value(item) for item in override.sweep_iterator()]
 
 
 def _first(problems: Any) -> str:

@@ -194,8 +194,7 @@ def planned_file(policy: Policy, plan: RankPlan, args: PlanArgs, config: Any, fo
     ]
     if runs.save_ops != policy.save_ops:
         header.append(f"attn={args.attn} never calls sdpa's attention kernels: they are left out of save_ops")
-    prefix = layer_prefix(config, args.dtype, args.attn)
-    return recompute_file(runs, layer_count(config), prefix, header)
+    return recompute_file(runs, layer_count(config), layer_prefix(config, args.dtype, args.attn), header)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

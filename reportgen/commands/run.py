@@ -39,6 +39,7 @@ from reportgen.distributed.launch import (
 )
 from reportgen.distributed.wrapping import settings_in_force, strategy_name, wrap_order
 from reportgen.errors import ExitCode, Terminated, UsageError, clip_keeping_advice, console_text
+from reportgen.files import atomic_write, replace_write
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
@@ -48,11 +49,9 @@ from reportgen.results import (
     Role,
     Row,
     Status,
-    atomic_write,
     claim_verdict,
     frame_from_json,
     frame_to_json,
-    replace_write,
     results_csv,
     to_frame,
 )
@@ -124,7 +123,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
     if world > 1:
-        meta["claim"]["distributed"] = distributed_claim(cfg, setup)
+        meta["claim"]["distributed"] = distributed_claim(setup)
     try:
         rows = run_checks(Run(setup, cfg), out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
@@ -205,9 +204,9 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     return ExitCode.HOLDS
 
 
-def distributed_claim(cfg: DictConfig, setup: Setup) -> dict:
+def distributed_claim(setup: Setup) -> dict:
     """Page 1's sharding facts: world size, strategy, backend, mesh, and the commands that reproduce it."""
-    dc, world = cfg.distributed, int(cfg.distributed.world_size)
+    dc, world = setup.config.distributed, setup.config.distributed.world_size
     strategy = strategy_name(dc)
     commands = launch_commands(world)
     mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
@@ -264,7 +263,7 @@ def run_checks(run: Run, out_dir: Path) -> list[Row]:
             ]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
             raise Interrupted(isinstance(exc, Terminated)) from None
-        except Exception as exc:  # noqa: BLE001 - a crash inside a check is an ERROR row
+        except Exception as exc:
             log.exception("check %s raised", check.name)
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))

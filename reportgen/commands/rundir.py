@@ -52,13 +52,8 @@ class StartRefused(SystemExit):
 
 
 def run_markers(folder: Path, depth: int = 0) -> list[str]:
-    """What in ``folder`` shows it holds a run, as relative POSIX paths (empty: none).
-
-    Args:
-        folder: the candidate output folder.
-        depth: also look this many levels of subfolders down (1 for a sweep folder, whose
-            jobs live in ``0/``, ``1/``, ...).
-    """
+    """What in the candidate output ``folder`` shows it holds a run, as relative POSIX paths (empty: none), looking
+    ``depth`` levels of subfolders down too (1 for a sweep folder, whose jobs live in ``0/``, ``1/``, ...)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -92,11 +87,9 @@ class FolderLock:
         found = run_markers(self.folder, depth)
         if found == [LOCK_NAME] and lock_is_held(self.path):
             raise StartRefused(another_run_is_writing(self.folder))
-        if found:
-            raise StartRefused(already_holds_a_run(self.folder, found))
-        others = sorted(p.name + ("/" if p.is_dir() else "") for p in self.folder.iterdir())
-        if others:
-            raise StartRefused(holds_other_files(self.folder, others))
+        listed = found or sorted(p.name + ("/" if p.is_dir() else "") for p in self.folder.iterdir())
+        if listed:
+            raise StartRefused(occupied(self.folder, listed, holds_a_run=bool(found)))
         try:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -142,19 +135,16 @@ def another_run_is_writing(folder: Path) -> str:
     )
 
 
-def already_holds_a_run(folder: Path, found: list[str]) -> str:
-    """The one-paragraph refusal for a folder that holds a run: the folder, what is in it, the fix."""
+def occupied(folder: Path, found: list[str], holds_a_run: bool) -> str:
+    """The one-paragraph refusal for a folder that holds a run (``found``: what marks it) or files no run wrote
+    (a run signs only what it writes): the folder, what is in it, the fix."""
     shown = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
-    return (
-        f"the output folder {folder} already holds a run ({shown}); reportgen never writes into it, so that "
-        "run stays as it was signed. Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which makes "
-        "a new timestamped folder per run, or point it at a new or empty folder."
-    )
-
-
-def holds_other_files(folder: Path, found: list[str]) -> str:
-    """The refusal for a folder that holds files no run wrote: a run signs only what it writes."""
-    shown = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+    if holds_a_run:
+        return (
+            f"the output folder {folder} already holds a run ({shown}); reportgen never writes into it, so that "
+            "run stays as it was signed. Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which makes "
+            "a new timestamped folder per run, or point it at a new or empty folder."
+        )
     return (
         f"the output folder {folder} holds files that are not a run's ({shown}); a run starts only in a new "
         "or empty folder, so that its signed statement covers exactly what it wrote. Move them, or leave "

@@ -62,15 +62,10 @@ def pending_record(run_dir: Path) -> dict:
 
 
 def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
-    """Re-judge, render and sign a finished run interrupted before it was signed (module docstring).
-
-    Args:
-        run_dir: the run folder.
-        key_path: the private key (default: as for a run: ``report.key_path`` of the run's config,
-            ``$REPORTGEN_SIGNING_KEY``, ``~/.config/reportgen/signing-key.pem``).
-
-    Returns:
-        The claim verdict, recomputed from results.json.
+    """Re-judge, render and sign the run folder ``run_dir``, a finished run interrupted before it was signed
+    (module docstring); returns the claim verdict, recomputed from results.json. ``key_path`` is the private key
+    (default: as for a run: ``report.key_path`` of the run's config, ``$REPORTGEN_SIGNING_KEY``,
+    ``~/.config/reportgen/signing-key.pem``).
 
     Raises:
         FinishRefusedError: see :func:`pending_record`, or rows whose status does not follow.
@@ -80,8 +75,7 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     record = pending_record(run_dir)
     config = run_dir / ".hydra" / "config.yaml"
     cfg = OmegaConf.load(config) if config.is_file() else OmegaConf.create({})
-    configured_key = key_path or OmegaConf.select(cfg, "report.key_path", default=None)
-    key = load_signing_key(True, configured_key)
+    key = load_signing_key(True, key_path or OmegaConf.select(cfg, "report.key_path", default=None))
     if key is None:  # load_signing_key(True, ...) raises rather than return None; the type says otherwise
         raise SigningError("no signing key")
     if not isinstance(record, dict) or "seal" not in record:

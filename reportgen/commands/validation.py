@@ -123,14 +123,8 @@ def moved_module_problems(cfg: DictConfig) -> list[str]:
 
 
 def config_problems(cfg: DictConfig) -> str:
-    """Every bad value in a composed config, as one paragraph naming each setting and its rule.
-
-    Args:
-        cfg: the composed config (the job's; ``hydra`` node optional).
-
-    Returns:
-        ``""`` when every value is allowed, else ``"setting=value must be ...; ...``".
-    """
+    """Every bad value in a composed config (the job's; ``hydra`` node optional), as one paragraph naming each
+    setting and its rule: ``"setting=value must be ...; ..."``, or ``""`` when every value is allowed."""
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling"]
     names += ["device", "verdict.required", "budget.seeds", "larger_batch.seeds", "precision.autocast"]
     names += ["memory.peak_on_miss", "threads", "distributed.backend", "distributed.start_method", "compile.enabled"]

@@ -26,10 +26,12 @@ from reportgen.files import sha256_bytes
 from reportgen.results import Role, Status, check_summary, claim_verdict, frame_from_json
 from reportgen.sweep.table import job_costs
 from reportgen.trust.attachments import AttachmentError, read_attachments
-from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME
+from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME, DocumentSpec
 
 #: in-toto predicate type of a comparison's statement.
 COMPARE_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-compare/v1"
+#: A comparison: compare.pdf over compare.json (``compare.dsse.json``, ``compare.unsigned.pdf``).
+COMPARE_DOCUMENT = DocumentSpec.named("compare", COMPARE_PREDICATE_TYPE)
 #: Defaults of the regression thresholds, percentage points.
 MAX_OVERHEAD_INCREASE_PP = 5.0
 MAX_SAVING_DECREASE_PP = 5.0
@@ -83,11 +85,6 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
     return {prefix.rstrip("."): json.dumps(data, sort_keys=True, default=str)}
 
 
-def _statement(envelope: bytes) -> dict:
-    """The in-toto statement inside a DSSE envelope (not verified here: ``--key`` does that)."""
-    return json.loads(base64.b64decode(json.loads(envelope)["payload"]))
-
-
 def load_side(label: str, path: str | Path) -> Side:
     """Read one side: a run folder (results.json, .hydra/config.yaml, statement.dsse.json) or a
     report.pdf (its attached results.json and statement.dsse.json).
@@ -120,7 +117,8 @@ def load_side(label: str, path: str | Path) -> Side:
         config = {}
     else:
         raise CompareError(f"{label} {path}: no such run folder or report.pdf")
-    statement = _statement(envelope) if envelope else None
+    # the in-toto statement inside the DSSE envelope, not verified here (``--key`` does that)
+    statement = json.loads(base64.b64decode(json.loads(envelope)["payload"])) if envelope else None
     predicate = (statement or {}).get("predicate", {})
     if not config and predicate:  # a lone PDF: what the signed claim says about the settings
         config = {
@@ -181,8 +179,7 @@ def _costs(side: Side) -> dict[str, Any]:
     """The side's headline costs (``sweep.job_costs``) and whether its own timing can be trusted:
     its overhead CI met the width target (the ``overhead_ci`` row passed), None when not measured."""
     ci = side.frame[side.frame.role == Role.OVERHEAD_CI]
-    trusted = None if ci.empty else bool((ci.status == Status.PASS).all())
-    return {**job_costs(side.frame), "timing_trusted": trusted}
+    return {**job_costs(side.frame), "timing_trusted": None if ci.empty else bool((ci.status == Status.PASS).all())}
 
 
 def compare(

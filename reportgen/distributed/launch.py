@@ -216,7 +216,7 @@ def shard_batch(batch: tuple, rank: int, world_size: int) -> tuple:
     if n % world_size:
         raise ValueError(f"a global batch of {n} examples cannot be split equally over {world_size} ranks")
     per = n // world_size
-    take = lambda t: t[rank * per : (rank + 1) * per] if t.dim() and t.shape[0] == n else t  # noqa: E731
+    take = lambda t: t[rank * per : (rank + 1) * per] if t.dim() and t.shape[0] == n else t
     return tuple(map_tensors(take, part) for part in batch)
 
 

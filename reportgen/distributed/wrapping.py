@@ -171,10 +171,9 @@ def wrap_twin(model: nn.Module, dc: Any, target_paths: list[str], group: Group) 
 def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
     """Every wrapping setting the twins ran with, for page 1 (the strategy's own, nothing else).
 
-    ``dc`` is ``distributed`` as a ``DictConfig`` (``run.distributed_claim``) or as the schema's
-    :class:`reportgen.config.DistributedConfig` (``metadata.recompute_settings``, from ``Setup.config``):
-    settings are read by attribute, which both answer, and given as the plain values torch gets
-    (:func:`wrap_fsdp1`), so both give the same dict.
+    ``dc`` is the schema's :class:`reportgen.config.DistributedConfig` (``Setup.config.distributed``, what page 1
+    and the diagnosis both read; a ``DictConfig`` answers the same attributes): settings are given as the plain
+    values torch gets (:func:`wrap_fsdp1`).
     """
     strategy = strategy_name(dc)
     if strategy == "ddp":

@@ -296,7 +296,7 @@ def fake_model(model_cfg: dict, task: Any, seed: int, device: torch.device, dtyp
 def fake_copy(template: nn.Module, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """The run's one build as fake tensors on ``device`` (floating ones in ``dtype``), the factory not run again;
     called inside ``mode``, copied outside it, so a plain tensor attribute stays as the factory made it."""
-    fake = lambda t: mode.from_tensor(t).to(device, dtype if t.is_floating_point() else t.dtype)  # noqa: E731
+    fake = lambda t: mode.from_tensor(t).to(device, dtype if t.is_floating_point() else t.dtype)
     with unset_fake_temporarily():
         return copy_module(template, fake)
 

@@ -17,8 +17,7 @@ so an address is never reused for another tensor during the measurement.
 Saved-tensor hooks bypass autograd's in-place checks and change what is stored, so callers
 measure memory in runs separate from the parity runs (docs/architecture.md).
 
-Also the helpers every measuring check shares around a :class:`reportgen.twins.twin.TrainStep`: :func:`timed`
-and :func:`cuda_step_peaks`.
+Also :func:`cuda_step_peaks`, the allocator's peaks of one :class:`reportgen.twins.twin.TrainStep` on CUDA.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -185,7 +183,7 @@ def saved_activation_bytes(
     paths = set(module_paths)
     ledger = _Ledger(_weight_keys(model))
     stack: list[str] = []
-    owner = lambda: stack[-1] if stack else REST  # noqa: E731
+    owner = lambda: stack[-1] if stack else REST
     handles: list[Any] = []
     contexts: list[Any] = []
     restore: list[Any] = []
@@ -233,10 +231,7 @@ def saved_activation_bytes(
     x, y = clone_inputs(batch[0]), batch[1]
     try:
         with seeded(forward_seed), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if step.sees_outputs:
-                loss = step.forward_loss(model, (x, y))[1]
-            else:
-                loss = step.forward_backward(model, (x, y))
+            loss = step.forwards(model, (x, y))
         for name, storage in contexts:
             for t in _selective_saved(storage):
                 ledger.add(t, name)
@@ -255,17 +250,6 @@ def saved_activation_bytes(
         if name == REST and key in produced:
             produced_by[produced[key]] += nbytes
     return SavedActivations(sum(per_module.values()), per_module, len(ledger.seen), counts, produced_by)
-
-
-def timed(step: Callable[[], None], device: torch.device) -> float:
-    """Wall time of one call of ``step``, ms, synchronized on both sides on CUDA."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) * 1e3
 
 
 def cuda_step_peaks(setup: Setup, recompute: bool, warm_steps: int, batch: Batch | None = None) -> dict[str, int]:

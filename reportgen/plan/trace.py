@@ -143,7 +143,7 @@ class PhaseTracker(StepTracker):
             return "loss", backward
         return ("backward" if backward else "forward"), backward
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105 - MemTracker's
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         res = super().__torch_dispatch__(func, types, args, kwargs)
         count = flop_registry.get(func._overloadpacket)
         if count is not None:  # FlopCounterMode's own formulas; the mode itself keeps tensors alive
@@ -153,7 +153,7 @@ class PhaseTracker(StepTracker):
                 self.figures.recompute_flops += flops
         return res
 
-    def _update_peak_stats(self, peak_state: Any) -> None:  # noqa: D102 - MemTracker's hook
+    def _update_peak_stats(self, peak_state: Any) -> None:
         super()._update_peak_stats(peak_state)
         (phase, backward), fig = self._plan_phase(), self.figures
         for snap in self._curr_mem_snap.values():
@@ -198,8 +198,7 @@ def trace_step(
             step.optimizer.step()
             step.optimizer.zero_grad(set_to_none=True)
             head = model.get_output_embeddings()
-            heads = {n for n, m in model.named_modules() if m is head}
-            tracker = PhaseTracker(model, heads)
+            tracker = PhaseTracker(model, {n for n, m in model.named_modules() if m is head})
             tensors = [t for t in tree_leaves(data) if isinstance(t, torch.Tensor)]
             tracker.track_external(model, step.optimizer, *tensors)
             gc.collect()
@@ -211,7 +210,7 @@ def trace_step(
                 gc.enable()
     except (PlanError, SetupError):  # already one line naming the fix
         raise
-    except Exception as exc:  # noqa: BLE001 - a kernel's refusal becomes one line naming the fix
+    except Exception as exc:
         raise PlanError(refusal(exc, args)) from exc
     finally:
         quiet.setLevel(level)

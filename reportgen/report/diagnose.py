@@ -68,7 +68,7 @@ def _plain_nonfinite(rows: list[Row]) -> bool:
 def _router_lost(rows: list[Row], s: dict[str, Any]) -> list[str]:
     """Under reentrant recompute, the failing gradients that are None or all zero in the recompute twin (so not in the
     plain twin), when every one is a router's."""
-    zero = lambda r: r.extra.get("recompute_value") == "None" or r.extra.get("recompute_norm") == 0  # noqa: E731
+    zero = lambda r: r.extra.get("recompute_value") == "None" or r.extra.get("recompute_norm") == 0
     lost = [r.item for r in _bad(rows, Role.PARAM_GRAD) if zero(r)]
     return lost if s.get("mode") == "reentrant" and lost and all(ROUTER.search(item) for item in lost) else []
 

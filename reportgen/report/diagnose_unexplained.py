@@ -47,8 +47,7 @@ def unexplained(check: str, group: list[Row], rows: list[Row]) -> tuple[str, str
     whether the forward already differs, the regions seen recomputing, the generators whose states differ between
     the twins and torch's own words when a twin raised."""
     bad = [r for r in group if r.status in BAD]
-    compared = roles_of(Kind.PARITY)
-    first = next((r for r in bad if r.role in compared), None)
+    first = next((r for r in bad if r.role in roles_of(Kind.PARITY)), None)
     raised = next((r for r in bad if r.role == Role.EXCEPTION), None)
     lead = first or raised or bad[0]
     module = f", in module {m}" if (m := module_of(lead)) else ""

@@ -21,15 +21,9 @@ def _finite(value: Any) -> bool:
 
 
 def guard_sections(env: Environment, sections: list[dict]) -> list[dict]:
-    """Give each section a template that renders with its rows, falling back to the generic table.
-
-    Args:
-        env: the report's jinja2 environment (``render.environment()``).
-        sections: the view model's sections (``template`` and ``intro`` are changed in place).
-
-    Returns:
-        ``sections``.
-    """
+    """Give each of the view model's ``sections`` a template that renders with its rows in ``env`` (the
+    report's, ``render.environment()``), falling back to the generic table; ``template`` and ``intro`` are
+    changed in place, and ``sections`` returned."""
     for section in sections:
         if section["template"] == ROWS_TEMPLATE:
             continue
@@ -51,16 +45,9 @@ def guard_sections(env: Environment, sections: list[dict]) -> list[dict]:
 
 
 def guard_costs(headline: Callable[[Any], dict], frame: Any) -> dict:
-    """Page-1 costs from ``headline(frame)``, with any missing or non-finite figure made "not measured".
-
-    Args:
-        headline: ``render.headline_costs``.
-        frame: the results frame.
-
-    Returns:
-        ``{"memory": dict | None, "peak": dict | None, "time": dict | None}``; ``time["low"]``/``["high"]`` are both
-        None unless both are finite.
-    """
+    """Page-1 costs from ``headline(frame)`` (``render.headline_costs`` of the results frame), with any missing or
+    non-finite figure made "not measured": ``{"memory": dict | None, "peak": dict | None, "time": dict | None}``;
+    ``time["low"]``/``["high"]`` are both None unless both are finite."""
     try:
         costs = headline(frame)
     except Exception as exc:  # noqa: BLE001 - a missing figure is "not measured", never a crash

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from reportgen import __version__
 from reportgen.config import RecomputeMode
 from reportgen.distributed.wrapping import settings_in_force
+from reportgen.files import sha256_file
 from reportgen.results.distance import tolerances
 from reportgen.rng import GENERATORS
 from reportgen.trust.sources import (
@@ -48,14 +49,6 @@ FOLDER_OPTIONS = ("--config-dir",)
 MODEL_FILE_KEYS = ("config", "pretrained")
 
 
-def file_digest(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes (of ``config.json`` inside a folder)."""
-    import hashlib
-
-    path = path / "config.json" if path.is_dir() else path
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def model_files(model_cfg: Any, cwd: Path | None = None) -> list[dict[str, str]]:
     """The local files the model is built from: ``[{"key", "path" (relative to ``cwd`` where inside it),
     "sha256" (of the file, or of config.json in a folder)}]`` for each of :data:`MODEL_FILE_KEYS` that
@@ -66,7 +59,8 @@ def model_files(model_cfg: Any, cwd: Path | None = None) -> list[dict[str, str]]
         path = Path(str(value)) if isinstance(value, str) and value else None
         if path is None or not path.exists() or (path.is_dir() and not (path / "config.json").is_file()):
             continue
-        out.append({"key": f"model.{key}", "path": display_path(path, cwd), "sha256": file_digest(path)})
+        digest = sha256_file(path / "config.json" if path.is_dir() else path)
+        out.append({"key": f"model.{key}", "path": display_path(path, cwd), "sha256": digest})
     return out
 
 

@@ -19,12 +19,13 @@ from reportgen.checks import section as registered_section
 from reportgen.checks.base.plots import section_plots
 from reportgen.claim.rows import claim_table
 from reportgen.config import CONTROLS
+from reportgen.files import atomic_write
 from reportgen.memory.step_peak import CATEGORIES
 from reportgen.paths import templates_dir
 from reportgen.report.evidence import baseline_breaks, lead_evidence, no_nan, tolerance_share
 from reportgen.report.guard import guard_costs, guard_sections
 from reportgen.report.pdf import write_pdf
-from reportgen.results import SEVERITY, Role, Status, atomic_write, check_summary, frame_to_json
+from reportgen.results import SEVERITY, Role, Status, check_summary, frame_to_json
 from reportgen.trust.statement import row_tolerances
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
@@ -89,8 +90,7 @@ def fmt_name(name: Any) -> Markup:
     Escapes the name and puts a ``<wbr>`` after every ``.``, before every ``[`` and inside long parts
     (:func:`_long_part`); the ``code.name`` CSS rule keeps words whole, so a PDF table cell breaks it only there.
     """
-    text = str(name)
-    parts = [p for raw in text.replace("[", "\x00[").replace(".", ".\x00").split("\x00") for p in _long_part(raw)]
+    parts = [p for raw in str(name).replace("[", "\x00[").replace(".", ".\x00").split("\x00") for p in _long_part(raw)]
     return Markup("<wbr>").join(escape(p) for p in parts)
 
 

@@ -3,7 +3,6 @@ truth: results.csv / results.json are written from it before anything is rendere
 else but run metadata. The row contract is :mod:`.row`, the roles :mod:`.role`, the frame, each check's status,
 the claim verdict and results.json :mod:`.frame`; their names are importable from here."""
 
-from reportgen.files import atomic_write, replace_write  # re-exported: the writers of a run's files
 from reportgen.results.frame import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -32,7 +31,7 @@ from reportgen.results.row import (
     judge_record,
 )
 
-__all__ = ["atomic_write", "replace_write", "Kind", "Role", "Row", "Status", "judge", "judge_record", "to_frame"]
+__all__ = ["Kind", "Role", "Row", "Status", "judge", "judge_record", "to_frame"]
 __all__ += ["READABLE_SCHEMA_VERSIONS", "SCHEMA_VERSION", "SchemaVersionError", "baseline_rows", "check_status"]
 __all__ += ["check_summary", "claim_verdict", "frame_from_json", "frame_to_json", "judged_status", "results_csv"]
 __all__ += ["BASELINE", "BASELINE_TWINS", "COLUMNS", "COMPARATORS", "SEVERITY", "TWIN"]

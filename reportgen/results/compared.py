@@ -27,7 +27,7 @@ def _both_values(plain: Tensor, recompute: Tensor) -> dict[str, Any]:
             "values_compared": plain.numel(),
             "values_differing": differ,
         }
-    norm = lambda t: float(t.detach().double().norm()) if t.is_floating_point() else float("nan")  # noqa: E731
+    norm = lambda t: float(t.detach().double().norm()) if t.is_floating_point() else float("nan")
     return {"plain_norm": norm(plain), "recompute_norm": norm(recompute)}
 
 

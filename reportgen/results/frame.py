@@ -29,8 +29,7 @@ def to_frame(rows: Iterable[Row]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)
     frame["schema_version"] = SCHEMA_VERSION
-    extras = [c for c in frame.columns if c not in COLUMNS]
-    return frame[COLUMNS + extras]
+    return frame[COLUMNS + [c for c in frame.columns if c not in COLUMNS]]
 
 
 def check_status(statuses: Iterable[str]) -> str:
@@ -89,8 +88,9 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
     return Status.INCONCLUSIVE if (summary.status == Status.INCONCLUSIVE).any() else Status.PASS
 
 
-def _plain_value(value: Any) -> Any:
-    """numpy scalars → Python; NaN/None → None (dropped from the record)."""
+def plain_value(value: Any) -> Any:
+    """numpy scalars → Python; NaN/None → None (dropped from a results.json record; null in the statement,
+    which is strict JSON)."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -115,7 +115,7 @@ def frame_to_json(frame: pd.DataFrame) -> str:
     columns = list(frame.columns)
     lines = []
     for values in frame.itertuples(index=False, name=None):
-        record = {c: v for c, v in ((c, _plain_value(v)) for c, v in zip(columns, values)) if v is not None}
+        record = {c: v for c, v in ((c, plain_value(v)) for c, v in zip(columns, values)) if v is not None}
         lines.append(json.dumps(record, separators=(",", ":")))
     return "[\n" + ",\n".join(lines) + "\n]\n"
 
@@ -140,5 +140,4 @@ def frame_from_json(text: str) -> pd.DataFrame:
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = math.nan
-    extras = [c for c in frame.columns if c not in COLUMNS]
-    return frame[COLUMNS + extras]
+    return frame[COLUMNS + [c for c in frame.columns if c not in COLUMNS]]

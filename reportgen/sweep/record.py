@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import ExitCode
-from reportgen.results import atomic_write
+from reportgen.files import atomic_write
 
 log = logging.getLogger("reportgen")
 
@@ -71,14 +71,8 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
     "seconds"}``; ``error`` is the last ``reportgen:`` line the job printed when it did not
     hold (the reason it could not start), or the exception of a crash. An exception inside
     ``job`` (reportgen itself failed) is logged with its traceback and becomes exit code 70,
-    so one crashing job does not stop the sweep: the summary lists it.
-
-    Args:
-        out_dir: the job's folder (``hydra.runtime.output_dir``).
-        job: runs the job and returns its exit code.
-
-    Returns:
-        The job's exit code.
+    so one crashing job does not stop the sweep: the summary lists it. ``out_dir`` is the job's folder
+    (``hydra.runtime.output_dir``); ``job`` runs the job and returns its exit code, which this returns.
     """
     identity = _job_identity()
     if not identity:  # a single run: nothing to summarise, keep the old behaviour exactly
@@ -87,7 +81,7 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
     sys.stdout = tee
     try:
         code = job()
-    except Exception as exc:  # noqa: BLE001 - a crash is one job's outcome, not the sweep's end
+    except Exception as exc:
         log.exception("job crashed")
         code = ExitCode.BUG
         error = f"{type(exc).__name__}: {exc}".strip()

@@ -9,10 +9,11 @@ from typing import Any
 import pandas as pd
 
 from reportgen.checks.base.plots import finish_axes, to_svg
+from reportgen.files import atomic_write
 from reportgen.report.evidence import no_nan
 from reportgen.report.pdf import write_pdf
 from reportgen.report.render import environment
-from reportgen.results import Status, atomic_write, frame_to_json
+from reportgen.results import Status, frame_to_json
 from reportgen.sweep.table import job_table, pareto_front
 
 
@@ -58,14 +59,13 @@ def scatter_svg(jobs: pd.DataFrame, front: pd.DataFrame) -> str:
     return to_svg(fig)
 
 
-def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str) -> dict:
+def summary_view(frame: pd.DataFrame, meta: dict, link_file: str) -> dict:
     """What ``templates/summary.html.j2`` reads: jobs, the verdict matrix, scatter, Pareto front.
 
     Args:
         frame: :func:`summary_frame`.
         meta: ``{"title", "created", "sweep_dir", "exit_code", "signature", "command", "swept"}``.
-        link_base: prefix of links to job reports (``""``: relative, in the HTML and in the PDF).
-        link_file: ``"report.html"`` or ``"report.pdf"``.
+        link_file: ``"report.html"`` or ``"report.pdf"``, linked relative to the sweep folder.
     """
     jobs = job_table(frame)
     front = pareto_front(jobs)
@@ -75,17 +75,16 @@ def summary_view(frame: pd.DataFrame, meta: dict, link_base: str, link_file: str
     for job in jobs.to_dict("records"):
         job = {k: no_nan(v) for k, v in job.items()}
         report = job["report"]
-        job["link"] = f"{link_base}{report.removesuffix('report.html')}{link_file}" if report else None
+        job["link"] = f"{report.removesuffix('report.html')}{link_file}" if report else None
         job["cells"] = [status.get((job["job"], c)) for c in checks]
         job["pareto"] = job["job"] in set(front.job)
         job["swept"] = " ".join(f"{k}={job.get(k)}" for k in meta["swept"]) or job["overrides"]
         rows.append(job)
-    holding = sum(1 for r in rows if r["verdict"] == Status.PASS)
     return {
         "meta": meta,
         "jobs": rows,
         "checks": checks,
-        "holding": holding,
+        "holding": sum(1 for r in rows if r["verdict"] == Status.PASS),
         "failures": [r for r in rows if r["error"]],
         "scatter": scatter_svg(jobs, front),
         "front": sorted((r for r in rows if r["pareto"]), key=lambda r: r["saved_activation_share"]),
@@ -106,11 +105,9 @@ def render_summary(frame: pd.DataFrame, meta: dict, out_dir: Path, pdf: bool = T
         "csv": atomic_write(out_dir / "summary.csv", frame.to_csv(index=False)),
         "json": atomic_write(out_dir / "summary.json", table),
     }
-    paths["html"] = atomic_write(
-        out_dir / "summary.html", template.render(**summary_view(frame, meta, "", "report.html"))
-    )
+    paths["html"] = atomic_write(out_dir / "summary.html", template.render(**summary_view(frame, meta, "report.html")))
     if pdf:
-        html = template.render(**summary_view(frame, meta, "", "report.pdf"))  # relative: no path of this machine
+        html = template.render(**summary_view(frame, meta, "report.pdf"))  # relative: no path of this machine
         attached = ("summary.json", table.encode(), "Data", "The sweep summary this document was rendered from.")
         paths["pdf"] = atomic_write(
             out_dir / "summary.pdf", write_pdf(html, meta["created"], [attached], relative_links=True)

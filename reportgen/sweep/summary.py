@@ -10,17 +10,16 @@ from typing import Any
 import pandas as pd
 
 from reportgen.ci.junit import JUNIT_NAME, sweep_junit_xml
-from reportgen.files import sha256_file
+from reportgen.files import atomic_write, sha256_file
 from reportgen.report.metadata import report_time
-from reportgen.results import atomic_write
 from reportgen.sweep.jobs import load_jobs
 from reportgen.sweep.record import JOB_FILE
 from reportgen.sweep.render import render_summary
 from reportgen.sweep.table import summary_frame, swept_keys, worst_code
+from reportgen.trust import signing
 from reportgen.trust.documents import ENVELOPE_NAME, DocumentSpec
 from reportgen.trust.jobs import job_problems
-from reportgen.trust.keys import SigningKey, load_signing_key, signature_label
-from reportgen.trust.signing import sign
+from reportgen.trust.keys import load_signing_key, signature_label
 
 #: in-toto predicate type of the sweep summary's statement.
 SWEEP_PREDICATE_TYPE = "https://reportgen.invalid/attestation/recompute-sweep/v1"
@@ -99,41 +98,17 @@ def summarize(
     meta = {"title": title, "created": report_time(), "sweep_dir": str(sweep_dir), "exit_code": code}
     meta |= {"signature": signature_label(key), "command": command, "swept": swept_keys(jobs)}
     render_summary(frame, meta, sweep_dir, pdf=pdf)
-    junit = sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs))  # one case per job
-    atomic_write(sweep_dir / JUNIT_NAME, junit)
-    if key is not None:
-        sign_summary(sweep_dir, jobs, code, str(meta["created"]), command, launch, key)
+    atomic_write(sweep_dir / JUNIT_NAME, sweep_junit_xml(jobs, f"reportgen sweep ({sweep_dir.name})", swept_keys(jobs)))
+    if key is not None:  # summary.dsse.json (with the launch re-derived from multirun.yaml), summary.pdf signed
+        predicate = {"exit_code": code, "created": str(meta["created"]), "command": command, "launch": launch}
+        predicate |= {"signer": {"publicKeySha256": key.fingerprint}, "jobs": [_job_entry(sweep_dir, j) for j in jobs]}
+        subjects = ["summary.csv", "summary.json", "summary.html", JUNIT_NAME, "multirun.yaml"]
+        subjects += [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
+        subjects += [f"{j['dir']}/{JOB_FILE}" for j in jobs]
+        reason = f"reportgen sweep summary; worst job exit code {code}"
+        signing.sign(sweep_dir, SUMMARY_DOCUMENT, predicate, key, reason, subjects)
     mark.unlink()
     return frame, code
-
-
-def sign_summary(
-    sweep_dir: Path,
-    jobs: list[dict[str, Any]],
-    code: int,
-    created: str,
-    command: str,
-    launch: dict[str, Any] | None,
-    key: SigningKey,
-) -> None:
-    """Sign the summary just written into ``sweep_dir`` (``summary.dsse.json``, summary.pdf signed).
-
-    Args:
-        sweep_dir: ``hydra.sweep.dir``, holding the summary files and ``multirun.yaml``.
-        jobs: ``reportgen.sweep.jobs.load_jobs``'s records.
-        code: the sweep's exit code (the worst job's).
-        created: the summary's time stamp (``meta["created"]``).
-        command: the sweep's command line.
-        launch: the launch record re-derived from ``multirun.yaml`` (``reportgen.trust.launch``).
-        key: the signing key.
-    """
-    predicate = {"exit_code": code, "created": created, "command": command, "launch": launch}
-    predicate |= {"signer": {"publicKeySha256": key.fingerprint}, "jobs": [_job_entry(sweep_dir, j) for j in jobs]}
-    subjects = ["summary.csv", "summary.json", "summary.html", JUNIT_NAME, "multirun.yaml"]
-    subjects += [f"{j['dir']}/{ENVELOPE_NAME}" for j in jobs if (sweep_dir / j["dir"] / ENVELOPE_NAME).exists()]
-    subjects += [f"{j['dir']}/{JOB_FILE}" for j in jobs]
-    reason = f"reportgen sweep summary; worst job exit code {code}"
-    sign(sweep_dir, SUMMARY_DOCUMENT, predicate, key, reason, subjects)
 
 
 def _job_entry(sweep_dir: Path, job: dict[str, Any]) -> dict[str, Any]:

@@ -18,10 +18,10 @@ import torch
 from reportgen.config import BudgetConfig, LargerBatchConfig, ParityConfig, TimingConfig
 from reportgen.errors import SetupError
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import timed
 from reportgen.results.distance import measure, tolerances
 from reportgen.training.loop import evaluate
 from reportgen.twins.setup import NOT_DRAWN, Setup
+from reportgen.twins.twin import timed
 
 log = logging.getLogger("reportgen")
 

@@ -14,13 +14,8 @@ class AttachmentError(ValueError):
 
 
 def embedded_files(reader) -> dict[str, bytes]:
-    """Attachments of the PDF's EmbeddedFiles name tree (flat, as WeasyPrint and sign_pdf write it).
-
-    Args:
-        reader: a ``pyhanko.pdf_utils.reader.PdfFileReader``.
-
-    Returns:
-        ``{file name: bytes}``.
+    """``{file name: bytes}`` of the attachments in the EmbeddedFiles name tree (flat, as WeasyPrint and sign_pdf
+    write it) of the PDF ``reader`` reads (a ``pyhanko.pdf_utils.reader.PdfFileReader``).
 
     Raises:
         AttachmentError: no attachments, a nested name tree, or a name present twice.

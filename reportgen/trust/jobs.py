@@ -73,16 +73,9 @@ def signed_job(sweep_dir: Path, job: dict[str, Any], entry: dict, public_key: ec
 def job_problems(
     sweep_dir: str | Path, jobs: list[dict[str, Any]], public_key: ec.EllipticCurvePublicKey | None
 ) -> tuple[dict | None, list[str]]:
-    """The launch record and every reason the jobs found cannot be summarised under a signature.
-
-    Args:
-        sweep_dir: the sweep folder.
-        jobs: ``reportgen.sweep.load_jobs``.
-        public_key: the signer's public key; ``None`` (an UNSIGNED summary) checks only the job set.
-
-    Returns:
-        ``(launch record or None, problems)``; no problems means the summary may be signed.
-    """
+    """``(launch record or None, problems)``: every reason the jobs (``reportgen.sweep.load_jobs``) cannot be
+    summarised under a signature; no problems means the summary may be signed. ``public_key`` is the signer's;
+    ``None`` (an UNSIGNED summary) checks only the job set."""
     entries = [{k: job[k] for k in ("job", "dir", "overrides")} for job in jobs]
     problems: list[str] = []
     for job, entry in zip(jobs, entries):

@@ -8,7 +8,6 @@ self-signed X.509 certificate for the same key).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.errors import UsageError
-from reportgen.files import special_kind
+from reportgen.files import sha256_bytes, special_kind
 
 #: Environment variable naming the private key when the config does not.
 KEY_ENV = "REPORTGEN_SIGNING_KEY"
@@ -34,12 +33,9 @@ def default_key_path(configured: str | os.PathLike | None = None) -> tuple[Path,
     """Where the private key is, and which rule chose it: ``report.key_path``, else
     ``$REPORTGEN_SIGNING_KEY``, else ``~/.config/reportgen/signing-key.pem``.
 
-    Args:
-        configured: ``report.key_path`` from the config (``None`` when unset).
-
-    Returns:
-        ``(path, source)``: source is ``"report.key_path"``, ``"$REPORTGEN_SIGNING_KEY"`` or
-        ``"default location"``. The path is expanded (``~``) but need not exist.
+    ``configured`` is ``report.key_path`` (``None`` when unset). Returns ``(path, source)``: source is
+    ``"report.key_path"``, ``"$REPORTGEN_SIGNING_KEY"`` or ``"default location"``; the path is expanded (``~``)
+    but need not exist.
     """
     if configured:
         return Path(configured).expanduser(), "report.key_path"
@@ -59,7 +55,7 @@ def fingerprint(public_key: ec.EllipticCurvePublicKey) -> str:
     """SHA-256 of the DER SubjectPublicKeyInfo, 64 lowercase hex digits: shown on page 1 and by
     ``reportgen.verify`` (``openssl pkey -pubin -in KEY.pub.pem -outform DER | sha256sum`` prints the same)."""
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
+    return sha256_bytes(der)
 
 
 def _check_supported(key, path: Path):
@@ -89,13 +85,7 @@ def _read(path: Path) -> bytes:
 
 
 def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
-    """Load an unencrypted PEM private key (PKCS#8 or SEC1).
-
-    Args:
-        path: the private key file.
-
-    Returns:
-        The ECDSA P-256 private key.
+    """The ECDSA P-256 private key in ``path``, an unencrypted PEM private key (PKCS#8 or SEC1).
 
     Raises:
         KeyFileError: the file is missing, unreadable, encrypted, not a PEM private key,
@@ -124,13 +114,8 @@ def load_private_key(path: str | os.PathLike) -> ec.EllipticCurvePrivateKey:
 
 
 def load_public_key(path: str | os.PathLike) -> ec.EllipticCurvePublicKey:
-    """Load a PEM public key (``-----BEGIN PUBLIC KEY-----``), as reviewers receive it.
-
-    Args:
-        path: the public key file, e.g. ``signing-key.pub.pem``.
-
-    Returns:
-        The ECDSA P-256 public key.
+    """The ECDSA P-256 public key in ``path`` (e.g. ``signing-key.pub.pem``), a PEM public key
+    (``-----BEGIN PUBLIC KEY-----``), as reviewers receive it.
 
     Raises:
         KeyFileError: the file is missing, unreadable, not a PEM public key (a private key is
@@ -172,15 +157,10 @@ class SigningKey:
 
 
 def load_signing_key(sign: bool, key_path: str | None = None) -> SigningKey | None:
-    """The key to sign with, found before any model work so a missing key stops the run early.
-
-    Args:
-        sign: ``report.sign``; ``False`` returns ``None`` (the report says UNSIGNED).
-        key_path: ``report.key_path``; ``None`` falls back to ``$REPORTGEN_SIGNING_KEY``, then
-            ``~/.config/reportgen/signing-key.pem`` (see :func:`default_key_path`).
-
-    Returns:
-        The signing key, or ``None`` when signing is off.
+    """The key to sign with, found before any model work so a missing key stops the run early; ``None`` when
+    signing is off (``sign``, ``report.sign``, is False: the report says UNSIGNED). ``key_path`` is
+    ``report.key_path``; ``None`` falls back to ``$REPORTGEN_SIGNING_KEY``, then ``~/.config/reportgen/signing-key.pem``
+    (see :func:`default_key_path`).
 
     Raises:
         SigningError: signing is on and the key is missing or unusable; the message names
@@ -213,11 +193,7 @@ def generate_key(out: str | os.PathLike) -> tuple[Path, Path]:
     The private file is created with ``O_CREAT | O_EXCL`` and mode 0600, so it is never
     readable by others, not even for a moment, and an existing key is never overwritten.
 
-    Args:
-        out: path of the private key; parent folders are created (mode 0700).
-
-    Returns:
-        ``(private_path, public_path)``.
+    Parent folders of ``out`` are created (mode 0700). Returns ``(private_path, public_path)``.
 
     Raises:
         FileExistsError: the private or the public key file exists already.
@@ -267,8 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fingerprint":
             print(f"sha256:{fingerprint(load_public_key(args.public_key))}")
             return 0
-        out = Path(args.out) if args.out else default_key_path()[0]
-        private_path, public_path = generate_key(out)
+        private_path, public_path = generate_key(Path(args.out) if args.out else default_key_path()[0])
     except (KeyFileError, OSError) as exc:
         said = "" if isinstance(exc, (FileExistsError, KeyFileError)) else "cannot write the key: "
         print(f"reportgen.trust.keys: {said}{exc}", file=sys.stderr)

@@ -28,10 +28,7 @@ class LaunchError(Exception):
 
 
 def launch_record(sweep_dir: str | Path) -> dict[str, Any]:
-    """The jobs a sweep's launch made, re-derived from its ``multirun.yaml`` as Hydra does.
-
-    Args:
-        sweep_dir: ``hydra.sweep.dir``.
+    """The jobs a sweep's launch made, re-derived from its ``multirun.yaml`` (in ``hydra.sweep.dir``) as Hydra does.
 
     Returns:
         ``{"file", "sha256", "sweeper", "swept": {key: [values]}, "job_count", "jobs": [{"job",

@@ -17,8 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import reportgen
-from reportgen.trust.sources import is_library_file, library_roots
+from reportgen.trust.sources import PACKAGE_DIR, is_library_file, library_roots
 
 #: The collectors open right now (nested uses each get every read).
 _ACTIVE: list[set[str]] = []
@@ -67,8 +66,7 @@ def opened_files(ignore: tuple[Path, ...] = ()) -> Iterator[list[Path]]:
     finally:
         _ACTIVE.remove(seen)
         roots = library_roots()
-        package = Path(reportgen.__file__).resolve().parent
-        skipped = tuple(Path(p).resolve() for p in (*SKIPPED_ROOTS, package, *ignore))
+        skipped = tuple(Path(p).resolve() for p in (*SKIPPED_ROOTS, PACKAGE_DIR, *ignore))
         paths = set()
         for name in seen:
             try:

@@ -128,14 +128,8 @@ def sign_pdf(unsigned: bytes, envelope: bytes, key: SigningKey, reason: str) -> 
     The result starts with ``unsigned`` byte for byte; the signature's /ByteRange covers
     the whole file except its own /Contents.
 
-    Args:
-        unsigned: the PDF/A-3b from ``render.write_pdf``.
-        envelope: statement.dsse.json bytes, attached as ``statement.dsse.json``.
-        key: the signing key.
-        reason: the signature's /Reason (shown by PDF viewers).
-
-    Returns:
-        The signed PDF, bytes.
+    ``unsigned`` is the PDF/A-3b from ``render.write_pdf``; ``envelope`` the statement.dsse.json bytes, attached
+    as ``statement.dsse.json``; ``reason`` the signature's /Reason (shown by PDF viewers). Returns the signed PDF.
 
     Raises:
         pyhanko.pdf_utils.misc.PdfError: ``unsigned`` is not a PDF pyHanko can update.

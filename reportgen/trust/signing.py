@@ -1,9 +1,8 @@
 """Sign a document: an in-toto statement in a DSSE envelope, and a PAdES signature on its PDF.
 
-:func:`sign` is the one path for runs (:func:`sign_run`), sweep summaries and comparisons
-(:func:`sign_document`); ``reportgen.verify`` checks what it writes, in the order written here. The parts:
-``documents`` (file names), ``keys`` (the key), ``statement`` (statement, predicate, envelope) and
-``pades`` (the signed PDF).
+:func:`sign` is the one path for runs (:func:`sign_run`), sweep summaries and comparisons; ``reportgen.verify``
+checks what it writes, in the order written here. The parts: ``documents`` (file names), ``keys`` (the key),
+``statement`` (statement, predicate, envelope) and ``pades`` (the signed PDF).
 """
 
 from __future__ import annotations
@@ -53,7 +52,12 @@ def sign(
     if key is None:
         return {}
     out_dir = Path(out_dir)
-    pdf, unsigned = set_aside_unsigned(out_dir / doc.pdf, out_dir / doc.unsigned)
+    pdf, unsigned = out_dir / doc.pdf, out_dir / doc.unsigned
+    if pdf.exists():  # the rendered PDF is set aside as ``doc.unsigned``, a statement subject
+        if unsigned.exists():
+            raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
+        os.replace(pdf, unsigned)
+        record_written(unsigned)
     if subjects is not None:
         named = {*subjects, *([unsigned.name] if unsigned.exists() else [])}
         subjects = [n for n in sorted(named) if (out_dir / n).is_file()]
@@ -79,38 +83,3 @@ def sign_run(
     predicate = claim_predicate(frame, meta, verdict, required)
     reason = f"reportgen activation-recomputation report; claim verdict {verdict}"
     return sign(out_dir, RUN_DOCUMENT, predicate, key, reason)
-
-
-def sign_document(
-    out_dir: Path,
-    stem: str,
-    subjects: Iterable[str],
-    predicate: dict,
-    predicate_type: str,
-    key: SigningKey | None,
-    reason: str,
-) -> dict[str, Path]:
-    """Sign a document made from several runs (a sweep summary, a comparison) like a run:
-    :func:`sign` with ``DocumentSpec.named(stem, predicate_type)`` (``<stem>.pdf``, ``<stem>.unsigned.pdf``,
-    ``<stem>.dsse.json``), ``stem`` a file-name stem such as ``"summary"``, ``predicate_type`` the URI naming
-    what the predicate means, ``subjects`` typically the document's own files plus every job's
-    ``statement.dsse.json``; the other arguments, what it returns and raises as for :func:`sign`.
-    """
-    return sign(out_dir, DocumentSpec.named(stem, predicate_type), predicate, key, reason, subjects)
-
-
-def set_aside_unsigned(pdf: Path, unsigned: Path) -> tuple[Path, Path]:
-    """Rename the rendered ``pdf`` to ``unsigned`` (a statement subject) before signing.
-
-    Returns:
-        ``(pdf, unsigned)``, for the signed PDF to be written at ``pdf``.
-
-    Raises:
-        FileExistsError: ``unsigned`` exists already (outputs never overwrite a run).
-    """
-    if pdf.exists():
-        if unsigned.exists():
-            raise FileExistsError(f"{unsigned} exists already; reportgen never overwrites an earlier run")
-        os.replace(pdf, unsigned)
-        record_written(unsigned)
-    return pdf, unsigned

@@ -14,7 +14,6 @@ are covered by their versions, not their files.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import site
@@ -24,7 +23,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from reportgen.files import sha256_file, special_kind
+from reportgen.files import sha256_bytes, sha256_file, special_kind
 
 #: reportgen's own package folder (left out of the user sources; hashed as a whole).
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # reportgen/, this module being reportgen/trust/sources.py
@@ -36,8 +35,7 @@ GIT_TIMEOUT_S = 10
 
 def canonical_sha256(value) -> str:
     """Hex SHA-256 of ``value`` as canonical JSON (sorted keys, no spaces; non-JSON values by ``str``)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_bytes(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str))
 
 
 def library_roots() -> tuple[Path, ...]:
@@ -83,15 +81,9 @@ _NOT_USER_FILES: set[str] = set()
 
 
 def user_source_files(modules: dict | None = None) -> list[Path]:
-    """Source files of every loaded module outside the standard library, site-packages and reportgen.
-
-    Args:
-        modules: the module table to read (default ``sys.modules``, read after the model and
-            task were built so that everything they imported is in it).
-
-    Returns:
-        Resolved paths, sorted, without duplicates.
-    """
+    """Source files of every loaded module of ``modules`` (default ``sys.modules``, read after the model and task
+    were built so that everything they imported is in it) outside the standard library, site-packages and
+    reportgen: resolved paths, sorted, without duplicates."""
     roots = library_roots()
     files = set()
     for module in list((sys.modules if modules is None else modules).values()):

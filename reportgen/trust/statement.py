@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.files import sha256_file
 from reportgen.results import Kind, check_summary
+from reportgen.results.frame import plain_value
 from reportgen.results.role import every_role
 from reportgen.trust.documents import ENVELOPE_NAME, PAYLOAD_TYPE, PDF_NAME, PREDICATE_TYPE, STATEMENT_TYPE
 from reportgen.trust.keys import SigningKey, fingerprint
@@ -65,17 +66,6 @@ def decimal_string(value: Any) -> str | None:
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return np.format_float_positional(value, unique=True, trim="-")
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars → Python, NaN → None (the statement is strict JSON)."""
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
-    return value
 
 
 def row_tolerances(frame: pd.DataFrame) -> dict:
@@ -153,7 +143,7 @@ def claim_predicate(frame: pd.DataFrame, meta: dict, verdict: str, required: Ite
             **row_tolerances(frame),
         },
         "costs": costs,
-        "environment": {k: _plain(v) for k, v in meta["environment"].items()},
+        "environment": {k: plain_value(v) for k, v in meta["environment"].items()},
         "created": meta["created"],
         "command": meta["command"],
         "signer": {"publicKeySha256": meta.get("signature", "").removeprefix("sha256:")},
@@ -182,11 +172,6 @@ def build_statement(
     names = run_files(out_dir) if names is None else names
     subjects = [{"name": name, "digest": {"sha256": sha256_file(Path(out_dir) / name)}} for name in names]
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": predicate_type, "predicate": predicate}
-
-
-def canonical_json(data: Any) -> bytes:
-    """Sorted keys, no spaces, ASCII only: one byte string per value (the DSSE payload)."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
 def envelope_file_bytes(envelope: dict) -> bytes:
@@ -218,7 +203,9 @@ def sign_statement(statement: dict, key: SigningKey) -> bytes:
     from securesystemslib.dsse import Envelope
     from securesystemslib.signer import CryptoSigner
 
-    envelope = Envelope(canonical_json(statement), PAYLOAD_TYPE, {})
+    # the payload: canonical JSON (sorted keys, no spaces, ASCII only), one byte string per statement
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    envelope = Envelope(payload.encode(), PAYLOAD_TYPE, {})
     envelope.sign(CryptoSigner(key.private_key, sslib_public_key(key.public_key)))
     return envelope_file_bytes(envelope.to_dict())
 

@@ -91,7 +91,7 @@ def take(
 
     ``clone=False`` takes a view: the snapshot holds the twin's own tensors, no second copy of its
     training state. Use it when the twin is discarded (or compared) before it changes again."""
-    keep = (lambda t: t.detach().clone()) if clone else (lambda t: t.detach())  # noqa: E731
+    keep = (lambda t: t.detach().clone()) if clone else (lambda t: t.detach())
     names = {p: plain_name(n) for n, p in model.named_parameters()}
     opt_state = {
         f"{names[p]}.{k}": keep(v if torch.is_tensor(v) else torch.tensor(v))
@@ -112,7 +112,7 @@ def take(
 def grads_of(model: nn.Module, clone: bool = True) -> dict[str, torch.Tensor | None]:
     """``{plain parameter name: gradient or None}`` of every trainable parameter (``clone=False``: the model's
     own ``.grad`` tensors, detached, no second copy)."""
-    keep = (lambda g: g.detach().clone()) if clone else (lambda g: g.detach())  # noqa: E731
+    keep = (lambda g: g.detach().clone()) if clone else (lambda g: g.detach())
     return {
         plain_name(n): (keep(p.grad) if p.grad is not None else None)
         for n, p in model.named_parameters()

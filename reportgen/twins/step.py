@@ -56,6 +56,11 @@ class TrainingStep:
         loss.backward()
         return loss.detach()
 
+    def forwards(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """What counting saved activations runs (:func:`reportgen.memory.saved.saved_activation_bytes`): the step's
+        forward and loss, no backward, so what autograd keeps is alive when counted. Returns the loss (its graph)."""
+        return self.forward_loss(model, batch)[1]
+
     def make_optimizer(self, optimizer_cfg: Any, model: nn.Module) -> torch.optim.Optimizer:
         """``optimizer_cfg`` (a ``_target_`` node) instantiated over the trainable parameters."""
         return instantiate(optimizer_cfg, params=[p for p in model.parameters() if p.requires_grad])
@@ -114,6 +119,11 @@ class UserStep(TrainingStep):
             f"task.forward_backward(model, batch) returned {said}, not the step's loss: return one number or a "
             "one-element tensor (e.g. the mean of the micro-batches' losses), after calling backward yourself"
         )
+
+    def forwards(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The task's ``forward_backward`` whole (else reportgen's forward and loss): every forward of the step is
+        counted as it saves, summed (its backward frees what one micro-batch kept before the next runs)."""
+        return super().forwards(model, batch) if self.sees_outputs else self.forward_backward(model, batch)
 
     def make_optimizer(self, optimizer_cfg: Any, model: nn.Module) -> torch.optim.Optimizer:
         """The task's ``make_optimizer(params)`` over the trainable parameters (else reportgen's).

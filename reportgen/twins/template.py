@@ -139,7 +139,7 @@ def on_host(kept: Kept) -> Kept:
     leaves = [t for f in dataclasses.fields(kept) for t in tree_leaves(getattr(kept, f.name))]
     if all(not isinstance(t, Tensor) or t.device.type == "cpu" for t in leaves):
         return kept
-    host = lambda t: t.to("cpu") if isinstance(t, Tensor) else t  # noqa: E731
+    host = lambda t: t.to("cpu") if isinstance(t, Tensor) else t
     return dataclasses.replace(
         kept, **{f.name: tree_map(host, getattr(kept, f.name)) for f in dataclasses.fields(kept)}
     )

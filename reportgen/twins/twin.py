@@ -7,6 +7,7 @@ detector controls, the memory and time checks) keeps its own iteration and calls
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,3 +166,14 @@ class TrainStep:
     def __call__(self) -> None:
         self.twin.step(self.batch, self.forward_seed, rng=False)
         self.twin.optimizer.zero_grad(set_to_none=True)
+
+
+def timed(step: Callable[[], None], device: torch.device) -> float:
+    """Wall time of one call of ``step``, ms, synchronized on both sides on CUDA."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3

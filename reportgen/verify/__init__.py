@@ -142,13 +142,10 @@ def mixed_kinds(folder: Path, found: list[Document]) -> Check:
 
 
 def verify_target(target: Path, public_key: ec.EllipticCurvePublicKey, expect: str | None = None) -> Outcome:
-    """Verify a run, sweep or comparison, as a folder or a lone PDF.
+    """Verify a run, sweep or comparison, as a folder or a lone PDF, with the reviewer's ``--key``.
 
-    Args:
-        target: the folder or PDF.
-        public_key: the reviewer's ``--key``.
-        expect: ``--expect``: ``"run"``, ``"sweep"`` or ``"comparison"``; any other kind found
-            (from the verified statement's predicate type) fails.
+    ``expect`` is ``--expect``: ``"run"``, ``"sweep"`` or ``"comparison"``; any other kind found (from the
+    verified statement's predicate type) fails.
 
     Raises:
         FileNotFoundError: ``target`` does not exist.

@@ -14,26 +14,19 @@ from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from reportgen.files import special_kind
+from reportgen.files import sha256_bytes, sha256_file, special_kind
 from reportgen.trust.attachments import read_attachments
 from reportgen.trust.documents import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, DocumentSpec
 from reportgen.trust.keys import fingerprint
 from reportgen.trust.statement import decode_b64, envelope_file_bytes, sslib_public_key
-from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, sha256_hex, short_digest
+from reportgen.verify.outcome import FAIL, NOTE, PASS, Check, VerifyError, attempt, require, short_digest
 from reportgen.verify.pdf import check_pdf, first_revision_digests
 
 
 def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, doc: Document) -> tuple[list[Check], dict | None]:
-    """Checks 4-5: the envelope's layout and signature, and the statement's shape.
-
-    Args:
-        raw: the envelope file's bytes.
-        public_key: the reviewer's ``--key``.
-        doc: the kind of document expected (its ``predicate_type`` and ``check_predicate``).
-
-    Returns:
-        The checks and the statement (``None`` unless the signature verified).
-    """
+    """Checks 4-5 of the envelope file's bytes ``raw``: its layout and signature by the reviewer's ``--key``, and
+    the statement's shape for the kind of document ``doc`` (its ``predicate_type`` and ``check_predicate``).
+    Returns the checks and the statement (``None`` unless the signature verified)."""
     from securesystemslib.dsse import Envelope
 
     state: dict = {}
@@ -91,8 +84,7 @@ def check_envelope(raw: bytes, public_key: ec.EllipticCurvePublicKey, doc: Docum
         state["statement"] = data
         return f"in-toto Statement v1, {len(subjects)} subjects, {detail}"
 
-    checks = [attempt("envelope signature", signature), attempt("statement", statement)]
-    return checks, state.get("statement")
+    return [attempt("envelope signature", signature), attempt("statement", statement)], state.get("statement")
 
 
 def subject_digests(statement: dict) -> dict[str, str]:
@@ -107,12 +99,8 @@ def safe_relative(name: str) -> bool:
 
 
 def check_subjects(folder: Path, digests: dict[str, str]) -> list[Check]:
-    """One check per statement subject: it stays inside ``folder``, exists, and has its digest.
-
-    Args:
-        folder: the run, sweep or comparison folder the subject names are relative to.
-        digests: ``{subject name: sha256 hex}`` (:func:`subject_digests`).
-    """
+    """One check per statement subject of ``digests`` (:func:`subject_digests`): it stays inside ``folder`` (the run,
+    sweep or comparison folder its name is relative to), exists, and has its digest."""
     checks = []
     for name, digest in sorted(digests.items()):
 
@@ -125,7 +113,7 @@ def check_subjects(folder: Path, digests: dict[str, str]) -> list[Check]:
             )
             require(special_kind(path) is None, f"{special_kind(path)}, not a regular file")
             require(path.is_file(), "missing")
-            require(sha256_hex(path.read_bytes()) == digest, "sha256 differs from the statement: the file was changed")
+            require(sha256_file(path) == digest, "sha256 differs from the statement: the file was changed")
             return short_digest(digest)
 
         checks.append(attempt(f"subject {name}", subject))
@@ -148,18 +136,10 @@ def peek_predicate_type(envelope: bytes) -> str | None:
 def unlisted_files(
     run_dir: Path, listed, own: tuple[str, ...] = ("report.pdf", ENVELOPE_NAME)
 ) -> list[tuple[str, str]]:
-    """Everything in a run folder that the statement does not list, logs and dotfiles included, but
-    ``own``; symbolic links are named and never followed.
-
-    Args:
-        run_dir: the run folder.
-        listed: the statement's subject names.
-        own: the signed outputs themselves, checked on their own (PDF and envelope).
-
-    Returns:
-        ``(relative POSIX path, kind prefix)`` pairs, sorted; the prefix is ``""`` for a
-        regular file, else e.g. ``"a symbolic link, "``.
-    """
+    """Everything in the folder ``run_dir`` that the statement's subject names ``listed`` do not list, logs and
+    dotfiles included, but ``own`` (the signed outputs themselves, PDF and envelope, checked on their own); symbolic
+    links are named and never followed. Returns ``(relative POSIX path, kind prefix)`` pairs, sorted; the prefix is
+    ``""`` for a regular file, else e.g. ``"a symbolic link, "``."""
     out = []
     for dirpath, dirnames, filenames in os.walk(run_dir, followlinks=False):
         base = Path(dirpath)
@@ -238,7 +218,7 @@ def verify_signed_pdf(pdf: bytes, public_key: ec.EllipticCurvePublicKey, doc: Do
 
     def attached_data() -> str:
         require(doc.data in digests, f"the statement has no {doc.data} subject")
-        require(sha256_hex(data) == digests[doc.data], f"the attached {doc.data} is not the signed one")
+        require(sha256_bytes(data) == digests[doc.data], f"the attached {doc.data} is not the signed one")
         return f"attached in the PDF, {short_digest(digests[doc.data])}"
 
     def pages() -> str:
@@ -280,18 +260,10 @@ def _why_unsigned(folder: Path, doc: Document) -> str:
 def verify_document_dir(
     folder: Path, public_key: ec.EllipticCurvePublicKey, doc: Document, note_unlisted: bool = True
 ) -> Verified:
-    """A folder holding a signed document of kind ``doc``: its PDF (when there is one), the
-    envelope on disk (the one attached in the PDF), and every subject's digest.
-
-    Args:
-        folder: the run, sweep or comparison folder.
-        public_key: the reviewer's ``--key``.
-        doc: the kind of document.
-        note_unlisted: add a NOTE per file the statement does not list.
-
-    Returns:
-        The checks; ``data`` holds the data file's bytes when the statement vouches for them.
-    """
+    """A folder (run, sweep or comparison) holding a signed document of kind ``doc``, checked with the reviewer's
+    ``--key``: its PDF (when there is one), the envelope on disk (the one attached in the PDF), and every subject's
+    digest; ``note_unlisted`` adds a NOTE per file the statement does not list. The result's ``data`` holds the
+    data file's bytes when the statement vouches for them."""
     folder = Path(folder)
     envelope_path, pdf_path = folder / doc.envelope, folder / doc.pdf
     if not envelope_path.is_file():

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from reportgen.compare.derive import COMPARE_PREDICATE_TYPE, compare, comparison_frame, load_side
+from reportgen.compare.derive import COMPARE_DOCUMENT, compare, comparison_frame, load_side
+from reportgen.files import sha256_bytes, sha256_file
 from reportgen.results import frame_to_json
-from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME, DocumentSpec
+from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME
 from reportgen.verify.common import (
     Document,
     Verified,
@@ -29,7 +30,7 @@ from reportgen.verify.common import (
     verify_document_dir,
     verify_lone_pdf,
 )
-from reportgen.verify.outcome import FAIL, Check, attempt, of_type, present, require, sha256_hex
+from reportgen.verify.outcome import FAIL, Check, attempt, of_type, present, require
 from reportgen.verify.run import RUN, check_verdict
 
 
@@ -49,9 +50,7 @@ def check_comparison_predicate(predicate: dict) -> str:
 
 
 #: A comparison: compare.pdf over compare.json.
-COMPARISON = Document.of(
-    "comparison", DocumentSpec.named("compare", COMPARE_PREDICATE_TYPE), check_comparison_predicate
-)
+COMPARISON = Document.of("comparison", COMPARE_DOCUMENT, check_comparison_predicate)
 
 
 def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey) -> Check:
@@ -60,7 +59,7 @@ def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey)
     def run() -> str:
         where = folder / side["dir"]
         raw = (where / ENVELOPE_NAME).read_bytes()
-        require(sha256_hex(raw) == side["statement_sha256"], "its statement is not the one the comparison names")
+        require(sha256_bytes(raw) == side["statement_sha256"], "its statement is not the one the comparison names")
         checks, statement = check_envelope(raw, public_key, RUN)
         failed = [c for c in checks if c.status == FAIL]
         unverified = f"its statement does not verify: {failed[0].line if failed else ''}"
@@ -70,7 +69,7 @@ def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey)
         for name in (RESULTS_NAME, ".hydra/config.yaml"):
             if (where / name).is_file():
                 require(
-                    digests.get(name) == sha256_hex((where / name).read_bytes()),
+                    digests.get(name) == sha256_file(where / name),
                     f"its {name} is not the one its statement vouches for",
                 )
         verdict = check_verdict(statement, (where / RESULTS_NAME).read_bytes())
@@ -80,25 +79,19 @@ def _check_side(folder: Path, side: dict, public_key: ec.EllipticCurvePublicKey)
     return attempt(f"{side['label']} run", run)
 
 
-def _check_rederived(folder: Path, predicate: dict, data: bytes | None) -> Check:
+def _rederived(folder: Path, predicate: dict, data: bytes | None) -> str:
     """The comparison re-derived from the two copied runs equals the signed compare.json."""
-
-    def rederive() -> str:
-        require(data is not None, "not checked: no signed compare.json")
-        base, new = (load_side(s["label"], folder / s["dir"]) for s in predicate["inputs"])
-        base.verified = new.verified = True  # each was just verified above
-        limits = predicate["limits"]
-        result = compare(base, new, limits["max_overhead_increase_pp"], limits["max_saving_decrease_pp"])
-        require(
-            frame_to_json(comparison_frame(result)).encode() == data, "compare.json does not follow from the two runs"
-        )
-        require(
-            result["outcome"] == predicate["outcome"],
-            f"the statement says NEW {predicate['outcome']}, the runs give {result['outcome']}",
-        )
-        return f"compare.json = re-derived from both runs; NEW {result['outcome']}"
-
-    return attempt("comparison from runs", rederive)
+    require(data is not None, "not checked: no signed compare.json")
+    base, new = (load_side(s["label"], folder / s["dir"]) for s in predicate["inputs"])
+    base.verified = new.verified = True  # each was just verified above
+    limits = predicate["limits"]
+    result = compare(base, new, limits["max_overhead_increase_pp"], limits["max_saving_decrease_pp"])
+    require(frame_to_json(comparison_frame(result)).encode() == data, "compare.json does not follow from the two runs")
+    require(
+        result["outcome"] == predicate["outcome"],
+        f"the statement says NEW {predicate['outcome']}, the runs give {result['outcome']}",
+    )
+    return f"compare.json = re-derived from both runs; NEW {result['outcome']}"
 
 
 def verify_comparison(folder: Path, public_key: ec.EllipticCurvePublicKey) -> Verified:
@@ -110,7 +103,7 @@ def verify_comparison(folder: Path, public_key: ec.EllipticCurvePublicKey) -> Ve
     sides = [_check_side(Path(folder), side, public_key) for side in predicate["inputs"]]
     found.checks += sides
     if all(c.status != FAIL for c in sides):
-        found.checks.append(_check_rederived(Path(folder), predicate, found.data))
+        found.checks.append(attempt("comparison from runs", lambda: _rederived(Path(folder), predicate, found.data)))
     else:
         found.checks.append(Check(FAIL, "comparison from runs", "not checked: a run does not verify"))
     return found

@@ -3,7 +3,6 @@ lines with (the lowest module of the package)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,8 +27,7 @@ class Check:
         detail = " ".join(self.detail.split())
         if not detail:
             return f"{self.status} {self.name}"
-        separator = f": {detail}" if self.status == FAIL else f" ({detail})"
-        return f"{self.status} {self.name}{separator}"
+        return f"{self.status} {self.name}" + (f": {detail}" if self.status == FAIL else f" ({detail})")
 
 
 def short_digest(hex_digest: str) -> str:
@@ -77,8 +75,3 @@ def of_type(value: object, kind: type[T], message: str) -> T:
     if not isinstance(value, kind):
         raise VerifyError(message)
     return value
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of bytes, hex."""
-    return hashlib.sha256(data).hexdigest()

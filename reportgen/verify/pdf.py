@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from reportgen.files import sha256_bytes
 from reportgen.trust.attachments import embedded_files
-from reportgen.trust.documents import ENVELOPE_NAME
 from reportgen.trust.keys import fingerprint
-from reportgen.verify.outcome import Check, VerifyError, attempt, require, sha256_hex, short_digest
+from reportgen.verify.outcome import Check, VerifyError, attempt, require, short_digest
 
 
 @dataclass
@@ -147,20 +147,13 @@ def _check_cms(contents: bytes) -> str:
     return "CMS layout as signed"
 
 
-def check_pdf(
-    data: bytes, public_key: ec.EllipticCurvePublicKey, required: tuple[str, ...] = ("results.json", ENVELOPE_NAME)
-) -> PdfEvidence:
+def check_pdf(data: bytes, public_key: ec.EllipticCurvePublicKey, required: tuple[str, ...]) -> PdfEvidence:
     """Checks 1-3 of a signed PDF (``reportgen.verify``): one whole-file PAdES signature by
     ``--key``, and the attachments the rest of the checks need.
 
-    Args:
-        data: the PDF file.
-        public_key: the reviewer's ``--key``.
-        required: attachments that must be present (a run's report.pdf: results.json and the
-            envelope; a sweep's summary.pdf: summary.json and the envelope).
-
-    Returns:
-        The evidence; ``attachments`` is empty when the PDF could not be read.
+    ``required``: the attachments that must be present (a run's report.pdf: results.json and the envelope; a
+    sweep's summary.pdf: summary.json and the envelope). The evidence's ``attachments`` is empty when the PDF
+    could not be read.
     """
     from pyhanko.pdf_utils.reader import PdfFileReader
     from pyhanko.sign.validation import validate_pdf_signature
@@ -183,8 +176,7 @@ def check_pdf(
     signature = state["signature"]
 
     def pades() -> str:
-        cert = signature.signer_cert
-        context = ValidationContext(trust_roots=[cert], allow_fetching=False)
+        context = ValidationContext(trust_roots=[signature.signer_cert], allow_fetching=False)
         status = validate_pdf_signature(signature, context)
         require(status.intact, "the signed bytes were changed (digest mismatch)")
         require(status.valid, "the CMS signature does not verify")
@@ -201,8 +193,7 @@ def check_pdf(
     def signer() -> str:
         from cryptography import x509
 
-        cert = x509.load_der_x509_certificate(signature.signer_cert.dump())
-        key = cert.public_key()
+        key = x509.load_der_x509_certificate(signature.signer_cert.dump()).public_key()
         if not isinstance(key, ec.EllipticCurvePublicKey):  # an abstract class: of_type cannot name it for mypy
             raise VerifyError(f"the certificate's key is {type(key).__name__}, not an ECDSA key")
         signed_by = fingerprint(key)  # SHA-256 of the DER SubjectPublicKeyInfo
@@ -231,6 +222,6 @@ def first_revision_digests(data: bytes) -> set[str]:
     digests, start = set(), 0
     while (at := data.find(b"%%EOF", start)) >= 0:
         for end in (at + 5, at + 6, at + 7):
-            digests.add(sha256_hex(data[:end]))
+            digests.add(sha256_bytes(data[:end]))
         start = at + 5
     return digests

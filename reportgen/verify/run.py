@@ -8,6 +8,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reportgen.checks import flagged_names, roles_of
 from reportgen.ci.verdict import VERDICT_NAME
+from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Kind, Role, Status, claim_verdict, frame_from_json, judge_record, results_csv
 from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.trust.statement import row_tolerances
@@ -97,39 +98,27 @@ def _listed(entries: list[dict]) -> str:
     return ", ".join(" ".join(f"{k}={e[k]}" for k in sorted(e)) for e in entries) or "none"
 
 
-def check_tolerances(predicate: dict, frame) -> Check:
+def check_tolerances(predicate: dict, frame) -> str:
     """The statement's tolerances are the rows': ``used`` and ``thresholds`` re-derived from the signed
     results.json (``reportgen.trust.statement.row_tolerances``), and its ``rtol``/``atol`` (page 1's) a pair used."""
-
-    def same() -> str:
-        stated, derived = predicate.get("tolerances") or {}, row_tolerances(frame)
-        for key, want in derived.items():
-            if key == "used" and key not in stated:  # signed before statements listed them: the pair below still is
-                continue
-            got = stated.get(key) or []
-            extra, missing = [e for e in got if e not in want], [e for e in want if e not in got]
-            require(
-                got == want, f"tolerances.{key}: the statement says {_listed(extra)}, results.json {_listed(missing)}"
-            )
-        headline = {"rtol": stated.get("rtol"), "atol": stated.get("atol")}
-        pairs = [{"rtol": u["rtol"], "atol": u["atol"]} for u in derived["used"]]
-        require(
-            not pairs or headline in pairs, f"the statement's {_listed([headline])} is no pair the parity rows used"
-        )
-        return f"the parity rows of results.json used {_listed(derived['used'])}, as the statement says"
-
-    return attempt("tolerances", same)
+    stated, derived = predicate.get("tolerances") or {}, row_tolerances(frame)
+    for key, want in derived.items():
+        if key == "used" and key not in stated:  # signed before statements listed them: the pair below still is
+            continue
+        got = stated.get(key) or []
+        extra, missing = [e for e in got if e not in want], [e for e in want if e not in got]
+        require(got == want, f"tolerances.{key}: the statement says {_listed(extra)}, results.json {_listed(missing)}")
+    headline = {"rtol": stated.get("rtol"), "atol": stated.get("atol")}
+    pairs = [{"rtol": u["rtol"], "atol": u["atol"]} for u in derived["used"]]
+    require(not pairs or headline in pairs, f"the statement's {_listed([headline])} is no pair the parity rows used")
+    return f"the parity rows of results.json used {_listed(derived['used'])}, as the statement says"
 
 
-def check_csv(path: Path, frame) -> Check:
+def check_csv(path: Path, frame) -> str:
     """results.csv holds exactly results.json's rows (the CSV pandas writes of the signed frame, byte for
     byte): a signed CSV can never say other than the signed JSON it sits beside."""
-
-    def same() -> str:
-        require(path.read_text() == results_csv(frame), "results.csv is not the rows of results.json")
-        return f"the {len(frame)} rows of results.json, byte for byte"
-
-    return attempt("results.csv", same)
+    require(path.read_text() == results_csv(frame), "results.csv is not the rows of results.json")
+    return f"the {len(frame)} rows of results.json, byte for byte"
 
 
 def check_run_predicate(predicate: dict) -> str:
@@ -161,13 +150,14 @@ def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
         frame = frame_from_json(found.data.decode())
     except ValueError:
         return found.checks + checks
-    checks.append(check_claim(found.statement["predicate"], frame))
-    checks.append(check_tolerances(found.statement["predicate"], frame))
+    predicate = found.statement["predicate"]
+    checks.append(attempt(RELEASE_CLAIM, lambda: check_claim(predicate, frame)))
+    checks.append(attempt("tolerances", lambda: check_tolerances(predicate, frame)))
     if folder is not None and (folder / "results.csv").is_file():
-        checks.append(check_csv(folder / "results.csv", frame))
+        checks.append(attempt("results.csv", lambda: check_csv(folder / "results.csv", frame)))
     if folder is not None:
         found.checks = [c for c in found.checks if c.name != f"not covered: {VERDICT_NAME}"]
-        checks += [c for c in [check_verdict_file(folder, found.statement["predicate"], frame)] if c is not None]
+        checks += [c for c in [check_verdict_file(folder, predicate, frame)] if c is not None]
     return found.checks + checks
 
 

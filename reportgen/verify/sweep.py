@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from reportgen.files import sha256_file
 from reportgen.results import frame_to_json
 from reportgen.sweep import INCOMPLETE_MARK, SUMMARY_DOCUMENT, VERDICT_BY_CODE, job_dirs, load_jobs, summary_frame
 from reportgen.trust.documents import ENVELOPE_NAME
@@ -38,7 +39,7 @@ from reportgen.verify.common import (
     verify_document_dir,
     verify_lone_pdf,
 )
-from reportgen.verify.outcome import FAIL, NOTE, Check, attempt, of_type, present, require, sha256_hex
+from reportgen.verify.outcome import FAIL, NOTE, Check, attempt, of_type, present, require
 from reportgen.verify.run import verify_run
 
 
@@ -81,7 +82,7 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
         failed = [c for c in found.checks if c.status == FAIL]
         require(not failed, f"its run does not verify: {failed[0].line if failed else ''}")
         require(
-            sha256_hex((folder / ENVELOPE_NAME).read_bytes()) == job["statement_sha256"],
+            sha256_file(folder / ENVELOPE_NAME) == job["statement_sha256"],
             "its statement is not the one the summary lists (a swapped or replaced job)",
         )
         statement = present(found.statement, "its run has no verified statement")
@@ -98,17 +99,13 @@ def _check_job(sweep_dir: Path, job: dict, public_key: ec.EllipticCurvePublicKey
     return attempt(name, run)
 
 
-def _check_folders(sweep_dir: Path, jobs: list[dict]) -> Check:
+def _job_folders(sweep_dir: Path, jobs: list[dict]) -> str:
     """Every job folder on disk is listed in the signed summary (an added job would be unvouched for)."""
-
-    def folders() -> str:
-        listed = {job["dir"] for job in jobs}
-        on_disk = {p.relative_to(sweep_dir).as_posix() for p in job_dirs(sweep_dir)}
-        extra = sorted(on_disk - listed)
-        require(not extra, f"job folder(s) {', '.join(extra)} are not in the signed summary")
-        return f"{len(on_disk)} job folders, each listed"
-
-    return attempt("job folders", folders)
+    listed = {job["dir"] for job in jobs}
+    on_disk = {p.relative_to(sweep_dir).as_posix() for p in job_dirs(sweep_dir)}
+    extra = sorted(on_disk - listed)
+    require(not extra, f"job folder(s) {', '.join(extra)} are not in the signed summary")
+    return f"{len(on_disk)} job folders, each listed"
 
 
 def _not_covered(sweep_dir: Path, digests: dict, jobs: list[dict]) -> list[Check]:
@@ -133,36 +130,28 @@ def _not_covered(sweep_dir: Path, digests: dict, jobs: list[dict]) -> list[Check
     ]
 
 
-def _check_launch(sweep_dir: Path, predicate: dict, digests: dict, entries: list[dict]) -> Check:
+def _launch(sweep_dir: Path, predicate: dict, digests: dict, entries: list[dict]) -> str:
     """The signed multirun.yaml re-derives the signed launch, and the listed jobs are exactly its jobs."""
-
-    def launch() -> str:
-        require(LAUNCH_FILE in digests, f"the statement does not cover {LAUNCH_FILE}, Hydra's record of the launch")
-        record = launch_record(sweep_dir)
-        require(record["sha256"] == digests[LAUNCH_FILE], f"{LAUNCH_FILE} is not the signed one")
-        require(record == predicate["launch"], f"the signed launch does not follow from {LAUNCH_FILE}")
-        differences = launch_differences(record, entries)
-        require(not differences, "; ".join(differences))
-        swept = ", ".join(f"{k} ({len(v)} values)" for k, v in record["swept"].items()) or "nothing swept"
-        return f"{record['job_count']} jobs re-derived from {LAUNCH_FILE} ({swept}), each listed once as launched"
-
-    return attempt("launch", launch)
+    require(LAUNCH_FILE in digests, f"the statement does not cover {LAUNCH_FILE}, Hydra's record of the launch")
+    record = launch_record(sweep_dir)
+    require(record["sha256"] == digests[LAUNCH_FILE], f"{LAUNCH_FILE} is not the signed one")
+    require(record == predicate["launch"], f"the signed launch does not follow from {LAUNCH_FILE}")
+    differences = launch_differences(record, entries)
+    require(not differences, "; ".join(differences))
+    swept = ", ".join(f"{k} ({len(v)} values)" for k, v in record["swept"].items()) or "nothing swept"
+    return f"{record['job_count']} jobs re-derived from {LAUNCH_FILE} ({swept}), each listed once as launched"
 
 
-def _check_rederived(sweep_dir: Path, summary: bytes | None) -> Check:
+def _rederived(sweep_dir: Path, summary: bytes | None) -> str:
     """The summary re-derived from the jobs' files equals the signed summary.json."""
-
-    def rederive() -> str:
-        require(summary is not None, "not checked: no signed summary.json")
-        derived = frame_to_json(summary_frame(load_jobs(sweep_dir))).encode()
-        require(
-            derived == summary,
-            "summary.json does not follow from the jobs' signed files "
-            "(a job's outcome or results differ from what the summary states)",
-        )
-        return "summary.json = re-derived from the jobs' files"
-
-    return attempt("summary from jobs", rederive)
+    require(summary is not None, "not checked: no signed summary.json")
+    derived = frame_to_json(summary_frame(load_jobs(sweep_dir))).encode()
+    require(
+        derived == summary,
+        "summary.json does not follow from the jobs' signed files "
+        "(a job's outcome or results differ from what the summary states)",
+    )
+    return "summary.json = re-derived from the jobs' files"
 
 
 def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Verified:
@@ -174,16 +163,17 @@ def verify_sweep(sweep_dir: Path, public_key: ec.EllipticCurvePublicKey) -> Veri
         found.checks.append(Check(FAIL, "summary complete", f"{said}summarize {sweep_dir}"))
     if found.statement is None:
         return found
-    jobs = found.statement["predicate"]["jobs"]
+    predicate, digests, summary = found.statement["predicate"], subject_digests(found.statement), found.data
+    jobs = predicate["jobs"]
     entries = [{"job": j["job"], "dir": j["dir"], "overrides": j.get("overrides", [])} for j in jobs]
     found.checks += [_check_job(sweep_dir, job, public_key, entry) for job, entry in zip(jobs, entries)]
     found.checks += [
-        _check_folders(sweep_dir, jobs),
-        _check_rederived(sweep_dir, found.data),
-        _check_launch(sweep_dir, found.statement["predicate"], subject_digests(found.statement), entries),
+        attempt("job folders", lambda: _job_folders(sweep_dir, jobs)),
+        attempt("summary from jobs", lambda: _rederived(sweep_dir, summary)),
+        attempt("launch", lambda: _launch(sweep_dir, predicate, digests, entries)),
     ]
     found.checks += [note for entry in entries for note in entry.pop("notes", [])]
-    found.checks += _not_covered(sweep_dir, subject_digests(found.statement), jobs)
+    found.checks += _not_covered(sweep_dir, digests, jobs)
     return found
 
 

@@ -146,7 +146,7 @@ def test_exit_code_is_the_same_whatever_the_larger_batch_experiment_does(monkeyp
         f"verdict.required=[{GRADIENT_PARITY}]",
     )
     codes = []
-    broken = lambda setup: (_ for _ in ()).throw(RuntimeError("search failed"))  # noqa: E731
+    broken = lambda setup: (_ for _ in ()).throw(RuntimeError("search failed"))
     for i, larger in enumerate(
         [fake_larger(Status.FLAGGED, 64), fake_larger(Status.FLAGGED, 4096), lb.larger_batch_experiment]
     ):

@@ -10,10 +10,9 @@ from reportgen.checks.timing.check import interleaved_times, step_flops, warm_st
 from reportgen.checks.timing.rows import flops_row, median_rows, overhead_row
 from reportgen.commands.run import prepare
 from reportgen.config import TIME
-from reportgen.memory.saved import timed
 from reportgen.results import Role, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
-from reportgen.twins.twin import TrainStep
+from reportgen.twins.twin import TrainStep, timed
 
 
 def test_bootstrap_of_an_exact_ratio_has_a_zero_width_interval():

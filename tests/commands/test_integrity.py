@@ -28,9 +28,9 @@ from omegaconf import OmegaConf
 from reportgen.commands import cli
 from reportgen.commands.rundir import LOCK_NAME, FolderLock, run_markers
 from reportgen.commands.validation import config_problems
-from reportgen.files import output_file_mode
+from reportgen.files import atomic_write, output_file_mode
 from reportgen.report.fetcher import LocalOnlyFetcher, RefusedURL
-from reportgen.results import atomic_write, frame_from_json
+from reportgen.results import frame_from_json
 from reportgen.tasks import FunctionTask
 from reportgen.trust.keys import KeyFileError, SigningError, generate_key, load_private_key, load_signing_key
 from reportgen.twins.contract import TaskContractError, check_task_contract
@@ -199,7 +199,7 @@ def test_unlisted_files_name_logs_dotfiles_and_links(tmp_path):
 class _Hits(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         _Hits.hits.append(self.path)
         self.send_response(404)
         self.end_headers()

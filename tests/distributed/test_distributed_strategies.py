@@ -1,8 +1,8 @@
 """Every ``distributed.strategy`` (ddp, fsdp2, fsdp1, custom) runs a report to its end: ``python -m reportgen``
 on 2 CPU ranks (gloo) exits 0, with no ERROR row, a rendered page 1 that lists the strategy's settings in force
-and a signed statement. Page 1 (``run.distributed_claim``) reads ``cfg.distributed`` as a ``DictConfig`` and the
-diagnosis (``metadata.recompute_settings``) reads ``Setup.config.distributed``, the schema's dataclasses: under
-fsdp1 the latter once ended every run with exit 70 after all checks had passed."""
+and a signed statement. Page 1 (``run.distributed_claim``) and the diagnosis
+(``metadata.recompute_settings``) read ``Setup.config.distributed``, the schema's dataclasses; ``settings_in_force``
+once subscripted it and so ended every fsdp1 run with exit 70 after all checks had passed."""
 
 from __future__ import annotations
 

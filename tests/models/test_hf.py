@@ -209,7 +209,7 @@ def test_batches_are_keyword_inputs_of_the_right_shape_and_dtype(task):
 
 @pytest.mark.hf
 def test_batches_come_from_the_generator_and_the_gpt_text(task):
-    draw = lambda seed: task.make_batch(torch.Generator().manual_seed(seed), 8)  # noqa: E731
+    draw = lambda seed: task.make_batch(torch.Generator().manual_seed(seed), 8)
     (a, ya), (b, yb), (c, _) = draw(0), draw(0), draw(1)
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(ya, yb)
     assert not torch.equal(a["input_ids"], c["input_ids"])

@@ -106,7 +106,7 @@ def test_observe_whole_modules_sees_a_layer_whose_forward_is_recomputed():
     torch.manual_seed(0)
     model = nn.Sequential(Layer(), nn.Linear(4, 4), Layer())
     batch = (torch.randn(3, 4), torch.zeros(3, 4))
-    loss = lambda out, y: (out - y).square().mean()  # noqa: E731
+    loss = lambda out, y: (out - y).square().mean()
     assert observe_recompute(model, batch, loss, 0) == ["2.a", "2.b", "0.a", "0.b"]
     assert observe_recompute(model, batch, loss, 0, whole_modules=True) == ["2", "0"]  # never the root: "1" did not
 
@@ -381,7 +381,7 @@ def test_observe_whole_modules_names_a_layer_whose_trailing_dropout_is_not_run_a
     torch.manual_seed(0)
     model = nn.Sequential(Layer(), nn.Linear(4, 4), Layer(), HalfLayer())
     batch = (torch.randn(3, 4), torch.zeros(3, 4))
-    loss = lambda out, y: (out - y).square().mean()  # noqa: E731
+    loss = lambda out, y: (out - y).square().mean()
     assert "2.drop" not in observe_recompute(model, batch, loss, 0)  # the early stop: dropout never runs again
     assert observe_recompute(model, batch, loss, 0, whole_modules=True) == ["3.a", "2", "0"]
 

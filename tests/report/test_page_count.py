@@ -93,7 +93,7 @@ def layout(frame: pd.DataFrame, tmp_path: Path):
 @pytest.mark.slow
 def test_noisy_timing_adds_no_page_and_moves_nothing(tmp_path, monkeypatch):
     quiet, noisy = mlp_frame(False, monkeypatch), mlp_frame(True, monkeypatch)
-    statuses = lambda f: set(f[f.role.isin([Role.OVERHEAD_CI, Role.LOAD])].status)  # noqa: E731
+    statuses = lambda f: set(f[f.role.isin([Role.OVERHEAD_CI, Role.LOAD])].status)
     assert statuses(quiet) == {Status.PASS} and statuses(noisy) == {Status.WARN}  # the two frames really differ
     assert claim_verdict(noisy, required_names(None)) == Status.PASS
     assert set(quiet[quiet.check == CONTROLS].status) == {Status.PASS, Status.INFO}  # the controls' page share too

@@ -5,7 +5,8 @@ from conftest import small_setup
 from rows import judged_row, raised_row
 
 from reportgen.checks.base.run import Run
-from reportgen.results import Row, atomic_write, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
+from reportgen.files import atomic_write
+from reportgen.results import Row, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
 
 REQ = ["gradient parity", "state parity"]
 

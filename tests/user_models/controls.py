@@ -67,3 +67,25 @@ def zero_grads(model, optimizer):
     for p in model.parameters():
         if p.grad is not None:
             p.grad.zero_()
+
+
+class QuantizedBlock(nn.Module):
+    """``Linear`` whose output passes a quantisation-aware-training observer (``torch.ao`` ``FakeQuantize``, observer
+    and fake quantisation on): its min/max buffers move every time the block runs, so a recomputation in backward
+    moves them again, and later steps quantise with another scale (issue 43's held-out "state changed by
+    recomputation" case)."""
+
+    def __init__(self, width: int = 12):
+        super().__init__()
+        from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver
+
+        self.lin = nn.Linear(width, width)
+        self.quant = FakeQuantize(observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255)
+
+    def forward(self, x):
+        return self.quant(torch.tanh(self.lin(x)))
+
+
+def build_quantized(width: int = 12):
+    """``Linear -> QuantizedBlock -> Linear``, ``[batch, width]`` in and out."""
+    return nn.Sequential(nn.Linear(width, width), QuantizedBlock(width), nn.Linear(width, width))

@@ -19,9 +19,11 @@ from reportgen.checks.controls.rows import (
     unused_said,
     worst,
 )
+from reportgen.checks.parity.gradient import compare
 from reportgen.config import ParityConfig
 from reportgen.results import Role, Row, Status
 from reportgen.training.trajectory import lockstep, trajectory
+from reportgen.twins.forward import StepOutput
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import snapshot_rows
 
@@ -108,11 +110,10 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
 
 
 def _grads_differ(plain: dict[str, torch.Tensor | None], faulty: dict[str, torch.Tensor | None]) -> bool:
-    """True when some gradient of the faulty twin is not the plain twin's, bitwise (None against a tensor too)."""
-    return any(
-        (g is None) != (faulty.get(n) is None) or (g is not None and not torch.equal(g, faulty[n]))
-        for n, g in plain.items()
-    )
+    """True when some gradient of the faulty twin is not the plain twin's at zero tolerance (None against a tensor
+    too), by gradient parity's own judge (:func:`reportgen.checks.parity.gradient.compare`)."""
+    mine, theirs = (StepOutput(torch.zeros(()), {}, {}, grads) for grads in (plain, faulty))
+    return any(r.status == Status.FAIL for r in compare(mine, theirs, 0.0, 0.0) if r.role == Role.PARAM_GRAD)
 
 
 def _blind_said(base: Baseline, rows: list[Row], step: int, grads_moved: bool) -> str:

@@ -13,12 +13,12 @@ from reportgen.distributed.launch import Group, max_over_ranks, shard_batch
 from reportgen.distributed.ranks import ranked
 from reportgen.distributed.wrapping import spread_twin
 from reportgen.memory.peak import warm_step_peak
-from reportgen.memory.saved import saved_activation_bytes, timed
+from reportgen.memory.saved import saved_activation_bytes
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.results.raised import raised_in
 from reportgen.twins.setup import Setup
-from reportgen.twins.twin import TrainStep
+from reportgen.twins.twin import TrainStep, timed
 
 
 def local_share(setup: Setup, group: Group) -> tuple:

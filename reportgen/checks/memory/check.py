@@ -158,9 +158,8 @@ def lost_gradient_rows(setup: Setup) -> list[Row]:
     """FAIL when a trainable parameter has a gradient in the plain run and None under recompute:
     that saving comes from activations that are never needed because gradients were lost."""
     start = time.perf_counter()
-    run = lambda r: forward_backward(  # noqa: E731 - the twin is discarded: no second copy of its gradients
-        setup.twin(r), setup.batch, setup.config.forward_seed, clone_grads=False
-    )
+    # the twin is discarded: no second copy of its gradients
+    run = lambda r: forward_backward(setup.twin(r), setup.batch, setup.config.forward_seed, clone_grads=False)
     with warnings.catch_warnings():  # torch's warnings are reported by gradient parity, not repeated here
         warnings.simplefilter("ignore")
         plain, rec = run(False), run(True)  # one twin resident at a time

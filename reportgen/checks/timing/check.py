@@ -36,11 +36,11 @@ from reportgen.checks.timing.plots import timing_plots
 from reportgen.checks.timing.rows import VARIANTS, ci_width_row, flops_row, machine_load_row, median_rows, overhead_row
 from reportgen.config import TIME, TimingConfig
 from reportgen.memory.instrument import instrument
-from reportgen.memory.saved import timed
 from reportgen.progress import progress
 from reportgen.results import Role, Row, Status
 from reportgen.results.bootstrap import bootstrap_ratio_ci
 from reportgen.results.raised import raised_in
+from reportgen.twins.twin import timed
 
 
 def ci_half_width_pp(times: dict[str, list[float]], samples: int) -> float:

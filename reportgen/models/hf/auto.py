@@ -382,12 +382,6 @@ class TextCausalLMTask(CausalLMTask):
     ):
         self.vocab, self.train, self.val = split_text(config, pretrained, text_file, block_size, val_fraction, 0, 2)
         self.block_size, self.eval_batches, self.eval_batch_size = block_size, eval_batches, eval_batch_size
-        self.text_file = text_file
-
-    @property
-    def vocab_size(self) -> int:
-        """Token ids in use (at most the config's ``vocab_size``)."""
-        return len(self.vocab)
 
 
 def split_text(
