@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.results.role import Role
 from reportgen.results.row import BASELINE, COLUMNS, SEVERITY, TWIN, Row, Status
 
 #: The version of the results.csv/json schema (docs/results-schema.md) this reportgen writes. 1: the
@@ -72,20 +73,27 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
     """PASS only when every required check passes (docs/architecture.md, "Verdict and exit codes").
 
     INCONCLUSIVE when any row says the claim cannot be judged (e.g. the plain twin is not
-    reproducible against itself); it outranks everything else. Otherwise a required check
+    reproducible against itself); it outranks everything else, but for a detector control's row
+    (:attr:`Role.CONTROL`), which only stands between the claim and PASS: a required check that fails on
+    its own evidence fails the claim whatever a control says (the control's row stays beside it). Otherwise a
+    required check
     fails the claim when it has any FAIL, ERROR or NOT_RUN row of the recompute twin, or no rows
     at all. A required check whose plain twin broke (:func:`judged_status`: INCONCLUSIVE) makes
     the claim INCONCLUSIVE unless another required check fails it: the recompute twin raising
     where the plain twin does not is still a failure. WARN and INFO rows do not fail it;
     FLAGGED rows never count, whatever the check.
     """
-    if (frame.status == Status.INCONCLUSIVE).any():
+    inconclusive = frame.status == Status.INCONCLUSIVE
+    control = frame.role == Role.CONTROL
+    if (inconclusive & ~control).any():
         return Status.INCONCLUSIVE
     summary = check_summary(frame[frame.status != Status.FLAGGED], required)
     summary = summary[summary.required]
     if summary.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN]).any():
         return Status.FAIL
-    return Status.INCONCLUSIVE if (summary.status == Status.INCONCLUSIVE).any() else Status.PASS
+    if (inconclusive & control).any() or (summary.status == Status.INCONCLUSIVE).any():
+        return Status.INCONCLUSIVE
+    return Status.PASS
 
 
 def plain_value(value: Any) -> Any:

@@ -247,3 +247,13 @@ def test_a_user_step_that_zeroes_every_gradient_is_inconclusive_not_holds(tmp_pa
     code, frame = run_pipeline(tmp_path, "+model=zeroed_step", user_conf=True)
     later = frame[(frame.check == CONTROLS) & (frame.item == controls.LATER)].iloc[0]
     assert code == 3 and later.status == Status.INCONCLUSIVE and "throws the gradients away" in later.detail
+
+
+@pytest.mark.slow
+def test_a_recomputed_quantisation_observer_fails_the_claim_whatever_a_control_says(tmp_path):
+    """A QAT FakeQuantize in the recomputed region moves its min/max again while it recomputes: trajectory parity
+    fails on its own evidence, so the claim FAILS (exit 1), never 3, with the controls' rows still stated."""
+    code, frame = run_pipeline(tmp_path, "+model=fake_quant", user_conf=True)
+    failing = set(frame[frame.status == Status.FAIL].check)
+    assert code == 1 and "trajectory parity" in failing, failing
+    assert (frame.check == CONTROLS).sum() > 1  # the controls ran and stay in the frame

@@ -6,7 +6,7 @@ from rows import judged_row, raised_row
 
 from reportgen.checks.base.run import Run
 from reportgen.files import atomic_write
-from reportgen.results import Row, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
+from reportgen.results import Role, Row, check_summary, claim_verdict, frame_from_json, frame_to_json, to_frame
 
 REQ = ["gradient parity", "state parity"]
 
@@ -48,6 +48,22 @@ def test_not_required_check_does_not_fail_the_claim():
     f = frame(("gradient parity", "PASS"), ("state parity", "PASS"), ("warm-step time", "FAIL"))
     assert claim_verdict(f, REQ) == "PASS"
     assert claim_verdict(f, REQ + ["warm-step time"]) == "FAIL"
+
+
+@pytest.mark.parametrize(
+    ("role", "parity", "expected"),
+    [
+        (Role.CONTROL, "FAIL", "FAIL"),  # a control stands only between the claim and PASS
+        (Role.CONTROL, "PASS", "INCONCLUSIVE"),  # a missed control: that PASS could not have seen the fault
+        (Role.AA, "FAIL", "INCONCLUSIVE"),  # a noisy baseline outranks a failure: recompute cannot be blamed
+    ],
+)
+def test_a_missed_control_never_hides_a_failure_but_a_noisy_baseline_does(role, parity, expected):
+    rows = [Row(check=check, item="x", variant="recompute", metric="m", value=1.0, status=parity) for check in REQ]
+    rows.append(
+        Row(check="controls", item="y", variant="recompute", role=role, metric="m", value=0.0, status="INCONCLUSIVE")
+    )
+    assert claim_verdict(to_frame(rows), REQ) == expected
 
 
 def test_check_status_is_most_severe_and_fail_outranks_error():
