@@ -248,9 +248,11 @@ def guard_returned_leaves(model: nn.Module) -> None:
 
     A parameter or buffer gets a ``grad_fn`` only when a custom autograd Function returned it as
     an output: reentrant ``torch.utils.checkpoint`` (``CheckpointFunction``) does so for a region
-    that returns a tensor it did not create. Installed on the recompute twin by
+    that returns a tensor it did not create. Installed on the recompute twin only by
     :meth:`reportgen.twins.setup.Setup.build`, whatever the method (wrapper or the model's own switch).
-    Tensors kept elsewhere (a global, another object) are not watched.
+    Tensors kept elsewhere (a global, another object) are not watched, nor the computed tensors
+    ``torch.func.functional_call`` puts in a parameter's place for one forward (weight noise, MAML): only an
+    ``nn.Parameter`` itself, or a registered buffer, that became a non-leaf is the hazard.
     """
 
     def check(module: nn.Module, args, output) -> None:
@@ -258,6 +260,8 @@ def guard_returned_leaves(model: nn.Module) -> None:
             return
         for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
             for name, t in named:
+                if kind == "parameter" and not isinstance(t, nn.Parameter):  # swapped in by functional_call
+                    continue
                 # a view is not a returned leaf: FSDP1 (use_orig_params) makes each parameter a view of
                 # its unit's gathered flat parameter during forward (grad_fn ViewBackward0)
                 if t.grad_fn is not None and not t._is_view():

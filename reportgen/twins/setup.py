@@ -98,7 +98,7 @@ class Setup:
     def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
         """A fresh twin, a copy of the one build on the run's device (the factory never runs
         again: :meth:`reportgen.twins.template.Template.twin`); ``recompute`` turns recomputation on
-        (wraps the targets, or calls the model's own switch); every twin's forward is guarded
+        (wraps the targets, or calls the model's own switch) and guards its forward
         (:func:`reportgen.twins.recompute.guard_returned_leaves`). Under ``precision.autocast`` every
         forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
         (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``. The generators the task
@@ -109,7 +109,7 @@ class Setup:
                 g.set_state(self.task_rng[name])
         if recompute:
             apply_recompute(model, self.config.recompute)
-        guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
+            guard_returned_leaves(model)  # a region that returned its own parameter: raise, never recurse
         if self.autocast_dtype is not None:
             model.forward = autocast_forward(model.forward, self.device.type, self.autocast_dtype)
         if self.config.compile.enabled and compiled:

@@ -147,3 +147,18 @@ def test_a_step_that_leaves_the_model_in_eval_mode_is_refused_not_passed():
         training_step(SimpleNamespace(forward_backward=evaluating)).forward_backward(
             model, (torch.ones(1, 2), torch.ones(1))
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [False, True])
+def test_a_step_through_functional_call_holds_and_its_rng_fault_fails(tmp_path, fault):
+    """A step that runs the model through ``torch.func.functional_call`` on computed weights (weight noise, MAML,
+    functional SAM): the leaf guard watches the recompute twin's own parameters only, never the tensors swapped in
+    for one forward (it refused them, on the plain twin too: exit 3), so the healthy step holds and a dropout mask
+    not replayed still fails."""
+    from conftest import run_pipeline
+
+    extra = ["recompute.preserve_rng_state=false"] if fault else []
+    code, frame = run_pipeline(tmp_path, "+model=functional_step", *extra, user_conf=True)
+    assert code == (1 if fault else 0), frame[frame.status != "PASS"][["check", "item", "status"]].to_string()
+    assert not (frame.detail.fillna("").str.contains("RecomputeHazard|grad_fn AddBackward0")).any()
