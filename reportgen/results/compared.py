@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from reportgen.results.distance import measure, tolerances
@@ -16,10 +17,11 @@ NO_AA = object()
 
 
 def _both_values(plain: Tensor, recompute: Tensor) -> dict[str, Any]:
-    """Both twins' values for the report: the numbers of a scalar, else the L2 norms."""
-    if plain.numel() == 1 and recompute.numel() == 1:
+    """Both twins' values for the report: the numbers of a real scalar, else the L2 norms (of both parts of a
+    complex tensor)."""
+    if plain.numel() == 1 and recompute.numel() == 1 and not plain.is_complex():
         return {"plain_value": float(plain.double()), "recompute_value": float(recompute.double())}
-    if not plain.is_floating_point():  # e.g. a generator state: say how much of it differs
+    if not (plain.is_floating_point() or plain.is_complex()):  # e.g. a generator state: how much of it differs
         differ = int((plain.to(recompute.device) != recompute).sum())
         return {
             "plain_value": f"{plain.numel()} values",
@@ -27,7 +29,7 @@ def _both_values(plain: Tensor, recompute: Tensor) -> dict[str, Any]:
             "values_compared": plain.numel(),
             "values_differing": differ,
         }
-    norm = lambda t: float(t.detach().double().norm()) if t.is_floating_point() else float("nan")
+    norm = lambda t: float(torch.linalg.vector_norm(t.detach().cdouble() if t.is_complex() else t.detach().double()))
     return {"plain_norm": norm(plain), "recompute_norm": norm(recompute)}
 
 

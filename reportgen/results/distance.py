@@ -22,9 +22,9 @@ DEFAULT_TOLERANCES = {
 
 
 def tolerances(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
-    """``(rtol, atol)``: configured values, else assert_close's defaults for ``dtype`` (0, 0 for
-    integer and bool tensors, which must match exactly)."""
-    default = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    """``(rtol, atol)``: configured values, else assert_close's defaults for ``dtype`` (a complex dtype's are its real
+    dtype's, as assert_close's; 0, 0 for integer and bool tensors, which must match exactly)."""
+    default = DEFAULT_TOLERANCES.get(dtype.to_real() if dtype.is_complex else dtype, (0.0, 0.0))
     return (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
 
 
@@ -65,12 +65,15 @@ def nonfinite_count(t: Tensor) -> int:
 
 def measure(a: Tensor, b: Tensor, rtol: float, atol: float) -> Distance:
     """Distance of ``a`` (recompute) from ``b`` (plain), with assert_close's closeness rule
-    ``|a - b| <= atol + rtol * |b|``, computed in float64."""
+    ``|a - b| <= atol + rtol * |b|``, computed in float64; complex tensors in both parts, each compared as a real
+    number (``torch.view_as_real``)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return Distance(float("inf"), float("inf"), False, float("inf"), tolerance_used=float("inf"))
     if a.numel() == 0:
         return Distance(0.0, 0.0, True, 0.0)
     a, b = a.detach(), b.detach()
+    if b.is_complex():
+        a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
     floating = b.is_floating_point() or b.is_complex()
     if a.device != b.device:  # a copy kept on the host beside a live twin's tensor: compared chunk by chunk
         if floating:

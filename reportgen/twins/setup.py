@@ -8,6 +8,7 @@ process (:mod:`reportgen.twins.template`); a twin is a copy of that one build.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,6 +183,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def in_dtype(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``model`` with its real floating parameters and buffers in ``dtype`` (in place; ties stay ties). Complex ones
+    stay complex: ``nn.Module.to(dtype)`` would cast them to ``dtype`` and drop their imaginary part."""
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if t.is_floating_point():
+            t.data = t.data.to(dtype)
+    return model
+
+
 def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> tuple[Template, nn.Module]:
     """The one call of the user's factory in this process, seeded with ``cfg.seed``; the model is
     converted to ``dtype`` where the factory left it (twins are copied to the run's device). Returns the
@@ -198,7 +208,7 @@ def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> tuple[
             raise SetupError(
                 f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module"
             )
-        return model.to(dtype=dtype)
+        return in_dtype(model, dtype)
 
     return one_build(build(), int(cfg.seed), build)
 
