@@ -32,9 +32,12 @@ def exception_message(exc: BaseException) -> str:
 
 
 def raised_status(exc: BaseException, otherwise: str = Status.ERROR) -> str:
-    """The status of a row made from ``exc``: INCONCLUSIVE when reportgen's own instrument could not run the
-    model (:class:`reportgen.errors.InstrumentRefused`: nothing of the model is blamed), else ``otherwise``."""
-    return Status.INCONCLUSIVE if isinstance(exc, InstrumentRefused) else otherwise
+    """The status of a row made from ``exc``: ``otherwise`` (the row's own severity on a miss), but INCONCLUSIVE
+    where that would fail the claim (ERROR, FAIL) and reportgen's own instrument could not run the model
+    (:class:`reportgen.errors.InstrumentRefused`: nothing of the model is blamed). An advisory row (WARN) stays
+    WARN whatever raised in its instrument."""
+    refused = isinstance(exc, InstrumentRefused) and otherwise in (Status.ERROR, Status.FAIL)
+    return Status.INCONCLUSIVE if refused else otherwise
 
 
 @contextlib.contextmanager
