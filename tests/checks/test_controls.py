@@ -257,3 +257,13 @@ def test_a_recomputed_quantisation_observer_fails_the_claim_whatever_a_control_s
     failing = set(frame[frame.status == Status.FAIL].check)
     assert code == 1 and "trajectory parity" in failing, failing
     assert (frame.check == CONTROLS).sum() > 1  # the controls ran and stay in the frame
+
+
+@pytest.mark.slow
+def test_a_fault_that_makes_the_recompute_raise_is_caught_not_could_not_run(tmp_path):
+    """A healthy top-1 router: the later-step fault reroutes, torch's non-reentrant recompute raises its
+    CheckpointError, which the run would see as an ERROR: caught (raised), and the claim holds (was exit 3)."""
+    code, frame = run_pipeline(tmp_path, "+model=router", user_conf=True)
+    later = frame[(frame.check == CONTROLS) & (frame.item == controls.LATER)].iloc[0]
+    assert code == 0, frame[frame.status != "PASS"][["check", "item", "status"]].to_string()
+    assert later.status == Status.PASS and "the faulty twin raised CheckpointError" in later.detail

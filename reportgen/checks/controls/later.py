@@ -22,7 +22,8 @@ from reportgen.checks.controls.rows import (
 from reportgen.checks.parity.gradient import compare
 from reportgen.config import ParityConfig
 from reportgen.results import Role, Row, Status
-from reportgen.training.trajectory import lockstep, trajectory
+from reportgen.results.raised import exception_message
+from reportgen.training.trajectory import TwinRaised, lockstep, trajectory
 from reportgen.twins.forward import StepOutput
 from reportgen.twins.setup import Setup
 from reportgen.twins.snapshot import snapshot_rows
@@ -48,7 +49,11 @@ def later(setup: Setup, base: Baseline) -> Row:
     said = (
         f"region {named(base.region.path)} recomputed from its activation moved by 100 % of its size from step {k} on"
     )
-    first, acted, rows, grads_moved = _steps(setup, base, k)
+    try:
+        first, acted, rows, grads_moved = _steps(setup, base, k)
+    except FaultRaised as exc:  # the run would see it: the recompute twin's ERROR row fails trajectory parity
+        said = f"{said}: the faulty twin raised {exc}; trajectory parity states that as an ERROR"
+        return control_row(LATER, True, said, size="100 %", caught_by="exception", extra={"region": base.region.path})
     failing = [r.item for r in rows if r.status == Status.FAIL]
     extra = {"region": base.region.path, "step": k, "first_failing_step": first, "fault_step": acted}
     if first and (not acted or first < acted):
@@ -86,6 +91,10 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
     Returns:
         ``(first failing step or 0, first step the fault acted in or 0, that step's comparison rows, whether
         the fault moved that step's gradients at all)``.
+
+    Raises:
+        FaultRaised: the faulty twin raised once the fault had acted (torch's CheckpointError on a rerouted
+            region, a shape error): a fault the run sees.
     """
     seed = int(setup.config.seed)
     rtol, atol = setup.tolerance()
@@ -98,15 +107,24 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
             "plain": trajectory(setup, False, keep_grads=True),
             "faulty": trajectory(setup, True, keep_grads=True, twin=faulty),
         }
-        for step, views in enumerate(lockstep(twins), 1):
-            rows = snapshot_rows(views["plain"], views["faulty"], None, rtol, atol, ignore)
-            acted = step if switch.acted else 0
-            if any(r.status == Status.FAIL for r in rows):
-                return step, acted, rows, True
-            if acted:
-                return 0, acted, rows, _grads_differ(views["plain"].grads, views["faulty"].grads)
-            switch.on = step + 1 >= k
+        try:
+            for step, views in enumerate(lockstep(twins), 1):
+                rows = snapshot_rows(views["plain"], views["faulty"], None, rtol, atol, ignore)
+                acted = step if switch.acted else 0
+                if any(r.status == Status.FAIL for r in rows):
+                    return step, acted, rows, True
+                if acted:
+                    return 0, acted, rows, _grads_differ(views["plain"].grads, views["faulty"].grads)
+                switch.on = step + 1 >= k
+        except TwinRaised as exc:
+            if exc.twin == "faulty" and switch.acted:
+                raise FaultRaised(f"{type(exc.error).__name__}: {exception_message(exc.error)}") from exc
+            raise
     return 0, 0, rows, False
+
+
+class FaultRaised(Exception):
+    """The faulty twin raised once the injected fault had acted; the message says what it raised."""
 
 
 def _grads_differ(plain: dict[str, torch.Tensor | None], faulty: dict[str, torch.Tensor | None]) -> bool:
