@@ -185,9 +185,6 @@ class ControlsConfig:
     """Faults injected inside a recompute region while it recomputes, each a check must catch (docs/verdict.md)."""
 
     enabled: bool = True  #: false = no controls are run (one NOT_RUN row; the claim is judged without them)
-    #: Fault size in tolerance units: the recomputed inputs move by this many times the relative difference
-    #: gradient parity accepts at the region's gradient scale (``rtol + atol / max|grad|``), at most 100 %.
-    size: float = 10.0
 
 
 @dataclass

@@ -57,7 +57,6 @@ BOUNDED = [
     ("parity.rtol", 0.0, True, True),
     ("parity.atol", 0.0, True, True),
     ("parity.rounding_factor", 1.0, True, False),
-    ("controls.size", 0.0, False, False),
     ("budget.metric_tolerance", 0.0, True, False),
     ("timing.max_overhead_ratio", 0.0, False, True),
     ("timing.max_step_time_ms", 0.0, False, True),

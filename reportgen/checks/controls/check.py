@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from reportgen.checks.base import Check, Section
 from reportgen.checks.base.run import Run
-from reportgen.checks.controls.fixed_batch import activation, baseline, lost, region_row, rng_control, saving, state
+from reportgen.checks.controls.fixed_batch import baseline, lost, region_row, rng_control, saving, stale, state
 from reportgen.checks.controls.later import later
-from reportgen.checks.controls.rows import ACTIVATION, FAULTS, LATER, LOST, RNG, SAVING, STATE, control_row, stated_row
+from reportgen.checks.controls.rows import FAULTS, LATER, LOST, RNG, SAVING, STALE, STATE, control_row, stated_row
 from reportgen.config import CONTROLS
 from reportgen.results import Role, Row
 from reportgen.results.raised import exception_message
@@ -52,7 +52,7 @@ def detector_controls(run: Run) -> list[Row]:
         rows = [stated_row(f, base) for f in FAULTS]
     else:
         controls = {
-            ACTIVATION: lambda: activation(setup, base),
+            STALE: lambda: stale(setup, base),
             RNG: lambda: rng_control(setup, base),
             STATE: lambda: state(setup, base),
             LOST: lambda: lost(setup, base),

@@ -3,7 +3,9 @@ the region they go into: hooks on the region's modules that act only while it re
 forward runs inside autograd's backward, whatever turned recomputation on. The forward itself is never touched.
 
 Faults move the inputs, not the outputs: non-reentrant recompute replays the region only to get back the tensors
-its ops saved for backward and never reads what it returns, so a fault changes what the ops compute *from*.
+its ops saved for backward and never reads what it returns, so a fault changes what the ops compute *from*. Each
+is a recompute bug that happens: another example's input read (a stale or reordered buffer), a random stream not
+replayed, state updated again, a gradient lost; none is sized by the tolerance it must be caught at.
 """
 
 from __future__ import annotations
@@ -46,46 +48,28 @@ def floating(value: Any) -> bool:
     return isinstance(value, Tensor) and value.is_floating_point()
 
 
-def shift(x: Tensor, share: float, seed: int) -> Tensor:
-    """``x`` moved elementwise by ``share`` of its own size: ``x + share * s * (|x| + rms(x))``, ``s`` = ±1 from
-    a private generator seeded with ``seed`` (a draw from the run's generators would be a second fault). The
-    signs keep a LayerNorm from removing the move; ``rms(x)`` (1 for an all-zero ``x``) moves exact zeros too.
-
-    Args:
-        x: a floating tensor of any shape, e.g. ``[batch, seq, width]``.
-        share: relative size of the move (0.01 = 1 % of each element's magnitude plus 1 % of the rms).
-        seed: seeds the signs.
-
-    Returns:
-        A new tensor (``x`` is never changed in place); gradients flow through it to ``x``.
-    """
-    with torch.no_grad():
-        rms = x.detach().float().square().mean().sqrt().item() if x.numel() else 0.0
-        signs = torch.randint(0, 2, x.shape, generator=torch.Generator().manual_seed(seed)) * 2 - 1
-        delta = share * signs.to(device=x.device, dtype=x.dtype) * (x.detach().abs() + (rms or 1.0))
-    return x + delta
+def roll_dim(x: Tensor) -> int | None:
+    """The dimension a stale input is rolled along: the first one with more than one entry (the batch, else the
+    sequence or feature axis); None when every dimension has one entry (nothing else to read)."""
+    return next((d for d, n in enumerate(x.shape) if n > 1), None)
 
 
-def uninstrumented():
-    """A context in which the fault's own ops run outside torch's Python dispatch modes: a selective
-    policy replays a region's ops by their order (an op the forward did not run would be an error, not a
-    fault) and a memory tracker would count them. Autograd still records them, so gradients flow through."""
-    return _disable_current_modes()
+def rollable(value: Any) -> bool:
+    """True for a tensor with more than one entry along some dimension (what a stale-input fault can roll)."""
+    return isinstance(value, Tensor) and roll_dim(value) is not None
 
 
-def _map_activation(fn: Callable[[Tensor], Tensor], switch: Switch) -> Callable:
-    """A forward pre-hook (``with_kwargs=True``) that replaces the module's activation ``x`` by ``fn(x)``
-    (:func:`uninstrumented`), only while recomputing with ``switch.on`` (counted in ``switch.acted``).
-
-    The activation is the first floating tensor among the positional, then the keyword arguments
-    (``hidden_states``); later ones (an additive attention mask holding the dtype's minimum, rotary tables)
-    are left alone: moving a mask is not a recompute fault, and overflows."""
+def _map_input(fn: Callable[[Tensor], Tensor], switch: Switch, wanted: Callable[[Any], bool]) -> Callable:
+    """A forward pre-hook (``with_kwargs=True``) that replaces the module's first argument ``wanted`` accepts (among
+    the positional, then the keyword arguments) by ``fn(x)`` (:func:`uninstrumented`), only while recomputing with
+    ``switch.on`` (counted in ``switch.acted``). Later arguments (an additive attention mask holding the dtype's
+    minimum, rotary tables) are left alone."""
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         if not (switch.on and recomputing()):
             return None
         leaves, spec = tree_flatten((args, kwargs))
-        first = next((i for i, v in enumerate(leaves) if floating(v)), None)
+        first = next((i for i, v in enumerate(leaves) if wanted(v)), None)
         if first is None:
             return None
         switch.acted += 1
@@ -94,6 +78,29 @@ def _map_activation(fn: Callable[[Tensor], Tensor], switch: Switch) -> Callable:
         return tree_unflatten(leaves, spec)
 
     return hook
+
+
+def stale_inputs(modules: Sequence[nn.Module], switch: Switch | None = None):
+    """Fault "stale input": while recomputing (and ``switch.on``), each of ``modules`` computes from another
+    example's input, its first tensor argument rolled by one along its first dimension of more than one entry
+    (:func:`roll_dim`: the batch), whatever its kind (activations, token ids). Gradients flow through the roll.
+
+    Args:
+        modules: the region's modules that run again in backward.
+        switch: turns the fault on and off between steps and counts when it acted; None = always on.
+
+    Returns:
+        A context manager that installs the hooks and removes them on exit.
+    """
+    roll = lambda x: torch.roll(x, 1, dims=roll_dim(x))
+    return hooked(modules, pre=_map_input(roll, switch or Switch(), rollable))
+
+
+def uninstrumented():
+    """A context in which the fault's own ops run outside torch's Python dispatch modes: a selective
+    policy replays a region's ops by their order (an op the forward did not run would be an error, not a
+    fault) and a memory tracker would count them. Autograd still records them, so gradients flow through."""
+    return _disable_current_modes()
 
 
 @contextlib.contextmanager
@@ -113,36 +120,20 @@ def hooked(modules: Sequence[nn.Module], pre: Callable | None = None, post: Call
             handle.remove()
 
 
-def shifted_inputs(modules: Sequence[nn.Module], share: float, seed: int, switch: Switch | None = None):
-    """Fault "recomputed activation off": while recomputing (and ``switch.on``), each of ``modules``
-    computes from its activation (first floating input) moved by ``share`` of its size (:func:`shift`).
-
-    Args:
-        modules: the region's modules that run again in backward (a wrapped block; a layer's children
-            when a switch recomputes the layer's ``forward`` only).
-        share: relative size of the move (dimensionless; 1.0 = 100 %).
-        seed: seeds the signs of the move.
-        switch: turns the fault on and off between steps and counts when it acted; None = always on.
-
-    Returns:
-        A context manager that installs the hooks and removes them on exit.
-    """
-    return hooked(modules, pre=_map_activation(lambda x: shift(x, share, seed), switch or Switch()))
-
-
 def zeroed_inputs(modules: Sequence[nn.Module]):
-    """Fault "gradient lost": while recomputing, each of ``modules`` computes from its activation times zero,
+    """Fault "gradient lost": while recomputing, each of ``modules`` computes from its activation (first floating
+    argument) times zero,
     so every gradient that reads the rebuilt saved tensors is lost (under reentrant recompute the gradient
     into the region's inputs too). ``x * 0`` keeps ``requires_grad``: zeros without it make ops skip saving
-    tensors, and torch's checkpoint raises on the count instead. A context manager, as :func:`shifted_inputs`."""
-    return hooked(modules, pre=_map_activation(lambda x: x * 0.0, Switch()))
+    tensors, and torch's checkpoint raises on the count instead. A context manager, as :func:`stale_inputs`."""
+    return hooked(modules, pre=_map_input(lambda x: x * 0.0, Switch(), floating))
 
 
 def other_rng(modules: Sequence[nn.Module], seed: int):
     """Fault "RNG not replayed": while recomputing, each of ``modules`` draws from every generator
     (torch CPU and CUDA, Python ``random``, NumPy) seeded with ``seed`` instead of the state its forward
     drew from; the states are put back when it returns, so nothing after it is disturbed. A context
-    manager, as :func:`shifted_inputs`."""
+    manager, as :func:`stale_inputs`."""
     saved: list[dict[str, Any]] = []
 
     def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -163,7 +154,7 @@ def bumped_buffer(modules: Sequence[nn.Module], buffer: Tensor):
     """Fault "state changed by recomputation": the first time one of ``modules`` starts a recomputation,
     ``buffer`` grows by 1 (a running statistic updated a second time). Through ``.data``, so autograd's
     version check does not stop a backward that saved it; at the start, since a non-reentrant recomputation
-    stops once every saved tensor is back. A context manager, as :func:`shifted_inputs`."""
+    stops once every saved tensor is back. A context manager, as :func:`stale_inputs`."""
     done: list[bool] = []
 
     def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -226,8 +217,10 @@ class Region:
         hook_points: paths of the outermost modules of the region that ran again in backward: the region
             itself under torch's wrappers; a layer's children when a model's switch recomputes the
             layer's ``forward`` and not its ``__call__`` (transformers 5).
-        floating_inputs: some hook point received a floating tensor when it ran again (a fault on the
-            inputs can act; token ids alone cannot be moved).
+        floating_inputs: some hook point received a floating tensor when it ran again (the lost-gradient fault
+            can act; token ids alone carry no gradient).
+        rollable_inputs: some hook point received a tensor with more than one entry along some dimension when it
+            ran again (the stale-input fault can act, token ids too).
         draws: the generators whose state the region's forward advanced (``torch.get_rng_state()``, ...;
             :func:`reportgen.rng.fingerprint`'s names): empty when it draws no random numbers.
         buffer: the buffer the state fault updates (plain naming): the region's first floating buffer,
@@ -237,6 +230,7 @@ class Region:
     path: str
     hook_points: list[str] = field(default_factory=list)
     floating_inputs: bool = False
+    rollable_inputs: bool = False
     draws: list[str] = field(default_factory=list)
     buffer: str | None = None
 
@@ -283,13 +277,14 @@ def observing(model: nn.Module, path: str) -> Iterator[Region]:
     named = [(p, m) for p, m in named_inner_modules(model) if inside(p, path)]
     region_module = dict(named)[path]
     region = Region(path, buffer=_choose_buffer(model, path))
-    again: dict[str, bool] = {}
+    again: dict[str, tuple[bool, bool]] = {}
     before: list[dict[str, Tensor]] = []
 
     def recorder(name: str):
         def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
             if recomputing():
-                again[name] = again.get(name, False) or any(floating(v) for v in tree_leaves((args, kwargs)))
+                leaves, (was_floating, was_rollable) = tree_leaves((args, kwargs)), again.get(name, (False, False))
+                again[name] = (was_floating or any(map(floating, leaves)), was_rollable or any(map(rollable, leaves)))
 
         return pre
 
@@ -311,4 +306,5 @@ def observing(model: nn.Module, path: str) -> Iterator[Region]:
         yield region
     outermost = [p for p in again if not any(q != p and inside(p, q) for q in again)]
     region.hook_points = outermost
-    region.floating_inputs = any(again[p] for p in outermost)
+    region.floating_inputs = any(again[p][0] for p in outermost)
+    region.rollable_inputs = any(again[p][1] for p in outermost)

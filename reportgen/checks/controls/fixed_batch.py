@@ -9,7 +9,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
@@ -23,14 +22,15 @@ from reportgen.checks.controls.faults import (
     modules_of,
     observing,
     other_rng,
-    shifted_inputs,
+    stale_inputs,
     zeroed_inputs,
 )
 from reportgen.checks.controls.rows import (
-    ACTIVATION,
     LOST,
     RNG,
     SAVING,
+    SIZES,
+    STALE,
     STATE,
     control_row,
     grads_blind_said,
@@ -46,10 +46,9 @@ from reportgen.checks.controls.rows import (
 )
 from reportgen.checks.memory.rows import saved_rows
 from reportgen.checks.parity.gradient import compare
-from reportgen.config import CONTROLS, ControlsConfig, MemoryConfig
+from reportgen.config import CONTROLS, MemoryConfig
 from reportgen.memory.saved import saved_activation_bytes
 from reportgen.results import Role, Row, Status
-from reportgen.results.distance import tolerances
 from reportgen.results.raised import exception_message
 from reportgen.twins.forward import StepOutput, forward_backward
 from reportgen.twins.recompute import plain_name
@@ -82,8 +81,6 @@ class Baseline:
         grads_fail: parameter-gradient items the unfaulted recompute twin already fails.
         buffers_fail: buffer items the unfaulted recompute twin already fails.
         region_grad, model_grad: ``max |grad|`` in the plain twin over the region's parameters, over all.
-        share: the activation fault's relative size (1.0 = 100 % of each input).
-        size_said: that size for people.
     """
 
     plain: Ran
@@ -92,8 +89,6 @@ class Baseline:
     buffers_fail: list[str]
     region_grad: float
     model_grad: float
-    share: float
-    size_said: str
 
 
 def run(setup: Setup, twin: Twin) -> Ran:
@@ -114,30 +109,6 @@ def buffer_rows(setup: Setup, plain: Ran, other: Ran) -> list[Row]:
     (:func:`reportgen.twins.snapshot.snapshot_rows` over the buffers, at ``setup.tolerance()``)."""
     mine, theirs = (Snapshot({}, {}, ran.buffers, {}, {}) for ran in (plain, other))
     return [r for r in snapshot_rows(mine, theirs, None, *setup.tolerance()) if r.role == Role.BUFFER]
-
-
-def fault_size(
-    setup: Setup, region_grad: float, model_grad: float, grads: dict[str, Tensor | None]
-) -> tuple[float, str]:
-    """The activation fault's relative size: ``controls.size`` × the relative difference gradient parity
-    accepts at the region's gradient scale, ``rtol + atol / max|grad|`` (the whole model's scale for a
-    region without parameters), at most 1 (100 % of each input). Anchored to the gradients, not to the
-    tolerance alone, so a tolerance wider than the gradients shows as a blind check.
-
-    Returns:
-        ``(share, sentence)``, e.g. ``(0.0016, "10 tolerance units: 0.16 % of each input (...)")``.
-    """
-    section: ControlsConfig = setup.config.controls
-    dtype = next((g.dtype for g in grads.values() if g is not None), torch.float32)
-    rt, at = tolerances(dtype, *setup.tolerance())
-    scale = region_grad or model_grad
-    relative = rt + at / scale if scale > 0 else float("inf")
-    share = min(section.size * relative, 1.0)
-    said = (
-        f"{section.size:g} tolerance units, {share * 100:.3g} % of its size ({section.size:g} × (rtol {rt:g} + "
-        f"atol {at:g} / max |grad| {scale:.3g}){', capped at 100 %' if share == 1.0 else ''})"
-    )
-    return share, said
 
 
 def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
@@ -166,7 +137,6 @@ def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
         [r.item for r in buffer_rows(setup, plain, reference) if r.status == Status.FAIL],
         region_grad,
         model_grad,
-        *fault_size(setup, region_grad, model_grad, plain.out.grads),
     )
 
 
@@ -201,19 +171,19 @@ def faulty_run(setup: Setup, inject: Callable[[nn.Module], AbstractContextManage
 def gradient_control(
     setup: Setup, base: Baseline, fault: str, inject: Callable[[nn.Module], AbstractContextManager], said: str
 ) -> Row:
-    """One fault gradient parity must catch: some parameter gradient of the faulty twin outside tolerance (a
-    fault on the region's inputs, :data:`ACTIVATION` or :data:`LOST`, applies only where they are floating).
+    """One fault gradient parity must catch: some parameter gradient of the faulty twin outside tolerance (the
+    :data:`LOST` fault applies only where the region's inputs are floating).
 
     Args:
         fault: the control's name (row item).
         inject: ``fn(recompute twin) -> context manager`` that installs the fault on it.
         said: what the fault was, for the detail.
     """
-    if fault in (ACTIVATION, LOST) and not base.region.floating_inputs:
+    if fault == LOST and not base.region.floating_inputs:
         return inputs_not_floating(fault, base.region)
     if base.grads_fail:
         return not_needed(fault, base.grads_fail)
-    region, size = base.region.path, base.size_said if fault == ACTIVATION else ""
+    region, size = base.region.path, SIZES.get(fault, "")
     ran = faulty_run(setup, inject)
     if isinstance(ran, str):
         said = f"{said}: the faulty twin raised {ran}; gradient parity states that as an ERROR"
@@ -231,21 +201,25 @@ def gradient_control(
             f"{where_said(failed.item.removesuffix('.grad'), region)}; {len(failing)} of {len(rows)} gradients fail",
             size=size,
             caught_by=failed.item,
-            extra={"region": region, **({"share": base.share} if fault == ACTIVATION else {})},
+            extra={"region": region},
         )
-    capped = fault == ACTIVATION and base.share >= 1.0
-    why = grads_blind_said(region, base.region_grad, base.model_grad, rows, moved(rows), capped)
+    why = grads_blind_said(region, base.region_grad, base.model_grad, rows, moved(rows))
     said = f"{said}: gradient parity is blind to it: {why}"
     return control_row(fault, False, said, size=size, extra={"region": region})
 
 
-def activation(setup: Setup, base: Baseline) -> Row:
-    """Control 1: the region recomputes from inputs moved by ``controls.size`` tolerance units."""
-    said = f"region {named(base.region.path)} recomputed from its activation moved by {base.size_said}"
-    seed, points = int(setup.config.seed), base.region.hook_points
-    return gradient_control(
-        setup, base, ACTIVATION, lambda twin: shifted_inputs(modules_of(twin, points), base.share, seed), said
-    )
+def stale(setup: Setup, base: Baseline) -> Row:
+    """Control 1: the region recomputes from another example's input (its first tensor argument rolled by one
+    along the batch), whatever the input's kind: a stale or reordered buffer read while recomputing."""
+    region = base.region
+    if not region.rollable_inputs:
+        return stated_row(
+            STALE,
+            f"not applicable: every input of the recomputed region {named(region.path)} holds one entry along each "
+            "dimension, so there is no other example to read",
+        )
+    said = f"region {named(region.path)} recomputed from another example's input (rolled by one along the batch)"
+    return gradient_control(setup, base, STALE, lambda twin: stale_inputs(modules_of(twin, region.hook_points)), said)
 
 
 def rng_control(setup: Setup, base: Baseline) -> Row:

@@ -1,16 +1,16 @@
-"""The later-step detector control: the activation fault at 100 %, switched on from step k; trajectory
-parity must first fail at step k, not before."""
+"""The later-step detector control: the stale-input fault switched on from step k; trajectory parity must first
+fail at step k, not before."""
 
 from __future__ import annotations
 
 import torch
 
-from reportgen.checks.controls.faults import Switch, modules_of, shifted_inputs
+from reportgen.checks.controls.faults import Switch, modules_of, stale_inputs
 from reportgen.checks.controls.fixed_batch import Baseline
 from reportgen.checks.controls.rows import (
     LATER,
+    SIZES,
     control_row,
-    inputs_not_floating,
     moved,
     named,
     not_needed,
@@ -34,7 +34,7 @@ LATER_STEP = 2
 
 
 def later(setup: Setup, base: Baseline) -> Row:
-    """Control 5: fault 1 at 100 %, on from step k = :data:`LATER_STEP`; trajectory parity must first fail at
+    """Control 5: the stale input (fault 1), on from step k = :data:`LATER_STEP`; trajectory parity must first fail at
     the first step the fault acts in (k, or later when the region is skipped in step k), none before.
 
     A plain and a faulty recompute twin take up to ``parity.steps`` training steps in lockstep, the trajectory
@@ -44,16 +44,18 @@ def later(setup: Setup, base: Baseline) -> Row:
     """
     parity: ParityConfig = setup.config.parity
     k = min(LATER_STEP, int(parity.steps))
-    if not base.region.floating_inputs:
-        return inputs_not_floating(LATER, base.region)
-    said = (
-        f"region {named(base.region.path)} recomputed from its activation moved by 100 % of its size from step {k} on"
-    )
+    if not base.region.rollable_inputs:
+        return stated_row(
+            LATER, f"not applicable: the recomputed region {named(base.region.path)} has no input to roll"
+        )
+    said = f"region {named(base.region.path)} recomputed from another example's input from step {k} on"
     try:
         first, acted, rows, grads_moved = _steps(setup, base, k)
     except FaultRaised as exc:  # the run would see it: the recompute twin's ERROR row fails trajectory parity
         said = f"{said}: the faulty twin raised {exc}; trajectory parity states that as an ERROR"
-        return control_row(LATER, True, said, size="100 %", caught_by="exception", extra={"region": base.region.path})
+        return control_row(
+            LATER, True, said, size=SIZES[LATER], caught_by="exception", extra={"region": base.region.path}
+        )
     failing = [r.item for r in rows if r.status == Status.FAIL]
     extra = {"region": base.region.path, "step": k, "first_failing_step": first, "fault_step": acted}
     if first and (not acted or first < acted):
@@ -71,7 +73,7 @@ def later(setup: Setup, base: Baseline) -> Row:
             LATER,
             True,
             f"{said}: trajectory parity first fails at step {acted} ({', '.join(failing[:3])}), none before",
-            size="100 %",
+            size=SIZES[LATER],
             caught_by=f"step {acted}",
             extra=extra,
         )
@@ -79,7 +81,7 @@ def later(setup: Setup, base: Baseline) -> Row:
         LATER,
         False,
         f"{said}: trajectory parity is blind to it: {_blind_said(base, rows, acted, grads_moved)}",
-        size="100 %",
+        size=SIZES[LATER],
         extra=extra,
     )
 
@@ -96,13 +98,12 @@ def _steps(setup: Setup, base: Baseline, k: int) -> tuple[int, int, list[Row], b
         FaultRaised: the faulty twin raised once the fault had acted (torch's CheckpointError on a rerouted
             region, a shape error): a fault the run sees.
     """
-    seed = int(setup.config.seed)
     rtol, atol = setup.tolerance()
     ignore = setup.config.state.ignore_attributes
     switch = Switch(on=k <= 1)
     faulty = setup.twin(True)
     rows: list[Row] = []
-    with shifted_inputs(modules_of(faulty.model, base.region.hook_points), 1.0, seed, switch):
+    with stale_inputs(modules_of(faulty.model, base.region.hook_points), switch):
         twins = {
             "plain": trajectory(setup, False, keep_grads=True),
             "faulty": trajectory(setup, True, keep_grads=True, twin=faulty),

@@ -10,7 +10,7 @@ from reportgen.checks.controls.faults import Region
 from reportgen.config import CONTROLS, GRADIENT_PARITY, MEMORY, STATE_PARITY, TRAJECTORY
 from reportgen.results import Role, Row, Status
 
-ACTIVATION = "recomputed activation off"
+STALE = "stale input"
 RNG = "RNG not replayed"
 STATE = "state changed by recomputation"
 LOST = "gradient lost"
@@ -18,13 +18,17 @@ LATER = "fault from a later step"
 SAVING = "memory saving without recompute"
 #: Every control, in row order, with the check that must catch it.
 FAULTS = {
-    ACTIVATION: GRADIENT_PARITY,
+    STALE: GRADIENT_PARITY,
     RNG: GRADIENT_PARITY,
     STATE: STATE_PARITY,
     LOST: GRADIENT_PARITY,
     LATER: TRAJECTORY,
     SAVING: MEMORY,
 }
+
+
+#: The size each fault is stated with (none depends on the tolerance it must be caught at).
+SIZES = {STALE: "another example", LOST: "all of it", STATE: "1", LATER: "another example", SAVING: "recompute off"}
 
 
 def control_row(
@@ -37,9 +41,9 @@ def control_row(
         fault: the row's ``item``, a key of :data:`FAULTS` (which names the check that must catch it).
         caught: whether that check saw the fault; None = the control raised before it could tell.
         detail: one sentence: the fault, its size, and who caught it or why the check is blind.
-        size: the fault's size for people, e.g. ``"10 tolerance units (0.16 % of each input)"``.
+        size: the fault's size for people (:data:`SIZES`), e.g. ``"another example"``.
         caught_by: the item of the failing row that caught it ("" when not caught).
-        extra: further columns (``region``, ``share``, ...).
+        extra: further columns (``region``, ``step``, ...).
     """
     return Row.measured(
         CONTROLS,
@@ -121,9 +125,7 @@ def unused_said(region: str, region_grad: float, what: str) -> str:
     )
 
 
-def grads_blind_said(
-    region: str, region_grad: float, model_grad: float, rows: list[Row], moved_any: bool, capped: bool = False
-) -> str:
+def grads_blind_said(region: str, region_grad: float, model_grad: float, rows: list[Row], moved_any: bool) -> str:
     """Why gradient parity did not catch a fault inside ``region``, and what to change.
 
     Args:
@@ -133,7 +135,6 @@ def grads_blind_said(
         model_grad: ``max |grad|`` of every parameter in the plain twin.
         rows: the faulty twin's parameter-gradient rows (judged at gradient parity's tolerance).
         moved_any: some gradient differs from the plain twin's at all (bitwise).
-        capped: the fault was a move at its 100 % cap (it could not be made larger).
     """
     if model_grad == 0:
         return (
@@ -151,8 +152,7 @@ def grads_blind_said(
     )
     return (
         f"{said}, while the largest gradient is {model_grad:.3g}"
-        + (", and the move was already 100 % of the activation" if capped else "")
-        + f": the tolerance is too wide for this model's gradients. Lower parity.atol well below the "
+        f": the tolerance is too wide for this model's gradients. Lower parity.atol well below the "
         f"gradients' scale ({model_grad:.3g}) and parity.rtol well below 1"
     )
 
