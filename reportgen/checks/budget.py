@@ -260,6 +260,7 @@ def task_metrics(run: Run) -> list[Row]:
             rows.append(nonfinite_metric_row(seed, metric, results["plain"].metrics[metric]))
             continue
         seed_rows, diff = compare_seed(run, seed, bs, results)
+        run.budget_runs.drop_weights()  # compared: the larger-batch experiment reads the runs' figures alone
         rows += seed_rows
         diffs.append(diff)
         sp, sr = results["plain"].skipped_steps, results["recompute"].skipped_steps

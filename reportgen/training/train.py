@@ -31,6 +31,12 @@ class BudgetRuns:
     def __init__(self) -> None:
         self._runs: dict[tuple, TrainResult] = {}
 
+    def drop_weights(self) -> None:
+        """Free every cached run's trained weights (``final_params``, a host copy of a whole model each) once they
+        were compared: the runs' figures stay for the checks that read them again (the larger-batch experiment)."""
+        for result in self._runs.values():
+            result.final_params = {}
+
     def get(
         self, setup: Setup, recompute: bool, seed: int, batch_size: int, lr_scale: float = 1.0, rounding: bool = False
     ) -> TrainResult:
