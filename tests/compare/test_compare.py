@@ -10,7 +10,7 @@ import pytest
 from conftest import TESTS, job_cost_rows, reportgen_cli, sign_folder, write_job
 from omegaconf import OmegaConf
 
-from reportgen.checks.controls.rows import ACTIVATION, control_row
+from reportgen.checks.controls.rows import STALE, control_row
 from reportgen.commands import compare
 from reportgen.compare import derive
 from reportgen.config import CONTROLS
@@ -64,8 +64,8 @@ def test_new_failing_claim_regresses_and_names_the_checks(tmp_path):
 def test_the_detector_controls_are_carried_and_an_inconclusive_new_cannot_tell(tmp_path):
     """Issue 35: the controls are a check of the comparison; a NEW a missed control leaves INCONCLUSIVE is
     "cannot tell" (exit 3, as the run's own), never "claim fails"."""
-    caught = control_row(ACTIVATION, True, "caught", size="10 tolerance units", caught_by="w.grad")
-    blind = control_row(ACTIVATION, False, "not caught: the tolerance is too wide", size="10 tolerance units")
+    caught = control_row(STALE, True, "caught", size="another example", caught_by="w.grad")
+    blind = control_row(STALE, False, "not caught: the tolerance is too wide", size="another example")
     out = result(tmp_path, [*job_cost_rows(), caught], [*job_cost_rows(), blind])
     changed = {c["check"]: (c["base"], c["new"], c["required"]) for c in out["checks"] if c["changed"]}
     assert changed == {CONTROLS: ("PASS", "INCONCLUSIVE", False)}

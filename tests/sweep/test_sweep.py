@@ -11,7 +11,7 @@ import pytest
 from conftest import TINY_JOB, job_cost_rows, reportgen_cli, write_job, write_launch
 from omegaconf import OmegaConf
 
-from reportgen.checks.controls.rows import ACTIVATION, control_row
+from reportgen.checks.controls.rows import STALE, control_row
 from reportgen.config import CONTROLS, TIME
 from reportgen.errors import ExitCode
 from reportgen.sweep.callback import SweepSummary, main, sweep_exit_code
@@ -162,8 +162,8 @@ def test_signing_refuses_jobs_whose_outcome_no_signed_run_vouches_for(fake_sweep
 def test_the_detector_controls_are_carried_and_a_job_they_leave_inconclusive_says_why(tmp_path):
     """Issue 35: each job's controls are a column of the verdict matrix, and a job a missed control leaves
     INCONCLUSIVE (exit 3) names it in the summary, not an empty error."""
-    caught = control_row(ACTIVATION, True, "caught", size="10 tolerance units", caught_by="w.grad")
-    blind = control_row(ACTIVATION, False, "not caught: the tolerance is too wide", size="10 tolerance units")
+    caught = control_row(STALE, True, "caught", size="another example", caught_by="w.grad")
+    blind = control_row(STALE, False, "not caught: the tolerance is too wide", size="another example")
     root = tmp_path / "sweep"
     write_job(root / "0", 0, ["+model=ffn", "recompute=non_reentrant"], 0, [*job_cost_rows(), caught])
     write_job(root / "1", 1, ["+model=ffn", "recompute=reentrant"], 3, [*job_cost_rows(), blind])

@@ -25,7 +25,7 @@ from conftest import (
 from rows import fact_row, judged_row
 
 from reportgen import verify as verifier
-from reportgen.checks.controls.rows import ACTIVATION, control_row
+from reportgen.checks.controls.rows import STALE, control_row
 from reportgen.commands import compare
 from reportgen.commands.run import write_results
 from reportgen.config import TIME
@@ -494,8 +494,15 @@ def test_compare_writes_under_outputs_comparisons_by_default(tmp_path, keys, mon
 
 
 def frame_rows(frame) -> list[Row]:
-    """The rows of a results frame, as :class:`Row` again."""
-    return [Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in frame.to_dict("records")]
+    """The rows of a results frame, as :class:`Row` again (columns that are not fields back in ``extra``)."""
+    fields = Row.__dataclass_fields__
+    return [
+        Row(
+            **{k: v for k, v in r.items() if k in fields},
+            extra={k: v for k, v in r.items() if k not in fields and v == v},
+        )
+        for r in frame.to_dict("records")
+    ]
 
 
 def test_an_honest_inconclusive_run_verifies_with_exit_3(tmp_path, keys, capsys):
@@ -518,21 +525,21 @@ def test_a_forged_detector_control_never_verifies(tmp_path, keys, capsys):
     """A control that was not caught (INCONCLUSIVE, exit 3), forged as caught with its status made to agree:
     edited in the signed folder, re-signed with another key, or signed with a lenient on_miss."""
     (private, public), (other, _) = keys
-    blind = control_row(ACTIVATION, False, "not caught: the tolerance is too wide", size="10 tolerance units")
+    blind = control_row(STALE, False, "not caught: the tolerance is too wide", size="another example")
     frame = to_frame([*frame_rows(tiny_frame()), blind])
     run = signed_run(tmp_path / "run", private, frame=frame, pdf=False)
     assert verifier.main([str(run), "--key", str(public)]) == 3  # honest: the claim cannot be judged
     forged = frame.copy()
-    forged.loc[forged.item == ACTIVATION, ["value", "status"]] = [1.0, Status.PASS]
+    forged.loc[forged.item == STALE, ["value", "status"]] = [1.0, Status.PASS]
     assert claim_verdict(forged, REQUIRED) != Status.INCONCLUSIVE  # what the forger is after
     (run / "results.json").write_text(frame_to_json(forged))
     assert verifier.main([str(run), "--key", str(public)]) == 1
     resigned = signed_run(tmp_path / "resigned", other, frame=forged, pdf=False)
     assert verifier.main([str(resigned), "--key", str(public)]) == 1
     lenient = frame.copy()
-    lenient.loc[lenient.item == ACTIVATION, ["on_miss", "status"]] = [Status.WARN, Status.WARN]
+    lenient.loc[lenient.item == STALE, ["on_miss", "status"]] = [Status.WARN, Status.WARN]
     lines = failed(verify_dir(signed_run(tmp_path / "lenient", private, frame=lenient, pdf=False), public).checks)
-    assert any(f"{ACTIVATION} / recompute / caught says on_miss 'WARN'" in line for line in lines)
+    assert any(f"{STALE} / recompute / caught says on_miss 'WARN'" in line for line in lines)
     capsys.readouterr()
 
 
