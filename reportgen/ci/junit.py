@@ -22,6 +22,7 @@ import pandas as pd
 from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Role, Status, check_summary
+from reportgen.results.frame import detectors
 from reportgen.results.row import to_float
 
 #: File name in the run folder.
@@ -76,6 +77,8 @@ def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite:
     diagnoses = _diagnoses(frame)
     summary = check_summary(frame[frame.check != RELEASE_CLAIM], required - {RELEASE_CLAIM})  # clauses: their own cases
     root, suite_el, counts = _suites("reportgen", suite)
+    if said := detectors(frame):  # stated wherever the verdict is: a CI page reads the properties
+        ET.SubElement(ET.SubElement(suite_el, "properties"), "property", name="detectors", value=said)
     seconds = frame.groupby("check", sort=False)["seconds"].sum() if len(frame) else pd.Series(dtype=float)
     for s in summary.to_dict("records"):
         case = ET.SubElement(

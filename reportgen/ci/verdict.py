@@ -21,6 +21,7 @@ from reportgen.claim.rows import claim_table
 from reportgen.errors import ExitCode
 from reportgen.files import atomic_write, sha256_bytes, sha256_file
 from reportgen.results import Status
+from reportgen.results.frame import detectors
 from reportgen.results.row import to_float
 from reportgen.trust.documents import ENVELOPE_NAME
 
@@ -60,14 +61,16 @@ def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:
     """Write verdict.json (after signing: see the module docstring): ``{"version", "verdict", "exit_code",
-    "clauses", "statement", "report"}``.
+    "detectors", "clauses", "statement", "report"}`` (``detectors``: :func:`reportgen.results.frame.detectors`, ""
+    when the detector controls ran).
 
     Raises:
         FileExistsError: the run folder holds one already.
     """
     envelope = Path(out_dir) / ENVELOPE_NAME
     statement = {"name": ENVELOPE_NAME, "sha256": sha256_file(envelope)} if envelope.is_file() else None
-    record = {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "clauses": clause_results(frame)}
+    record = {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "detectors": detectors(frame)}
+    record |= {"clauses": clause_results(frame)}
     record |= {"statement": statement, "report": "report.html"}
     return atomic_write(Path(out_dir) / VERDICT_NAME, json.dumps(record, indent=2, allow_nan=False) + "\n")
 
@@ -96,6 +99,8 @@ def verdict_problems(raw: bytes, envelope: bytes, verdict: str, frame: pd.DataFr
             f"it says {record.get('verdict')} (exit {record.get('exit_code')}), the statement {verdict} "
             f"(exit {exit_code(verdict)})"
         )
+    if record.get("detectors", "") != detectors(frame):  # a verdict.json written before the field: "" (they ran)
+        problems.append(f"it says detectors {record.get('detectors')!r}, the signed results.json {detectors(frame)!r}")
     if record.get("clauses") != clause_results(frame):
         problems.append("its clause results differ from the signed results.json")
     return problems

@@ -173,6 +173,12 @@ def _parser() -> argparse.ArgumentParser:
         help="largest allowed drop of the saved-activation share, percentage points (default %(default)s)",
     )
     parser.add_argument(
+        "--allow-different-controls",
+        action="store_true",
+        help="compare runs that differ in their detector controls (one with them, one without) instead of "
+        "'cannot tell' (exit 3); stated in the comparison",
+    )
+    parser.add_argument(
         "--signing-key",
         help="private key that signs the comparison (default: as for a run: "
         "$REPORTGEN_SIGNING_KEY, else ~/.config/reportgen/signing-key.pem)",
@@ -211,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             "and reportgen signs only what it verified"
         )
         signing_key = None
-    result = compare(base, new, args.max_overhead, args.max_saving)
+    result = compare(base, new, args.max_overhead, args.max_saving, args.allow_different_controls)
     code = OUTCOME_EXIT[result["outcome"]]
     out_dir.mkdir(parents=True)
     created = report_time()

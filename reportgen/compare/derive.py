@@ -24,6 +24,7 @@ from reportgen.checks import required_names
 from reportgen.errors import UsageError
 from reportgen.files import sha256_bytes
 from reportgen.results import Role, Status, check_summary, claim_verdict, frame_from_json
+from reportgen.results.frame import detectors
 from reportgen.sweep.table import job_costs
 from reportgen.trust.attachments import AttachmentError, read_attachments
 from reportgen.trust.documents import ENVELOPE_NAME, RESULTS_NAME, DocumentSpec
@@ -187,6 +188,7 @@ def compare(
     new: Side,
     max_overhead_increase_pp: float = MAX_OVERHEAD_INCREASE_PP,
     max_saving_decrease_pp: float = MAX_SAVING_DECREASE_PP,
+    allow_different_controls: bool = False,
 ) -> dict[str, Any]:
     """NEW against BASE: verdicts, per-check status changes, cost changes, tolerances, config diff.
 
@@ -196,6 +198,9 @@ def compare(
             time), in percentage points of the plain step time (1.30 → 1.40 is +10 pp), is a regression.
         max_saving_decrease_pp: a larger drop of the saved-activation share, in percentage
             points of the plain twin's saved bytes (75% → 60% is −15 pp), is a regression.
+        allow_different_controls: compare runs that differ in their detector controls (one proven, the other
+            not: :func:`reportgen.results.frame.detectors`) instead of "cannot tell"; stated in ``unclear``
+            either way.
 
     Returns:
         ``{"verdicts", "checks", "costs", "tolerances", "config", "regressions", "unclear",
@@ -241,6 +246,14 @@ def compare(
         if base.config.get(k) != new.config.get(k)
     ]
     regressions, unclear = [], []
+    b_det, n_det = detectors(base.frame), detectors(new.frame)
+    controls = (
+        f"the runs differ in their detector controls (BASE: {b_det or 'proven'}; NEW: {n_det or 'proven'})"
+        if b_det != n_det  # a PASS without its detectors proven is not the same evidence as one with them
+        else ""
+    )
+    if controls and not allow_different_controls:
+        unclear.append(f"{controls}: compare runs made alike, or pass --allow-different-controls")
     if new.verdict == Status.INCONCLUSIVE:  # cannot be judged (the run's own exit 3) is no failure
         said = [c["check"] for c in checks if c["new"] == Status.INCONCLUSIVE]
         unclear.append(f"NEW's claim cannot be judged ({', '.join(said) or 'see its report'})")
@@ -273,6 +286,8 @@ def compare(
     ]
     unclear += unverified  # nothing unverified decides the outcome, either way
     outcome = CANNOT_TELL if unverified else (REGRESSED if regressions else (CANNOT_TELL if unclear else HOLDS))
+    if controls and allow_different_controls:
+        unclear.append(f"{controls}; compared anyway (--allow-different-controls)")  # stated, not deciding
     return {
         "verdicts": {"base": base.verdict, "new": new.verdict},
         "checks": checks,
@@ -286,6 +301,7 @@ def compare(
         "limits": {
             "max_overhead_increase_pp": max_overhead_increase_pp,
             "max_saving_decrease_pp": max_saving_decrease_pp,
+            "allow_different_controls": allow_different_controls,
         },
     }
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.config import CONTROLS
 from reportgen.results.role import Role
 from reportgen.results.row import BASELINE, COLUMNS, SEVERITY, TWIN, Row, Status
 
@@ -67,6 +68,17 @@ def check_summary(frame: pd.DataFrame, required: Iterable[str]) -> pd.DataFrame:
     ]
     out += [(check, Status.NOT_RUN, True, 0, 0) for check in required - set(frame.check)]
     return pd.DataFrame(out, columns=["check", "status", "required", "rows", "failing"])
+
+
+def detectors(frame: pd.DataFrame) -> str:
+    """What every output states beside the verdict about the detector controls (docs/verdict.md): "" when they
+    ran, else one sentence beginning "detectors not proven" (``controls.enabled=false``, or a frame without them):
+    no fault was injected, so no PASS in it shows its check could have seen one."""
+    rows = frame[frame.check == CONTROLS]
+    if len(rows) and not (rows.status == Status.NOT_RUN).all():
+        return ""
+    why = str(rows.detail.iloc[0]).removeprefix("not run: ") if len(rows) else "the run has no detector controls"
+    return f"detectors not proven: {why}, so no fault was injected and no PASS here shows its check could see one"
 
 
 def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:

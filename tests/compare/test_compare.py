@@ -14,6 +14,7 @@ from reportgen.checks.controls.rows import STALE, control_row
 from reportgen.commands import compare
 from reportgen.compare import derive
 from reportgen.config import CONTROLS
+from reportgen.results import Row
 from reportgen.trust.keys import generate_key
 
 
@@ -73,6 +74,22 @@ def test_the_detector_controls_are_carried_and_an_inconclusive_new_cannot_tell(t
     assert out["unclear"] == [f"NEW's claim cannot be judged ({CONTROLS})"] and out["outcome"] == derive.CANNOT_TELL
     csv = derive.comparison_frame(out)  # compare.csv
     assert csv[csv.name == CONTROLS][["base", "new", "change"]].values.tolist() == [["PASS", "INCONCLUSIVE", "changed"]]
+
+
+def test_runs_that_differ_in_their_detector_controls_cannot_be_told_apart_unless_allowed(tmp_path):
+    """Issue 43: BASE ran the controls, NEW ran with controls.enabled=false: a PASS without its detectors proven is
+    not the evidence BASE's was, so "cannot tell" (exit 3), unless --allow-different-controls (stated either way)."""
+    caught = control_row(STALE, True, "caught", size="another example", caught_by="w.grad")
+    off = Row.not_run(CONTROLS, "not run: controls.enabled=false", item="controls")
+    out = result(tmp_path, [*job_cost_rows(), caught], [*job_cost_rows(), off])
+    assert out["verdicts"] == {"base": "PASS", "new": "PASS"} and out["outcome"] == derive.CANNOT_TELL
+    assert "detectors not proven: controls.enabled=false" in out["unclear"][0]
+    assert "--allow-different-controls" in out["unclear"][0]
+    allowed = result(
+        tmp_path / "allowed", [*job_cost_rows(), caught], [*job_cost_rows(), off], allow_different_controls=True
+    )
+    assert allowed["outcome"] == derive.HOLDS and allowed["limits"]["allow_different_controls"] is True
+    assert allowed["unclear"][-1].endswith("compared anyway (--allow-different-controls)")
 
 
 def test_tolerances_and_config_diff(tmp_path):
