@@ -25,7 +25,7 @@ def write_ci_outputs(frame: pd.DataFrame, meta: dict, verdict: str, required: It
     out_dir = Path(out_dir)
     command = f"python -m reportgen.verify {out_dir} --key signing-key.pub.pem"
     suite = f"reportgen {meta['claim']['model']} ({out_dir.name})"
-    atomic_write(out_dir / JUNIT_NAME, junit_xml(frame, verdict, required, suite, command))
+    atomic_write(out_dir / JUNIT_NAME, junit_xml(frame, verdict, required, suite, command, meta.get("detectors", "")))
     atomic_write(out_dir / SUMMARY_NAME, summary_markdown(frame, meta, verdict, required, out_dir))
 
 

@@ -22,7 +22,6 @@ import pandas as pd
 from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Role, Status, check_summary
-from reportgen.results.frame import detectors
 from reportgen.results.row import to_float
 
 #: File name in the run folder.
@@ -69,16 +68,19 @@ def _outcome(case: ET.Element, status: str, required: bool, message: str, text: 
     return "passed"
 
 
-def junit_xml(frame: pd.DataFrame, verdict: str, required: Iterable[str], suite: str, command: str = "") -> bytes:
+def junit_xml(
+    frame: pd.DataFrame, verdict: str, required: Iterable[str], suite: str, command: str = "", detectors: str = ""
+) -> bytes:
     """The run as JUnit XML (UTF-8 bytes with an XML declaration), from the results frame (clause rows included),
     the claim verdict and the checks it needs; ``suite`` is the suite's name (the model and the run folder, say),
-    ``command`` the verify command, named in the verdict case when it fails."""
+    ``command`` the verify command, named in the verdict case when it fails; ``detectors`` the sentence a run
+    whose detector controls did not run states (:func:`reportgen.results.frame.detectors`), a suite property."""
     required = set(required)
     diagnoses = _diagnoses(frame)
     summary = check_summary(frame[frame.check != RELEASE_CLAIM], required - {RELEASE_CLAIM})  # clauses: their own cases
     root, suite_el, counts = _suites("reportgen", suite)
-    if said := detectors(frame):  # stated wherever the verdict is: a CI page reads the properties
-        ET.SubElement(ET.SubElement(suite_el, "properties"), "property", name="detectors", value=said)
+    if detectors:  # stated wherever the verdict is: a CI page reads the properties
+        ET.SubElement(ET.SubElement(suite_el, "properties"), "property", name="detectors", value=detectors)
     seconds = frame.groupby("check", sort=False)["seconds"].sum() if len(frame) else pd.Series(dtype=float)
     for s in summary.to_dict("records"):
         case = ET.SubElement(

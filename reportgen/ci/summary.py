@@ -24,7 +24,6 @@ from reportgen.claim.rows import claim_table
 from reportgen.config import RELEASE_CLAIM
 from reportgen.paths import templates_dir
 from reportgen.results import Role, Status
-from reportgen.results.frame import detectors
 
 log = logging.getLogger("reportgen")
 
@@ -74,7 +73,7 @@ def summary_markdown(frame: pd.DataFrame, meta: dict, verdict: str, required: It
     return template.render(
         verdict=verdict,
         said=SAID.get(verdict, "FAILS"),
-        detectors=detectors(frame),
+        detectors=meta.get("detectors", ""),
         model=meta["claim"]["model"],
         release=meta["claim"].get("release"),
         clauses=claim_table(frame),

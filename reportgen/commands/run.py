@@ -30,14 +30,11 @@ from reportgen.commands.rundir import forget_unstarted_run, unwritable
 from reportgen.config import MEMORY
 from reportgen.distributed.launch import (
     device_problem,
-    launch_commands,
     launch_problem,
     launch_rank,
     launched,
     rank_config,
-    resolve_backend,
 )
-from reportgen.distributed.wrapping import settings_in_force, strategy_name, wrap_order
 from reportgen.errors import ExitCode, Terminated, UsageError, clip_keeping_advice, console_text
 from reportgen.files import atomic_write, replace_write
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
@@ -55,6 +52,7 @@ from reportgen.results import (
     results_csv,
     to_frame,
 )
+from reportgen.results.frame import detectors
 from reportgen.results.raised import error_row
 from reportgen.threads import apply_threads
 from reportgen.training.duration import refuse_long_runs
@@ -122,8 +120,6 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
-    if world > 1:
-        meta["claim"]["distributed"] = distributed_claim(setup)
     try:
         rows = run_checks(Run(setup, cfg), out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
@@ -138,6 +134,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         rows.append(planned[0])
         meta["plan"] = planned[1]
     frame = to_frame(rows)
+    meta["detectors"] = detectors(frame)  # stated beside the verdict in every output ("" when the controls ran)
     verdict = claim_verdict(frame, required)
     write_results(frame, out_dir)
     private_key = key.private_key if key is not None else None
@@ -202,26 +199,6 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> int:
     follow(setup)  # writes nothing: out_dir may be rank 0's own folder (srun tasks share one)
     log.info("rank %d: rows handed to rank 0", launch_rank())
     return ExitCode.HOLDS
-
-
-def distributed_claim(setup: Setup) -> dict:
-    """Page 1's sharding facts: world size, strategy, backend, mesh, and the commands that reproduce it."""
-    dc, world = setup.config.distributed, setup.config.distributed.world_size
-    strategy = strategy_name(dc)
-    commands = launch_commands(world)
-    mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
-    return {
-        "world_size": world,
-        "strategy": strategy,
-        "backend": resolve_backend(str(dc.backend), setup.device),
-        "mesh": f"1-D, {world} ranks ({mesh})",
-        "timeout_s": float(dc.timeout_s),
-        "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
-        "launch": commands["reportgen"],
-        "torchrun": commands["torchrun"],
-        "settings": settings_in_force(dc, [w.path for w in setup.wrapped]),
-        "order": wrap_order(dc),
-    }
 
 
 def run_checks(run: Run, out_dir: Path) -> list[Row]:

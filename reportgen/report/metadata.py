@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from reportgen import __version__
 from reportgen.config import RecomputeMode
-from reportgen.distributed.wrapping import settings_in_force
+from reportgen.distributed.launch import launch_commands, launched, resolve_backend
+from reportgen.distributed.wrapping import settings_in_force, strategy_name, wrap_order
 from reportgen.files import sha256_file
 from reportgen.results.distance import tolerances
 from reportgen.rng import GENERATORS
@@ -237,18 +238,40 @@ def recompute_settings(setup: Setup) -> dict[str, Any]:
     }
 
 
+def distributed_claim(setup: Setup) -> dict:
+    """Page 1's sharding facts: world size, strategy, backend, mesh, and the commands that reproduce it."""
+    dc, world = setup.config.distributed, setup.config.distributed.world_size
+    strategy = strategy_name(dc)
+    commands = launch_commands(world)
+    mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
+    return {
+        "world_size": world,
+        "strategy": strategy,
+        "backend": resolve_backend(str(dc.backend), setup.device),
+        "mesh": f"1-D, {world} ranks ({mesh})",
+        "timeout_s": float(dc.timeout_s),
+        "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
+        "launch": commands["reportgen"],
+        "torchrun": commands["torchrun"],
+        "settings": settings_in_force(dc, [w.path for w in setup.wrapped]),
+        "order": wrap_order(dc),
+    }
+
+
 def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]:
     """Everything the report shows besides the frame.
 
     Returns:
-        dict with ``claim`` (model, mode, targets, wrapped, precision, device, rng settings),
+        dict with ``claim`` (model, mode, targets, wrapped, precision, device, rng settings, whose training
+        step, the sharding facts of a run on several ranks: :func:`distributed_claim`),
         ``tolerances`` (rtol/atol used and where they come from), ``environment``, ``command``,
         ``config_yaml``, ``out_dir`` and ``created`` (ISO time). ``environment`` carries the
         :func:`provenance` of the code (user source digests, their repositories' dirty flags),
         which the signed statement repeats.
     """
     rc = setup.config.recompute
-    rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *setup.tolerance())
+    configured = setup.tolerance()
+    rtol, atol = tolerances(setup.autocast_dtype or setup.dtype, *configured)
     source = (
         "configured"
         if setup.config.parity.rtol is not None or setup.config.parity.atol is not None
@@ -256,7 +279,7 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
         if setup.autocast_dtype is None
         else f"torch.testing.assert_close defaults for the autocast dtype {cfg.precision.autocast}"
     )
-    return {
+    meta = {
         "title": cfg.report.title,
         "created": report_time(),
         "claim": {
@@ -304,3 +327,6 @@ def run_metadata(cfg: DictConfig, setup: Setup, out_dir: Path) -> dict[str, Any]
         "config_yaml": OmegaConf.to_yaml(cfg, resolve=True),
         "out_dir": str(out_dir),
     }
+    if setup.config.distributed.world_size > 1:
+        meta["claim"]["distributed"] = distributed_claim(setup)
+    return meta

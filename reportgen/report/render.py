@@ -26,7 +26,6 @@ from reportgen.report.evidence import baseline_breaks, lead_evidence, no_nan, to
 from reportgen.report.guard import guard_costs, guard_sections
 from reportgen.report.pdf import write_pdf
 from reportgen.results import SEVERITY, Role, Status, check_summary, frame_to_json
-from reportgen.results.frame import detectors
 from reportgen.trust.statement import row_tolerances
 
 #: How a group of rows (one role) is named when it collapses to one summary line.
@@ -198,7 +197,6 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
     return {
         "meta": meta,
         "verdict": verdict,
-        "detectors": detectors(frame),
         "summary": summary.to_dict("records"),
         "sections": sections,
         "baseline": baseline_breaks(frame),

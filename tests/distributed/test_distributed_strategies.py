@@ -1,6 +1,6 @@
 """Every ``distributed.strategy`` (ddp, fsdp2, fsdp1, custom) runs a report to its end: ``python -m reportgen``
 on 2 CPU ranks (gloo) exits 0, with no ERROR row, a rendered page 1 that lists the strategy's settings in force
-and a signed statement. Page 1 (``run.distributed_claim``) and the diagnosis
+and a signed statement. Page 1 (``metadata.distributed_claim``) and the diagnosis
 (``metadata.recompute_settings``) read ``Setup.config.distributed``, the schema's dataclasses; ``settings_in_force``
 once subscripted it and so ended every fsdp1 run with exit 70 after all checks had passed."""
 
