@@ -24,6 +24,8 @@ from user_models import peak as pm
 
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.step_peak import format_bytes
+from reportgen.twins.step import TrainingStep
+from reportgen.twins.twin import TrainStep, Twin
 
 dev = torch.device(os.environ.get("DEV", "cuda"))
 print("torch", torch.__version__, torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu", flush=True)
@@ -36,7 +38,8 @@ def run(name, model, batch, loss):
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     t = time.perf_counter()
-    p = warm_step_peak(model.to(dev).train(), tuple(b.to(dev) for b in batch), SimpleNamespace(loss=loss), opt, 0, 2)
+    twin = Twin.of(model.to(dev).train(), TrainingStep(SimpleNamespace(loss=loss)), opt)
+    p = warm_step_peak(TrainStep(twin, tuple(b.to(dev) for b in batch), 0), 2)
     c = p.cuda or {
         "peak_allocated_bytes": p.peak_bytes,
         "peak_reserved_bytes": p.peak_bytes,

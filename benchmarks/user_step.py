@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_map
 sys.path[:0] = ["."]
 from hydra import compose, initialize_config_dir
 
+from reportgen.checks.base.run import Run
 from reportgen.checks.memory.check import measure_peaks, measure_saved
 from reportgen.checks.timing.check import warm_step_time
 from reportgen.config import register_configs
@@ -33,6 +34,7 @@ from reportgen.memory.step_peak import format_bytes
 from reportgen.paths import conf_dir
 from reportgen.structure import call_model
 from reportgen.twins.prepare import prepare
+from reportgen.twins.step import training_step
 
 MICRO = 2
 DEFAULT = [
@@ -74,7 +76,9 @@ def measure(setup) -> dict:
     peaks, _ = measure_peaks(setup)
     memory_s = time.perf_counter() - start
     times = {
-        r.metric + ":" + r.variant: r.value for r in warm_step_time(setup) if "ms" in r.metric or "ratio" in r.metric
+        r.metric + ":" + r.variant: r.value
+        for r in warm_step_time(Run(setup))
+        if "ms" in r.metric or "ratio" in r.metric
     }
     return {"saved": saved, "peaks": peaks, "memory_s": memory_s, "times": times}
 
@@ -88,7 +92,7 @@ def main() -> int:
     print(f"model: {setup.architecture}, {params / 1e6:.1f}M parameters, batch {cfg.parity.batch_size}", flush=True)
     results = {"reportgen's step": measure(setup)}
     results[f"user step ({MICRO} micro-batches, clip)"] = measure(
-        dataclasses.replace(setup, task=Accumulating(setup.task))
+        dataclasses.replace(setup, task=(task := Accumulating(setup.task)), training_step=training_step(task))
     )
     for name, got in results.items():
         print(f"== {name}: memory check functions {got['memory_s']:.1f} s")
