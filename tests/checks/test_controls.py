@@ -318,3 +318,15 @@ def test_controls_off_is_stated_wherever_the_verdict_is(tmp_path):
     assert json.loads((tmp_path / "verdict.json").read_text())["detectors"].startswith(said)
     junit = ET.parse(tmp_path / "junit.xml").getroot()
     assert junit.find("testsuite/properties/property[@name='detectors']").get("value").startswith(said)
+
+
+def test_a_region_fed_token_ids_has_its_controls_and_a_blind_tolerance_is_named(setup):
+    """Issue 43: the region's input kind does not matter. Fed token ids, the stale-input and later-step controls
+    apply (another example's ids) and are caught at the defaults; at ``parity.rtol=1e9 parity.atol=1e9`` they are
+    missed, so the claim is INCONCLUSIVE (5 of 6 controls were "not applicable" and such a claim HELD)."""
+    rows = by_item(detector_controls(Run(setup("+model=token_region", user_conf=True))))
+    assert rows[controls.STALE].status == Status.PASS and rows[controls.LATER].status == Status.PASS
+    wide = by_item(
+        detector_controls(Run(setup("+model=token_region", "parity.rtol=1e9", "parity.atol=1e9", user_conf=True)))
+    )
+    assert wide[controls.STALE].status == Status.INCONCLUSIVE and "tolerance is too wide" in wide[controls.STALE].detail
