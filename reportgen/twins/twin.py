@@ -83,7 +83,7 @@ class Twin:
         keep_grads: bool = False,
         rng: bool = True,
     ) -> Stepped:
-        """One training step on ``batch``: gradients set to None, the step's forwards and backward under
+        """One training step on ``batch``: every gradient set to None, the step's forwards and backward under
         ``seeded(seed)`` (:func:`reportgen.rng.seeded`; None: the generators as they are), then, when accepted,
         ``nudge(trainable parameters)`` and the step's ``apply`` (``before_step``, optimizer, scheduler).
 
@@ -99,7 +99,7 @@ class Twin:
         Raises:
             Exception: whatever the step raises (the task's step refusing its return: :class:`UserStep`).
         """
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # every parameter's, also those the task's optimizer leaves out
         with seeded(seed):
             loss = self.training_step.forward_backward(self.model, batch)
             states = fingerprint() if rng else {}
