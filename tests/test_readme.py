@@ -349,7 +349,7 @@ def test_python_snippet_runs(block):
     """A snippet runs; one that defines a task's ``make_batch`` and ``loss`` keeps the task contract:
     the same generator seed gives the same batch, and the loss is a scalar."""
     space: dict = {}
-    exec(compile(block.text, str(block), "exec"), space)
+    exec(compile(block.text, str(block), "exec"), space)  # the docs' own example
     if {"make_batch", "loss"} <= space.keys():
         (a, ta), (b, tb) = (space["make_batch"](torch.Generator().manual_seed(3), 4) for _ in range(2))
         assert torch.equal(ta, tb) and all(torch.equal(a[k], b[k]) for k in a)

@@ -123,7 +123,7 @@ def compare_seed(
             plain = setup.twin(False, optimizer=budget.optimizer)
             results = {**results, "plain": budget_run(setup, plain, budget, seed, batch_size, desc)}
             p, allowed, rows = judged(results["plain"])
-    except Exception as exc:
+    except Exception as exc:  # failures are data; the rows keep their tolerance verdicts
         log.exception("task metrics: rounding twin, seed %d, raised", seed)
         rounding, errors = None, [error_row(TASK_METRICS, exc, "rounding twin")]
     if rounding is not None:
@@ -148,7 +148,7 @@ def _train_or_error(
     item, start = f"seed {seed}", time.perf_counter()
     try:
         result = run.budget_runs.get(run.setup, recompute, seed, batch_size)
-    except Exception as exc:
+    except Exception as exc:  # failures are data
         log.exception("task metrics: %s run, seed %d, raised", variant, seed)
         detail = f"the {variant} training run raised {type(exc).__name__}: {exception_message(exc)}" + (
             ": the baseline itself breaks, so this check cannot be judged" if variant == "plain" else ""

@@ -168,7 +168,7 @@ def larger_batch_experiment(run: Run) -> list[Row]:
     start = time.perf_counter()
     try:
         return _experiment(run)
-    except Exception as exc:
+    except Exception as exc:  # the experiment never changes the verdict, even when it breaks
         log.exception("larger-batch experiment raised")
         detail, seconds = f"the experiment could not finish: {type(exc).__name__}: {exc}", time.perf_counter() - start
         return [_flagged("experiment", Role.EXCEPTION, detail, metric="exception", seconds=seconds)]

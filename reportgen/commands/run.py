@@ -240,7 +240,7 @@ def run_checks(run: Run, out_dir: Path) -> list[Row]:
             ]
             replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
             raise Interrupted(isinstance(exc, Terminated)) from None
-        except Exception as exc:
+        except Exception as exc:  # a crash inside a check is an ERROR row
             log.exception("check %s raised", check.name)
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))

@@ -127,7 +127,7 @@ class StepTracker(MemTracker):
             del self.memory_tracking[module]
         super()._pre_fw_hook(module, inputs)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # MemTracker's method
         res = super().__torch_dispatch__(func, types, args, kwargs)
         if self._in_ac and self._mod_tracker.is_bw:
             kind = f"recomputed {self._region() or '(unknown region)'}"

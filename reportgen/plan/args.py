@@ -93,7 +93,7 @@ class PlanArgs:
 class _Parser(argparse.ArgumentParser):
     """argparse that raises :class:`PlanError` (one line, exit 2) instead of printing usage and exiting."""
 
-    def error(self, message: str):
+    def error(self, message: str):  # argparse's hook
         raise PlanError(f"{message}; {USAGE}")
 
 

@@ -143,7 +143,7 @@ class PhaseTracker(StepTracker):
             return "loss", backward
         return ("backward" if backward else "forward"), backward
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # MemTracker's method
         res = super().__torch_dispatch__(func, types, args, kwargs)
         count = flop_registry.get(func._overloadpacket)
         if count is not None:  # FlopCounterMode's own formulas; the mode itself keeps tensors alive
@@ -153,7 +153,7 @@ class PhaseTracker(StepTracker):
                 self.figures.recompute_flops += flops
         return res
 
-    def _update_peak_stats(self, peak_state: Any) -> None:
+    def _update_peak_stats(self, peak_state: Any) -> None:  # MemTracker's hook
         super()._update_peak_stats(peak_state)
         (phase, backward), fig = self._plan_phase(), self.figures
         for snap in self._curr_mem_snap.values():
@@ -210,7 +210,7 @@ def trace_step(
                 gc.enable()
     except (PlanError, SetupError):  # already one line naming the fix
         raise
-    except Exception as exc:
+    except Exception as exc:  # a kernel's refusal becomes one line naming the fix
         raise PlanError(refusal(exc, args)) from exc
     finally:
         quiet.setLevel(level)

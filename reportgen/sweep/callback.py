@@ -63,7 +63,7 @@ class SweepSummary(Callback):
                 f"reportgen: the sweep summary could not be written: {exc}; job folders are in {sweep_dir}; "
                 f"write it again with python -m reportgen.sweep summarize {sweep_dir}"
             )
-        except Exception as exc:
+        except Exception as exc:  # the jobs' codes must survive a broken summary
             log.exception("sweep summary failed")
             jobs = load_jobs(sweep_dir) if sweep_dir.exists() else []
             _last_sweep["code"] = max(worst_code(jobs), ExitCode.BUG)

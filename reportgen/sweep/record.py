@@ -81,7 +81,7 @@ def recorded_job(out_dir: str | Path, job: Callable[[], int]) -> int:
     sys.stdout = tee
     try:
         code = job()
-    except Exception as exc:
+    except Exception as exc:  # a crash is one job's outcome, not the sweep's end
         log.exception("job crashed")
         code = ExitCode.BUG
         error = f"{type(exc).__name__}: {exc}".strip()

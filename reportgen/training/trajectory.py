@@ -76,7 +76,7 @@ def lockstep(twins: Twins) -> Iterator[dict[str, Snapshot]]:
                 views[name] = next(steps)
             except StopIteration:
                 return
-            except Exception as exc:
+            except Exception as exc:  # the caller turns it into the twin's ERROR row
                 raise TwinRaised(name, exc) from exc
         yield views
 

@@ -38,7 +38,7 @@ def _draw(task: Any, seed: int, batch_size: int) -> tuple[Any, Any]:
     """One ``task.make_batch`` call with a fresh generator seeded ``seed``."""
     try:
         batch = task.make_batch(torch.Generator().manual_seed(seed), batch_size)
-    except Exception as exc:
+    except Exception as exc:  # user code
         raise _breach(
             f"task.make_batch(generator, {batch_size}) raised {type(exc).__name__}: {_first(exc)}",
             "Fix make_batch in your task",
@@ -96,7 +96,7 @@ def _check(setup: Any, task: Any) -> None:
         )
     try:
         x, y = setup.make_batch(PROBE_BATCH, seed)  # moved to the run's device and dtype
-    except Exception as exc:
+    except Exception as exc:  # a batch reportgen cannot move
         raise _breach(
             f"reportgen cannot move the batch to {setup.device} / {setup.dtype}: {type(exc).__name__}: {_first(exc)}",
             "Return tensors as inputs and targets",
@@ -104,7 +104,7 @@ def _check(setup: Any, task: Any) -> None:
     model = setup.build(False, compiled=False)  # the task contract, not torch.compile, is checked here
     try:
         output = model(x)
-    except Exception as exc:
+    except Exception as exc:  # user code
         if _floats_would_work(model, x, setup.dtype):
             raise _breach(
                 f"the plain model raised {type(exc).__name__} on the integer inputs from make_batch "

@@ -298,7 +298,7 @@ def switch_on(model: nn.Module, rc: RecomputeConfig) -> bool | None:
         )
     try:
         enable = get_method(rc.enable)
-    except Exception as exc:
+    except Exception as exc:  # an import error of user code, as a usage error
         raise RecomputeConfigError(f"recompute.enable={rc.enable} cannot be imported: {exc}") from exc
     reported = enable(model, OmegaConf.structured(rc))
     return reported if isinstance(reported, bool) else None

@@ -199,7 +199,7 @@ def test_unlisted_files_name_logs_dotfiles_and_links(tmp_path):
 class _Hits(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []
 
-    def do_GET(self):
+    def do_GET(self):  # http.server's name
         _Hits.hits.append(self.path)
         self.send_response(404)
         self.end_headers()

@@ -115,7 +115,7 @@ def test_reportgen_is_hashed_whole_and_never_listed_as_the_users_source(monkeypa
     package folder was once taken as trust/, which listed ~100 of reportgen's files as the user's and
     hashed only trust/ as reportgen's own."""
     import reportgen
-    import reportgen.commands.run
+    import reportgen.commands.run  # every check module is loaded, as in a run
     from reportgen.trust import sources
 
     package = Path(reportgen.__file__).resolve().parent
