@@ -38,8 +38,8 @@ def trajectory(
     twin's gradient noise, applied before every step (before the task's ``before_step``). ``twin``: a twin
     already built to train instead of a fresh ``setup.twin(recompute)`` (the later-step control's faulty twin, a
     sharded twin). ``share``: this rank's part of each global batch (a sharded twin; every rank draws the same
-    batches). ``snapshot``: what is yielded after each step (default :meth:`Twin.snapshot`, a view without the
-    task's generators, which are put back after each step; a sharded twin's full state).
+    batches). ``snapshot``: what is yielded after each step (default :meth:`Twin.snapshot`, a view; a sharded twin's
+    full state).
     """
     parity: ParityConfig = setup.config.parity
     seed, forward_seed = setup.config.seed, setup.config.forward_seed
@@ -57,7 +57,7 @@ def trajectory(
             if not keep_grads:
                 twin.optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
             bar.update(1)
-            yield twin.snapshot(task_generators=False) if snapshot is None else snapshot(twin)
+            yield twin.snapshot() if snapshot is None else snapshot(twin)
 
 
 #: ``{twin: its trajectory}`` of one lockstep run (:func:`lockstep`).

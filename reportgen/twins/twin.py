@@ -19,7 +19,6 @@ from reportgen.rng import fingerprint, seeded
 from reportgen.tasks import Batch
 from reportgen.twins.snapshot import Snapshot, grads_of, take
 from reportgen.twins.step import TrainingStep
-from reportgen.twins.template import on_host
 
 
 @dataclass
@@ -117,10 +116,10 @@ class Twin:
             nudge(self.trainable)
         self.training_step.apply(self.model, self.optimizer, self.scheduler)
 
-    def snapshot(self, clone: bool = False, task_generators: bool = True) -> Snapshot:
-        """The twin's state after its latest step (:func:`reportgen.twins.snapshot.take`; with the generators the
-        task holds unless ``task_generators`` is False, e.g. for twins stepped in turn, whose task streams are put
-        back after each step): a view (``clone=False``) valid until the twin steps again, else copies.
+    def snapshot(self) -> Snapshot:
+        """A view of the twin's state after its latest step (:func:`reportgen.twins.snapshot.take`), valid until it
+        steps again. The generators its modules hold are in it; the task's are not (twins stepped in turn each draw
+        from their own copy of the task's stream, which is put back after every step).
 
         Raises:
             RuntimeError: the twin has not stepped yet.
@@ -128,13 +127,7 @@ class Twin:
         if self.last is None:
             raise RuntimeError("Twin.snapshot() before any Twin.step()")
         last = self.last
-        task = self.training_step.task if task_generators else None
-        return take(self.model, self.optimizer, last.rng, last.loss, last.grads, clone, task)
-
-    def on_host(self) -> Snapshot:
-        """:meth:`snapshot` with every tensor off the accelerator (:func:`reportgen.twins.template.on_host`): what a
-        check keeps of this twin while it builds the next. On the host it is a view: drop or stop the twin."""
-        return on_host(self.snapshot())
+        return take(self.model, self.optimizer, last.rng, last.loss, last.grads, clone=False)
 
 
 @dataclass

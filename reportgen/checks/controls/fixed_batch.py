@@ -29,7 +29,6 @@ from reportgen.checks.controls.rows import (
     LOST,
     RNG,
     SAVING,
-    SIZES,
     STALE,
     STATE,
     control_row,
@@ -183,11 +182,11 @@ def gradient_control(
         return inputs_not_floating(fault, base.region)
     if base.grads_fail:
         return not_needed(fault, base.grads_fail)
-    region, size = base.region.path, SIZES.get(fault, "")
+    region = base.region.path
     ran = faulty_run(setup, inject)
     if isinstance(ran, str):
         said = f"{said}: the faulty twin raised {ran}; gradient parity states that as an ERROR"
-        return control_row(fault, True, said, size=size, caught_by="exception", extra={"region": region})
+        return control_row(fault, True, said, caught_by="exception", extra={"region": region})
     rows = grad_rows(setup, base.plain.out, ran.out)
     failing = [r for r in rows if r.status == Status.FAIL]
     became = {r.item: lost_said(ran.out.grads.get(r.item.removesuffix(".grad"))) for r in failing if fault == LOST}
@@ -199,13 +198,12 @@ def gradient_control(
             True,
             f"{said}: gradient parity fails {failed.item} ({how}), "
             f"{where_said(failed.item.removesuffix('.grad'), region)}; {len(failing)} of {len(rows)} gradients fail",
-            size=size,
             caught_by=failed.item,
             extra={"region": region},
         )
     why = grads_blind_said(region, base.region_grad, base.model_grad, rows, moved(rows))
     said = f"{said}: gradient parity is blind to it: {why}"
-    return control_row(fault, False, said, size=size, extra={"region": region})
+    return control_row(fault, False, said, extra={"region": region})
 
 
 def stale(setup: Setup, base: Baseline) -> Row:
@@ -256,12 +254,12 @@ def state(setup: Setup, base: Baseline) -> Row:
     said = f"buffer {buffer} grew by 1 when region {named(region.path)} recomputed"
     ran = faulty_run(setup, lambda twin: bumped_buffer(modules_of(twin, region.hook_points), buffer_of(twin, buffer)))
     if isinstance(ran, str):
-        return control_row(STATE, True, f"{said}: the faulty twin raised {ran}", size="1", caught_by="exception")
+        return control_row(STATE, True, f"{said}: the faulty twin raised {ran}", caught_by="exception")
     rows = buffer_rows(setup, base.plain, ran)
     failed = next((r for r in rows if r.status == Status.FAIL), None)
     if failed is not None:
         said = f"{said}: state parity fails {failed.item} ({failed.detail})"
-        return control_row(STATE, True, said, size="1", caught_by=failed.item, extra={"region": region.path})
+        return control_row(STATE, True, said, caught_by=failed.item, extra={"region": region.path})
     top = worst(rows)
     value = base.plain.buffers[buffer]
     scale = float(value.abs().max()) if value.numel() else 0.0
@@ -272,7 +270,7 @@ def state(setup: Setup, base: Baseline) -> Row:
         else f"no buffer moved: the fault could not act on {buffer} here"
     )
     said = f"{said}: state parity is blind to it: {why}"
-    return control_row(STATE, False, said, size="1", extra={"region": region.path})
+    return control_row(STATE, False, said, extra={"region": region.path})
 
 
 def saving(setup: Setup) -> Row:
@@ -311,7 +309,6 @@ def saving(setup: Setup) -> Row:
             True,
             f"{said}: below memory.negligible_saving_share={threshold:g}, so the memory check states no saving "
             f"(and the peak verdict, memory.min_peak_saving_share={section.min_peak_saving_share:g}, misses too)",
-            size="recompute off",
             caught_by="saved activations (total)",
             extra={"saving_share": share},
         )
@@ -321,4 +318,4 @@ def saving(setup: Setup) -> Row:
         else f"a twin that recomputes nothing saves {share:.3g}: the saved-activation count is wrong for this model"
     )
     said = f"{said}: the memory check is blind to it: {why}"
-    return control_row(SAVING, False, said, size="recompute off", extra={"saving_share": share})
+    return control_row(SAVING, False, said, extra={"saving_share": share})

@@ -9,7 +9,6 @@ from reportgen.checks.controls.faults import Switch, modules_of, stale_inputs
 from reportgen.checks.controls.fixed_batch import Baseline
 from reportgen.checks.controls.rows import (
     LATER,
-    SIZES,
     control_row,
     moved,
     named,
@@ -53,9 +52,7 @@ def later(setup: Setup, base: Baseline) -> Row:
         first, acted, rows, grads_moved = _steps(setup, base, k)
     except FaultRaised as exc:  # the run would see it: the recompute twin's ERROR row fails trajectory parity
         said = f"{said}: the faulty twin raised {exc}; trajectory parity states that as an ERROR"
-        return control_row(
-            LATER, True, said, size=SIZES[LATER], caught_by="exception", extra={"region": base.region.path}
-        )
+        return control_row(LATER, True, said, caught_by="exception", extra={"region": base.region.path})
     failing = [r.item for r in rows if r.status == Status.FAIL]
     extra = {"region": base.region.path, "step": k, "first_failing_step": first, "fault_step": acted}
     if first and (not acted or first < acted):
@@ -73,7 +70,6 @@ def later(setup: Setup, base: Baseline) -> Row:
             LATER,
             True,
             f"{said}: trajectory parity first fails at step {acted} ({', '.join(failing[:3])}), none before",
-            size=SIZES[LATER],
             caught_by=f"step {acted}",
             extra=extra,
         )
@@ -81,7 +77,6 @@ def later(setup: Setup, base: Baseline) -> Row:
         LATER,
         False,
         f"{said}: trajectory parity is blind to it: {_blind_said(base, rows, acted, grads_moved)}",
-        size=SIZES[LATER],
         extra=extra,
     )
 

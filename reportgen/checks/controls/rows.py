@@ -32,7 +32,13 @@ SIZES = {STALE: "another example", LOST: "all of it", STATE: "1", LATER: "anothe
 
 
 def control_row(
-    fault: str, caught: bool | None, detail: str, *, size: str, caught_by: str = "", extra: dict | None = None
+    fault: str,
+    caught: bool | None,
+    detail: str,
+    *,
+    size: str | None = None,
+    caught_by: str = "",
+    extra: dict | None = None,
 ) -> Row:
     """The row of one applied control: ``caught`` (1.0 caught, 0.0 not, NaN when the control itself
     could not run) judged ``>= 1``, else INCONCLUSIVE.
@@ -41,7 +47,7 @@ def control_row(
         fault: the row's ``item``, a key of :data:`FAULTS` (which names the check that must catch it).
         caught: whether that check saw the fault; None = the control raised before it could tell.
         detail: one sentence: the fault, its size, and who caught it or why the check is blind.
-        size: the fault's size for people (:data:`SIZES`), e.g. ``"another example"``.
+        size: the fault's size for people; None = the fault's own (:data:`SIZES`, "" for one without a size).
         caught_by: the item of the failing row that caught it ("" when not caught).
         extra: further columns (``region``, ``step``, ...).
     """
@@ -57,7 +63,13 @@ def control_row(
         on_miss=Status.INCONCLUSIVE,
         role=Role.CONTROL,
         detail=detail,
-        extra={"fault": fault, "size": size, "must_catch": FAULTS[fault], "caught_by": caught_by, **(extra or {})},
+        extra={
+            "fault": fault,
+            "size": SIZES.get(fault, "") if size is None else size,
+            "must_catch": FAULTS[fault],
+            "caught_by": caught_by,
+            **(extra or {}),
+        },
     )
 
 
