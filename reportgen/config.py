@@ -264,6 +264,32 @@ class FSDP1Config:
 
 
 @dataclass
+class MeshConfig:
+    """Degrees of the named device mesh (``distributed.mesh``), named as torchtitan's ``ParallelDims`` names them and
+    laid out in this order (pipeline outermost, tensor parallel innermost); null = the mesh has no such dimension.
+    The batch is split over ``dp_replicate`` × ``dp_shard`` only (reportgen/distributed/mesh.py)."""
+
+    pp: int | None = None  #: pipeline stages
+    dp_replicate: int | None = None  #: data-parallel replicas (DDP, or HSDP's replicate dimension)
+    dp_shard: int | None = None  #: data-parallel shards (FSDP's dimension)
+    cp: int | None = None  #: context parallel: ranks that split each sequence
+    tp: int | None = None  #: tensor parallel: ranks that split each layer's weights (same examples)
+
+
+@dataclass
+class PipelineConfig:
+    """Pipeline stages (``distributed.mesh={pp:N}``), built with ``torch.distributed.pipelining``
+    (reportgen/distributed/pipeline.py; docs/distributed_wrapping.md, "Pipeline stages")."""
+
+    #: Module paths where stages 1.. begin, as torchtitan's split points (``SplitPoint.BEGINNING``), e.g. [blocks.1].
+    split: list[str] = field(default_factory=list)
+    #: ``GPipe`` or ``1F1B`` (torch's ``ScheduleGPipe``, ``Schedule1F1B``; one stage per rank).
+    schedule: str = "GPipe"
+    #: Micro-batches each global batch is split into; ``parity.batch_size`` must be a multiple.
+    microbatches: int = 2
+
+
+@dataclass
 class DistributedConfig:
     """Sharded training: the twins run on ``world_size`` ranks (1 = one process, as without it)."""
 
@@ -292,6 +318,11 @@ class DistributedConfig:
     fsdp1: FSDP1Config = field(default_factory=FSDP1Config)
     #: ``pkg.module.fn`` (strategy custom): ``fn(model, mesh) -> module``, on each twin after recompute is applied.
     wrap: str | None = None
+    #: Named mesh degrees, e.g. ``distributed.mesh={dp_shard:2,tp:2}``: their product is ``world_size``; every
+    #: degree null = the 1-D mesh over all ranks (docs/distributed_wrapping.md, "Two dimensions").
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    #: Pipeline stages: split points, schedule and micro-batches (used when ``distributed.mesh`` sets ``pp`` > 1).
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
 @dataclass
@@ -362,8 +393,9 @@ class ClaimConfig:
     #: end of its 95% CI), ``step_time_ms <= 250`` (median), ``fits: batch 16 [at seq 1024] within 80 GiB``,
     #: ``task metric within tolerance``.
     clauses: list[str] = field(default_factory=list)
-    #: Accept a sentence stating a quantity no clause judges (a saving, an overhead, a fits), printed on
-    #: page 1 as "not judged" beside the verdict; false (default) refuses such a claim before model work.
+    #: Accept a sentence stating a quantity no clause judges (a saving, an overhead, a fits), stated as
+    #: "not judged" in every output (page 1, summary.md, verdict.json, junit.xml, the sweep summary, a
+    #: comparison; docs/ci.md); false (default) refuses such a claim before model work.
     unjudged_ok: bool = False
     #: The task's keyword that sets tokens per example, overridden by a ``fits: ... at seq S`` clause
     #: in the GPU-free estimate (``block_size`` for the built-in character task).

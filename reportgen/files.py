@@ -69,7 +69,7 @@ def output_file_mode() -> int:
 
 
 def atomic_write(path: Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (no torn files).
+    """Write ``data`` to the new file ``path`` via a temporary file and ``os.replace`` (no torn files).
 
     Raises:
         FileExistsError: ``path`` exists already; outputs never overwrite an earlier run.
@@ -79,6 +79,18 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists already; reportgen never overwrites an earlier run")
+    _write_then_rename(path, data)
+    record_written(path)
+    return path
+
+
+def _write_then_rename(path: Path, data: bytes | str) -> None:
+    """``data`` into a temporary file beside ``path``, then ``os.replace`` onto it: what ``path`` held stays
+    whole until the new bytes are all written (a full disk mid-write leaves the old file as it was).
+
+    Raises:
+        OutputWriteError: the temporary file could not be made, written or renamed; it is removed.
+    """
     raw = data.encode() if isinstance(data, str) else data
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -95,8 +107,6 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    record_written(path)
-    return path
 
 
 #: Folders whose files this process writes are listed, as it goes, in the folder's manifest
@@ -113,21 +123,40 @@ def track_writes(folder: Path, manifest_name: str) -> None:
 
 
 def record_written(path: Path) -> None:
-    """Append ``path`` to the manifest of the tracked folder it lies in (if any): a file this
-    process wrote, or renamed into place."""
+    """Add ``path`` to the manifest of the tracked folder it lies in (if any): a file this process wrote,
+    or renamed into place. The manifest is rewritten whole (its lines so far, then this one) through a
+    temporary file, so a full disk never leaves it torn or shorter.
+
+    Raises:
+        OutputWriteError: the manifest could not be rewritten (it stays as it was).
+    """
     path = Path(path).absolute()
     for folder, name in _MANIFESTS.items():
         relative = path.relative_to(folder).as_posix() if path.is_relative_to(folder) else None
         if relative is not None and path.name != name and relative not in _LISTED[folder]:
+            manifest = folder / name
+            try:
+                listed = manifest.read_text(encoding="utf-8") if manifest.is_file() else ""
+            except OSError as exc:
+                raise write_failure(manifest, exc) from exc
+            _write_then_rename(
+                manifest, listed + ("" if not listed or listed.endswith("\n") else "\n") + relative + "\n"
+            )
             _LISTED[folder].add(relative)
-            with open(folder / name, "a", encoding="utf-8") as handle:
-                handle.write(relative + "\n")
 
 
 def replace_write(path: Path, data: bytes | str) -> Path:
-    """Atomically (re)write a file this run owns, e.g. the partial frame after each check."""
-    Path(path).unlink(missing_ok=True)
-    return atomic_write(path, data)
+    """Atomically (re)write a file this run owns, e.g. the partial frame after each check: the new bytes go to
+    a temporary file that ``os.replace`` renames onto ``path``, so the file is never removed first and a write
+    that fails (a full disk) leaves the previous version whole.
+
+    Raises:
+        OutputWriteError: the file system refused the write; ``path`` is as it was.
+    """
+    path = Path(path)
+    _write_then_rename(path, data)
+    record_written(path)
+    return path
 
 
 def sha256_file(path: Path) -> str:

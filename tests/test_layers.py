@@ -52,6 +52,7 @@ FOUNDATION = {
     "paths",
     "files",
     "errors",
+    "library_warnings",
     "config",
     "structure",
     "rng",

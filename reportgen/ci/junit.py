@@ -1,7 +1,8 @@
 """junit.xml: the run as JUnit XML, the format CI test reporters read (GitHub, GitLab, Jenkins).
 
 One ``<testsuite>`` per run inside ``<testsuites>``; one ``<testcase>`` per check, per clause of
-the release claim, and one for the claim verdict itself, so the report is red whenever the
+the release claim (and a ``<skipped>`` "claim sentence" when the sentence states what no clause judges),
+and one for the claim verdict itself, so the report is red whenever the
 claim does not hold (also when only a NOT_RUN check makes it fail). A required check or clause
 that FAILs carries ``<failure>`` with the failing rows, the likely cause and the fix; one that
 raised or cannot be judged (INCONCLUSIVE) carries ``<error>``; NOT_RUN is ``<skipped>``. A check that is not
@@ -19,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.claim.rows import claim_table
+from reportgen.claim.rows import claim_table, not_judged
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Role, Status, check_summary
 from reportgen.results.row import to_float
@@ -102,6 +103,10 @@ def junit_xml(
         message = f"{c['clause']}: {c['outcome']} (measured {c['value']}, bound {c['bound']})"
         text = f"{c['detail']}\nFix: {c['fix']}." if c["fix"] else c["detail"]
         counts[_outcome(case, c["status"], RELEASE_CLAIM in required, message, text)] += 1
+    if left := not_judged(frame):  # the sentence states what no clause judges: skipped, never passed
+        case = ET.SubElement(suite_el, "testcase", classname="reportgen.claim", name="claim sentence", time="0.000")
+        said = f"not judged: the sentence states {'; '.join(left)}, which no clause judges; the verdict covers the clauses only"
+        counts[_outcome(case, Status.NOT_RUN, True, said, said)] += 1
     case = ET.SubElement(suite_el, "testcase", classname="reportgen", name="claim verdict", time="0.000")
     said = {str(Status.PASS): "the claim holds", str(Status.INCONCLUSIVE): "the claim cannot be judged"}.get(
         verdict, "the claim fails"

@@ -20,7 +20,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from reportgen.ci.junit import NOT_PASSING
-from reportgen.claim.rows import claim_table
+from reportgen.claim.rows import claim_table, not_judged
 from reportgen.config import RELEASE_CLAIM
 from reportgen.paths import templates_dir
 from reportgen.results import Role, Status
@@ -77,6 +77,7 @@ def summary_markdown(frame: pd.DataFrame, meta: dict, verdict: str, required: It
         model=meta["claim"]["model"],
         release=meta["claim"].get("release"),
         clauses=claim_table(frame),
+        not_judged=not_judged(frame),
         failing=bad.head(10)[["check", "item", "status", "detail"]].to_dict("records"),
         fixes=fixes(frame),
         out_dir=str(out_dir),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.claim.rows import claim_table
+from reportgen.claim.rows import claim_table, not_judged
 from reportgen.errors import ExitCode
 from reportgen.files import atomic_write, sha256_bytes, sha256_file
 from reportgen.results import Status
@@ -59,10 +59,18 @@ def clause_results(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+def sentence_result(frame: pd.DataFrame) -> dict[str, Any]:
+    """``{"sentence": "not judged", "not_judged": [...]}`` when the claim sentence states quantities no clause
+    judges (:func:`reportgen.claim.rows.not_judged`), else ``{}``: the verdict then covers the clauses only."""
+    left = not_judged(frame)
+    return {"sentence": "not judged", "not_judged": left} if left else {}
+
+
 def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:
     """Write verdict.json (after signing: see the module docstring): ``{"version", "verdict", "exit_code",
-    "detectors", "clauses", "statement", "report"}`` (``detectors``: :func:`reportgen.results.frame.detectors`, ""
-    when the detector controls ran).
+    "detectors", "clauses", ["sentence", "not_judged",] "statement", "report"}`` (``detectors``:
+    :func:`reportgen.results.frame.detectors`, "" when the detector controls ran; ``sentence``: "not judged" with
+    the quantities of the claim sentence no clause judges, :func:`sentence_result`).
 
     Raises:
         FileExistsError: the run folder holds one already.
@@ -70,7 +78,7 @@ def write_verdict(frame: pd.DataFrame, verdict: str, out_dir: Path) -> Path:
     envelope = Path(out_dir) / ENVELOPE_NAME
     statement = {"name": ENVELOPE_NAME, "sha256": sha256_file(envelope)} if envelope.is_file() else None
     record = {"version": VERSION, "verdict": verdict, "exit_code": exit_code(verdict), "detectors": detectors(frame)}
-    record |= {"clauses": clause_results(frame)}
+    record |= {"clauses": clause_results(frame), **sentence_result(frame)}
     record |= {"statement": statement, "report": "report.html"}
     return atomic_write(Path(out_dir) / VERDICT_NAME, json.dumps(record, indent=2, allow_nan=False) + "\n")
 
@@ -103,4 +111,7 @@ def verdict_problems(raw: bytes, envelope: bytes, verdict: str, frame: pd.DataFr
         problems.append(f"it says detectors {record.get('detectors')!r}, the signed results.json {detectors(frame)!r}")
     if record.get("clauses") != clause_results(frame):
         problems.append("its clause results differ from the signed results.json")
+    said, signed = {k: record[k] for k in ("sentence", "not_judged") if k in record}, sentence_result(frame)
+    if said != signed:
+        problems.append(f"it says the sentence is {said or 'judged'}, the signed results.json {signed or 'judged'}")
     return problems

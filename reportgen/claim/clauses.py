@@ -17,6 +17,7 @@ Clauses (case and spacing free)::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -127,9 +128,33 @@ def parse_clause(text: str) -> Clause:
             f"e.g. `{quantity} {QUANTITIES[quantity][0]} {number}`"
         )
     bound = float(number) / (100.0 if percent else 1.0)
+    if problem := bound_problem(quantity, comparator, bound):
+        raise ClaimError(f"claim clause {said!r}: {problem}")
     metric = "overhead_ratio_ci_high" if quantity == "overhead_ratio" else quantity
     unit = {"peak_saving_share": "share", "overhead_ratio": "ratio", "step_time_ms": "ms"}[quantity]
     return Clause(text=said, kind=QUANTITY, metric=metric, comparator=comparator, bound=bound, unit=unit)
+
+
+def bound_problem(quantity: str, comparator: str, bound: float) -> str:
+    """Why a bound makes a clause that cannot miss, or cannot be met ("" when it is one a run can miss and meet).
+
+    A saving share is at most 1 (recompute saved the whole peak), and a bound at or below 0 promises no
+    saving: a run whose peak recompute did not lower meets it (``memory.min_peak_saving_share`` is refused at 0
+    for the same reason). A step-time ratio or a step time is above 0. A bound beyond any finite value
+    (``1e999`` reads as infinity) holds whatever is measured.
+    """
+    example = {"peak_saving_share": "0.30", "overhead_ratio": "1.30", "step_time_ms": "250"}[quantity]
+    fix = f"state the figure the release promises, e.g. `{quantity} {comparator} {example}`"
+    if not math.isfinite(bound):
+        return f"the bound {bound} is not a finite number, so no measurement can miss it; {fix}"
+    if quantity == "peak_saving_share":
+        if bound < 0 or (bound == 0 and comparator == ">="):
+            return f"a saving {comparator} {bound:g} is met by a run that saves nothing, so it cannot miss; {fix}"
+        if bound > 1 or (bound == 1 and comparator == ">"):
+            return f"a saving is a share of the plain peak, at most 1 (100 %), so {comparator} {bound:g} cannot be met; {fix}"
+    elif bound <= 0:
+        return f"{quantity} is above 0, so {comparator} {bound:g} cannot be met; {fix}"
+    return ""
 
 
 def _fits(said: str) -> Clause:
@@ -145,6 +170,11 @@ def _fits(said: str) -> Clause:
         raise ClaimError(f"claim clause {said!r}: give the memory in {', '.join(UNITS)} (binary units)")
     if int(batch) < 1 or (seq is not None and int(seq) < 1):
         raise ClaimError(f"claim clause {said!r}: batch and seq are at least 1")
+    if not 0 < float(amount) * UNITS[unit] < math.inf:
+        raise ClaimError(
+            f"claim clause {said!r}: the memory {amount} {unit} is not a finite size above 0, so the clause cannot "
+            "miss or cannot be met; state the device memory, e.g. `fits: batch 16 within 80 GiB`"
+        )
     return Clause(
         text=said,
         kind=FITS,
@@ -191,10 +221,10 @@ def parse_claim(claim_cfg: Any) -> Claim | None:
     sentence = " ".join(str(text).split()) if text else "; ".join(c.text for c in clauses) + "."
     left = unjudged(sentence, clauses) if text else []
     if left and not claim_cfg.get("unjudged_ok"):
-        named = "; ".join(f"{s.said()}: add `{clause_for(s)}`" for s in left)
+        named = "; ".join(f"{s.said()}: add `{clause_for(s)}`" if s.kind else f"{s.said()}: reword it" for s in left)
         raise ClaimError(
-            f"claim.text states what no clause judges: {named} to claim.clauses, or set claim.unjudged_ok=true "
-            "to print it on page 1 as not judged"
+            f"claim.text states what no clause judges: {named} (clauses go in claim.clauses), or set "
+            "claim.unjudged_ok=true to state the sentence as not judged in every output"
         )
     return Claim(text=sentence, clauses=tuple(clauses), unjudged=tuple(s.said() for s in left))
 

@@ -79,6 +79,36 @@ def clause_rows(frame: pd.DataFrame, claim: Claim, fits: dict[str, dict[str, Any
     return [build[clause.kind](frame, clause) for clause in claim.clauses]
 
 
+#: The item of the row that states the sentence is not judged.
+SENTENCE_ITEM = "the claim sentence"
+
+
+def sentence_rows(claim: Claim | None) -> list[Row]:
+    """One WARN row (role ``claim_sentence``) when the sentence states quantities no clause judges
+    (``claim.unjudged_ok=true``): the verdict covers the clauses only, and every output reads this row to
+    say the sentence is not judged. ``value``: how many quantities; ``quantities``: them, ``"; "``-joined."""
+    if claim is None or not claim.unjudged:
+        return []
+    said = "; ".join(claim.unjudged)
+    detail = (
+        f"not judged: the sentence states {said}, which no clause judges (claim.unjudged_ok=true); the verdict "
+        "covers the clauses only"
+    )
+    extra = {"quantities": said, "clause_fix": "add the clause each quantity names, or reword the sentence"}
+    row = Row.fact(RELEASE_CLAIM, SENTENCE_ITEM, Role.SENTENCE, detail, status=Status.WARN, extra=extra)
+    row.metric, row.value, row.unit = "sentence_quantities_not_judged", float(len(claim.unjudged)), "quantities"
+    return [row]
+
+
+def not_judged(frame: pd.DataFrame) -> list[str]:
+    """The quantities of the claim sentence no clause judges, from ``frame``'s ``claim_sentence`` row
+    (empty: every quantity of the sentence is judged, or the run has no claim sentence)."""
+    rows = frame[frame.role == Role.SENTENCE] if "role" in frame.columns else frame.iloc[0:0]
+    if rows.empty or "quantities" not in rows.columns:
+        return []
+    return [q for q in str(rows.quantities.iloc[0]).split("; ") if q]
+
+
 def _row(clause: Clause, value: float, detail: str, **extra: Any) -> Row:
     """A judged clause row: ``value <comparator> bound``, FAIL when missed."""
     extra = {"clause_kind": clause.kind, "clause_fix": clause_fix(clause), **extra}

@@ -9,7 +9,7 @@ import pandas as pd
 
 from reportgen.claim.clauses import Claim
 from reportgen.claim.fits import measure_fits
-from reportgen.claim.rows import claim_table, clause_rows
+from reportgen.claim.rows import claim_table, clause_rows, sentence_rows
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Row
 from reportgen.results.raised import error_row
@@ -17,11 +17,12 @@ from reportgen.results.raised import error_row
 
 def judge_claim(setup: Any, claim: Claim | None, frame: pd.DataFrame) -> list[Row]:
     """The ``release claim`` rows of ``claim`` from the checks' ``frame`` (none without a claim);
-    ``fits`` clauses first get their predicted step peak (:func:`reportgen.claim.fits.measure_fits`)."""
+    ``fits`` clauses first get their predicted step peak (:func:`reportgen.claim.fits.measure_fits`); a sentence
+    that states what no clause judges adds its ``claim_sentence`` row (:func:`reportgen.claim.rows.sentence_rows`)."""
     if claim is None:
         return []
     try:
-        return clause_rows(frame, claim, measure_fits(setup, claim, frame))
+        return clause_rows(frame, claim, measure_fits(setup, claim, frame)) + sentence_rows(claim)
     except Exception as exc:  # noqa: BLE001 - a crash while judging is an ERROR row, and the claim fails
         return [error_row(RELEASE_CLAIM, exc, "judging the clauses", 0.0)]
 

@@ -26,6 +26,7 @@ from reportgen.commands.rundir import StartRefused, job_log_path
 from reportgen.config import register_configs
 from reportgen.errors import ExitCode, Terminated, console_text, exception_label, usage
 from reportgen.files import OutputWriteError
+from reportgen.library_warnings import warnings_to_log
 from reportgen.paths import builtin_models, conf_dir
 from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
@@ -123,7 +124,8 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool = False) -> int:
         return ExitCode.USAGE
     log_path = job_log_path(Path(out_dir))
     one_line_console(log_path)
-    code = _guarded_run(cfg, Path(out_dir), log_path)
+    with warnings_to_log(h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)):
+        code = _guarded_run(cfg, Path(out_dir), log_path)  # a library's warning goes to the log, not the console
     if multirun and code in (ExitCode.SIGINT, ExitCode.SIGTERM):
         _codes.append(code)
         raise SystemExit(code)
@@ -171,11 +173,15 @@ def _guarded_run(cfg: DictConfig, out_dir: Path, log_path: Path | None) -> int:
 
 
 def _measured_in(out_dir: Path) -> str:
-    """`` What was measured is in FILES.`` naming the result files already written ("" when none)."""
+    """`` What was measured is in FILES.`` naming the result files already written ("" when none), and how to
+    render and sign them when every check finished (the run's mark, ``report.pending.json``, is there)."""
     files = [
         str(out_dir / n) for n in ("results.csv", "results.json", "results.partial.json") if (out_dir / n).exists()
     ]
-    return f" What was measured is in {', '.join(files)}." if files else ""
+    said = f" What was measured is in {', '.join(files)}." if files else ""
+    if (out_dir / PENDING_NAME).exists():
+        said += f" All checks finished: render and sign them with {SIGN_COMMAND} {out_dir}"
+    return said
 
 
 def exit_code(app: Callable[[], None], argv: list[str] | None = None) -> int:

@@ -7,10 +7,12 @@ and the report still renders.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from omegaconf import DictConfig
 from reportgen.checks import REGISTRY, Check, required_names, run_order
 from reportgen.checks.base.run import Run
 from reportgen.checks.distributed.check import follow
-from reportgen.checks.memory.check import run_peak_row
+from reportgen.checks.memory.check import run_peak_rows
 from reportgen.ci import finish_ci_outputs, write_ci_outputs
 from reportgen.ci.summary import SAID
 from reportgen.ci.verdict import exit_code
@@ -38,10 +40,13 @@ from reportgen.distributed.launch import (
 from reportgen.errors import ExitCode, Terminated, UsageError, clip_keeping_advice, console_text
 from reportgen.files import atomic_write, replace_write
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
+from reportgen.memory.device_peak import phase_peak
+from reportgen.memory.step_peak import format_bytes
 from reportgen.report.diagnose import diagnose
 from reportgen.report.metadata import recompute_settings, run_metadata
 from reportgen.report.pdf import renderer_problem
 from reportgen.report.render import render_report
+from reportgen.report.tried import look_and_try
 from reportgen.results import (
     Role,
     Row,
@@ -120,15 +125,16 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         meta["claim"]["release"] = claim.record()  # page 1 and the signed statement
     meta["environment"]["torch_threads"] = threads.describe()  # also in the signed statement's environment
     meta["sweep"] = job_launch()  # a sweep's job signs its launch, number and overrides (None for a single run)
+    run = Run(setup, cfg)
     try:
-        rows = run_checks(Run(setup, cfg), out_dir)
+        rows = run_checks(run, out_dir)
     except Interrupted as exc:  # nothing interrupted is signed as a verdict
         print(f"reportgen: interrupted; what was measured is in {out_dir / 'results.partial.json'}")
         return ExitCode.SIGTERM if exc.terminated else ExitCode.SIGINT  # the partial frame stays on disk
     if any(r.check == MEMORY and r.status != Status.NOT_RUN for r in rows):  # the whole run's peak, beside one twin's
-        rows.append(run_peak_row(setup))
+        rows += run_peak_rows(setup, run.phase_peaks)
     rows += observation_rows(setup)  # a switch that recomputes nothing is a finding
-    rows += diagnose(rows, recompute_settings(setup))
+    rows += diagnose(rows, look_and_try(run, rows, recompute_settings(setup)))  # fixes that are settings, tried
     rows += judge_claim(setup, claim, to_frame(rows))  # one judged row per clause of the release claim
     if planned := planned_peak(setup, rows):  # a plan's recompute file: the plan's figure at this shape (page 1)
         rows.append(planned[0])
@@ -222,7 +228,7 @@ def run_checks(run: Run, out_dir: Path) -> list[Row]:
         log.info("check: %s", check.name)
         start = time.perf_counter()
         try:
-            with warnings.catch_warnings(), limited(check.name, *limits):  # deadline and memory ceiling
+            with warnings.catch_warnings(), limited(check.name, *limits), measured(run, check.name):
                 warnings.simplefilter("ignore", UserWarning)  # the console stays readable; gradient parity
                 rows += check.run(run)  # records torch's warnings as rows itself
         except CheckLimitExceeded as exc:  # a hazard (a region that never returns): a row, and the run goes on
@@ -245,6 +251,17 @@ def run_checks(run: Run, out_dir: Path) -> list[Row]:
             rows.append(error_row(check.name, exc, "check", time.perf_counter() - start))
         replace_write(out_dir / "results.partial.json", frame_to_json(to_frame(rows)))
     return rows
+
+
+@contextlib.contextmanager
+def measured(run: Run, phase: str) -> Iterator[None]:
+    """Record the peak memory of one check in ``run.phase_peaks`` (also when it raises) and log it."""
+    with phase_peak(phase, run.setup.device) as peak:
+        try:
+            yield
+        finally:
+            run.phase_peaks.append(peak)
+    log.info("check %s: peak %s (%s)", phase, format_bytes(peak.bytes), peak.metric)
 
 
 def disabled_rows(check: Check) -> list[Row]:

@@ -16,16 +16,19 @@ import errno
 import fcntl
 import logging
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from reportgen.commands.validation import config_problems, unknown_setting_problems
 from reportgen.errors import ExitCode, usage
 from reportgen.files import write_failure
+from reportgen.trust.documents import ENVELOPE_NAME
+from reportgen.trust.manifest import PENDING_NAME, SIGN_COMMAND
 
 #: Lock file a running reportgen job holds in its folder (a dotfile: never a statement subject).
 LOCK_NAME = ".reportgen.lock"
@@ -142,14 +145,44 @@ def occupied(folder: Path, found: list[str], holds_a_run: bool) -> str:
     if holds_a_run:
         return (
             f"the output folder {folder} already holds a run ({shown}); reportgen never writes into it, so that "
-            "run stays as it was signed. Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which makes "
-            "a new timestamped folder per run, or point it at a new or empty folder."
+            f"run {what_the_run_is(folder, found)} Leave hydra.run.dir (hydra.sweep.dir for -m) at its default, which "
+            "makes a new timestamped folder per run, or point it at a new or empty folder."
         )
     return (
         f"the output folder {folder} holds files that are not a run's ({shown}); a run starts only in a new "
         "or empty folder, so that its signed statement covers exactly what it wrote. Move them, or leave "
         "hydra.run.dir (hydra.sweep.dir for -m) at its default, a new timestamped folder per run."
     )
+
+
+def what_the_run_is(folder: Path, found: list[str]) -> str:
+    """The end of the refusal's sentence "so that run ...", from what marks the folder (``found``, relative POSIX
+    paths): signed (a statement); finished but not signed yet (the pending mark: the command that signs it); stopped
+    before it was signed (a killed run: partial results, a lock no process holds; the command that runs it again)."""
+    names = {Path(name).name for name in found}
+    locks = [Path(folder) / name for name in found if Path(name).name == LOCK_NAME]
+    if ENVELOPE_NAME in names:
+        return "stays as it was signed."
+    if (Path(folder) / PENDING_NAME).is_file():
+        return f"stays as it is: its checks finished but it is not signed yet; sign it with `{SIGN_COMMAND} {folder}`."
+    if "results.partial.json" in names or any(not lock_is_held(lock) for lock in locks):
+        return (
+            "stays as it is: it was stopped before it finished (killed: partial results or a lock no process "
+            f"holds) and nothing in it is signed; run it again into a new folder with `{rerun_command(folder)}`."
+        )
+    return "stays as it is (it is not signed)."
+
+
+def rerun_command(folder: Path) -> str:
+    """``python -m reportgen OVERRIDES``, the overrides from the folder's ``.hydra/overrides.yaml`` (shell-quoted;
+    ``python -m reportgen ...`` when it cannot be read)."""
+    try:
+        overrides = OmegaConf.to_container(OmegaConf.load(Path(folder) / ".hydra" / "overrides.yaml"))
+    except Exception:  # noqa: BLE001 - unreadable or not YAML: the command is named without its overrides
+        overrides = None
+    if not isinstance(overrides, list):
+        return "python -m reportgen ..."
+    return " ".join(["python -m reportgen", *(shlex.quote(str(o)) for o in overrides)])
 
 
 class RunFolderGuard(Callback):

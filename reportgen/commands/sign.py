@@ -1,14 +1,19 @@
 """``python -m reportgen.sign RUN_DIR``: render and sign a finished run that was interrupted before it was signed
 (docs/trust.md, "A finished run can be signed later"): refuse a folder that is not one, whose seal does not hold,
 whose manifest gained a file or whose rows do not follow from their numbers; then recompute the verdict from
-results.json, render the report and sign it as the run would have. Exit codes: the run's (0, 1, 3); 2 refused.
+results.json, render the report and sign it as the run would have. Exit codes: the run's (0, 1, 3); 2 refused
+(one line: what cannot be signed and the fix, e.g. a claim a run refuses today); 70 reportgen's own bug (one
+line; the traceback in the run's ``__main__.log``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -17,14 +22,21 @@ from reportgen.checks import required_names
 from reportgen.ci import JUNIT_NAME, SUMMARY_NAME, VERDICT_NAME, finish_ci_outputs, write_ci_outputs
 from reportgen.ci.summary import SAID
 from reportgen.ci.verdict import exit_code
-from reportgen.claim import claim_required
-from reportgen.errors import ExitCode
+from reportgen.claim import ClaimError, claim_required, parse_claim
+from reportgen.errors import ExitCode, console_text, exception_label
 from reportgen.files import WRITE_ERRNOS, OutputWriteError, write_failure
 from reportgen.report.render import render_report
 from reportgen.results import claim_verdict, frame_from_json, results_csv
 from reportgen.trust.documents import ENVELOPE_NAME, PDF_NAME, RESULTS_NAME, UNSIGNED_PDF_NAME
 from reportgen.trust.keys import SigningError, load_signing_key
-from reportgen.trust.manifest import PENDING_NAME, clear_pending, planted, seal_holds, start_manifest
+from reportgen.trust.manifest import (
+    PENDING_NAME,
+    changed_since_seal,
+    clear_pending,
+    planted,
+    seal_holds,
+    start_manifest,
+)
 from reportgen.trust.signing import sign_run
 from reportgen.verify.run import status_mismatches
 
@@ -61,6 +73,29 @@ def pending_record(run_dir: Path) -> dict:
         raise FinishRefusedError(f"{mark} cannot be read ({exc}); run the checks again") from None
 
 
+def unsignable_claim(run_dir: Path, cfg, record: dict) -> None:
+    """Refuse a run whose claim a run would refuse today (a clause that cannot miss, a bound beyond any finite
+    value: :func:`reportgen.claim.parse_claim`) or whose mark holds a number JSON cannot carry (the signed
+    statement is strict JSON), before anything is written.
+
+    Raises:
+        FinishRefusedError: one line naming the clause or the value and the fix.
+    """
+    try:
+        parse_claim(cfg.get("claim"))
+    except ClaimError as exc:
+        raise FinishRefusedError(
+            f"{run_dir}: its claim cannot be signed: {exc}. Nothing was signed: fix claim.clauses and run the checks again"
+        ) from None
+    try:
+        json.dumps(record.get("meta"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise FinishRefusedError(
+            f"{run_dir / PENDING_NAME}: its metadata holds a value a signed statement cannot carry ({exc}); "
+            "nothing was signed: run the checks again"
+        ) from None
+
+
 def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     """Re-judge, render and sign the run folder ``run_dir``, a finished run interrupted before it was signed
     (module docstring); returns the claim verdict, recomputed from results.json. ``key_path`` is the private key
@@ -84,9 +119,15 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
             "nothing was signed: run the checks again"
         )
     if not seal_holds(run_dir, record, key.public_key):
+        changed = changed_since_seal(run_dir, record)
+        what = (
+            f"{', '.join(changed[:3])}{' and more' if len(changed) > 3 else ''} changed after the checks finished"
+            if changed
+            else f"the mark ({PENDING_NAME}) changed after the checks finished (or the seal is another key's than "
+            f"{key.path})"
+        )
         raise FinishRefusedError(
-            f"{run_dir}: results.json, the config or the mark changed after the checks finished (or the seal is "
-            f"another key's than {key.path}); only what the run measured is signed: nothing was signed, run the checks again"
+            f"{run_dir}: {what}; only what the run measured is signed: nothing was signed, run the checks again"
         )
     extra = planted(run_dir, record, LEFT_HALF_DONE)
     if extra:
@@ -94,6 +135,7 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
             f"{run_dir}: {', '.join(extra[:3])} entered the run's manifest after its checks finished; only what the "
             "run wrote is signed: nothing was signed, remove it (and its manifest line) or run the checks again"
         )
+    unsignable_claim(run_dir, cfg, record)
     frame = frame_from_json((run_dir / RESULTS_NAME).read_text())
     csv = run_dir / "results.csv"
     if not csv.is_file() or csv.read_text() != results_csv(frame):
@@ -124,6 +166,24 @@ def finish_run(run_dir: str | Path, key_path: str | None = None) -> str:
     return verdict
 
 
+def _traceback_log(run_dir: Path, exc: BaseException) -> Path:
+    """Append ``exc``'s traceback to the run's own log (Hydra's ``__main__.log``, never a statement subject) when
+    the folder has one, else to a new file in the temporary folder; returns the file written."""
+    text = "reportgen.sign failed:\n" + "".join(traceback.format_exception(exc))
+    log = run_dir / "__main__.log"
+    try:
+        if log.is_file():
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(text)
+            return log
+    except OSError:
+        pass
+    fd, name = tempfile.mkstemp(prefix="reportgen-sign-", suffix=".log")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return Path(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line; see the module docstring. Returns 0, 1 or 3 (the claim), or 2 (refused)."""
     parser = argparse.ArgumentParser(
@@ -144,6 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         failure = exc if isinstance(exc, OutputWriteError) else write_failure(Path(exc.filename or args.run_dir), exc)
         print(f"reportgen.sign: {failure}; results.json and the mark are kept: run it again", file=sys.stderr)
         return int(ExitCode.USAGE)
+    except Exception as exc:  # noqa: BLE001 - reportgen's own bug: one line, the traceback in a log file
+        log = _traceback_log(Path(args.run_dir), exc)
+        print(
+            f"reportgen.sign: internal error, a bug in reportgen: {exception_label(exc)}: "
+            f"{console_text((str(exc).strip().splitlines() or [''])[0])}. Full traceback: {log}. Nothing was signed; "
+            "results.json and the mark are kept. Please report it with that log.",
+            file=sys.stderr,
+        )
+        return int(ExitCode.BUG)
     said = SAID.get(verdict, "FAILS")
     print(
         f"reportgen.sign: signed {Path(args.run_dir)}; every row re-judged from results.json; claim {said} ({verdict})"

@@ -14,6 +14,7 @@ import math
 import re
 from typing import Any
 
+import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -36,6 +37,8 @@ from reportgen.config import (
     STEP_PARITY,
     RecomputeMethod,
 )
+from reportgen.distributed.mesh import dp_degree
+from reportgen.distributed.pipeline import pipeline_problems
 from reportgen.distributed.settings import DTYPES, distributed_setting_problems
 from reportgen.threads import threads_problem
 
@@ -127,7 +130,9 @@ def config_problems(cfg: DictConfig) -> str:
     names = [name for name, *_ in BOUNDED] + ["dtype", "recompute.determinism_check", "larger_batch.lr_scaling"]
     names += ["device", "verdict.required", "budget.seeds", "larger_batch.seeds", "precision.autocast"]
     names += ["memory.peak_on_miss", "threads", "distributed.backend", "distributed.start_method", "compile.enabled"]
-    names += ["recompute.mode", "recompute.method", "distributed.budget_seeds", "budget.enabled"]
+    names += ["recompute.mode", "recompute.method", "distributed.budget_seeds", "budget.enabled", "distributed.mesh"]
+    names += ["forward_seed", *TASK_SIZES, "distributed.strategy", "distributed.fsdp1.sync_module_states"]
+    names += ["distributed.world_size"]
     values, problems = {}, unknown_setting_problems(cfg)
     for name in names:
         try:
@@ -157,6 +162,9 @@ def config_problems(cfg: DictConfig) -> str:
         for name in ("budget.seeds", "larger_batch.seeds", "distributed.budget_seeds")
         if (p := _seeds_problem(name, values.get(name)))
     ]
+    problems += [p for name in TASK_SIZES if (p := _task_size_problem(name, values.get(name)))]
+    if (seed := values.get("forward_seed")) is not None and (not _is_int(seed) or seed < 0):
+        problems.append(f"forward_seed={seed!r} must be an integer >= 0 (or null), e.g. forward_seed=0")
     if values.get("precision.autocast") not in AUTOCASTS:
         problems.append(f"precision.autocast={values['precision.autocast']!r} must be one of null, bf16, fp16")
     for name in ("memory.negligible_saving_share", "memory.min_peak_saving_share"):
@@ -165,7 +173,9 @@ def config_problems(cfg: DictConfig) -> str:
     if values.get("threads") is not None and (problem := threads_problem(values["threads"])):
         problems.append(problem)
     problems += _distributed_problems(values) + _mode_problem(values) + moved_module_problems(cfg)
+    problems += _sync_states_problem(values)
     problems += distributed_setting_problems(cfg.get("distributed"))
+    problems += pipeline_problems(cfg) if cfg.get("distributed") is not None else []
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
@@ -211,19 +221,22 @@ def _distributed_problems(values: dict[str, Any]) -> list[str]:
     if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
         return []
     problems = []
+    # the batch is split over the data-parallel ranks only (distributed.mesh's dp_replicate × dp_shard)
+    parts = dp_degree(values.get("distributed.mesh"), world)
+    shares = f"distributed.world_size={world}" if parts == world else f"the data-parallel degree {parts}"
     batch = values.get("parity.batch_size")
-    if isinstance(batch, int) and batch % world:
+    if isinstance(batch, int) and batch % parts:
         problems.append(
-            f"parity.batch_size={batch} must be a multiple of distributed.world_size={world} (each rank "
-            f"takes an equal share of the global batch), e.g. parity.batch_size={batch + world - batch % world}"
+            f"parity.batch_size={batch} must be a multiple of {shares} (each data-parallel rank "
+            f"takes an equal share of the global batch), e.g. parity.batch_size={batch + parts - batch % parts}"
         )
     for name in ("budget.batch_size", "budget.examples"):  # the sharded task metrics split every global batch
         value = values.get(name)
-        if values.get("budget.enabled", True) and isinstance(value, int) and value % world:
+        if values.get("budget.enabled", True) and isinstance(value, int) and value % parts:
             problems.append(
-                f"{name}={value} must be a multiple of distributed.world_size={world} (the sharded task "
-                f"metrics give each rank an equal share of every global batch), e.g. "
-                f"{name}={value + world - value % world}"
+                f"{name}={value} must be a multiple of {shares} (the sharded task "
+                f"metrics give each data-parallel rank an equal share of every global batch), e.g. "
+                f"{name}={value + parts - value % parts}"
             )
     if values.get("distributed.backend") == "nccl" and values.get("device") == "cpu":
         problems.append("distributed.backend=nccl needs CUDA but device=cpu; use distributed.backend=auto or gloo")
@@ -234,14 +247,57 @@ def _distributed_problems(values: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _is_int(value: Any) -> bool:
+    """True for an integer that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: Sizes a task may take (free-form group: checked only where set): ``block_size`` is tokens per example.
+TASK_SIZES = ("task.block_size",)
+
+
+def _task_size_problem(name: str, value: Any) -> str | None:
+    """The problem with a task's size setting (an integer >= 1), or None when it is fine or not set."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return f"{name}={value!r} must be an integer >= 1 (tokens per example), e.g. {name}=32"
+
+
+def _sync_states_problem(values: dict[str, Any]) -> list[str]:
+    """FSDP1's ``sync_module_states=True`` broadcasts module states from GPU memory (torch's
+    ``FullyShardedDataParallel`` refuses CPU parameters with it): refused where the ranks run on CPU (gloo)."""
+    strategy = getattr(values.get("distributed.strategy"), "value", values.get("distributed.strategy"))
+    world = values.get("distributed.world_size")
+    if strategy != "fsdp1" or not values.get("distributed.fsdp1.sync_module_states"):
+        return []
+    if not isinstance(world, int) or world <= 1:
+        return []  # refused with its group's other settings (one process)
+    device, backend = values.get("device", "auto"), values.get("distributed.backend", "auto")
+    cpu = device == "cpu" or backend == "gloo" or (device == "auto" and not torch.cuda.is_available())
+    if not cpu:
+        return []
+    return [
+        "distributed.fsdp1.sync_module_states=true needs CUDA (FSDP1 broadcasts module states from GPU memory and "
+        "refuses CPU parameters), but this run's ranks use CPU (gloo); set distributed.fsdp1.sync_module_states=false "
+        "(every rank already builds the same seeded state)"
+    ]
+
+
 def _seeds_problem(name: str, seeds: Any) -> str | None:
-    """The problem with a list of seeds, or None: it must be non-empty (``budget.seeds``) and
-    hold no seed twice (a repeated seed is the same run again, reported as if it were another)."""
+    """The problem with a list of seeds, or None: it must be non-empty (``budget.seeds``), hold integers >= 0
+    (NumPy's ``SeedSequence``, which mixes every step's seed, refuses negatives) and no seed twice (a repeated
+    seed is the same run again, reported as if it were another)."""
     if seeds is None:
         return None
     seeds = list(seeds)
     if not seeds and name == "budget.seeds":
         return f"{name}=[] must list at least one seed, e.g. {name}=[0]"
+    bad = [s for s in seeds if not _is_int(s) or s < 0]
+    if bad:
+        return (
+            f"{name}={seeds}: seed(s) {', '.join(map(repr, bad))} must be integers >= 0 (each seeds the data order "
+            f"and is mixed by NumPy's SeedSequence, which refuses negatives), e.g. {name}=[0]"
+        )
     repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
     if repeated:
         unique = list(dict.fromkeys(seeds))

@@ -21,6 +21,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from reportgen.checks import required_names
+from reportgen.checks.controls.limit import stated_limit
+from reportgen.claim.rows import not_judged
 from reportgen.errors import UsageError
 from reportgen.files import sha256_bytes
 from reportgen.results import Role, Status, check_summary, claim_verdict, frame_from_json
@@ -183,6 +185,36 @@ def _costs(side: Side) -> dict[str, Any]:
     return {**job_costs(side.frame), "timing_trusted": None if ci.empty else bool((ci.status == Status.PASS).all())}
 
 
+def _limit_said(frame: pd.DataFrame) -> tuple[str, float | None]:
+    """A run's detection limit for a comparison: ``("1e-03 in region '0'", 1e-3)``, ``("none caught up to 1 in
+    region '0'", inf)``, or ``("not stated", None)`` (controls off, nothing to scale, an older run)."""
+    stated = stated_limit(frame)
+    if stated is None or not stated["measured"]:
+        return "not stated", None
+    if stated["value"] is None:
+        return f"none caught up to 1 in region {stated['region']!r}", float("inf")
+    return f"{stated['value']:.0e} in region {stated['region']!r}", stated["value"]
+
+
+def limit_change(base: Side, new: Side) -> dict[str, str]:
+    """The two runs' detection limits (the smallest relative recompute error gradient parity catches,
+    ``reportgen.checks.controls.limit``) and, when they differ, one sentence saying which way: ``{"base", "new",
+    "change"}`` (``change`` "" when equal). Stated, never deciding the outcome (a tolerance change is stated the
+    same way)."""
+    (b_said, b), (n_said, n) = _limit_said(base.frame), _limit_said(new.frame)
+    change = ""
+    if b_said != n_said:
+        way = (
+            ": NEW's gradient parity misses recompute errors BASE's caught"
+            if b is not None and n is not None and n > b
+            else ": NEW's gradient parity catches smaller recompute errors"
+            if b is not None and n is not None and n < b
+            else ""
+        )
+        change = f"the detection limit changed from {b_said} (BASE) to {n_said} (NEW){way}"
+    return {"base": b_said, "new": n_said, "change": change}
+
+
 def compare(
     base: Side,
     new: Side,
@@ -290,7 +322,9 @@ def compare(
         unclear.append(f"{controls}; compared anyway (--allow-different-controls)")  # stated, not deciding
     return {
         "verdicts": {"base": base.verdict, "new": new.verdict},
+        "not_judged": {"base": not_judged(base.frame), "new": not_judged(new.frame)},  # the sentence, stated
         "checks": checks,
+        "detection_limit": limit_change(base, new),  # stated beside the checks, never deciding
         "costs": costs,
         "tolerances": tolerances,
         "config": config,
@@ -310,7 +344,16 @@ def comparison_frame(result: dict) -> pd.DataFrame:
     """compare.csv: one row per check, cost and changed setting: ``kind, name, base, new, change``."""
     costs, base, new = result["costs"], result["verdicts"]["base"], result["verdicts"]["new"]
     rows = [("verdict", "claim", base, new, "changed" if base != new else "")]
+    left = result.get("not_judged") or {}
+    if left.get("base") or left.get("new"):  # a claim sentence that states what no clause judges
+        base_said, new_said = ("; ".join(left.get(side) or []) or "judged" for side in ("base", "new"))
+        rows.append(("not judged", "claim sentence", base_said, new_said, ""))
     rows += [("check", c["check"], c["base"], c["new"], "changed" if c["changed"] else "") for c in result["checks"]]
+    limit = result.get("detection_limit")
+    if limit:
+        rows.append(
+            ("limit", "detection limit (relative)", limit["base"], limit["new"], "changed" if limit["change"] else "")
+        )
     changes = {"saved_activation_share": costs["saving_change_pp"], "overhead_ratio": costs["overhead_change_pp"]}
     for name in ("saved_activation_share", "overhead_ratio", "overhead_ci_low", "overhead_ci_high", "metric_abs_diff"):
         change = "" if changes.get(name) is None else f"{changes[name]:+.2f} pp"

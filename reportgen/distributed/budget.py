@@ -36,19 +36,19 @@ def sharded_run(setup, group: Group, recompute: bool, seed: int) -> TrainResult:
     Raises:
         ValueError: ``budget.batch_size`` (or the budget) is not a multiple of the world size.
     """
-    cfg, world = setup.config.budget, group.world_size
-    if int(cfg.batch_size) % world or int(cfg.examples) % world:
+    cfg, parts = setup.config.budget, group.dp_size  # the data-parallel ranks: TP/CP peers take the same share
+    if int(cfg.batch_size) % parts or int(cfg.examples) % parts:
         raise ValueError(
             f"budget.batch_size={cfg.batch_size} and budget.examples={cfg.examples} must both be "
-            f"multiples of distributed.world_size={world} so every rank gets an equal share of each "
+            f"multiples of the {parts} data-parallel ranks so each gets an equal share of each "
             "global batch; set them so"
         )
     twin = spread_twin(setup, group, recompute, optimizer=cfg.optimizer)
     sharding = Sharding(
-        share=lambda batch: shard_batch(batch, group.rank, world),
+        share=lambda batch: shard_batch(batch, group.dp_rank, parts),
         agree=lambda finite: all_ranks(finite, group),
         final_params=full_params,
-        ranks=world,
+        ranks=group.world_size,
     )
     desc = f"sharded {'recompute' if recompute else 'plain'} seed {seed} rank {group.rank}"
     return budget_run(setup, twin, cfg, seed, cfg.batch_size, desc, sharding=sharding)
@@ -77,10 +77,11 @@ def budget_rows(setup, group: Group) -> list[Row]:
                 results[(variant, seed)] = sharded_run(setup, group, recompute, seed)
     if group.rank:
         return []
-    share = int(cfg.batch_size) // group.world_size
+    share = int(cfg.batch_size) // group.dp_size
     detail = (
         f"{cfg.examples} accepted examples per run counted over all {group.world_size} ranks (global "
-        f"batches of {cfg.batch_size}, {share} on each rank; a step is applied on every rank or none), "
+        f"batches of {cfg.batch_size}, {share} on each of {group.dp_size} data-parallel ranks; a step is applied "
+        "on every rank or none), "
         f"seeds {', '.join(str(s) for s in seeds)} (distributed.budget_seeds"
         f"{'' if chosen is not None else ': null = the first of budget.seeds'})"
     )

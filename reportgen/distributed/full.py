@@ -8,6 +8,7 @@ own FSDP tests compare sharded models with a single-process reference.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -84,3 +85,36 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
         for name, values in by_name.items()
         for k, v in values.items()
     }
+
+
+def held_grads(model: nn.Module) -> dict[str, Tensor | None]:
+    """``{plain name: gradient as this rank holds it, or None}`` of every trainable parameter, no collective and no
+    copy: a ``DTensor`` shard under FSDP2 (or a user's wrap), the all-reduced replica under DDP; FSDP1 gathers
+    (``summon_full_params(with_grads=True)``, a collective) and only rank 0 keeps the whole gradients. What a sharded
+    check keeps of a twin it drops, to compare tensor by tensor later (:func:`each_full`)."""
+    if is_fsdp1(model):
+        import torch.distributed as dist
+
+        grads = full_grads(model)
+        return grads if dist.get_rank() == 0 else dict.fromkeys(grads)
+    return {
+        dist_name(n): (p.grad.detach() if p.grad is not None else None)
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
+
+
+def each_full(*held: Mapping[str, Tensor | None], keep: bool) -> Iterator[tuple[str, list[Tensor | None]]]:
+    """For each name of ``held`` (one mapping per twin, e.g. :func:`held_grads`; the same names on every rank), in
+    name order: the whole tensor of each mapping (None where a mapping has none). A ``DTensor`` is gathered
+    (``full_tensor()``, a collective: every rank calls this in the same order) one tensor at a time; ranks with
+    ``keep`` False get Nones and drop what they gathered at once, so a rank holds at most one whole tensor per
+    mapping at a time (the caller drops it before the next)."""
+    for name in sorted(set().union(*held)):
+        tensors: list[Tensor | None] = []
+        for mapping in held:
+            t = mapping.get(name)
+            whole = t.full_tensor() if t is not None and hasattr(t, "full_tensor") else t
+            tensors.append(whole if keep else None)
+            del whole
+        yield name, tensors

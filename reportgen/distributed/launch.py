@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from reportgen.distributed.mesh import Layout
 from reportgen.errors import Terminated
 from reportgen.structure import batch_size_of, map_tensors
 
@@ -62,7 +63,8 @@ class Group:
         backend: the default group's backend (``gloo`` or ``nccl``).
         control: a gloo group for rows and failure agreement (its own timeout).
         device: the device this rank's twins run on.
-        mesh: the 1-D device mesh FSDP2 shards over (None until :func:`mesh_of` makes it).
+        layout: the named mesh degrees (``distributed.mesh``), or the 1-D mesh over every rank (None: 1-D).
+        mesh: the device mesh (None until :func:`mesh_of` makes it).
     """
 
     rank: int
@@ -70,7 +72,18 @@ class Group:
     backend: str
     control: Any
     device: torch.device
+    layout: Layout | None = None
     mesh: Any = None
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks (``dp_replicate × dp_shard``; every rank on the 1-D mesh): the shares of a batch."""
+        return self.world_size if self.layout is None else self.layout.dp_size
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's share of a batch, ``0 .. dp_size - 1``: tensor/context-parallel peers take the same one."""
+        return self.rank if self.layout is None else self.layout.dp_rank(self.rank)
 
 
 def launched() -> bool:
@@ -174,7 +187,7 @@ def rank_config(cfg: Any) -> Any:
     return cfg
 
 
-def join(backend: str, timeout_s: float, device: torch.device) -> Group:
+def join(backend: str, timeout_s: float, device: torch.device, layout: Layout | None = None) -> Group:
     """Join (or, inside a launched process, initialise) the default process group and a gloo
     control group. Reads ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` (``env://``).
 
@@ -183,11 +196,12 @@ def join(backend: str, timeout_s: float, device: torch.device) -> Group:
         timeout_s: every collective of the default group raises after this many seconds; the
             control group waits twice as long plus 30 s, so a rank that timed out can still report.
         device: this rank's device.
+        layout: the run's mesh layout (:func:`reportgen.distributed.mesh.layout_of`); None: the 1-D mesh.
     """
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     control = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=2 * timeout_s + 30))
-    return Group(dist.get_rank(), dist.get_world_size(), backend, control, device)
+    return Group(dist.get_rank(), dist.get_world_size(), backend, control, device, layout)
 
 
 def leave() -> None:
@@ -197,26 +211,33 @@ def leave() -> None:
 
 
 def mesh_of(group: Group):
-    """The 1-D device mesh over all ranks that FSDP2 shards along (made once)."""
+    """The run's device mesh (made once): ``init_device_mesh(device type, shape, mesh_dim_names=names)`` of the
+    named layout (``distributed.mesh``, e.g. shape ``(2, 2)`` named ``("dp_shard", "tp")``), else the 1-D mesh over
+    every rank, unnamed."""
     if group.mesh is None:
         from torch.distributed.device_mesh import init_device_mesh
 
-        group.mesh = init_device_mesh(group.device.type, (group.world_size,))
+        layout = group.layout
+        if layout is None or not layout.names:
+            group.mesh = init_device_mesh(group.device.type, (group.world_size,))
+        else:
+            group.mesh = init_device_mesh(group.device.type, layout.shape, mesh_dim_names=layout.names)
     return group.mesh
 
 
-def shard_batch(batch: tuple, rank: int, world_size: int) -> tuple:
-    """This rank's equal, contiguous share of a global batch ``(inputs, targets)``: examples
-    ``[rank * n / W, (rank + 1) * n / W)`` of every tensor leaf whose leading size is ``n``.
+def shard_batch(batch: tuple, dp_rank: int, dp_size: int) -> tuple:
+    """Data-parallel rank ``dp_rank``'s equal, contiguous share of a global batch ``(inputs, targets)``: examples
+    ``[dp_rank * n / D, (dp_rank + 1) * n / D)`` of every tensor leaf whose leading size is ``n``, ``D = dp_size``
+    (:attr:`Group.dp_rank`, :attr:`Group.dp_size`: tensor- and context-parallel peers take the same share).
 
     Raises:
-        ValueError: ``n`` is not a multiple of ``world_size``.
+        ValueError: ``n`` is not a multiple of ``dp_size``.
     """
     n = batch_size_of(batch[0])
-    if n % world_size:
-        raise ValueError(f"a global batch of {n} examples cannot be split equally over {world_size} ranks")
-    per = n // world_size
-    take = lambda t: t[rank * per : (rank + 1) * per] if t.dim() and t.shape[0] == n else t
+    if n % dp_size:
+        raise ValueError(f"a global batch of {n} examples cannot be split equally over {dp_size} data-parallel ranks")
+    per = n // dp_size
+    take = lambda t: t[dp_rank * per : (dp_rank + 1) * per] if t.dim() and t.shape[0] == n else t
     return tuple(map_tensors(take, part) for part in batch)
 
 

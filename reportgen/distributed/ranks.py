@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from reportgen.config import DIST_MEMORY
 from reportgen.distributed.launch import (
     Group,
     RankFailure,
@@ -24,10 +25,14 @@ from reportgen.distributed.launch import (
     start_method,
     watchdog,
 )
+from reportgen.distributed.mesh import layout_of
+from reportgen.limits import CheckLimitExceeded, default_max_rss_gib, limited
+from reportgen.memory.device_peak import run_device_peak, run_host_peak
 from reportgen.results import Role, Row, Status
 from reportgen.results.raised import error_row
 from reportgen.twins.prepare import prepare
 from reportgen.twins.setup import Setup
+from reportgen.twins.template import map_large_allocations, on_meta
 
 #: One part of a sharded check: the section its rows go to, and ``fn(setup, group) -> [Row]``
 #: (module-level, so that a spawned rank can import it by name).
@@ -69,7 +74,7 @@ def follow(setup: Setup, parts: Sequence[Part]) -> list[Row] | None:
         Every rank's rows on rank 0, None on the other ranks.
     """
     dc = setup.config.distributed
-    group = join(resolve_backend(str(dc.backend), setup.device), float(dc.timeout_s), setup.device)
+    group = join(resolve_backend(str(dc.backend), setup.device), float(dc.timeout_s), setup.device, layout_of(dc))
     try:
         rows = rank_rows(setup, group, parts)
         gathered = gather_objects(rows, group)
@@ -84,11 +89,13 @@ def rank_worker(given: Setup | DictConfig, parts: Sequence[Part]) -> list[Row] |
     """The function each elastic-launched rank runs: the setup (inherited from the launching
     process under ``fork``; built from the config, on this rank's device, otherwise), then
     :func:`follow`. Building the setup runs under the watchdog too, so a rank stuck there is
-    stopped after ``1.5 × timeout_s + 10`` s."""
+    stopped after ``1.5 × timeout_s + 10`` s. Large allocations get their own mappings
+    (:func:`reportgen.twins.template.map_large_allocations`), so twin after twin leaves no fragmented heap."""
+    map_large_allocations()
     if isinstance(given, Setup):
         return follow(given, parts)
     with watchdog(1.5 * float(given.distributed.timeout_s) + 10):  # the launching process probed the task already
-        setup = prepare(rank_config(given), probe_contract=False)
+        setup = prepare(rank_config(given), probe_contract=False, rank=True)
     return follow(setup, parts)
 
 
@@ -101,8 +108,10 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
     part: longer than a collective's timeout, so a rank waiting for a failed one reports it first.
     """
     timeout = float(setup.config.distributed.timeout_s)
+    ceiling = setup.config.checks.max_rss_gib or default_max_rss_gib()  # checks.max_rss_gib watches every rank
     rows: list[Row] = []
     failed: dict[int, str] = {}
+    reached = [("its setup", run_host_peak())]  # (stage, peak resident set after it): where the peak was reached
     for name, part in parts:
         if failed:
             if group.rank == 0:
@@ -111,17 +120,40 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
         start, said = time.perf_counter(), ""
         with watchdog(1.5 * timeout + 10):
             try:
-                measured = part(setup, group)
+                with limited(f"{name} on rank {group.rank}", None, ceiling):
+                    measured = part(setup, group)
                 if measured:  # the part's wall time, once (seconds sum per check)
                     measured[0].seconds = time.perf_counter() - start
                 rows += measured
-            except Exception as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
+            except (Exception, CheckLimitExceeded) as exc:  # noqa: BLE001 - a failure on one rank is a row naming it
                 where, seconds = f"rank {group.rank}", time.perf_counter() - start
                 row = error_row(name, exc, where, seconds, twin=getattr(exc, "reportgen_twin", None))
                 rows.append(ranked(row, group.rank))
                 said = row.detail
         failed = {r: s for r, s in enumerate(all_gather_objects(said, group)) if s}
-    return rows
+        reached.append((name, run_host_peak()))
+    return rows + [peak_row(setup, group, parts, next(stage for stage, peak in reached if peak == reached[-1][1]))]
+
+
+def peak_row(setup: Setup, group: Group, parts: Sequence[Part], reached_in: str = "") -> Row:
+    """This rank's own peak over the whole run so far (its setup and every part): the peak resident set
+    (``getrusage``), and on CUDA ``max_memory_allocated`` beside it; an INFO row of the memory part's section
+    (the first part's when there is none), ``rank`` column set. Page 1 lists every rank's. ``reached_in``: the
+    stage (``"its setup"`` or a part's section) at whose end the peak resident set was first what it is now."""
+    names = [name for name, _ in parts]
+    section = DIST_MEMORY if DIST_MEMORY in names else names[0]
+    rss = run_host_peak()
+    cuda = run_device_peak(group.device) if group.device.type == "cuda" else None
+    detail = f"peak resident set of rank {group.rank}'s process over the run: {rss / 2**30:.2f} GiB (host memory)"
+    detail += f", reached in {reached_in}" if reached_in else ""
+    extra: dict[str, Any] = {"build_on_meta": on_meta(setup.template.module), "reached_in": reached_in}
+    if cuda is not None:
+        detail += f"; max_memory_allocated {cuda[0] / 2**30:.2f} GiB on {group.device}"
+        extra |= {"run_peak_allocated_bytes": cuda[0], "run_peak_reserved_bytes": cuda[1]}
+    row = Row.fact(
+        section, "run peak", Role.NOTE, detail, metric="run_peak_rss_bytes", value=float(rss), unit="B", extra=extra
+    )
+    return ranked(row, group.rank)
 
 
 def failure_rows(ranks: dict[int, str], names: Sequence[str], signals: dict[int, str] | None = None) -> list[Row]:

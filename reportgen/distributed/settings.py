@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from reportgen.config import DDPConfig, DistributedConfig, FSDP1Config, FSDPConfig
+from reportgen.distributed.mesh import mesh_problems
 
 #: The settings each strategy passes to torch (other groups must keep their defaults).
 USED_BY = {"ddp": {"ddp"}, "fsdp2": {"fsdp"}, "fsdp1": {"fsdp", "fsdp1"}, "custom": {"wrap"}}
@@ -75,7 +76,8 @@ def distributed_setting_problems(dc: Any) -> list[str]:
 
     Refused: unknown keys; a group's setting changed while the strategy does not pass it to torch
     (or with one process); ``strategy=custom`` without ``wrap``; FSDP1 ``use_orig_params=false``
-    (the checks compare parameters by name); unknown sharding strategies and dtypes.
+    (the checks compare parameters by name); unknown sharding strategies and dtypes; a ``distributed.mesh``
+    that does not fit the world size or the strategy (:func:`reportgen.distributed.mesh.mesh_problems`).
     """
     if dc is None:
         return []
@@ -123,4 +125,4 @@ def distributed_setting_problems(dc: Any) -> list[str]:
             problems.append(f"distributed.fsdp.{name}={value!r} must be null or one of {', '.join(DTYPES)}")
     if (cap := dc.ddp.get("bucket_cap_mb")) is not None and not cap > 0:
         problems.append(f"distributed.ddp.bucket_cap_mb={cap} must be > 0 (MiB) or null for torch's default")
-    return problems
+    return problems + mesh_problems(dc)

@@ -17,8 +17,10 @@ import torch
 from torch import nn
 
 from reportgen.distributed.launch import Group, mesh_of
+from reportgen.distributed.mesh import DATA_PARALLEL, layout_of
 from reportgen.twins.recompute import CheckpointWrapper, plain_name
 from reportgen.twins.setup import Setup
+from reportgen.twins.template import materialise, on_meta
 from reportgen.twins.twin import Twin
 
 
@@ -100,13 +102,21 @@ def wrap_fsdp2(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {"mesh": mesh_of(group), "reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
+    kwargs: dict[str, Any] = {"mesh": dp_mesh(group), "reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
     if (policy := _precision(dc, MixedPrecisionPolicy)) is not None:
         kwargs["mp_policy"] = policy
     for _, module in _units(model, dc, target_paths):
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+def dp_mesh(group: Group):
+    """The mesh FSDP2 shards over: the data-parallel dimensions of the named mesh (``mesh["dp_shard"]``; both
+    ``("dp_replicate", "dp_shard")`` make it 2-D, which ``fully_shard`` runs as HSDP), or the 1-D mesh."""
+    mesh = mesh_of(group)
+    names = [n for n in DATA_PARALLEL if n in (mesh.mesh_dim_names or ())]
+    return mesh[tuple(names)] if names else mesh
 
 
 def _units(model: nn.Module, dc: Any, target_paths: list[str]) -> list[tuple[str, nn.Module]]:
@@ -141,7 +151,8 @@ def wrap_fsdp1(model: nn.Module, dc: Any, target_paths: list[str], group: Group)
 
 
 def wrap_custom(model: nn.Module, dc: Any, group: Group) -> nn.Module:
-    """The user's ``distributed.wrap`` function: ``fn(model, mesh)`` returns the module to train."""
+    """The user's ``distributed.wrap`` function: ``fn(model, mesh)`` returns the module to train; ``mesh`` is the
+    run's :func:`reportgen.distributed.launch.mesh_of` (named N-D with ``distributed.mesh``, e.g. ``mesh["tp"]``)."""
     from hydra.utils import get_method
 
     wrapped = get_method(str(dc.wrap))(model, mesh_of(group))
@@ -175,11 +186,12 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
     and the diagnosis both read; a ``DictConfig`` answers the same attributes): settings are given as the plain
     values torch gets (:func:`wrap_fsdp1`).
     """
-    strategy = strategy_name(dc)
+    strategy, layout = strategy_name(dc), layout_of(dc)
+    mesh = {"mesh": layout.said()} if layout.names else {}
     if strategy == "ddp":
         return {f"ddp.{k}": ("torch default (25 MiB)" if v is None else v) for k, v in ddp_kwargs(dc).items()}
     if strategy == "custom":
-        return {"wrap": str(dc.wrap)}
+        return {"wrap": str(dc.wrap)} | mesh
     said = {
         "fsdp.units": ", ".join(unit_patterns(dc, target_paths))
         + ("" if dc.fsdp.units is not None else " (the recompute targets)"),
@@ -187,7 +199,7 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
         "fsdp.reduce_dtype": dc.fsdp.reduce_dtype or "the parameters'",
     }
     if strategy == "fsdp2":
-        return said | {"fsdp.reshard_after_forward": bool(dc.fsdp.reshard_after_forward)}
+        return said | {"fsdp.reshard_after_forward": bool(dc.fsdp.reshard_after_forward)} | mesh
     f1 = dc.fsdp1
     return said | {
         "fsdp1.use_orig_params": bool(f1.use_orig_params),
@@ -198,11 +210,13 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
 
 def wrap_order(dc: Any) -> str:
     """The order in which each twin is made, for page 1."""
+    layout = layout_of(dc)
     spread = {
         "ddp": "DistributedDataParallel",
-        "fsdp2": "fully_shard on each unit, then the root",
+        "fsdp2": "fully_shard on each unit, then the root"
+        + (f" (over the mesh's {', '.join(n for n in DATA_PARALLEL if n in layout.names)})" if layout.names else ""),
         "fsdp1": "FullyShardedDataParallel with an auto-wrap policy over the units",
-        "custom": f"your {dc.wrap}(model, mesh)",
+        "custom": f"your {dc.wrap}(model, mesh)" + (f" (mesh {layout.said()})" if layout.names else ""),
     }[strategy_name(dc)]
     return (
         f"build from the shared initial weights → recompute applied to the recompute twin's targets → {spread}; "
@@ -210,9 +224,23 @@ def wrap_order(dc: Any) -> str:
     )
 
 
+#: Strategies that spread a meta-device build as it is (``fully_shard`` and a user's wrap accept meta tensors,
+#: as torchtitan's parallelisms do); the others get it materialised whole first.
+SPREADS_META = ("fsdp2", "custom")
+
+
 def spread_twin(setup: Setup, group: Group, recompute: bool, optimizer: Any = None) -> Twin:
     """A fresh twin of ``setup`` (shared initial weights, recompute applied to the recompute twin), spread over the
     ranks by :func:`wrap_twin`, with the run's training step and its optimizer (``optimizer``: a ``_target_`` node,
-    default ``parity.optimizer``; the task's own where it makes one) made over the spread model."""
-    model = wrap_twin(setup.build(recompute), setup.config.distributed, [w.path for w in setup.wrapped], group)
+    default ``parity.optimizer``; the task's own where it makes one) made over the spread model.
+
+    A model built on the meta device is spread first and materialised per shard after (:data:`SPREADS_META`:
+    ``to_empty`` then its ``init_weights``/``reset_parameters`` under ``cfg.seed``,
+    :func:`reportgen.twins.template.materialise`), so no rank ever holds it whole; DDP and FSDP1 need real
+    tensors, so under them it is materialised whole first."""
+    dc = setup.config.distributed
+    model = setup.build(recompute, meta=strategy_name(dc) in SPREADS_META)
+    model = wrap_twin(model, dc, [w.path for w in setup.wrapped], group)
+    if on_meta(model):  # the spread twin's shards get their storage and values
+        materialise(model, group.device, setup.template.seed)
     return Twin.of(model, setup.training_step, setup.config.parity.optimizer if optimizer is None else optimizer)

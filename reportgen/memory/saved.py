@@ -223,10 +223,17 @@ def saved_activation_bytes(
             handles.append(module.register_forward_pre_hook(lambda module, args, name=name: stack.append(name)))
             handles.append(module.register_forward_hook(pop, always_call=True))
 
+    # A forward that no backward follows packs a detached alias: a hook that returns a tensor an op saved as its own
+    # output makes a cycle (tensor -> grad_fn -> saved variable -> tensor) through C++ that the collector cannot see,
+    # so every counted graph (and with it each recompute region's frame and module) would stay alive: on the 113M
+    # config 5 GiB after the larger-batch search. A task's own step runs its backward, which frees the graph: its
+    # tensors are packed as they are (a second-order step needs their history).
+    keep = (lambda t: t) if not step.sees_outputs else (lambda t: t.detach())
+
     def pack(t: Tensor) -> Tensor:
         if torch._C._current_graph_task_id() == -1:  # not inside a backward (the user's step runs one)
             ledger.add(t, owner())
-        return t
+        return keep(t)
 
     x, y = clone_inputs(batch[0]), batch[1]
     try:

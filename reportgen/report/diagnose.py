@@ -12,7 +12,7 @@ from reportgen.config import CONTROLS
 from reportgen.errors import INSTRUMENT_REFUSED
 from reportgen.report.diagnose_distributed import RULES as DIST_RULES
 from reportgen.report.diagnose_distributed import matching, rank_failed_fix
-from reportgen.report.diagnose_unexplained import BAD, generator, quote, unexplained
+from reportgen.report.diagnose_unexplained import BAD, generator, module_of, quote, unexplained
 from reportgen.results import BASELINE, TWIN, Role, Row, Status
 from reportgen.twins.forward import CACHE_WRITTEN_AGAIN
 from reportgen.twins.recompute import RETURNED_LEAF
@@ -23,6 +23,57 @@ Said = Callable[[list[Row], list[Row], dict[str, Any]], str]
 INPLACE_OUTPUT = "of CheckpointFunction is a view"
 #: Parameter names of a mixture-of-experts router (``router.weight``, ``moe.gate.weight``; not ``gate_proj``).
 ROUTER = re.compile(r"\b(router|gating)|\bgate\b")
+#: The tag of a row measured in the run whose input requires grad (``reportgen.results.raised.tagged_input_grad``).
+TAGGED = re.compile(r" \[input requires grad\]$")
+#: A setting a fix proposes, as the command line writes it (``recompute=non_reentrant``,
+#: ``recompute.preserve_rng_state=true``, ``distributed.ddp.static_graph=true``): what :mod:`reportgen.report.tried`
+#: tries. A value that is not one word (``recompute.targets=[...]``) is not a setting to try.
+SETTING = re.compile(r"\b(?:recompute|distributed)(?:\.\w+)*=\w+")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trial:
+    """A setting a fix proposes, tried: the failing fixed-batch checks re-run with it, the rest of the run's setup
+    unchanged (:func:`reportgen.report.tried.try_setting`).
+
+    Attributes:
+        setting: as the command line writes it, e.g. ``recompute=non_reentrant``.
+        checks: the checks re-run, in order (gradient parity, optimizer-step and state parity, their sharded twins).
+        failing: ``{check: items}`` of the re-run checks that still fail (FAIL, ERROR, INCONCLUSIVE or NOT_RUN rows);
+            empty when the setting clears every one.
+        seconds: wall time of the trial, s.
+        error: why the trial could not run ("" when it ran; then nothing is concluded from it).
+    """
+
+    setting: str
+    checks: tuple[str, ...]
+    failing: dict[str, list[str]]
+    seconds: float
+    error: str = ""
+
+    def clears(self, check: str) -> bool | None:
+        """Whether the setting clears ``check``: for a re-run check, whether it passes now; for any other (trajectory
+        parity, task metrics, whose runs are not repeated), whether every re-run check passes; None when the trial
+        could not run."""
+        if self.error:
+            return None
+        return not self.failing.get(check) if check in self.checks else not any(self.failing.values())
+
+    def said(self, check: str) -> str:
+        """One clause for ``check``'s diagnosis: ``recompute=non_reentrant tried: clears it (...)``, ``... tried:
+        still fails (...)`` or ``... could not be tried (...)``, with what was re-run and its wall time."""
+        named = ", ".join(self.checks[:-1]) + (" and " if len(self.checks) > 1 else "") + self.checks[-1]
+        cost = f"{named} re-run with it at the fixed batch; {self.seconds:.1f} s"
+        if self.error:
+            return f"{self.setting} could not be tried ({self.error})"
+        still = "; ".join(
+            f"{c}: {', '.join(items[:3])}{' …' if len(items) > 3 else ''}" for c, items in self.failing.items() if items
+        )
+        if not still:
+            return f"{self.setting} tried: clears it (every row passes: {cost})"
+        if self.clears(check):
+            return f"{self.setting} tried: clears it in {check}, but still fails in {still} ({cost})"
+        return f"{self.setting} tried: still fails ({still}; {cost})"
 
 
 @dataclass(frozen=True)
@@ -42,6 +93,23 @@ class Rule:
         cause, fix = (t(group, rows, settings) if callable(t) else t for t in (self.cause, self.fix))
         return cause, fix
 
+    def proposes(self, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> list[str]:
+        """The settings its fix proposes for ``group`` (:data:`SETTING`), in the fix's order, once each."""
+        return list(dict.fromkeys(SETTING.findall(self.said(group, rows, settings)[1])))
+
+    def trials(self, check: str, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> list[Trial]:
+        """The trials (``settings["tried"]``, :mod:`reportgen.report.tried`) of the settings its fix proposes that
+        ran, for ``check``."""
+        tried = settings.get("tried") or {}
+        found = (tried.get(setting) for setting in self.proposes(group, rows, settings))
+        return [t for t in found if t is not None and t.clears(check) is not None]
+
+    def refuted(self, check: str, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> list[Trial]:
+        """The trials that refute it for ``check``: every setting its fix proposes that was tried still fails there
+        (then it is not the lead cause); empty when none was tried or one clears it."""
+        trials = self.trials(check, group, rows, settings)
+        return trials if trials and not any(t.clears(check) for t in trials) else []
+
 
 def _bad(rows: list[Row], *roles: str) -> list[Row]:
     """The failing rows of any of ``roles``."""
@@ -52,11 +120,67 @@ def _raised(rows: list[Row], *words: str) -> bool:
     return any(any(w in r.detail for w in words) for r in _bad(rows, Role.EXCEPTION))
 
 
-def _lost_grads(rows: list[Row]) -> bool:
+def _frozen(rows: list[Row], s: dict[str, Any]) -> bool:
+    """Under reentrant recompute, a region seen fed by inputs that do not require grad (``s["frozen_regions"]``,
+    :func:`reportgen.twins.before_backward.frozen_regions`) and gradients lost inside one of them (or the whole loss:
+    torch raised that nothing requires grad)."""
+    frozen = s.get("frozen_regions") or []
+    if s.get("mode") != "reentrant" or not frozen:
+        return False
+    inside = lambda r: any((m := module_of(r) or "") == p or m.startswith(f"{p}.") for p in frozen)
+    lost = [r for r in _bad(rows, Role.PARAM_GRAD) if r.extra.get("recompute_value") == "None"]
     return (
-        any(r.extra.get("recompute_value") == "None" for r in rows if r.status in BAD)
-        or bool(_bad(rows, Role.LOST_GRADIENTS))
-        or _raised(rows, "does not require grad")
+        any(inside(r) for r in lost) or bool(_bad(rows, Role.LOST_GRADIENTS)) or _raised(rows, "does not require grad")
+    )
+
+
+def _frozen_cause(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
+    frozen = s["frozen_regions"]
+    named = f"{', '.join(frozen[:4])}{' …' if len(frozen) > 4 else ''}"
+    return (
+        f"no input of the recomputed region{'s' if len(frozen) > 1 else ''} {named} requires grad (seen at the fixed "
+        "batch: a frozen embedding or a plain input feeds it), and reentrant recomputation (use_reentrant=True) then "
+        "gives the region's parameters, and those of every region fed only by it, no gradient"
+    )
+
+
+def _attributes(rows: list[Row], s: dict[str, Any], before: bool) -> list[str]:
+    """The attributes of the failing state-parity rows that already differ before any backward (``before``; the
+    switch's flags, ``s["set_before_backward"]``) or that do not (written again by the recomputation)."""
+    seen = s.get("set_before_backward") or {}
+    keys = dict.fromkeys(TAGGED.sub("", r.item.removeprefix("attribute ")) for r in _bad(rows, Role.ATTRIBUTE))
+    return [k for k in keys if (k in seen) == before]
+
+
+def _switch_cause(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
+    seen = s.get("set_before_backward") or {}
+    keys = _attributes(rows, s, before=True)
+    said = lambda when: ", ".join(
+        f"{k} (plain={seen[k][0]!r}, recompute={seen[k][1]!r})" for k in keys if seen[k][2] == when
+    )
+    built, forward = said("as built"), said("in the forward")
+    if s.get("switch"):
+        parts = [f"the model's own switch (recompute.enable) sets {built}" if built else ""]
+        parts += [f"its forward sets {forward} because the switch is on" if forward else ""]
+    else:
+        parts = [f"the recompute twin is built with {built}" if built else ""]
+        parts += [
+            f"its forward writes {forward} (e.g. it reads torch.is_grad_enabled(), off in a reentrant region's first "
+            "forward)"
+            if forward
+            else ""
+        ]
+    return (
+        f"{'; '.join(p for p in parts if p)}: these differ before any backward, so before anything is recomputed; "
+        "they say that recompute is on, and the recomputation did not write them"
+    )
+
+
+def _switch_fix(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
+    globs = sorted({f"*.{k.rpartition('.')[2]}" if "." in k else k for k in _attributes(rows, s, before=True)})
+    return (
+        f"if they are the switch's flags, leave them out of state parity: state.ignore_attributes=[{', '.join(globs)}] "
+        "(or give them a private name, _flag, which is not compared); nothing in the recomputation needs changing"
     )
 
 
@@ -253,9 +377,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "frozen input under reentrant",
-        lambda rows, s: s.get("mode") == "reentrant" and _lost_grads(rows),
-        "an input of a recomputed region does not require grad (a frozen embedding or a plain input), and reentrant "
-        "recomputation (use_reentrant=True) then gives the region's parameters no gradient",
+        _frozen,
+        _frozen_cause,
         "use recompute=non_reentrant (use_reentrant=False), or make the region's input require grad (Hugging Face / "
         "PEFT: model.enable_input_require_grads())",
     ),
@@ -300,9 +423,18 @@ RULES: tuple[Rule, ...] = (
         "leave those modules out of recompute.targets, or freeze their statistics (eval mode) while recomputing",
     ),
     Rule(
+        "flag set before recompute",
+        lambda rows, s: bool(_bad(rows, Role.ATTRIBUTE)) and not _attributes(rows, s, before=False),
+        _switch_cause,
+        _switch_fix,
+    ),
+    Rule(
         "python state in forward",
-        lambda rows, s: bool(_bad(rows, Role.ATTRIBUTE)),
-        "the forward writes Python state (a counter, a flag) that the recomputation writes again",
+        lambda rows, s: bool(_attributes(rows, s, before=False)),
+        lambda group, rows, s: (
+            f"the forward writes Python state (a counter, a flag: {', '.join(_attributes(rows, s, before=False)[:4])}) "
+            "that the recomputation writes again"
+        ),
         "move the update out of forward (e.g. into a hook after the optimizer step), or leave the module out of "
         "recompute.targets",
     ),
@@ -382,9 +514,44 @@ def second_cause(rule: Rule | None, group: list[Row], rows: list[Row], settings:
     return next((r for r in RULES if r.name in SECOND_CAUSES and r.applies(rows, settings)), None)
 
 
-def likely(rows: list[Row], settings: dict[str, Any]) -> Rule | None:
-    """The first rule whose evidence is in ``rows`` (one check's rows), or None."""
-    return next((rule for rule in RULES if rule.applies(rows, settings)), None)
+def likely(rows: list[Row], settings: dict[str, Any], check: str = "") -> Rule | None:
+    """The first rule whose evidence is in ``rows`` (one check's rows, or every row) and whose fix was not tried and
+    refuted for ``check`` (:meth:`Rule.refuted`), or None."""
+    return next(
+        (rule for rule in RULES if rule.applies(rows, settings) and not rule.refuted(check, rows, rows, settings)),
+        None,
+    )
+
+
+def proposed(rows: Iterable[Row], settings: dict[str, Any], checks: Iterable[str]) -> list[str]:
+    """The settings (:data:`SETTING`) that the fix of any rule matching a failing check of ``checks`` proposes, in rule
+    order, once each: what :mod:`reportgen.report.tried` tries before the diagnosis is written. Every matching rule
+    counts, not only the first: a rule whose setting is tried and fails gives way to the next."""
+    groups = _by_check(rows)
+    out: list[str] = []
+    for check in checks:
+        group = groups.get(check, [])
+        if any(r.status in BAD for r in group):
+            matched = [rule for rule in RULES if rule.applies(group, settings)]
+            out += [setting for rule in matched for setting in rule.proposes(group, group, settings)]
+    return list(dict.fromkeys(out))
+
+
+def _by_check(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """``{check: its rows}``, in the order checks first appear."""
+    by_check: dict[str, list[Row]] = {}
+    for row in rows:
+        by_check.setdefault(row.check, []).append(row)
+    return by_check
+
+
+def _ruled_out(check: str, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> list[str]:
+    """For ``check``: one clause per rule that matches its rows but whose fix was tried and still fails there."""
+    return [
+        f"not {rule.name}, whose fix {' and '.join(t.said(check) for t in refuted)}"
+        for rule in RULES
+        if rule.applies(group, settings) and (refuted := rule.refuted(check, group, rows, settings))
+    ]
 
 
 def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
@@ -392,25 +559,25 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
 
     Args:
         rows: every row the checks produced.
-        settings: the recompute settings that matter to the rules: ``mode``,
-            ``preserve_rng_state``.
+        settings: what the rules read besides the rows: the recompute settings (``mode``, ``preserve_rng_state``,
+            ``strategy``, ``distributed``, ``own_step``; :func:`reportgen.report.metadata.recompute_settings`) and
+            what the diagnosis stage saw and tried (:func:`reportgen.report.tried.look_and_try`): ``switch``,
+            ``frozen_regions``, ``set_before_backward``, ``tried`` (``{setting: Trial}``).
 
     Returns:
-        INFO rows (check = the failing check, role ``diagnosis``): detail
-        ``"Likely cause: ... Fix: ..."``, columns ``cause``, ``fix``, ``rule``; a check no rule
-        explains gets a row that says so and points at its rows.
+        INFO rows (check = the failing check, role ``diagnosis``): detail ``"Likely cause: ... Fix: ..."``, columns
+        ``cause``, ``fix``, ``rule`` and, where a setting the fix proposes was tried, ``tried`` (each trial's
+        clause, also in the fix); a rule whose fix was tried and still fails is not the cause (the cause says so). A
+        check no rule explains gets a row that says what its rows show.
     """
     rows = list(rows)
-    by_check: dict[str, list[Row]] = {}
-    for row in rows:
-        by_check.setdefault(row.check, []).append(row)
     out = []
-    for check, group in by_check.items():
+    for check, group in _by_check(rows).items():
         if not any(r.status in BAD for r in group) or all(r.status == Status.NOT_RUN for r in group):
             continue
-        rule = likely(group, settings)
+        rule = likely(group, settings, check)
         if rule is None or rule.name in GENERIC:  # a specific cause seen in another check explains this one
-            rule = next((r for r in [likely(rows, settings)] if r is not None and r.name not in GENERIC), rule)
+            rule = next((r for r in [likely(rows, settings, check)] if r is not None and r.name not in GENERIC), rule)
         if rule is not None and rule.name in SYMPTOMS:  # a hazard seen anywhere is the cause of the symptom
             rule = next((h for h in HAZARDS if h.applies(rows, settings)), rule)
         cause, fix = rule.said(group, rows, settings) if rule else unexplained(check, group, rows)
@@ -420,6 +587,11 @@ def diagnose(rows: Iterable[Row], settings: dict[str, Any]) -> list[Row]:
             fix = f"both are needed: (1) {fix}; (2) {also_fix}"
         if rule is not None and rule.words and (raised := matching(group, rule.words) or matching(rows, rule.words)):
             cause += f" ({quote(raised)})"  # torch's own words, as the rank's row has them
+        if ruled_out := _ruled_out(check, group, rows, settings):
+            cause += f" ({'; '.join(ruled_out)})"
+        tried = [t.said(check) for t in rule.trials(check, group, rows, settings)] if rule else []
+        fix += f" — {'; '.join(tried)}" if tried else ""
         extra = {"cause": cause, "fix": fix, "rule": rule.name if rule else ""}
+        extra |= {"tried": "; ".join([*tried, *ruled_out])} if tried or ruled_out else {}
         out.append(Row.fact(check, "why it fails", Role.DIAGNOSIS, f"Likely cause: {cause}. Fix: {fix}.", extra=extra))
     return out

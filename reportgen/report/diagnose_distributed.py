@@ -1,6 +1,7 @@
 """Diagnoses of sharded runs from torch's own words: rules that match DDP's and FSDP's error messages (and the
-rank-sync rows) under their own strategy, and offer only fixes not already in force
-(:func:`reportgen.distributed.wrapping.settings_in_force`) nor refused by the strategy."""
+rank-sync rows) under their own layout (the strategy, and the named mesh's dimensions: no FSDP cause without
+FSDP), and offer only fixes not already in force (:func:`reportgen.distributed.wrapping.settings_in_force`) nor
+refused by the strategy."""
 
 from __future__ import annotations
 
@@ -51,6 +52,19 @@ def drifted(rows: list[Row]) -> str:
 def drift(strategies: tuple[str, ...], *twins: str) -> Any:
     """``applies``: under one of ``strategies`` the ranks of one of ``twins`` drift (of any twin when none given)."""
     return lambda rows, s: s.get("strategy") in strategies and bool(t := drifted(rows)) and (not twins or t in twins)
+
+
+def sharded_by_fsdp(s: dict[str, Any]) -> bool:
+    """FSDP is in the layout: ``strategy=fsdp2``/``fsdp1``, or the user's own function on a mesh with a
+    ``dp_shard`` dimension (FSDP's, as torchtitan names it) or on the unnamed 1-D mesh (which ``fully_shard`` may
+    use: nothing says otherwise)."""
+    strategy, mesh = s.get("strategy"), s.get("mesh") or {}
+    return strategy in ("fsdp2", "fsdp1") or (strategy == "custom" and (not mesh or "dp_shard" in mesh))
+
+
+def mesh_said(s: dict[str, Any]) -> str:
+    """The named mesh in force as page 1 writes it (``dp_replicate=2 × tp=2``)."""
+    return " × ".join(f"{name}={degree}" for name, degree in (s.get("mesh") or {}).items())
 
 
 def ready_twice_cause(group: list[Row], rows: list[Row], s: dict[str, Any]) -> str:
@@ -166,7 +180,7 @@ RULES: tuple[tuple[str, Any, Any, Any, tuple[str, ...]], ...] = (
     ),
     (
         "FSDP: parameters outside every unit",
-        drift(("fsdp2", "fsdp1", "custom")),
+        lambda rows, s: sharded_by_fsdp(s) and bool(drifted(rows)),
         lambda group, rows, s: (
             f"the {drifted(group) or drifted(rows)} twin's ranks end a step with different "
             "parameters: a parameter outside every FSDP unit (fully_shard applied to some modules but not to the one that "
@@ -180,6 +194,19 @@ RULES: tuple[tuple[str, Any, Any, Any, tuple[str, ...]], ...] = (
             else "wrap them in a unit: add the module that holds them to distributed.fsdp.units (the root is sharded "
             "already)"
         ),
+        (),
+    ),
+    (
+        "ranks drift without FSDP",
+        lambda rows, s: s.get("strategy") == "custom" and not sharded_by_fsdp(s) and bool(drifted(rows)),
+        lambda group, rows, s: (
+            f"the {drifted(group) or drifted(rows)} twin's ranks end a step with different values of a tensor they "
+            f"should hold alike (mesh {mesh_said(s)}, no FSDP): a gradient your distributed.wrap never reduces over "
+            "the data-parallel dimension (dp_replicate), or tensor-parallel peers that computed on different inputs"
+        ),
+        "in your distributed.wrap, reduce every replicated parameter's gradient over mesh['dp_replicate'] (e.g. "
+        "torch.distributed._composable.replicate, or DistributedDataParallel with device_mesh=mesh['dp_replicate']) "
+        "and give tensor-parallel peers the same input (reportgen splits the batch over dp_replicate and dp_shard only)",
         (),
     ),
 )

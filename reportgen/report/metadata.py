@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from reportgen import __version__
 from reportgen.config import RecomputeMode
 from reportgen.distributed.launch import launch_commands, launched, resolve_backend
+from reportgen.distributed.mesh import layout_of
 from reportgen.distributed.wrapping import settings_in_force, strategy_name, wrap_order
 from reportgen.files import sha256_file
 from reportgen.results.distance import tolerances
@@ -223,7 +224,8 @@ def recompute_settings(setup: Setup) -> dict[str, Any]:
     """The recompute settings the report and the diagnosis read: ``mode``, the mode in force (:attr:`Setup.mode`,
     which says what the model's own default was when ``recompute.mode`` is unset; None when nothing says),
     ``preserve_rng_state``, ``strategy`` (``distributed.strategy`` of a sharded run, else None), ``distributed``,
-    its wrapping settings in force (:func:`reportgen.distributed.wrapping.settings_in_force`; empty when not sharded)
+    its wrapping settings in force (:func:`reportgen.distributed.wrapping.settings_in_force`; empty when not sharded),
+    ``mesh``, the named mesh degrees in force (``{"dp_shard": 2, "tp": 2}``; empty for the 1-D mesh or one process)
     and ``own_step``, whether the task's own ``forward_backward`` ran (its later forwards follow a recomputing
     backward, so a differing loss does not place the cause before recomputation)."""
     dc = setup.config.distributed
@@ -234,6 +236,7 @@ def recompute_settings(setup: Setup) -> dict[str, Any]:
         "preserve_rng_state": setup.config.recompute.preserve_rng_state,
         "strategy": strategy,
         "distributed": wrapping,
+        "mesh": dict(layout_of(dc).degrees) if strategy else {},
         "own_step": not setup.training_step.sees_outputs,
     }
 
@@ -244,11 +247,13 @@ def distributed_claim(setup: Setup) -> dict:
     strategy = strategy_name(dc)
     commands = launch_commands(world)
     mesh = {"ddp": "replicated, gradients all-reduced", "custom": f"given to {dc.wrap}"}.get(strategy, "sharded")
+    layout = layout_of(dc)
+    named = f"{layout.said()}, {world} ranks; each batch split over its {layout.dp_size} data-parallel ranks"
     return {
         "world_size": world,
         "strategy": strategy,
         "backend": resolve_backend(str(dc.backend), setup.device),
-        "mesh": f"1-D, {world} ranks ({mesh})",
+        "mesh": f"{named} ({mesh})" if layout.names else f"1-D, {world} ranks ({mesh})",
         "timeout_s": float(dc.timeout_s),
         "launched_by": "torchrun/srun" if launched() else "torch elastic_launch",
         "launch": commands["reportgen"],

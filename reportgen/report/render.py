@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 from reportgen.checks import ROWS_TEMPLATE
 from reportgen.checks import section as registered_section
 from reportgen.checks.base.plots import section_plots
+from reportgen.checks.controls.limit import stated_limit
 from reportgen.claim.rows import claim_table
 from reportgen.config import CONTROLS
 from reportgen.files import atomic_write
@@ -207,15 +208,45 @@ def view_model(frame: pd.DataFrame, meta: dict, verdict: str, required: list[str
         "rounded": passed_at_rounding_level(frame),
         "clauses": claim_table(frame),
         "tolerances_used": row_tolerances(frame)["used"],  # the statement signs the same list; verify re-derives it
+        "limit": stated_limit(frame),  # the detection limit beside the tolerances; verify re-derives it
+        "rank_peaks": rank_peaks(frame),
     }
 
 
+def rank_peaks(frame: pd.DataFrame) -> list[dict]:
+    """Each rank's own peak of a sharded run, for page 1: ``[{"rank", "rss_bytes", "allocated_bytes"}]`` in rank
+    order from the ``run_peak_rss_bytes`` rows every rank adds (``reportgen.distributed.ranks.peak_row``); empty
+    for a run on one process."""
+    if "rank" not in frame.columns:
+        return []
+    rows = frame[(frame.metric == "run_peak_rss_bytes") & frame["rank"].notna()].sort_values("rank")
+    allocated = rows["run_peak_allocated_bytes"] if "run_peak_allocated_bytes" in rows.columns else None
+    return [
+        {
+            "rank": int(rank),
+            "rss_bytes": float(value),
+            "allocated_bytes": None if allocated is None or pd.isna(allocated[i]) else float(allocated[i]),
+        }
+        for i, rank, value in zip(rows.index, rows["rank"], rows["value"], strict=True)
+    ]
+
+
 def cached_runs(frame: pd.DataFrame) -> list[dict]:
-    """Training runs loaded from the plain-twin cache (``reportgen.training.cache``): ``[{"item", "key"}]``."""
+    """Training runs loaded from the plain-twin cache (``reportgen.training.cache``): ``[{"item", "key", "seconds",
+    "draws"}]`` (``seconds``: wall time spent proving the entry, s; ``draws``: training batches drawn again; NaN in
+    results written before they were recorded)."""
     if "cache_key" not in frame.columns:
         return []
     hits = frame[(frame.role == Role.RUN) & frame.cache_key.notna()]
-    return [{"item": f"{r['check']}, {r['item']}", "key": r["cache_key"]} for r in hits.to_dict("records")]
+    return [
+        {
+            "item": f"{r['check']}, {r['item']}",
+            "key": r["cache_key"],
+            "seconds": float(r.get("cache_proof_seconds", float("nan"))),
+            "draws": r.get("cache_draws", float("nan")),
+        }
+        for r in hits.to_dict("records")
+    ]
 
 
 def passed_at_rounding_level(frame: pd.DataFrame) -> list[dict]:

@@ -10,7 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen.config import CONTROLS
+from reportgen.config import (
+    CONTROLS,
+    DIST_GRADIENT_PARITY,
+    DIST_MEMORY,
+    DIST_STEP_PARITY,
+    DIST_TASK_METRICS,
+    DIST_TIME,
+    DIST_TRAJECTORY,
+)
 from reportgen.results.role import Role
 from reportgen.results.row import BASELINE, COLUMNS, SEVERITY, TWIN, Row, Status
 
@@ -19,6 +27,8 @@ from reportgen.results.row import BASELINE, COLUMNS, SEVERITY, TWIN, Row, Status
 SCHEMA_VERSION = 2
 #: The versions this reportgen reads (``frame_from_json``); anything else is refused.
 READABLE_SCHEMA_VERSIONS = (1, 2)
+#: The sharded checks: a baseline of theirs that cannot be judged leaves the single-process evidence standing.
+SHARDED_CHECKS = (DIST_GRADIENT_PARITY, DIST_STEP_PARITY, DIST_TRAJECTORY, DIST_MEMORY, DIST_TIME, DIST_TASK_METRICS)
 
 
 class SchemaVersionError(ValueError):
@@ -87,7 +97,11 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
     INCONCLUSIVE when any row says the claim cannot be judged (e.g. the plain twin is not
     reproducible against itself); it outranks everything else, but for a detector control's row
     (:attr:`Role.CONTROL`), which only stands between the claim and PASS: a required check that fails on
-    its own evidence fails the claim whatever a control says (the control's row stays beside it). Otherwise a
+    its own evidence fails the claim whatever a control says (the control's row stays beside it). An INCONCLUSIVE
+    row of a sharded check (:data:`SHARDED_CHECKS`: a distributed baseline that drifted or raised) stands the same
+    way before the single-process checks: a fault they prove (FAIL, ERROR) fails the claim, and the sharded checks' own
+    failures no longer count (their baseline cannot be trusted), nor a check left NOT_RUN (nothing proven); the
+    sharded check stays INCONCLUSIVE beside it. Otherwise a
     required check
     fails the claim when it has any FAIL, ERROR or NOT_RUN row of the recompute twin, or no rows
     at all. A required check whose plain twin broke (:func:`judged_status`: INCONCLUSIVE) makes
@@ -97,13 +111,17 @@ def claim_verdict(frame: pd.DataFrame, required: Iterable[str]) -> str:
     """
     inconclusive = frame.status == Status.INCONCLUSIVE
     control = frame.role == Role.CONTROL
-    if (inconclusive & ~control).any():
+    sharded = frame.check.isin(SHARDED_CHECKS)
+    if (inconclusive & ~control & ~sharded).any():
         return Status.INCONCLUSIVE
     summary = check_summary(frame[frame.status != Status.FLAGGED], required)
     summary = summary[summary.required]
-    if summary.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN]).any():
+    failing = summary.status.isin([Status.FAIL, Status.ERROR, Status.NOT_RUN])
+    if (inconclusive & sharded).any():  # a distributed baseline that cannot be judged: a fault proven on one process
+        failing = summary.status.isin([Status.FAIL, Status.ERROR]) & ~summary.check.isin(SHARDED_CHECKS)
+    if failing.any():
         return Status.FAIL
-    if (inconclusive & control).any() or (summary.status == Status.INCONCLUSIVE).any():
+    if (inconclusive & (control | sharded)).any() or (summary.status == Status.INCONCLUSIVE).any():
         return Status.INCONCLUSIVE
     return Status.PASS
 

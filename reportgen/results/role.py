@@ -113,8 +113,16 @@ class Role(enum.StrEnum):
     #: A detector control: a fault injected inside a recompute region while it recomputes, caught (1) or not (0)
     #: by the check that must see it (reportgen/checks/controls/); not caught is INCONCLUSIVE.
     CONTROL = "control"
+    #: The report's detection limit: the smallest relative error in a recomputed activation gradient parity
+    #: catches (reportgen/checks/controls/limit.py); above bf16's unit roundoff 2^-8 it is a WARN.
+    DETECTION_LIMIT = "detection_limit"
+    #: One probe of the detection limit's search: a relative error injected while a region recomputes, caught (1)
+    #: or not (0) by gradient parity; the limit is re-derived from these rows.
+    LIMIT_PROBE = "limit_probe"
     #: One clause of the release claim (``claim=<name>``), judged from the rows it reads (reportgen/claim/).
     CLAUSE = "claim_clause"
+    #: The claim sentence's quantities no clause judges (``claim.unjudged_ok=true``): the sentence is not judged.
+    SENTENCE = "claim_sentence"
     #: A distributed twin vs the single-process plain reference: sharding's own effect, advisory (WARN on a
     #: miss), so not PARITY.
     SHARDING_REFERENCE = "sharding_reference"

@@ -9,16 +9,18 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.claim.rows import not_judged
 from reportgen.config import GRADIENT_PARITY, STATE_PARITY, STEP_PARITY
 from reportgen.report.render import headline_costs
 from reportgen.results import Status, check_summary
+from reportgen.results.frame import detectors
 
 PARITY_CHECKS = (GRADIENT_PARITY, STEP_PARITY, STATE_PARITY)
 #: A job's headline costs (:func:`job_costs`), columns of the summary.
 COST_COLUMNS = ["saved_activation_share", "overhead_ratio", "overhead_ci_low", "overhead_ci_high"]
 COST_COLUMNS += ["metric", "metric_abs_diff"]
 SUMMARY_COLUMNS = [
-    *("job", "overrides", "verdict", "exit_code", "error", "check", "status", "required"),
+    *("job", "overrides", "verdict", "not_judged", "detectors", "exit_code", "error", "check", "status", "required"),
     *COST_COLUMNS,
     "report",
 ]
@@ -63,7 +65,10 @@ def job_costs(frame: pd.DataFrame | None) -> dict[str, Any]:
 
 def summary_frame(jobs: list[dict]) -> pd.DataFrame:
     """One row per job and check (columns :data:`SUMMARY_COLUMNS`, swept overrides inserted
-    after ``job``); a job without results is one row with an empty ``check`` and its error."""
+    after ``job``); a job without results is one row with an empty ``check`` and its error. ``not_judged``: the
+    quantities of the job's claim sentence no clause judges (``"; "``-joined; "" when every one is judged);
+    ``detectors``: "" when the job's detector controls ran, else why its PASS rows are unproven
+    (:func:`reportgen.results.frame.detectors`)."""
     keys = swept_keys(jobs)
     records = []
     for job in jobs:
@@ -73,6 +78,8 @@ def summary_frame(jobs: list[dict]) -> pd.DataFrame:
             **{k: pairs.get(k) for k in keys},
             "overrides": " ".join(job["overrides"]),
             "verdict": job["verdict"],
+            "not_judged": "; ".join(not_judged(job["frame"])) if job["frame"] is not None else "",
+            "detectors": detectors(job["frame"]) if job["frame"] is not None else "",
             "exit_code": job["exit_code"],
             "error": job["error"],
             **job_costs(job["frame"]),
@@ -138,6 +145,12 @@ def console_table(frame: pd.DataFrame, code: int, where: Path) -> str:
     for row in jobs.to_dict("records"):
         swept = " ".join(f"{k}={row[k]}" for k in keys) or row["overrides"]
         error = f"  [{row['error']}]" if isinstance(row["error"], str) and row["error"] else ""
+        error += (
+            "  [the claim sentence is not judged]"
+            if isinstance(row.get("not_judged"), str) and row["not_judged"]
+            else ""
+        )
+        error += "  [detectors not proven]" if isinstance(row.get("detectors"), str) and row["detectors"] else ""
         lines.append(f"  {row['job']:>4}  {row['verdict']:<12} {row['exit_code']:>4}  {swept}{error[:200]}")
     lines.append(f"summary: {where}")
     return "\n".join(lines)

@@ -1,8 +1,11 @@
 """A content-addressed disk cache of the plain twin's budget training runs, shared by a sweep's jobs
 (docs/sweeps.md, "The plain twin is trained once per sweep"): the key is :mod:`reportgen.training.cache_key`'s,
 the HMAC's secret :mod:`reportgen.training.cache_secret`'s. An entry is data only (``<key>.json`` and a
-``<key>.<sha256>.pt`` of tensors read with ``weights_only=True``) and proves itself by the plain run's first
-training step (:func:`fingerprint`); an entry that fails any check is :class:`Rejected`, never a hit."""
+``<key>.<sha256>.pt`` of tensors read with ``weights_only=True``) and proves itself by the bytes it consumed:
+the plain run's first training step (:func:`fingerprint`), the SHA-256 of every training batch it drew (drawn
+again, data only: :func:`draw_digests`) and its weights evaluated once with this run's own evaluation
+(:func:`weights_evaluation`), each bitwise equal to what it stored; an entry that fails any check is
+:class:`Rejected`, never a hit."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,16 +112,140 @@ def fingerprint(setup, seed: int, batch_size: int) -> dict[str, str]:
     return {"loss": repr(float(loss)), "gradients": digest.hexdigest()}
 
 
-def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def batch_sha256(batch: Any) -> str:
+    """Hex SHA-256 of a batch as the task drew it: every tensor leaf's path, dtype, shape and bytes (dense,
+    on the host), and every other leaf's text (:mod:`reportgen.structure`), in order; equal only when bitwise
+    equal."""
+    import torch
+
+    from reportgen.structure import named_tensors, other_leaves
+
+    digest = hashlib.sha256()
+    for name, tensor in named_tensors(batch, "batch"):
+        tensor = tensor.detach()
+        tensor = tensor.to_dense() if tensor.layout != torch.strided else tensor
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest.update(json.dumps(other_leaves(batch, "batch"), sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def recorder(draws: list[list]) -> Callable[[int, Any], None]:
+    """The ``on_batch`` hook of :func:`reportgen.training.loop.train_to_budget` that appends
+    ``[examples asked for, batch_sha256]`` of each drawn batch to ``draws`` (what an entry stores)."""
+    return lambda wanted, batch: draws.append([int(wanted), batch_sha256(batch)])
+
+
+def draw_digests(setup, seed: int, sizes: list[int]) -> list[str]:
+    """The training batches of the plain run with data seed ``seed``, drawn again without any model work: the
+    task's ``make_batch`` with a generator seeded as :func:`reportgen.training.loop.train_to_budget` seeds it,
+    asked for ``sizes`` examples in turn (skipped steps included), each hashed by :func:`batch_sha256`; every
+    global generator seeded with ``seed`` meanwhile and restored after.
+
+    Raises:
+        Exception: whatever the task's ``make_batch`` raises.
+    """
+    import torch
+
+    from reportgen.rng import seeded
+
+    generator = torch.Generator().manual_seed(int(seed))
+    with seeded(int(seed)):
+        return [batch_sha256(setup.task.make_batch(generator, int(n))) for n in sizes]
+
+
+def weights_evaluation(setup, tensors: dict[str, Any], seed: int) -> dict[str, str]:
+    """``tensors`` (``{plain parameter name: tensor}``, a run's trained weights) loaded into a new plain twin of
+    ``setup`` (uncompiled) and evaluated once with this run's own evaluation
+    (:func:`reportgen.training.loop.evaluate`), every generator seeded with ``seed``.
+
+    Returns:
+        ``{metric: repr of its value}``: equal only when bitwise equal.
+
+    Raises:
+        KeyError: a parameter of the twin is not in ``tensors``.
+        Exception: whatever building the twin or the task's ``evaluate`` raise.
+    """
+    import torch
+
+    from reportgen.rng import seeded
+    from reportgen.training.loop import evaluate
+    from reportgen.twins.recompute import plain_name
+
+    model = setup.twin(False, compiled=False).model
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(tensors[plain_name(name)])
+    with seeded(int(seed)):
+        return {name: repr(float(value)) for name, value in sorted(evaluate(model, setup.task).items())}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a run redoes to prove an entry, beside its first step: ``batches(sizes) -> [sha256]`` draws its
+    training batches again (:func:`draw_digests`), ``evaluation(tensors) -> {metric: repr}`` evaluates its
+    weights (:func:`weights_evaluation`)."""
+
+    batches: Callable[[list[int]], list[str]]
+    evaluation: Callable[[dict[str, Any]], dict[str, str]]
+
+
+def _check_draws(stored: Any, replay: Replay) -> int:
+    """Rejected unless the stored ``[[examples, sha256], ...]`` are the batches this run draws, bitwise;
+    the number of batches drawn."""
+    if (
+        not isinstance(stored, list)
+        or not stored
+        or not all(
+            isinstance(d, list) and len(d) == 2 and isinstance(d[0], int) and isinstance(d[1], str) for d in stored
+        )
+    ):
+        raise Rejected("it holds no digests of the training batches it consumed")
+    try:
+        now = replay.batches([n for n, _ in stored])
+    except Exception as exc:  # noqa: BLE001 - a task that cannot draw again cannot prove the entry
+        raise Rejected(f"drawing its training batches again raised {type(exc).__name__}: {exc}") from None
+    for k, ((n, then), digest) in enumerate(zip(stored, now, strict=True), 1):
+        if then != digest:
+            raise Rejected(
+                f"training batch {k} of {len(stored)} ({n} examples) differs from the one it was trained on "
+                f"(sha256 {then[:16]}… then, {digest[:16]}… now): the training data changed where the key cannot "
+                "see it (e.g. data read at import)"
+            )
+    return len(stored)
+
+
+def _check_evaluation(stored: Any, tensors: dict[str, Any], replay: Replay) -> None:
+    """Rejected unless this run's evaluation of the entry's weights is bitwise the stored one."""
+    if not isinstance(stored, dict) or not stored:
+        raise Rejected("it holds no evaluation of its weights")
+    try:
+        now = replay.evaluation(tensors)
+    except Exception as exc:  # noqa: BLE001 - weights this run cannot evaluate cannot be proven
+        raise Rejected(f"evaluating its weights raised {type(exc).__name__}: {exc}") from None
+    if now != stored:
+        name = next((m for m in sorted(set(stored) | set(now)) if stored.get(m) != now.get(m)), "?")
+        raise Rejected(
+            f"the evaluation of its weights differs from the one stored with it ({name} {stored.get(name)} then, "
+            f"{now.get(name)} now, with this run's evaluation): the held-out data or the evaluation changed where "
+            "the key cannot see it (e.g. a validation split read at import)"
+        )
+
+
+def load(
+    folder: Path, key: str, secret: bytes, proof: dict[str, str], replay: Replay
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The entry under ``key``: ``(record, tensors)``, or None when there is none or it is stale.
 
-    ``record`` holds :data:`RECORD_FIELDS`; ``tensors`` is ``{name: torch.Tensor}``. A stale
-    entry (a user source loaded during that training run has changed since) is a miss.
-    ``secret`` is :func:`cache_secret`; ``proof`` is this run's :func:`fingerprint`.
+    ``record`` holds :data:`RECORD_FIELDS` and ``draws``, the training batches drawn to prove it; ``tensors``
+    is ``{name: torch.Tensor}``. A stale entry (a user source loaded during that training run has changed
+    since) is a miss. ``secret`` is :func:`cache_secret`; ``proof`` is this run's :func:`fingerprint`;
+    ``replay`` draws this run's training batches and evaluates the entry's weights (:class:`Replay`).
 
     Raises:
         Rejected: an entry exists but fails a check (its digest, its key material, its fingerprint,
-            its tensor file's digest, ``weights_only`` loading, its shape); the message says which.
+            a training batch, its tensor file's digest, ``weights_only`` loading, its shape, the
+            evaluation of its weights); the message says which.
     """
     import torch
 
@@ -155,6 +284,7 @@ def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[
             f"the plain twin's first training step differs from the one stored with it ({name} {then.get(field)} "
             f"then, {proof[field]} now): an input the key does not cover has changed (e.g. data read at import)"
         )
+    drawn = _check_draws(entry.get("draws"), replay)
     tensors_info = entry.get("tensors") or {}
     tensor_file = Path(folder) / str(tensors_info.get("file", ""))
     if tensor_file.parent != Path(folder) or not tensor_file.is_file():
@@ -179,7 +309,8 @@ def load(folder: Path, key: str, secret: bytes, proof: dict[str, str]) -> tuple[
     record = entry.get("record")
     if not isinstance(record, dict) or not _valid_record(record):
         raise Rejected("its record does not hold the fields of a training run")
-    return record, tensors
+    _check_evaluation(entry.get("evaluation"), tensors, replay)
+    return {**record, "draws": drawn}, tensors
 
 
 def _valid_record(record: Any) -> bool:
@@ -222,6 +353,9 @@ def store(
     proof: dict[str, str],
     modules: dict | None = None,
     opened: list | None = None,
+    *,
+    draws: list[list],
+    evaluation: dict[str, str],
 ) -> None:
     """Write an entry under ``key`` (tensor file first, then the JSON that names it; each atomic,
     so two jobs storing the same key at once leave one whole entry).
@@ -237,6 +371,9 @@ def store(
             training (default ``sys.modules``).
         opened: data files the model or task read while training (``reportgen.trust.opened``);
             their digests are kept, and a later change makes the entry stale.
+        draws: ``[[examples asked for, batch_sha256], ...]`` of every batch the run drew (:func:`recorder`),
+            which every later hit must draw again bitwise.
+        evaluation: :func:`weights_evaluation` of ``tensors``, which every later hit must redo bitwise.
 
     Raises:
         OSError: the folder cannot be written.
@@ -261,6 +398,8 @@ def store(
         "sources_loaded": user_source_digests(modules),
         "files_opened": digest_files(opened or []),
         "fingerprint": proof,
+        "draws": draws,
+        "evaluation": evaluation,
     }
     entry["digest"] = entry_digest(entry, secret)
     _atomic_write(folder / f"{key}.json", lambda handle: handle.write(json.dumps(entry, sort_keys=True).encode()))

@@ -19,7 +19,7 @@ from reportgen.config import Config
 from reportgen.trust.sources import canonical_sha256, named_file_digests, reportgen_sources_sha256, user_source_digests
 
 #: Bump when the layout of a cache entry changes (old entries then have other keys: misses).
-FORMAT = 4
+FORMAT = 5
 #: Config groups left out of the key: read only for the recompute twin or for the output.
 NOT_IN_KEY = ("recompute", "report", "verdict", "claim", "cache", "checks", "run", "hydra")
 

@@ -55,8 +55,11 @@ class TrainResult:
         cache_key: hex SHA-256 of the plain-twin cache entry this run was loaded from
             (:mod:`reportgen.training.cache`), None when it was trained in this run.
         cache_rejected: ``(key, why)`` when an entry under this run's key existed but was not
-            trusted (digest mismatch, unreadable, refused by ``weights_only`` loading) and the
-            run was trained afresh instead; None otherwise.
+            trusted (digest mismatch, unreadable, refused by ``weights_only`` loading, a training batch or
+            the evaluation not bitwise the stored one) and the run was trained afresh instead; None otherwise.
+        cache_proof_seconds: wall time, s, this run spent proving a loaded entry (its first step redone, its
+            training batches drawn and hashed, its weights evaluated once); 0 when not loaded.
+        cache_draws: training batches drawn and hashed to prove a loaded entry; 0 when not loaded.
     """
 
     metrics: dict[str, float]
@@ -72,6 +75,8 @@ class TrainResult:
     final_params: dict[str, torch.Tensor] = field(default_factory=dict)
     cache_key: str | None = None
     cache_rejected: tuple[str, str] | None = None
+    cache_proof_seconds: float = 0.0
+    cache_draws: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ def train_to_budget(
     desc: str = "train",
     sharding: Sharding | None = None,
     nudge: Callable[[list[nn.Parameter]], None] | None = None,
+    on_batch: Callable[[int, Any], None] | None = None,
 ) -> TrainResult:
     """Train ``twin`` in place until ``examples`` examples have been accepted, one :meth:`Twin.step` per drawn batch.
 
@@ -175,6 +181,9 @@ def train_to_budget(
         nudge: called with the trainable parameters after every accepted backward, right before
             the task's ``before_step`` and ``optimizer.step()`` (the rounding twin's gradient noise,
             :mod:`reportgen.results.rounding`).
+        on_batch: called with the examples asked for and each batch exactly as the task drew it (before it
+            moves to ``device``), once per draw, skipped steps included (the plain-twin cache hashes what the
+            run consumed, :func:`reportgen.training.cache.recorder`).
 
     Returns:
         :class:`TrainResult`; ``complete`` is False when the cap stopped the run early.
@@ -200,7 +209,11 @@ def train_to_budget(
     bar = progress(desc, total=examples, unit="ex")
     try:
         while accepted < examples and draws < max_steps:
-            x, y = batch_to(task.make_batch(generator, min(batch_size, examples - accepted)), device, dtype)
+            wanted = min(batch_size, examples - accepted)
+            drawn = task.make_batch(generator, wanted)
+            if on_batch is not None:
+                on_batch(wanted, drawn)
+            x, y = batch_to(drawn, device, dtype)
             step_rng = None if forward_seed is None else step_seed(forward_seed, seed, draws)
             draws += 1
             mine = (x, y) if sharding is None else sharding.share((x, y))

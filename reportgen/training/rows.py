@@ -37,14 +37,21 @@ def run_rows(
         "skipped_steps": result.skipped_steps,
         "lr": result.lr,
     }
-    cached = f"; from the plain-twin cache (key sha256:{result.cache_key})" if result.cache_key else ""
+    cached = (
+        f"; from the plain-twin cache (key sha256:{result.cache_key}), proven in {result.cache_proof_seconds:.2f} s "
+        f"by its first step, its {result.cache_draws} training batches drawn again and one evaluation of its weights, "
+        "each bitwise equal to what it stored"
+        if result.cache_key
+        else ""
+    )
 
     def fact(role: str, metric: str, value: float, detail: str, extra: dict, **more: Any) -> Row:
         more = {"status": status, "variant": variant, **more}
         return Row.fact(check, item, role, detail, metric=metric, value=value, extra=extra, **more)
 
     run_detail = f"{result.accepted_examples} accepted examples in {result.steps} steps of batch {result.batch_size}"
-    run |= {"cache_key": result.cache_key} if result.cache_key else {}
+    proof = {"cache_proof_seconds": result.cache_proof_seconds, "cache_draws": result.cache_draws}
+    run |= {"cache_key": result.cache_key, **proof} if result.cache_key else {}
     run_detail += f", lr {result.lr:g}{cached}"
     rows = [fact(Role.RUN, metric, result.metrics[metric], run_detail, run, seconds=result.seconds)]
     if result.cache_rejected:

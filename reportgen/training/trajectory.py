@@ -26,6 +26,7 @@ def trajectory(
     twin: Twin | None = None,
     share: Callable[[Batch], Batch] | None = None,
     snapshot: Callable[[Twin], Snapshot] | None = None,
+    digest_grads: bool = False,
 ) -> Iterator[Snapshot]:
     """Train a fresh twin for ``parity.steps`` steps on the training stream, yielding a view of its
     state after each step (:func:`reportgen.twins.snapshot.take` with ``clone=False``: valid until
@@ -39,7 +40,8 @@ def trajectory(
     already built to train instead of a fresh ``setup.twin(recompute)`` (the later-step control's faulty twin, a
     sharded twin). ``share``: this rank's part of each global batch (a sharded twin; every rank draws the same
     batches). ``snapshot``: what is yielded after each step (default :meth:`Twin.snapshot`, a view; a sharded twin's
-    full state).
+    full state). ``digest_grads``: each step's gradients are hashed after backward (``twin.last.grad_digests``), to tell
+    whether two twins' gradients differ at all without keeping a copy of either.
     """
     parity: ParityConfig = setup.config.parity
     seed, forward_seed = setup.config.seed, setup.config.forward_seed
@@ -53,7 +55,7 @@ def trajectory(
                 batch = batch_to(setup.task.make_batch(generator, parity.batch_size), setup.device, setup.dtype)
                 batch = batch if share is None else share(batch)
                 step_rng = None if forward_seed is None else step_seed(forward_seed, seed, k)
-                twin.step(batch, step_rng, nudge=nudge, keep_grads=keep_grads)  # grads kept for the envelope's gate
+                twin.step(batch, step_rng, nudge=nudge, keep_grads=keep_grads, digest_grads=digest_grads)
             if not keep_grads:
                 twin.optimizer.zero_grad(set_to_none=True)  # the next step would: free them while the view is read
             bar.update(1)

@@ -49,14 +49,35 @@ SIGN_COMMAND = "python -m reportgen.sign"
 SEALED_FILES = ("results.json", "results.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
 
 
+def sealed_digests(out_dir: Path, record: dict) -> dict[str, str | None]:
+    """``{name: hex SHA-256 or None when missing}`` of each of :data:`SEALED_FILES` and of every file the mark lists
+    as ``written``, as they are on disk now."""
+    paths = {name: Path(out_dir) / name for name in sorted(set(SEALED_FILES) | set(record.get("written") or ()))}
+    return {name: sha256_file(path) if path.is_file() else None for name, path in paths.items()}
+
+
 def seal_payload(out_dir: Path, record: dict) -> bytes:
     """The bytes a seal signs: SHA-256 of each of :data:`SEALED_FILES` and of every file the mark lists as
     ``written`` (the run's manifest when its checks finished), as they are on disk, and the mark's fields
     that rendering uses (canonical JSON). Any edit to them changes the payload."""
-    paths = {name: Path(out_dir) / name for name in sorted(set(SEALED_FILES) | set(record.get("written") or ()))}
-    digests = {name: sha256_file(path) if path.is_file() else None for name, path in paths.items()}
+    digests = sealed_digests(out_dir, record)
     fields = {k: record.get(k) for k in ("meta", "required", "pdf", "sign", "written")}
     return json.dumps({"files": digests, "mark": fields}, sort_keys=True, default=str).encode()
+
+
+def changed_since_seal(out_dir: Path, record: dict) -> list[str]:
+    """The sealed files whose bytes differ from the digests the mark lists (``sealed``: what the seal signed when
+    the checks finished), "(missing)" noted for a file that is gone; empty when they all agree or the mark lists
+    none (then the mark itself or the key differ). Names for a refusal only: the seal itself is what is trusted."""
+    then = record.get("sealed")
+    if not isinstance(then, dict):
+        return []
+    now = sealed_digests(out_dir, record)
+    return [
+        name + (" (missing)" if now.get(name) is None else "")
+        for name in sorted(set(then) | set(now))
+        if then.get(name) != now.get(name)
+    ]
 
 
 def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign: bool, private_key=None) -> Path:
@@ -88,6 +109,7 @@ def mark_pending(out_dir: Path, meta: dict, required: list[str], pdf: bool, sign
     if private_key is not None:
         signature = private_key.sign(seal_payload(out_dir, record), ec.ECDSA(hashes.SHA256()))
         record["seal"] = base64.b64encode(signature).decode()
+        record["sealed"] = sealed_digests(out_dir, record)  # to name what changed; the seal signs the bytes
     return atomic_write(Path(out_dir) / PENDING_NAME, json.dumps(record, indent=1, default=str) + "\n")
 
 

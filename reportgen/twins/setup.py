@@ -23,6 +23,7 @@ from reportgen.errors import SetupError
 from reportgen.results.distance import tolerances
 from reportgen.rng import held
 from reportgen.tasks import Batch, batch_to
+from reportgen.twins.lazy import has_lazy, materialise_lazy
 from reportgen.twins.recompute import (
     Wrapped,
     apply_recompute,
@@ -32,7 +33,7 @@ from reportgen.twins.recompute import (
     switch_on,
 )
 from reportgen.twins.step import TrainingStep, training_step
-from reportgen.twins.template import Template, one_build
+from reportgen.twins.template import NoInitialiser, Template, materialise, on_meta, one_build
 from reportgen.twins.twin import TrainStep, Twin
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -96,15 +97,17 @@ class Setup:
     architecture: str = ""
     task_rng: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def build(self, recompute: bool, compiled: bool = True) -> nn.Module:
+    def build(self, recompute: bool, compiled: bool = True, meta: bool = False) -> nn.Module:
         """A fresh twin, a copy of the one build on the run's device (the factory never runs
         again: :meth:`reportgen.twins.template.Template.twin`); ``recompute`` turns recomputation on
         (wraps the targets, or calls the model's own switch) and guards its forward
         (:func:`reportgen.twins.recompute.guard_returned_leaves`). Under ``precision.autocast`` every
         forward runs in ``torch.autocast``; with ``compile.enabled`` the twin is compiled
         (``nn.Module.compile``, parameter names unchanged) unless ``compiled=False``. The generators the task
-        holds are put back to their states as built (:attr:`task_rng`)."""
-        model = self.template.twin(self.device)
+        holds are put back to their states as built (:attr:`task_rng`). ``meta``: a meta-device build stays on the
+        meta device (the caller spreads it, then :func:`reportgen.twins.template.materialise` gives each shard its
+        values); otherwise it is materialised whole on the run's device."""
+        model = self.template.twin(torch.device("meta") if meta and on_meta(self.template.module) else self.device)
         for name, g in held(self.task).items():  # the task's own generators, as built: each twin starts alike
             if name in self.task_rng:
                 g.set_state(self.task_rng[name])
@@ -155,7 +158,8 @@ def rebuilt_said(because: str) -> str:
     return (
         f"every twin calls the model's factory again instead of copying one build: {because}. Exact, but the "
         "initialisation is repeated for every twin (slow for a large model); register hooks as bound methods "
-        "of the module and keep uncopyable objects (locks, open files) off it, so one build is copied"
+        "of the module, keep uncopyable objects (locks, open files) off it and let copy.deepcopy copy it (no "
+        "__deepcopy__ that returns the model itself or a new one), so one build is copied"
     )
 
 
@@ -192,10 +196,14 @@ def in_dtype(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> tuple[Template, nn.Module]:
+def _instantiate_model(
+    cfg: DictConfig, task: Any, dtype: torch.dtype, keep_meta: bool = False
+) -> tuple[Template, nn.Module]:
     """The one call of the user's factory in this process, seeded with ``cfg.seed``; the model is
-    converted to ``dtype`` where the factory left it (twins are copied to the run's device). Returns the
-    :class:`Template` and a host copy to probe the recompute settings on
+    converted to ``dtype`` where the factory left it (twins are copied to the run's device). A model the factory
+    built on the meta device is materialised on the host here, once (:func:`reportgen.twins.template.materialise`,
+    seeded with ``cfg.seed``), unless ``keep_meta`` (a rank of a sharded run: each twin is materialised per shard,
+    after it is spread). Returns the :class:`Template` and a host copy to probe the recompute settings on
     (:func:`reportgen.twins.template.one_build`)."""
     factory = get_method(cfg.model._target_)
     params = inspect.signature(factory).parameters
@@ -208,13 +216,19 @@ def _instantiate_model(cfg: DictConfig, task: Any, dtype: torch.dtype) -> tuple[
             raise SetupError(
                 f"model._target_={cfg.model._target_} returned {type(model).__name__}, not a torch.nn.Module"
             )
+        if on_meta(model) and not keep_meta:
+            materialise(model, torch.device("cpu"), int(cfg.seed))
+        if has_lazy(model):  # before the one build is kept: a copy of an uninitialised module is not a build
+            fixed = task.make_batch(torch.Generator().manual_seed(int(cfg.seed)), int(cfg.parity.batch_size))
+            materialise_lazy(model, batch_to(fixed, torch.device("cpu"), torch.get_default_dtype())[0])
         return in_dtype(model, dtype)
 
     return one_build(build(), int(cfg.seed), build)
 
 
-def build_setup(cfg: DictConfig) -> Setup:
-    """Instantiate the task and model and apply the recompute settings to a probe (the first stage).
+def build_setup(cfg: DictConfig, keep_meta: bool = False) -> Setup:
+    """Instantiate the task and model and apply the recompute settings to a probe (the first stage). ``keep_meta``:
+    a model built on the meta device stays there (a rank of a sharded run materialises each twin per shard).
 
     Only builds: ``cfg``'s values were refused or accepted before any model work, by the one validator
     (:func:`reportgen.commands.validation.config_problems`). The fixed batch is drawn after the task
@@ -229,9 +243,11 @@ def build_setup(cfg: DictConfig) -> Setup:
     device, dtype = resolve_device(config.device), DTYPES[config.dtype]
     try:
         task = instantiate(cfg.task)
-        template, probe = _instantiate_model(cfg, task, dtype)
+        template, probe = _instantiate_model(cfg, task, dtype, keep_meta)
     except SetupError:
         raise
+    except NoInitialiser as exc:
+        raise SetupError(str(exc)) from None
     except Exception as exc:  # ImportError, TypeError from a wrong kwarg, ...
         if isinstance(exc.__cause__, SetupError):  # Hydra wraps what a factory raises; ours says the fix
             raise exc.__cause__ from None

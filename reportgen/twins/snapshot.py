@@ -8,6 +8,7 @@ every ``torch.Generator`` a module (or the task) holds after the step.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -120,6 +121,21 @@ def grads_of(model: nn.Module, clone: bool = True) -> dict[str, torch.Tensor | N
     }
 
 
+def grad_digests(model: nn.Module) -> dict[str, str | None]:
+    """``{plain parameter name: SHA-256 of the gradient's bytes, or None}`` of every trainable parameter, one tensor
+    at a time on the host (the peak is the largest gradient, never a copy of all). Equal digests are equal bytes;
+    unlike a zero-tolerance comparison, ``-0.0`` and ``0.0`` differ and a NaN equals itself."""
+    return {
+        plain_name(n): (
+            hashlib.sha256(p.grad.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()).hexdigest()
+            if p.grad is not None
+            else None
+        )
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
+
+
 #: Row roles whose floating tensors the rounding envelope applies to (RNG states and Python
 #: attributes stay exact), with the item prefix :func:`snapshot_rows` gives them.
 ENVELOPED: dict[str, tuple[str, str]] = {
@@ -157,8 +173,17 @@ def aa_columns(plain: Snapshot, aa: Snapshot, rtol: float | None, atol: float | 
     item, exactly as :func:`snapshot_rows` would fill them with ``aa`` given (same tolerances, a
     missing item is infinitely far). Lets the A/A twin be compared and discarded before the
     recompute twin is built, so two training states are resident at most."""
+    return columns_of(snapshot_rows(plain, aa, None, rtol, atol))
+
+
+def columns_of(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """``{item: A/A columns}`` from :func:`snapshot_rows`'s rows of the plain twin against a second plain twin
+    (no A/A twin given): what :func:`aa_columns` returns, for a caller that compared them its own way (a sharded
+    check, one whole tensor at a time). Ignored attributes get none."""
     columns = {}
-    for row in snapshot_rows(plain, aa, None, rtol, atol):
+    for row in rows:
+        if row.role == Role.IGNORED:
+            continue
         if row.metric == "max_abs_err":
             used = row.extra.get("tolerance_used", 0.0 if row.extra["excess"] <= 0 else float("inf"))
             columns[row.item] = dict(zip(AA_COLUMNS, (row.value, row.extra["excess"], used)))

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from reportgen.rng import fingerprint, seeded
 from reportgen.tasks import Batch
-from reportgen.twins.snapshot import Snapshot, grads_of, take
+from reportgen.twins.snapshot import Snapshot, grad_digests, grads_of, take
 from reportgen.twins.step import TrainingStep
 
 
@@ -32,12 +32,15 @@ class Stepped:
         grads: ``{plain parameter name: gradient or None}`` copied after backward, before anything changed them
             (empty when not asked).
         applied: the gradients were applied (optimizer step); False when ``accept`` refused them.
+        grad_digests: ``{plain parameter name: digest of the gradient's bytes or None}`` after backward
+            (:func:`reportgen.twins.snapshot.grad_digests`; empty when not asked).
     """
 
     loss: Tensor
     rng: dict[str, Tensor] = field(default_factory=dict)
     grads: dict[str, Tensor | None] = field(default_factory=dict)
     applied: bool = True
+    grad_digests: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Twin:
         nudge: Callable[[list[nn.Parameter]], None] | None = None,
         keep_grads: bool = False,
         rng: bool = True,
+        digest_grads: bool = False,
     ) -> Stepped:
         """One training step on ``batch``: every gradient set to None, the step's forwards and backward under
         ``seeded(seed)`` (:func:`reportgen.rng.seeded`; None: the generators as they are), then, when accepted,
@@ -94,6 +98,7 @@ class Twin:
             nudge: the rounding twin's gradient noise, applied right before ``apply``.
             keep_grads: copy the gradients after backward into :attr:`Stepped.grads`.
             rng: read every generator's state right after backward into :attr:`Stepped.rng`.
+            digest_grads: hash every gradient after backward into :attr:`Stepped.grad_digests` (no copy kept).
 
         Raises:
             Exception: whatever the step raises (the task's step refusing its return: :class:`UserStep`).
@@ -103,10 +108,11 @@ class Twin:
             loss = self.training_step.forward_backward(self.model, batch)
             states = fingerprint() if rng else {}
         grads = grads_of(self.model) if keep_grads else {}
+        digests = grad_digests(self.model) if digest_grads else {}
         applied = accept(loss) if callable(accept) else accept
         if applied:
             self.apply(nudge)
-        self.last = Stepped(loss, states, grads, applied)
+        self.last = Stepped(loss, states, grads, applied, digests)
         return self.last
 
     def apply(self, nudge: Callable[[list[nn.Parameter]], None] | None = None) -> None:

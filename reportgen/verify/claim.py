@@ -3,8 +3,9 @@
 - ``release claim``: the clause rows of the signed results.json are exactly the clauses of the
   signed claim (same text, metric, comparator and bound, in order), and each row's value and
   status equal those re-derived from the signed frame (:func:`reportgen.claim.rows.clause_rows`
-  on the checks' rows; a ``fits`` clause's prediction from its own recorded figures). A run
-  without a signed claim has no clause rows.
+  on the checks' rows; a ``fits`` clause's prediction from its own recorded figures), and the
+  ``claim_sentence`` row names exactly the signed claim's unjudged quantities. A run without a
+  signed claim has no clause rows.
 - ``verdict.json``: written after signing, it names the statement's SHA-256; it must name the
   envelope on disk and agree with the signed verdict and clause results
   (:func:`reportgen.ci.verdict.verdict_problems`).
@@ -20,6 +21,7 @@ import pandas as pd
 from reportgen.ci.verdict import VERDICT_NAME, verdict_problems
 from reportgen.claim import claim_from_record, clause_rows
 from reportgen.claim.clauses import FITS
+from reportgen.claim.rows import not_judged, sentence_rows
 from reportgen.config import RELEASE_CLAIM
 from reportgen.results import Role, to_frame
 from reportgen.verify.outcome import FAIL, PASS, Check, require
@@ -66,6 +68,13 @@ def check_claim(predicate: dict, frame: pd.DataFrame) -> str:
                 f"clause {clause.text!r}: results.json says {column} {got[column]!r}, "
                 f"the signed numbers give {want[column]!r}",
             )
+    stated = to_frame(sentence_rows(claim))
+    left = frame[(frame.check == RELEASE_CLAIM) & (frame.role == Role.SENTENCE)]
+    require(
+        not_judged(left) == not_judged(stated) and len(left) == len(stated),
+        f"results.json says the sentence leaves {not_judged(left) or 'nothing'} unjudged, the signed claim "
+        f"{list(claim.unjudged) or 'nothing'}",
+    )
     met = int((rows.status == "PASS").sum())
     return f"{len(rows)} clauses of the signed claim re-derived from the signed rows and re-judged; {met} met"
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec
+from omegaconf import OmegaConf
 
 from reportgen.checks import flagged_names, roles_of
+from reportgen.checks.controls.limit import limit_problems, stated_limit
+from reportgen.checks.controls.rows import FAULTS
 from reportgen.ci.verdict import VERDICT_NAME
-from reportgen.config import RELEASE_CLAIM
+from reportgen.config import CONTROLS, RELEASE_CLAIM
 from reportgen.results import Kind, Role, Status, claim_verdict, frame_from_json, judge_record, results_csv
 from reportgen.trust.documents import RUN_DOCUMENT
 from reportgen.trust.statement import row_tolerances
 from reportgen.verify.claim import check_claim, check_verdict_file
-from reportgen.verify.common import Document, Verified, verify_document_dir, verify_signed_pdf
+from reportgen.verify.common import Document, Verified, subject_digests, verify_document_dir, verify_signed_pdf
 from reportgen.verify.outcome import FAIL, Check, attempt, require
 
 
@@ -114,6 +117,20 @@ def check_tolerances(predicate: dict, frame) -> str:
     return f"the parity rows of results.json used {_listed(derived['used'])}, as the statement says"
 
 
+def check_limit(frame) -> str:
+    """The detection limit follows from its probes (``reportgen.checks.controls.limit.limit_problems``): an edited
+    limit, threshold or ``on_miss`` fails naming it."""
+    problems = limit_problems(frame)
+    require(not problems, "; ".join(problems))
+    stated = stated_limit(frame)
+    if stated is None:
+        return "none stated (the detector controls did not run)"
+    if not stated["measured"]:
+        return f"stated without a search: {stated['detail']}"
+    value = "none caught up to 1" if stated["value"] is None else f"{stated['value']:.0e} relative"
+    return f"{value} in region {stated['region']!r}, re-derived from its probes"
+
+
 def check_csv(path: Path, frame) -> str:
     """results.csv holds exactly results.json's rows (the CSV pandas writes of the signed frame, byte for
     byte): a signed CSV can never say other than the signed JSON it sits beside."""
@@ -131,6 +148,29 @@ def check_run_predicate(predicate: dict) -> str:
     )
     require(len(predicate["required"]) > 0, "the claim requires no check (verdict.required=[]): an empty claim")
     return f"claim verdict {predicate['verdict']}"
+
+
+def check_controls(config_text: str, frame) -> str:
+    """The detector controls are the signed config's: where ``.hydra/config.yaml`` says ``controls.enabled: true``,
+    results.json holds a row of every fault (``reportgen.checks.controls.rows.FAULTS``), or an ERROR row of the
+    check itself, and no "controls.enabled=false" row; a results.json re-signed with control rows deleted (the one
+    that made the claim INCONCLUSIVE, say) fails naming the faults it lacks."""
+    config = OmegaConf.to_container(OmegaConf.create(config_text)) if config_text.strip() else {}
+    controls = config.get("controls") if isinstance(config, dict) else None
+    enabled = controls.get("enabled") if isinstance(controls, dict) else None
+    rows = frame[frame.check == CONTROLS]
+    if enabled is not True:
+        return f"the signed config sets controls.enabled: {enabled}; {len(rows)} control rows"
+    require(not (rows.role == Role.DISABLED).any(), "a row says the controls were off; the config says enabled: true")
+    if (rows.status == Status.ERROR).any():
+        return f"the signed config enables them; the check raised (an ERROR row), {len(rows)} rows"
+    missing = [f for f in FAULTS if not ((rows.role == Role.CONTROL) & (rows["item"] == f)).any()]
+    require(
+        not missing,
+        f"the signed .hydra/config.yaml says controls.enabled: true, but results.json has no row of the control(s) "
+        f"{', '.join(map(repr, missing))}",
+    )
+    return f"the signed config enables them and results.json has a row of each of the {len(FAULTS)} faults"
 
 
 #: A run: report.pdf over results.json (docs/architecture.md, "Outputs").
@@ -153,8 +193,12 @@ def _with_verdict(found: Verified, folder: Path | None = None) -> list[Check]:
     predicate = found.statement["predicate"]
     checks.append(attempt(RELEASE_CLAIM, lambda: check_claim(predicate, frame)))
     checks.append(attempt("tolerances", lambda: check_tolerances(predicate, frame)))
+    checks.append(attempt("detection limit", lambda: check_limit(frame)))
     if folder is not None and (folder / "results.csv").is_file():
         checks.append(attempt("results.csv", lambda: check_csv(folder / "results.csv", frame)))
+    config = folder / ".hydra" / "config.yaml" if folder is not None else None
+    if config is not None and config.is_file() and ".hydra/config.yaml" in subject_digests(found.statement):
+        checks.append(attempt("detector controls", lambda: check_controls(config.read_text(), frame)))
     if folder is not None:
         found.checks = [c for c in found.checks if c.name != f"not covered: {VERDICT_NAME}"]
         checks += [c for c in [check_verdict_file(folder, predicate, frame)] if c is not None]

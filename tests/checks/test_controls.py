@@ -13,11 +13,12 @@ from conftest import run_pipeline
 
 from reportgen import checks
 from reportgen.checks.base.run import Run
+from reportgen.checks.controls import check as check_module
 from reportgen.checks.controls import faults, fixed_batch, later
 from reportgen.checks.controls import rows as controls
 from reportgen.checks.controls.check import CHECK, detector_controls
 from reportgen.checks.controls.faults import modules_of, other_rng, recomputing, stale_inputs, zeroed_inputs
-from reportgen.config import CONTROLS
+from reportgen.config import CONTROLS, GRADIENT_PARITY, STATE_PARITY, TRAJECTORY
 from reportgen.results import Role, Status
 from reportgen.twins.forward import forward_backward
 
@@ -93,8 +94,9 @@ def test_ffn_every_applicable_control_is_caught(setup):
     assert 'a parameter of region "0"' in rows[controls.STALE].detail
     assert rows[controls.LOST].extra["caught_by"] == "0.net.0.weight.grad" and "all zero" in rows[controls.LOST].detail
     assert rows[controls.LATER].extra["first_failing_step"] == 2 and "none before" in rows[controls.LATER].detail
-    state = rows[controls.STATE]
-    assert state.status == Status.INFO and state.detail.startswith("not applicable") and "no buffer" in state.detail
+    state = rows[controls.STATE]  # no buffer in the region: its call counter is the state the fault updates
+    assert (state.status, state.extra["caught_by"]) == (Status.PASS, f"attribute 0.{faults.COUNTER}"), state.detail
+    assert not any(r.item.endswith("has no control") for r in rows.values())
     assert rows["total time"].unit == "s" and rows["total time"].value > 0
     assert 'region "0"' in rows["region"].detail
 
@@ -183,6 +185,25 @@ def test_a_models_own_switch_gets_its_faults_on_the_layers_children(setup):
     assert rows[controls.RNG].detail.startswith("not applicable: no random draws")
 
 
+def test_an_ignored_counter_leaves_state_parity_blind_and_says_which_glob(setup):
+    rows = by_item(detector_controls(Run(setup("+model=ffn", f"state.ignore_attributes=['*{faults.COUNTER}']"))))
+    state = rows[controls.STATE]
+    assert (state.value, state.status) == (0.0, Status.INCONCLUSIVE)
+    assert "ignored by state.ignore_attributes" in state.detail, state.detail
+
+
+def test_a_parity_check_no_control_applies_to_is_inconclusive_and_named(setup, monkeypatch):
+    """Every control gradient parity has is stated "not applicable": the claim cannot PASS on its word."""
+    stated = lambda name: lambda s, base: controls.stated_row(name, "not applicable: for this test")
+    for name, fault in (("stale", controls.STALE), ("rng_control", controls.RNG), ("lost", controls.LOST)):
+        monkeypatch.setattr(check_module, name, stated(fault))
+    rows = by_item(detector_controls(Run(setup("+model=ffn"))))
+    row = rows[f"{GRADIENT_PARITY} has no control"]
+    assert (row.value, row.status, row.role) == (0.0, Status.INCONCLUSIVE, Role.CONTROL)
+    assert "stale input: not applicable: for this test" in row.detail
+    assert f"{TRAJECTORY} has no control" not in rows and f"{STATE_PARITY} has no control" not in rows
+
+
 def test_a_check_that_already_fails_needs_no_control(setup):
     """BatchNorm's running statistics advance twice under recompute: state parity already fails, so its
     control is stated, never INCONCLUSIVE (which would outrank the FAIL)."""
@@ -230,7 +251,8 @@ def test_ffn_holds_with_every_control_caught(tmp_path):
     code, frame = run_pipeline(tmp_path, "+model=ffn")
     rows = frame[frame.check == CONTROLS]
     assert code == 0 and set(rows[rows.comparator == ">="].status) == {Status.PASS}
-    assert len(rows) == 8  # region, six controls, time
+    limit = rows.role.isin([Role.DETECTION_LIMIT, Role.LIMIT_PROBE])  # tests/checks/test_detection_limit.py
+    assert len(rows[~limit]) == 8  # region, six controls, time
 
 
 @pytest.mark.slow

@@ -11,6 +11,8 @@ from reportgen.checks.parity.gradient import gradient_parity
 from reportgen.checks.parity.step import step_and_state_parity
 from reportgen.commands.run import prepare
 from reportgen.report.diagnose import diagnose
+from reportgen.report.metadata import recompute_settings
+from reportgen.report.tried import look_and_try
 from reportgen.results import check_summary, to_frame
 
 
@@ -70,11 +72,11 @@ def test_forward_counter_reentrant_fix_names_the_frozen_input_and_the_counter():
     """Reentrant recompute of a counter-reading forward on a plain input: the frozen input explains the
     raise, the counter the gradients that still differ once the input requires grad; one cause alone for
     a frozen input without a counter."""
-    settings = {"mode": "reentrant", "preserve_rng_state": True}
     fixes = {}
     for model in ("forward_counter", "frozen_input"):
         setup = prepare(compose_config(f"+model={model}", "recompute=reentrant", user_conf=True))
-        said = diagnose(gradient_parity(Run(setup)) + step_and_state_parity(Run(setup)), settings)
+        rows = gradient_parity(Run(setup)) + step_and_state_parity(Run(setup))
+        said = diagnose(rows, look_and_try(Run(setup), rows, recompute_settings(setup)))  # as the pipeline does
         fixes[model] = next(r.extra["fix"] for r in said if r.check == "gradient parity")
     assert "enable_input_require_grads()" in fixes["forward_counter"]
     assert "move the update out of forward" in fixes["forward_counter"]

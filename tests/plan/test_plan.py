@@ -279,7 +279,7 @@ def test_a_planned_policy_runs_through_the_main_command_and_passes(tmp_path, cap
             },
             "attn=eager",
         ),
-        ({"model_type": "t5", "d_model": 32, "num_layers": 2}, "decoder-only"),
+        ({"model_type": "t5", "d_model": 32, "num_layers": 2, "vocab_size": 64, "num_heads": 2}, "decoder-only"),
     ],
     ids=["sdpa-cannot-run-gemma2", "not-a-causal-lm"],
 )

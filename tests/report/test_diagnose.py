@@ -100,7 +100,9 @@ def test_a_router_gradient_lost_under_reentrant_recompute_is_a_side_channel_not_
     assert "recorded on the side by a hook" in said["cause"] and "use recompute=non_reentrant" in said["fix"]
     assert why(rows, {"mode": "non_reentrant"})["rule"] != "router gradient lost under reentrant"
     frozen = [*rows, grad("layers.0.mlp.gate_proj.weight.grad", None)]  # a whole region lost: the frozen input
-    assert why(frozen, REENTRANT)["rule"] == "frozen input under reentrant"
+    assert why(frozen, REENTRANT)["rule"] != "frozen input under reentrant"  # only where its cause was seen
+    seen = REENTRANT | {"frozen_regions": ["layers.0"]}  # reportgen.twins.before_backward.frozen_regions
+    assert why(frozen, seen)["rule"] == "frozen input under reentrant"
 
 
 def ddp_settings(compose_cfg, *overrides: str, mode: str = "reentrant") -> dict:

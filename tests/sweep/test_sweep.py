@@ -18,7 +18,7 @@ from reportgen.sweep.callback import SweepSummary, main, sweep_exit_code
 from reportgen.sweep.jobs import MISSING, load_jobs
 from reportgen.sweep.record import recorded_job
 from reportgen.sweep.summary import SweepMismatch, summarize
-from reportgen.sweep.table import pareto_front, summary_frame, worst_code
+from reportgen.sweep.table import console_table, pareto_front, summary_frame, worst_code
 from reportgen.trust.keys import generate_key
 
 
@@ -377,3 +377,16 @@ def test_a_real_sweeps_jobs_are_its_launchs_and_a_deleted_one_is_refused(basic_s
     shutil.rmtree(folder / "1")
     assert main(["summarize", str(folder), "--no-sign", "--no-pdf"]) == 2
     assert "job 1 is missing: the launch made it" in capsys.readouterr().err
+
+
+def test_a_job_without_detector_controls_is_marked_not_proven_in_the_summary(fake_sweep):
+    """Issue 43: "controls off" is stated wherever a verdict is, the sweep summary too (and its console line)."""
+    jobs = load_jobs(fake_sweep)
+    ran = jobs[1]["frame"]
+    jobs[1]["frame"] = pd.concat([ran, ran.iloc[[0]].assign(check=CONTROLS, status="PASS", detail="caught")])
+    frame = summary_frame(jobs)
+    said = frame.drop_duplicates("job").set_index("job").detectors
+    assert said[0].startswith("detectors not proven: the run has no detector controls")
+    assert said[1] == "" and said[3] == ""  # controls ran; a job that never started has no verdict to qualify
+    table = console_table(frame, 0, fake_sweep)
+    assert "[detectors not proven]" in table.splitlines()[2] and "[detectors not proven]" not in table.splitlines()[3]

@@ -122,11 +122,14 @@ def test_a_compile_change_is_a_miss(cache_folder):
     setup = small_setup("+model=ffn")
     plain_run(setup)
     secret, proof = cache_secret.cache_secret(), cache.fingerprint(setup, 0, 8)
+    replay = cache.Replay(
+        lambda sizes: cache.draw_digests(setup, 0, sizes), lambda t: cache.weights_evaluation(setup, t, 0)
+    )
     for override in ("compile.enabled=true", "compile.backend=aot_eager"):
         cfg = compose_config("+model=ffn", override)
         key = cache_key.plain_run_key(typed(cfg), setup.device, setup.dtype, 0, 8, 1.0)[0]
-        assert cache.load(cache_folder, key, secret, proof) is None, override
-    assert cache.load(cache_folder, key_of(setup.config), secret, proof) is not None
+        assert cache.load(cache_folder, key, secret, proof, replay) is None, override
+    assert cache.load(cache_folder, key_of(setup.config), secret, proof, replay) is not None
 
 
 def test_an_edit_in_a_namespace_package_is_a_miss(tmp_path, cache_folder, monkeypatch, forget_modules):
@@ -453,7 +456,9 @@ def test_a_data_file_the_task_opens_on_its_own_is_recorded_and_its_edit_makes_th
     key, material = cache_key.plain_run_key(typed(cfg), "cpu", torch.float32, 0, 8, 1.0)
     record = {name: 0 for name in cache.RECORD_FIELDS} | {"metrics": {}, "curve": [], "complete": True}
     secret, proof = cache_secret.cache_secret(), {"loss": "0.5", "gradients": "0" * 64}
-    cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, proof, opened=found)
-    assert cache.load(cache_folder, key, secret, proof) is not None
+    proven = {"draws": [[8, "0" * 64]], "evaluation": {"loss": "0.5"}}  # what the replay below redoes
+    replay = cache.Replay(lambda sizes: ["0" * 64], lambda tensors: {"loss": "0.5"})
+    cache.store(cache_folder, key, material, record, {"w": torch.zeros(2)}, secret, proof, opened=found, **proven)
+    assert cache.load(cache_folder, key, secret, proof, replay) is not None
     data.write_text("1 2 4\n")
-    assert cache.load(cache_folder, key, secret, proof) is None  # stale: trained afresh, never the old run
+    assert cache.load(cache_folder, key, secret, proof, replay) is None  # stale: trained afresh, never the old run

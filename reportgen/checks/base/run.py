@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
+from reportgen.memory.device_peak import PhasePeak
 from reportgen.training.train import BudgetRuns
 from reportgen.twins.setup import Setup
 
@@ -22,8 +23,11 @@ class Run:
             where no rank is spawned (a test that calls a check directly).
         budget_runs: the budget training runs, each trained once per run and read by the task-metrics check and
             the larger-batch experiment (:class:`reportgen.training.train.BudgetRuns`).
+        phase_peaks: each check's own peak, in run order (the pipeline measures them; the run-peak row names the
+            phase that reached the run's peak).
     """
 
     setup: Setup
     cfg: DictConfig | None = None
     budget_runs: BudgetRuns = field(default_factory=BudgetRuns)
+    phase_peaks: list[PhasePeak] = field(default_factory=list)

@@ -129,6 +129,13 @@ def zeroed_inputs(modules: Sequence[nn.Module]):
     return hooked(modules, pre=_map_input(lambda x: x * 0.0, Switch(), floating))
 
 
+def scaled_inputs(modules: Sequence[nn.Module], relative_error: float):
+    """The detection limit's probe: while recomputing, each of ``modules`` computes from its activation (first
+    floating argument) times ``1 + relative_error``, a recomputed activation off by that relative error (a recompute
+    at lower precision is off by up to its unit roundoff, 2^-8 in bf16). A context manager, as :func:`stale_inputs`."""
+    return hooked(modules, pre=_map_input(lambda x: x * (1.0 + relative_error), Switch(), floating))
+
+
 def other_rng(modules: Sequence[nn.Module], seed: int):
     """Fault "RNG not replayed": while recomputing, each of ``modules`` draws from every generator
     (torch CPU and CUDA, Python ``random``, NumPy) seeded with ``seed`` instead of the state its forward
@@ -162,6 +169,26 @@ def bumped_buffer(modules: Sequence[nn.Module], buffer: Tensor):
             done.append(True)
             with uninstrumented(), torch.no_grad():
                 buffer.data.add_(1)
+
+    return hooked(modules, pre=pre)
+
+
+#: The attribute the state fault sets on a region without buffers: a Python counter its forward would keep
+#: (``self.calls += 1``), updated once more by the recomputation (the forward-counter case).
+COUNTER = "recompute_fault_calls"
+
+
+def bumped_counter(modules: Sequence[nn.Module]):
+    """Fault "state changed by recomputation" for a region without buffers: the first time one of ``modules``
+    starts a recomputation, a counter attribute (:data:`COUNTER`) on the first of them grows by 1, as a forward
+    that counts its calls in a Python attribute does when it runs again. A context manager, as
+    :func:`stale_inputs`; the attribute stays on the (throwaway) faulty twin."""
+    done: list[bool] = []
+
+    def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if recomputing() and not done:
+            done.append(True)
+            setattr(modules[0], COUNTER, getattr(modules[0], COUNTER, 0) + 1)
 
     return hooked(modules, pre=pre)
 

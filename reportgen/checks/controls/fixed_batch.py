@@ -4,18 +4,22 @@ observed, unfaulted recompute twin."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
 from reportgen.checks.controls.faults import (
+    COUNTER,
     Region,
     buffer_of,
     bumped_buffer,
+    bumped_counter,
     call_directly,
     choose_region,
     largest_grad,
@@ -52,7 +56,7 @@ from reportgen.results.raised import exception_message
 from reportgen.twins.forward import StepOutput, forward_backward
 from reportgen.twins.recompute import plain_name
 from reportgen.twins.setup import Setup
-from reportgen.twins.snapshot import Snapshot, snapshot_rows
+from reportgen.twins.snapshot import Snapshot, module_attributes, snapshot_rows
 from reportgen.twins.template import on_host
 from reportgen.twins.twin import Twin
 
@@ -64,10 +68,12 @@ OTHER_SEED = 7919
 
 @dataclass
 class Ran:
-    """One forward and backward of a twin on the fixed batch: what it returned, and its buffers after."""
+    """One forward and backward of a twin on the fixed batch: what it returned, and its buffers and plain module
+    attributes after (what state parity compares, :func:`reportgen.twins.snapshot.module_attributes`)."""
 
     out: StepOutput
     buffers: dict[str, Tensor]
+    attributes: dict[str, Any]
 
 
 @dataclass
@@ -78,23 +84,30 @@ class Baseline:
         plain: the plain twin's run (kept on the host).
         region: the region the faults go into, observed in the unfaulted recompute twin.
         grads_fail: parameter-gradient items the unfaulted recompute twin already fails.
-        buffers_fail: buffer items the unfaulted recompute twin already fails.
+        state_fail: buffer and attribute items the unfaulted recompute twin already fails.
         region_grad, model_grad: ``max |grad|`` in the plain twin over the region's parameters, over all.
     """
 
     plain: Ran
     region: Region
     grads_fail: list[str]
-    buffers_fail: list[str]
+    state_fail: list[str]
     region_grad: float
     model_grad: float
+
+    def drop_plain(self) -> None:
+        """Free the plain run's gradients and buffers (a model's worth of bytes) once the fixed-batch controls and
+        the detection limit have read them: the later-step control holds two training states of its own."""
+        out = dataclasses.replace(self.plain.out, output={}, input_grad={}, grads={}, retained={})
+        self.plain = Ran(out, {}, {})
 
 
 def run(setup: Setup, twin: Twin) -> Ran:
     """:func:`reportgen.twins.forward.forward_backward` of ``twin`` on the fixed batch (what gradient parity calls),
     and its buffers after it (what state parity compares)."""
     out = forward_backward(twin, setup.batch, setup.config.forward_seed)
-    return Ran(out, {plain_name(n): b.detach().clone() for n, b in twin.model.named_buffers()})
+    buffers = {plain_name(n): b.detach().clone() for n, b in twin.model.named_buffers()}
+    return Ran(out, buffers, module_attributes(twin.model))
 
 
 def grad_rows(setup: Setup, plain: StepOutput, other: StepOutput) -> list[Row]:
@@ -103,11 +116,12 @@ def grad_rows(setup: Setup, plain: StepOutput, other: StepOutput) -> list[Row]:
     return [r for r in compare(plain, other, *setup.tolerance()) if r.role == Role.PARAM_GRAD]
 
 
-def buffer_rows(setup: Setup, plain: Ran, other: Ran) -> list[Row]:
-    """State parity's buffer rows of ``other`` against ``plain``, by state parity's own judge
-    (:func:`reportgen.twins.snapshot.snapshot_rows` over the buffers, at ``setup.tolerance()``)."""
-    mine, theirs = (Snapshot({}, {}, ran.buffers, {}, {}) for ran in (plain, other))
-    return [r for r in snapshot_rows(mine, theirs, None, *setup.tolerance()) if r.role == Role.BUFFER]
+def state_rows(setup: Setup, plain: Ran, other: Ran) -> list[Row]:
+    """State parity's buffer and attribute rows of ``other`` against ``plain``, by state parity's own judge
+    (:func:`reportgen.twins.snapshot.snapshot_rows`, at ``setup.tolerance()``, ``state.ignore_attributes`` applied)."""
+    mine, theirs = (Snapshot({}, {}, ran.buffers, ran.attributes, {}) for ran in (plain, other))
+    rows = snapshot_rows(mine, theirs, None, *setup.tolerance(), setup.config.state.ignore_attributes)
+    return [r for r in rows if r.role in (Role.BUFFER, Role.ATTRIBUTE, Role.IGNORED)]
 
 
 def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
@@ -117,7 +131,7 @@ def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
         plain = run(setup, setup.twin(False))
     except Exception as exc:  # noqa: BLE001 - the plain twin's failure is stated, the claim is judged elsewhere
         return f"not run: the plain twin raised {type(exc).__name__}: {exception_message(exc)}"
-    plain = Ran(on_host(plain.out), {k: v.cpu() for k, v in plain.buffers.items()})
+    plain = Ran(on_host(plain.out), {k: v.cpu() for k, v in plain.buffers.items()}, plain.attributes)
     path = choose_region(observed, plain.out.grads)
     twin = setup.twin(True)
     try:
@@ -133,7 +147,7 @@ def baseline(setup: Setup, observed: list[str]) -> Baseline | str:
         plain,
         region,
         [r.item for r in grad_rows(setup, plain.out, reference.out) if r.status == Status.FAIL],
-        [r.item for r in buffer_rows(setup, plain, reference) if r.status == Status.FAIL],
+        [r.item for r in state_rows(setup, plain, reference) if r.status == Status.FAIL],
         region_grad,
         model_grad,
     )
@@ -245,32 +259,46 @@ def lost(setup: Setup, base: Baseline) -> Row:
 
 
 def state(setup: Setup, base: Baseline) -> Row:
-    """Control 3: a buffer of the region grows by 1 when the region recomputes; state parity must fail."""
+    """Control 3: state updated again when the region recomputes: its buffer grows by 1 (a running statistic), or,
+    in a region without buffers, a counter attribute of its module does (a Python call counter); state parity must
+    fail."""
     region, buffer = base.region, base.region.buffer
-    if buffer is None:
-        return stated_row(STATE, f"not applicable: the recomputed region {named(region.path)} has no buffer")
-    if base.buffers_fail:
-        return not_needed(STATE, base.buffers_fail)
-    said = f"buffer {buffer} grew by 1 when region {named(region.path)} recomputed"
-    ran = faulty_run(setup, lambda twin: bumped_buffer(modules_of(twin, region.hook_points), buffer_of(twin, buffer)))
+    if base.state_fail:
+        return not_needed(STATE, base.state_fail)
+    points = region.hook_points
+    if buffer is not None:
+        said = f"buffer {buffer} grew by 1 when region {named(region.path)} recomputed"
+        ran = faulty_run(setup, lambda twin: bumped_buffer(modules_of(twin, points), buffer_of(twin, buffer)))
+    else:
+        said = f"a call counter of region {named(region.path)} ({COUNTER}) grew by 1 when it recomputed"
+        ran = faulty_run(setup, lambda twin: bumped_counter(modules_of(twin, points)))
     if isinstance(ran, str):
         return control_row(STATE, True, f"{said}: the faulty twin raised {ran}", caught_by="exception")
-    rows = buffer_rows(setup, base.plain, ran)
+    rows = state_rows(setup, base.plain, ran)
     failed = next((r for r in rows if r.status == Status.FAIL), None)
     if failed is not None:
         said = f"{said}: state parity fails {failed.item} ({failed.detail})"
         return control_row(STATE, True, said, caught_by=failed.item, extra={"region": region.path})
+    said = f"{said}: state parity is blind to it: {_state_blind_said(rows, base, buffer)}"
+    return control_row(STATE, False, said, extra={"region": region.path})
+
+
+def _state_blind_said(rows: list[Row], base: Baseline, buffer: str | None) -> str:
+    """Why state parity missed the state fault: the tolerance, an ignored attribute, or a fault that never acted."""
+    ignored = [r.item for r in rows if r.role == Role.IGNORED and COUNTER in r.item]
+    if buffer is None:
+        if ignored:
+            return f"{ignored[0]} is ignored by state.ignore_attributes, which hides every attribute it matches"
+        return "the counter was never set: the region did not run again in backward"
     top = worst(rows)
+    if top is None or not moved(rows):
+        return f"no buffer moved: the fault could not act on {buffer} here"
     value = base.plain.buffers[buffer]
     scale = float(value.abs().max()) if value.numel() else 0.0
-    why = (
+    return (
         f"the change stays within state parity's tolerance ({tolerance_said(top)} at |{buffer}| up to {scale:.3g}): "
         "lower parity.atol and parity.rtol"
-        if top is not None and moved(rows)
-        else f"no buffer moved: the fault could not act on {buffer} here"
     )
-    said = f"{said}: state parity is blind to it: {why}"
-    return control_row(STATE, False, said, extra={"region": region.path})
 
 
 def saving(setup: Setup) -> Row:

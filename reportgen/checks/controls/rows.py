@@ -177,6 +177,55 @@ def not_needed(fault: str, failing: list[str]) -> Row:
     )
 
 
+#: The parity checks every run must prove able to see a recompute fault (the memory control proves a measurement).
+PARITY_CHECKS = (GRADIENT_PARITY, STATE_PARITY, TRAJECTORY)
+
+
+def covered(row: Row) -> bool:
+    """True when a control row shows its check can see a fault (judged, caught or not) or needs no proof (the check
+    already fails without a fault); False for a control that did not apply or could not run."""
+    judged = row.metric == "caught" and row.value is not None and not math.isnan(row.value)
+    return judged or row.detail.startswith("not needed")
+
+
+def uncovered_rows(rows: list[Row], required: list[str] | None) -> list[Row]:
+    """One INCONCLUSIVE row per required parity check (:data:`PARITY_CHECKS`; ``required`` None = all of them) that
+    no control row covers (:func:`covered`): nothing shows that check could see a recompute fault on this model.
+
+    Returns:
+        Rows item ``"<check> has no control"``, metric ``applicable_controls`` = 0 judged ``>= 1``, role CONTROL (so
+        they stand between the claim and PASS, never above a FAIL); empty when every required check is covered.
+    """
+    out = []
+    for check in PARITY_CHECKS:
+        if required is not None and check not in required:
+            continue
+        mine = [r for r in rows if r.role == Role.CONTROL and r.extra.get("must_catch") == check]
+        if any(covered(r) for r in mine):
+            continue
+        why = "; ".join(f"{r.item}: {r.detail}" for r in mine) or "it has no control"
+        out.append(
+            Row.measured(
+                CONTROLS,
+                f"{check} has no control",
+                "applicable_controls",
+                0.0,
+                "controls",
+                comparator=">=",
+                threshold_value=1.0,
+                threshold=f"at least one control {check} must catch",
+                on_miss=Status.INCONCLUSIVE,
+                role=Role.CONTROL,
+                detail=(
+                    f"no control applies to {check} on this model, so nothing shows it could see a recompute fault "
+                    f"here ({why}); its PASS is unproven"
+                ),
+                extra={"fault": "", "size": "", "must_catch": check, "caught_by": ""},
+            )
+        )
+    return out
+
+
 def inputs_not_floating(fault: str, region: Region) -> Row:
     """INFO: a fault on the region's inputs cannot act: none of its modules ran again in backward (e.g.
     ``torch.compile`` recomputes inside its own backward graph, where no module hook runs), or they get no

@@ -23,6 +23,8 @@ from reportgen.config import (
     DIST_TRAJECTORY,
 )
 from reportgen.distributed.budget import budget_rows
+from reportgen.distributed.pipeline import PARTS as PIPELINE_PARTS
+from reportgen.distributed.pipeline import pipelined
 from reportgen.distributed.ranks import follow as ranks_follow
 from reportgen.distributed.ranks import run_sharded
 from reportgen.results import Role, Row
@@ -33,13 +35,19 @@ def distributed_checks(run: Run) -> list[Row]:
     """Every rank's rows of the sharded checks (none when ``distributed.world_size`` is 1), run by
     :func:`reportgen.distributed.ranks.run_sharded`: a rank that raised, crashed or hung gives ERROR rows naming
     it, and the parts it stopped NOT_RUN rows."""
-    return run_sharded(run.setup, run.cfg, PARTS)
+    return run_sharded(run.setup, run.cfg, parts_of(run.setup))
 
 
 def follow(setup: Setup) -> list[Row] | None:
     """This process's part as one rank of a torchrun/srun launch (every rank's rows on rank 0, None
     on the others); ``run`` calls it on ranks other than 0."""
-    return ranks_follow(setup, PARTS)
+    return ranks_follow(setup, parts_of(setup))
+
+
+def parts_of(setup: Setup) -> tuple:
+    """The parts every rank runs: :data:`PARTS`, or under pipeline stages (``distributed.mesh`` pp > 1) those of
+    :mod:`reportgen.distributed.pipeline`."""
+    return PIPELINE_PARTS if pipelined(setup.config.distributed) else PARTS
 
 
 #: The parts every rank runs, in order (section, function); module-level functions, so a spawned rank
@@ -105,7 +113,13 @@ CHECK = Check(
             "Bytes autograd keeps for backward on each rank, and the maximum over ranks.",
             required=False,
             distributed=True,
-            roles=(Role.RANK_SAVED_TOTAL, Role.RANK_STEP_PEAK, Role.MAX_RANK_SAVED_TOTAL, Role.MAX_RANK_STEP_PEAK),
+            roles=(
+                Role.RANK_SAVED_TOTAL,
+                Role.RANK_STEP_PEAK,
+                Role.MAX_RANK_SAVED_TOTAL,
+                Role.MAX_RANK_STEP_PEAK,
+                Role.NOTE,  # each rank's run peak (reportgen.distributed.ranks.peak_row)
+            ),
         ),
         Section(
             DIST_TIME,

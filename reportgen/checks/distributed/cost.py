@@ -22,8 +22,8 @@ from reportgen.twins.twin import TrainStep, timed
 
 
 def local_share(setup: Setup, group: Group) -> tuple:
-    """This rank's share of the setup's fixed global batch."""
-    return shard_batch(setup.batch, group.rank, group.world_size)
+    """This rank's share of the setup's fixed global batch (its data-parallel rank's: TP/CP peers share one)."""
+    return shard_batch(setup.batch, group.dp_rank, group.dp_size)
 
 
 def memory_rows(setup: Setup, group: Group) -> list[Row]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from reportgen.checks.base import Check, Section
@@ -43,7 +43,7 @@ from reportgen.checks.memory.estimate import estimate_rows
 from reportgen.checks.memory.plots import memory_plots
 from reportgen.checks.memory.rows import bytes_row, peak_rows, saved_rows
 from reportgen.config import MEMORY, MemoryConfig
-from reportgen.memory.device_peak import run_device_peak, run_host_peak
+from reportgen.memory.device_peak import PhasePeak, run_device_peak, run_host_peak
 from reportgen.memory.peak import warm_step_peak
 from reportgen.memory.saved import SavedActivations, cuda_step_peaks, saved_activation_bytes
 from reportgen.memory.step_peak import StepPeak, format_bytes
@@ -228,29 +228,45 @@ def cuda_peak_rows(setup: Setup, cuda: dict[str, dict[str, float]]) -> list[Row]
     return rows
 
 
-def run_peak_row(setup: Setup) -> Row:
-    """The whole run's own peak (every twin of every check), an INFO row of this check made after the
-    last check: on CUDA ``max_memory_allocated`` / ``max_memory_reserved`` over the run
-    (:func:`reportgen.memory.device_peak.run_device_peak`), elsewhere the peak resident set. Beside it,
-    the bytes of the one build every twin copies, so a reader sees what the harness holds beyond one twin."""
+def run_peak_rows(setup: Setup, phases: Sequence[PhasePeak] = ()) -> list[Row]:
+    """The whole run's own peak (every twin of every check), an INFO row of this check made after the last check:
+    on CUDA ``max_memory_allocated`` / ``max_memory_reserved`` over the run
+    (:func:`reportgen.memory.device_peak.run_device_peak`), elsewhere the peak resident set; it names the phase (the
+    check) that reached it. Beside it, the bytes of the one build every twin copies, so a reader sees what the
+    harness holds beyond one twin; then one INFO row per phase, its own peak (``phases``, measured by the pipeline
+    with :func:`reportgen.memory.device_peak.phase_peak`).
+    """
     build = setup.template.nbytes
     cuda = run_device_peak(setup.device) if setup.device.type == "cuda" else None
     if cuda is not None:
         metric, value = "run_peak_allocated_bytes", cuda[0]
         said = f"max_memory_allocated {format_bytes(cuda[0])}, max_memory_reserved {format_bytes(cuda[1])} on {setup.device}"
-        extra = {"run_peak_reserved_bytes": cuda[1]}
+        extra: dict[str, Any] = {"run_peak_reserved_bytes": cuda[1]}
     else:
         metric, value = "run_peak_rss_bytes", run_host_peak()
         said = (
             f"peak resident set of the process {format_bytes(value)} (host memory: this run is on {setup.device.type})"
         )
         extra = {}
+    top = max(phases, key=lambda p: p.bytes, default=None)
+    reached = f", reached in {top.phase} ({format_bytes(top.bytes)})" if top is not None else ""
     detail = (
-        f"the whole run's own peak, every twin of every check: {said}; the one build every twin is "
+        f"the whole run's own peak, every twin of every check: {said}{reached}; the one build every twin is "
         f"copied from holds {format_bytes(build)} (on the host); one twin's step peak is measured alone, above"
     )
-    extra |= {"build_bytes": build}
-    return bytes_row("run peak", Role.NOTE, detail, "plain", float(value), extra=extra, metric=metric)
+    extra |= {"build_bytes": build, "phase": top.phase if top is not None else None}
+    rows = [bytes_row("run peak", Role.NOTE, detail, "plain", float(value), extra=extra, metric=metric)]
+    for p in phases:
+        bound = "" if p.exact else " (an upper bound: this kernel cannot reset the high-water mark)"
+        said = (
+            f"peak during {p.phase}{bound}, {format_bytes(p.resident_before)} resident when it began; "
+            "a peak far above the one before is what this phase holds beyond the run's twins"
+        )
+        extra = {"phase": p.phase, "resident_before_bytes": p.resident_before, "exact": p.exact}
+        rows.append(
+            bytes_row(f"peak during {p.phase}", Role.NOTE, said, "plain", float(p.bytes), extra=extra, metric=p.metric)
+        )
+    return rows
 
 
 CHECK = Check(

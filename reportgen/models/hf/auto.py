@@ -124,7 +124,24 @@ def load_config(path: str | Path, name: str | None = "model.config", bounded: bo
         raise SetupError(
             f"{where}: num_hidden_layers={layers} is outside 1..{MAX_LAYERS}; give the model's real layer count"
         )
+    if missing := missing_sizes(config, fields):
+        defaults = ", ".join(f"{name}={getattr(config, name)!r}" for name in missing)
+        raise SetupError(
+            f"{where} does not set {', '.join(missing)}: transformers would silently use {kind}'s defaults "
+            f"({defaults}), another model than the one meant; set them in config.json"
+        )
     return config
+
+
+#: The sizes that make a model what it is; a config.json must state each its config class has (under its own name
+#: or an alias of the class's ``attribute_map``, e.g. GPT-2's ``n_embd``) rather than take the class's default.
+SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+
+def missing_sizes(config: Any, fields: dict) -> list[str]:
+    """The :data:`SIZES` that ``config`` (a transformers config) has but ``fields`` (its config.json) does not set."""
+    aliases = getattr(type(config), "attribute_map", {}) or {}
+    return [name for name in SIZES if hasattr(config, name) and name not in fields and aliases.get(name) not in fields]
 
 
 def model_config(config: str | None, pretrained: str | None) -> Any:
