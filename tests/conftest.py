@@ -41,6 +41,22 @@ os.environ["REPORTGEN_CACHE_SECRET"] = str(Path(tempfile.mkdtemp(prefix="reportg
 #: (tests/distributed/test_distributed.py: the pipeline run, whose rows the fsdp2 parity test reads;
 #: tests/distributed/test_distributed_wrapping.py: the SIGTERM test's command).
 FORKSERVER = "distributed.start_method=forkserver"
+#: A sharded run of the parity, rank-memory and rank-sync parts alone (no budgets, timing, single-process memory
+#: check or controls), unsigned and without a PDF: what the meta-build and per-rank memory tests measure.
+SHARDED_PARTS_ONLY = (
+    FORKSERVER,
+    "budget.enabled=false",
+    "larger_batch.enabled=false",
+    "timing.enabled=false",
+    "timing.warmup_steps=0",
+    "timing.measured_steps=1",
+    "memory.enabled=false",  # the single-process memory check: the ranks' own memory part still runs
+    "controls.enabled=false",
+    "parity.steps=1",
+    "report.sign=false",
+    "report.pdf=false",
+    "run.max_estimated_minutes=null",
+)
 multiprocessing.set_forkserver_preload(forked_cli.PRELOAD)  # the CLI commands fork from it too (forked_cli.py)
 
 TESTS = Path(__file__).resolve().parent

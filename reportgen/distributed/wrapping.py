@@ -188,6 +188,13 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
     """
     strategy, layout = strategy_name(dc), layout_of(dc)
     mesh = {"mesh": layout.said()} if layout.names else {}
+    if layout.degree("pp") > 1:  # pipeline stages: no data-parallel wrapping (reportgen.distributed.pipeline)
+        pipeline = dc.pipeline
+        return mesh | {
+            "pipeline.split": ", ".join(map(str, pipeline.split or [])),
+            "pipeline.schedule": str(pipeline.schedule),
+            "pipeline.microbatches": int(pipeline.microbatches),
+        }
     if strategy == "ddp":
         return {f"ddp.{k}": ("torch default (25 MiB)" if v is None else v) for k, v in ddp_kwargs(dc).items()}
     if strategy == "custom":
@@ -211,6 +218,14 @@ def settings_in_force(dc: Any, target_paths: list[str]) -> dict[str, Any]:
 def wrap_order(dc: Any) -> str:
     """The order in which each twin is made, for page 1."""
     layout = layout_of(dc)
+    if layout.degree("pp") > 1:
+        pipeline = dc.pipeline
+        return (
+            "build from the shared initial weights → traced by torch.distributed.pipelining.pipeline at "
+            f"{', '.join(map(str, pipeline.split or []))} into {layout.degree('pp')} stages, one per rank → the twin's "
+            "own module at each recompute target (the recompute twin's checkpoint_wrapper) → "
+            f"Schedule{pipeline.schedule} over {pipeline.microbatches} micro-batches; the same calls on both twins"
+        )
     spread = {
         "ddp": "DistributedDataParallel",
         "fsdp2": "fully_shard on each unit, then the root"

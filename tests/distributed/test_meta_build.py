@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import FORKSERVER, TESTS, USER_CONF, reportgen, run_dirs
+from conftest import SHARDED_PARTS_ONLY, TESTS, USER_CONF, reportgen, run_dirs
 from user_models.meta_llama import build
 
 from reportgen.twins.template import NoInitialiser, materialise, on_meta
@@ -45,18 +45,7 @@ META_RUN = (
     "distributed.world_size=2",
     "distributed.strategy=fsdp2",
     "distributed.timeout_s=120",
-    FORKSERVER,
-    "budget.enabled=false",
-    "larger_batch.enabled=false",
-    "timing.enabled=false",
-    "timing.warmup_steps=0",
-    "timing.measured_steps=1",
-    "memory.enabled=false",  # the single-process memory check: the ranks' own memory part still runs
-    "controls.enabled=false",
-    "parity.steps=1",
-    "report.sign=false",
-    "report.pdf=false",
-    "run.max_estimated_minutes=null",
+    *SHARDED_PARTS_ONLY,
 )
 
 

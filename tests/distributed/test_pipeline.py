@@ -109,3 +109,20 @@ def test_dropout_recomputed_without_its_rng_state_in_stage_1_exits_1_naming_a_st
 def test_what_is_not_built_is_refused_before_anything_runs(compose_cfg, override, said):
     assert config_problems(compose_cfg(*doc_overrides())) == ""
     assert said in config_problems(compose_cfg(*doc_overrides(), override))
+
+
+def test_page_one_states_the_pipeline_and_no_data_parallel_wrapping(compose_cfg):
+    """A PP run's page 1 names its split, schedule and micro-batches; DDP's settings were never applied to it."""
+    from reportgen.distributed.wrapping import settings_in_force, wrap_order
+
+    dc = compose_cfg(*with_schedule(doc_overrides(), "1F1B")).distributed
+    said = settings_in_force(dc, ["blocks.0", "blocks.1"])
+    assert said == {
+        "mesh": "pp=2",
+        "pipeline.split": "blocks.1",
+        "pipeline.schedule": "1F1B",
+        "pipeline.microbatches": 4,
+    }
+    order = wrap_order(dc)
+    assert "into 2 stages" in order and "Schedule1F1B over 4 micro-batches" in order
+    assert "DistributedDataParallel" not in order

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import FORKSERVER, TESTS, USER_CONF, reportgen, run_dirs
+from conftest import SHARDED_PARTS_ONLY, TESTS, USER_CONF, reportgen, run_dirs
 
 from reportgen.config import DIST_STEP_PARITY
 from reportgen.distributed.launch import Group
@@ -85,18 +85,7 @@ def _run_peaks(tmp_path, size: str, meta: bool) -> tuple[list[dict], list[float]
         "distributed.world_size=2",
         "distributed.strategy=fsdp2",
         "distributed.timeout_s=300",
-        FORKSERVER,
-        "budget.enabled=false",
-        "larger_batch.enabled=false",
-        "timing.enabled=false",
-        "timing.warmup_steps=0",
-        "timing.measured_steps=1",
-        "memory.enabled=false",  # the single-process memory check: the ranks' own memory part still runs
-        "controls.enabled=false",
-        "parity.steps=1",
-        "report.sign=false",
-        "report.pdf=false",
-        "run.max_estimated_minutes=null",
+        *SHARDED_PARTS_ONLY,
         pythonpath=str(TESTS),
     )
     [out] = run_dirs(tmp_path)
