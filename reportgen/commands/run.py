@@ -160,6 +160,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         for line in why_lines(frame):
             print(line)
     print("\n".join(console_lines(frame, out_dir / "report.html")))
+    if meta["detectors"]:  # stated wherever the verdict is: the console too
+        why = meta["detectors"].removeprefix("detectors not proven: ")
+        print(f"reportgen: DETECTORS NOT PROVEN: {clip_keeping_advice(console_text(why))}")
     said = SAID.get(verdict, "FAILS")
     print(f"reportgen: claim {said} ({verdict}); report: {out_dir / 'report.html'}")  # the verdict is the last line
     return exit_code(verdict)

@@ -10,6 +10,8 @@ otherwise pass "within the deadline of nan".
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import math
 import re
 from typing import Any
@@ -176,6 +178,7 @@ def config_problems(cfg: DictConfig) -> str:
     problems += _sync_states_problem(values)
     problems += distributed_setting_problems(cfg.get("distributed"))
     problems += pipeline_problems(cfg) if cfg.get("distributed") is not None else []
+    problems += _callable_problems(cfg)
     device = values.get("device", "auto")
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         problems.append(f"device={device!r} must be one of {DEVICES}")
@@ -201,6 +204,49 @@ def config_problems(cfg: DictConfig) -> str:
         )
     fix = ". Fix these settings (each is documented in reportgen/config.py and in docs/configuration.md)."
     return "; ".join(problems) + fix if problems else ""
+
+
+#: The settings that name a Python object reportgen imports (an optimizer class, a user's wrap function): resolved
+#: before any model work, so a typo is one line naming the setting and not a run that ends in an ERROR row.
+CALLABLES = ("parity.optimizer._target_", "budget.optimizer._target_", "distributed.wrap")
+
+
+def _callable_problems(cfg: DictConfig) -> list[str]:
+    """``setting=path cannot be imported ...`` for each of :data:`CALLABLES` set to a dotted path that names no object
+    (``distributed.wrap`` only with ``distributed.strategy=custom``), with a close name where the module has one."""
+    problems = []
+    for name in CALLABLES:
+        path = OmegaConf.select(cfg, name, default=None)
+        custom = str(OmegaConf.select(cfg, "distributed.strategy", default="")).endswith("custom")
+        if not isinstance(path, str) or (name == "distributed.wrap" and not custom):
+            continue
+        if why := unresolved(path):
+            problems.append(f"{name}={path} {why}")
+    return problems
+
+
+def unresolved(path: str) -> str:
+    """Why the dotted ``path`` (``pkg.module.attr``, as Hydra's ``_target_``) names no object, with the closest name
+    its module has (``torch.optim.Adamw`` → ``did you mean torch.optim.AdamW?``); ``""`` when it does. Imports the
+    module, as the run would."""
+    parts = path.replace(":", ".").split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for i, attr in enumerate(parts[cut:], cut):
+            if not hasattr(found, attr):
+                names = [n for n in dir(found) if not n.startswith("_")]
+                close = [n for n in names if n.lower() == attr.lower()] or difflib.get_close_matches(attr, names, n=1)
+                hint = f" (did you mean {'.'.join([*parts[:i], close[0]])}?)" if close else ""
+                return f"cannot be imported: {'.'.join(parts[:i])} has no {attr!r}{hint}; give pkg.module.name"
+            found = getattr(found, attr)
+        return ""
+    return (
+        f"cannot be imported: no module {parts[0]!r} (is it installed, or on PYTHONPATH?); give pkg.module.name, "
+        "e.g. torch.optim.AdamW or my_pkg.wrap.wrap"
+    )
 
 
 def _mode_problem(values: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ become ERROR rows naming them (:func:`failure_rows`)."""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -120,7 +121,10 @@ def rank_rows(setup: Setup, group: Group, parts: Sequence[Part]) -> list[Row]:
         start, said = time.perf_counter(), ""
         with watchdog(1.5 * timeout + 10):
             try:
-                with limited(f"{name} on rank {group.rank}", None, ceiling):
+                with warnings.catch_warnings(), limited(f"{name} on rank {group.rank}", None, ceiling):
+                    warnings.simplefilter(
+                        "ignore", UserWarning
+                    )  # as on one process: torch's notes stay off the console
                     measured = part(setup, group)
                 if measured:  # the part's wall time, once (seconds sum per check)
                     measured[0].seconds = time.perf_counter() - start

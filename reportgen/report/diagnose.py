@@ -31,6 +31,10 @@ TAGGED = re.compile(r" \[input requires grad\]$")
 SETTING = re.compile(r"\b(?:recompute|distributed)(?:\.\w+)*=\w+")
 
 
+#: What joins the settings of a trial that changed several at once (``a and b``), none of which cleared it alone.
+TOGETHER = " and "
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Trial:
     """A setting a fix proposes, tried: the failing fixed-batch checks re-run with it, the rest of the run's setup
@@ -101,7 +105,9 @@ class Rule:
         """The trials (``settings["tried"]``, :mod:`reportgen.report.tried`) of the settings its fix proposes that
         ran, for ``check``."""
         tried = settings.get("tried") or {}
-        found = (tried.get(setting) for setting in self.proposes(group, rows, settings))
+        mine = self.proposes(group, rows, settings)
+        found = [tried.get(setting) for setting in mine]
+        found += [t for key, t in tried.items() if TOGETHER in key and set(mine) & set(key.split(TOGETHER))]
         return [t for t in found if t is not None and t.clears(check) is not None]
 
     def refuted(self, check: str, group: list[Row], rows: list[Row], settings: dict[str, Any]) -> list[Trial]:

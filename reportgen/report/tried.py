@@ -45,7 +45,7 @@ from reportgen.config import (
 from reportgen.distributed.launch import launched
 from reportgen.distributed.ranks import run_sharded
 from reportgen.limits import CheckLimitExceeded, check_limits, limited
-from reportgen.report.diagnose import Trial, proposed
+from reportgen.report.diagnose import TOGETHER, Trial, proposed
 from reportgen.report.diagnose_unexplained import BAD
 from reportgen.results import Role, Row, Status
 from reportgen.twins.before_backward import frozen_regions, set_before_backward
@@ -95,6 +95,10 @@ def look_and_try(run: Run, rows: list[Row], settings: dict[str, Any]) -> dict[st
     for setting in proposed(rows, seen, failing)[:MOST_TRIALS]:
         if (trial := try_setting(run, setting, failing)) is not None:
             tried[setting] = trial
+    ran = [t.setting for t in tried.values() if not t.error]
+    if len(ran) > 1 and all(any(tried[s].failing.values()) for s in ran):  # two faults at once: no fix clears alone
+        if (together := try_settings(run, ran, failing)) is not None:
+            tried[together.setting] = together
     return seen | {"tried": tried}
 
 
@@ -125,9 +129,20 @@ def try_setting(run: Run, setting: str, failing: list[str]) -> Trial | None:
         (:data:`TRIABLE`) or not one of this config's keys, is already in force, or none of ``failing`` is re-run for
         it.
     """
-    changed = _changed(run.setup, run.cfg, setting)
+    return try_settings(run, [setting], failing)
+
+
+def try_settings(run: Run, settings: list[str], failing: list[str]) -> Trial | None:
+    """:func:`try_setting` with every one of ``settings`` changed at once (two faults, each hiding the other's cure:
+    reentrant recompute of a frozen input *and* an RNG not replayed); the trial's ``setting`` joins them with " and "
+    (:data:`reportgen.report.diagnose.TOGETHER`). None when any of them could not be tried alone."""
+    changed: tuple[Setup, DictConfig | None] | None = (run.setup, run.cfg)
+    for setting in settings:
+        changed = _changed(*changed, setting) if changed is not None else None
+    setting = TOGETHER.join(settings)
     sharded = [c for c in failing if c in SHARDED]
-    rerun = set() if setting.startswith("distributed.") else {SINGLE[c] for c in failing if c in SINGLE}
+    only_sharded = all(s.startswith("distributed.") for s in settings)
+    rerun = set() if only_sharded else {SINGLE[c] for c in failing if c in SINGLE}
     single = [c for c, check in SINGLE.items() if check in rerun]  # every check a re-run function judges
     if changed is None or not (single or sharded):
         return None

@@ -220,7 +220,7 @@ def train_to_budget(
             if not twin.step(mine, step_rng, accept=finite, nudge=nudge, rng=False).applied:
                 opt.zero_grad(set_to_none=True)
                 skipped, skipped_examples = skipped + 1, skipped_examples + batch_size_of(x)
-                bar.set_postfix(skipped=skipped)
+                bar.set_postfix(skipped=skipped, refresh=False)  # shown at the next timed line, not one line each
                 continue
             steps, accepted = steps + 1, accepted + batch_size_of(x)
             bar.update(batch_size_of(x))

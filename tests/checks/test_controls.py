@@ -323,15 +323,17 @@ def test_a_later_fault_that_makes_the_faulty_twin_raise_is_caught(setup, monkeyp
 
 
 @pytest.mark.slow
-def test_controls_off_is_stated_wherever_the_verdict_is(tmp_path):
+def test_controls_off_is_stated_wherever_the_verdict_is(tmp_path, capsys):
     """``controls.enabled=false`` still judges the claim without them, and every output a reviewer or a CI page
-    reads says the detectors were not proven (it HOLDS with nothing said before)."""
+    reads says the detectors were not proven (it HOLDS with nothing said before), the console too."""
     import json
     import xml.etree.ElementTree as ET
 
     code, _ = run_pipeline(tmp_path, "+model=ffn", "controls.enabled=false")
     said = "detectors not proven: controls.enabled=false"
     assert code == 0
+    console = capsys.readouterr().out.splitlines()
+    assert console[-2].startswith("reportgen: DETECTORS NOT PROVEN: controls.enabled=false, so no fault was injected")
     assert (
         said in (tmp_path / "report.html").read_text()
         and "DETECTORS NOT PROVEN" in (tmp_path / "report.html").read_text()

@@ -26,6 +26,15 @@ FSDP1 = ("distributed.world_size=2", "distributed.strategy=fsdp1", "device=cpu")
             (*FSDP1, "+model=ffn", "distributed.fsdp1.sync_module_states=true"),
             "distributed.fsdp1.sync_module_states=true needs CUDA",
         ),
+        (
+            ("+model=ffn", "parity.optimizer._target_=torch.optim.Adamw"),
+            "parity.optimizer._target_=torch.optim.Adamw cannot be imported: torch.optim has no 'Adamw' "
+            "(did you mean torch.optim.AdamW?)",
+        ),
+        (
+            ("+model=mlp", "distributed.world_size=2", "distributed.strategy=custom", "distributed.wrap=my.mod.wrap"),
+            "distributed.wrap=my.mod.wrap cannot be imported: no module 'my' (is it installed, or on PYTHONPATH?)",
+        ),
     ],
 )
 def test_a_setting_that_cannot_be_right_is_named_with_its_fix(overrides, says):
@@ -37,6 +46,13 @@ def test_the_same_settings_with_good_values_are_not_refused():
     assert config_problems(compose_config("+model=ffn", "budget.seeds=[0,3]", "forward_seed=0")) == ""
     assert config_problems(compose_config("+model=gpt", "task.block_size=8")) == ""
     assert "sync_module_states" not in config_problems(compose_config(*FSDP1, "+model=ffn"))
+    assert config_problems(compose_config("+model=ffn", "parity.optimizer._target_=torch.optim.SGD")) == ""
+    wrapped = (
+        "distributed.world_size=2",
+        "distributed.strategy=custom",
+        "distributed.wrap=user_models.dist_wrapping.wrap_ddp_static",
+    )
+    assert "distributed.wrap" not in config_problems(compose_config("+model=mlp", *wrapped))
 
 
 def test_a_negative_seed_exits_2_in_one_line_and_writes_nothing(tmp_path):

@@ -40,6 +40,18 @@ def test_a_frozen_input_under_reentrant_recompute_leads_with_non_reentrant_tried
     assert "region adapters.0 requires grad (seen at the fixed batch" in said["cause"]
 
 
+def test_two_faults_whose_fixes_clear_only_together_are_tried_together_and_keep_the_lead_cause(tmp_path):
+    """ffn's first region gets the batch (no input requires grad) under reentrant recompute *and* its dropout is
+    recomputed without its RNG state: each fix alone still fails (the other fault remains), both at once clear every
+    row; the diagnosis says so and keeps the frozen-input cause instead of "no known pattern"."""
+    code, frame = run_pipeline(tmp_path, "+model=ffn", "recompute=reentrant", "recompute.preserve_rng_state=false")
+    assert code == 1
+    said = diagnosis(frame, GRADIENT_PARITY)
+    assert said["rule"] == "frozen input under reentrant", said["cause"]
+    assert "recompute=non_reentrant tried: still fails" in said["fix"]
+    assert "recompute=non_reentrant and recompute.preserve_rng_state=true tried: clears it" in said["fix"]
+
+
 @pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
 def test_gradients_lost_for_a_cause_non_reentrant_does_not_cure_are_never_sent_to_non_reentrant(tmp_path, mode):
     """The region reads its own call counter: under reentrant recompute its parameters get None gradients (what the
