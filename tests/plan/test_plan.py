@@ -323,3 +323,18 @@ def test_an_unknown_model_type_never_prompts_even_with_stdin_open(tmp_path):
     )
     out, err = proc.communicate(timeout=120)  # stdin stays open until then: a prompt would hang
     assert proc.returncode == 2 and "[y/N]" not in out + err and err.count("\n") == 1
+
+
+def test_a_shipped_plan_config_is_found_by_the_readme_path_from_any_folder(tmp_path, monkeypatch):
+    """The README's ``python -m reportgen.plan conf/plan/llama3_8b ...`` is written from a checkout; from an installed
+    wheel (another working folder) the same relative path names the config reportgen ships."""
+    from reportgen.errors import SetupError
+    from reportgen.models.hf.auto import config_file
+    from reportgen.paths import conf_dir
+
+    monkeypatch.chdir(tmp_path)
+    shipped = conf_dir() / "plan" / "llama3_8b" / "config.json"
+    assert config_file("conf/plan/llama3_8b", name=None) == shipped
+    assert config_file("plan/llama3_8b", name=None) == shipped
+    with pytest.raises(SetupError, match="no such file"):
+        config_file("conf/plan/no_such_model", name=None)

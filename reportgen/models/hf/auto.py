@@ -52,6 +52,8 @@ def config_file(path: str | Path, name: str | None = "model.config") -> Path:
     """
     given = Path(str(path)).expanduser()
     found = given / "config.json" if given.is_dir() else given
+    if not found.is_file() and (shipped := _shipped(given)) is not None:
+        return shipped
     if not found.is_file():
         setting = f"{name}=" if name else ""
         raise SetupError(
@@ -59,6 +61,22 @@ def config_file(path: str | Path, name: str | None = "model.config") -> Path:
             f". Give a local config.json or a folder holding one (nothing is downloaded), e.g. {setting}{EXAMPLE}"
         )
     return found
+
+
+def _shipped(given: Path) -> Path | None:
+    """The config.json a relative ``given`` names among the configs reportgen ships (``conf/plan/llama3_8b``,
+    ``plan/llama3_8b`` or ``conf/examples/...``, as the README writes them from a checkout), so the same command works
+    from an installed wheel; None when it names none, or is absolute."""
+    if given.is_absolute():
+        return None
+    from reportgen.paths import conf_dir
+
+    for root in (conf_dir().parent, conf_dir()):
+        candidate = root / given
+        candidate = candidate / "config.json" if candidate.is_dir() else candidate
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def load_config(path: str | Path, name: str | None = "model.config", bounded: bool = False, **overrides: Any) -> Any:
