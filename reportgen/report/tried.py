@@ -26,7 +26,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from reportgen.checks.base.run import Run
@@ -201,7 +201,7 @@ def _changed(setup: Setup, cfg: DictConfig | None, setting: str) -> tuple[Setup,
 
 
 def _value(key: str, text: str, current: Any) -> Any:
-    """The value ``text`` sets at ``key``, typed as the config holds it (an enum member, else YAML's scalar).
+    """The value ``text`` sets at ``key``, typed as the config holds it (an enum member, else the value Hydra's override parser reads).
 
     Raises:
         ValueError: not a member of the key's enum.
@@ -210,7 +210,7 @@ def _value(key: str, text: str, current: Any) -> Any:
         return RecomputeMode(text)
     if isinstance(current, Enum):
         return type(current)(text)
-    return yaml.safe_load(text)
+    return OverridesParser.create().parse_override(f"{key}={text}").value()  # as the command line reads it
 
 
 def _replaced(record: Any, path: list[str], value: Any) -> Any:
