@@ -197,16 +197,24 @@ def test_the_docs_have_commands():
 
 @pytest.fixture
 def user_project(tmp_path, monkeypatch) -> Path:
-    """The worked example of docs/own-model.md written out as ``my_project/`` in the working folder."""
+    """The worked example of docs/own-model.md written out as ``my_project/`` in the working folder, and the guide's
+    ``my_pkg`` wrap functions (docs/distributed_wrapping.md) beside it."""
     project = tmp_path / "my_project"
     (project / "conf" / "model").mkdir(parents=True)
     (project / "my_model.py").write_text(doc_file("docs/own-model.md", "my_project/my_model.py"))
     mine = doc_file("docs/own-model.md", "my_project/conf/model/mine.yaml")
     (project / "conf" / "model" / "mine.yaml").write_text(mine)
+    package = tmp_path / "my_pkg"  # the wrap functions of docs/distributed_wrapping.md, which validation imports
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("my_pkg/wrap.py", "my_pkg/parallel.py"):
+        (tmp_path / name).write_text(doc_file("docs/distributed_wrapping.md", name))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(project))
+    monkeypatch.syspath_prepend(str(tmp_path))
     yield project
-    sys.modules.pop("my_model", None)
+    for module in ("my_model", "my_pkg", "my_pkg.wrap", "my_pkg.parallel"):
+        sys.modules.pop(module, None)
 
 
 CLUSTER_EXTRA = 'launchers need the cluster extra: pip install -e ".[cluster]"'

@@ -202,7 +202,7 @@ def config_problems(cfg: DictConfig) -> str:
             f"the gradients do (an empty claim); list at least one of {', '.join(PARITY_CHECKS)}, or "
             "leave verdict.required=null for the default"
         )
-    fix = ". Fix these settings (each is documented in docs/configuration.md; python -m reportgen --cfg job shows them all)."
+    fix = ". Fix these settings (python -m reportgen --cfg job lists them, each documented in docs/configuration.md)."
     return "; ".join(problems) + fix if problems else ""
 
 

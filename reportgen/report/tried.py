@@ -201,7 +201,8 @@ def _changed(setup: Setup, cfg: DictConfig | None, setting: str) -> tuple[Setup,
 
 
 def _value(key: str, text: str, current: Any) -> Any:
-    """The value ``text`` sets at ``key``, typed as the config holds it (an enum member, else the value Hydra's override parser reads).
+    """The value ``text`` sets at ``key``, typed as the config holds it (an enum member, else what Hydra's override
+    parser reads, as on the command line).
 
     Raises:
         ValueError: not a member of the key's enum.
