@@ -9,6 +9,7 @@ raises ``OSError(ENOSPC)``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -149,3 +150,49 @@ def test_a_run_that_dies_after_its_checks_keeps_its_rows_and_says_how_to_sign_th
     monkeypatch.undo()
     assert sign.main([str(tmp_path), "--key", str(private)]) in (0, 1)
     assert (tmp_path / "statement.dsse.json").is_file() and not (tmp_path / PENDING_NAME).exists()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 5 MiB tmpfs mounted under ``tmp_path`` (skipped where this process may not mount one: not root, or a
+    container without CAP_SYS_ADMIN)."""
+    import shutil
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if (
+        shutil.which("mount") is None
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_a_real_5_mib_disk_filled_during_the_time_check_exits_2_and_keeps_the_partial_results(tiny_disk, use_checks):
+    """Issue 44's done-when, on a real file system: the first check writes its rows, the time check fills the disk
+    (as a neighbour's job would), its partial write fails: exit 2, results.partial.json whole and readable."""
+    from reportgen.commands.cli import _guarded_run
+    from reportgen.results import Role, Row
+
+    def gradient(run):
+        return [Row.fact("gradient parity", "loss", Role.NOTE, "ran", metric="loss", value=1.0)]
+
+    def timing(run):
+        with open(tiny_disk / "neighbour.bin", "wb") as f:  # fill every byte the disk has left
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+        return [Row.fact("warm-step time", "step 0", Role.NOTE, "ran", metric="step_time_ms", value=1.0)]
+
+    use_checks(("gradient parity", gradient), ("warm-step time", timing))
+    out = tiny_disk / "run"
+    out.mkdir()
+    code = _guarded_run(compose_config(*SMALL, "+model=ffn", "report.sign=false"), out, None)
+    assert code == 2
+    kept = frame_from_json((out / "results.partial.json").read_text())
+    assert list(kept.check) == ["gradient parity"]
